@@ -1,0 +1,40 @@
+/**
+ * Element types of GPU tensors and host-side conversions between them.
+ *
+ * Activations are always f32. Weights and the KV cache are `f16` when the device has
+ * `shader-f16`, else `f32` (chosen once at load, see {@linkcode GpuContext.weightDtype}).
+ *
+ * @module
+ */
+
+/** Element type of a tensor stored on the GPU. */
+export type DType = "f32" | "f16";
+
+/** Bytes per element of `dtype`. */
+export function bytesPerElement(dtype: DType): number {
+  return dtype === "f16" ? 2 : 4;
+}
+
+/**
+ * Converts host values to the typed array a GPU buffer of `dtype` holds.
+ * f16 rounds to nearest even (Float16Array semantics).
+ */
+export function toDType(values: ArrayLike<number>, dtype: DType): Float32Array | Float16Array {
+  return dtype === "f16" ? Float16Array.from(values) : Float32Array.from(values);
+}
+
+/** Rounds every value through `dtype` (what the GPU sees after upload), as float64. */
+export function roundTo(values: ArrayLike<number>, dtype: DType): Float64Array {
+  return Float64Array.from(toDType(values, dtype));
+}
+
+/**
+ * WGSL prelude for a kernel whose weights have type `dtype`: enables f16 when needed and
+ * defines the aliases `WT` (scalar weight type) and `WT4` (vec4 of it). Kernels convert weight
+ * values to f32 before arithmetic.
+ */
+export function weightPrelude(dtype: DType): string {
+  return dtype === "f16"
+    ? "enable f16;\nalias WT = f16;\nalias WT4 = vec4<f16>;\n"
+    : "alias WT = f32;\nalias WT4 = vec4<f32>;\n";
+}

@@ -1,0 +1,179 @@
+/**
+ * GPU matrices whose storage may span several buffers.
+ *
+ * A storage binding is limited to `maxStorageBufferBindingSize` (128 MiB on lavapipe), less than
+ * the 151936 x 1024 embedding / LM head of Qwen3-0.6B (311 MB in f16). A {@linkcode GpuMatrix}
+ * therefore holds its rows in one or more parts, each part a buffer of whole rows that fits one
+ * binding. Kernels that read such a matrix dispatch once per part (see `kernels/`), so the split
+ * is invisible to callers.
+ *
+ * Layout of each part: row-major, `rowStride` elements per row (`rowStride >= cols`, the padding
+ * is zero; f16 rows always have an even stride so rows start on 4-byte boundaries), `rows` rows,
+ * element type `dtype`.
+ *
+ * @module
+ */
+
+import { GpuContext, STORAGE_RW } from "./context.ts";
+import { bytesPerElement, type DType, toDType } from "./dtype.ts";
+
+/** One buffer holding rows `[rowStart, rowStart + rows)` of a {@linkcode GpuMatrix}. */
+export interface MatrixPart {
+  readonly buffer: GPUBuffer;
+  readonly rowStart: number;
+  readonly rows: number;
+}
+
+/** Options for {@linkcode GpuMatrix.create}. */
+export interface GpuMatrixOptions {
+  /** Pad each row to a multiple of this many elements (e.g. 4 for vec4 loads); default 1. */
+  padColsTo?: number;
+  /** Largest part in bytes; default and maximum `ctx.maxBindingBytes`. */
+  maxPartBytes?: number;
+}
+
+/** A `[rows, cols]` matrix of `dtype` on the GPU, split by rows across bindings when large. */
+export class GpuMatrix {
+  readonly rows: number;
+  readonly cols: number;
+  readonly dtype: DType;
+  /** Elements from the start of one row to the next (>= cols). */
+  readonly rowStride: number;
+  readonly parts: readonly MatrixPart[];
+  readonly label: string;
+
+  private constructor(
+    label: string,
+    rows: number,
+    cols: number,
+    dtype: DType,
+    rowStride: number,
+    parts: MatrixPart[],
+  ) {
+    this.label = label;
+    this.rows = rows;
+    this.cols = cols;
+    this.dtype = dtype;
+    this.rowStride = rowStride;
+    this.parts = parts;
+  }
+
+  /** Allocates an uninitialised matrix (contents are zero per WebGPU). */
+  static create(
+    ctx: GpuContext,
+    label: string,
+    rows: number,
+    cols: number,
+    dtype: DType,
+    options: GpuMatrixOptions = {},
+  ): GpuMatrix {
+    if (!Number.isInteger(rows) || !Number.isInteger(cols) || rows < 1 || cols < 1) {
+      throw new RangeError(`Cannot create matrix ${label}: invalid shape [${rows}, ${cols}]`);
+    }
+    // f16 rows are padded to an even length so every row starts on a 4-byte boundary.
+    const requested = options.padColsTo ?? 1;
+    const pad = dtype === "f16" && requested % 2 === 1 ? requested * 2 : requested;
+    const rowStride = Math.ceil(cols / pad) * pad;
+    const rowBytes = rowStride * bytesPerElement(dtype);
+    const maxPart = Math.min(options.maxPartBytes ?? ctx.maxBindingBytes, ctx.maxBindingBytes);
+    let rowsPerPart = Math.floor(maxPart / rowBytes);
+    if (rowsPerPart < 1) {
+      throw new RangeError(
+        `Cannot create matrix ${label}: one row of ${rowBytes} bytes exceeds the binding limit of ${maxPart}`,
+      );
+    }
+    rowsPerPart = Math.min(rowsPerPart, rows);
+    const parts: MatrixPart[] = [];
+    for (let rowStart = 0; rowStart < rows; rowStart += rowsPerPart) {
+      const n = Math.min(rowsPerPart, rows - rowStart);
+      const buffer = ctx.createBuffer(
+        `${label}[${rowStart}..${rowStart + n})`,
+        n * rowBytes,
+        STORAGE_RW,
+      );
+      parts.push({ buffer, rowStart, rows: n });
+    }
+    return new GpuMatrix(label, rows, cols, dtype, rowStride, parts);
+  }
+
+  /** Allocates a matrix and uploads `data` (row-major `[rows, cols]`, converted to `dtype`). */
+  static fromArray(
+    ctx: GpuContext,
+    label: string,
+    data: ArrayLike<number>,
+    rows: number,
+    cols: number,
+    dtype: DType,
+    options: GpuMatrixOptions = {},
+  ): GpuMatrix {
+    const m = GpuMatrix.create(ctx, label, rows, cols, dtype, options);
+    m.writeRows(ctx.device.queue, 0, data);
+    return m;
+  }
+
+  /** Total bytes on the GPU, padding included. */
+  get byteSize(): number {
+    return this.rows * this.rowStride * bytesPerElement(this.dtype);
+  }
+
+  /**
+   * Writes rows starting at `rowStart` from `data` (row-major, `cols` per row, any length that is
+   * a whole number of rows). Used to stream weights to the GPU in bounded chunks.
+   */
+  writeRows(queue: GPUQueue, rowStart: number, data: ArrayLike<number>): void {
+    if (data.length % this.cols !== 0) {
+      throw new RangeError(
+        `Cannot write ${data.length} values to ${this.label}: not a whole number of ${this.cols}-wide rows`,
+      );
+    }
+    const count = data.length / this.cols;
+    if (rowStart < 0 || rowStart + count > this.rows) {
+      throw new RangeError(
+        `Cannot write rows [${rowStart}, ${
+          rowStart + count
+        }) of ${this.label}: it has ${this.rows} rows`,
+      );
+    }
+    const esize = bytesPerElement(this.dtype);
+    for (const part of this.parts) {
+      const lo = Math.max(rowStart, part.rowStart);
+      const hi = Math.min(rowStart + count, part.rowStart + part.rows);
+      if (lo >= hi) continue;
+      const n = hi - lo;
+      let src: ArrayLike<number> = data;
+      if (
+        src instanceof Float32Array || src instanceof Float16Array || src instanceof Float64Array
+      ) {
+        src = src.subarray((lo - rowStart) * this.cols, (hi - rowStart) * this.cols);
+      } else {
+        src = Array.prototype.slice.call(
+          data,
+          (lo - rowStart) * this.cols,
+          (hi - rowStart) * this.cols,
+        );
+      }
+      let typed = toDType(src, this.dtype);
+      if (this.rowStride !== this.cols) {
+        const padded = this.dtype === "f16"
+          ? new Float16Array(n * this.rowStride)
+          : new Float32Array(n * this.rowStride);
+        for (let r = 0; r < n; r++) {
+          padded.set(typed.subarray(r * this.cols, (r + 1) * this.cols), r * this.rowStride);
+        }
+        typed = padded;
+      }
+      queue.writeBuffer(
+        part.buffer,
+        (lo - part.rowStart) * this.rowStride * esize,
+        typed.buffer as ArrayBuffer,
+        typed.byteOffset,
+        typed.byteLength,
+      );
+    }
+  }
+
+  /** Releases the GPU buffers. */
+  destroy(): void {
+    for (const part of this.parts) part.buffer.destroy();
+  }
+}

@@ -1,0 +1,28 @@
+/**
+ * Dispatch-grid helpers shared by the kernel wrappers.
+ *
+ * WebGPU caps each grid dimension at `maxComputeWorkgroupsPerDimension` (65535 by default), so a
+ * 1-D problem of more workgroups is folded into a 2-D grid `(x, y)`; kernels recover the linear
+ * workgroup index as `wid.x + wid.y * nwg.x` and skip indices past the end.
+ *
+ * @module
+ */
+
+/** Largest workgroup count per grid dimension WebGPU guarantees. */
+export const MAX_GROUPS_PER_DIM = 65535;
+
+/** Number of workgroups of `size` invocations covering `count` items. */
+export function groupsFor(count: number, size: number): number {
+  return Math.ceil(count / size);
+}
+
+/** Dispatches `groups` workgroups as a 1-D grid folded into 2-D when needed (no-op if 0). */
+export function dispatch1d(pass: GPUComputePassEncoder, groups: number): void {
+  if (groups <= 0) return;
+  if (groups <= MAX_GROUPS_PER_DIM) {
+    pass.dispatchWorkgroups(groups);
+  } else {
+    const y = Math.ceil(groups / MAX_GROUPS_PER_DIM);
+    pass.dispatchWorkgroups(Math.ceil(groups / y), y);
+  }
+}
