@@ -14,7 +14,7 @@
  * @module
  */
 
-import { GpuContext, STORAGE_RW } from "./context.ts";
+import { type GpuContext, STORAGE_RW } from "./context.ts";
 import { bytesPerElement, type DType, toDType } from "./dtype.ts";
 
 /** One buffer holding rows `[rowStart, rowStart + rows)` of a {@linkcode GpuMatrix}. */
