@@ -100,3 +100,20 @@ export function whole(buffer: GPUBuffer): GPUBufferBinding {
 }
 
 export { ParamArena };
+
+/**
+ * Whether the test adapter has `shader-f16`. Without it (e.g. llvmpipe through OpenGL instead of
+ * lavapipe), f16 cases cannot run: tests loop over {@linkcode WEIGHT_DTYPES} and a warning says that f16
+ * was skipped (CI installs lavapipe, which has it).
+ */
+export const HAS_F16: boolean = await (async () => {
+  const adapter = await navigator.gpu?.requestAdapter();
+  return adapter?.features.has("shader-f16") ?? false;
+})();
+
+/** Weight / KV dtypes the kernel tests cover on this adapter. */
+export const WEIGHT_DTYPES: readonly ("f32" | "f16")[] = HAS_F16 ? ["f32", "f16"] : ["f32"];
+
+if (!HAS_F16) {
+  console.warn("warning: the WebGPU adapter lacks shader-f16: f16 kernel cases are NOT tested");
+}

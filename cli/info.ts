@@ -1,0 +1,59 @@
+/**
+ * `main.ts info`: what the engine sees of the GPU — the adapter (name, vendor, fallback or
+ * not), the limits it will request, the optional features, and the dtype weights will use.
+ *
+ * @module
+ */
+
+import { GpuContext, REQUESTED_LIMITS } from "../engine/gpu/context.ts";
+
+/** Formats a byte count as an exact integer plus MiB/GiB when large. */
+function formatLimit(name: string, value: number): string {
+  const isBytes = /Size$/.test(name);
+  if (!isBytes || value < 1 << 20) return value.toLocaleString("en-US");
+  const unit = value >= 1 << 30 ? [1 << 30, "GiB"] as const : [1 << 20, "MiB"] as const;
+  return `${value.toLocaleString("en-US")} (${(value / unit[0]).toFixed(1)} ${unit[1]})`;
+}
+
+/** PCI vendor ids wgpu reports, by name. */
+const VENDORS: Record<string, string> = {
+  "4318": "NVIDIA",
+  "4098": "AMD",
+  "32902": "Intel",
+  "5140": "Qualcomm",
+  "4203": "Apple",
+  "65541": "Mesa (software)",
+};
+
+/** Builds the report printed by `main.ts info` for a context. */
+export function describeContext(ctx: GpuContext): string {
+  const a = ctx.adapter;
+  const yes = (b: boolean) => (b ? "yes" : "no");
+  const kind = a.isFallback ? "software fallback adapter (no GPU found)" : "hardware adapter";
+  const lines = [
+    `Adapter:   ${a.description}`,
+    `Vendor:    ${VENDORS[a.vendor] ?? "unknown"} (id ${a.vendor || "?"})${
+      a.architecture ? `, architecture ${a.architecture}` : ""
+    }`,
+    `Kind:      ${kind}`,
+    "Features:",
+    `  shader-f16       ${yes(a.features.shaderF16)}`,
+    `  timestamp-query  ${yes(a.features.timestampQuery)}`,
+    `  subgroups        ${yes(a.features.subgroups)}`,
+    `Weights:   ${ctx.weightDtype} (KV cache ${ctx.weightDtype}; activations f32)`,
+    "Limits requested (the adapter's maximum):",
+    ...REQUESTED_LIMITS.map((n) => `  ${n.padEnd(36)} ${formatLimit(n, ctx.limits[n])}`),
+  ];
+  return lines.join("\n");
+}
+
+/** Runs `info`: prints the report, returns the exit code. */
+export async function runInfo(args: { forceF32: boolean }): Promise<number> {
+  const ctx = await GpuContext.create({ forceF32: args.forceF32 });
+  try {
+    console.log(describeContext(ctx));
+  } finally {
+    ctx.destroy();
+  }
+  return 0;
+}

@@ -1,0 +1,61 @@
+/**
+ * Command-line entry point: `deno run -A main.ts <command> [flags]`.
+ *
+ * Commands: `info` (the GPU adapter, limits and features), `serve` (the HTTP server) and
+ * `generate` (offline generation). Errors print one line (`error: ...`) and exit non-zero.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { runInfo } from "./cli/info.ts";
+
+const USAGE = `usage: main.ts <command> [flags]
+
+commands:
+  info [--force-f32]   print the WebGPU adapter, the limits the engine requests and its features
+  serve                start the OpenAI-compatible HTTP server (not implemented yet)
+  generate             offline generation from the command line (not implemented yet)`;
+
+/** Runs the CLI with `argv` and returns the process exit code. */
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case "info": {
+      const { values } = parseArgs({
+        args: rest,
+        options: { "force-f32": { type: "boolean", default: false } },
+        strict: true,
+      });
+      return await runInfo({ forceF32: values["force-f32"] });
+    }
+    case "serve":
+    case "generate":
+      throw new NotImplementedError(`'${command}' is not implemented yet in this build`);
+    case undefined:
+    case "help":
+    case "--help":
+    case "-h":
+      console.log(USAGE);
+      return command === undefined ? 2 : 0;
+    default:
+      throw new TypeError(`unknown command '${command}' (try: info, serve, generate)`);
+  }
+}
+
+/** A command the CLI names but this build does not provide yet. */
+class NotImplementedError extends Error {
+  override name = "NotImplementedError";
+}
+
+if (import.meta.main) {
+  let code: number;
+  try {
+    code = await main(Deno.args);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    console.error(`error: ${message.split("\n")[0]}`);
+    code = 1;
+  }
+  Deno.exit(code);
+}

@@ -1,0 +1,42 @@
+import assert from "node:assert/strict";
+
+const MAIN = new URL("../main.ts", import.meta.url).pathname;
+
+async function runMain(args: string[], env: Record<string, string> = {}) {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", MAIN, ...args],
+    env: { XDG_RUNTIME_DIR: "/tmp", ...env },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+  return { code: out.code, stdout: decode(out.stdout), stderr: decode(out.stderr) };
+}
+
+Deno.test("main.ts info prints the adapter, its features and the requested limits", async () => {
+  const { code, stdout } = await runMain(["info"]);
+  assert.equal(code, 0);
+  assert.match(stdout, /^Adapter: {3}\S/m);
+  assert.match(stdout, /^Kind: {6}(hardware adapter|software fallback adapter)/m);
+  assert.match(stdout, /shader-f16 +(yes|no)/);
+  assert.match(stdout, /timestamp-query +(yes|no)/);
+  assert.match(stdout, /subgroups +(yes|no)/);
+  assert.match(stdout, /maxStorageBufferBindingSize +[\d,]+/);
+});
+
+Deno.test("main.ts info fails with one line when no adapter exists", async () => {
+  // No Linux machine has a DirectX 12 backend: wgpu finds no adapter at all.
+  const { code, stdout, stderr } = await runMain(["info"], { DENO_WEBGPU_BACKEND: "dx12" });
+  assert.equal(code, 1);
+  assert.equal(stdout, "");
+  const lines = stderr.split("\n").filter((l) => l.startsWith("error:"));
+  assert.equal(lines.length, 1);
+  assert.match(lines[0]!, /^error: No WebGPU adapter found/);
+  assert.doesNotMatch(stderr, /at .*\.ts:\d+/); // no stack trace
+});
+
+Deno.test("main.ts rejects an unknown command with one line", async () => {
+  const { code, stderr } = await runMain(["frobnicate"]);
+  assert.equal(code, 1);
+  assert.equal(stderr.trim(), "error: unknown command 'frobnicate' (try: info, serve, generate)");
+});

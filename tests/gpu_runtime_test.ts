@@ -1,0 +1,168 @@
+import assert from "node:assert/strict";
+import { GpuContext, STORAGE_RW } from "../engine/gpu/context.ts";
+import { GpuDeviceError } from "../engine/gpu/errors.ts";
+import { GpuMatrix } from "../engine/gpu/tensor.ts";
+import { ParamArena } from "../engine/gpu/params.ts";
+import { ReadbackRing, readBuffer } from "../engine/gpu/readback.ts";
+import { GPU_TEST, readF32, testContext, upload } from "./support/gpu.ts";
+import { testSeed } from "./support/random.ts";
+
+Deno.test(
+  "GpuMatrix.create() splits rows across parts when a binding limit is forced",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext({ maxBindingBytes: 1024 });
+    for (const dtype of ["f32", "f16"] as const) {
+      const { seed, rng } = testSeed(`split ${dtype}`);
+      const rows = 37;
+      const cols = 33; // odd: f16 rows are padded to 34
+      const data = rng.array(rows * cols);
+      const m = GpuMatrix.fromArray(ctx, "w", data, rows, cols, dtype);
+      const stride = dtype === "f16" ? 34 : 33;
+      assert.equal(m.rowStride, stride);
+      const rowBytes = stride * (dtype === "f16" ? 2 : 4);
+      const perPart = Math.floor(1024 / rowBytes);
+      assert.equal(m.parts.length, Math.ceil(rows / perPart), `seed ${seed}`);
+      let row = 0;
+      for (const part of m.parts) {
+        assert.equal(part.rowStart, row);
+        assert.ok(part.rows * rowBytes <= 1024);
+        const bytes = await readBuffer(ctx, part.buffer, 0, part.rows * rowBytes);
+        const got = dtype === "f16" ? new Float16Array(bytes) : new Float32Array(bytes);
+        for (let r = 0; r < part.rows; r++) {
+          for (let c = 0; c < stride; c++) {
+            const expected = c < cols
+              ? (dtype === "f16"
+                ? Math.fround(new Float16Array([data[(row + r) * cols + c]!])[0]!)
+                : data[(row + r) * cols + c]!)
+              : 0;
+            assert.equal(
+              got[r * stride + c],
+              expected,
+              `seed ${seed} ${dtype} row ${row + r} col ${c}`,
+            );
+          }
+        }
+        row += part.rows;
+      }
+      assert.equal(row, rows);
+      m.destroy();
+    }
+  },
+);
+
+Deno.test("GpuMatrix.writeRows() streams chunks that straddle parts", GPU_TEST, async () => {
+  const ctx = await testContext({ maxBindingBytes: 256 });
+  const { seed, rng } = testSeed("writeRows");
+  const rows = 23;
+  const cols = 8; // 32 bytes per f32 row: 8 rows per part
+  const data = rng.array(rows * cols);
+  const m = GpuMatrix.create(ctx, "w", rows, cols, "f32");
+  for (let r = 0; r < rows; r += 5) {
+    m.writeRows(ctx.device.queue, r, data.subarray(r * cols, Math.min(rows, r + 5) * cols));
+  }
+  const all: number[] = [];
+  for (const part of m.parts) all.push(...(await readF32(ctx, part.buffer, part.rows * cols)));
+  assert.deepEqual(all, Array.from(data), `seed ${seed}`);
+  assert.throws(() => m.writeRows(ctx.device.queue, 20, data.subarray(0, 4 * cols)), RangeError);
+  assert.throws(() => m.writeRows(ctx.device.queue, 0, data.subarray(0, 7)), RangeError);
+  m.destroy();
+});
+
+Deno.test("GpuMatrix.create() rejects a row larger than one binding", GPU_TEST, async () => {
+  const ctx = await testContext({ maxBindingBytes: 256 });
+  assert.throws(() => GpuMatrix.create(ctx, "w", 2, 100, "f32"), /exceeds the binding limit/);
+});
+
+const PARAMS_TO_BUFFER = `
+struct P { a: u32, b: f32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(1) fn main() { out[0] = f32(p.a); out[1] = p.b; }`;
+
+Deno.test("ParamArena.flush() uploads every written slot in one write", GPU_TEST, async () => {
+  const ctx = await testContext();
+  const arena = new ParamArena(ctx, 8);
+  const pipeline = ctx.pipeline("test/params", () => PARAMS_TO_BUFFER);
+  const outs = [0, 1, 2].map(() => upload(ctx, new Float32Array(2).fill(NaN)));
+  const groups = outs.map((out) => {
+    const slot = arena.allocate();
+    const group = ctx.device.createBindGroup({
+      layout: pipeline.getBindGroupLayout(0),
+      entries: [{ binding: 0, resource: slot.binding }, { binding: 1, resource: { buffer: out } }],
+    });
+    return { slot, group };
+  });
+  groups.forEach(({ slot }, i) => slot.setU32(0, 10 + i).setF32(1, 0.5 * i));
+  const encoder = ctx.device.createCommandEncoder();
+  const pass = encoder.beginComputePass();
+  pass.setPipeline(pipeline);
+  for (const { group } of groups) {
+    pass.setBindGroup(0, group);
+    pass.dispatchWorkgroups(1);
+  }
+  pass.end();
+  arena.flush();
+  ctx.device.queue.submit([encoder.finish()]);
+  for (let i = 0; i < 3; i++) {
+    assert.deepEqual(Array.from(await readF32(ctx, outs[i]!)), [10 + i, 0.5 * i]);
+  }
+  assert.equal(arena.used, 3);
+  for (let i = 3; i < 8; i++) arena.allocate();
+  assert.throws(() => arena.allocate(), /all 8 are in use/);
+  arena.destroy();
+});
+
+Deno.test(
+  "ReadbackRing keeps several readbacks in flight and reuses staging buffers",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const ring = new ReadbackRing(ctx, 16, 3);
+    const src = upload(ctx, new Uint32Array([1, 2, 3, 4, 5, 6, 7, 8]));
+    const pending = [];
+    for (let step = 0; step < 3; step++) {
+      const encoder = ctx.device.createCommandEncoder();
+      const r = ring.encode(encoder, src, step * 8, 8);
+      ctx.device.queue.submit([encoder.finish()]);
+      pending.push(r.start());
+    }
+    assert.equal(ring.inFlight, 3);
+    const encoder = ctx.device.createCommandEncoder();
+    assert.throws(() => ring.encode(encoder, src, 0, 8), /3 of 3 already in flight/);
+    encoder.copyBufferToBuffer(src, 0, ctx.createBuffer("dummy", 4, STORAGE_RW), 0, 4);
+    ctx.device.queue.submit([encoder.finish()]);
+    const results = await Promise.all(pending.map((p) => p.data));
+    assert.deepEqual(results.map((b) => Array.from(new Uint32Array(b))), [[1, 2], [3, 4], [5, 6]]);
+    assert.equal(ring.inFlight, 0);
+    // A fourth readback reuses a staging buffer instead of creating one.
+    const enc2 = ctx.device.createCommandEncoder();
+    const r = ring.encode(enc2, src, 24, 8);
+    ctx.device.queue.submit([enc2.finish()]);
+    assert.deepEqual(Array.from(new Uint32Array(await r.start().data)), [7, 8]);
+    ring.destroy();
+  },
+);
+
+Deno.test(
+  "GpuContext reports an uncaptured GPU error once, as a GpuDeviceError",
+  GPU_TEST,
+  async () => {
+    const ctx = await GpuContext.create();
+    try {
+      // A dispatch without a pipeline is a validation error nobody captures.
+      const encoder = ctx.device.createCommandEncoder();
+      const pass = encoder.beginComputePass();
+      pass.dispatchWorkgroups(1);
+      pass.end();
+      ctx.device.queue.submit([encoder.finish()]);
+      const error = await ctx.failed;
+      assert.ok(error instanceof GpuDeviceError);
+      assert.match(error.message, /^GPU error: /);
+      assert.throws(() => ctx.check(), GpuDeviceError);
+      assert.equal(ctx.error, error);
+    } finally {
+      ctx.destroy();
+    }
+  },
+);
