@@ -1,0 +1,257 @@
+/**
+ * A Hugging Face checkpoint directory: `config.json` (required), `generation_config.json`
+ * (optional), and the weights as one `model.safetensors` or as shards listed by
+ * `model.safetensors.index.json` (`weight_map`: tensor name -> shard file). Opening reads only
+ * the JSON files and the safetensors headers; tensor data is streamed on demand in bounded
+ * chunks from whichever shard holds it. Tokenizer files are handled elsewhere.
+ *
+ * @module
+ */
+
+import { join } from "node:path";
+import type { DType } from "../gpu/dtype.ts";
+import { type ModelConfig, parseModelConfig } from "./config.ts";
+import { CheckpointError } from "./errors.ts";
+import { type GenerationConfig, parseGenerationConfig } from "./generation_config.ts";
+import { SafetensorsFile, type TensorChunk, type TensorInfo } from "./safetensors.ts";
+
+/** A tensor of a checkpoint and the file that holds it. */
+export interface CheckpointTensor extends TensorInfo {
+  /** Path of the safetensors file (shard) holding the tensor. */
+  readonly file: string;
+}
+
+const SINGLE_FILE = "model.safetensors";
+const INDEX_FILE = "model.safetensors.index.json";
+
+async function readJson(path: string): Promise<unknown> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(path);
+  } catch (e) {
+    const why = e instanceof Deno.errors.NotFound
+      ? "not found"
+      : `cannot read (${e instanceof Error ? e.message : e})`;
+    throw new CheckpointError(`${path}: ${why}`, { cause: e });
+  }
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new CheckpointError(
+      `${path}: invalid JSON (${e instanceof Error ? e.message : e})`,
+      { cause: e },
+    );
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    return (await Deno.stat(path)).isFile;
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return false;
+    throw new CheckpointError(`${path}: cannot stat (${e instanceof Error ? e.message : e})`, {
+      cause: e,
+    });
+  }
+}
+
+function shapeText(shape: readonly number[]): string {
+  return `[${shape.join(", ")}]`;
+}
+
+/** An open checkpoint. Call {@linkcode close} when done to release the shard files. */
+export class Checkpoint {
+  /** The checkpoint directory. */
+  readonly dir: string;
+  readonly config: ModelConfig;
+  /** Parsed `generation_config.json`, or null when the checkpoint has none. */
+  readonly generationConfig: GenerationConfig | null;
+  /** Every tensor, by name, across all shards. */
+  readonly tensors: ReadonlyMap<string, CheckpointTensor>;
+  #files: SafetensorsFile[];
+  #byTensor: Map<string, SafetensorsFile>;
+
+  private constructor(
+    dir: string,
+    config: ModelConfig,
+    generationConfig: GenerationConfig | null,
+    files: SafetensorsFile[],
+    byTensor: Map<string, SafetensorsFile>,
+  ) {
+    this.dir = dir;
+    this.config = config;
+    this.generationConfig = generationConfig;
+    this.#files = files;
+    this.#byTensor = byTensor;
+    const tensors = new Map<string, CheckpointTensor>();
+    for (const [name, file] of byTensor) {
+      tensors.set(name, { ...file.tensor(name), file: file.path });
+    }
+    this.tensors = tensors;
+  }
+
+  /**
+   * Opens the checkpoint in `dir` (see module doc). `model.safetensors` is used when present,
+   * else `model.safetensors.index.json` and its shards.
+   *
+   * @throws {CheckpointError} (or its subclass ConfigError), one line starting with the file or
+   * tensor concerned: missing `config.json`, invalid JSON or config, no weights file, an index
+   * pointing at a missing shard or at a tensor its shard lacks, a corrupt safetensors file.
+   */
+  static async open(dir: string): Promise<Checkpoint> {
+    const configPath = join(dir, "config.json");
+    const config = parseModelConfig(await readJson(configPath), configPath);
+    const genPath = join(dir, "generation_config.json");
+    const generationConfig = await exists(genPath)
+      ? parseGenerationConfig(await readJson(genPath), genPath)
+      : null;
+
+    const files: SafetensorsFile[] = [];
+    const byTensor = new Map<string, SafetensorsFile>();
+    try {
+      const single = join(dir, SINGLE_FILE);
+      const indexPath = join(dir, INDEX_FILE);
+      if (await exists(single)) {
+        const f = await SafetensorsFile.open(single);
+        files.push(f);
+        for (const name of f.tensors.keys()) byTensor.set(name, f);
+      } else if (await exists(indexPath)) {
+        await openShards(dir, indexPath, await readJson(indexPath), files, byTensor);
+      } else {
+        throw new CheckpointError(`${dir}: no ${SINGLE_FILE} or ${INDEX_FILE} found`);
+      }
+    } catch (e) {
+      for (const f of files) f.close();
+      throw e;
+    }
+    return new Checkpoint(dir, config, generationConfig, files, byTensor);
+  }
+
+  /** Whether the checkpoint has a tensor called `name`. */
+  has(name: string): boolean {
+    return this.#byTensor.has(name);
+  }
+
+  /**
+   * The tensor called `name`.
+   *
+   * @throws {CheckpointError} `"<name>: tensor not found in checkpoint <dir>"`.
+   */
+  tensor(name: string): CheckpointTensor {
+    const t = this.tensors.get(name);
+    if (t === undefined) {
+      throw new CheckpointError(`${name}: tensor not found in checkpoint ${this.dir}`);
+    }
+    return t;
+  }
+
+  /**
+   * The tensor called `name`, checked to have exactly `shape` and a readable dtype
+   * (F32, F16 or BF16).
+   *
+   * @throws {CheckpointError} `"<name>: tensor not found ..."`,
+   * `"<name>: expected shape [a, b], found [c, d] in <file>"`, or an unsupported dtype.
+   */
+  expectTensor(name: string, shape: readonly number[]): CheckpointTensor {
+    const t = this.tensor(name);
+    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
+      throw new CheckpointError(
+        `${name}: expected shape ${shapeText(shape)}, found ${shapeText(t.shape)} in ${t.file}`,
+      );
+    }
+    if (t.dtype !== "F32" && t.dtype !== "F16" && t.dtype !== "BF16") {
+      throw new CheckpointError(
+        `${name}: unsupported dtype ${t.dtype} in ${t.file} (supported: F32, F16, BF16)`,
+      );
+    }
+    return t;
+  }
+
+  /**
+   * Streams tensor `name` converted to `targetDtype` in chunks of whole rows of at most
+   * `chunkBytes` (default 4 MiB), from whichever shard holds it. The chunk's array is reused
+   * by the next chunk. See {@linkcode SafetensorsFile.readTensorChunks}.
+   */
+  tensorChunks(
+    name: string,
+    targetDtype: DType,
+    chunkBytes?: number,
+  ): AsyncGenerator<TensorChunk, void, undefined> {
+    const file = this.#byTensor.get(name);
+    if (file === undefined) {
+      throw new CheckpointError(`${name}: tensor not found in checkpoint ${this.dir}`);
+    }
+    return file.readTensorChunks(
+      name,
+      chunkBytes === undefined ? { targetDtype } : {
+        targetDtype,
+        chunkBytes,
+      },
+    );
+  }
+
+  /**
+   * Reads a whole tensor into a new array of `targetDtype`; for small tensors (norms, biases).
+   */
+  readTensor(name: string, targetDtype: DType = "f32"): Promise<Float32Array | Float16Array> {
+    const file = this.#byTensor.get(name);
+    if (file === undefined) {
+      throw new CheckpointError(`${name}: tensor not found in checkpoint ${this.dir}`);
+    }
+    return file.readTensor(name, targetDtype);
+  }
+
+  /** Closes every shard file. */
+  close(): void {
+    for (const f of this.#files) f.close();
+    this.#files = [];
+  }
+}
+
+async function openShards(
+  dir: string,
+  indexPath: string,
+  index: unknown,
+  files: SafetensorsFile[],
+  byTensor: Map<string, SafetensorsFile>,
+): Promise<void> {
+  const weightMap = typeof index === "object" && index !== null
+    ? Reflect.get(index, "weight_map")
+    : undefined;
+  if (typeof weightMap !== "object" || weightMap === null || Array.isArray(weightMap)) {
+    throw new CheckpointError(`${indexPath}: missing or invalid "weight_map"`);
+  }
+  const shards = new Map<string, SafetensorsFile>();
+  for (const [name, shard] of Object.entries(weightMap)) {
+    if (typeof shard !== "string" || shard === "" || /[\\/]/.test(shard) || shard === "..") {
+      throw new CheckpointError(
+        `${indexPath}: weight_map entry "${name}" has an invalid shard file name ${
+          JSON.stringify(shard)
+        }`,
+      );
+    }
+    let file = shards.get(shard);
+    if (file === undefined) {
+      const shardPath = join(dir, shard);
+      if (!(await exists(shardPath))) {
+        throw new CheckpointError(
+          `${indexPath}: weight_map points at missing shard "${shard}" (for "${name}")`,
+        );
+      }
+      file = await SafetensorsFile.open(shardPath);
+      files.push(file);
+      shards.set(shard, file);
+    }
+    if (!file.tensors.has(name)) {
+      throw new CheckpointError(
+        `${name}: listed in ${indexPath} for shard "${shard}" but not found in it`,
+      );
+    }
+    byTensor.set(name, file);
+  }
+}
+
+/** Opens the checkpoint in `dir`; see {@linkcode Checkpoint.open}. */
+export function openCheckpoint(dir: string): Promise<Checkpoint> {
+  return Checkpoint.open(dir);
+}
