@@ -588,10 +588,13 @@ export interface TensorSpec {
  * Face checkpoints (`nn.Linear` weights are `[out, in]`; GPT-2's `Conv1D` weights are
  * `[in, out]`), in model order. Tied presets have no `lm_head.weight`.
  *
- * Values: linear weights and embeddings Normal(0, 0.02) (HF's `initializer_range`; GPT-2's
- * residual projections 0.02 / sqrt(2 * layers)), biases Normal(0, 0.02), norm weights
- * Normal(1, 0.02) and LayerNorm biases Normal(0, 0.02) (noise, so a loader that swaps or skips
- * them produces visibly different results).
+ * Values: embeddings Normal(0, 0.02) (HF's `initializer_range`); linear weights
+ * Normal(0, 1 / sqrt(fan_in)) so that every layer changes the residual stream as much as a
+ * trained one does (with 0.02 everywhere, a random model's residual stream is its input
+ * embedding and greedy decoding just repeats the last prompt token, which would hide engine bugs
+ * such as feeding the wrong token); biases Normal(0, 0.02), norm weights Normal(1, 0.02) and
+ * LayerNorm biases Normal(0, 0.02) (noise, so a loader that swaps or skips them produces visibly
+ * different results).
  */
 export function presetTensors(preset: ModelPreset): TensorSpec[] {
   const p = preset;
@@ -599,28 +602,28 @@ export function presetTensors(preset: ModelPreset): TensorSpec[] {
   const I = intermediateSizeOf(p);
   const V = vocabSizeOf(p);
   const w = { kind: "normal", std: 0.02 } as const;
+  const lin = (fanIn: number): TensorInit => ({ kind: "normal", std: 1 / Math.sqrt(fanIn) });
   const norm = { kind: "ones", std: 0.02 } as const;
   const specs: TensorSpec[] = [];
   const add = (name: string, shape: number[], init: TensorInit) =>
     specs.push({ name, shape, init });
 
   if (p.architecture === "gpt2") {
-    const resid = { kind: "normal", std: 0.02 / Math.sqrt(2 * p.numLayers) } as const;
     add("transformer.wte.weight", [V, H], w);
     add("transformer.wpe.weight", [p.maxPositions, H], { kind: "normal", std: 0.01 });
     for (let l = 0; l < p.numLayers; l++) {
       const h = `transformer.h.${l}`;
       add(`${h}.ln_1.weight`, [H], norm);
       add(`${h}.ln_1.bias`, [H], w);
-      add(`${h}.attn.c_attn.weight`, [H, 3 * H], w);
+      add(`${h}.attn.c_attn.weight`, [H, 3 * H], lin(H));
       add(`${h}.attn.c_attn.bias`, [3 * H], w);
-      add(`${h}.attn.c_proj.weight`, [H, H], resid);
+      add(`${h}.attn.c_proj.weight`, [H, H], lin(H));
       add(`${h}.attn.c_proj.bias`, [H], w);
       add(`${h}.ln_2.weight`, [H], norm);
       add(`${h}.ln_2.bias`, [H], w);
-      add(`${h}.mlp.c_fc.weight`, [H, I], w);
+      add(`${h}.mlp.c_fc.weight`, [H, I], lin(H));
       add(`${h}.mlp.c_fc.bias`, [I], w);
-      add(`${h}.mlp.c_proj.weight`, [I, H], resid);
+      add(`${h}.mlp.c_proj.weight`, [I, H], lin(I));
       add(`${h}.mlp.c_proj.bias`, [H], w);
     }
     add("transformer.ln_f.weight", [H], norm);
@@ -634,23 +637,23 @@ export function presetTensors(preset: ModelPreset): TensorSpec[] {
   for (let l = 0; l < p.numLayers; l++) {
     const m = `model.layers.${l}`;
     add(`${m}.input_layernorm.weight`, [H], norm);
-    add(`${m}.self_attn.q_proj.weight`, [q, H], w);
+    add(`${m}.self_attn.q_proj.weight`, [q, H], lin(H));
     if (p.architecture === "qwen2") add(`${m}.self_attn.q_proj.bias`, [q], w);
-    add(`${m}.self_attn.k_proj.weight`, [kv, H], w);
+    add(`${m}.self_attn.k_proj.weight`, [kv, H], lin(H));
     if (p.architecture === "qwen2") add(`${m}.self_attn.k_proj.bias`, [kv], w);
-    add(`${m}.self_attn.v_proj.weight`, [kv, H], w);
+    add(`${m}.self_attn.v_proj.weight`, [kv, H], lin(H));
     if (p.architecture === "qwen2") add(`${m}.self_attn.v_proj.bias`, [kv], w);
-    add(`${m}.self_attn.o_proj.weight`, [H, q], w);
+    add(`${m}.self_attn.o_proj.weight`, [H, q], lin(q));
     if (p.architecture === "qwen3") {
       add(`${m}.self_attn.q_norm.weight`, [p.headDim], norm);
       add(`${m}.self_attn.k_norm.weight`, [p.headDim], norm);
     }
     add(`${m}.post_attention_layernorm.weight`, [H], norm);
-    add(`${m}.mlp.gate_proj.weight`, [I, H], w);
-    add(`${m}.mlp.up_proj.weight`, [I, H], w);
-    add(`${m}.mlp.down_proj.weight`, [H, I], w);
+    add(`${m}.mlp.gate_proj.weight`, [I, H], lin(H));
+    add(`${m}.mlp.up_proj.weight`, [I, H], lin(H));
+    add(`${m}.mlp.down_proj.weight`, [H, I], lin(I));
   }
   add("model.norm.weight", [H], norm);
-  if (!p.tieWordEmbeddings) add("lm_head.weight", [V, H], w);
+  if (!p.tieWordEmbeddings) add("lm_head.weight", [V, H], lin(H));
   return specs;
 }
