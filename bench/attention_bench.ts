@@ -1,0 +1,164 @@
+/**
+ * Benchmarks decode attention (`reshape_and_cache` is negligible beside it and not timed) at
+ * Qwen3-0.6B shapes: 16 query heads, 8 kv heads, head_dim 128, block size 16, KV cache in the
+ * context's weight dtype (f16 on lavapipe), for contexts of 512 and 2048 tokens and batches of
+ * 1, 16 and 64 sequences, with the direct path and with split-K (partitions of 512 tokens).
+ *
+ * Run: `deno bench -A bench/attention_bench.ts`. The printed lines are GPU times from timestamp
+ * queries (bench/support.ts timeGpu). "KV GB/s" counts the K and V bytes a call must read
+ * (batch * context * Hkv * head_dim * 2 tensors * bytes per element) over the median time, next to
+ * the copy bandwidth (read + write) measured in the same run. One layer's cache binding holds at
+ * most `maxStorageBufferBindingSize` bytes (128 MiB on lavapipe = 65536 tokens at these shapes),
+ * so larger batches draw their blocks from a shuffled pool of that size (block tables then share
+ * physical blocks; every read still comes from a working set far above the CPU caches). The
+ * `Deno.bench` entries time one submission with the host clock, so they include the ~10 ms wait
+ * floor.
+ *
+ * @module
+ */
+
+import { type GpuContext, STORAGE_RW } from "../engine/gpu/context.ts";
+import { bytesPerElement } from "../engine/gpu/dtype.ts";
+import { ParamArena } from "../engine/gpu/params.ts";
+import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
+import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
+
+const HQ = 16;
+const HKV = 8;
+const HEAD_DIM = 128;
+const BLOCK = 16;
+const CONTEXTS = [512, 2048];
+const BATCHES = [1, 16, 64];
+
+function upload(ctx: GpuContext, data: ArrayBufferView<ArrayBuffer>, label: string): GPUBuffer {
+  const b = ctx.createBuffer(label, data.byteLength, STORAGE_RW);
+  ctx.device.queue.writeBuffer(b, 0, data.buffer, data.byteOffset, data.byteLength);
+  return b;
+}
+
+/** A cache buffer of `bytes` filled with a repeated 1 MiB pattern of random f16/f32 values. */
+function randomCache(ctx: GpuContext, bytes: number, label: string): GPUBuffer {
+  const b = ctx.createBuffer(label, bytes, STORAGE_RW);
+  const chunk = 1 << 20;
+  const pattern = ctx.weightDtype === "f16"
+    ? Float16Array.from({ length: chunk / 2 }, () => Math.random() * 2 - 1)
+    : Float32Array.from({ length: chunk / 4 }, () => Math.random() * 2 - 1);
+  for (let off = 0; off < bytes; off += chunk) {
+    ctx.device.queue.writeBuffer(b, off, pattern.buffer, 0, Math.min(chunk, bytes - off));
+  }
+  return b;
+}
+
+/** Bound decode attention over `batch` sequences of `contextLen` tokens. */
+function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize = 512) {
+  const tokenBytes = HKV * HEAD_DIM * bytesPerElement(ctx.weightDtype);
+  const blocksPer = Math.ceil(contextLen / BLOCK);
+  const poolBlocks = Math.min(
+    batch * blocksPer,
+    Math.floor(ctx.maxBindingBytes / (tokenBytes * BLOCK)),
+  );
+  const order = Array.from({ length: poolBlocks }, (_, i) => i);
+  for (let i = poolBlocks - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [order[i], order[j]] = [order[j]!, order[i]!];
+  }
+  const blockTables = Uint32Array.from(
+    { length: batch * blocksPer },
+    (_, i) => order[i % poolBlocks]!,
+  );
+  const qStride = (HQ + 2 * HKV) * HEAD_DIM;
+  const buffers = {
+    q: upload(ctx, Float32Array.from({ length: batch * qStride }, () => Math.random()), "q"),
+    kCache: randomCache(ctx, poolBlocks * BLOCK * tokenBytes, "k_cache"),
+    vCache: randomCache(ctx, poolBlocks * BLOCK * tokenBytes, "v_cache"),
+    blockTables: upload(ctx, blockTables, "block_tables"),
+    contextLens: upload(ctx, new Uint32Array(batch).fill(contextLen), "context_lens"),
+    out: ctx.createBuffer("out", batch * HQ * HEAD_DIM * 4, STORAGE_RW),
+  };
+  const kernel = new PagedAttentionDecode(ctx, {
+    numQHeads: HQ,
+    numKvHeads: HKV,
+    headDim: HEAD_DIM,
+    blockSize: BLOCK,
+    partitionSize,
+  });
+  const scratch = kernel.createScratch(batch, contextLen);
+  const arena = new ParamArena(ctx, 2);
+  const op = kernel.bind(arena, {
+    q: { buffer: buffers.q },
+    kCache: { buffer: buffers.kCache },
+    vCache: { buffer: buffers.vCache },
+    blockTables: { buffer: buffers.blockTables },
+    contextLens: { buffer: buffers.contextLens },
+    out: { buffer: buffers.out },
+    scratch,
+  }, { qStride, btStride: blocksPer });
+  return {
+    arena,
+    kvBytes: 2 * batch * contextLen * tokenBytes,
+    encode: (split: boolean) => (pass: GPUComputePassEncoder) => {
+      op.encode(pass, batch, contextLen, split);
+    },
+    destroy: () => {
+      for (const b of Object.values(buffers)) b.destroy();
+      scratch.destroy();
+      arena.destroy();
+    },
+  };
+}
+
+const ctx = await benchContext();
+const copyGBs = await measureCopyBandwidth(ctx);
+console.log(`paged_attention decode, ${describeMachine(ctx)}; KV ${ctx.weightDtype}`);
+console.log(
+  `Hq ${HQ}, Hkv ${HKV}, head_dim ${HEAD_DIM}, block ${BLOCK}; ` +
+    `copy bandwidth ${copyGBs.toFixed(1)} GB/s (read + write)`,
+);
+const partitionSizes = (Deno.env.get("DECODE_PARTITIONS") ?? "512").split(",").map(Number);
+for (const contextLen of CONTEXTS) {
+  for (const batch of BATCHES) {
+    for (const partitionSize of partitionSizes) {
+      const s = setup(ctx, batch, contextLen, partitionSize);
+      try {
+        for (const split of [false, true]) {
+          const repeats = s.kvBytes > 64 << 20 ? 4 : 8;
+          const t = await timeGpu(ctx, s.encode(split), { arena: s.arena, warmup: 1, repeats });
+          const path = split ? `split-K ${partitionSize}` : "direct";
+          console.log(
+            `  context ${contextLen}, batch ${batch}, ${path}: ${t.medianMs.toFixed(3)} ms ` +
+              `median (min ${t.minMs.toFixed(3)}), KV ${(s.kvBytes / 1e6).toFixed(1)} MB, ` +
+              `${(s.kvBytes / (t.medianMs * 1e6)).toFixed(1)} GB/s effective vs copy ` +
+              `${copyGBs.toFixed(1)} GB/s (${t.method})`,
+          );
+        }
+      } finally {
+        s.destroy();
+      }
+    }
+  }
+}
+
+for (const contextLen of CONTEXTS) {
+  for (const batch of [1, 16]) {
+    for (const split of [false, true]) {
+      const s = setup(ctx, batch, contextLen);
+      const encode = s.encode(split);
+      Deno.bench({
+        name: `paged_attention decode ctx ${contextLen} batch ${batch} ${
+          split ? "split-K" : "direct"
+        } (host clock, one submission)`,
+        n: 3,
+        warmup: 1,
+        async fn() {
+          const encoder = ctx.device.createCommandEncoder();
+          const pass = encoder.beginComputePass();
+          encode(pass);
+          pass.end();
+          s.arena.flush();
+          ctx.device.queue.submit([encoder.finish()]);
+          await ctx.device.queue.onSubmittedWorkDone();
+        },
+      });
+    }
+  }
+}

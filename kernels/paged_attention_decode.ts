@@ -1,0 +1,332 @@
+/**
+ * Paged attention for decode: one new query token per sequence attends to that sequence's
+ * tokens in the paged KV cache (written earlier in the same pass by `reshape_and_cache`).
+ *
+ * Paged KV cache layout (per layer, shared with prefill attention and `reshape_and_cache`):
+ * a K cache and a V cache, each `[num_blocks, num_kv_heads, block_size, head_dim]` of the KV
+ * dtype (f16 or f32); element (block b, kv head h, offset o, dim d) is at
+ * `((b * num_kv_heads + h) * block_size + o) * head_dim + d`; token `j` of sequence `s` is in
+ * block `block_tables[s * bt_stride + floor(j / block_size)]` at offset `j % block_size`.
+ *
+ * Two paths behind one op (`paged_attention_decode.wgsl`, `paged_attention_merge.wgsl`):
+ * - direct: one workgroup per (sequence, kv head) runs the whole context with an online softmax
+ *   and writes the normalised output;
+ * - split-K: the context is cut into partitions of `partitionSize` tokens, one workgroup per
+ *   (partition, sequence, kv head) writes a partial (max, sum, unnormalised output) into a
+ *   scratch buffer, and the merge kernel combines the partials by log-sum-exp. Used when the
+ *   longest context exceeds `splitThreshold` (or when forced), to give long contexts at small
+ *   batch enough workgroups.
+ *
+ * Restrictions: `headDim` a multiple of 4 and at most 256; `numQHeads / numKvHeads` an integer
+ * from 1 to 8; `qStride` a multiple of 4; `partitionSize` a multiple of 64. One pipeline is
+ * compiled per (KV dtype, GQA group, headDim): they are override constants of the shader.
+ *
+ * @module
+ */
+
+import decodeSource from "./paged_attention_decode.wgsl" with { type: "text" };
+import mergeSource from "./paged_attention_merge.wgsl" with { type: "text" };
+import { type GpuContext, STORAGE_RW } from "../engine/gpu/context.ts";
+import { type DType, weightPrelude } from "../engine/gpu/dtype.ts";
+import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
+import { dispatch1d, MAX_GROUPS_PER_DIM } from "./dispatch.ts";
+
+/** Default tokens per split-K partition. */
+export const DEFAULT_PARTITION_SIZE = 512;
+/** Default longest context (tokens) above which the op switches to split-K. */
+export const DEFAULT_SPLIT_THRESHOLD = 1024;
+/** Largest supported `numQHeads / numKvHeads`. */
+export const MAX_GQA_GROUP = 8;
+/** Largest supported `headDim`. */
+export const MAX_HEAD_DIM = 256;
+
+/** Model shape and tuning of a {@linkcode PagedAttentionDecode} kernel. */
+export interface PagedAttentionDecodeConfig {
+  readonly numQHeads: number;
+  /** Divides `numQHeads`; `numQHeads / numKvHeads` <= 8. */
+  readonly numKvHeads: number;
+  /** Multiple of 4, at most 256. */
+  readonly headDim: number;
+  /** Tokens per cache block. */
+  readonly blockSize: number;
+  /** KV cache dtype; default the context's weight dtype. */
+  readonly dtype?: DType;
+  /** Softmax scale; default `1 / sqrt(headDim)`. */
+  readonly scale?: number;
+  /** Tokens per split-K partition, a multiple of 64; default 512. */
+  readonly partitionSize?: number;
+  /** Split-K is used when the longest context exceeds this many tokens; default 1024. */
+  readonly splitThreshold?: number;
+}
+
+/** Per-layer buffers of one decode attention call site; fixed for the op's lifetime. */
+export interface PagedAttentionDecodeBuffers {
+  /** f32 `[num_seqs, qStride]`: q(s, h, d) at `s * qStride + h * headDim + d`. */
+  readonly q: GPUBufferBinding;
+  /** KV dtype `[num_blocks, numKvHeads, blockSize, headDim]`. */
+  readonly kCache: GPUBufferBinding;
+  /** KV dtype, same shape as `kCache`. */
+  readonly vCache: GPUBufferBinding;
+  /** u32 `[num_seqs, btStride]`: physical block ids of each sequence's tokens. */
+  readonly blockTables: GPUBufferBinding;
+  /** u32 `[num_seqs]`: tokens of each sequence in the cache, including the new one (>= 1). */
+  readonly contextLens: GPUBufferBinding;
+  /** f32 `[num_seqs, numQHeads, headDim]`, contiguous. */
+  readonly out: GPUBufferBinding;
+  /**
+   * Split-K partials, shareable by every layer's op
+   * (see {@linkcode PagedAttentionDecode.createScratch}).
+   */
+  readonly scratch: PagedAttentionScratch;
+}
+
+/** Strides of the bound buffers. */
+export interface PagedAttentionDecodeLayout {
+  /** f32 elements between consecutive sequences' queries; >= numQHeads * headDim, mult. of 4. */
+  readonly qStride: number;
+  /** u32 entries per block-table row. */
+  readonly btStride: number;
+}
+
+/**
+ * Scratch of the split-K path, sized for at most `maxNumSeqs` sequences of at most
+ * `maxPartitions * partitionSize` tokens:
+ * - `partOut` f32 `[maxNumSeqs, numQHeads, maxPartitions, headDim]` (unnormalised outputs),
+ * - `partMl` f32 `[maxNumSeqs, numQHeads, maxPartitions, 2]` (running max, sum).
+ * Ops run one after another, so every layer can share one scratch.
+ */
+export class PagedAttentionScratch {
+  constructor(
+    readonly partOut: GPUBuffer,
+    readonly partMl: GPUBuffer,
+    readonly maxNumSeqs: number,
+    readonly maxPartitions: number,
+    readonly partitionSize: number,
+  ) {}
+
+  /** Releases both buffers. */
+  destroy(): void {
+    this.partOut.destroy();
+    this.partMl.destroy();
+  }
+}
+
+/** The compiled decode-attention and merge pipelines for one model shape and KV dtype. */
+export class PagedAttentionDecode {
+  readonly numQHeads: number;
+  readonly numKvHeads: number;
+  readonly headDim: number;
+  readonly blockSize: number;
+  readonly dtype: DType;
+  readonly scale: number;
+  readonly partitionSize: number;
+  readonly splitThreshold: number;
+  readonly #ctx: GpuContext;
+  readonly #decode: GPUComputePipeline;
+  readonly #merge: GPUComputePipeline;
+
+  /** @throws {RangeError} when the shape is outside the restrictions in the module doc. */
+  constructor(ctx: GpuContext, config: PagedAttentionDecodeConfig) {
+    const { numQHeads, numKvHeads, headDim, blockSize } = config;
+    const group = numQHeads / numKvHeads;
+    if (!Number.isInteger(group) || group < 1 || group > MAX_GQA_GROUP || numKvHeads < 1) {
+      throw new RangeError(
+        `Cannot create paged attention: ${numQHeads} query heads over ${numKvHeads} kv heads ` +
+          `(the ratio must be an integer from 1 to ${MAX_GQA_GROUP})`,
+      );
+    }
+    if (!Number.isInteger(headDim) || headDim < 4 || headDim % 4 !== 0 || headDim > MAX_HEAD_DIM) {
+      throw new RangeError(
+        `Cannot create paged attention: headDim ${headDim} must be a multiple of 4 ` +
+          `from 4 to ${MAX_HEAD_DIM}`,
+      );
+    }
+    if (!Number.isInteger(blockSize) || blockSize < 1) {
+      throw new RangeError(`Cannot create paged attention: blockSize ${blockSize} must be >= 1`);
+    }
+    const partitionSize = config.partitionSize ?? DEFAULT_PARTITION_SIZE;
+    if (!Number.isInteger(partitionSize) || partitionSize < 64 || partitionSize % 64 !== 0) {
+      throw new RangeError(
+        `Cannot create paged attention: partitionSize ${partitionSize} must be a multiple of 64`,
+      );
+    }
+    this.#ctx = ctx;
+    this.numQHeads = numQHeads;
+    this.numKvHeads = numKvHeads;
+    this.headDim = headDim;
+    this.blockSize = blockSize;
+    this.dtype = config.dtype ?? ctx.weightDtype;
+    this.scale = config.scale ?? 1 / Math.sqrt(headDim);
+    this.partitionSize = partitionSize;
+    this.splitThreshold = config.splitThreshold ?? DEFAULT_SPLIT_THRESHOLD;
+    const dtype = this.dtype;
+    this.#decode = ctx.pipeline(
+      `paged_attention_decode/${dtype}/group${group}/d${headDim}`,
+      () => weightPrelude(dtype) + decodeSource,
+      { GROUP: group, HEAD_DIM: headDim },
+    );
+    this.#merge = ctx.pipeline("paged_attention_merge", () => mergeSource);
+  }
+
+  /**
+   * Allocates split-K scratch for up to `maxNumSeqs` sequences of up to `maxContextLen` tokens
+   * (see {@linkcode PagedAttentionScratch} for sizes).
+   *
+   * @throws {RangeError} when a scratch buffer would exceed one storage binding; use a larger
+   * `partitionSize` then.
+   */
+  createScratch(maxNumSeqs: number, maxContextLen: number): PagedAttentionScratch {
+    const maxPartitions = Math.max(1, Math.ceil(maxContextLen / this.partitionSize));
+    const rows = maxNumSeqs * this.numQHeads * maxPartitions;
+    const outBytes = rows * this.headDim * 4;
+    if (outBytes > this.#ctx.maxBindingBytes) {
+      throw new RangeError(
+        `Cannot create paged attention scratch: ${maxNumSeqs} sequences x ${maxPartitions} ` +
+          `partitions need ${outBytes} bytes, one binding holds ${this.#ctx.maxBindingBytes}`,
+      );
+    }
+    return new PagedAttentionScratch(
+      this.#ctx.createBuffer("paged_attention/part_out", outBytes, STORAGE_RW),
+      this.#ctx.createBuffer("paged_attention/part_ml", rows * 8, STORAGE_RW),
+      maxNumSeqs,
+      maxPartitions,
+      this.partitionSize,
+    );
+  }
+
+  /**
+   * Creates a call site: its two bind groups and two parameter slots are made once, here.
+   *
+   * @throws {RangeError} on strides that do not fit the shape, or a scratch made by a kernel
+   * with another partition size.
+   */
+  bind(
+    arena: ParamArena,
+    buffers: PagedAttentionDecodeBuffers,
+    layout: PagedAttentionDecodeLayout,
+  ): PagedAttentionDecodeOp {
+    const { qStride, btStride } = layout;
+    const width = this.numQHeads * this.headDim;
+    if (!Number.isInteger(qStride) || qStride % 4 !== 0 || qStride < width) {
+      throw new RangeError(
+        `Cannot bind paged attention: qStride ${qStride} must be a multiple of 4 and >= ${width}`,
+      );
+    }
+    if (!Number.isInteger(btStride) || btStride < 1) {
+      throw new RangeError(`Cannot bind paged attention: btStride ${btStride} must be >= 1`);
+    }
+    const { scratch } = buffers;
+    if (scratch.partitionSize !== this.partitionSize) {
+      throw new RangeError(
+        `Cannot bind paged attention: scratch has partitions of ${scratch.partitionSize} ` +
+          `tokens, the kernel uses ${this.partitionSize}`,
+      );
+    }
+    const device = this.#ctx.device;
+    const slot = arena.allocate();
+    slot.setU32(0, this.numQHeads, this.numKvHeads, this.blockSize, btStride, qStride);
+    slot.setU32(5, this.partitionSize, scratch.maxPartitions, 0);
+    slot.setF32(8, this.scale);
+    const decodeGroup = device.createBindGroup({
+      label: "paged_attention_decode",
+      layout: this.#decode.getBindGroupLayout(0),
+      entries: [
+        { binding: 0, resource: buffers.q },
+        { binding: 1, resource: buffers.kCache },
+        { binding: 2, resource: buffers.vCache },
+        { binding: 3, resource: buffers.blockTables },
+        { binding: 4, resource: buffers.contextLens },
+        { binding: 5, resource: buffers.out },
+        { binding: 6, resource: { buffer: scratch.partOut } },
+        { binding: 7, resource: { buffer: scratch.partMl } },
+        { binding: 8, resource: slot.binding },
+      ],
+    });
+    const mergeSlot = arena.allocate();
+    mergeSlot.setU32(1, this.numQHeads, this.headDim, this.partitionSize, scratch.maxPartitions);
+    const mergeGroup = device.createBindGroup({
+      label: "paged_attention_merge",
+      layout: this.#merge.getBindGroupLayout(0),
+      entries: [
+        { binding: 0, resource: buffers.contextLens },
+        { binding: 1, resource: { buffer: scratch.partOut } },
+        { binding: 2, resource: { buffer: scratch.partMl } },
+        { binding: 3, resource: buffers.out },
+        { binding: 4, resource: mergeSlot.binding },
+      ],
+    });
+    return new PagedAttentionDecodeOp(
+      this,
+      { decode: this.#decode, merge: this.#merge },
+      { decode: decodeGroup, merge: mergeGroup },
+      { decode: slot, merge: mergeSlot },
+      scratch,
+    );
+  }
+}
+
+/** One decode attention call site (one layer). */
+export class PagedAttentionDecodeOp {
+  constructor(
+    private readonly kernel: PagedAttentionDecode,
+    private readonly pipelines: { decode: GPUComputePipeline; merge: GPUComputePipeline },
+    private readonly groups: { decode: GPUBindGroup; merge: GPUBindGroup },
+    private readonly slots: { decode: ParamSlot; merge: ParamSlot },
+    private readonly scratch: PagedAttentionScratch,
+  ) {}
+
+  /** Whether {@linkcode encode} takes the split-K path for this longest context by default. */
+  usesSplit(maxContextLen: number): boolean {
+    return maxContextLen > this.kernel.splitThreshold &&
+      Math.ceil(maxContextLen / this.kernel.partitionSize) <= this.scratch.maxPartitions;
+  }
+
+  /**
+   * Encodes attention of the first `numSeqs` sequences, whose longest context is
+   * `maxContextLen` tokens (the host knows it; it sizes the split-K grid). `splitK` forces the
+   * path; by default split-K is taken when `maxContextLen` exceeds the kernel's
+   * `splitThreshold` and the scratch has room.
+   *
+   * @returns whether the split-K path was encoded.
+   * @throws {RangeError} when `numSeqs` or the partitions exceed the scratch (split-K only) or
+   * the grid limit.
+   */
+  encode(
+    pass: GPUComputePassEncoder,
+    numSeqs: number,
+    maxContextLen: number,
+    splitK?: boolean,
+  ): boolean {
+    if (numSeqs <= 0) return false;
+    if (numSeqs > MAX_GROUPS_PER_DIM) {
+      throw new RangeError(
+        `Cannot encode paged attention: ${numSeqs} sequences exceed ${MAX_GROUPS_PER_DIM}`,
+      );
+    }
+    const split = splitK ?? this.usesSplit(maxContextLen);
+    const kernel = this.kernel;
+    if (split) {
+      const parts = Math.max(1, Math.ceil(maxContextLen / kernel.partitionSize));
+      if (parts > this.scratch.maxPartitions || numSeqs > this.scratch.maxNumSeqs) {
+        throw new RangeError(
+          `Cannot encode split-K paged attention: ${numSeqs} sequences x ${parts} partitions ` +
+            `exceed the scratch (${this.scratch.maxNumSeqs} x ${this.scratch.maxPartitions})`,
+        );
+      }
+      this.slots.decode.setU32(5, kernel.partitionSize, this.scratch.maxPartitions, 1);
+      this.slots.merge.setU32(0, numSeqs);
+      pass.setPipeline(this.pipelines.decode);
+      pass.setBindGroup(0, this.groups.decode);
+      pass.dispatchWorkgroups(parts, kernel.numKvHeads, numSeqs);
+      pass.setPipeline(this.pipelines.merge);
+      pass.setBindGroup(0, this.groups.merge);
+      dispatch1d(pass, numSeqs * kernel.numQHeads);
+    } else {
+      this.slots.decode.setU32(5, 0xffffffff, this.scratch.maxPartitions, 0);
+      pass.setPipeline(this.pipelines.decode);
+      pass.setBindGroup(0, this.groups.decode);
+      pass.dispatchWorkgroups(1, kernel.numKvHeads, numSeqs);
+    }
+    return split;
+  }
+}

@@ -1,0 +1,228 @@
+// paged_attention_decode: attention of ONE new query token per sequence over its paged KV cache,
+// optionally split over the context ("split-K": partials merged by paged_attention_merge.wgsl).
+//   for sequence s, query head h (kv head kh = h / GROUP), over positions j in the partition
+//   [part * partition_size, min(context_lens[s], (part + 1) * partition_size)):
+//     x_j   = scale * q(s, h, :) . K(s, j, kh, :)
+//     m     = max_j x_j,   l = sum_j exp(x_j - m),   o = sum_j exp(x_j - m) V(s, j, kh, :)
+//   split == 0 (one partition covering the context): out(s, h, :) = o / l
+//   split == 1: part_out(s, h, part, :) = o (unnormalised), part_ml(s, h, part) = (m, l)
+// K(s, j, kh, d) lives at k_cache[((b * num_kv_heads + kh) * block_size + j % block_size)
+// * HEAD_DIM + d] with b = block_tables[s * bt_stride + j / block_size]; same for V.
+// Softmax is online (running max and sum, rescaled per tile of 64 positions), all in f32.
+// WT (f16 or f32 KV cache) comes from the weight prelude (engine/gpu/dtype.ts weightPrelude).
+// Requirements: HEAD_DIM % 4 == 0 and HEAD_DIM <= 256; q_stride % 4 == 0;
+// GROUP = num_q_heads / num_kv_heads in 1..8; partition_size a multiple of 64 (split only).
+//
+// Override constants (one pipeline per combination; they make every inner loop bound a
+// compile-time constant, which lavapipe needs to keep the accumulators in registers):
+//   GROUP    : u32  query heads per kv head (1..8)
+//   HEAD_DIM : u32  elements per head (multiple of 4, <= 256)
+// Bindings (group 0):
+//   0 q            : storage read  array<vec4<f32>> [num_seqs, q_stride / 4]; q(s, h, d) at
+//                                                    s * q_stride + h * HEAD_DIM + d (f32)
+//   1 k_cache      : storage read  array<vec4<WT>>  [num_blocks, num_kv_heads, block_size,
+//                                                    HEAD_DIM]
+//   2 v_cache      : storage read  array<vec4<WT>>  same shape as k_cache
+//   3 block_tables : storage read  array<u32>       [num_seqs, bt_stride] physical block ids
+//   4 context_lens : storage read  array<u32>       [num_seqs] tokens in the cache incl. this one
+//   5 out          : storage rw    array<vec4<f32>> [num_seqs, num_q_heads, HEAD_DIM] (split == 0)
+//   6 part_out     : storage rw    array<vec4<f32>> [max_seqs, num_q_heads, max_partitions,
+//                                                    HEAD_DIM] (split == 1)
+//   7 part_ml      : storage rw    array<vec2<f32>> [max_seqs, num_q_heads, max_partitions]
+//                                                    (m, l) (split == 1)
+//   8 p            : uniform       Params
+// Workgroup: 64 invocations per (partition, kv head, sequence), handling the GROUP query heads
+//   that share the kv head, so K and V are read once for all of them. Per tile of 64 positions:
+//   phase 1, invocation i scores position i against the GROUP queries (held in workgroup memory);
+//   phase 2, invocation g < GROUP updates the running max / sum of query g and turns its scores
+//   into weights; phase 3, each invocation accumulates (query, 4 dims) outputs over the tile.
+//   With P = GROUP * HEAD_DIM / 4 output vec4s: P >= 64 gives each invocation ceil(P / 64) of
+//   them over all positions; P < 64 splits the positions between floor(64 / P) invocation sets
+//   whose sums are added at the end.
+// Dispatch:  (partitions, num_kv_heads, num_seqs); partitions = 1 when split == 0, else
+//   ceil(max context / partition_size). Workgroups past a sequence's context return at once
+//   (a sequence with context 0 gets zeros when split == 0).
+
+const WG: u32 = 64u;
+const TILE: u32 = 64u;
+const MAX_GROUP: u32 = 8u;
+const MAX_D4: u32 = 64u;
+const MAX_PAIRS: u32 = MAX_GROUP * MAX_D4 / WG;
+const NEG_BIG: f32 = -3.0e38;
+
+override GROUP: u32 = 1u;
+override HEAD_DIM: u32 = 128u;
+override D4: u32 = HEAD_DIM / 4u; // vec4s per head
+override P: u32 = GROUP * D4; // output vec4s per workgroup
+override PAIRS: u32 = (P + WG - 1u) / WG; // output vec4s per invocation (phase 3)
+override SUBS: u32 = max(1u, WG / P); // invocation sets splitting the positions (phase 3)
+
+struct Params {
+  num_q_heads: u32,
+  num_kv_heads: u32,
+  block_size: u32,
+  bt_stride: u32,
+  q_stride: u32,
+  partition_size: u32,
+  max_partitions: u32,
+  split: u32,
+  scale: f32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
+@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
+@group(0) @binding(3) var<storage, read> block_tables: array<u32>;
+@group(0) @binding(4) var<storage, read> context_lens: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> part_out: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> part_ml: array<vec2<f32>>;
+@group(0) @binding(8) var<uniform> p: Params;
+
+var<workgroup> sh_q: array<vec4<f32>, MAX_GROUP * MAX_D4>; // scaled queries [g, d4]
+var<workgroup> sh_s: array<f32, MAX_GROUP * TILE>; // scores [g, i]
+var<workgroup> sh_w: array<f32, MAX_GROUP * TILE>; // softmax weights [g, i]
+var<workgroup> sh_alpha: array<f32, MAX_GROUP>; // rescale of the running output, per g
+var<workgroup> sh_base: array<u32, 2u * TILE>; // K/V vec4 index of position i, double-buffered
+var<workgroup> sh_ml: array<vec2<f32>, MAX_GROUP>; // final (max, sum) per g
+var<workgroup> sh_red: array<vec4<f32>, WG>; // partial outputs of the invocation sets
+var<workgroup> sh_len: u32;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let part = wid.x;
+  let kvh = wid.y;
+  let seq = wid.z;
+  if (lid == 0u) {
+    sh_len = context_lens[seq];
+  }
+  let ctx_len = workgroupUniformLoad(&sh_len);
+  let start = part * p.partition_size;
+  let head0 = kvh * GROUP;
+  if (start >= ctx_len) {
+    // Nothing to attend to: an empty context gives zeros (split partials are skipped by merge).
+    if (p.split == 0u) {
+      for (var i = lid; i < P; i += WG) {
+        out[(seq * p.num_q_heads + head0) * D4 + i] = vec4<f32>(0.0);
+      }
+    }
+    return;
+  }
+  let end = start + min(p.partition_size, ctx_len - start);
+
+  // Queries of the GROUP heads, pre-multiplied by the scale.
+  for (var i = lid; i < P; i += WG) {
+    let g = i / D4;
+    let d4 = i - g * D4;
+    sh_q[g * MAX_D4 + d4] = p.scale * q[(seq * p.q_stride + (head0 + g) * HEAD_DIM) / 4u + d4];
+  }
+
+  // Phase-3 role of this invocation: output vec4s pair0 + k * WG of position set `sub`.
+  let sub = lid / P;
+  let pair0 = lid - sub * P;
+  var m_run = NEG_BIG; // running max and sum of query `lid` (invocations lid < GROUP)
+  var l_run = 0.0;
+  var acc: array<vec4<f32>, MAX_PAIRS>;
+  for (var k = 0u; k < PAIRS; k++) {
+    acc[k] = vec4<f32>(0.0);
+  }
+  let bt_row = seq * p.bt_stride;
+  var parity = 0u;
+  workgroupBarrier();
+
+  for (var t0 = start; t0 < end; t0 += TILE) {
+    let n = min(TILE, end - t0);
+    // Phase 1: invocation lid scores position t0 + lid against every query of the group.
+    if (lid < n) {
+      let pos = t0 + lid;
+      let blk = pos / p.block_size;
+      let off = pos - blk * p.block_size;
+      let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + off) * D4;
+      sh_base[parity * TILE + lid] = base;
+      var dots: array<f32, MAX_GROUP>;
+      for (var g = 0u; g < GROUP; g++) {
+        dots[g] = 0.0;
+      }
+      for (var d4 = 0u; d4 < D4; d4++) {
+        let kv = vec4<f32>(k_cache[base + d4]);
+        for (var g = 0u; g < GROUP; g++) {
+          dots[g] += dot(sh_q[g * MAX_D4 + d4], kv);
+        }
+      }
+      for (var g = 0u; g < GROUP; g++) {
+        sh_s[g * TILE + lid] = dots[g];
+      }
+    }
+    workgroupBarrier();
+    // Phase 2: invocation g < GROUP rescales its running softmax and writes the tile's weights.
+    if (lid < GROUP) {
+      var m_tile = m_run;
+      for (var i = 0u; i < n; i++) {
+        m_tile = max(m_tile, sh_s[lid * TILE + i]);
+      }
+      let alpha = exp(m_run - m_tile);
+      var sum = 0.0;
+      for (var i = 0u; i < n; i++) {
+        let w = exp(sh_s[lid * TILE + i] - m_tile);
+        sh_w[lid * TILE + i] = w;
+        sum += w;
+      }
+      l_run = l_run * alpha + sum;
+      m_run = m_tile;
+      sh_alpha[lid] = alpha;
+    }
+    workgroupBarrier();
+    // Phase 3: rescale the running outputs, then add this tile's weighted V rows.
+    if (sub < SUBS) {
+      for (var k = 0u; k < PAIRS; k++) {
+        let pair = pair0 + k * WG;
+        if (pair < P) {
+          acc[k] *= sh_alpha[pair / D4];
+        }
+      }
+      for (var i = sub; i < n; i += SUBS) {
+        let base = sh_base[parity * TILE + i];
+        for (var k = 0u; k < PAIRS; k++) {
+          let pair = pair0 + k * WG;
+          if (pair < P) {
+            let g = pair / D4;
+            acc[k] += sh_w[g * TILE + i] * vec4<f32>(v_cache[base + pair - g * D4]);
+          }
+        }
+      }
+    }
+    parity = 1u - parity;
+  }
+
+  if (lid < GROUP) {
+    sh_ml[lid] = vec2<f32>(m_run, l_run);
+  }
+  if (SUBS > 1u && sub < SUBS) {
+    sh_red[lid] = acc[0];
+  }
+  workgroupBarrier();
+  if (sub != 0u) {
+    return;
+  }
+  if (SUBS > 1u) {
+    for (var j = 1u; j < SUBS; j++) {
+      acc[0] += sh_red[j * P + pair0];
+    }
+  }
+  for (var k = 0u; k < PAIRS; k++) {
+    let pair = pair0 + k * WG;
+    if (pair < P) {
+      let g = pair / D4;
+      let row = seq * p.num_q_heads + head0 + g;
+      let d4 = pair - g * D4;
+      if (p.split == 0u) {
+        out[row * D4 + d4] = acc[k] / sh_ml[g].y;
+      } else {
+        part_out[(row * p.max_partitions + part) * D4 + d4] = acc[k];
+      }
+    }
+  }
+  if (p.split != 0u && lid < GROUP) {
+    part_ml[(seq * p.num_q_heads + head0 + lid) * p.max_partitions + part] = sh_ml[lid];
+  }
+}

@@ -1,0 +1,245 @@
+import { throws } from "node:assert/strict";
+import type { DType } from "../engine/gpu/dtype.ts";
+import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
+import { assertClose, toleranceFor } from "./support/assert_close.ts";
+import {
+  GPU_TEST,
+  ParamArena,
+  poisonedF32,
+  readF32,
+  runPass,
+  testContext,
+  upload,
+  whole,
+} from "./support/gpu.ts";
+import { testSeed } from "./support/random.ts";
+import { buildPagedCache, pagedAttentionRef } from "./reference/attention.ts";
+
+/** Context lengths of one batch: crossing block (8, 16, 32) and tile (64) boundaries. */
+const LENS = [1, 15, 16, 17, 33, 100, 300];
+
+interface Case {
+  hq: number;
+  hkv: number;
+  headDim: number;
+  blockSize: number;
+  dtype: DType;
+  partitionSize: number;
+}
+
+async function checkCase(c: Case, lens: readonly number[]): Promise<void> {
+  const ctx = await testContext();
+  if (c.dtype === "f16" && !ctx.hasF16) return;
+  const { hq, hkv, headDim, blockSize, dtype, partitionSize } = c;
+  const name = `Hq ${hq} Hkv ${hkv} D ${headDim} block ${blockSize} ${dtype} ` +
+    `partition ${partitionSize} lens [${lens}]`;
+  const { seed, rng } = testSeed(`paged_attention_decode ${name}`);
+  const cache = buildPagedCache({
+    seqK: lens.map((len) => rng.array(len * hkv * headDim, -1, 1)),
+    seqV: lens.map((len) => rng.array(len * hkv * headDim, -1, 1)),
+    numKvHeads: hkv,
+    headDim,
+    blockSize,
+    dtype,
+    rng,
+    spareBlocks: 3,
+    btStride: Math.ceil(Math.max(...lens) / blockSize) + 1,
+  });
+  // q sits inside a fused [q | k | v] row, as in the engine.
+  const qStride = (hq + 2 * hkv) * headDim;
+  const q = rng.normals(lens.length * qStride, 2);
+  const expected = pagedAttentionRef({
+    q,
+    qStride,
+    numQHeads: hq,
+    numKvHeads: hkv,
+    headDim,
+    blockSize,
+    kCache: cache.k,
+    vCache: cache.v,
+    blockTables: cache.blockTables,
+    btStride: cache.btStride,
+    contextLens: cache.contextLens,
+  });
+  const kernel = new PagedAttentionDecode(ctx, {
+    numQHeads: hq,
+    numKvHeads: hkv,
+    headDim,
+    blockSize,
+    dtype,
+    partitionSize,
+    splitThreshold: 200,
+  });
+  const maxLen = Math.max(...lens);
+  const scratch = kernel.createScratch(lens.length, maxLen);
+  const arena = new ParamArena(ctx, 2);
+  const out = poisonedF32(ctx, lens.length * hq * headDim);
+  const op = kernel.bind(arena, {
+    q: whole(upload(ctx, q)),
+    kCache: whole(upload(ctx, cache.kData, "k_cache")),
+    vCache: whole(upload(ctx, cache.vData, "v_cache")),
+    blockTables: whole(upload(ctx, cache.blockTables)),
+    contextLens: whole(upload(ctx, cache.contextLens)),
+    out: whole(out),
+    scratch,
+  }, { qStride, btStride: cache.btStride });
+  for (const split of [false, true, undefined]) {
+    ctx.device.queue.writeBuffer(out, 0, new Float32Array(lens.length * hq * headDim).fill(NaN));
+    await runPass(ctx, arena, (pass) => op.encode(pass, lens.length, maxLen, split));
+    const got = await readF32(ctx, out);
+    const mode = split === undefined ? `auto (split ${op.usesSplit(maxLen)})` : `split ${split}`;
+    assertClose(got, expected, toleranceFor(dtype), `seed ${seed} ${name} ${mode}`);
+  }
+  scratch.destroy();
+}
+
+const CASES: readonly Case[] = [
+  // Qwen3-0.6B: GQA 2, head_dim 128.
+  { hq: 16, hkv: 8, headDim: 128, blockSize: 16, dtype: "f16", partitionSize: 64 },
+  { hq: 16, hkv: 8, headDim: 128, blockSize: 16, dtype: "f32", partitionSize: 128 },
+  // GQA 1 and 8, head_dim 64, other block sizes.
+  { hq: 4, hkv: 4, headDim: 64, blockSize: 8, dtype: "f32", partitionSize: 64 },
+  { hq: 4, hkv: 4, headDim: 64, blockSize: 16, dtype: "f16", partitionSize: 192 },
+  { hq: 16, hkv: 2, headDim: 64, blockSize: 32, dtype: "f16", partitionSize: 64 },
+  { hq: 8, hkv: 1, headDim: 128, blockSize: 16, dtype: "f32", partitionSize: 256 },
+  // An odd head_dim (not a multiple of 8) and GQA 4, partitions of 512 (split-K with one part).
+  { hq: 8, hkv: 2, headDim: 40, blockSize: 16, dtype: "f32", partitionSize: 512 },
+  { hq: 8, hkv: 2, headDim: 80, blockSize: 32, dtype: "f16", partitionSize: 64 },
+];
+
+for (const c of CASES) {
+  Deno.test(
+    `paged_attention decode matches the float64 reference, split-K on and off: Hq ${c.hq} ` +
+      `Hkv ${c.hkv} D ${c.headDim} block ${c.blockSize} ${c.dtype} partition ${c.partitionSize}`,
+    GPU_TEST,
+    () => checkCase(c, LENS),
+  );
+}
+
+Deno.test(
+  "paged_attention decode handles a single sequence and a long context (GQA 2, f16)",
+  GPU_TEST,
+  async () => {
+    const base = { hq: 16, hkv: 8, headDim: 128, blockSize: 16, dtype: "f16" as const };
+    await checkCase({ ...base, partitionSize: 512 }, [1100]);
+    await checkCase({ ...base, partitionSize: 64 }, [2]);
+  },
+);
+
+Deno.test("PagedAttentionDecode rejects unsupported shapes and strides", GPU_TEST, async () => {
+  const ctx = await testContext();
+  const shape = { numQHeads: 16, numKvHeads: 8, headDim: 128, blockSize: 16 };
+  throws(() => new PagedAttentionDecode(ctx, { ...shape, numKvHeads: 3 }), RangeError);
+  throws(() => new PagedAttentionDecode(ctx, { ...shape, numQHeads: 32, numKvHeads: 2 }), {
+    name: "RangeError",
+    message: /32 query heads over 2 kv heads/,
+  });
+  throws(() => new PagedAttentionDecode(ctx, { ...shape, headDim: 42 }), RangeError);
+  throws(() => new PagedAttentionDecode(ctx, { ...shape, headDim: 512 }), RangeError);
+  throws(() => new PagedAttentionDecode(ctx, { ...shape, partitionSize: 100 }), RangeError);
+  const kernel = new PagedAttentionDecode(ctx, { ...shape, dtype: "f32" });
+  const scratch = kernel.createScratch(2, 2000);
+  const b = whole(upload(ctx, new Float32Array(16)));
+  const buffers = {
+    q: b,
+    kCache: b,
+    vCache: b,
+    blockTables: b,
+    contextLens: b,
+    out: b,
+    scratch,
+  };
+  const arena = new ParamArena(ctx, 4);
+  throws(() => kernel.bind(arena, buffers, { qStride: 2000, btStride: 4 }), {
+    name: "RangeError",
+    message: /qStride 2000 must be a multiple of 4 and >= 2048/,
+  });
+  const op = kernel.bind(arena, buffers, { qStride: 2048, btStride: 4 });
+  const encoder = ctx.device.createCommandEncoder();
+  const pass = encoder.beginComputePass();
+  try {
+    throws(() => op.encode(pass, 3, 100, true), {
+      name: "RangeError",
+      message: /exceed the scratch/,
+    });
+    throws(() => op.encode(pass, 1, 5000, true), {
+      name: "RangeError",
+      message: /exceed the scratch/,
+    });
+  } finally {
+    pass.end();
+    ctx.device.queue.submit([encoder.finish()]);
+  }
+  scratch.destroy();
+});
+
+Deno.test(
+  "paged_attention decode writes zeros for a sequence with an empty context",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const [hq, hkv, headDim, blockSize] = [4, 2, 64, 16];
+    const { seed, rng } = testSeed("paged_attention_decode empty context");
+    const lens = [0, 5, 0];
+    const cache = buildPagedCache({
+      seqK: lens.map((len) => rng.array(len * hkv * headDim)),
+      seqV: lens.map((len) => rng.array(len * hkv * headDim)),
+      numKvHeads: hkv,
+      headDim,
+      blockSize,
+      dtype: "f32",
+      rng,
+    });
+    const qStride = hq * headDim;
+    const q = rng.normals(lens.length * qStride);
+    const row = hq * headDim;
+    const expected = new Float64Array(lens.length * row);
+    expected.set(
+      pagedAttentionRef({
+        q: q.subarray(qStride, 2 * qStride),
+        qStride,
+        numQHeads: hq,
+        numKvHeads: hkv,
+        headDim,
+        blockSize,
+        kCache: cache.k,
+        vCache: cache.v,
+        blockTables: cache.blockTables.subarray(cache.btStride, 2 * cache.btStride),
+        btStride: cache.btStride,
+        contextLens: [5],
+      }),
+      row,
+    );
+    const kernel = new PagedAttentionDecode(ctx, {
+      numQHeads: hq,
+      numKvHeads: hkv,
+      headDim,
+      blockSize,
+      dtype: "f32",
+      partitionSize: 64,
+    });
+    const scratch = kernel.createScratch(lens.length, 5);
+    const arena = new ParamArena(ctx, 2);
+    const out = poisonedF32(ctx, lens.length * row);
+    const op = kernel.bind(arena, {
+      q: whole(upload(ctx, q)),
+      kCache: whole(upload(ctx, cache.kData)),
+      vCache: whole(upload(ctx, cache.vData)),
+      blockTables: whole(upload(ctx, cache.blockTables)),
+      contextLens: whole(upload(ctx, cache.contextLens)),
+      out: whole(out),
+      scratch,
+    }, { qStride, btStride: cache.btStride });
+    for (const split of [false, true]) {
+      ctx.device.queue.writeBuffer(out, 0, new Float32Array(lens.length * row).fill(NaN));
+      await runPass(ctx, arena, (pass) => op.encode(pass, lens.length, 5, split));
+      assertClose(
+        await readF32(ctx, out),
+        expected,
+        1e-4,
+        `seed ${seed} lens [${lens}] split ${split}`,
+      );
+    }
+    scratch.destroy();
+  },
+);
