@@ -15,3 +15,9 @@ export function siluMulRef(gateUp: ArrayLike<number>, tokens: number, inter: num
   }
   return out;
 }
+
+/** GPT-2's tanh-approximated GELU: `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`. */
+export function geluNewRef(x: ArrayLike<number>): Float64Array {
+  const k = Math.sqrt(2 / Math.PI);
+  return Float64Array.from(x, (v) => 0.5 * v * (1 + Math.tanh(k * (v + 0.044715 * v ** 3))));
+}

@@ -1,0 +1,94 @@
+// rms_norm: RMSNorm of Llama / Qwen, ROWS_PER_WG rows per workgroup.
+//   y[j] = x[j] / sqrt(mean(x^2) + eps) * w[j],  j in [0, cols)
+// Rows are addressed per (token t, head h), r = t * heads + h:
+//   row r starts at element  offset + t * token_stride + h * cols
+// so one kernel serves the hidden-state norm (heads = 1, token_stride = cols, offset = 0) and
+// Qwen3's per-head q/k norm on the fused qkv buffer (heads = Hq or Hkv, cols = head_dim,
+// token_stride = qkv width, offset = start of the q or k block), where the weight [head_dim] is
+// shared by all heads and columns outside the addressed rows are never touched.
+// x, residual and y all use this addressing.
+//
+// Variants, by the prelude the TS wrapper (kernels/rms_norm.ts) prepends; the prelude declares
+// bindings 2..4, the accessors `first_read`, `reread`, `store_out` and the shape constants
+// ROW_THREADS and ROWS_PER_WG (see Workgroup):
+//   plain:         x read;                     y = norm(x) * w   -> out
+//   in place:      x read_write (also y);      x = norm(x) * w
+//   fused add:     x read, residual rw;        residual += x; out = norm(residual) * w
+//   fused in place: x rw, residual rw;         residual += x; x = norm(residual) * w
+// (the fused forms are vLLM's fused_add_rms_norm: the residual add saves a pass). Weights are
+// WT (f16 or f32, from weightPrelude), converted to f32; sums are f32.
+//
+// Bindings (group 0):
+//   0 p        : uniform                              Params
+//   1 w        : storage read                         array<WT>   [cols]
+//   2 x        : storage read (rw in place)           array<f32>  rows addressed as above
+//   3 residual : storage rw (fused variants only)     array<f32>  same addressing as x
+//   4 out      : storage rw (out-of-place variants)   array<f32>  same addressing as x
+// Workgroup: ROW_THREADS * ROWS_PER_WG invocations (prelude constants, powers of two): each of
+//            ROWS_PER_WG rows gets ROW_THREADS invocations, lane l handling columns
+//            l, l + ROW_THREADS, ...; lane 0 adds the partial sums (two barriers). With
+//            ROW_THREADS = 1 (the choice on CPU adapters, where barriers and many small
+//            workgroups are expensive) each invocation owns a whole row and there is no barrier.
+// Dispatch:  ceil(tokens * heads / ROWS_PER_WG) workgroups as a 1-D grid folded into (x, y)
+//            (kernels/dispatch.ts dispatch1d).
+
+struct Params {
+  rows: u32,
+  heads: u32,
+  cols: u32,
+  token_stride: u32,
+  offset: u32,
+  eps: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<WT>;
+
+var<workgroup> partial: array<f32, ROW_THREADS * ROWS_PER_WG>;
+var<workgroup> row_scale: array<f32, ROWS_PER_WG>;
+
+@compute @workgroup_size(ROW_THREADS * ROWS_PER_WG)
+fn main(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let local_row = lid / ROW_THREADS;
+  let lane = lid - local_row * ROW_THREADS;
+  let row = (wid.x + wid.y * nwg.x) * ROWS_PER_WG + local_row;
+  // No early return: with ROW_THREADS > 1 every invocation must reach the barriers.
+  let in_range = row < p.rows;
+  var base = 0u;
+  var sum_sq = 0.0;
+  if (in_range) {
+    let t = row / p.heads;
+    base = p.offset + t * p.token_stride + (row - t * p.heads) * p.cols;
+    for (var c = lane; c < p.cols; c += ROW_THREADS) {
+      let v = first_read(base + c);
+      sum_sq += v * v;
+    }
+  }
+  var scale: f32;
+  if (ROW_THREADS == 1u) {
+    scale = inverseSqrt(sum_sq / f32(p.cols) + p.eps);
+  } else {
+    // Lane 0 of each row adds that row's partials (O(ROW_THREADS) work; every lane summing them
+    // would be O(ROW_THREADS^2), slow on CPU adapters) and shares the scale.
+    partial[lid] = sum_sq;
+    workgroupBarrier();
+    if (lane == 0u) {
+      var total = 0.0;
+      for (var j = 0u; j < ROW_THREADS; j++) {
+        total += partial[lid + j];
+      }
+      row_scale[local_row] = inverseSqrt(total / f32(p.cols) + p.eps);
+    }
+    workgroupBarrier();
+    scale = row_scale[local_row];
+  }
+  if (in_range) {
+    for (var c = lane; c < p.cols; c += ROW_THREADS) {
+      store_out(base + c, reread(base + c) * scale * f32(w[c]));
+    }
+  }
+}
