@@ -1,0 +1,65 @@
+/**
+ * `gather_rows`: `out[i] = src[indices[i]]` row by row. See `gather_rows.wgsl` for bindings and
+ * grid.
+ *
+ * @module
+ */
+
+import source from "./gather_rows.wgsl" with { type: "text" };
+import type { GpuContext } from "../engine/gpu/context.ts";
+import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
+import { dispatch1d, groupsFor } from "./dispatch.ts";
+
+/** Buffers of one `gather_rows` call site; fixed for the op's lifetime. */
+export interface GatherRowsBuffers {
+  /** f32 `[srcRows, cols]`. */
+  readonly src: GPUBufferBinding;
+  /** u32 `[rows]`: source row of each output row. */
+  readonly indices: GPUBufferBinding;
+  /** f32 `[rows, cols]` (output). */
+  readonly out: GPUBufferBinding;
+}
+
+/** The compiled `gather_rows` pipeline; {@linkcode GatherRows.bind} makes call sites. */
+export class GatherRows {
+  readonly #ctx: GpuContext;
+  readonly #pipeline: GPUComputePipeline;
+
+  constructor(ctx: GpuContext) {
+    this.#ctx = ctx;
+    this.#pipeline = ctx.pipeline("gather_rows", () => source);
+  }
+
+  /** Creates a call site: its bind group and parameter slot are made once, here. */
+  bind(arena: ParamArena, buffers: GatherRowsBuffers): GatherRowsOp {
+    const slot = arena.allocate();
+    const bindGroup = this.#ctx.device.createBindGroup({
+      label: "gather_rows",
+      layout: this.#pipeline.getBindGroupLayout(0),
+      entries: [
+        { binding: 0, resource: buffers.src },
+        { binding: 1, resource: buffers.indices },
+        { binding: 2, resource: buffers.out },
+        { binding: 3, resource: slot.binding },
+      ],
+    });
+    return new GatherRowsOp(this.#pipeline, bindGroup, slot);
+  }
+}
+
+/** One `gather_rows` call site. */
+export class GatherRowsOp {
+  constructor(
+    private readonly pipeline: GPUComputePipeline,
+    private readonly bindGroup: GPUBindGroup,
+    private readonly slot: ParamSlot,
+  ) {}
+
+  /** Encodes the copy of `rows` rows of width `cols`. */
+  encode(pass: GPUComputePassEncoder, rows: number, cols: number): void {
+    this.slot.setU32(0, rows, cols);
+    pass.setPipeline(this.pipeline);
+    pass.setBindGroup(0, this.bindGroup);
+    dispatch1d(pass, groupsFor(rows * cols, 256));
+  }
+}

@@ -1,0 +1,209 @@
+import { throws as assertThrows } from "node:assert/strict";
+import { AssertionError } from "node:assert";
+import type { GpuContext } from "../engine/gpu/context.ts";
+import { type DType, roundTo } from "../engine/gpu/dtype.ts";
+import { GpuMatrix } from "../engine/gpu/tensor.ts";
+import { Matmul, type MatmulPolicy, type MatmulVariant } from "../kernels/matmul.ts";
+import { assertClose, toleranceFor } from "./support/assert_close.ts";
+import {
+  GPU_TEST,
+  ParamArena,
+  poisonedF32,
+  readF32,
+  runPass,
+  testContext,
+  upload,
+  whole,
+} from "./support/gpu.ts";
+import { testSeed } from "./support/random.ts";
+import { matmulRef } from "./reference/matmul.ts";
+
+type Shape = readonly [m: number, n: number, k: number];
+
+interface Case {
+  readonly shape: Shape;
+  readonly dtype: DType;
+  readonly bias: boolean;
+  /** Forced kernel; undefined runs the policy's choice. */
+  readonly variant?: MatmulVariant;
+  readonly policy?: MatmulPolicy;
+  /** Row stride of y (default n); columns past n must stay poisoned. */
+  readonly ldy?: number;
+  /** Expected number of weight parts (checks that the split really happens). */
+  readonly parts?: number;
+}
+
+const kernels = new Map<string, Matmul>();
+
+function kernelFor(ctx: GpuContext, c: Case): Matmul {
+  const key = `${c.dtype}/${c.bias}/${c.policy ?? "default"}/${ctx.maxBindingBytes}`;
+  let kernel = kernels.get(key);
+  if (kernel === undefined) {
+    kernel = new Matmul(ctx, { dtype: c.dtype, bias: c.bias, policy: c.policy });
+    kernels.set(key, kernel);
+  }
+  return kernel;
+}
+
+/** Runs one case on fresh random inputs with a poisoned y and checks every element of y. */
+async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
+  const [m, n, k] = c.shape;
+  const ldy = c.ldy ?? n;
+  const label = `${name} [${m}, ${n}, ${k}] ${c.dtype} ${c.bias ? "bias" : "no bias"} ` +
+    `${c.variant ?? `auto/${c.policy ?? "default"}`} ldy ${ldy}`;
+  const { seed, rng } = testSeed(label);
+  const context = `seed ${seed} ${label}`;
+  const x = rng.array(m * k, -1, 1);
+  const w = rng.array(n * k, -1, 1);
+  const bias = c.bias ? rng.array(n, -1, 1) : undefined;
+  const weight = GpuMatrix.fromArray(ctx, "w", w, n, k, c.dtype, { padColsTo: 4 });
+  if (c.parts !== undefined && weight.parts.length !== c.parts) {
+    throw new AssertionError({
+      message: `${context}: weight has ${weight.parts.length} parts, expected ${c.parts}`,
+    });
+  }
+  // Three NaNs after X: a kernel that reads past K in the last row without masking fails.
+  const xPadded = new Float32Array(m * k + 3).fill(NaN);
+  xPadded.set(x);
+  const xBuf = upload(ctx, xPadded);
+  const yBuf = poisonedF32(ctx, m * ldy);
+  const biasBuf = bias === undefined ? undefined : upload(ctx, bias);
+  try {
+    const arena = new ParamArena(ctx, weight.parts.length);
+    const op = kernelFor(ctx, c).bind(arena, {
+      x: whole(xBuf),
+      weight,
+      bias: biasBuf === undefined ? undefined : whole(biasBuf),
+      y: whole(yBuf),
+      ldy,
+    });
+    await runPass(ctx, arena, (pass) => op.encode(pass, m, { variant: c.variant }));
+    const got = await readF32(ctx, yBuf);
+    const expected = matmulRef(x, roundTo(w, c.dtype), bias, m, n, k);
+    const inside = new Float32Array(m * n);
+    for (let i = 0; i < m; i++) {
+      inside.set(got.subarray(i * ldy, i * ldy + n), i * n);
+      for (let j = n; j < ldy; j++) {
+        if (!Number.isNaN(got[i * ldy + j]!)) {
+          throw new AssertionError({
+            message: `${context}: y[${i}, ${j}] outside the N = ${n} columns was written`,
+          });
+        }
+      }
+    }
+    assertClose(inside, expected, toleranceFor(c.dtype), context);
+    arena.destroy();
+  } finally {
+    weight.destroy();
+    xBuf.destroy();
+    yBuf.destroy();
+    biasBuf?.destroy();
+  }
+}
+
+const SHAPES: readonly Shape[] = [
+  [1, 1, 1],
+  [3, 17, 33],
+  [5, 67, 129],
+  [70, 130, 260],
+  [1, 1000, 1024],
+  [13, 300, 255],
+];
+const VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "blocked"];
+const DTYPES: readonly DType[] = ["f32", "f16"];
+
+Deno.test(
+  "matmul() matches the float64 reference for every kernel when M, N, K are not tile multiples",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const shape of SHAPES) {
+      for (const dtype of DTYPES) {
+        for (const variant of VARIANTS) {
+          // Bias on/off alternates with the kernel so every kernel sees both across dtypes.
+          const bias = (VARIANTS.indexOf(variant) + DTYPES.indexOf(dtype)) % 2 === 0;
+          await check(ctx, "forced", { shape, dtype, bias, variant });
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() picks a correct kernel for decode and prefill M under both policies",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const policy of ["cpu", "gpu"] as const) {
+      for (const shape of [[1, 96, 64], [8, 50, 31], [16, 33, 40], [17, 70, 36]] as const) {
+        for (const dtype of DTYPES) {
+          await check(ctx, "auto", { shape, dtype, bias: shape[0] % 2 === 1, policy });
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() covers every column of a weight split across several parts, into a wider y",
+  GPU_TEST,
+  async () => {
+    // 4 KiB bindings: a 90 x 60 f32 weight (240 bytes per row) splits into 6 parts.
+    const ctx = await testContext({ maxBindingBytes: 4096 });
+    for (const variant of [...VARIANTS, undefined]) {
+      await check(ctx, "split", {
+        shape: [3, 90, 60],
+        dtype: "f32",
+        bias: true,
+        variant,
+        parts: 6,
+      });
+      await check(ctx, "split", {
+        shape: [21, 90, 58],
+        dtype: "f16",
+        bias: false,
+        variant,
+        parts: 3,
+        ldy: 97,
+      });
+    }
+  },
+);
+
+Deno.test("matmul() rejects mismatched buffers and row counts", GPU_TEST, async () => {
+  const ctx = await testContext();
+  const arena = new ParamArena(ctx, 8);
+  const kernel = new Matmul(ctx, { dtype: "f32", bias: false });
+  const x = upload(ctx, new Float32Array(2 * 10));
+  const y = poisonedF32(ctx, 2 * 8);
+  const unpadded = GpuMatrix.create(ctx, "unpadded", 8, 10, "f32");
+  const half = GpuMatrix.create(ctx, "half", 8, 10, "f16", { padColsTo: 4 });
+  const good = GpuMatrix.create(ctx, "good", 8, 10, "f32", { padColsTo: 4 });
+  try {
+    assertThrows(
+      () => kernel.bind(arena, { x: whole(x), weight: unpadded, y: whole(y) }),
+      RangeError,
+    );
+    assertThrows(() => kernel.bind(arena, { x: whole(x), weight: half, y: whole(y) }), TypeError);
+    assertThrows(
+      () => kernel.bind(arena, { x: whole(x), weight: good, y: whole(y), bias: whole(y) }),
+      TypeError,
+    );
+    assertThrows(
+      () => kernel.bind(arena, { x: whole(x), weight: good, y: whole(y), ldy: 7 }),
+      RangeError,
+    );
+    const op = kernel.bind(arena, { x: whole(x), weight: good, y: whole(y) });
+    const encoder = ctx.device.createCommandEncoder();
+    const pass = encoder.beginComputePass();
+    assertThrows(() => op.encode(pass, 3), RangeError);
+    assertThrows(() => op.encode(pass, 0), RangeError);
+    pass.end();
+    // Never leave a command buffer unsubmitted (Deno panics); the empty pass is valid.
+    ctx.device.queue.submit([encoder.finish()]);
+  } finally {
+    for (const b of [x, y]) b.destroy();
+    for (const w of [unpadded, half, good]) w.destroy();
+    arena.destroy();
+  }
+});
