@@ -1,0 +1,68 @@
+/**
+ * Per-request sampling parameters: a plain readonly record with vLLM's meanings and defaults.
+ * Validation (ranges, types) happens at the API edge; the scheduler only reads `maxTokens`,
+ * `minTokens`, `stopTokenIds` and `ignoreEos`, the sampler reads the rest.
+ *
+ * @module
+ */
+
+/** Sampling parameters of one request (vLLM names in camelCase). */
+export interface SamplingParams {
+  /** Softmax temperature; 0 means greedy (argmax). */
+  readonly temperature: number;
+  /** Nucleus sampling: keep the smallest set of tokens whose probability sums to >= topP (1 = off). */
+  readonly topP: number;
+  /** Keep only the topK most likely tokens (0 = off). */
+  readonly topK: number;
+  /** Drop tokens whose probability is below minP times the top probability (0 = off). */
+  readonly minP: number;
+  /** Seed of the request's own random generator; null draws from the engine's generator. */
+  readonly seed: number | null;
+  /** Most tokens to generate; null means up to the model's context length (maxModelLen - prompt). */
+  readonly maxTokens: number | null;
+  /** EOS and stop token ids are ignored until this many tokens were generated. */
+  readonly minTokens: number;
+  /** Stop strings (checked by the detokenizer, which then calls `finishRequest`). */
+  readonly stop: readonly string[];
+  /** Token ids that end the request (the token is kept in the output, like vLLM). */
+  readonly stopTokenIds: readonly number[];
+  /** Keep generating past the model's EOS token. */
+  readonly ignoreEos: boolean;
+  /** Subtracted from the logit of every token already generated (OpenAI semantics). */
+  readonly presencePenalty: number;
+  /** Subtracted once per earlier occurrence of a token in the output (OpenAI semantics). */
+  readonly frequencyPenalty: number;
+  /** Divides positive / multiplies negative logits of tokens seen in prompt or output (1 = off). */
+  readonly repetitionPenalty: number;
+  /** Number of top log-probabilities to return per token; null = none. */
+  readonly logprobs: number | null;
+  /** Added to the logits of the given token ids before sampling. */
+  readonly logitBias: ReadonlyMap<number, number> | null;
+  /** Number of completions to return for the prompt (the edge expands n > 1 into requests). */
+  readonly n: number;
+}
+
+/** vLLM's defaults. */
+export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
+  temperature: 1,
+  topP: 1,
+  topK: 0,
+  minP: 0,
+  seed: null,
+  maxTokens: 16,
+  minTokens: 0,
+  stop: Object.freeze([]),
+  stopTokenIds: Object.freeze([]),
+  ignoreEos: false,
+  presencePenalty: 0,
+  frequencyPenalty: 0,
+  repetitionPenalty: 1,
+  logprobs: null,
+  logitBias: null,
+  n: 1,
+});
+
+/** `overrides` over {@linkcode DEFAULT_SAMPLING_PARAMS} (no validation). */
+export function samplingParams(overrides: Partial<SamplingParams> = {}): SamplingParams {
+  return { ...DEFAULT_SAMPLING_PARAMS, ...overrides };
+}

@@ -1,0 +1,110 @@
+/**
+ * The plain-data contract between a scheduler and the model runner: what one step computes.
+ *
+ * The runner executes a {@linkcode SchedulerOutput} in this order:
+ * 1. every `swappedOut` copy (GPU block -> host slot), then every `swappedIn` copy (host slot
+ *    -> GPU block), in list order: a block freed by a swap-out may be refilled by a swap-in or
+ *    by this step's forward pass;
+ * 2. one forward pass over the concatenation of `scheduled[i].tokenIds`, writing each token's
+ *    K/V to its `slotMapping` slot and attending over positions [0, positionStart + numTokens)
+ *    of its request through its `blockTable`;
+ * 3. one sampled token for every request with `samplesToken`, kept on the GPU per request (the
+ *    next step's {@linkcode SAMPLED_TOKEN} entries read it) and read back to the host later.
+ *
+ * Per-request state of the ids in `finished` and `aborted` can be dropped.
+ *
+ * @module
+ */
+
+import type { SamplingParams } from "./sampling_params.ts";
+
+/**
+ * Marker in {@linkcode ScheduledRequest.tokenIds}: "the token most recently sampled for this
+ * request" (see {@linkcode ScheduledRequest.sampledFrom}), whose id is not known on the host
+ * yet (asynchronous scheduling). It can only be a request's last fed token in a step.
+ */
+export const SAMPLED_TOKEN = -1;
+
+/** One request's share of a step. */
+export interface ScheduledRequest {
+  /** The request's id. */
+  readonly requestId: string;
+  /** Tokens computed this step (>= 1): a decode step is 1, a prefill chunk is more. */
+  readonly numTokens: number;
+  /** The numTokens token ids to feed, each a vocabulary id or {@linkcode SAMPLED_TOKEN}. */
+  readonly tokenIds: readonly number[];
+  /** Position of tokenIds[0] in the sequence (tokens before it have their KV computed). */
+  readonly positionStart: number;
+  /** Physical KV block ids of the whole sequence so far (block i: positions [i*B, (i+1)*B)). */
+  readonly blockTable: readonly number[];
+  /** numTokens KV slots, slot = blockTable[p / B] * B + p % B for p = positionStart + i. */
+  readonly slotMapping: readonly number[];
+  /** True when this step reaches the sequence's end, so a token is sampled from its last row. */
+  readonly samplesToken: boolean;
+  /**
+   * True on the first step after an admission from the waiting queue (new request or resumed
+   * after recompute preemption): per-request runner state (sampler, penalties) must be reset.
+   */
+  readonly isNew: boolean;
+  /** Leading tokens reused from the prefix cache at this admission (0 when not isNew). */
+  readonly numCachedTokens: number;
+  /** The request's sampling parameters (same object every step). */
+  readonly params: SamplingParams;
+  /**
+   * Row of this request's sampled token in this step's sampler output (index among the
+   * `samplesToken` entries of `scheduled`, in order), or -1 when it samples nothing.
+   */
+  readonly sampleRow: number;
+  /**
+   * Where a {@linkcode SAMPLED_TOKEN} in tokenIds comes from: the step that sampled it and its
+   * `sampleRow` there; null when tokenIds holds no marker. With at most one step in flight
+   * (step n's results applied before step n+2 is scheduled) `step` is always this step - 1.
+   */
+  readonly sampledFrom: { readonly step: number; readonly row: number } | null;
+}
+
+/** A request swapped out this step and its copies (GPU block -> host slot), in block order. */
+export interface SwappedOutRequest {
+  readonly requestId: string;
+  readonly copies: readonly { readonly gpuBlock: number; readonly hostSlot: number }[];
+}
+
+/** A request swapped in this step and its copies (host slot -> GPU block), in block order. */
+export interface SwappedInRequest {
+  readonly requestId: string;
+  readonly copies: readonly { readonly hostSlot: number; readonly gpuBlock: number }[];
+}
+
+/** Everything one scheduling step decided. */
+export interface SchedulerOutput {
+  /** Step number, 1, 2, ... (updates must be applied in this order). */
+  readonly step: number;
+  /** Requests computed this step, running decodes first, then resumed, then new prefills. */
+  readonly scheduled: readonly ScheduledRequest[];
+  /** Sum of scheduled[i].numTokens (<= maxNumBatchedTokens). */
+  readonly totalTokens: number;
+  /** KV block size B used in slotMapping. */
+  readonly blockSize: number;
+  /** Ids preempted by recompute this step (KV freed; they will be prefilled again). */
+  readonly preempted: readonly string[];
+  /** Requests swapped out this step, with their copies. */
+  readonly swappedOut: readonly SwappedOutRequest[];
+  /** Requests swapped in this step, with their copies. */
+  readonly swappedIn: readonly SwappedInRequest[];
+  /** Ids that finished (stop, length) since the previous step. */
+  readonly finished: readonly string[];
+  /** Ids aborted since the previous step. */
+  readonly aborted: readonly string[];
+}
+
+/** What a step's results did to one request (returned by `updateFromOutput`). */
+export interface RequestUpdate {
+  /** The request's id. */
+  readonly requestId: string;
+  /** Token ids that became known (one per step today). */
+  readonly newTokenIds: readonly number[];
+  /** Set when the request finished with these tokens. */
+  readonly finishReason: "stop" | "length" | null;
+  /** The stop token id, when one ended the request. */
+  readonly stopReason: number | null;
+}

@@ -1,0 +1,285 @@
+/**
+ * Static batching, the baseline of the user's batching notes: a fixed batch size; a batch
+ * starts only when `batchSize` requests are waiting (or after {@linkcode StaticScheduler.flush},
+ * when no more arrivals are expected, with what is there) and runs until its longest request
+ * finishes; requests arriving meanwhile wait for the next batch. Each batch member reserves a
+ * contiguous KV region of maxModelLen tokens (slot i owns blocks [i*R, (i+1)*R), R =
+ * ceil(maxModelLen / blockSize)) for the whole batch, so `stats()` reports reserved against
+ * used token slots. No paging, no preemption.
+ *
+ * It speaks the same {@linkcode Scheduler} interface and plain-data {@linkcode SchedulerOutput}
+ * as the continuous scheduler, so the same runner executes it. Steps still respect the token
+ * budget (a runner limit), so a batch's prompts are prefilled in order, chunked if needed,
+ * before its decodes.
+ *
+ * @module
+ */
+
+import {
+  type Clock,
+  createSequence,
+  type NewRequest,
+  type Scheduler,
+  type SchedulerStats,
+} from "./scheduler_api.ts";
+import type { RequestUpdate, ScheduledRequest, SchedulerOutput } from "./scheduler_output.ts";
+import type { FinishReason, Sequence } from "./sequence.ts";
+import { applySampledToken, commitTokens, tokensToRun } from "./step_commit.ts";
+
+/** Configuration of a {@linkcode StaticScheduler}. */
+export interface StaticSchedulerConfig {
+  /** Requests per batch. */
+  readonly batchSize: number;
+  /** Most tokens in one sequence; also each member's KV reservation. */
+  readonly maxModelLen: number;
+  /** Token slots per KV block. */
+  readonly blockSize: number;
+  /** KV blocks in the pool (must hold batchSize reservations). */
+  readonly numGpuBlocks: number;
+  /** Token budget of one step (the runner's limit). */
+  readonly maxNumBatchedTokens: number;
+  /** The model's end-of-sequence token ids. */
+  readonly eosTokenIds?: readonly number[];
+  /** Time source in ms (default Date.now). */
+  readonly now?: Clock;
+}
+
+/** Static batching over contiguous per-request KV reservations. */
+export class StaticScheduler implements Scheduler {
+  /** "static", or "dynamic" for the subclass. */
+  readonly kind: "static" | "dynamic" = "static";
+  /** Requests per batch. */
+  readonly batchSize: number;
+  /** Most tokens in one sequence (each member's reservation). */
+  readonly maxModelLen: number;
+  /** Token slots per KV block. */
+  readonly blockSize: number;
+  /** KV blocks in the pool. */
+  readonly numGpuBlocks: number;
+  /** Token budget of one step. */
+  readonly maxNumBatchedTokens: number;
+  /** The model's end-of-sequence token ids. */
+  readonly eosTokenIds: readonly number[];
+  /** Blocks reserved per batch member. */
+  readonly blocksPerSlot: number;
+  /** The clock. */
+  protected readonly now: Clock;
+  /** Queued requests, in arrival order. */
+  protected readonly queue: Sequence[] = [];
+  /** Set by flush(): start a partial batch; cleared when the queue empties. */
+  protected flushed = false;
+
+  readonly #requests = new Map<string, Sequence>();
+  #batch: Sequence[] = [];
+  #finished: string[] = [];
+  #aborted: string[] = [];
+  #step = 0;
+  #lastUpdated = 0;
+  #order = 0;
+  #batchesStarted = 0;
+
+  /** Throws RangeError when the pool cannot hold batchSize reservations. */
+  constructor(config: StaticSchedulerConfig) {
+    for (
+      const [k, v] of Object.entries({
+        batchSize: config.batchSize,
+        maxModelLen: config.maxModelLen,
+        blockSize: config.blockSize,
+        numGpuBlocks: config.numGpuBlocks,
+        maxNumBatchedTokens: config.maxNumBatchedTokens,
+      })
+    ) {
+      if (!Number.isInteger(v) || v < 1) {
+        throw new RangeError(`Cannot create scheduler: ${k} is ${v}, expected an integer >= 1`);
+      }
+    }
+    this.batchSize = config.batchSize;
+    this.maxModelLen = config.maxModelLen;
+    this.blockSize = config.blockSize;
+    this.numGpuBlocks = config.numGpuBlocks;
+    this.maxNumBatchedTokens = config.maxNumBatchedTokens;
+    this.eosTokenIds = config.eosTokenIds ?? [];
+    this.now = config.now ?? Date.now;
+    this.blocksPerSlot = Math.ceil(this.maxModelLen / this.blockSize);
+    const need = this.batchSize * this.blocksPerSlot;
+    if (need > this.numGpuBlocks) {
+      throw new RangeError(
+        `Cannot create scheduler: ${this.batchSize} reservations of ${this.maxModelLen} tokens need ${need} KV blocks, the pool has ${this.numGpuBlocks}`,
+      );
+    }
+  }
+
+  /** Members of the current batch, finished ones included (read-only view). */
+  get batch(): readonly Sequence[] {
+    return this.#batch;
+  }
+
+  /** Batches started so far. */
+  get batchesStarted(): number {
+    return this.#batchesStarted;
+  }
+
+  addRequest(request: NewRequest): Sequence {
+    if (this.#requests.has(request.requestId)) {
+      throw new RangeError(`Cannot add request "${request.requestId}": the id is already in use`);
+    }
+    const seq = createSequence(
+      request,
+      { maxModelLen: this.maxModelLen, maxKvTokens: this.blocksPerSlot * this.blockSize },
+      this.#order++,
+      this.now(),
+    );
+    this.#requests.set(seq.requestId, seq);
+    this.queue.push(seq);
+    return seq;
+  }
+
+  /** Whether a new batch starts now (the queue is not empty). Static: full, or flushed. */
+  protected shouldStartBatch(): boolean {
+    return this.queue.length >= this.batchSize || this.flushed;
+  }
+
+  schedule(): SchedulerOutput {
+    const step = ++this.#step;
+    if (this.#batch.every((s) => s.isFinished)) this.#batch = [];
+    const fresh = new Set<Sequence>();
+    if (this.#batch.length === 0 && this.queue.length > 0 && this.shouldStartBatch()) {
+      this.#batch = this.queue.splice(0, this.batchSize);
+      if (this.queue.length === 0) this.flushed = false;
+      this.#batchesStarted++;
+      this.#batch.forEach((seq, slot) => {
+        seq.blockTable = Array.from(
+          { length: this.blocksPerSlot },
+          (_, j) => slot * this.blocksPerSlot + j,
+        );
+        seq.status = "running";
+        fresh.add(seq);
+      });
+    }
+    let budget = this.maxNumBatchedTokens;
+    const scheduled: ScheduledRequest[] = [];
+    let rows = 0;
+    for (const seq of this.#batch) {
+      if (seq.isFinished || budget === 0) continue;
+      const n = Math.min(tokensToRun(seq, this.maxModelLen), budget);
+      if (n === 0) continue;
+      const isNew = seq.numComputedTokens === 0;
+      const r = commitTokens(seq, n, this.blockSize, isNew, step, rows);
+      if (r.samplesToken) rows++;
+      scheduled.push(r);
+      budget -= n;
+    }
+    const output: SchedulerOutput = {
+      step,
+      scheduled,
+      totalTokens: this.maxNumBatchedTokens - budget,
+      blockSize: this.blockSize,
+      preempted: [],
+      swappedOut: [],
+      swappedIn: [],
+      finished: this.#finished,
+      aborted: this.#aborted,
+    };
+    this.#finished = [];
+    this.#aborted = [];
+    return output;
+  }
+
+  updateFromOutput(output: SchedulerOutput, sampled: ReadonlyMap<string, number>): RequestUpdate[] {
+    if (output.step !== this.#lastUpdated + 1) {
+      throw new RangeError(
+        `Cannot update from step ${output.step}: step ${
+          this.#lastUpdated + 1
+        } is the next to update`,
+      );
+    }
+    this.#lastUpdated = output.step;
+    const updates: RequestUpdate[] = [];
+    for (const r of output.scheduled) {
+      if (!r.samplesToken) continue;
+      const seq = this.#requests.get(r.requestId);
+      if (seq === undefined) continue;
+      const token = sampled.get(r.requestId);
+      if (token === undefined) {
+        throw new RangeError(
+          `Cannot update request "${r.requestId}": step ${output.step} sampled a token for it but none was given`,
+        );
+      }
+      const stop = applySampledToken(seq, token, this.eosTokenIds, this.maxModelLen);
+      if (stop !== null) this.#finish(seq, stop.reason, stop.stopReason);
+      updates.push({
+        requestId: seq.requestId,
+        newTokenIds: [token],
+        finishReason: stop?.reason ?? null,
+        stopReason: stop?.stopReason ?? null,
+      });
+    }
+    return updates;
+  }
+
+  finishRequest(
+    requestId: string,
+    reason: "stop" | "length",
+    stopReason: string | null = null,
+  ): boolean {
+    const seq = this.#requests.get(requestId);
+    if (seq === undefined) return false;
+    this.#finish(seq, reason, stopReason);
+    return true;
+  }
+
+  abortRequest(requestId: string): boolean {
+    const seq = this.#requests.get(requestId);
+    if (seq === undefined) return false;
+    this.#finish(seq, "abort", null);
+    return true;
+  }
+
+  getRequest(requestId: string): Sequence | undefined {
+    return this.#requests.get(requestId);
+  }
+
+  hasUnfinishedRequests(): boolean {
+    return this.#requests.size > 0;
+  }
+
+  flush(): void {
+    if (this.queue.length > 0) this.flushed = true;
+  }
+
+  wakeTime(): number | null {
+    return null;
+  }
+
+  stats(): SchedulerStats {
+    let used = 0;
+    let live = 0;
+    for (const s of this.#batch) {
+      if (s.isFinished) continue;
+      live++;
+      used += s.numComputedTokens;
+    }
+    const reservedBlocks = this.#batch.length * this.blocksPerSlot;
+    return {
+      numRunning: live,
+      numWaiting: this.queue.length,
+      numSwapped: 0,
+      kvCacheUsage: reservedBlocks / this.numGpuBlocks,
+      kvTokensAllocated: reservedBlocks * this.blockSize,
+      kvTokensUsed: used,
+      prefixCacheQueries: 0,
+      prefixCacheHits: 0,
+      numPreemptions: 0,
+    };
+  }
+
+  #finish(seq: Sequence, reason: FinishReason, stopReason: number | string | null): void {
+    const at = this.queue.indexOf(seq);
+    if (at >= 0) this.queue.splice(at, 1);
+    seq.status = "finished";
+    seq.finishReason = reason;
+    seq.stopReason = stopReason;
+    this.#requests.delete(seq.requestId);
+    (reason === "abort" ? this.#aborted : this.#finished).push(seq.requestId);
+  }
+}

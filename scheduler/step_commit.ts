@@ -1,0 +1,96 @@
+/**
+ * The two per-step mutations every scheduler shares: committing a request's share of a step
+ * (advance computed tokens, add the sampled-token placeholder, build the plain-data record) and
+ * applying a sampled token read back later (resolve the placeholder, run the stop checks).
+ *
+ * @module
+ */
+
+import { SAMPLED_TOKEN, type ScheduledRequest } from "./scheduler_output.ts";
+import type { Sequence } from "./sequence.ts";
+import { checkStop, type StopDecision } from "./stop_checker.ts";
+
+/**
+ * Commits `n` tokens of `seq` (which must hold blocks for them) to step `step` and returns its
+ * {@linkcode ScheduledRequest}. When the step reaches the sequence's end a placeholder is added
+ * for the token it samples, in sampler row `row` (the caller counts rows).
+ */
+export function commitTokens(
+  seq: Sequence,
+  n: number,
+  blockSize: number,
+  isNew: boolean,
+  step: number,
+  row: number,
+): ScheduledRequest {
+  const start = seq.numComputedTokens;
+  let sampledFrom: ScheduledRequest["sampledFrom"] = null;
+  const tokenIds: number[] = new Array(n);
+  const slotMapping: number[] = new Array(n);
+  for (let k = 0; k < n; k++) {
+    const p = start + k;
+    const t = seq.tokenAt(p);
+    if (t < 0) {
+      if (k !== n - 1 || seq.lastSampledAt === null) {
+        throw new RangeError(
+          `Cannot schedule request "${seq.requestId}": token ${p} is not known and not the latest sampled`,
+        );
+      }
+      sampledFrom = seq.lastSampledAt;
+    }
+    tokenIds[k] = t < 0 ? SAMPLED_TOKEN : t;
+    const block = seq.blockTable[Math.floor(p / blockSize)];
+    if (block === undefined) {
+      throw new RangeError(
+        `Cannot schedule request "${seq.requestId}": position ${p} has no KV block`,
+      );
+    }
+    slotMapping[k] = block * blockSize + (p % blockSize);
+  }
+  seq.numComputedTokens += n;
+  const samplesToken = seq.numComputedTokens === seq.numTokens;
+  if (samplesToken) {
+    seq.addPlaceholder();
+    seq.lastSampledAt = { step, row };
+  }
+  return {
+    requestId: seq.requestId,
+    numTokens: n,
+    tokenIds,
+    positionStart: start,
+    blockTable: seq.blockTable.slice(),
+    slotMapping,
+    samplesToken,
+    isNew,
+    numCachedTokens: isNew ? seq.numCachedTokens : 0,
+    params: seq.params,
+    sampleRow: samplesToken ? row : -1,
+    sampledFrom,
+  };
+}
+
+/**
+ * Appends a sampled token read back from the step `step` to `seq` and returns the stop
+ * decision. Throws TypeError for an invalid token id.
+ */
+export function applySampledToken(
+  seq: Sequence,
+  token: number,
+  eosTokenIds: readonly number[],
+  maxModelLen: number,
+): StopDecision | null {
+  if (!Number.isInteger(token) || token < 0) {
+    throw new TypeError(`Cannot update request "${seq.requestId}": token id ${token} is invalid`);
+  }
+  seq.appendToken(token);
+  return checkStop(seq, eosTokenIds, maxModelLen);
+}
+
+/**
+ * Tokens `seq` could run now, ignoring the budget: what it has not computed, or 0 while its
+ * latest sampled token is its final one (max_tokens or maxModelLen reached).
+ */
+export function tokensToRun(seq: Sequence, maxModelLen: number): number {
+  if (seq.numOutputTokens >= seq.maxTokens || seq.numTokens >= maxModelLen) return 0;
+  return seq.numTokens - seq.numComputedTokens;
+}
