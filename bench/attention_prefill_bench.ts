@@ -1,0 +1,161 @@
+/**
+ * Benchmarks `paged_attention_prefill` at Qwen3-0.6B shapes (16 query heads, 8 kv heads,
+ * head_dim 128, block size 16, KV in the context's weight dtype):
+ *   - one sequence of 512 new tokens, no cached prefix;
+ *   - 4 sequences of 128 new tokens after 256 cached tokens each (chunked prefill).
+ *
+ * Run: `deno bench -A bench/attention_prefill_bench.ts`. The printed lines are GPU times from
+ * timestamp queries (bench/support.ts timeGpu); effective GFLOP/s counts
+ * `4 * Hq * head_dim` FLOPs per causal (query, key) pair (QK^T and PV, 2 FLOPs per MAC), i.e. the
+ * masked half of a square is not counted. The `Deno.bench` entries time one submission with the
+ * host clock, so they include the ~10 ms wait floor.
+ *
+ * Set `PREFILL_SWEEP=1` to also print a sweep of workgroup sizes and key chunks.
+ *
+ * @module
+ */
+
+import { STORAGE_RW } from "../engine/gpu/context.ts";
+import type { GpuContext } from "../engine/gpu/context.ts";
+import { toDType } from "../engine/gpu/dtype.ts";
+import { ParamArena } from "../engine/gpu/params.ts";
+import {
+  PagedAttentionPrefill,
+  type PagedAttentionPrefillConfig,
+} from "../kernels/paged_attention_prefill.ts";
+import { benchContext, describeMachine, timeGpu } from "./support.ts";
+
+const HQ = 16;
+const HKV = 8;
+const HEAD_DIM = 128;
+const BLOCK = 16;
+
+interface Shape {
+  readonly name: string;
+  readonly queryLens: readonly number[];
+  readonly prefixLens: readonly number[];
+}
+
+const SHAPES: readonly Shape[] = [
+  { name: "1 seq x 512 new, no prefix", queryLens: [512], prefixLens: [0] },
+  {
+    name: "4 seqs x 128 new, 256 cached each",
+    queryLens: [128, 128, 128, 128],
+    prefixLens: [256, 256, 256, 256],
+  },
+];
+
+/** Causal (query, key) pairs of a shape: query i of a sequence sees prefix + i + 1 keys. */
+function causalPairs(shape: Shape): number {
+  let pairs = 0;
+  shape.queryLens.forEach((q, s) => {
+    pairs += q * shape.prefixLens[s]! + (q * (q + 1)) / 2;
+  });
+  return pairs;
+}
+
+function buffer(ctx: GpuContext, data: ArrayBufferView, label: string): GPUBuffer {
+  const b = ctx.createBuffer(label, data.byteLength, STORAGE_RW);
+  const bytes = new Uint8Array(Math.ceil(data.byteLength / 4) * 4);
+  bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+  ctx.device.queue.writeBuffer(b, 0, bytes);
+  return b;
+}
+
+/** A bound kernel over random data for `shape`, ready to encode. */
+function setup(
+  ctx: GpuContext,
+  shape: Shape,
+  kernelOptions: Pick<PagedAttentionPrefillConfig, "workgroupSize" | "keyChunk"> = {},
+) {
+  const numSeqs = shape.queryLens.length;
+  const ctxLens = shape.queryLens.map((q, s) => q + shape.prefixLens[s]!);
+  const blocksPer = ctxLens.map((n) => Math.ceil(n / BLOCK));
+  const btStride = Math.max(...blocksPer);
+  const numBlocks = blocksPer.reduce((a, b) => a + b, 0);
+  // Blocks handed out in reverse order: non-contiguous like a real allocator's.
+  const blockTables = new Uint32Array(numSeqs * btStride);
+  let next = numBlocks;
+  blocksPer.forEach((n, s) => {
+    for (let j = 0; j < n; j++) blockTables[s * btStride + j] = --next;
+  });
+  const numTokens = shape.queryLens.reduce((a, b) => a + b, 0);
+  const qStride = (HQ + 2 * HKV) * HEAD_DIM; // q inside the fused [q | k | v] projection
+  const random = (n: number) => Float32Array.from({ length: n }, () => Math.random() * 2 - 1);
+  const cacheElems = numBlocks * HKV * BLOCK * HEAD_DIM;
+  const cuQLens = new Uint32Array(numSeqs + 1);
+  shape.queryLens.forEach((q, s) => (cuQLens[s + 1] = cuQLens[s]! + q));
+  const buffers = {
+    q: { buffer: buffer(ctx, random(numTokens * qStride), "q") },
+    kCache: { buffer: buffer(ctx, toDType(random(cacheElems), ctx.weightDtype), "k") },
+    vCache: { buffer: buffer(ctx, toDType(random(cacheElems), ctx.weightDtype), "v") },
+    blockTables: { buffer: buffer(ctx, blockTables, "block_tables") },
+    cuQLens: { buffer: buffer(ctx, cuQLens, "cu_q_lens") },
+    contextLens: { buffer: buffer(ctx, Uint32Array.from(ctxLens), "context_lens") },
+    out: { buffer: ctx.createBuffer("out", numTokens * HQ * HEAD_DIM * 4, STORAGE_RW) },
+  };
+  const kernel = new PagedAttentionPrefill(ctx, {
+    numQHeads: HQ,
+    numKvHeads: HKV,
+    headDim: HEAD_DIM,
+    ...kernelOptions,
+  });
+  const arena = new ParamArena(ctx, 1);
+  const op = kernel.bind(arena, buffers, { blockSize: BLOCK, btStride, qStride });
+  const tiles = kernel.countTiles(shape.queryLens);
+  return {
+    arena,
+    encode: (pass: GPUComputePassEncoder) => op.encode(pass, numSeqs, numTokens, tiles),
+    destroy: () => {
+      for (const b of Object.values(buffers)) b.buffer.destroy();
+      arena.destroy();
+    },
+  };
+}
+
+const ctx = await benchContext();
+console.log(`paged_attention_prefill, ${describeMachine(ctx)}; KV ${ctx.weightDtype}`);
+console.log(`Hq ${HQ}, Hkv ${HKV}, head_dim ${HEAD_DIM}, block ${BLOCK}; FLOPs = 4*Hq*D*pairs`);
+
+async function report(shape: Shape, options: Parameters<typeof setup>[2] = {}, repeats = 5) {
+  const s = setup(ctx, shape, options);
+  try {
+    const t = await timeGpu(ctx, s.encode, { arena: s.arena, warmup: 1, repeats });
+    const flops = 4 * HQ * HEAD_DIM * causalPairs(shape);
+    const variant = `wg ${options.workgroupSize ?? 64}, kc ${options.keyChunk ?? 16}`;
+    console.log(
+      `  ${shape.name} [${variant}]: ${t.medianMs.toFixed(2)} ms median ` +
+        `(min ${t.minMs.toFixed(2)}), ${(flops / (t.medianMs * 1e6)).toFixed(2)} GFLOP/s ` +
+        `effective, ${causalPairs(shape)} causal pairs (${t.method})`,
+    );
+  } finally {
+    s.destroy();
+  }
+}
+
+for (const shape of SHAPES) await report(shape);
+if (Deno.env.get("PREFILL_SWEEP") === "1") {
+  for (const workgroupSize of [32, 64, 128]) {
+    for (const keyChunk of [8, 16, 32]) {
+      await report(SHAPES[0]!, { workgroupSize, keyChunk }, 3);
+    }
+  }
+}
+
+for (const shape of SHAPES) {
+  const s = setup(ctx, shape);
+  Deno.bench({
+    name: `paged_attention_prefill ${shape.name} (host clock, one submission)`,
+    n: 3,
+    warmup: 1,
+    async fn() {
+      const encoder = ctx.device.createCommandEncoder();
+      const pass = encoder.beginComputePass();
+      s.encode(pass);
+      pass.end();
+      s.arena.flush();
+      ctx.device.queue.submit([encoder.finish()]);
+      await ctx.device.queue.onSubmittedWorkDone();
+    },
+  });
+}

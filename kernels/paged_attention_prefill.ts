@@ -1,0 +1,228 @@
+/**
+ * `paged_attention_prefill`: causal, varlen attention of a batch of new query tokens (packed,
+ * sequence after sequence) over the paged KV cache, for prefill, chunked prefill and
+ * prefix-cache hits. All keys and values, the new tokens' included, come from the cache
+ * (`reshape_and_cache` runs first in the same pass). See `paged_attention_prefill.wgsl` for
+ * bindings, the work split and the grid.
+ *
+ * Restrictions: `headDim` a multiple of 4 and at most 256; `numQHeads` a multiple of
+ * `numKvHeads` with a group of at most the workgroup size; `qStride` a multiple of 4.
+ *
+ * @module
+ */
+
+import source from "./paged_attention_prefill.wgsl" with { type: "text" };
+import type { GpuContext } from "../engine/gpu/context.ts";
+import { type DType, weightPrelude } from "../engine/gpu/dtype.ts";
+import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
+import { dispatch1d } from "./dispatch.ts";
+
+/** Shape of the attention layer a {@linkcode PagedAttentionPrefill} is compiled for. */
+export interface PagedAttentionPrefillConfig {
+  /** Query heads (Hq). */
+  readonly numQHeads: number;
+  /** KV heads (Hkv); `numQHeads` must be a multiple. */
+  readonly numKvHeads: number;
+  /** Elements per head (D): a multiple of 4, at most 256. */
+  readonly headDim: number;
+  /** Element type of the KV cache; default the context's weight dtype. */
+  readonly dtype?: DType;
+  /** Invocations per workgroup, one per (query, head of the group) row; default 64. */
+  readonly workgroupSize?: number;
+  /**
+   * Keys staged in workgroup memory and scored per online-softmax rescale; default 16, or less
+   * when `2 * keyChunk * headDim * 4` bytes exceed the device's workgroup storage.
+   */
+  readonly keyChunk?: number;
+}
+
+/** Buffers of one call site (one layer); fixed for the op's lifetime. */
+export interface PagedAttentionPrefillBuffers {
+  /**
+   * f32 queries, `q(t, h, d)` at `t * qStride + h * headDim + d` for the packed new tokens
+   * `t` of all sequences (in the engine: the q part of the fused `[q | k | v]` projection).
+   */
+  readonly q: GPUBufferBinding;
+  /** KV dtype `[numBlocks, numKvHeads, blockSize, headDim]`: the layer's K cache. */
+  readonly kCache: GPUBufferBinding;
+  /** KV dtype `[numBlocks, numKvHeads, blockSize, headDim]`: the layer's V cache. */
+  readonly vCache: GPUBufferBinding;
+  /** u32 `[numSeqs, btStride]`: physical block of tokens `[j * blockSize, (j + 1) * blockSize)`. */
+  readonly blockTables: GPUBufferBinding;
+  /** u32 `[numSeqs + 1]`: prefix sums of the new tokens per sequence (`cu[0] = 0`). */
+  readonly cuQLens: GPUBufferBinding;
+  /** u32 `[numSeqs]`: tokens of each sequence in the cache, this step's new ones included. */
+  readonly contextLens: GPUBufferBinding;
+  /** f32 `[numTokens, numQHeads, headDim]`, contiguous. */
+  readonly out: GPUBufferBinding;
+}
+
+/** Cache geometry and query layout of one call site. */
+export interface PagedAttentionPrefillLayout {
+  /** Tokens per cache block. */
+  readonly blockSize: number;
+  /** Row stride of `blockTables` (entries per sequence). */
+  readonly btStride: number;
+  /** f32 elements from one query token to the next; default `numQHeads * headDim`. */
+  readonly qStride?: number;
+  /** Softmax scale; default `1 / sqrt(headDim)`. */
+  readonly scale?: number;
+}
+
+/** The compiled prefill attention pipeline; {@linkcode PagedAttentionPrefill.bind} makes call sites. */
+export class PagedAttentionPrefill {
+  /** Query tokens per tile: `floor(workgroupSize / (numQHeads / numKvHeads))`. */
+  readonly tileQueries: number;
+  readonly config: Required<PagedAttentionPrefillConfig>;
+  readonly #ctx: GpuContext;
+  readonly #pipeline: GPUComputePipeline;
+
+  constructor(ctx: GpuContext, config: PagedAttentionPrefillConfig) {
+    const { numQHeads, numKvHeads, headDim } = config;
+    const dtype = config.dtype ?? ctx.weightDtype;
+    const workgroupSize = config.workgroupSize ?? 64;
+    const storage = ctx.limits.maxComputeWorkgroupStorageSize;
+    const keyChunk = config.keyChunk ??
+      Math.max(1, Math.min(16, Math.floor(storage / (8 * headDim))));
+    const positive = (n: number) => Number.isInteger(n) && n > 0;
+    if (!positive(numQHeads) || !positive(numKvHeads) || numQHeads % numKvHeads !== 0) {
+      throw new RangeError(
+        `Cannot create paged_attention_prefill: ${numQHeads} query heads is not a multiple of ` +
+          `${numKvHeads} kv heads`,
+      );
+    }
+    if (!positive(headDim) || headDim % 4 !== 0 || headDim > 256) {
+      throw new RangeError(
+        `Cannot create paged_attention_prefill: head_dim ${headDim} must be a multiple of 4 and at most 256`,
+      );
+    }
+    const group = numQHeads / numKvHeads;
+    const maxWg = ctx.limits.maxComputeInvocationsPerWorkgroup;
+    if (!positive(workgroupSize) || workgroupSize > maxWg || workgroupSize < group) {
+      throw new RangeError(
+        `Cannot create paged_attention_prefill: workgroup size ${workgroupSize} must be in ` +
+          `[${group}, ${maxWg}] (at least the GQA group of ${group})`,
+      );
+    }
+    if (!positive(keyChunk) || 8 * keyChunk * headDim > storage) {
+      throw new RangeError(
+        `Cannot create paged_attention_prefill: key chunk ${keyChunk} x head_dim ${headDim} needs ` +
+          `${8 * keyChunk * headDim} bytes of workgroup storage, the device has ${storage}`,
+      );
+    }
+    if (dtype === "f16" && !ctx.hasF16) {
+      throw new TypeError("Cannot create paged_attention_prefill: f16 KV needs shader-f16");
+    }
+    this.#ctx = ctx;
+    this.config = { numQHeads, numKvHeads, headDim, dtype, workgroupSize, keyChunk };
+    this.tileQueries = Math.floor(workgroupSize / group);
+    const prelude = weightPrelude(dtype) +
+      `const D4: u32 = ${headDim / 4}u;\nconst KC: u32 = ${keyChunk}u;\n`;
+    this.#pipeline = ctx.pipeline(
+      `paged_attention_prefill/${dtype}/d${headDim}/kc${keyChunk}/wg${workgroupSize}`,
+      () => prelude + source,
+      { WG: workgroupSize },
+    );
+  }
+
+  /**
+   * Number of tiles (workgroups per kv head) for these query lengths: the exact count to pass
+   * to {@linkcode PagedAttentionPrefillOp.encode} when the host knows the lengths.
+   */
+  countTiles(queryLens: ArrayLike<number>): number {
+    let tiles = 0;
+    for (let s = 0; s < queryLens.length; s++) {
+      tiles += Math.ceil(queryLens[s]! / this.tileQueries);
+    }
+    return tiles;
+  }
+
+  /** Creates a call site: its bind group and parameter slot are made once, here. */
+  bind(
+    arena: ParamArena,
+    buffers: PagedAttentionPrefillBuffers,
+    layout: PagedAttentionPrefillLayout,
+  ): PagedAttentionPrefillOp {
+    const { numQHeads, numKvHeads, headDim } = this.config;
+    const qStride = layout.qStride ?? numQHeads * headDim;
+    const scale = layout.scale ?? 1 / Math.sqrt(headDim);
+    if (!Number.isInteger(qStride) || qStride < numQHeads * headDim || qStride % 4 !== 0) {
+      throw new RangeError(
+        `Cannot bind paged_attention_prefill: q stride ${qStride} must be a multiple of 4 and at ` +
+          `least ${numQHeads} heads x ${headDim}`,
+      );
+    }
+    if (!Number.isInteger(layout.blockSize) || layout.blockSize <= 0) {
+      throw new RangeError(
+        `Cannot bind paged_attention_prefill: block size ${layout.blockSize} is not a positive integer`,
+      );
+    }
+    if (!Number.isInteger(layout.btStride) || layout.btStride <= 0) {
+      throw new RangeError(
+        `Cannot bind paged_attention_prefill: block table stride ${layout.btStride} is not a positive integer`,
+      );
+    }
+    if (!(scale > 0) || !Number.isFinite(scale)) {
+      throw new RangeError(`Cannot bind paged_attention_prefill: scale ${scale} is not positive`);
+    }
+    const slot = arena.allocate();
+    const bindGroup = this.#ctx.device.createBindGroup({
+      label: "paged_attention_prefill",
+      layout: this.#pipeline.getBindGroupLayout(0),
+      entries: [
+        { binding: 0, resource: buffers.q },
+        { binding: 1, resource: buffers.kCache },
+        { binding: 2, resource: buffers.vCache },
+        { binding: 3, resource: buffers.blockTables },
+        { binding: 4, resource: buffers.cuQLens },
+        { binding: 5, resource: buffers.contextLens },
+        { binding: 6, resource: buffers.out },
+        { binding: 7, resource: slot.binding },
+      ],
+    });
+    slot.setU32(0, 0, numQHeads, numKvHeads, qStride, layout.blockSize, layout.btStride);
+    slot.setU32(6, this.tileQueries, 0);
+    slot.setF32(8, scale * Math.LOG2E);
+    return new PagedAttentionPrefillOp(
+      this.#pipeline,
+      bindGroup,
+      slot,
+      this.tileQueries,
+      numKvHeads,
+    );
+  }
+}
+
+/** One `paged_attention_prefill` call site. */
+export class PagedAttentionPrefillOp {
+  constructor(
+    private readonly pipeline: GPUComputePipeline,
+    private readonly bindGroup: GPUBindGroup,
+    private readonly slot: ParamSlot,
+    private readonly tileQueries: number,
+    private readonly numKvHeads: number,
+  ) {}
+
+  /**
+   * Encodes attention for `numSeqs` sequences holding `numTokens` new query tokens in all.
+   * `tiles` is the exact tile count ({@linkcode PagedAttentionPrefill.countTiles}); without it
+   * the bound `ceil(numTokens / tileQueries) + numSeqs - 1` is dispatched (extra workgroups
+   * exit at once). `cuQLens`, `contextLens` and `blockTables` must already hold this step's
+   * values for the first `numSeqs` sequences.
+   */
+  encode(
+    pass: GPUComputePassEncoder,
+    numSeqs: number,
+    numTokens: number,
+    tiles?: number,
+  ): void {
+    if (numSeqs <= 0 || numTokens <= 0) return;
+    const bound = Math.ceil(numTokens / this.tileQueries) + numSeqs - 1;
+    const numTiles = tiles === undefined ? bound : Math.min(tiles, bound);
+    this.slot.setU32(0, numSeqs);
+    this.slot.setU32(7, numTiles);
+    pass.setPipeline(this.pipeline);
+    pass.setBindGroup(0, this.bindGroup);
+    dispatch1d(pass, numTiles * this.numKvHeads);
+  }
+}

@@ -1,0 +1,184 @@
+// paged_attention_prefill: causal varlen attention of a batch of new query tokens over a paged
+// KV cache (chunked prefill and prefix-cache hits included), flash-attention style.
+//   For sequence s with q_len(s) = cu_q_lens[s + 1] - cu_q_lens[s] new tokens, query i (packed
+//   token t = cu_q_lens[s] + i) sits at position pos = context_lens[s] - q_len(s) + i and
+//   out(t, h, :) = softmax_j(scale * q(t, h) . K(s, j, kvh)) V(s, j, kvh) over j = 0..pos,
+//   with kvh = h / G (G = num_q_heads / num_kv_heads, GQA) and K/V read through the block
+//   table. The softmax is online (running max, running sum) in f32, exp2 based.
+//
+// Bindings (group 0):
+//   0 q            : storage read  array<vec4<f32>>  q(t, h, d) at t * q_stride + h * D + d
+//                                                    (q_stride >= num_q_heads * D, both % 4 == 0)
+//   1 k_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
+//   2 v_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
+//   3 block_tables : storage read  array<u32>   [num_seqs, bt_stride] physical block ids
+//   4 cu_q_lens    : storage read  array<u32>   [num_seqs + 1] prefix sums of q_len
+//   5 context_lens : storage read  array<u32>   [num_seqs] cached tokens incl. this step's
+//   6 out          : storage rw    array<vec4<f32>>  [num_tokens, num_q_heads, D]
+//   7 p            : uniform       Params
+// Workgroup memory: ks, vs  array<vec4<f32>, KC * D4>  the step's K and V rows as f32.
+// WT / WT4 come from the weight prelude (f16 or f32). The prelude also defines
+//   const D4: u32   head_dim / 4 (head_dim a multiple of 4, at most 256)
+//   const KC: u32   keys per step: staged in workgroup memory, scored, then one online-softmax
+//                   rescale of the running max / sum / accumulator (2 * KC * D * 4 bytes of
+//                   workgroup memory)
+// and the workgroup size is the override constant WG.
+//
+// Work split: a workgroup owns one (q tile, kv head): a tile is up to `tile_q` consecutive query
+// tokens of ONE sequence, and the workgroup's WG invocations are the rows (query i, head g of
+// the kv head's group) of the tile, row r = i * G + g (tile_q = floor(WG / G); rows past the
+// tile idle and compute a copy of the last row, unwritten). Every row keeps its scaled q vector
+// and its f32 accumulator in private memory. The key loop runs to the tile's last position in
+// steps of KC keys: the workgroup copies the step's K and V rows (through the block table) into
+// var<workgroup> as f32, converting each f16 value once per workgroup rather than once per row
+// (2 barriers per step), then each row scores the KC keys, masking keys past its own position.
+// Measured on lavapipe (f16 KV): reading K/V straight from the cache in every row without
+// workgroup memory or barriers was 1.7x slower; packing several rows per invocation was slower.
+// Tiles are numbered sequence by sequence (ceil(q_len / tile_q) each); a workgroup finds its
+// sequence by walking cu_q_lens, so no host-built tile table is needed.
+//
+// Dispatch: num_kv_heads * tiles workgroups, tiles >= sum_s ceil(q_len(s) / tile_q) (extra
+// workgroups exit), as a 1-D grid folded into (x, y) (kernels/dispatch.ts dispatch1d); linear
+// workgroup index w = wid.x + wid.y * nwg.x, kv head = w % num_kv_heads, tile = w / num_kv_heads.
+
+struct Params {
+  num_seqs: u32,
+  num_q_heads: u32,
+  num_kv_heads: u32,
+  // Elements of q from one token to the next.
+  q_stride: u32,
+  block_size: u32,
+  // Row stride of block_tables.
+  bt_stride: u32,
+  // Query tokens per tile (floor(WG / G)).
+  tile_q: u32,
+  // Tiles dispatched (per kv head).
+  num_tiles: u32,
+  // Softmax scale times log2(e) (the kernel uses exp2).
+  scale_log2e: f32,
+}
+
+override WG: u32 = 64u;
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
+@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
+@group(0) @binding(3) var<storage, read> block_tables: array<u32>;
+@group(0) @binding(4) var<storage, read> cu_q_lens: array<u32>;
+@group(0) @binding(5) var<storage, read> context_lens: array<u32>;
+@group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(7) var<uniform> p: Params;
+
+var<workgroup> ks: array<vec4<f32>, KC * D4>;
+var<workgroup> vs: array<vec4<f32>, KC * D4>;
+
+// A score no real score reaches; masked keys get it and then weight 0.
+const NEG_BIG: f32 = -3.0e38;
+
+@compute @workgroup_size(WG)
+fn main(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let w = wid.x + wid.y * nwg.x;
+  let kvh = w % p.num_kv_heads;
+  var tile = w / p.num_kv_heads;
+  if (tile >= p.num_tiles) {
+    return;
+  }
+
+  // Find the tile's sequence: tiles are numbered sequence by sequence.
+  var seq = 0u;
+  var q0 = 0u;
+  var q_len = 0u;
+  loop {
+    if (seq >= p.num_seqs) {
+      return;
+    }
+    q0 = cu_q_lens[seq];
+    q_len = cu_q_lens[seq + 1u] - q0;
+    let n = (q_len + p.tile_q - 1u) / p.tile_q;
+    if (tile < n) {
+      break;
+    }
+    tile -= n;
+    seq += 1u;
+  }
+  let first = tile * p.tile_q;
+  let rows = min(p.tile_q, q_len - first);
+  let ctx_len = context_lens[seq];
+  let start_pos = ctx_len - q_len;
+  // Keys 0..kv_end-1 cover every row of the tile (uniform across the workgroup).
+  let kv_end = start_pos + first + rows;
+
+  let group = p.num_q_heads / p.num_kv_heads;
+  let live = lid < rows * group;
+  // Idle rows compute a copy of the tile's last row and do not write.
+  let r = select(rows * group - 1u, lid, live);
+  let i = first + r / group;
+  let h = kvh * group + r % group;
+  let t = q0 + i;
+  let pos = start_pos + i;
+
+  var qv: array<vec4<f32>, D4>;
+  let q_base = t * (p.q_stride / 4u) + h * D4;
+  for (var d = 0u; d < D4; d++) {
+    qv[d] = q[q_base + d] * p.scale_log2e;
+  }
+  var acc: array<vec4<f32>, D4>;
+  for (var d = 0u; d < D4; d++) {
+    acc[d] = vec4<f32>(0.0);
+  }
+  var m = NEG_BIG;
+  var l = 0.0;
+  var s: array<f32, KC>;
+  let bt_row = seq * p.bt_stride;
+
+  for (var k0 = 0u; k0 < kv_end; k0 += KC) {
+    let kn = min(KC, kv_end - k0);
+    // Stage the chunk's K and V rows in workgroup memory as f32 (converted once per workgroup).
+    workgroupBarrier();
+    for (var e = lid; e < kn * D4; e += WG) {
+      let key = k0 + e / D4;
+      let block = block_tables[bt_row + key / p.block_size];
+      let g = ((block * p.num_kv_heads + kvh) * p.block_size + key % p.block_size) * D4 + e % D4;
+      ks[e] = vec4<f32>(k_cache[g]);
+      vs[e] = vec4<f32>(v_cache[g]);
+    }
+    workgroupBarrier();
+    var cmax = NEG_BIG;
+    for (var j = 0u; j < kn; j++) {
+      var dot = vec4<f32>(0.0);
+      for (var d = 0u; d < D4; d++) {
+        dot += qv[d] * ks[j * D4 + d];
+      }
+      let sc = select(NEG_BIG, dot.x + dot.y + dot.z + dot.w, k0 + j <= pos);
+      s[j] = sc;
+      cmax = max(cmax, sc);
+    }
+    // Key 0 is in the first step and never masked, so m is a real score from then on.
+    let m_new = max(m, cmax);
+    let corr = exp2(m - m_new);
+    m = m_new;
+    l *= corr;
+    for (var d = 0u; d < D4; d++) {
+      acc[d] *= corr;
+    }
+    for (var j = 0u; j < kn; j++) {
+      let pj = select(0.0, exp2(s[j] - m_new), k0 + j <= pos);
+      l += pj;
+      for (var d = 0u; d < D4; d++) {
+        acc[d] += pj * vs[j * D4 + d];
+      }
+    }
+  }
+
+  if (live) {
+    let inv = 1.0 / l;
+    let o_base = (t * p.num_q_heads + h) * D4;
+    for (var d = 0u; d < D4; d++) {
+      out[o_base + d] = acc[d] * inv;
+    }
+  }
+}
