@@ -1,0 +1,89 @@
+/**
+ * The plain-data input of one forward step, as the engine builds it from the scheduler's output:
+ * which sequences run, how many new tokens each, where those tokens go in the paged KV cache,
+ * and which sequences sample a token. The model runner turns it into GPU buffers; it decides
+ * nothing.
+ *
+ * Token order: the new tokens of `seqs[0]`, then those of `seqs[1]`, and so on.
+ *
+ * @module
+ */
+
+import type { SampleParams } from "../kernels/sample.ts";
+import { FROM_SAMPLED } from "../kernels/token_feed.ts";
+
+/** One sequence's share of a step. */
+export interface SequenceChunk {
+  /** New tokens computed this step (>= 1). */
+  readonly queryLen: number;
+  /** Tokens in the KV cache after this step, this step's included (>= queryLen). */
+  readonly contextLen: number;
+  /** Physical KV blocks holding tokens `[j * blockSize, (j + 1) * blockSize)`, j = 0, 1, ... */
+  readonly blockTable: readonly number[];
+  /**
+   * Sampling parameters when this step samples the sequence's next token (its last new token
+   * is the last prompt token or a decode token), else `null` (a prefill chunk mid-prompt).
+   */
+  readonly sample: SampleParams | null;
+}
+
+/** The whole step. */
+export interface ForwardBatch {
+  /**
+   * u32 `[numTokens]`: input token ids; an id with bit 31 set ({@linkcode FROM_SAMPLED} | j)
+   * means "the token sampled in row j of the previous step", resolved on the GPU.
+   */
+  readonly inputIds: Uint32Array;
+  /** u32 `[numTokens]`: position of each token in its sequence. */
+  readonly positions: Uint32Array;
+  /** u32 `[numTokens]`: KV cache slot (block * blockSize + offset) of each token. */
+  readonly slotMapping: Uint32Array;
+  /** The sequences, in token order. */
+  readonly seqs: readonly SequenceChunk[];
+}
+
+/**
+ * Checks a batch against the runner's capacity and the cache geometry.
+ *
+ * @throws {RangeError} naming the first inconsistency.
+ */
+export function validateBatch(
+  batch: ForwardBatch,
+  limits: { maxTokens: number; maxSeqs: number; maxBlocksPerSeq: number; blockSize: number },
+): void {
+  const n = batch.inputIds.length;
+  if (n === 0) throw new RangeError("Cannot run an empty batch");
+  if (n > limits.maxTokens) {
+    throw new RangeError(
+      `Cannot run ${n} tokens in one step: the runner holds ${limits.maxTokens}`,
+    );
+  }
+  if (batch.positions.length !== n || batch.slotMapping.length !== n) {
+    throw new RangeError(
+      `Batch arrays disagree: ${n} ids, ${batch.positions.length} positions, ${batch.slotMapping.length} slots`,
+    );
+  }
+  if (batch.seqs.length > limits.maxSeqs) {
+    throw new RangeError(
+      `Cannot run ${batch.seqs.length} sequences in one step: the runner holds ${limits.maxSeqs}`,
+    );
+  }
+  let tokens = 0;
+  batch.seqs.forEach((s, i) => {
+    if (s.queryLen < 1 || s.contextLen < s.queryLen) {
+      throw new RangeError(`Sequence ${i}: queryLen ${s.queryLen}, contextLen ${s.contextLen}`);
+    }
+    const needed = Math.ceil(s.contextLen / limits.blockSize);
+    if (s.blockTable.length < needed || s.blockTable.length > limits.maxBlocksPerSeq) {
+      throw new RangeError(
+        `Sequence ${i}: ${s.blockTable.length} blocks for ${s.contextLen} tokens (need ${needed}, at most ${limits.maxBlocksPerSeq})`,
+      );
+    }
+    tokens += s.queryLen;
+  });
+  if (tokens !== n) {
+    throw new RangeError(`Sequences hold ${tokens} new tokens, the batch has ${n}`);
+  }
+}
+
+export { FROM_SAMPLED };

@@ -1,0 +1,331 @@
+/**
+ * The model runner: owns a loaded model's weights, KV cache and step buffers, and executes
+ * {@linkcode ForwardBatch}es. One step is one command encoder with one compute pass:
+ * resolve input ids (host ids or the previous step's samples, on the GPU), the model's forward
+ * pass, the LM head over the sampled rows only, GPU sampling; then one copy of the sampled ids
+ * and logprobs into a staging buffer of a readback ring. `execute` returns without waiting for
+ * the GPU: the caller awaits the readback when it needs the tokens, so several steps can be in
+ * flight. The runner decides nothing: the batch says what to compute.
+ *
+ * @module
+ */
+
+import { type GpuContext, STORAGE_RW } from "./gpu/context.ts";
+import { ParamArena } from "./gpu/params.ts";
+import { ReadbackRing } from "./gpu/readback.ts";
+import { type ForwardBatch, validateBatch } from "./forward_batch.ts";
+import { KvCache } from "./kv_cache.ts";
+import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
+import { type ModelConfig, ropeInvFreq } from "./model/config.ts";
+import { WeightLoader } from "./model/weight_loader.ts";
+import { StepBuffers } from "./step_buffers.ts";
+import { AttentionKernels, type StepShape } from "./models/attention_block.ts";
+import { DecoderModel } from "./models/decoder.ts";
+import { Gpt2Model } from "./models/gpt2.ts";
+import { KernelSet } from "./models/kernel_set.ts";
+import type { Model } from "./models/model.ts";
+import { packSampleParams, SAMPLE_PARAMS_BYTES } from "../kernels/sample.ts";
+import type { MatmulOp } from "../kernels/matmul.ts";
+import type { SampleOp } from "../kernels/sample.ts";
+import type { TokenFeedOp } from "../kernels/token_feed.ts";
+
+/** Sizes fixed at load time. */
+export interface ModelRunnerOptions {
+  /** Most new tokens in one step (max_num_batched_tokens). */
+  readonly maxTokens: number;
+  /** Most sequences in one step (max_num_seqs). */
+  readonly maxSeqs: number;
+  /** Longest sequence, prompt and output (max_model_len). */
+  readonly maxModelLen: number;
+  /** Tokens per KV block. */
+  readonly blockSize: number;
+  /** KV blocks in the pool. */
+  readonly numKvBlocks: number;
+  /** Draw a load progress bar (default: when stderr is a terminal). */
+  readonly showProgress?: boolean;
+}
+
+/** The sampled rows of one step, once read back. */
+export interface SampledRows {
+  /** u32 `[rows]`: token id per sampling sequence, in batch order. */
+  readonly tokens: Uint32Array;
+  /** f32 `[rows]`: log-probability of each token under the raw logits. */
+  readonly logprobs: Float32Array;
+}
+
+/** A submitted step. */
+export interface StepHandle {
+  /** Sequences that sampled (rows of the result, in batch order). */
+  readonly rows: number;
+  /** Resolves when the GPU has finished the step (rows may be 0). */
+  readonly result: Promise<SampledRows>;
+}
+
+/** Owns a loaded model on one GPU context. */
+export class ModelRunner {
+  readonly ctx: GpuContext;
+  readonly config: ModelConfig;
+  readonly options: ModelRunnerOptions;
+  readonly kv: KvCache;
+  readonly #model: Model;
+  readonly #bufs: StepBuffers;
+  readonly #arena: ParamArena;
+  readonly #feed: TokenFeedOp;
+  readonly #lmHead: MatmulOp;
+  readonly #sample: SampleOp;
+  readonly #ring: ReadbackRing;
+  readonly #own: { destroy(): void }[];
+  readonly #host: {
+    cuQLens: Uint32Array<ArrayBuffer>;
+    contextLens: Uint32Array<ArrayBuffer>;
+    blockTables: Uint32Array<ArrayBuffer>;
+    sampleIndices: Uint32Array<ArrayBuffer>;
+    sampleParams: ArrayBuffer;
+    ids: Uint32Array<ArrayBuffer>;
+    positions: Uint32Array<ArrayBuffer>;
+    slots: Uint32Array<ArrayBuffer>;
+  };
+
+  private constructor(
+    ctx: GpuContext,
+    config: ModelConfig,
+    options: ModelRunnerOptions,
+    parts: {
+      kv: KvCache;
+      model: Model;
+      bufs: StepBuffers;
+      arena: ParamArena;
+      attention: AttentionKernels;
+      kernels: KernelSet;
+      own: { destroy(): void }[];
+    },
+  ) {
+    this.ctx = ctx;
+    this.config = config;
+    this.options = options;
+    this.kv = parts.kv;
+    this.#model = parts.model;
+    this.#bufs = parts.bufs;
+    this.#arena = parts.arena;
+    this.#own = parts.own;
+    const b = (buffer: GPUBuffer) => ({ buffer });
+    const bufs = parts.bufs;
+    this.#feed = parts.kernels.tokenFeed.bind(parts.arena, {
+      hostIds: b(bufs.hostIds),
+      sampled: bufs.sampledTokens,
+      ids: b(bufs.ids),
+    });
+    this.#lmHead = parts.kernels.matmul(false).bind(parts.arena, {
+      x: b(bufs.lastNormed),
+      weight: parts.model.lmHead,
+      y: b(bufs.logits),
+    });
+    this.#sample = parts.kernels.sample.bind(parts.arena, {
+      logits: b(bufs.logits),
+      params: b(bufs.sampleParams),
+      tokens: bufs.sampledTokens,
+      logprobs: bufs.sampledLogprobs,
+    });
+    this.#ring = new ReadbackRing(ctx, bufs.readbackBytes(), 8);
+    const { maxTokens: T, maxSeqs: S } = options;
+    const B = bufs.capacity.maxBlocksPerSeq;
+    this.#host = {
+      cuQLens: new Uint32Array(S + 1),
+      contextLens: new Uint32Array(S),
+      blockTables: new Uint32Array(S * B),
+      sampleIndices: new Uint32Array(S),
+      sampleParams: new ArrayBuffer(S * SAMPLE_PARAMS_BYTES),
+      ids: new Uint32Array(T),
+      positions: new Uint32Array(T),
+      slots: new Uint32Array(T),
+    };
+  }
+
+  /**
+   * Loads the checkpoint in `dir` onto `ctx` (weights in `ctx.weightDtype`) and allocates the
+   * KV cache and step buffers.
+   */
+  static async load(
+    ctx: GpuContext,
+    dir: string,
+    options: ModelRunnerOptions,
+  ): Promise<ModelRunner> {
+    const ck: Checkpoint = await openCheckpoint(dir);
+    try {
+      return await ModelRunner.fromCheckpoint(ctx, ck, options);
+    } finally {
+      ck.close();
+    }
+  }
+
+  /** Like {@linkcode ModelRunner.load} from an open checkpoint. */
+  static async fromCheckpoint(
+    ctx: GpuContext,
+    ck: Checkpoint,
+    options: ModelRunnerOptions,
+  ): Promise<ModelRunner> {
+    const c = ck.config;
+    for (const [name, v] of Object.entries(options)) {
+      if (typeof v === "number" && (!Number.isInteger(v) || v < 1)) {
+        throw new RangeError(`Model runner option ${name} must be a positive integer: got ${v}`);
+      }
+    }
+    const dtype = ctx.weightDtype;
+    const D = c.headDim;
+    const isGpt2 = c.arch === "GPT2LMHeadModel";
+    const own: { destroy(): void }[] = [];
+    const kv = new KvCache(ctx, {
+      numLayers: c.numLayers,
+      numKvHeads: c.numKvHeads,
+      headDim: D,
+      blockSize: options.blockSize,
+      dtype,
+    }, options.numKvBlocks);
+    own.push(kv);
+    const qkvWidth = (c.numHeads + 2 * c.numKvHeads) * D;
+    const bufs = new StepBuffers(ctx, {
+      maxTokens: options.maxTokens,
+      maxSeqs: options.maxSeqs,
+      maxBlocksPerSeq: Math.ceil(options.maxModelLen / options.blockSize),
+    }, {
+      hidden: c.hiddenSize,
+      qkv: qkvWidth,
+      attn: c.numHeads * D,
+      mlp: isGpt2 ? c.intermediateSize : 2 * c.intermediateSize,
+      vocab: c.vocabSize,
+    });
+    own.push(bufs);
+    const arena = new ParamArena(ctx, 64 + 40 * c.numLayers);
+    own.push(arena);
+    const kernels = new KernelSet(ctx, dtype);
+    const attention = new AttentionKernels(
+      ctx,
+      {
+        numHeads: c.numHeads,
+        numKvHeads: c.numKvHeads,
+        headDim: D,
+        qkvWidth,
+        kOffset: c.numHeads * D,
+        vOffset: (c.numHeads + c.numKvHeads) * D,
+        maxModelLen: options.maxModelLen,
+      },
+      kv,
+      options.maxSeqs,
+    );
+    own.push(attention);
+    const loader = new WeightLoader(ctx, ck, dtype, options.showProgress);
+    let model: Model;
+    try {
+      if (isGpt2) {
+        model = await Gpt2Model.load(c, loader, kernels, attention, arena, bufs, kv);
+      } else {
+        const inv = Float32Array.from(ropeInvFreq(c));
+        const invFreq = ctx.createBuffer("rope.invFreq", inv.byteLength, STORAGE_RW);
+        ctx.device.queue.writeBuffer(invFreq, 0, inv);
+        own.push(invFreq);
+        model = await DecoderModel.load(c, loader, kernels, attention, arena, bufs, kv, invFreq);
+      }
+    } catch (error) {
+      loader.destroy();
+      for (const o of own) o.destroy();
+      throw error;
+    }
+    loader.progress.finish();
+    own.push(model);
+    ctx.check();
+    return new ModelRunner(ctx, c, options, { kv, model, bufs, arena, attention, kernels, own });
+  }
+
+  /**
+   * Encodes and submits one step; does not wait for the GPU.
+   *
+   * @throws {RangeError} when the batch does not fit the runner (see {@linkcode validateBatch}).
+   */
+  execute(batch: ForwardBatch): StepHandle {
+    this.ctx.check();
+    const B = this.#bufs.capacity.maxBlocksPerSeq;
+    validateBatch(batch, {
+      maxTokens: this.options.maxTokens,
+      maxSeqs: this.options.maxSeqs,
+      maxBlocksPerSeq: B,
+      blockSize: this.options.blockSize,
+    });
+    const h = this.#host;
+    const T = batch.inputIds.length;
+    const S = batch.seqs.length;
+    let tokens = 0;
+    let rows = 0;
+    let maxContextLen = 0;
+    let allDecode = true;
+    const samples = [];
+    h.cuQLens[0] = 0;
+    for (let s = 0; s < S; s++) {
+      const seq = batch.seqs[s]!;
+      tokens += seq.queryLen;
+      h.cuQLens[s + 1] = tokens;
+      h.contextLens[s] = seq.contextLen;
+      h.blockTables.set(seq.blockTable, s * B);
+      maxContextLen = Math.max(maxContextLen, seq.contextLen);
+      if (seq.queryLen !== 1) allDecode = false;
+      if (seq.sample !== null) {
+        h.sampleIndices[rows++] = tokens - 1;
+        samples.push(seq.sample);
+      }
+    }
+    h.ids.set(batch.inputIds);
+    h.positions.set(batch.positions);
+    h.slots.set(batch.slotMapping);
+    packSampleParams(samples, h.sampleParams);
+    const q = this.ctx.device.queue;
+    const bufs = this.#bufs;
+    q.writeBuffer(bufs.hostIds, 0, h.ids, 0, T);
+    q.writeBuffer(bufs.positions, 0, h.positions, 0, T);
+    q.writeBuffer(bufs.slotMapping, 0, h.slots, 0, T);
+    q.writeBuffer(bufs.blockTables, 0, h.blockTables, 0, S * B);
+    q.writeBuffer(bufs.contextLens, 0, h.contextLens, 0, S);
+    q.writeBuffer(bufs.cuQLens, 0, h.cuQLens, 0, S + 1);
+    if (rows > 0) {
+      q.writeBuffer(bufs.sampleIndices, 0, h.sampleIndices, 0, rows);
+      q.writeBuffer(bufs.sampleParams, 0, h.sampleParams, 0, rows * SAMPLE_PARAMS_BYTES);
+    }
+
+    const step: StepShape = {
+      numTokens: T,
+      numSeqs: S,
+      allDecode,
+      maxContextLen,
+      numSampled: rows,
+    };
+    const encoder = this.ctx.device.createCommandEncoder({ label: "step" });
+    const pass = encoder.beginComputePass();
+    this.#feed.encode(pass, T);
+    this.#model.encode(pass, step);
+    if (rows > 0) {
+      this.#lmHead.encode(pass, rows);
+      this.#sample.encode(pass, rows, this.config.vocabSize);
+    }
+    pass.end();
+    const readback = rows > 0
+      ? this.#ring.encode(encoder, bufs.sampled, 0, bufs.readbackBytes())
+      : undefined;
+    this.#arena.flush();
+    q.submit([encoder.finish()]);
+    const offset = bufs.logprobsOffset;
+    const result = readback === undefined
+      ? q.onSubmittedWorkDone().then(() => ({
+        tokens: new Uint32Array(0),
+        logprobs: new Float32Array(0),
+      }))
+      : readback.start().data.then((bytes) => ({
+        tokens: new Uint32Array(bytes, 0, rows),
+        logprobs: new Float32Array(bytes, offset, rows),
+      }));
+    return { rows, result };
+  }
+
+  /** Releases every GPU buffer of the model. */
+  destroy(): void {
+    this.#ring.destroy();
+    for (const o of this.#own.reverse()) o.destroy();
+  }
+}

@@ -1,0 +1,140 @@
+/**
+ * One layer's attention over the paged KV cache: write this step's K and V into the cache
+ * (`reshape_and_cache`), then attend. Steps where every sequence decodes one token use the
+ * decode kernel (one query per sequence, split-K for long contexts); steps with any multi-token
+ * chunk use the varlen prefill kernel for all sequences (it handles single-token sequences too).
+ *
+ * @module
+ */
+
+import type { ParamArena } from "../gpu/params.ts";
+import type { KvCache } from "../kv_cache.ts";
+import type { StepBuffers } from "../step_buffers.ts";
+import {
+  PagedAttentionDecode,
+  type PagedAttentionDecodeOp,
+} from "../../kernels/paged_attention_decode.ts";
+import {
+  PagedAttentionPrefill,
+  type PagedAttentionPrefillOp,
+} from "../../kernels/paged_attention_prefill.ts";
+import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
+import type { GpuContext } from "../gpu/context.ts";
+
+/** Shape of the attention of a model (the same for every layer). */
+export interface AttentionGeometry {
+  readonly numHeads: number;
+  readonly numKvHeads: number;
+  readonly headDim: number;
+  /** f32 elements per token in the fused `[q | k | v]` buffer. */
+  readonly qkvWidth: number;
+  /** Offsets of k and v in a fused row (q starts at 0). */
+  readonly kOffset: number;
+  readonly vOffset: number;
+  readonly maxModelLen: number;
+}
+
+/** What one step looks like, as the attention needs it. */
+export interface StepShape {
+  readonly numTokens: number;
+  readonly numSeqs: number;
+  /** Every sequence computes exactly one new token. */
+  readonly allDecode: boolean;
+  /** Longest context (tokens in cache after the step). */
+  readonly maxContextLen: number;
+  /** Sequences that sample a token this step. */
+  readonly numSampled: number;
+}
+
+/** The attention kernels compiled for one model; {@linkcode AttentionKernels.bind} per layer. */
+export class AttentionKernels {
+  readonly geometry: AttentionGeometry;
+  readonly #reshape: ReshapeAndCache;
+  readonly #decode: PagedAttentionDecode;
+  readonly #prefill: PagedAttentionPrefill;
+  readonly #scratch: ReturnType<PagedAttentionDecode["createScratch"]>;
+
+  constructor(ctx: GpuContext, geometry: AttentionGeometry, kv: KvCache, maxSeqs: number) {
+    this.geometry = geometry;
+    const { numHeads, numKvHeads, headDim } = geometry;
+    const dtype = kv.shape.dtype;
+    this.#reshape = new ReshapeAndCache(ctx, dtype);
+    this.#decode = new PagedAttentionDecode(ctx, {
+      numQHeads: numHeads,
+      numKvHeads,
+      headDim,
+      blockSize: kv.shape.blockSize,
+      dtype,
+    });
+    this.#prefill = new PagedAttentionPrefill(ctx, {
+      numQHeads: numHeads,
+      numKvHeads,
+      headDim,
+      dtype,
+    });
+    this.#scratch = this.#decode.createScratch(maxSeqs, geometry.maxModelLen);
+  }
+
+  /** Binds layer `layer`'s call sites. */
+  bind(arena: ParamArena, bufs: StepBuffers, kv: KvCache, layer: number): AttentionBlock {
+    const g = this.geometry;
+    const kCache = { buffer: kv.k[layer]! };
+    const vCache = { buffer: kv.v[layer]! };
+    const q = { buffer: bufs.qkv };
+    const btStride = bufs.capacity.maxBlocksPerSeq;
+    const reshape = this.#reshape.bind(
+      arena,
+      { src: q, slotMapping: { buffer: bufs.slotMapping }, kCache, vCache },
+      {
+        numKvHeads: g.numKvHeads,
+        headDim: g.headDim,
+        blockSize: kv.shape.blockSize,
+        srcStride: g.qkvWidth,
+        kOffset: g.kOffset,
+        vOffset: g.vOffset,
+      },
+    );
+    const common = {
+      q,
+      kCache,
+      vCache,
+      blockTables: { buffer: bufs.blockTables },
+      contextLens: { buffer: bufs.contextLens },
+      out: { buffer: bufs.attnOut },
+    };
+    const decode = this.#decode.bind(arena, { ...common, scratch: this.#scratch }, {
+      qStride: g.qkvWidth,
+      btStride,
+    });
+    const prefill = this.#prefill.bind(arena, { ...common, cuQLens: { buffer: bufs.cuQLens } }, {
+      blockSize: kv.shape.blockSize,
+      btStride,
+      qStride: g.qkvWidth,
+    });
+    return new AttentionBlock(reshape, decode, prefill);
+  }
+
+  /** Releases the split-K scratch. */
+  destroy(): void {
+    this.#scratch.destroy();
+  }
+}
+
+/** One layer's attention call sites. */
+export class AttentionBlock {
+  constructor(
+    private readonly reshape: ReshapeAndCacheOp,
+    private readonly decode: PagedAttentionDecodeOp,
+    private readonly prefill: PagedAttentionPrefillOp,
+  ) {}
+
+  /** Encodes cache writes and attention for this step; output in `attnOut`. */
+  encode(pass: GPUComputePassEncoder, step: StepShape): void {
+    this.reshape.encode(pass, step.numTokens);
+    if (step.allDecode) {
+      this.decode.encode(pass, step.numSeqs, step.maxContextLen);
+    } else {
+      this.prefill.encode(pass, step.numSeqs, step.numTokens);
+    }
+  }
+}

@@ -1,0 +1,248 @@
+/**
+ * The Llama-family decoder: `LlamaForCausalLM`, `Qwen2ForCausalLM` (bias on q, k, v) and
+ * `Qwen3ForCausalLM` (per-head RMSNorm on q and k before RoPE; `head_dim` independent of
+ * `hidden_size / heads`). Pre-norm residual blocks:
+ *
+ *   h = embed(ids)
+ *   per layer:  x = rms(h);  q,k,v = x Wqkv (+b);  [q,k = rms_head(q,k)];  rope(q,k)
+ *               cache(k,v);  h += attn(q, cache) Wo
+ *               x = rms(h);  h += (silu(x Wg) * (x Wu)) Wd
+ *   logits = rms(h) Wlm       (Wlm = embed when tied)
+ *
+ * The residual add is fused into the next RMSNorm (`h += delta; x = rms(h)`), and q/k/v and
+ * gate/up are fused projections.
+ *
+ * @module
+ */
+
+import type { ParamArena } from "../gpu/params.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
+import type { KvCache } from "../kv_cache.ts";
+import type { ModelConfig } from "../model/config.ts";
+import type { WeightLoader } from "../model/weight_loader.ts";
+import type { StepBuffers } from "../step_buffers.ts";
+import type { AttentionBlock, AttentionKernels, StepShape } from "./attention_block.ts";
+import type { KernelSet } from "./kernel_set.ts";
+import type { Model } from "./model.ts";
+
+interface LayerWeights {
+  inputNorm: GpuMatrix;
+  qkv: GpuMatrix;
+  qkvBias: GPUBuffer | null;
+  qNorm: GpuMatrix | null;
+  kNorm: GpuMatrix | null;
+  o: GpuMatrix;
+  postNorm: GpuMatrix;
+  gateUp: GpuMatrix;
+  down: GpuMatrix;
+}
+
+interface Weights {
+  embed: GpuMatrix;
+  layers: LayerWeights[];
+  finalNorm: GpuMatrix;
+  lmHead: GpuMatrix;
+}
+
+/** Loads the weights of a Llama / Qwen2 / Qwen3 checkpoint. */
+async function loadWeights(c: ModelConfig, w: WeightLoader): Promise<Weights> {
+  const H = c.hiddenSize;
+  const D = c.headDim;
+  const q = c.numHeads * D;
+  const kv = c.numKvHeads * D;
+  const I = c.intermediateSize;
+  const embed = await w.matrix("embed_tokens", [{
+    name: "model.embed_tokens.weight",
+    rows: c.vocabSize,
+  }], H);
+  const layers: LayerWeights[] = [];
+  for (let l = 0; l < c.numLayers; l++) {
+    const p = `model.layers.${l}.`;
+    const proj = (n: string) => `${p}self_attn.${n}_proj`;
+    layers.push({
+      inputNorm: await w.vector(`${p}input_layernorm.weight`, H),
+      qkv: await w.matrix(`layer${l}.qkv`, [
+        { name: `${proj("q")}.weight`, rows: q },
+        { name: `${proj("k")}.weight`, rows: kv },
+        { name: `${proj("v")}.weight`, rows: kv },
+      ], H),
+      qkvBias: c.qkvBias
+        ? await w.bias(`layer${l}.qkv_bias`, [
+          { name: `${proj("q")}.bias`, size: q },
+          { name: `${proj("k")}.bias`, size: kv },
+          { name: `${proj("v")}.bias`, size: kv },
+        ])
+        : null,
+      qNorm: c.qkNorm ? await w.vector(`${p}self_attn.q_norm.weight`, D) : null,
+      kNorm: c.qkNorm ? await w.vector(`${p}self_attn.k_norm.weight`, D) : null,
+      o: await w.matrix(`layer${l}.o`, [{ name: `${proj("o")}.weight`, rows: H }], q),
+      postNorm: await w.vector(`${p}post_attention_layernorm.weight`, H),
+      gateUp: await w.matrix(`layer${l}.gate_up`, [
+        { name: `${p}mlp.gate_proj.weight`, rows: I },
+        { name: `${p}mlp.up_proj.weight`, rows: I },
+      ], H),
+      down: await w.matrix(`layer${l}.down`, [{ name: `${p}mlp.down_proj.weight`, rows: H }], I),
+    });
+  }
+  const finalNorm = await w.vector("model.norm.weight", H);
+  // Some tied checkpoints still store lm_head.weight (a copy); the embedding is used either way.
+  const lmHead = c.tieWordEmbeddings
+    ? embed
+    : await w.matrix("lm_head", [{ name: "lm_head.weight", rows: c.vocabSize }], H);
+  return { embed, layers, finalNorm, lmHead };
+}
+
+type Op = { encode(pass: GPUComputePassEncoder, n: number): void };
+
+/** A loaded Llama-family model with its call sites bound. */
+export class DecoderModel implements Model {
+  readonly config: ModelConfig;
+  readonly lmHead: GpuMatrix;
+  readonly #encode: (pass: GPUComputePassEncoder, step: StepShape) => void;
+  readonly #loader: WeightLoader;
+
+  private constructor(
+    config: ModelConfig,
+    lmHead: GpuMatrix,
+    encode: (pass: GPUComputePassEncoder, step: StepShape) => void,
+    loader: WeightLoader,
+  ) {
+    this.config = config;
+    this.lmHead = lmHead;
+    this.#encode = encode;
+    this.#loader = loader;
+  }
+
+  /** Loads the weights and binds every call site against the step buffers and KV cache. */
+  static async load(
+    config: ModelConfig,
+    loader: WeightLoader,
+    kernels: KernelSet,
+    attention: AttentionKernels,
+    arena: ParamArena,
+    bufs: StepBuffers,
+    kv: KvCache,
+    invFreq: GPUBuffer,
+  ): Promise<DecoderModel> {
+    const c = config;
+    const w = await loadWeights(c, loader);
+    const H = c.hiddenSize;
+    const D = c.headDim;
+    const qkvWidth = (c.numHeads + 2 * c.numKvHeads) * D;
+    const eps = c.normEps;
+    const b = (buffer: GPUBuffer) => ({ buffer });
+
+    const embed = kernels.embedding.bind(arena, {
+      ids: b(bufs.ids),
+      table: w.embed,
+      out: b(bufs.hidden),
+    });
+    const layers = w.layers.map((lw, l) => {
+      // Layer 0 normalises the embedding; later layers first add the previous MLP output.
+      const inputNorm = kernels.rmsNorm.bind(
+        arena,
+        l === 0 ? { weight: lw.inputNorm, x: b(bufs.hidden), out: b(bufs.normed) } : {
+          weight: lw.inputNorm,
+          x: b(bufs.delta),
+          residual: b(bufs.hidden),
+          out: b(bufs.normed),
+        },
+        { eps },
+      );
+      const qkv = kernels.matmul(lw.qkvBias !== null).bind(arena, {
+        x: b(bufs.normed),
+        weight: lw.qkv,
+        ...(lw.qkvBias !== null ? { bias: b(lw.qkvBias) } : {}),
+        y: b(bufs.qkv),
+      });
+      const qkNorm: Op[] = [];
+      if (lw.qNorm !== null && lw.kNorm !== null) {
+        qkNorm.push(
+          kernels.rmsNorm.bind(arena, { weight: lw.qNorm, x: b(bufs.qkv) }, {
+            heads: c.numHeads,
+            tokenStride: qkvWidth,
+            offset: 0,
+            eps,
+          }),
+          kernels.rmsNorm.bind(arena, { weight: lw.kNorm, x: b(bufs.qkv) }, {
+            heads: c.numKvHeads,
+            tokenStride: qkvWidth,
+            offset: c.numHeads * D,
+            eps,
+          }),
+        );
+      }
+      const rope = kernels.rope.bind(
+        arena,
+        { qkv: b(bufs.qkv), positions: b(bufs.positions), invFreq: b(invFreq) },
+        { heads: c.numHeads + c.numKvHeads, headDim: D, tokenStride: qkvWidth },
+      );
+      const attn: AttentionBlock = attention.bind(arena, bufs, kv, l);
+      const o = kernels.matmul(false).bind(arena, {
+        x: b(bufs.attnOut),
+        weight: lw.o,
+        y: b(bufs.delta),
+      });
+      const postNorm = kernels.rmsNorm.bind(
+        arena,
+        { weight: lw.postNorm, x: b(bufs.delta), residual: b(bufs.hidden), out: b(bufs.normed) },
+        { eps },
+      );
+      const gateUp = kernels.matmul(false).bind(arena, {
+        x: b(bufs.normed),
+        weight: lw.gateUp,
+        y: b(bufs.mlpUp),
+      });
+      const act = kernels.siluMul.bind(arena, { gateUp: b(bufs.mlpUp), out: b(bufs.mlpAct) });
+      const down = kernels.matmul(false).bind(arena, {
+        x: b(bufs.mlpAct),
+        weight: lw.down,
+        y: b(bufs.delta),
+      });
+      return { inputNorm, qkv, qkNorm, rope, attn, o, postNorm, gateUp, act, down };
+    });
+    const finalAdd = kernels.add.bind(arena, { a: b(bufs.hidden), b: b(bufs.delta) });
+    const gather = kernels.gatherRows.bind(arena, {
+      src: b(bufs.hidden),
+      indices: b(bufs.sampleIndices),
+      out: b(bufs.lastHidden),
+    });
+    const finalNorm = kernels.rmsNorm.bind(
+      arena,
+      { weight: w.finalNorm, x: b(bufs.lastHidden), out: b(bufs.lastNormed) },
+      { eps },
+    );
+    const I = c.intermediateSize;
+
+    const encode = (pass: GPUComputePassEncoder, step: StepShape) => {
+      const T = step.numTokens;
+      embed.encode(pass, T);
+      for (const L of layers) {
+        L.inputNorm.encode(pass, T);
+        L.qkv.encode(pass, T);
+        for (const op of L.qkNorm) op.encode(pass, T);
+        L.rope.encode(pass, T);
+        L.attn.encode(pass, step);
+        L.o.encode(pass, T);
+        L.postNorm.encode(pass, T);
+        L.gateUp.encode(pass, T);
+        L.act.encode(pass, T, I);
+        L.down.encode(pass, T);
+      }
+      if (step.numSampled > 0) {
+        finalAdd.encode(pass, T * H);
+        gather.encode(pass, step.numSampled, H);
+        finalNorm.encode(pass, step.numSampled);
+      }
+    };
+    return new DecoderModel(c, w.lmHead, encode, loader);
+  }
+
+  encode(pass: GPUComputePassEncoder, step: StepShape): void {
+    this.#encode(pass, step);
+  }
+
+  destroy(): void {
+    this.#loader.destroy();
+  }
+}

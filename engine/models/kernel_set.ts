@@ -1,0 +1,60 @@
+/**
+ * Every kernel a forward pass uses, compiled once per model runner. Matmul pipelines depend on
+ * the weight dtype and on whether a bias is added, so they are kept per variant.
+ *
+ * @module
+ */
+
+import type { GpuContext } from "../gpu/context.ts";
+import type { DType } from "../gpu/dtype.ts";
+import { Add } from "../../kernels/add.ts";
+import { Embedding } from "../../kernels/embedding.ts";
+import { GatherRows } from "../../kernels/gather_rows.ts";
+import { GeluNew } from "../../kernels/gelu_new.ts";
+import { LayerNorm } from "../../kernels/layer_norm.ts";
+import { Matmul } from "../../kernels/matmul.ts";
+import { RmsNorm } from "../../kernels/rms_norm.ts";
+import { Rope } from "../../kernels/rope.ts";
+import { Sample } from "../../kernels/sample.ts";
+import { SiluMul } from "../../kernels/silu_mul.ts";
+import { TokenFeed } from "../../kernels/token_feed.ts";
+
+/** The kernels shared by every layer of a model. */
+export class KernelSet {
+  readonly ctx: GpuContext;
+  readonly dtype: DType;
+  readonly add: Add;
+  readonly embedding: Embedding;
+  readonly gatherRows: GatherRows;
+  readonly geluNew: GeluNew;
+  readonly layerNorm: LayerNorm;
+  readonly rmsNorm: RmsNorm;
+  readonly rope: Rope;
+  readonly sample: Sample;
+  readonly siluMul: SiluMul;
+  readonly tokenFeed: TokenFeed;
+  readonly #matmul: Matmul;
+  readonly #matmulBias: Matmul;
+
+  constructor(ctx: GpuContext, dtype: DType) {
+    this.ctx = ctx;
+    this.dtype = dtype;
+    this.add = new Add(ctx);
+    this.embedding = new Embedding(ctx);
+    this.gatherRows = new GatherRows(ctx);
+    this.geluNew = new GeluNew(ctx);
+    this.layerNorm = new LayerNorm(ctx);
+    this.rmsNorm = new RmsNorm(ctx);
+    this.rope = new Rope(ctx);
+    this.sample = new Sample(ctx);
+    this.siluMul = new SiluMul(ctx);
+    this.tokenFeed = new TokenFeed(ctx);
+    this.#matmul = new Matmul(ctx, { dtype, bias: false });
+    this.#matmulBias = new Matmul(ctx, { dtype, bias: true });
+  }
+
+  /** The matmul for weights of this set's dtype, with or without a bias. */
+  matmul(bias: boolean): Matmul {
+    return bias ? this.#matmulBias : this.#matmul;
+  }
+}

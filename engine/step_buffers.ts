@@ -1,0 +1,141 @@
+/**
+ * Every GPU buffer a forward step uses besides the weights and the KV cache, allocated once at
+ * start-up for the largest step the runner accepts (`maxTokens` new tokens over `maxSeqs`
+ * sequences). Bind groups point at these buffers, so they are created once too.
+ *
+ * @module
+ */
+
+import { type GpuContext, STORAGE_RW } from "./gpu/context.ts";
+import { SAMPLE_PARAMS_BYTES } from "../kernels/sample.ts";
+
+/** Sizes the buffers are allocated for. */
+export interface StepCapacity {
+  /** Largest number of new tokens in one step (max_num_batched_tokens). */
+  readonly maxTokens: number;
+  /** Largest number of sequences in one step (max_num_seqs). */
+  readonly maxSeqs: number;
+  /** Block-table entries per sequence (ceil(max_model_len / block_size)). */
+  readonly maxBlocksPerSeq: number;
+}
+
+/** Model widths the activations need. */
+export interface ActivationWidths {
+  readonly hidden: number;
+  /** Width of the fused projection output `[q | k | v]`. */
+  readonly qkv: number;
+  /** Width of the attention output (numHeads * headDim). */
+  readonly attn: number;
+  /** Width of the MLP's widest activation (2 * intermediate for SwiGLU, intermediate for GPT-2). */
+  readonly mlp: number;
+  readonly vocab: number;
+}
+
+const ALIGN = 256;
+const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
+
+/** The step's metadata, activations and outputs. Shapes are the maxima; dtypes in the names. */
+export class StepBuffers {
+  readonly capacity: StepCapacity;
+  /** u32 `[maxTokens]`: ids as written by the host (bit 31 = previous step's sample row). */
+  readonly hostIds: GPUBuffer;
+  /** u32 `[maxTokens]`: resolved input ids. */
+  readonly ids: GPUBuffer;
+  /** u32 `[maxTokens]`: token positions. */
+  readonly positions: GPUBuffer;
+  /** u32 `[maxTokens]`: KV cache slot of each new token. */
+  readonly slotMapping: GPUBuffer;
+  /** u32 `[maxSeqs, maxBlocksPerSeq]`: block tables. */
+  readonly blockTables: GPUBuffer;
+  /** u32 `[maxSeqs]`: cached tokens per sequence after this step. */
+  readonly contextLens: GPUBuffer;
+  /** u32 `[maxSeqs + 1]`: prefix sums of new tokens per sequence. */
+  readonly cuQLens: GPUBuffer;
+  /** u32 `[maxSeqs]`: token index of each sampled row. */
+  readonly sampleIndices: GPUBuffer;
+  /** `[maxSeqs]` sampling records of SAMPLE_PARAMS_BYTES bytes. */
+  readonly sampleParams: GPUBuffer;
+  /** f32 `[maxTokens, hidden]`: the residual stream. */
+  readonly hidden: GPUBuffer;
+  /** f32 `[maxTokens, hidden]`: normalised hidden states (input of projections). */
+  readonly normed: GPUBuffer;
+  /** f32 `[maxTokens, hidden]`: a sub-layer's output before it is added to the residual. */
+  readonly delta: GPUBuffer;
+  /** f32 `[maxTokens, qkv]`: fused q, k, v projections. */
+  readonly qkv: GPUBuffer;
+  /** f32 `[maxTokens, attn]`: attention output. */
+  readonly attnOut: GPUBuffer;
+  /** f32 `[maxTokens, mlp]`: MLP up-projection (SwiGLU: gate then up). */
+  readonly mlpUp: GPUBuffer;
+  /** f32 `[maxTokens, mlp / 2]` (SwiGLU only): the activation. */
+  readonly mlpAct: GPUBuffer;
+  /** f32 `[maxSeqs, hidden]`: hidden state of each sampled row. */
+  readonly lastHidden: GPUBuffer;
+  /** f32 `[maxSeqs, hidden]`: the same after the final norm. */
+  readonly lastNormed: GPUBuffer;
+  /** f32 `[maxSeqs, vocab]`: logits of the sampled rows. */
+  readonly logits: GPUBuffer;
+  /**
+   * The sampler's output, read back each step: u32 token ids `[maxSeqs]` at byte 0, f32
+   * logprobs `[maxSeqs]` at byte {@linkcode StepBuffers.logprobsOffset}.
+   */
+  readonly sampled: GPUBuffer;
+  readonly logprobsOffset: number;
+  readonly #all: GPUBuffer[] = [];
+
+  constructor(ctx: GpuContext, capacity: StepCapacity, widths: ActivationWidths) {
+    this.capacity = capacity;
+    const { maxTokens: T, maxSeqs: S, maxBlocksPerSeq: B } = capacity;
+    const make = (label: string, bytes: number) => {
+      if (bytes > ctx.maxBindingBytes) {
+        throw new RangeError(
+          `Cannot allocate step buffer ${label}: ${bytes} bytes exceed one binding (${ctx.maxBindingBytes}); lower max_num_batched_tokens or max_num_seqs`,
+        );
+      }
+      const b = ctx.createBuffer(label, bytes, STORAGE_RW);
+      this.#all.push(b);
+      return b;
+    };
+    this.hostIds = make("hostIds", T * 4);
+    this.ids = make("ids", T * 4);
+    this.positions = make("positions", T * 4);
+    this.slotMapping = make("slotMapping", T * 4);
+    this.blockTables = make("blockTables", S * B * 4);
+    this.contextLens = make("contextLens", S * 4);
+    this.cuQLens = make("cuQLens", (S + 1) * 4);
+    this.sampleIndices = make("sampleIndices", S * 4);
+    this.sampleParams = make("sampleParams", S * SAMPLE_PARAMS_BYTES);
+    this.hidden = make("hidden", T * widths.hidden * 4);
+    this.normed = make("normed", T * widths.hidden * 4);
+    this.delta = make("delta", T * widths.hidden * 4);
+    this.qkv = make("qkv", T * widths.qkv * 4);
+    this.attnOut = make("attnOut", T * widths.attn * 4);
+    this.mlpUp = make("mlpUp", T * widths.mlp * 4);
+    this.mlpAct = make("mlpAct", T * Math.max(1, Math.floor(widths.mlp / 2)) * 4);
+    this.lastHidden = make("lastHidden", S * widths.hidden * 4);
+    this.lastNormed = make("lastNormed", S * widths.hidden * 4);
+    this.logits = make("logits", S * widths.vocab * 4);
+    this.logprobsOffset = align(S * 4);
+    this.sampled = make("sampled", this.logprobsOffset + S * 4);
+  }
+
+  /** The token-id part of {@linkcode StepBuffers.sampled}. */
+  get sampledTokens(): GPUBufferBinding {
+    return { buffer: this.sampled, offset: 0, size: this.capacity.maxSeqs * 4 };
+  }
+
+  /** The logprob part of {@linkcode StepBuffers.sampled}. */
+  get sampledLogprobs(): GPUBufferBinding {
+    return { buffer: this.sampled, offset: this.logprobsOffset, size: this.capacity.maxSeqs * 4 };
+  }
+
+  /** Bytes read back per step for `rows` sampled rows (tokens, then logprobs). */
+  readbackBytes(): number {
+    return this.logprobsOffset + this.capacity.maxSeqs * 4;
+  }
+
+  /** Releases every buffer. */
+  destroy(): void {
+    for (const b of this.#all) b.destroy();
+  }
+}
