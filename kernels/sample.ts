@@ -1,0 +1,216 @@
+/**
+ * `sample`: picks the next token of every sequence on the GPU from its logits, greedy or random
+ * with temperature / min-p / top-k / top-p, and returns the raw log-probability of the pick.
+ * See `sample.wgsl` for the exact rules, bindings and grid.
+ *
+ * Per-sequence parameters live in a storage buffer of {@linkcode SAMPLE_PARAMS_BYTES}-byte
+ * records, packed on the host with {@linkcode packSampleParams}:
+ *
+ * | byte | field         | type | meaning                                          |
+ * | ---- | ------------- | ---- | ------------------------------------------------ |
+ * | 0    | `temperature` | f32  | `<= 0`: greedy (argmax, lowest index on ties)    |
+ * | 4    | `top_k`       | u32  | `0`: off                                         |
+ * | 8    | `top_p`       | f32  | `1`: off; in (0, 1]                              |
+ * | 12   | `min_p`       | f32  | `0`: off; in [0, 1]                              |
+ * | 16   | `seed`        | u32  | random stream of the request                     |
+ * | 20   | `counter`     | u32  | draw index in the stream (e.g. output position)  |
+ *
+ * The same logits, seed and counter always give the same token.
+ *
+ * @module
+ */
+
+import source from "./sample.wgsl" with { type: "text" };
+import type { GpuContext } from "../engine/gpu/context.ts";
+import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
+import { dispatch1d } from "./dispatch.ts";
+
+/** Bytes of one sequence's record in the `params` buffer (6 words). */
+export const SAMPLE_PARAMS_BYTES = 24;
+
+/** Sampling parameters of one sequence (host side; see the module doc for the GPU layout). */
+export interface SampleParams {
+  /** Softmax temperature; `0` (the default) means greedy. */
+  temperature?: number;
+  /** Keep the `topK` largest logits (ties at the k-th value all kept); `0` (default) = off. */
+  topK?: number;
+  /** Keep the smallest top set of probability mass `>= topP`; in (0, 1], default 1 = off. */
+  topP?: number;
+  /** Keep tokens with probability `>= minP * max probability`; in [0, 1], default 0 = off. */
+  minP?: number;
+  /** u32 seed of the sequence's random stream; default 0. */
+  seed?: number;
+  /** u32 draw index (e.g. the output position); default 0. */
+  counter?: number;
+}
+
+function checkU32(name: string, value: number, index: number): number {
+  if (!Number.isInteger(value) || value < 0 || value > 0xffffffff) {
+    throw new RangeError(`Cannot pack sampling parameters: sequence ${index} has ${name} ${value}`);
+  }
+  return value;
+}
+
+/**
+ * Packs one record per sequence into `out` (or a new buffer) in the layout of the module doc.
+ *
+ * @throws {RangeError} on a value outside its range (e.g. `topP` 0, a fractional `topK`).
+ */
+export function packSampleParams(
+  params: readonly SampleParams[],
+  out: ArrayBuffer = new ArrayBuffer(params.length * SAMPLE_PARAMS_BYTES),
+): ArrayBuffer {
+  if (out.byteLength < params.length * SAMPLE_PARAMS_BYTES) {
+    throw new RangeError(
+      `Cannot pack sampling parameters: ${params.length} sequences need ${
+        params.length * SAMPLE_PARAMS_BYTES
+      } bytes, the buffer has ${out.byteLength}`,
+    );
+  }
+  const f32 = new Float32Array(out);
+  const u32 = new Uint32Array(out);
+  params.forEach((p, s) => {
+    const temperature = p.temperature ?? 0;
+    const topP = p.topP ?? 1;
+    const minP = p.minP ?? 0;
+    if (!Number.isFinite(temperature) || temperature < 0) {
+      throw new RangeError(
+        `Cannot pack sampling parameters: sequence ${s} has temperature ${temperature}`,
+      );
+    }
+    if (!(topP > 0 && topP <= 1)) {
+      throw new RangeError(`Cannot pack sampling parameters: sequence ${s} has topP ${topP}`);
+    }
+    if (!(minP >= 0 && minP <= 1)) {
+      throw new RangeError(`Cannot pack sampling parameters: sequence ${s} has minP ${minP}`);
+    }
+    const w = (s * SAMPLE_PARAMS_BYTES) / 4;
+    f32[w] = temperature;
+    u32[w + 1] = checkU32("topK", p.topK ?? 0, s);
+    f32[w + 2] = topP;
+    f32[w + 3] = minP;
+    u32[w + 4] = checkU32("seed", p.seed ?? 0, s);
+    u32[w + 5] = checkU32("counter", p.counter ?? 0, s);
+  });
+  return out;
+}
+
+/** Buffers of one `sample` call site; fixed for the op's lifetime. */
+export interface SampleBuffers {
+  /** f32 `[numSeqs, vocab]` (row stride `vocab`): the logits. Must not contain NaN. */
+  readonly logits: GPUBufferBinding;
+  /** `[numSeqs]` records of {@linkcode SAMPLE_PARAMS_BYTES} bytes ({@linkcode packSampleParams}). */
+  readonly params: GPUBufferBinding;
+  /** u32 `[numSeqs]`: the chosen token ids (output). */
+  readonly tokens: GPUBufferBinding;
+  /** f32 `[numSeqs]`: log-softmax of the raw logits at the chosen token (output). */
+  readonly logprobs: GPUBufferBinding;
+}
+
+/** Compile-time shape of the `sample` kernel; see {@linkcode sampleVariantFor}. */
+export interface SampleVariant {
+  /** Invocations per workgroup (one workgroup per sequence): a power of two in [8, 256]. */
+  readonly workgroup: number;
+  /** Buckets per radix-search pass: a power of two in [2, 256]; `workgroup * buckets <= 2048`. */
+  readonly buckets: number;
+}
+
+/** Whether the adapter is a CPU rasteriser (Mesa lavapipe / llvmpipe, SwiftShader). */
+export function isCpuAdapter(ctx: GpuContext): boolean {
+  const a = ctx.adapter;
+  return a.isFallback || /llvmpipe|lavapipe|swiftshader|\bcpu\b/i.test(
+    `${a.description} ${a.device} ${a.architecture}`,
+  );
+}
+
+/**
+ * The variant used on `ctx`'s adapter. On a CPU adapter (measured on lavapipe, 2 cores, with
+ * bench/sample_bench.ts `SAMPLE_SWEEP=1`): 16 invocations (barriers cost little) and 128 buckets
+ * (fewer passes over the row). On a GPU (not yet measured): 128 invocations to stream the row
+ * and 16 buckets so the per-thread histograms fit workgroup memory.
+ */
+export function sampleVariantFor(ctx: GpuContext): SampleVariant {
+  return isCpuAdapter(ctx) ? { workgroup: 16, buckets: 128 } : { workgroup: 128, buckets: 16 };
+}
+
+/** Workgroup memory of a variant in bytes (histograms, candidate list, reductions). */
+export function sampleWorkgroupBytes(variant: SampleVariant): number {
+  return 8 * variant.workgroup * variant.buckets + 8 * 1024 + 16 * variant.workgroup + 128;
+}
+
+const isPow2 = (n: number) => Number.isInteger(n) && n > 0 && (n & (n - 1)) === 0;
+
+/** The compiled `sample` pipeline; {@linkcode Sample.bind} makes call sites. */
+export class Sample {
+  /** The compile-time shape in use. */
+  readonly variant: SampleVariant;
+  readonly #ctx: GpuContext;
+  readonly #pipeline: GPUComputePipeline;
+
+  /** @param variant overrides {@linkcode sampleVariantFor} (tests and benchmarks). */
+  constructor(ctx: GpuContext, variant: SampleVariant = sampleVariantFor(ctx)) {
+    const { workgroup, buckets } = variant;
+    if (
+      !isPow2(workgroup) || workgroup < 8 || workgroup > 256 || !isPow2(buckets) ||
+      buckets < 2 || buckets > 256 || workgroup * buckets > 2048
+    ) {
+      throw new RangeError(
+        `Cannot compile sample: workgroup ${workgroup} and buckets ${buckets} must be powers of ` +
+          "two with workgroup in [8, 256], buckets in [2, 256] and workgroup * buckets <= 2048",
+      );
+    }
+    const bytes = sampleWorkgroupBytes(variant);
+    if (bytes > ctx.limits.maxComputeWorkgroupStorageSize) {
+      throw new RangeError(
+        `Cannot compile sample: workgroup ${workgroup} x buckets ${buckets} needs ${bytes} bytes ` +
+          `of workgroup memory, the device allows ${ctx.limits.maxComputeWorkgroupStorageSize}`,
+      );
+    }
+    this.variant = variant;
+    this.#ctx = ctx;
+    const prelude = `const WG: u32 = ${workgroup}u;\nconst NB: u32 = ${buckets}u;\n` +
+      `const NB_LOG2: u32 = ${Math.log2(buckets)}u;\n`;
+    this.#pipeline = ctx.pipeline(`sample/wg${workgroup}/nb${buckets}`, () => prelude + source);
+  }
+
+  /** Creates a call site: its bind group and parameter slot are made once, here. */
+  bind(arena: ParamArena, buffers: SampleBuffers): SampleOp {
+    const slot = arena.allocate();
+    const bindGroup = this.#ctx.device.createBindGroup({
+      label: "sample",
+      layout: this.#pipeline.getBindGroupLayout(0),
+      entries: [
+        { binding: 0, resource: buffers.logits },
+        { binding: 1, resource: buffers.params },
+        { binding: 2, resource: buffers.tokens },
+        { binding: 3, resource: buffers.logprobs },
+        { binding: 4, resource: slot.binding },
+      ],
+    });
+    return new SampleOp(this.#pipeline, bindGroup, slot);
+  }
+}
+
+/** One `sample` call site. */
+export class SampleOp {
+  constructor(
+    private readonly pipeline: GPUComputePipeline,
+    private readonly bindGroup: GPUBindGroup,
+    private readonly slot: ParamSlot,
+  ) {}
+
+  /**
+   * Encodes the sampling of `numSeqs` rows of `vocab` logits (one workgroup per row).
+   *
+   * @throws {RangeError} when `vocab` is 0 or `numSeqs * vocab` exceeds 2^32 elements.
+   */
+  encode(pass: GPUComputePassEncoder, numSeqs: number, vocab: number): void {
+    if (!Number.isInteger(vocab) || vocab < 1 || numSeqs * vocab > 0xffffffff) {
+      throw new RangeError(`Cannot sample ${numSeqs} rows of ${vocab} logits`);
+    }
+    this.slot.setU32(0, numSeqs, vocab);
+    pass.setPipeline(this.pipeline);
+    pass.setBindGroup(0, this.bindGroup);
+    dispatch1d(pass, numSeqs);
+  }
+}
