@@ -1,0 +1,129 @@
+/**
+ * The engine as its clients (the HTTP server, the `generate` CLI, benchmarks) see it: submit a
+ * tokenized request with sampling parameters, receive its output as an async stream of
+ * increments, abort it, read gauges and counters. {@linkcode LLMEngine} (llm_engine.ts)
+ * implements it over a scheduler and an executor (WebGPU or mock).
+ *
+ * @module
+ */
+
+import type { SamplingParams } from "../scheduler/sampling_params.ts";
+import type { Tokenizer } from "./tokenizer.ts";
+
+export type { SamplingParams };
+
+/** One request for {@linkcode EngineClient.generate}. */
+export interface GenerateRequest {
+  /** Unique among the engine's unfinished requests. */
+  readonly requestId: string;
+  /** Prompt token ids (at least one). */
+  readonly promptTokenIds: readonly number[];
+  /** Sampling parameters (see scheduler/sampling_params.ts; `samplingParams()` fills defaults). */
+  readonly params: SamplingParams;
+  /** Lower number = served first under `--scheduling-policy priority`; default 0. */
+  readonly priority?: number;
+}
+
+/** Log-probabilities of one generated token. */
+export interface TokenLogprob {
+  /** The token generated. */
+  readonly tokenId: number;
+  /** Its log-probability under the model's raw distribution (before sampling filters). */
+  readonly logprob: number;
+  /** The most likely tokens at that step, best first, when `params.logprobs` > 0. */
+  readonly top?: readonly { readonly tokenId: number; readonly logprob: number }[];
+}
+
+/** Why a request finished (OpenAI's `finish_reason`, plus `abort`). */
+export type FinishReason = "stop" | "length" | "abort";
+
+/** One increment of a request's output. */
+export interface RequestOutput {
+  readonly requestId: string;
+  /** Token ids generated since the previous increment. */
+  readonly tokenIds: readonly number[];
+  /**
+   * Text since the previous increment. Text that may still turn out to be the start of a stop
+   * string, or an incomplete UTF-8 character, is held back; a matched stop string is never
+   * emitted. The concatenation of all increments is the request's output text.
+   */
+  readonly text: string;
+  /** One entry per token of `tokenIds`, when `params.logprobs` is not null. */
+  readonly logprobs: readonly TokenLogprob[] | null;
+  /** Set on the last increment. */
+  readonly finishReason: FinishReason | null;
+  /** The stop token id or stop string that ended the request (last increment only). */
+  readonly stopReason: number | string | null;
+  /** Prompt length in tokens. */
+  readonly numPromptTokens: number;
+  /** Output tokens so far (including this increment). */
+  readonly numOutputTokens: number;
+  /** Prompt tokens found in the prefix cache at admission (known from the first increment). */
+  readonly numCachedTokens: number;
+}
+
+/** Gauges and counters for `/metrics` and `/health` (vLLM's metric meanings). */
+export interface EngineStats {
+  readonly numRunning: number;
+  readonly numWaiting: number;
+  /** Fraction of the KV block pool in use, 0..1. */
+  readonly kvCacheUsage: number;
+  /** KV blocks currently held by requests (0 when idle: nothing leaked). */
+  readonly kvBlocksUsed: number;
+  readonly kvBlocksTotal: number;
+  readonly promptTokensTotal: number;
+  readonly generationTokensTotal: number;
+  readonly prefixCacheQueries: number;
+  readonly prefixCacheHits: number;
+  readonly numPreemptions: number;
+  /** Engine steps executed. */
+  readonly steps: number;
+}
+
+/** Static facts about the served model. */
+export interface ModelInfo {
+  /** Name requests must use (`--served-model-name`, default the model directory's name). */
+  readonly name: string;
+  /** Architecture from config.json, or "mock". */
+  readonly architecture: string;
+  readonly maxModelLen: number;
+  readonly vocabSize: number;
+  /** Weight dtype on the device, or "none" for the mock executor. */
+  readonly dtype: string;
+}
+
+/** An engine as its clients use it. */
+export interface EngineClient {
+  readonly model: ModelInfo;
+  /** The model's tokenizer (prompts, chat template, /tokenize); null for a bare mock engine. */
+  readonly tokenizer: Tokenizer | null;
+  /**
+   * Queues a request and returns its output stream. Throws RangeError / TypeError at once for a
+   * request that can never run (prompt too long for max_model_len or for the whole KV cache,
+   * empty prompt, duplicate id) and {@linkcode EngineOverloadedError} when the waiting queue is
+   * full. Breaking out of the iteration, or `signal` aborting, aborts the request and frees its
+   * KV blocks at once.
+   */
+  generate(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<RequestOutput>;
+  /** Aborts a request (no-op when unknown or finished). */
+  abort(requestId: string): void;
+  /** Current gauges and counters. */
+  stats(): EngineStats;
+  /** The fatal error that stopped the engine (device lost, ...), or null while healthy. */
+  readonly error: Error | null;
+  /**
+   * Stops accepting requests, lets in-flight ones finish for up to `graceMs`, aborts the rest,
+   * releases the GPU. Resolves when everything is released.
+   */
+  shutdown(graceMs?: number): Promise<void>;
+}
+
+/** The waiting queue is full (`--max-waiting-requests`): HTTP 429. */
+export class EngineOverloadedError extends Error {
+  override name = "EngineOverloadedError";
+}
+
+/** The engine stopped after a fatal error or was shut down: HTTP 503. */
+export class EngineDeadError extends Error {
+  override name = "EngineDeadError";
+}
