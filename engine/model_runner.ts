@@ -13,7 +13,7 @@
 import { type GpuContext, STORAGE_RW } from "./gpu/context.ts";
 import { ParamArena } from "./gpu/params.ts";
 import { ReadbackRing } from "./gpu/readback.ts";
-import { type ForwardBatch, validateBatch } from "./forward_batch.ts";
+import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.ts";
 import { KvCache } from "./kv_cache.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import { type ModelConfig, ropeInvFreq } from "./model/config.ts";
@@ -55,6 +55,8 @@ export interface SampledRows {
 
 /** A submitted step. */
 export interface StepHandle {
+  /** The runner's number for this step (0, 1, ...): name its samples with `sampledRef`. */
+  readonly step: number;
   /** Sequences that sampled (rows of the result, in batch order). */
   readonly rows: number;
   /** Resolves when the GPU has finished the step (rows may be 0). */
@@ -72,7 +74,8 @@ export class ModelRunner {
   readonly #arena: ParamArena;
   readonly #feed: TokenFeedOp;
   readonly #lmHead: MatmulOp;
-  readonly #sample: SampleOp;
+  readonly #sample: SampleOp[];
+  #step = 0;
   readonly #ring: ReadbackRing;
   readonly #own: { destroy(): void }[];
   readonly #host: {
@@ -112,7 +115,7 @@ export class ModelRunner {
     const bufs = parts.bufs;
     this.#feed = parts.kernels.tokenFeed.bind(parts.arena, {
       hostIds: b(bufs.hostIds),
-      sampled: bufs.sampledTokens,
+      sampled: b(bufs.sampled),
       ids: b(bufs.ids),
     });
     this.#lmHead = parts.kernels.matmul(false).bind(parts.arena, {
@@ -120,13 +123,17 @@ export class ModelRunner {
       weight: parts.model.lmHead,
       y: b(bufs.logits),
     });
-    this.#sample = parts.kernels.sample.bind(parts.arena, {
-      logits: b(bufs.logits),
-      params: b(bufs.sampleParams),
-      tokens: bufs.sampledTokens,
-      logprobs: bufs.sampledLogprobs,
-    });
-    this.#ring = new ReadbackRing(ctx, bufs.readbackBytes(), 8);
+    this.#sample = Array.from(
+      { length: bufs.ringSlots },
+      (_, slot) =>
+        parts.kernels.sample.bind(parts.arena, {
+          logits: b(bufs.logits),
+          params: b(bufs.sampleParams),
+          tokens: bufs.sampledTokens(slot),
+          logprobs: bufs.sampledLogprobs(slot),
+        }),
+    );
+    this.#ring = new ReadbackRing(ctx, bufs.readbackBytes(), bufs.ringSlots);
     const { maxTokens: T, maxSeqs: S } = options;
     const B = bufs.capacity.maxBlocksPerSeq;
     this.#host = {
@@ -236,6 +243,33 @@ export class ModelRunner {
     return new ModelRunner(ctx, c, options, { kv, model, bufs, arena, attention, kernels, own });
   }
 
+  /** Steps that may be in flight at once (the sampled-token ring's size minus one). */
+  get maxInFlight(): number {
+    return this.#bufs.ringSlots - 1;
+  }
+
+  /**
+   * The input id meaning "the token sampled in row `row` of step `step`" (see
+   * {@linkcode ForwardBatch.inputIds}), valid while fewer than `ringSlots` steps have been
+   * executed since `step`.
+   *
+   * @throws {RangeError} when that sample is no longer on the GPU.
+   */
+  sampledRef(step: number, row: number): number {
+    const slots = this.#bufs.ringSlots;
+    if (step < 0 || step >= this.#step || this.#step - step >= slots) {
+      throw new RangeError(
+        `Cannot feed the sample of step ${step}: the runner is at step ${this.#step} and keeps ${slots}`,
+      );
+    }
+    if (!Number.isInteger(row) || row < 0 || row >= this.options.maxSeqs) {
+      throw new RangeError(
+        `Cannot feed sample row ${row}: steps sample at most ${this.options.maxSeqs}`,
+      );
+    }
+    return (FROM_SAMPLED | ((step % slots) * (this.#bufs.slotStride / 4) + row)) >>> 0;
+  }
+
   /**
    * Encodes and submits one step; does not wait for the GPU.
    *
@@ -289,6 +323,8 @@ export class ModelRunner {
       q.writeBuffer(bufs.sampleParams, 0, h.sampleParams, 0, rows * SAMPLE_PARAMS_BYTES);
     }
 
+    const stepIndex = this.#step++;
+    const slot = stepIndex % bufs.ringSlots;
     const step: StepShape = {
       numTokens: T,
       numSeqs: S,
@@ -302,11 +338,11 @@ export class ModelRunner {
     this.#model.encode(pass, step);
     if (rows > 0) {
       this.#lmHead.encode(pass, rows);
-      this.#sample.encode(pass, rows, this.config.vocabSize);
+      this.#sample[slot]!.encode(pass, rows, this.config.vocabSize);
     }
     pass.end();
     const readback = rows > 0
-      ? this.#ring.encode(encoder, bufs.sampled, 0, bufs.readbackBytes())
+      ? this.#ring.encode(encoder, bufs.sampled, slot * bufs.slotStride, bufs.readbackBytes())
       : undefined;
     this.#arena.flush();
     q.submit([encoder.finish()]);
@@ -320,7 +356,7 @@ export class ModelRunner {
         tokens: new Uint32Array(bytes, 0, rows),
         logprobs: new Float32Array(bytes, offset, rows),
       }));
-    return { rows, result };
+    return { step: stepIndex, rows, result };
   }
 
   /** Releases every GPU buffer of the model. */

@@ -76,14 +76,23 @@ export class StepBuffers {
   /** f32 `[maxSeqs, vocab]`: logits of the sampled rows. */
   readonly logits: GPUBuffer;
   /**
-   * The sampler's output, read back each step: u32 token ids `[maxSeqs]` at byte 0, f32
-   * logprobs `[maxSeqs]` at byte {@linkcode StepBuffers.logprobsOffset}.
+   * The sampler's output, a ring of {@linkcode StepBuffers.ringSlots} slots (step n writes slot
+   * n mod ringSlots, so steps in flight do not overwrite samples a later step still feeds on).
+   * Slot i starts at byte `i * slotStride`: u32 token ids `[maxSeqs]`, then f32 logprobs
+   * `[maxSeqs]` at byte `logprobsOffset` of the slot.
    */
   readonly sampled: GPUBuffer;
+  readonly ringSlots: number;
+  readonly slotStride: number;
   readonly logprobsOffset: number;
   readonly #all: GPUBuffer[] = [];
 
-  constructor(ctx: GpuContext, capacity: StepCapacity, widths: ActivationWidths) {
+  constructor(
+    ctx: GpuContext,
+    capacity: StepCapacity,
+    widths: ActivationWidths,
+    ringSlots = 8,
+  ) {
     this.capacity = capacity;
     const { maxTokens: T, maxSeqs: S, maxBlocksPerSeq: B } = capacity;
     const make = (label: string, bytes: number) => {
@@ -116,20 +125,30 @@ export class StepBuffers {
     this.lastNormed = make("lastNormed", S * widths.hidden * 4);
     this.logits = make("logits", S * widths.vocab * 4);
     this.logprobsOffset = align(S * 4);
-    this.sampled = make("sampled", this.logprobsOffset + S * 4);
+    this.ringSlots = ringSlots;
+    this.slotStride = align(this.logprobsOffset + S * 4);
+    this.sampled = make("sampled", this.slotStride * ringSlots);
   }
 
-  /** The token-id part of {@linkcode StepBuffers.sampled}. */
-  get sampledTokens(): GPUBufferBinding {
-    return { buffer: this.sampled, offset: 0, size: this.capacity.maxSeqs * 4 };
+  /** The token ids of ring slot `slot` of {@linkcode StepBuffers.sampled}. */
+  sampledTokens(slot: number): GPUBufferBinding {
+    return {
+      buffer: this.sampled,
+      offset: slot * this.slotStride,
+      size: this.capacity.maxSeqs * 4,
+    };
   }
 
-  /** The logprob part of {@linkcode StepBuffers.sampled}. */
-  get sampledLogprobs(): GPUBufferBinding {
-    return { buffer: this.sampled, offset: this.logprobsOffset, size: this.capacity.maxSeqs * 4 };
+  /** The logprobs of ring slot `slot` of {@linkcode StepBuffers.sampled}. */
+  sampledLogprobs(slot: number): GPUBufferBinding {
+    return {
+      buffer: this.sampled,
+      offset: slot * this.slotStride + this.logprobsOffset,
+      size: this.capacity.maxSeqs * 4,
+    };
   }
 
-  /** Bytes read back per step for `rows` sampled rows (tokens, then logprobs). */
+  /** Bytes read back per step (one ring slot: tokens, then logprobs). */
   readbackBytes(): number {
     return this.logprobsOffset + this.capacity.maxSeqs * 4;
   }

@@ -1,0 +1,89 @@
+/**
+ * Engine options: an all-optional type at the edge (CLI flags, server options, tests),
+ * validated once with zod and resolved into a readonly config. Sizes that depend on the model
+ * and the device (KV blocks, max_model_len) are resolved when the engine starts.
+ *
+ * @module
+ */
+
+import { z } from "zod";
+
+const positiveInt = z.number().int().positive();
+
+/** The schema of {@linkcode EngineOptions}. */
+export const engineOptionsSchema = z.object({
+  /** Model directory (Hugging Face layout); required for the WebGPU executor. */
+  model: z.string().min(1).optional(),
+  /** Name clients use in requests; default the model directory's base name. */
+  servedModelName: z.string().min(1).optional(),
+  /** "webgpu" runs the model; "mock" fakes step times with a latency model. */
+  executor: z.enum(["webgpu", "mock"]).default("webgpu"),
+  /** "continuous" (default), or the static / dynamic batching baselines. */
+  scheduler: z.enum(["continuous", "static", "dynamic"]).default("continuous"),
+  /** Most requests running at once (and most sequences in one step). */
+  maxNumSeqs: positiveInt.default(64),
+  /** Token budget of one step. */
+  maxNumBatchedTokens: positiveInt.default(2048),
+  /** Longest sequence (prompt + output); default min(model's max positions, 4096). */
+  maxModelLen: positiveInt.optional(),
+  /** Tokens per KV block. */
+  blockSize: positiveInt.default(16),
+  /** KV cache size in MiB (default 1024, capped so each layer's buffer fits one binding). */
+  kvCacheMemory: z.number().positive().optional(),
+  /** KV blocks, instead of kvCacheMemory. */
+  numKvBlocks: positiveInt.optional(),
+  /** Host swap space in MiB for preemption by swap (default 256 with swap mode, else 0). */
+  swapSpace: z.number().nonnegative().optional(),
+  preemptionMode: z.enum(["recompute", "swap"]).default("recompute"),
+  schedulingPolicy: z.enum(["fcfs", "priority"]).default("fcfs"),
+  enablePrefixCaching: z.boolean().default(true),
+  enableChunkedPrefill: z.boolean().default(true),
+  /** Waiting requests beyond which new ones are refused (HTTP 429). */
+  maxWaitingRequests: positiveInt.default(1024),
+  /** Batch size of the static / dynamic baselines (default: max_num_seqs, capped by KV). */
+  maxBatchSize: positiveInt.optional(),
+  /** Wait window of the dynamic baseline. */
+  batchWaitMs: z.number().nonnegative().default(10),
+  /** f32 weights and KV even with shader-f16. */
+  forceF32: z.boolean().default(false),
+  /** Mock executor latency model: base ms per step. */
+  mockBaseMs: z.number().nonnegative().default(8),
+  /** Mock executor latency model: ms per batched token. */
+  mockPerTokenMs: z.number().nonnegative().default(0.05),
+  /** Steps in flight at once (default: the executor's maximum). */
+  maxInFlight: positiveInt.optional(),
+  /** Seed of the engine's generator (seeds of requests that give none). */
+  seed: z.number().int().nonnegative().default(0),
+  /** Draw a weight-loading progress bar (default: when stderr is a terminal). */
+  showProgress: z.boolean().optional(),
+}).strict();
+
+/** All-optional engine options (see {@linkcode engineOptionsSchema} for meanings). */
+export type EngineOptions = z.input<typeof engineOptionsSchema>;
+
+/** Validated options with defaults applied. */
+export type EngineConfig = Readonly<z.output<typeof engineOptionsSchema>>;
+
+/**
+ * Validates `options` and applies defaults.
+ *
+ * @throws {RangeError} naming the first invalid option.
+ */
+export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
+  const parsed = engineOptionsSchema.safeParse(options);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const name = issue.path.join(".") || "options";
+    throw new RangeError(`Invalid engine option ${name}: ${issue.message}`);
+  }
+  const c = parsed.data;
+  if (c.executor === "webgpu" && c.model === undefined) {
+    throw new RangeError(
+      "Invalid engine option model: the webgpu executor needs a model directory",
+    );
+  }
+  if (c.kvCacheMemory !== undefined && c.numKvBlocks !== undefined) {
+    throw new RangeError("Invalid engine options: give kvCacheMemory or numKvBlocks, not both");
+  }
+  return Object.freeze(c);
+}

@@ -1,0 +1,88 @@
+/**
+ * A mock executor: no model, no GPU. Each step "takes" `baseMs + perTokenMs * batchedTokens`
+ * milliseconds (a latency model of a real runner, e.g. calibrated from the WebGPU runner's
+ * measured step times), steps run one after another as on a device, and the sampled tokens are
+ * deterministic (`mockTokenAt(requestId, position)`), so outputs are reproducible whatever the
+ * batching.
+ *
+ * @module
+ */
+
+import { mockTokenAt } from "../../scheduler/mock_executor.ts";
+import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
+import type { ExecutedStep, Executor, SampledToken } from "./executor.ts";
+
+/** The latency model `baseMs + perTokenMs * batchedTokens` of one step. */
+export interface MockLatency {
+  readonly baseMs: number;
+  readonly perTokenMs: number;
+}
+
+/** Options of {@linkcode MockExecutor}. */
+export interface MockExecutorOptions {
+  readonly latency: MockLatency;
+  /** Steps in flight at once (default 4). */
+  readonly maxInFlight?: number;
+  /** Token ids produced are in [firstToken, firstToken + numTokens) (default 100, 50). */
+  readonly firstToken?: number;
+  readonly numTokens?: number;
+}
+
+/** See the module documentation. */
+export class MockExecutor implements Executor {
+  readonly kind = "mock" as const;
+  readonly maxInFlight: number;
+  readonly latency: MockLatency;
+  readonly #first: number;
+  readonly #count: number;
+  #busyUntil = 0;
+  readonly #timers = new Set<ReturnType<typeof setTimeout>>();
+
+  constructor(options: MockExecutorOptions) {
+    const { baseMs, perTokenMs } = options.latency;
+    if (!(baseMs >= 0) || !(perTokenMs >= 0)) {
+      throw new RangeError(`Mock latency must be >= 0: got ${baseMs} + ${perTokenMs} per token`);
+    }
+    this.latency = options.latency;
+    this.maxInFlight = options.maxInFlight ?? 4;
+    this.#first = options.firstToken ?? 100;
+    this.#count = options.numTokens ?? 50;
+  }
+
+  /** Milliseconds a step of `tokens` batched tokens takes under the latency model. */
+  stepMs(tokens: number): number {
+    return this.latency.baseMs + this.latency.perTokenMs * tokens;
+  }
+
+  execute(output: SchedulerOutput): ExecutedStep {
+    const sampled = new Map<string, SampledToken>();
+    for (const r of output.scheduled) {
+      if (!r.samplesToken) continue;
+      const position = r.positionStart + r.numTokens;
+      sampled.set(r.requestId, {
+        tokenId: mockTokenAt(r.requestId, position, this.#first, this.#count),
+        logprob: 0,
+      });
+    }
+    if (output.scheduled.length === 0) return { result: Promise.resolve(sampled) };
+    const now = performance.now();
+    const start = Math.max(now, this.#busyUntil);
+    this.#busyUntil = start + this.stepMs(output.totalTokens);
+    const delay = this.#busyUntil - now;
+    const result = new Promise<ReadonlyMap<string, SampledToken>>((resolve) => {
+      const id = setTimeout(() => {
+        this.#timers.delete(id);
+        resolve(sampled);
+      }, delay);
+      this.#timers.add(id);
+    });
+    return { result };
+  }
+
+  release(_requestId: string): void {}
+
+  destroy(): void {
+    for (const id of this.#timers) clearTimeout(id);
+    this.#timers.clear();
+  }
+}

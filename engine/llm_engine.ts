@@ -1,0 +1,518 @@
+/**
+ * The engine: requests in, streams of output increments out. Each iteration of its loop reads as
+ * nano-vllm's step: **schedule** (the scheduler decides which requests compute how many tokens),
+ * **run** (the executor submits the step to the GPU and returns at once), **postprocess** (when
+ * a step's sampled tokens are read back: stop checks, detokenization, stop strings, increments).
+ *
+ * Asynchronous scheduling: a readback costs >= 10 ms in Deno whatever the GPU does, so the loop
+ * keeps up to `maxInFlight` steps submitted before it awaits the oldest one's tokens. Sampled
+ * tokens feed the next step on the GPU. A stop discovered late (EOS, a stop string) costs at most
+ * `maxInFlight - 1` discarded steps of that request, never a wrong output: tokens computed after
+ * a request finished are dropped by the scheduler.
+ *
+ * @module
+ */
+
+import { basename } from "node:path";
+import { type EngineConfig, type EngineOptions, resolveEngineConfig } from "./engine_config.ts";
+import {
+  type EngineClient,
+  EngineDeadError,
+  EngineOverloadedError,
+  type EngineStats,
+  type FinishReason,
+  type GenerateRequest,
+  type ModelInfo,
+  type RequestOutput,
+  type TokenLogprob,
+} from "./engine_api.ts";
+import type { Executor, SampledToken } from "./executors/executor.ts";
+import { MockExecutor } from "./executors/mock_executor.ts";
+import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
+import { GpuContext } from "./gpu/context.ts";
+import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
+import { openCheckpoint } from "./model/checkpoint.ts";
+import { ModelRunner } from "./model_runner.ts";
+import { RequestOutputState } from "./output_processor.ts";
+import { Tokenizer } from "./tokenizer.ts";
+import { createScheduler } from "../scheduler/index.ts";
+import type { Scheduler } from "../scheduler/scheduler_api.ts";
+import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
+import type { SamplingParams } from "../scheduler/sampling_params.ts";
+
+/** A request the engine is serving. */
+interface LiveRequest {
+  readonly state: RequestOutputState;
+  readonly params: SamplingParams;
+  readonly queue: RequestOutput[];
+  notify: (() => void) | null;
+  finished: boolean;
+  error: Error | null;
+}
+
+/** A submitted step awaiting its tokens. */
+interface InFlight {
+  readonly output: SchedulerOutput;
+  readonly result: Promise<ReadonlyMap<string, SampledToken>>;
+}
+
+/** What the engine logs at start-up, one line each. */
+export type Logger = (line: string) => void;
+
+/** The engine (see the module documentation). */
+export class LLMEngine implements EngineClient {
+  readonly config: EngineConfig;
+  readonly model: ModelInfo;
+  readonly tokenizer: Tokenizer | null;
+  /** Sampling defaults from generation_config.json (requests override them). */
+  readonly generationDefaults: Partial<SamplingParams>;
+  readonly #scheduler: Scheduler;
+  readonly #executor: Executor;
+  readonly #ctx: GpuContext | null;
+  readonly #depth: number;
+  readonly #kvBlocks: number;
+  readonly #live = new Map<string, LiveRequest>();
+  readonly #inFlight: InFlight[] = [];
+  #wake: (() => void) | null = null;
+  #loop: Promise<void> | null = null;
+  #accepting = true;
+  #stopped = false;
+  #error: Error | null = null;
+  #steps = 0;
+  #promptTokens = 0;
+  #generationTokens = 0;
+
+  private constructor(parts: {
+    config: EngineConfig;
+    model: ModelInfo;
+    tokenizer: Tokenizer | null;
+    generationDefaults: Partial<SamplingParams>;
+    scheduler: Scheduler;
+    executor: Executor;
+    ctx: GpuContext | null;
+    kvBlocks: number;
+  }) {
+    this.config = parts.config;
+    this.model = parts.model;
+    this.tokenizer = parts.tokenizer;
+    this.generationDefaults = parts.generationDefaults;
+    this.#scheduler = parts.scheduler;
+    this.#executor = parts.executor;
+    this.#ctx = parts.ctx;
+    this.#kvBlocks = parts.kvBlocks;
+    this.#depth = Math.max(
+      1,
+      Math.min(parts.config.maxInFlight ?? Infinity, parts.executor.maxInFlight),
+    );
+    parts.ctx?.failed.then((error) => this.#fail(error));
+  }
+
+  /**
+   * Validates `options`, loads the model (WebGPU executor) or sets up the mock executor, sizes
+   * the KV cache and logs what was chosen.
+   */
+  static async create(options: EngineOptions = {}, log: Logger = () => {}): Promise<LLMEngine> {
+    const config = resolveEngineConfig(options);
+    const tokenizer = config.model !== undefined ? await Tokenizer.fromDir(config.model) : null;
+    const name = config.servedModelName ??
+      (config.model !== undefined ? basename(config.model.replace(/\/+$/, "")) : "mock");
+    let seed = config.seed >>> 0;
+    const seedSource = () => {
+      // splitmix32: seeds for requests that bring none.
+      seed = (seed + 0x9e3779b9) >>> 0;
+      let z = seed;
+      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
+      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
+      return (z ^ (z >>> 16)) >>> 0;
+    };
+
+    if (config.executor === "mock") {
+      const maxModelLen = config.maxModelLen ?? 4096;
+      const kvBlocks = config.numKvBlocks ?? Math.ceil(16384 / config.blockSize);
+      const executor = new MockExecutor({
+        latency: { baseMs: config.mockBaseMs, perTokenMs: config.mockPerTokenMs },
+      });
+      log(
+        `Mock executor: step = ${config.mockBaseMs} ms + ${config.mockPerTokenMs} ms per batched token`,
+      );
+      logKv(log, kvBlocks, config.blockSize, maxModelLen);
+      return new LLMEngine({
+        config,
+        model: {
+          name,
+          architecture: "mock",
+          maxModelLen,
+          vocabSize: tokenizer?.size ?? 0,
+          dtype: "none",
+        },
+        tokenizer,
+        generationDefaults: {},
+        scheduler: makeScheduler(config, kvBlocks, maxModelLen, [], 0),
+        executor,
+        ctx: null,
+        kvBlocks,
+      });
+    }
+
+    const ctx = await GpuContext.create({ forceF32: config.forceF32 });
+    try {
+      const a = ctx.adapter;
+      log(
+        `Adapter: ${a.description}${a.isFallback ? " (software fallback: no GPU found)" : ""}; ` +
+          `weights ${ctx.weightDtype}; shader-f16 ${a.features.shaderF16 ? "yes" : "no"}`,
+      );
+      const ck = await openCheckpoint(config.model!);
+      try {
+        const mc = ck.config;
+        const maxModelLen = config.maxModelLen ?? Math.min(mc.maxPositionEmbeddings, 4096);
+        if (maxModelLen > mc.maxPositionEmbeddings) {
+          throw new RangeError(
+            `max_model_len ${maxModelLen} exceeds the model's max_position_embeddings ${mc.maxPositionEmbeddings}`,
+          );
+        }
+        const shape: KvCacheShape = {
+          numLayers: mc.numLayers,
+          numKvHeads: mc.numKvHeads,
+          headDim: mc.headDim,
+          blockSize: config.blockSize,
+          dtype: ctx.weightDtype,
+        };
+        const perBlock = blockBytes(shape);
+        const limit = maxBlocks(ctx, shape);
+        const wanted = config.numKvBlocks ??
+          Math.floor(((config.kvCacheMemory ?? 1024) * 2 ** 20) / perBlock);
+        const kvBlocks = Math.min(wanted, limit);
+        if (kvBlocks < wanted) {
+          log(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
+        }
+        const swapMiB = config.swapSpace ?? (config.preemptionMode === "swap" ? 256 : 0);
+        const numSwapBlocks = Math.floor((swapMiB * 2 ** 20) / perBlock);
+        const runner = await ModelRunner.fromCheckpoint(ctx, ck, {
+          maxTokens: config.maxNumBatchedTokens,
+          maxSeqs: config.maxNumSeqs,
+          maxModelLen,
+          blockSize: config.blockSize,
+          numKvBlocks: kvBlocks,
+          ...(config.showProgress !== undefined ? { showProgress: config.showProgress } : {}),
+        });
+        log(
+          `Model: ${mc.arch}, ${mc.numLayers} layers, hidden ${mc.hiddenSize}, vocab ${mc.vocabSize}, ` +
+            `weights ${ctx.weightDtype}`,
+        );
+        logKv(log, kvBlocks, config.blockSize, maxModelLen);
+        const gen = ck.generationConfig;
+        const eos = [...new Set([...mc.eosTokenIds, ...(gen?.eosTokenIds ?? [])])];
+        const generationDefaults: Partial<SamplingParams> = {
+          ...(gen?.temperature !== undefined ? { temperature: gen.temperature } : {}),
+          ...(gen?.topP !== undefined ? { topP: gen.topP } : {}),
+          ...(gen?.topK !== undefined ? { topK: gen.topK } : {}),
+          ...(gen?.minP !== undefined ? { minP: gen.minP } : {}),
+          ...(gen?.repetitionPenalty !== undefined
+            ? { repetitionPenalty: gen.repetitionPenalty }
+            : {}),
+        };
+        return new LLMEngine({
+          config,
+          model: {
+            name,
+            architecture: mc.arch,
+            maxModelLen,
+            vocabSize: mc.vocabSize,
+            dtype: ctx.weightDtype,
+          },
+          tokenizer,
+          generationDefaults,
+          scheduler: makeScheduler(config, kvBlocks, maxModelLen, eos, numSwapBlocks),
+          executor: new WebGpuExecutor(runner, { numSwapBlocks, seedSource }),
+          ctx,
+          kvBlocks,
+        });
+      } finally {
+        ck.close();
+      }
+    } catch (error) {
+      ctx.destroy();
+      throw error;
+    }
+  }
+
+  get error(): Error | null {
+    return this.#error;
+  }
+
+  generate(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<RequestOutput> {
+    if (this.#error !== null) throw new EngineDeadError(`Engine failed: ${this.#error.message}`);
+    if (!this.#accepting) throw new EngineDeadError("Engine is shutting down");
+    const id = request.requestId;
+    if (this.#live.has(id)) throw new RangeError(`Request "${id}" is already running`);
+    if (this.#scheduler.stats().numWaiting >= this.config.maxWaitingRequests) {
+      throw new EngineOverloadedError(
+        `Server is overloaded: ${this.config.maxWaitingRequests} requests are already waiting`,
+      );
+    }
+    if (signal?.aborted) throw new RangeError(`Request "${id}" was aborted before it started`);
+    this.#scheduler.addRequest({
+      requestId: id,
+      promptTokenIds: request.promptTokenIds,
+      params: request.params,
+      priority: request.priority ?? 0,
+    });
+    const live: LiveRequest = {
+      state: new RequestOutputState(this.tokenizer, {
+        requestId: id,
+        promptTokenIds: request.promptTokenIds,
+        params: request.params,
+      }),
+      params: request.params,
+      queue: [],
+      notify: null,
+      finished: false,
+      error: null,
+    };
+    this.#live.set(id, live);
+    this.#promptTokens += request.promptTokenIds.length;
+    signal?.addEventListener("abort", () => this.abort(id), { once: true });
+    this.#kick();
+    return this.#stream(id, live);
+  }
+
+  async *#stream(id: string, live: LiveRequest): AsyncGenerator<RequestOutput> {
+    try {
+      while (true) {
+        const next = live.queue.shift();
+        if (next !== undefined) {
+          yield next;
+          if (next.finishReason !== null) return;
+          continue;
+        }
+        if (live.error !== null) throw live.error;
+        await new Promise<void>((resolve) => (live.notify = resolve));
+      }
+    } finally {
+      // The consumer stopped early (client gone): free the request at once.
+      if (!live.finished) this.abort(id);
+    }
+  }
+
+  abort(requestId: string): void {
+    const live = this.#live.get(requestId);
+    if (live === undefined || live.finished) return;
+    this.#scheduler.abortRequest(requestId);
+    this.#finish(requestId, live, "abort", null);
+  }
+
+  stats(): EngineStats {
+    const s = this.#scheduler.stats();
+    return {
+      numRunning: s.numRunning,
+      numWaiting: s.numWaiting,
+      kvCacheUsage: s.kvCacheUsage,
+      kvBlocksUsed: Math.round(s.kvCacheUsage * this.#kvBlocks),
+      kvBlocksTotal: this.#kvBlocks,
+      promptTokensTotal: this.#promptTokens,
+      generationTokensTotal: this.#generationTokens,
+      prefixCacheQueries: s.prefixCacheQueries,
+      prefixCacheHits: s.prefixCacheHits,
+      numPreemptions: s.numPreemptions,
+      steps: this.#steps,
+    };
+  }
+
+  async shutdown(graceMs = 0): Promise<void> {
+    this.#accepting = false;
+    const deadline = performance.now() + graceMs;
+    while (this.#live.size > 0 && performance.now() < deadline && this.#error === null) {
+      await new Promise((r) =>
+        setTimeout(r, Math.min(20, Math.max(1, deadline - performance.now())))
+      );
+    }
+    for (const id of [...this.#live.keys()]) this.abort(id);
+    this.#stopped = true;
+    this.#kick();
+    await this.#loop;
+    this.#executor.destroy();
+    this.#ctx?.destroy();
+  }
+
+  /** Starts the loop if idle, or wakes it. */
+  #kick(): void {
+    if (this.#wake !== null) {
+      const wake = this.#wake;
+      this.#wake = null;
+      wake();
+    }
+    if (this.#loop === null && !this.#stopped) {
+      this.#loop = this.#run().finally(() => (this.#loop = null));
+    }
+  }
+
+  async #run(): Promise<void> {
+    const scheduler = this.#scheduler;
+    while (!this.#stopped && this.#error === null) {
+      try {
+        if (this.#inFlight.length < this.#depth) {
+          const output = scheduler.schedule();
+          if (
+            output.scheduled.length > 0 || output.swappedIn.length > 0 ||
+            output.swappedOut.length > 0
+          ) {
+            const step = this.#executor.execute(output);
+            this.#inFlight.push({ output, result: step.result });
+            this.#steps++;
+            if (step.ready !== undefined) await step.ready;
+            continue;
+          }
+          // Empty steps are applied in order like any other.
+          this.#inFlight.push({ output, result: Promise.resolve(new Map()) });
+        }
+        const oldest = this.#inFlight.shift();
+        if (oldest !== undefined) {
+          const sampled = await oldest.result;
+          if (this.#stopped) break;
+          this.#postprocess(oldest.output, sampled);
+          continue;
+        }
+        if (!scheduler.hasUnfinishedRequests()) {
+          if (this.#live.size === 0) return; // idle: the next request restarts the loop
+          await this.#sleep(null);
+          continue;
+        }
+        // A batching baseline is collecting a batch: wake at its deadline or on an arrival.
+        const wake = scheduler.wakeTime();
+        if (wake === null) scheduler.flush();
+        await this.#sleep(wake === null ? 1 : Math.max(0, wake - Date.now()));
+      } catch (error) {
+        this.#fail(error instanceof Error ? error : new Error(String(error)));
+      }
+    }
+  }
+
+  /** Waits for `ms` (null: until kicked). */
+  #sleep(ms: number | null): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = ms === null ? undefined : setTimeout(() => {
+        this.#wake = null;
+        resolve();
+      }, ms);
+      this.#wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  /** Applies a step's tokens: stop checks, detokenization, stop strings, increments. */
+  #postprocess(output: SchedulerOutput, sampled: ReadonlyMap<string, SampledToken>): void {
+    for (const r of output.scheduled) {
+      if (r.isNew) {
+        const live = this.#live.get(r.requestId);
+        if (live !== undefined) live.state.numCachedTokens = r.numCachedTokens;
+      }
+    }
+    const ids = new Map<string, number>();
+    for (const [id, s] of sampled) ids.set(id, s.tokenId);
+    const updates = this.#scheduler.updateFromOutput(output, ids);
+    for (const u of updates) {
+      const live = this.#live.get(u.requestId);
+      if (live === undefined || live.finished) continue;
+      const logprobs: TokenLogprob[] | null = live.params.logprobs === null
+        ? null
+        : u.newTokenIds.map((tokenId) => ({
+          tokenId,
+          logprob: sampled.get(u.requestId)?.logprob ?? 0,
+        }));
+      const before = live.state.numOutputTokens;
+      const { output: increment, stopString } = live.state.push(u.newTokenIds, logprobs);
+      // Tokens after a matched stop string are dropped, not counted.
+      this.#generationTokens += live.state.numOutputTokens - before;
+      if (increment !== null) this.#emit(live, increment);
+      if (stopString !== null && u.finishReason === null) {
+        this.#scheduler.finishRequest(u.requestId, "stop", stopString);
+        this.#finish(u.requestId, live, "stop", stopString);
+      } else if (u.finishReason !== null) {
+        this.#finish(u.requestId, live, u.finishReason, u.stopReason);
+      }
+    }
+  }
+
+  #finish(id: string, live: LiveRequest, reason: FinishReason, stop: number | string | null): void {
+    live.finished = true;
+    this.#emit(live, live.state.finish(reason, stop));
+    this.#live.delete(id);
+    this.#executor.release(id);
+  }
+
+  #emit(live: LiveRequest, output: RequestOutput): void {
+    live.queue.push(output);
+    const notify = live.notify;
+    live.notify = null;
+    notify?.();
+  }
+
+  /** A fatal error: every live request's stream throws, new requests are refused. */
+  #fail(error: Error): void {
+    if (this.#error !== null) return;
+    this.#error = error;
+    const dead = new EngineDeadError(`Engine failed: ${error.message}`, { cause: error });
+    for (const [id, live] of this.#live) {
+      live.error = dead;
+      live.finished = true;
+      this.#scheduler.abortRequest(id);
+      const notify = live.notify;
+      live.notify = null;
+      notify?.();
+    }
+    this.#live.clear();
+    this.#kick();
+  }
+}
+
+function logKv(log: Logger, blocks: number, blockSize: number, maxModelLen: number): void {
+  const tokens = blocks * blockSize;
+  const f = (n: number) => n.toLocaleString("en-US");
+  log(`KV cache: ${f(blocks)} blocks x ${f(blockSize)} tokens = ${f(tokens)} tokens`);
+  log(
+    `Maximum concurrency for ${f(maxModelLen)} tokens per request: ${
+      (tokens / maxModelLen).toFixed(2)
+    }x`,
+  );
+}
+
+function makeScheduler(
+  c: EngineConfig,
+  numGpuBlocks: number,
+  maxModelLen: number,
+  eosTokenIds: readonly number[],
+  numSwapBlocks: number,
+): Scheduler {
+  const common = {
+    maxModelLen,
+    blockSize: c.blockSize,
+    numGpuBlocks,
+    maxNumBatchedTokens: c.maxNumBatchedTokens,
+    eosTokenIds,
+  };
+  if (c.scheduler === "continuous") {
+    return createScheduler({
+      kind: "continuous",
+      ...common,
+      maxNumSeqs: c.maxNumSeqs,
+      numSwapBlocks,
+      enableChunkedPrefill: c.enableChunkedPrefill,
+      enablePrefixCaching: c.enablePrefixCaching,
+      policy: c.schedulingPolicy,
+      preemptionMode: c.preemptionMode,
+    });
+  }
+  // Baselines reserve max_model_len tokens per batch member, contiguously.
+  const fits = Math.floor((numGpuBlocks * c.blockSize) / maxModelLen);
+  const batch = Math.max(1, Math.min(c.maxBatchSize ?? c.maxNumSeqs, c.maxNumSeqs, fits));
+  return c.scheduler === "static"
+    ? createScheduler({ kind: "static", ...common, batchSize: batch })
+    : createScheduler({
+      kind: "dynamic",
+      ...common,
+      maxBatchSize: batch,
+      batchWaitMs: c.batchWaitMs,
+    });
+}

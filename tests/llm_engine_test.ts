@@ -1,0 +1,215 @@
+import assert from "node:assert/strict";
+import { LLMEngine } from "../engine/llm_engine.ts";
+import type { EngineOptions } from "../engine/engine_config.ts";
+import { mockTokenAt } from "../scheduler/mock_executor.ts";
+import { samplingParams } from "../scheduler/sampling_params.ts";
+import { makeModel } from "../tools/make_model.ts";
+import { ReferenceModel } from "./reference/model.ts";
+import { GPU_TEST } from "./support/gpu.ts";
+import { testSeed } from "./support/random.ts";
+
+/** Runs all requests concurrently; returns each one's token ids and finish reason. */
+async function runAll(
+  engine: LLMEngine,
+  prompts: readonly (readonly number[])[],
+  maxTokens: number,
+): Promise<{ tokens: number[]; finish: string | null }[]> {
+  return await Promise.all(prompts.map(async (prompt, i) => {
+    const tokens: number[] = [];
+    let finish: string | null = null;
+    const stream = engine.generate({
+      requestId: `r${i}`,
+      promptTokenIds: prompt,
+      params: samplingParams({ temperature: 0, maxTokens, ignoreEos: true }),
+    });
+    for await (const o of stream) {
+      tokens.push(...o.tokenIds);
+      finish = o.finishReason;
+    }
+    return { tokens, finish };
+  }));
+}
+
+Deno.test("LLMEngine with the mock executor returns each request's deterministic tokens and frees every block", async () => {
+  const { seed, rng } = testSeed("engine mock");
+  const engine = await LLMEngine.create({
+    executor: "mock",
+    mockBaseMs: 0,
+    mockPerTokenMs: 0,
+    numKvBlocks: 24,
+    maxNumSeqs: 6,
+    maxNumBatchedTokens: 32,
+  });
+  try {
+    const prompts = Array.from(
+      { length: 20 },
+      () => Array.from({ length: rng.int(41, 60) }, () => rng.int(0, 99)),
+    );
+    const results = await runAll(engine, prompts, 24);
+    results.forEach((r, i) => {
+      const expected = Array.from(
+        { length: 24 },
+        (_, k) => mockTokenAt(`r${i}`, prompts[i]!.length + k),
+      );
+      assert.deepEqual(r.tokens, expected, `seed ${seed} request ${i}`);
+      assert.equal(r.finish, "length");
+    });
+    const s = engine.stats();
+    assert.equal(s.kvBlocksUsed, 0);
+    assert.equal(s.numRunning + s.numWaiting, 0);
+    assert.ok(s.numPreemptions > 0, "a 24-block pool for 20 requests must preempt");
+    assert.equal(s.generationTokensTotal, 20 * 24);
+  } finally {
+    await engine.shutdown();
+  }
+});
+
+Deno.test("LLMEngine frees a request's blocks as soon as its consumer stops reading", async () => {
+  const engine = await LLMEngine.create({ executor: "mock", mockBaseMs: 1, numKvBlocks: 32 });
+  try {
+    const stream = engine.generate({
+      requestId: "gone",
+      promptTokenIds: Array.from({ length: 40 }, (_, i) => i),
+      params: samplingParams({ maxTokens: 200, ignoreEos: true }),
+    });
+    let n = 0;
+    for await (const o of stream) {
+      n += o.tokenIds.length;
+      if (n >= 3) break; // the client disconnects
+    }
+    assert.equal(engine.stats().kvBlocksUsed, 0);
+    assert.equal(engine.stats().numRunning, 0);
+    const controller = new AbortController();
+    const second = engine.generate({
+      requestId: "signal",
+      promptTokenIds: [1, 2, 3],
+      params: samplingParams({ maxTokens: 200, ignoreEos: true }),
+    }, controller.signal);
+    const reasons: (string | null)[] = [];
+    for await (const o of second) {
+      reasons.push(o.finishReason);
+      if (reasons.length === 2) controller.abort();
+    }
+    assert.equal(reasons.at(-1), "abort");
+    assert.equal(engine.stats().kvBlocksUsed, 0);
+  } finally {
+    await engine.shutdown();
+  }
+});
+
+Deno.test("LLMEngine rejects impossible requests at once", async () => {
+  const engine = await LLMEngine.create({ executor: "mock", numKvBlocks: 4, maxModelLen: 100 });
+  try {
+    const gen = (prompt: number[], maxTokens: number) =>
+      engine.generate({
+        requestId: "x",
+        promptTokenIds: prompt,
+        params: samplingParams({ maxTokens }),
+      });
+    assert.throws(() => gen([], 4), /prompt is empty/);
+    assert.throws(() => gen(new Array(99).fill(1), 4), /exceeds max_model_len 100/);
+    assert.throws(() => gen(new Array(60).fill(1), 30), /the cache holds 64/);
+  } finally {
+    await engine.shutdown();
+  }
+});
+
+const ENGINE_CASES: { name: string; options: EngineOptions; check?: (e: LLMEngine) => void }[] = [
+  { name: "continuous batching", options: {} },
+  {
+    name: "preemption by recompute (tiny KV pool)",
+    options: { numKvBlocks: 9, maxNumSeqs: 6 },
+    check: (e) => assert.ok(e.stats().numPreemptions > 0, "expected preemptions"),
+  },
+  {
+    name: "preemption by swap (tiny KV pool)",
+    options: { numKvBlocks: 9, maxNumSeqs: 6, preemptionMode: "swap", swapSpace: 1 },
+    check: (e) => assert.ok(e.stats().numPreemptions > 0, "expected preemptions"),
+  },
+  {
+    name: "chunked prefill (8-token budget)",
+    options: { maxNumBatchedTokens: 8, maxNumSeqs: 6 },
+  },
+];
+
+for (const c of ENGINE_CASES) {
+  Deno.test(
+    `LLMEngine greedy outputs equal the float64 reference under ${c.name}`,
+    GPU_TEST,
+    async () => {
+      const dir = await Deno.makeTempDir();
+      try {
+        const { seed, rng } = testSeed(`engine ${c.name}`);
+        await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: seed % 997 });
+        const ref = await ReferenceModel.load(dir);
+        const engine = await LLMEngine.create({
+          model: dir,
+          forceF32: true,
+          numKvBlocks: 64,
+          showProgress: false,
+          ...c.options,
+        });
+        try {
+          // A shared 32-token prefix makes later requests hit the prefix cache.
+          const shared = Array.from({ length: 32 }, () => rng.int(0, 500));
+          const prompts = [1, 7, 33, 20, 40, 5].map((len, i) =>
+            i >= 4
+              ? [...shared, ...Array.from({ length: len - 32 + 8 }, () => rng.int(0, 500))]
+              : Array.from({ length: len }, () => rng.int(0, 500))
+          );
+          const results = await runAll(engine, prompts, 10);
+          results.forEach((r, i) => {
+            const expected = ref.greedy(prompts[i]!, 10).map((s) => s.token);
+            assert.deepEqual(
+              r.tokens,
+              expected,
+              `seed ${seed} request ${i} (prompt ${prompts[i]!.length} tokens)`,
+            );
+          });
+          c.check?.(engine);
+          assert.equal(engine.stats().kvBlocksUsed, 0);
+        } finally {
+          await engine.shutdown();
+        }
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  );
+}
+
+Deno.test(
+  "LLMEngine reuses cached prefix blocks and still matches the reference",
+  GPU_TEST,
+  async () => {
+    const dir = await Deno.makeTempDir();
+    try {
+      const { seed, rng } = testSeed("engine prefix");
+      await makeModel({ out: dir, preset: "tiny-qwen2", dtype: "f32", seed: seed % 997 });
+      const ref = await ReferenceModel.load(dir);
+      const engine = await LLMEngine.create({
+        model: dir,
+        forceF32: true,
+        numKvBlocks: 64,
+        showProgress: false,
+      });
+      try {
+        const shared = Array.from({ length: 40 }, () => rng.int(0, 500));
+        for (let i = 0; i < 3; i++) {
+          const prompt = [...shared, ...Array.from({ length: 3 + i }, () => rng.int(0, 500))];
+          const [r] = await runAll(engine, [prompt], 6);
+          assert.deepEqual(
+            r!.tokens,
+            ref.greedy(prompt, 6).map((s) => s.token),
+            `seed ${seed} request ${i}`,
+          );
+        }
+        assert.ok(engine.stats().prefixCacheHits >= 64, `hits: ${engine.stats().prefixCacheHits}`);
+      } finally {
+        await engine.shutdown();
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
