@@ -11,8 +11,7 @@
  * @module
  */
 
-import { type SchedulerOutput } from "../../scheduler/scheduler_output.ts";
-import { SAMPLED_TOKEN } from "../../scheduler/scheduler_output.ts";
+import { SAMPLED_TOKEN, type SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 import type { SequenceChunk } from "../forward_batch.ts";
 import { blockBytesPerLayer } from "../kv_cache.ts";
 import type { ModelRunner } from "../model_runner.ts";
