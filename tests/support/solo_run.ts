@@ -7,7 +7,6 @@
  * @module
  */
 
-import { FROM_SAMPLED } from "../../engine/forward_batch.ts";
 import type { ModelRunner } from "../../engine/model_runner.ts";
 
 /** Greedily generates `maxTokens` tokens for `prompt`. */
@@ -24,7 +23,7 @@ export async function soloGreedy(
   const slot = (pos: number) => blocks[Math.floor(pos / bs)]! * bs + (pos % bs);
   const out: number[] = [];
   let done = 0;
-  let last: Promise<{ tokens: Uint32Array }> | undefined;
+  let last: { step: number; result: Promise<{ tokens: Uint32Array }> } | undefined;
   while (done < prompt.length) {
     const n = Math.min(chunk, prompt.length - done);
     const positions = Uint32Array.from({ length: n }, (_, i) => done + i);
@@ -40,14 +39,15 @@ export async function soloGreedy(
       }],
     });
     done += n;
-    last = step.result;
+    last = step;
   }
   // Decode steps are submitted without waiting: each feeds on the previous sample on the GPU.
-  const pending: Promise<{ tokens: Uint32Array }>[] = [last!];
+  const pending: Promise<{ tokens: Uint32Array }>[] = [last!.result];
+  let prev = last!.step;
   for (let i = 1; i < maxTokens; i++) {
     const pos = prompt.length + i - 1;
     const step = runner.execute({
-      inputIds: Uint32Array.of(FROM_SAMPLED | 0),
+      inputIds: Uint32Array.of(runner.sampledRef(prev, 0)),
       positions: Uint32Array.of(pos),
       slotMapping: Uint32Array.of(slot(pos)),
       seqs: [{
@@ -58,6 +58,7 @@ export async function soloGreedy(
       }],
     });
     pending.push(step.result);
+    prev = step.step;
     if (pending.length - out.length >= 6) out.push((await pending[out.length]!).tokens[0]!);
   }
   while (out.length < pending.length) out.push((await pending[out.length]!).tokens[0]!);
