@@ -1,0 +1,159 @@
+/**
+ * A fake OpenAI-compatible completions server on loopback, for testing the serving benchmark
+ * without a model: `GET /health`, `GET /v1/models`, streaming `POST /v1/completions` that emits
+ * `max_tokens` one-token chunks (" t0", " t1", ...), a usage chunk when asked, and
+ * `data: [DONE]`. Timing is simulated: at most `slots` requests are served at once (the rest
+ * queue, like a server's max_num_seqs), the first token comes `ttftMs` after a request gets a
+ * slot, then one token every `itlMs + itlPerActiveMs * (active requests - 1)`.
+ *
+ * Run alone: `deno run -A bench/serve/fake_server.ts [--port 8000]` prints `Listening on URL`.
+ *
+ * @module
+ */
+
+/** Options for {@linkcode startFakeServer}. */
+export interface FakeServerOptions {
+  /** Model id listed by /v1/models. Default "fake-model". */
+  readonly modelId?: string;
+  /** Requests served at once; more wait for a slot. Default Infinity. */
+  readonly slots?: number;
+  /** Delay from getting a slot to the first token, ms. Default 5. */
+  readonly ttftMs?: number;
+  /** Gap between tokens of a lone request, ms. Default 2. */
+  readonly itlMs?: number;
+  /** Extra gap per other active request, ms. Default 0. */
+  readonly itlPerActiveMs?: number;
+  /** Port; default 0 (any free port). */
+  readonly port?: number;
+}
+
+/** A running fake server. */
+export interface FakeServer {
+  /** Base URL, e.g. "http://127.0.0.1:41234". */
+  readonly url: string;
+  /** Completion requests received so far. */
+  readonly received: () => number;
+  /** Stops listening and waits for the server to finish. */
+  close(): Promise<void>;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Starts the fake server on 127.0.0.1. */
+export function startFakeServer(options: FakeServerOptions = {}): FakeServer {
+  const modelId = options.modelId ?? "fake-model";
+  const slots = options.slots ?? Infinity;
+  const ttft = options.ttftMs ?? 5;
+  const itl = options.itlMs ?? 2;
+  const perActive = options.itlPerActiveMs ?? 0;
+  let active = 0;
+  let received = 0;
+  const waiting: (() => void)[] = [];
+  const encoder = new TextEncoder();
+  const error = (status: number, message: string) =>
+    Response.json({ error: { message, type: "invalid_request_error", code: status } }, {
+      status,
+    });
+
+  const completions = async (req: Request): Promise<Response> => {
+    let body: unknown;
+    try {
+      body = await req.json();
+    } catch {
+      return error(400, "body is not JSON");
+    }
+    if (typeof body !== "object" || body === null) return error(400, "body is not an object");
+    const b: Record<string, unknown> = { ...body };
+    if (b.model !== modelId) return error(404, `The model '${String(b.model)}' does not exist.`);
+    const maxTokens = typeof b.max_tokens === "number" ? b.max_tokens : 16;
+    const prompt = b.prompt;
+    const promptTokens = Array.isArray(prompt)
+      ? prompt.length
+      : typeof prompt === "string"
+      ? prompt.split(/\s+/).filter((w) => w !== "").length
+      : 0;
+    const so = b.stream_options;
+    const includeUsage = typeof so === "object" && so !== null && "include_usage" in so &&
+      so.include_usage === true;
+    received++;
+    const id = `cmpl-${received}`;
+    const chunk = (payload: unknown) => encoder.encode(`data: ${JSON.stringify(payload)}\n\n`);
+    let cancelled = false;
+    const stream = new ReadableStream<Uint8Array>({
+      start(controller) {
+        // Not awaited: chunks must flow while the simulated generation runs.
+        void generate(controller);
+      },
+      cancel() {
+        cancelled = true;
+      },
+    });
+    async function generate(controller: ReadableStreamDefaultController<Uint8Array>) {
+      while (active >= slots) await new Promise<void>((resolve) => waiting.push(resolve));
+      active++;
+      try {
+        await sleep(ttft);
+        for (let i = 0; i < maxTokens && !cancelled; i++) {
+          if (i > 0) await sleep(itl + perActive * (active - 1));
+          controller.enqueue(chunk({
+            id,
+            object: "text_completion",
+            model: modelId,
+            choices: [{
+              index: 0,
+              text: ` t${i}`,
+              finish_reason: i === maxTokens - 1 ? "length" : null,
+            }],
+          }));
+        }
+        if (includeUsage && !cancelled) {
+          controller.enqueue(chunk({
+            id,
+            object: "text_completion",
+            model: modelId,
+            choices: [],
+            usage: {
+              prompt_tokens: promptTokens,
+              completion_tokens: maxTokens,
+              total_tokens: promptTokens + maxTokens,
+            },
+          }));
+        }
+        if (!cancelled) {
+          controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+          controller.close();
+        }
+      } catch {
+        // The client went away (enqueue on a cancelled stream).
+      } finally {
+        active--;
+        waiting.shift()?.();
+      }
+    }
+    return new Response(stream, { headers: { "content-type": "text/event-stream" } });
+  };
+
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: options.port ?? 0, onListen: () => {} },
+    (req) => {
+      const path = new URL(req.url).pathname;
+      if (req.method === "GET" && path === "/health") return new Response(null, { status: 200 });
+      if (req.method === "GET" && path === "/v1/models") {
+        return Response.json({ object: "list", data: [{ id: modelId, object: "model" }] }, {
+          headers: { server: "fake-openai-server" },
+        });
+      }
+      if (req.method === "POST" && path === "/v1/completions") return completions(req);
+      return error(404, `no route ${req.method} ${path}`);
+    },
+  );
+  const url = `http://127.0.0.1:${server.addr.port}`;
+  return { url, received: () => received, close: () => server.shutdown() };
+}
+
+if (import.meta.main) {
+  const i = Deno.args.indexOf("--port");
+  const port = i >= 0 ? Number(Deno.args[i + 1]) : 8000;
+  const s = startFakeServer({ port, slots: 8, ttftMs: 20, itlMs: 5, itlPerActiveMs: 0.5 });
+  console.log(`Listening on ${s.url}`);
+}

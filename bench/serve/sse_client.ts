@@ -1,0 +1,237 @@
+/**
+ * A streaming client for OpenAI-compatible `POST /v1/completions` that timestamps every
+ * Server-Sent-Events chunk as it arrives (TTFT, inter-token gaps, end-to-end latency).
+ *
+ * Protocol expected from the server: status 200, `data: {json}` events separated by blank lines,
+ * each chunk `{"choices": [{"text": "..."}], ...}`, with `stream_options.include_usage` one chunk
+ * carrying `usage` (and empty `choices`) before the final `data: [DONE]`. A chunk
+ * `{"error": {"message": ...}}` or a non-200 status fails the request with that message.
+ *
+ * @module
+ */
+
+import type { RequestResult } from "./metrics.ts";
+
+/**
+ * Incremental Server-Sent-Events parser: feed decoded text in arbitrary pieces, get back the
+ * `data` payload of every complete event (multi-line data joined with "\n"). Lines may end with
+ * LF, CRLF or CR; comment lines (":...") and other fields are ignored.
+ */
+export class SseParser {
+  #buffer = "";
+  #data: string[] = [];
+
+  /** Adds text; returns the payloads of the events it completed. */
+  push(text: string): string[] {
+    this.#buffer += text;
+    const events: string[] = [];
+    for (;;) {
+      const m = /\r\n|\r|\n/.exec(this.#buffer);
+      if (m === null) break;
+      // A lone CR at the very end may be the first half of CRLF: wait for more text.
+      if (m[0] === "\r" && m.index === this.#buffer.length - 1) break;
+      const line = this.#buffer.slice(0, m.index);
+      this.#buffer = this.#buffer.slice(m.index + m[0].length);
+      this.#line(line, events);
+    }
+    return events;
+  }
+
+  /** Flushes at end of stream: a final event without its blank line still counts. */
+  end(): string[] {
+    const events: string[] = [];
+    if (this.#buffer !== "") this.#line(this.#buffer.replace(/\r$/, ""), events);
+    this.#buffer = "";
+    this.#line("", events);
+    return events;
+  }
+
+  #line(line: string, events: string[]): void {
+    if (line === "") {
+      if (this.#data.length > 0) events.push(this.#data.join("\n"));
+      this.#data = [];
+      return;
+    }
+    if (line.startsWith(":")) return;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "data") this.#data.push(value);
+  }
+}
+
+/** One streamed completion request. */
+export interface CompletionRequest {
+  /** Server base URL, e.g. "http://127.0.0.1:8000" (no trailing "/v1"). */
+  readonly baseUrl: string;
+  /** The `model` field sent. */
+  readonly model: string;
+  /** A string, or an array of token ids (uint32 values). */
+  readonly prompt: string | readonly number[];
+  /** Planned prompt length in tokens (used when the server reports no usage). */
+  readonly promptTokens: number;
+  readonly maxTokens: number;
+  /** vLLM's `ignore_eos`: generate exactly `maxTokens` tokens. */
+  readonly ignoreEos: boolean;
+  readonly temperature: number;
+  /** Whole-request deadline in milliseconds (connect, headers and the full stream). */
+  readonly timeoutMs: number;
+  /** Extra fields merged into the JSON body. */
+  readonly extraBody?: Readonly<Record<string, unknown>>;
+}
+
+/** What {@linkcode streamCompletion} returns: a {@linkcode RequestResult} with the text. */
+export interface StreamOutcome extends RequestResult {
+  /** Concatenated streamed text. */
+  readonly text: string;
+}
+
+/** The JSON body sent for `req`. */
+export function completionBody(req: CompletionRequest): Record<string, unknown> {
+  return {
+    model: req.model,
+    prompt: typeof req.prompt === "string" ? req.prompt : [...req.prompt],
+    max_tokens: req.maxTokens,
+    temperature: req.temperature,
+    ignore_eos: req.ignoreEos,
+    stream: true,
+    stream_options: { include_usage: true },
+    ...req.extraBody,
+  };
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** The server's error message from an OpenAI-style `{"error": {"message"}}` body, if any. */
+function errorMessage(v: unknown): string | undefined {
+  if (!isRecord(v)) return undefined;
+  const e = v.error;
+  if (typeof e === "string") return e;
+  if (isRecord(e) && typeof e.message === "string") return e.message;
+  if (typeof v.message === "string") return v.message;
+  return undefined;
+}
+
+function oneLine(s: string, max = 300): string {
+  const flat = s.replace(/\s+/g, " ").trim();
+  return flat.length > max ? `${flat.slice(0, max)}...` : flat;
+}
+
+/**
+ * Sends `req` with `stream: true` and times the stream. Never throws for server or network
+ * problems: they come back as `ok: false` with `error`. `startMs` is relative to `epochMs`
+ * (a `performance.now()` value, default 0); `index` is copied into the result.
+ */
+export async function streamCompletion(
+  req: CompletionRequest,
+  index = 0,
+  epochMs = 0,
+): Promise<StreamOutcome> {
+  const timeout = AbortSignal.timeout(req.timeoutMs);
+  const t0 = performance.now();
+  let ttft: number | null = null;
+  let last = 0;
+  const itl: number[] = [];
+  let text = "";
+  let chunks = 0;
+  let usage: { prompt: number; completion: number } | undefined;
+  const finish = (error?: string): StreamOutcome => {
+    const e2e = performance.now() - t0;
+    const ok = error === undefined;
+    return {
+      index,
+      ok,
+      ...(ok ? {} : { error }),
+      startMs: t0 - epochMs,
+      ttftMs: ttft,
+      e2eMs: e2e,
+      itlMs: itl,
+      promptTokens: usage?.prompt ?? req.promptTokens,
+      outputTokens: usage?.completion ?? chunks,
+      usageReported: usage !== undefined,
+      text,
+    };
+  };
+  try {
+    const url = `${req.baseUrl.replace(/\/+$/, "")}/v1/completions`;
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "text/event-stream" },
+      body: JSON.stringify(completionBody(req)),
+      signal: timeout,
+    });
+    if (res.status !== 200) {
+      const body = await res.text();
+      let message: string | undefined;
+      try {
+        message = errorMessage(JSON.parse(body));
+      } catch {
+        message = undefined;
+      }
+      return finish(`HTTP ${res.status}: ${oneLine(message ?? (body || res.statusText))}`);
+    }
+    if (res.body === null) return finish("HTTP 200 with no body");
+    const parser = new SseParser();
+    const decoder = new TextDecoder();
+    let done = false;
+    const handle = (payload: string): string | undefined => {
+      if (payload.trim() === "[DONE]") {
+        done = true;
+        return undefined;
+      }
+      let chunk: unknown;
+      try {
+        chunk = JSON.parse(payload);
+      } catch {
+        return `invalid JSON in stream: ${oneLine(payload, 80)}`;
+      }
+      const err = isRecord(chunk) && "error" in chunk ? errorMessage(chunk) : undefined;
+      if (err !== undefined) return `stream error: ${oneLine(err)}`;
+      if (!isRecord(chunk)) return `unexpected chunk: ${oneLine(payload, 80)}`;
+      const u = chunk.usage;
+      if (isRecord(u) && typeof u.completion_tokens === "number") {
+        usage = {
+          completion: u.completion_tokens,
+          prompt: typeof u.prompt_tokens === "number" ? u.prompt_tokens : req.promptTokens,
+        };
+      }
+      const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+      const first: unknown = choices[0];
+      const piece = isRecord(first) && typeof first.text === "string" ? first.text : "";
+      if (piece !== "") {
+        const now = performance.now();
+        if (ttft === null) ttft = now - t0;
+        else itl.push(now - last);
+        last = now;
+        chunks++;
+        text += piece;
+      }
+      return undefined;
+    };
+    const reader = res.body.getReader();
+    try {
+      while (!done) {
+        const { value, done: eof } = await reader.read();
+        const payloads = eof ? parser.end() : parser.push(decoder.decode(value, { stream: true }));
+        for (const p of payloads) {
+          const err = handle(p);
+          if (err !== undefined) return finish(err);
+          if (done) break;
+        }
+        if (eof) break;
+      }
+    } finally {
+      await reader.cancel().catch(() => {});
+    }
+    if (!done) return finish("stream ended without data: [DONE]");
+    if (ttft === null) return finish("no tokens streamed");
+    return finish();
+  } catch (e) {
+    if (timeout.aborted) return finish(`timed out after ${req.timeoutMs / 1000} s`);
+    const message = e instanceof Error ? e.message : String(e);
+    return finish(oneLine(message));
+  }
+}
