@@ -8,6 +8,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { runGenerate } from "./cli/generate.ts";
 import { runInfo } from "./cli/info.ts";
 
 const USAGE = `usage: main.ts <command> [flags]
@@ -15,7 +16,7 @@ const USAGE = `usage: main.ts <command> [flags]
 commands:
   info [--force-f32]   print the WebGPU adapter, the limits the engine requests and its features
   serve                start the OpenAI-compatible HTTP server (not implemented yet)
-  generate             offline generation from the command line (not implemented yet)`;
+  generate             offline generation (main.ts generate --help)`;
 
 /** Runs the CLI with `argv` and returns the process exit code. */
 export async function main(argv: string[]): Promise<number> {
@@ -29,8 +30,9 @@ export async function main(argv: string[]): Promise<number> {
       });
       return await runInfo({ forceF32: values["force-f32"] });
     }
-    case "serve":
     case "generate":
+      return await runGenerate(rest);
+    case "serve":
       throw new NotImplementedError(`'${command}' is not implemented yet in this build`);
     case undefined:
     case "help":

@@ -179,8 +179,11 @@ export class LLMEngine implements EngineClient {
         };
         const perBlock = blockBytes(shape);
         const limit = maxBlocks(ctx, shape);
+        // By default: kvCacheMemory (1 GiB), but no more than max_num_seqs requests of
+        // max_model_len tokens could ever hold.
+        const useful = config.maxNumSeqs * Math.ceil(maxModelLen / config.blockSize);
         const wanted = config.numKvBlocks ??
-          Math.floor(((config.kvCacheMemory ?? 1024) * 2 ** 20) / perBlock);
+          Math.min(Math.floor(((config.kvCacheMemory ?? 1024) * 2 ** 20) / perBlock), useful);
         const kvBlocks = Math.min(wanted, limit);
         if (kvBlocks < wanted) {
           log(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);

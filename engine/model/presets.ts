@@ -588,11 +588,13 @@ export interface TensorSpec {
  * Face checkpoints (`nn.Linear` weights are `[out, in]`; GPT-2's `Conv1D` weights are
  * `[in, out]`), in model order. Tied presets have no `lm_head.weight`.
  *
- * Values: embeddings Normal(0, 0.02) (HF's `initializer_range`); linear weights
- * Normal(0, 1 / sqrt(fan_in)) so that every layer changes the residual stream as much as a
- * trained one does (with 0.02 everywhere, a random model's residual stream is its input
- * embedding and greedy decoding just repeats the last prompt token, which would hide engine bugs
- * such as feeding the wrong token); biases Normal(0, 0.02), norm weights Normal(1, 0.02) and
+ * Values: token embeddings and linear weights Normal(0, 1 / sqrt(hidden or fan_in)) so that
+ * every layer changes the residual stream as much as a trained one does, and tied LM heads give
+ * logits of order 1 (with HF's `initializer_range` 0.02 everywhere, a random model's residual
+ * stream is its input embedding, greedy decoding just repeats the last prompt token, which would
+ * hide engine bugs such as feeding the wrong token, and top-2 logit gaps are too small to compare
+ * reduced-precision runs); GPT-2's position embeddings Normal(0, 0.01); biases Normal(0, 0.02),
+ * norm weights Normal(1, 0.02) and
  * LayerNorm biases Normal(0, 0.02) (noise, so a loader that swaps or skips them produces visibly
  * different results).
  */
@@ -609,7 +611,7 @@ export function presetTensors(preset: ModelPreset): TensorSpec[] {
     specs.push({ name, shape, init });
 
   if (p.architecture === "gpt2") {
-    add("transformer.wte.weight", [V, H], w);
+    add("transformer.wte.weight", [V, H], lin(H));
     add("transformer.wpe.weight", [p.maxPositions, H], { kind: "normal", std: 0.01 });
     for (let l = 0; l < p.numLayers; l++) {
       const h = `transformer.h.${l}`;
@@ -633,7 +635,7 @@ export function presetTensors(preset: ModelPreset): TensorSpec[] {
 
   const q = p.numHeads * p.headDim;
   const kv = p.numKvHeads * p.headDim;
-  add("model.embed_tokens.weight", [V, H], w);
+  add("model.embed_tokens.weight", [V, H], lin(H));
   for (let l = 0; l < p.numLayers; l++) {
     const m = `model.layers.${l}`;
     add(`${m}.input_layernorm.weight`, [H], norm);

@@ -1,0 +1,137 @@
+/**
+ * The engine flags shared by `serve`, `generate` and the benchmarks (vLLM's names), parsed with
+ * `node:util` parseArgs into {@linkcode EngineOptions} (validated later by the engine's zod
+ * schema), and the default model used when `--model` is not given.
+ *
+ * @module
+ */
+
+import type { EngineOptions } from "../engine/engine_config.ts";
+import { makeModel } from "../tools/make_model.ts";
+
+/** parseArgs option specs of the engine flags. */
+export const ENGINE_FLAGS = {
+  model: { type: "string" },
+  "served-model-name": { type: "string" },
+  executor: { type: "string" },
+  scheduler: { type: "string" },
+  "max-num-seqs": { type: "string" },
+  "max-num-batched-tokens": { type: "string" },
+  "max-model-len": { type: "string" },
+  "block-size": { type: "string" },
+  "kv-cache-memory": { type: "string" },
+  "num-kv-blocks": { type: "string" },
+  "swap-space": { type: "string" },
+  "preemption-mode": { type: "string" },
+  "scheduling-policy": { type: "string" },
+  "no-prefix-caching": { type: "boolean" },
+  "no-chunked-prefill": { type: "boolean" },
+  "max-waiting-requests": { type: "string" },
+  "max-batch-size": { type: "string" },
+  "batch-wait-ms": { type: "string" },
+  "force-f32": { type: "boolean" },
+  "mock-base-ms": { type: "string" },
+  "mock-per-token-ms": { type: "string" },
+  "max-in-flight": { type: "string" },
+  "engine-seed": { type: "string" },
+} as const;
+
+/** Usage lines of the engine flags. */
+export const ENGINE_FLAGS_USAGE = `engine flags:
+  --model DIR                    Hugging Face model directory (default: the tiny default model)
+  --served-model-name NAME       name clients use (default: the directory's name)
+  --executor webgpu|mock         run the model, or fake step times (default webgpu)
+  --scheduler continuous|static|dynamic   batching policy (default continuous)
+  --max-num-seqs N               most running requests (default 64)
+  --max-num-batched-tokens N     token budget per step (default 2048)
+  --max-model-len N              longest prompt + output (default min(model, 4096))
+  --block-size N                 tokens per KV block (default 16)
+  --kv-cache-memory MIB          KV cache size (default 1024, capped per binding)
+  --num-kv-blocks N              KV blocks, instead of --kv-cache-memory
+  --swap-space MIB               host swap space for --preemption-mode swap (default 256 then)
+  --preemption-mode recompute|swap
+  --scheduling-policy fcfs|priority
+  --no-prefix-caching            disable prefix caching
+  --no-chunked-prefill           prefill prompts whole
+  --max-waiting-requests N       queue bound; beyond it requests get 429 (default 1024)
+  --max-batch-size N             batch size of the static / dynamic baselines
+  --batch-wait-ms MS             wait window of the dynamic baseline (default 10)
+  --force-f32                    f32 weights even when shader-f16 exists
+  --mock-base-ms MS, --mock-per-token-ms MS   mock executor latency model
+  --max-in-flight N              engine steps in flight (default: executor maximum)
+  --engine-seed N                seed for requests without one`;
+
+type FlagValues = { [K in keyof typeof ENGINE_FLAGS]?: string | boolean };
+
+function num(flag: string, value: string | boolean | undefined): number | undefined {
+  if (value === undefined || typeof value === "boolean") return undefined;
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isFinite(n)) {
+    throw new TypeError(`--${flag} expects a number, got "${value}"`);
+  }
+  return n;
+}
+
+function str(value: string | boolean | undefined): string | undefined {
+  return typeof value === "string" ? value : undefined;
+}
+
+/** Engine options from parsed flag values (undefined flags are left out). */
+export function engineOptionsFromFlags(v: FlagValues): EngineOptions {
+  const o: Record<string, unknown> = {
+    model: str(v.model),
+    servedModelName: str(v["served-model-name"]),
+    executor: str(v.executor),
+    scheduler: str(v.scheduler),
+    maxNumSeqs: num("max-num-seqs", v["max-num-seqs"]),
+    maxNumBatchedTokens: num("max-num-batched-tokens", v["max-num-batched-tokens"]),
+    maxModelLen: num("max-model-len", v["max-model-len"]),
+    blockSize: num("block-size", v["block-size"]),
+    kvCacheMemory: num("kv-cache-memory", v["kv-cache-memory"]),
+    numKvBlocks: num("num-kv-blocks", v["num-kv-blocks"]),
+    swapSpace: num("swap-space", v["swap-space"]),
+    preemptionMode: str(v["preemption-mode"]),
+    schedulingPolicy: str(v["scheduling-policy"]),
+    enablePrefixCaching: v["no-prefix-caching"] === true ? false : undefined,
+    enableChunkedPrefill: v["no-chunked-prefill"] === true ? false : undefined,
+    maxWaitingRequests: num("max-waiting-requests", v["max-waiting-requests"]),
+    maxBatchSize: num("max-batch-size", v["max-batch-size"]),
+    batchWaitMs: num("batch-wait-ms", v["batch-wait-ms"]),
+    forceF32: v["force-f32"] === true ? true : undefined,
+    mockBaseMs: num("mock-base-ms", v["mock-base-ms"]),
+    mockPerTokenMs: num("mock-per-token-ms", v["mock-per-token-ms"]),
+    maxInFlight: num("max-in-flight", v["max-in-flight"]),
+    seed: num("engine-seed", v["engine-seed"]),
+  };
+  for (const k of Object.keys(o)) if (o[k] === undefined) delete o[k];
+  // The zod schema in engine_config.ts validates names, ranges and enums.
+  return o as EngineOptions;
+}
+
+/** Where the default tiny model lives (git-ignored). */
+export const DEFAULT_MODEL_DIR = new URL("../.cache/models/tiny-qwen3", import.meta.url).pathname;
+
+/**
+ * The model directory to use: `--model` when given; otherwise the default tiny model, created
+ * on first use. Says which on stderr.
+ */
+export async function resolveModelDir(model: string | undefined): Promise<string> {
+  if (model !== undefined) return model;
+  let exists = false;
+  try {
+    exists = (await Deno.stat(`${DEFAULT_MODEL_DIR}/config.json`)).isFile;
+  } catch {
+    exists = false;
+  }
+  if (!exists) {
+    await makeModel({ out: DEFAULT_MODEL_DIR, preset: "tiny-qwen3", seed: 0 });
+    console.error(
+      `No --model given: created the default tiny model (tiny-qwen3, random weights) in ${DEFAULT_MODEL_DIR}`,
+    );
+  } else {
+    console.error(
+      `No --model given: using the default tiny model (tiny-qwen3, random weights) in ${DEFAULT_MODEL_DIR}`,
+    );
+  }
+  return DEFAULT_MODEL_DIR;
+}

@@ -1,0 +1,164 @@
+/**
+ * `main.ts generate`: offline generation. Several `--prompt` / `--prompt-ids` run together as one
+ * batch through the engine. Without `--json` the text is streamed to stdout as it is generated
+ * (prompt 0 live, the others printed in turn as they complete); with `--json`, one line per
+ * prompt: `{"index", "token_ids", "text", "finish_reason"}`.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { LLMEngine } from "../engine/llm_engine.ts";
+import type { RequestOutput } from "../engine/engine_api.ts";
+import { samplingParams } from "../scheduler/sampling_params.ts";
+import {
+  ENGINE_FLAGS,
+  ENGINE_FLAGS_USAGE,
+  engineOptionsFromFlags,
+  resolveModelDir,
+} from "./engine_flags.ts";
+
+export const GENERATE_USAGE =
+  `usage: main.ts generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)...
+  [--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
+  [--ignore-eos] [--stop STR]... [--json] [engine flags]
+
+${ENGINE_FLAGS_USAGE}`;
+
+function parseNumber(
+  flag: string,
+  value: string | undefined,
+  integer: boolean,
+): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isFinite(n) || (integer && !Number.isInteger(n))) {
+    throw new TypeError(`--${flag} expects ${integer ? "an integer" : "a number"}, got "${value}"`);
+  }
+  return n;
+}
+
+/** Runs `generate` with `args`; returns the exit code. */
+export async function runGenerate(args: string[]): Promise<number> {
+  const { values, tokens } = parseArgs({
+    args,
+    options: {
+      ...ENGINE_FLAGS,
+      prompt: { type: "string", multiple: true },
+      "prompt-ids": { type: "string", multiple: true },
+      chat: { type: "boolean", default: false },
+      "max-tokens": { type: "string" },
+      temperature: { type: "string" },
+      "top-p": { type: "string" },
+      "top-k": { type: "string" },
+      "min-p": { type: "string" },
+      seed: { type: "string" },
+      "ignore-eos": { type: "boolean", default: false },
+      stop: { type: "string", multiple: true },
+      json: { type: "boolean", default: false },
+      help: { type: "boolean", default: false },
+    },
+    strict: true,
+    tokens: true,
+  });
+  if (values.help) {
+    console.log(GENERATE_USAGE);
+    return 0;
+  }
+  // Prompts in command-line order, text and ids mixed.
+  const prompts: ({ text: string } | { ids: number[] })[] = [];
+  for (const t of tokens) {
+    if (t.kind !== "option" || t.value === undefined) continue;
+    if (t.name === "prompt") prompts.push({ text: t.value });
+    if (t.name === "prompt-ids") {
+      const ids = t.value.split(",").map((s) => s.trim());
+      if (ids.some((s) => !/^\d+$/.test(s))) {
+        throw new TypeError(`--prompt-ids expects comma-separated token ids, got "${t.value}"`);
+      }
+      prompts.push({ ids: ids.map(Number) });
+    }
+  }
+  if (prompts.length === 0) throw new TypeError("give at least one --prompt or --prompt-ids");
+  const params = samplingParams({
+    temperature: parseNumber("temperature", values.temperature, false) ?? 0,
+    topP: parseNumber("top-p", values["top-p"], false) ?? 1,
+    topK: parseNumber("top-k", values["top-k"], true) ?? 0,
+    minP: parseNumber("min-p", values["min-p"], false) ?? 0,
+    seed: parseNumber("seed", values.seed, true) ?? null,
+    maxTokens: parseNumber("max-tokens", values["max-tokens"], true) ?? 32,
+    ignoreEos: values["ignore-eos"],
+    stop: values.stop ?? [],
+  });
+  const model = await resolveModelDir(values.model);
+  const options = engineOptionsFromFlags({ ...values, model });
+  const engine = await LLMEngine.create(
+    { maxNumSeqs: Math.max(prompts.length, 1), ...options },
+    (line) => console.error(line),
+  );
+  try {
+    const tokenizer = engine.tokenizer;
+    const encoded = prompts.map((p) => {
+      if ("ids" in p) return p.ids;
+      if (tokenizer === null) throw new TypeError("--prompt needs a model with a tokenizer");
+      if (values.chat) {
+        const text = tokenizer.applyChatTemplate([{ role: "user", content: p.text }], {
+          addGenerationPrompt: true,
+        });
+        return tokenizer.encode(text, { addSpecialTokens: false });
+      }
+      return tokenizer.encode(p.text);
+    });
+    const merged = { ...params, ...engine.generationDefaults, ...explicit(values) };
+    const streams = encoded.map((ids, i) =>
+      engine.generate({ requestId: `prompt-${i}`, promptTokenIds: ids, params: merged })
+    );
+    const out = new TextEncoder();
+    // Every stream is consumed concurrently; prompt 0's text is written as it arrives.
+    const results = streams.map((stream, i) =>
+      collect(stream, (o) => {
+        if (!values.json && i === 0) Deno.stdout.writeSync(out.encode(o.text));
+      })
+    );
+    for (let i = 0; i < results.length; i++) {
+      const r = await results[i]!;
+      if (values.json) {
+        console.log(JSON.stringify({
+          index: i,
+          token_ids: r.tokenIds,
+          text: r.text,
+          finish_reason: r.finishReason,
+        }));
+      } else {
+        if (i > 0) Deno.stdout.writeSync(out.encode(`\n--- prompt ${i} ---\n${r.text}`));
+        if (i === results.length - 1) Deno.stdout.writeSync(out.encode("\n"));
+      }
+    }
+  } finally {
+    await engine.shutdown();
+  }
+  return 0;
+}
+
+/** Sampling fields given explicitly on the command line (they beat generation_config.json). */
+function explicit(values: Record<string, unknown>) {
+  const o: Record<string, number> = {};
+  if (typeof values.temperature === "string") o.temperature = Number(values.temperature);
+  if (typeof values["top-p"] === "string") o.topP = Number(values["top-p"]);
+  if (typeof values["top-k"] === "string") o.topK = Number(values["top-k"]);
+  if (typeof values["min-p"] === "string") o.minP = Number(values["min-p"]);
+  // Without flags, generate is greedy: the defaults above stay unless generation_config sets them.
+  return o;
+}
+
+async function collect(stream: AsyncIterable<RequestOutput>, each: (o: RequestOutput) => void) {
+  const tokenIds: number[] = [];
+  let text = "";
+  let finishReason: string | null = null;
+  for await (const o of stream) {
+    each(o);
+    tokenIds.push(...o.tokenIds);
+    text += o.text;
+    finishReason = o.finishReason;
+  }
+  return { tokenIds, text, finishReason };
+}
