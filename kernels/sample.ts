@@ -115,14 +115,6 @@ export interface SampleVariant {
   readonly buckets: number;
 }
 
-/** Whether the adapter is a CPU rasteriser (Mesa lavapipe / llvmpipe, SwiftShader). */
-export function isCpuAdapter(ctx: GpuContext): boolean {
-  const a = ctx.adapter;
-  return a.isFallback || /llvmpipe|lavapipe|swiftshader|\bcpu\b/i.test(
-    `${a.description} ${a.device} ${a.architecture}`,
-  );
-}
-
 /**
  * The variant used on `ctx`'s adapter. On a CPU adapter (measured on lavapipe, 2 cores, with
  * bench/sample_bench.ts `SAMPLE_SWEEP=1`): 16 invocations (barriers cost little) and 128 buckets
@@ -130,7 +122,7 @@ export function isCpuAdapter(ctx: GpuContext): boolean {
  * and 16 buckets so the per-thread histograms fit workgroup memory.
  */
 export function sampleVariantFor(ctx: GpuContext): SampleVariant {
-  return isCpuAdapter(ctx) ? { workgroup: 16, buckets: 128 } : { workgroup: 128, buckets: 16 };
+  return ctx.isCpuAdapter ? { workgroup: 16, buckets: 128 } : { workgroup: 128, buckets: 16 };
 }
 
 /** Workgroup memory of a variant in bytes (histograms, candidate list, reductions). */

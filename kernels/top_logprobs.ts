@@ -14,7 +14,6 @@ import source from "./top_logprobs.wgsl" with { type: "text" };
 import type { GpuContext } from "../engine/gpu/context.ts";
 import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
 import { dispatch1d } from "./dispatch.ts";
-import { isCpuAdapter } from "./sample.ts";
 
 /** Largest `top_logprobs` per row (OpenAI's limit). */
 export const TOP_LOGPROBS_MAX = 20;
@@ -62,7 +61,7 @@ export interface TopLogprobsBuffers {
  * at 128), 128 on a GPU (not yet measured: more threads to stream the row).
  */
 export function topLogprobsWorkgroupFor(ctx: GpuContext): number {
-  return isCpuAdapter(ctx) ? 16 : 128;
+  return ctx.isCpuAdapter ? 16 : 128;
 }
 
 /** The compiled `top_logprobs` pipeline; {@linkcode TopLogprobs.bind} makes call sites. */

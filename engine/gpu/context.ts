@@ -154,6 +154,19 @@ export class GpuContext {
     return new GpuContext(device, summary, limits, options);
   }
 
+  /**
+   * Whether the adapter is a CPU rasteriser (Mesa lavapipe / llvmpipe, SwiftShader, or any
+   * adapter flagged as a fallback). Kernels pick barrier-free, per-invocation variants there:
+   * divergent loads and barriers are expensive on a CPU (see docs/kernels.md).
+   */
+  get isCpuAdapter(): boolean {
+    const a = this.adapter;
+    return a.isFallback ||
+      /llvmpipe|lavapipe|swiftshader|\bcpu\b/i.test(
+        `${a.description} ${a.device} ${a.architecture}`,
+      );
+  }
+
   /** The fatal error, if one happened. */
   get error(): GpuDeviceError | undefined {
     return this.#error;
