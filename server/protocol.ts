@@ -1,0 +1,210 @@
+/**
+ * The OpenAI-compatible request bodies (validated with zod) and the error responses of the HTTP
+ * server.
+ *
+ * Unknown fields are ignored (as vLLM does), so clients that send OpenAI-only fields (`user`,
+ * `store`, ...) work. Every range or type error becomes a 400 naming the offending parameter
+ * (`param`, dotted path such as `messages.0.content`).
+ *
+ * @module
+ */
+
+import { z } from "zod";
+
+/** An HTTP error with an OpenAI-style JSON body `{error: {message, type, param, code}}`. */
+export class ApiError extends Error {
+  override name = "ApiError";
+  readonly status: number;
+  readonly type: string;
+  readonly param: string | null;
+  readonly code: string | null;
+  readonly headers: Readonly<Record<string, string>>;
+
+  constructor(
+    status: number,
+    message: string,
+    options: {
+      type?: string;
+      param?: string | null;
+      code?: string | null;
+      headers?: Record<string, string>;
+    } = {},
+  ) {
+    super(message);
+    this.status = status;
+    this.type = options.type ?? defaultType(status);
+    this.param = options.param ?? null;
+    this.code = options.code ?? null;
+    this.headers = options.headers ?? {};
+  }
+
+  /** The JSON error body. */
+  body(): { error: { message: string; type: string; param: string | null; code: string | null } } {
+    return {
+      error: { message: this.message, type: this.type, param: this.param, code: this.code },
+    };
+  }
+}
+
+function defaultType(status: number): string {
+  if (status === 404) return "not_found_error";
+  if (status === 429) return "rate_limit_error";
+  if (status === 503) return "service_unavailable_error";
+  if (status >= 500) return "server_error";
+  return "invalid_request_error";
+}
+
+/** The JSON response for `err` (with its extra headers). */
+export function errorResponse(err: ApiError): Response {
+  return Response.json(err.body(), { status: err.status, headers: err.headers });
+}
+
+function pathOf(path: readonly PropertyKey[]): string {
+  return path.map((p) => String(p)).join(".");
+}
+
+function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let v = root;
+  for (const p of path) {
+    if (typeof v !== "object" || v === null) return undefined;
+    v = Reflect.get(v, p);
+  }
+  return v;
+}
+
+/** Parses `body` with `schema` or throws a 400 {@linkcode ApiError} naming the first bad field. */
+export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.infer<S> {
+  const result = schema.safeParse(body);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  if (issue === undefined) {
+    throw new ApiError(400, "Invalid request body", { code: "invalid_value" });
+  }
+  const param = pathOf(issue.path);
+  if (param === "") {
+    throw new ApiError(400, `Invalid request body: ${issue.message}`, { code: "invalid_type" });
+  }
+  const missing = valueAt(body, issue.path) === undefined;
+  if (missing) {
+    throw new ApiError(400, `Missing required parameter: '${param}'`, {
+      param,
+      code: "missing_required_parameter",
+    });
+  }
+  throw new ApiError(400, `Invalid value for '${param}': ${issue.message}`, {
+    param,
+    code: issue.code === "invalid_type" ? "invalid_type" : "invalid_value",
+  });
+}
+
+const int = () => z.number().int();
+const tokenIdList = z.array(int().nonnegative());
+
+/** `stop`: one string or a list of strings. */
+const stopSchema = z.union([z.string(), z.array(z.string())]).nullish();
+
+/** Sampling fields common to both endpoints (OpenAI names, plus vLLM's extras). */
+const samplingFields = {
+  model: z.string().nullish(),
+  n: int().min(1).max(128).nullish(),
+  temperature: z.number().min(0).max(100).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  top_k: int().min(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  seed: int().nullish(),
+  stop: stopSchema,
+  stop_token_ids: tokenIdList.nullish(),
+  min_tokens: int().min(0).nullish(),
+  ignore_eos: z.boolean().nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  repetition_penalty: z.number().gt(0).max(100).nullish(),
+  logit_bias: z.record(z.string(), z.number().min(-100).max(100)).nullish(),
+  priority: int().nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({
+    include_usage: z.boolean().nullish(),
+    continuous_usage_stats: z.boolean().nullish(),
+  }).nullish(),
+  max_tokens: int().min(1).nullish(),
+  user: z.string().nullish(),
+};
+
+/** `POST /v1/completions`. */
+export const completionRequestSchema = z.object({
+  ...samplingFields,
+  prompt: z.union([
+    z.string(),
+    z.array(z.string()).min(1),
+    tokenIdList.min(1),
+    z.array(tokenIdList.min(1)).min(1),
+  ]),
+  /** Number of top log-probabilities per token (0..20), null = none. */
+  logprobs: int().min(0).max(20).nullish(),
+  echo: z.boolean().nullish(),
+  suffix: z.string().nullish(),
+});
+
+/** A validated completion request. */
+export type CompletionRequest = z.infer<typeof completionRequestSchema>;
+
+const contentPart = z.object({ type: z.literal("text"), text: z.string() });
+
+/** One chat message; content is text or a list of text parts. */
+export const chatMessageSchema = z.looseObject({
+  role: z.string().min(1),
+  content: z.union([z.string(), z.array(contentPart)]).nullish(),
+  name: z.string().nullish(),
+});
+
+/** `POST /v1/chat/completions`. */
+export const chatRequestSchema = z.object({
+  ...samplingFields,
+  messages: z.array(chatMessageSchema).min(1),
+  max_completion_tokens: int().min(1).nullish(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: int().min(0).max(20).nullish(),
+  add_generation_prompt: z.boolean().nullish(),
+  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+});
+
+/** A validated chat request. */
+export type ChatRequest = z.infer<typeof chatRequestSchema>;
+
+/** `POST /tokenize`: a prompt, or chat messages rendered with the chat template (one of them). */
+export const tokenizeRequestSchema = z.object({
+  model: z.string().nullish(),
+  prompt: z.string().optional(),
+  messages: z.array(chatMessageSchema).min(1).optional(),
+  add_generation_prompt: z.boolean().nullish(),
+  add_special_tokens: z.boolean().nullish(),
+  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+});
+
+/** `POST /detokenize`. */
+export const detokenizeRequestSchema = z.object({
+  model: z.string().nullish(),
+  tokens: tokenIdList,
+});
+
+/** `POST /batch/test` (the user's mock-model batching experiment, seed 000). */
+export const batchTestRequestSchema = z.object({
+  batch_size: int().min(1).max(4096),
+  num_requests: int().min(1).max(10_000),
+  latency_ms: z.number().min(0).max(60_000),
+  scheduler: z.enum(["static", "dynamic", "continuous"]).default("dynamic"),
+  /** Prompt length of each mock request in tokens. */
+  prompt_len: int().min(1).max(65_536).default(16),
+  /** Tokens generated per mock request. */
+  output_len: int().min(1).max(65_536).default(1),
+});
+
+/** A validated `/batch/test` request. */
+export type BatchTestRequest = z.infer<typeof batchTestRequestSchema>;
+
+/** Text of a chat message's content (text parts concatenated). */
+export function messageText(content: z.infer<typeof chatMessageSchema>["content"]): string {
+  if (content === null || content === undefined) return "";
+  if (typeof content === "string") return content;
+  return content.map((p) => p.text).join("");
+}
