@@ -1,0 +1,496 @@
+/**
+ * Whole-model throughput of the real {@linkcode ModelRunner} on the Qwen3-0.6B shapes
+ * (28 layers, hidden 1024, 16 q / 8 kv heads of 128, intermediate 3072, vocab 151936, tied
+ * embeddings), with the weights in the context's dtype (f16 where `shader-f16` exists):
+ *
+ * - prefill tokens/s of one 128-token and one 512-token prompt (wall time from the submit to
+ *   the readback of the sampled token);
+ * - decode tokens/s at batch 1, 8 and 32: every sequence holds a 128-token prompt in the KV
+ *   cache, then `--steps` decode steps are submitted back to back, each fed from the previous
+ *   step's samples on the GPU (`runner.sampledRef`), never waiting per step (at most
+ *   `runner.maxInFlight` in flight). tokens/s = batch * steps / (first decode submit -> last
+ *   readback). The prompt is prefilled once and its KV blocks are shared by every sequence
+ *   (prefix caching), so a batch of 32 does not spend minutes in prefill; each sequence writes
+ *   its own blocks from position 128 on. Process CPU time (lavapipe runs its threads inside this
+ *   process) is printed next to the wall time, as the machine is shared and noisy;
+ * - a per-kernel breakdown of one decode step at batch 1 and 8: each kernel group of the
+ *   forward pass (all 28 layers' dispatches of it, with 28 distinct weight matrices so nothing
+ *   is served from the CPU cache that would not be in the real model) is timed as one compute
+ *   pass with GPU timestamps (bench/support.ts `timeGpu`), at the model's exact shapes.
+ *
+ * Run: `deno bench -A bench/model_bench.ts` (figures printed when the file loads; the
+ * `Deno.bench` entries time one decode step on the host, ~10 ms wait included), or
+ * `deno run -A bench/model_bench.ts [--model DIR] [--steps N] [--batches 1,8,32]
+ * [--no-breakdown] [--json]`. Without `--model` the qwen3-0.6b preset is generated (random
+ * bf16 weights, 1.2 GB) into a temporary directory, deleted at exit.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
+import { STORAGE_RW } from "../engine/gpu/context.ts";
+import { ParamArena } from "../engine/gpu/params.ts";
+import { GpuMatrix } from "../engine/gpu/tensor.ts";
+import { KvCache } from "../engine/kv_cache.ts";
+import { ModelRunner } from "../engine/model_runner.ts";
+import { StepBuffers } from "../engine/step_buffers.ts";
+import { AttentionKernels } from "../engine/models/attention_block.ts";
+import { KernelSet } from "../engine/models/kernel_set.ts";
+import { Matmul, type MatmulVariant } from "../kernels/matmul.ts";
+import { packSampleParams } from "../kernels/sample.ts";
+
+const { values: args } = parseArgs({
+  args: Deno.args,
+  options: {
+    model: { type: "string" },
+    steps: { type: "string", default: "8" },
+    batches: { type: "string", default: "1,8,32" },
+    prefill: { type: "string", default: "128,512" },
+    "no-breakdown": { type: "boolean", default: false },
+    "matmul-variant": { type: "string" },
+    json: { type: "boolean", default: false },
+  },
+});
+const STEPS = Number(args.steps);
+const BATCHES = args.batches.split(",").filter((s) => s !== "").map(Number);
+const PREFILLS = args.prefill.split(",").filter((s) => s !== "").map(Number);
+const PROMPT = 128;
+const BLOCK = 16;
+const log = args.json ? (..._: unknown[]) => {} : console.log;
+
+/** Process CPU seconds (user + system, all threads; lavapipe's workers included). */
+function cpuSeconds(): number {
+  try {
+    const stat = Deno.readTextFileSync("/proc/self/stat");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+async function generateModel(): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "model_bench_" });
+  const tool = new URL("../tools/make_model.ts", import.meta.url).pathname;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", tool, "--out", dir, "--preset", "qwen3-0.6b", "--dtype", "bf16"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    throw new Error(`make-model failed: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  return dir;
+}
+
+const MATMUL_VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "blocked", "blocked8"];
+const forced = MATMUL_VARIANTS.find((v) => v === args["matmul-variant"]);
+if (args["matmul-variant"] !== undefined && forced === undefined) {
+  throw new TypeError(`--matmul-variant must be one of ${MATMUL_VARIANTS.join(", ")}`);
+}
+if (forced !== undefined) {
+  // A/B runs: every matmul of the runner uses the named kernel instead of the policy's choice.
+  const choose = Matmul.prototype.choose;
+  Matmul.prototype.choose = function (m, rowStride) {
+    return choose.call(this, m, rowStride, forced);
+  };
+}
+
+const ctx = await benchContext();
+const generated = args.model === undefined;
+const modelDir = args.model ?? await generateModel();
+const command = Deno.args.length > 0 || !import.meta.main
+  ? `deno ${import.meta.main ? "run" : "bench"} -A bench/model_bench.ts ${Deno.args.join(" ")}`
+  : "deno run -A bench/model_bench.ts";
+const report: Record<string, unknown> = {
+  machine: describeMachine(ctx),
+  date: new Date().toISOString(),
+  command: command.trim(),
+  model: generated ? `qwen3-0.6b preset generated into ${modelDir}` : modelDir,
+  weightDtype: ctx.weightDtype,
+  lpNumThreads: Deno.env.get("LP_NUM_THREADS") ?? "(default)",
+  matmulVariant: forced ?? "(policy)",
+};
+log(`model_bench: ${report.machine}`);
+log(
+  `command: ${report.command}; date ${report.date}; LP_NUM_THREADS ${report.lpNumThreads}; ` +
+    `matmul kernel ${report.matmulVariant}`,
+);
+log(`model: ${report.model} (weights ${ctx.weightDtype})`);
+
+const maxSeqs = Math.max(1, ...BATCHES);
+const maxModelLen = Math.max(PROMPT, ...PREFILLS) + STEPS + 16;
+const blocksPerSeq = Math.ceil(maxModelLen / BLOCK);
+const t0 = performance.now();
+const runner = await ModelRunner.load(ctx, modelDir, {
+  maxTokens: Math.max(512, ...PREFILLS),
+  maxSeqs,
+  maxModelLen,
+  blockSize: BLOCK,
+  numKvBlocks: blocksPerSeq * (maxSeqs + 1),
+  showProgress: false,
+});
+log(`loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+const copyBandwidth = await measureCopyBandwidth(ctx);
+report.copyBandwidthGBs = copyBandwidth;
+log(`copy bandwidth ceiling (same run): ${copyBandwidth.toFixed(1)} GB/s`);
+
+const vocabTokens = Math.min(runner.config.vocabSize, 500);
+const promptOf = (n: number, seed: number) =>
+  Uint32Array.from({ length: n }, (_, i) => (i * 7 + seed * 13 + 1) % vocabTokens);
+
+/** Prefills `n` tokens of one sequence in blocks [base, base + ceil(n / BLOCK)); awaits it. */
+async function prefill(n: number, base: number): Promise<number> {
+  const positions = Uint32Array.from({ length: n }, (_, i) => i);
+  const table = Array.from({ length: Math.ceil(n / BLOCK) }, (_, j) => base + j);
+  const start = performance.now();
+  const step = runner.execute({
+    inputIds: promptOf(n, base),
+    positions,
+    slotMapping: positions.map((p) => table[Math.floor(p / BLOCK)]! * BLOCK + (p % BLOCK)),
+    seqs: [{ queryLen: n, contextLen: n, blockTable: table, sample: { temperature: 0 } }],
+  });
+  await step.result;
+  return performance.now() - start;
+}
+
+/** Decodes `steps` steps of `batch` sequences sharing the prompt in blocks [0, PROMPT/BLOCK). */
+async function decode(batch: number, steps: number) {
+  const promptBlocks = Array.from({ length: PROMPT / BLOCK }, (_, j) => j);
+  const own = (s: number) => blocksPerSeq * (s + 1);
+  const tables = Array.from({ length: batch }, (_, s) => {
+    const extra = Array.from({ length: blocksPerSeq - promptBlocks.length }, (_, j) => own(s) + j);
+    return [...promptBlocks, ...extra];
+  });
+  // Step 0: each sequence's last prompt token (position PROMPT - 1) recomputed as a decode step.
+  const pending: Promise<unknown>[] = [];
+  let prev = -1;
+  let start = 0;
+  let cpu0 = 0;
+  for (let i = 0; i <= steps; i++) {
+    if (i === 1) {
+      await pending[0];
+      start = performance.now();
+      cpu0 = cpuSeconds();
+    }
+    const pos = PROMPT - 1 + i;
+    const slot = (s: number) => tables[s]![Math.floor(pos / BLOCK)]! * BLOCK + (pos % BLOCK);
+    const h = runner.execute({
+      inputIds: Uint32Array.from(
+        { length: batch },
+        (_, s) => i === 0 ? PROMPT % vocabTokens : runner.sampledRef(prev, s),
+      ),
+      positions: new Uint32Array(batch).fill(pos),
+      slotMapping: Uint32Array.from({ length: batch }, (_, s) => slot(s)),
+      seqs: tables.map((t) => ({
+        queryLen: 1,
+        contextLen: pos + 1,
+        blockTable: t.slice(0, Math.ceil((pos + 1) / BLOCK)),
+        sample: { temperature: 0 },
+      })),
+    });
+    prev = h.step;
+    pending.push(h.result);
+    if (i >= 1 && pending.length - 1 >= runner.maxInFlight + 1) {
+      await pending[pending.length - 1 - runner.maxInFlight];
+    }
+  }
+  await Promise.all(pending);
+  const wallMs = performance.now() - start;
+  const cpuS = cpuSeconds() - cpu0;
+  return { batch, steps, wallMs, cpuS, tokensPerS: (batch * steps) / (wallMs / 1000) };
+}
+
+// Warm-up: pipelines are compiled lazily by the driver on first use.
+await prefill(16, blocksPerSeq * maxSeqs);
+await decode(1, 2);
+
+const prefillResults: { tokens: number; ms: number; tokensPerS: number; cpuS: number }[] = [];
+for (const n of PREFILLS) {
+  const c0 = cpuSeconds();
+  const ms = await prefill(n, 0);
+  const r = { tokens: n, ms, tokensPerS: n / (ms / 1000), cpuS: cpuSeconds() - c0 };
+  prefillResults.push(r);
+  log(
+    `prefill ${n} tokens: ${ms.toFixed(0)} ms, ${r.tokensPerS.toFixed(1)} tok/s ` +
+      `(CPU ${r.cpuS.toFixed(1)} s)`,
+  );
+}
+report.prefill = prefillResults;
+// The decode prompt: 128 tokens in blocks [0, 8).
+if (!PREFILLS.includes(PROMPT) || PREFILLS.indexOf(PROMPT) !== PREFILLS.length - 1) {
+  await prefill(PROMPT, 0);
+}
+
+const weightBytes = runner.ctx.weightDtype === "f16" ? 2 : 4;
+const c = runner.config;
+const stepWeightBytes = weightBytes * c.hiddenSize *
+  (c.numLayers * ((c.numHeads + 2 * c.numKvHeads) * c.headDim + c.numHeads * c.headDim +
+        3 * c.intermediateSize) + c.vocabSize);
+const decodeResults = [];
+for (const batch of BATCHES) {
+  const r = await decode(batch, STEPS);
+  decodeResults.push(r);
+  const msPerStep = r.wallMs / r.steps;
+  log(
+    `decode batch ${batch}: ${r.tokensPerS.toFixed(2)} tok/s, ${msPerStep.toFixed(1)} ms/step ` +
+      `(${r.steps} steps, CPU ${(r.cpuS / r.steps * 1000).toFixed(0)} ms/step), weights ` +
+      `${(stepWeightBytes / (msPerStep * 1e6)).toFixed(2)} GB/s`,
+  );
+}
+report.decode = decodeResults;
+
+// ---- Per-kernel breakdown of one decode step, at the model's exact shapes. ----
+
+interface Group {
+  name: string;
+  ms: number;
+}
+
+async function breakdown(batch: number): Promise<Group[]> {
+  const dtype = ctx.weightDtype;
+  const L = c.numLayers;
+  const H = c.hiddenSize;
+  const D = c.headDim;
+  const I = c.intermediateSize;
+  const qkvWidth = (c.numHeads + 2 * c.numKvHeads) * D;
+  const context = PROMPT + 1;
+  const bt = Math.ceil(maxModelLen / BLOCK);
+  const destroy: { destroy(): void }[] = [];
+  const kv = new KvCache(ctx, {
+    numLayers: L,
+    numKvHeads: c.numKvHeads,
+    headDim: D,
+    blockSize: BLOCK,
+    dtype,
+  }, bt * batch);
+  destroy.push(kv);
+  const bufs = new StepBuffers(ctx, { maxTokens: batch, maxSeqs: batch, maxBlocksPerSeq: bt }, {
+    hidden: H,
+    qkv: qkvWidth,
+    attn: c.numHeads * D,
+    mlp: 2 * I,
+    vocab: c.vocabSize,
+  });
+  destroy.push(bufs);
+  const arena = new ParamArena(ctx, 64 + 40 * L);
+  destroy.push(arena);
+  const kernels = new KernelSet(ctx, dtype);
+  const attention = new AttentionKernels(
+    ctx,
+    {
+      numHeads: c.numHeads,
+      numKvHeads: c.numKvHeads,
+      headDim: D,
+      qkvWidth,
+      kOffset: c.numHeads * D,
+      vOffset: (c.numHeads + c.numKvHeads) * D,
+      maxModelLen,
+    },
+    kv,
+    batch,
+  );
+  destroy.push(attention);
+  const q = ctx.device.queue;
+  const tables = new Uint32Array(batch * bt).map((_, i) => i);
+  q.writeBuffer(bufs.blockTables, 0, tables);
+  q.writeBuffer(bufs.contextLens, 0, new Uint32Array(batch).fill(context));
+  q.writeBuffer(
+    bufs.slotMapping,
+    0,
+    Uint32Array.from({ length: batch }, (_, s) => s * bt * BLOCK + context - 1),
+  );
+  q.writeBuffer(bufs.positions, 0, new Uint32Array(batch).fill(context - 1));
+  q.writeBuffer(bufs.sampleIndices, 0, Uint32Array.from({ length: batch }, (_, s) => s));
+  q.writeBuffer(
+    bufs.sampleParams,
+    0,
+    packSampleParams(Array.from({ length: batch }, () => ({ temperature: 0 }))),
+  );
+  const inv = Float32Array.from({ length: D / 2 }, (_, i) => Math.pow(1e6, (-2 * i) / D));
+  const invFreq = ctx.createBuffer("invFreq", inv.byteLength, STORAGE_RW);
+  q.writeBuffer(invFreq, 0, inv);
+  destroy.push(invFreq);
+  const b = (buffer: GPUBuffer) => ({ buffer });
+  const mat = (name: string, rows: number, cols: number) => {
+    const m = GpuMatrix.create(ctx, name, rows, cols, dtype, { padColsTo: 4 });
+    destroy.push(m);
+    return m;
+  };
+  const vec = (name: string, n: number) => {
+    const m = GpuMatrix.fromArray(ctx, name, new Float32Array(n).fill(1), 1, n, dtype);
+    destroy.push(m);
+    return m;
+  };
+  const normW = vec("norm", H);
+  const headW = vec("head_norm", D);
+  const layers = Array.from({ length: L }, (_, l) => ({
+    qkv: kernels.matmul(false).bind(arena, {
+      x: b(bufs.normed),
+      weight: mat(`qkv${l}`, qkvWidth, H),
+      y: b(bufs.qkv),
+    }),
+    o: kernels.matmul(false).bind(arena, {
+      x: b(bufs.attnOut),
+      weight: mat(`o${l}`, H, c.numHeads * D),
+      y: b(bufs.delta),
+    }),
+    gateUp: kernels.matmul(false).bind(arena, {
+      x: b(bufs.normed),
+      weight: mat(`gate_up${l}`, 2 * I, H),
+      y: b(bufs.mlpUp),
+    }),
+    down: kernels.matmul(false).bind(arena, {
+      x: b(bufs.mlpAct),
+      weight: mat(`down${l}`, H, I),
+      y: b(bufs.delta),
+    }),
+    norm: kernels.rmsNorm.bind(arena, {
+      weight: normW,
+      x: b(bufs.delta),
+      residual: b(bufs.hidden),
+      out: b(bufs.normed),
+    }, { eps: 1e-6 }),
+    qNorm: kernels.rmsNorm.bind(arena, { weight: headW, x: b(bufs.qkv) }, {
+      heads: c.numHeads,
+      tokenStride: qkvWidth,
+      offset: 0,
+      eps: 1e-6,
+    }),
+    kNorm: kernels.rmsNorm.bind(arena, { weight: headW, x: b(bufs.qkv) }, {
+      heads: c.numKvHeads,
+      tokenStride: qkvWidth,
+      offset: c.numHeads * D,
+      eps: 1e-6,
+    }),
+    rope: kernels.rope.bind(
+      arena,
+      { qkv: b(bufs.qkv), positions: b(bufs.positions), invFreq: b(invFreq) },
+      { heads: c.numHeads + c.numKvHeads, headDim: D, tokenStride: qkvWidth },
+    ),
+    attn: attention.bind(arena, bufs, kv, l),
+    act: kernels.siluMul.bind(arena, { gateUp: b(bufs.mlpUp), out: b(bufs.mlpAct) }),
+  }));
+  const lmHead = kernels.matmul(false).bind(arena, {
+    x: b(bufs.lastNormed),
+    weight: mat("lm_head", c.vocabSize, H),
+    y: b(bufs.logits),
+  });
+  const embed = kernels.embedding.bind(arena, {
+    ids: b(bufs.ids),
+    table: mat("embed", c.vocabSize, H),
+    out: b(bufs.hidden),
+  });
+  const feed = kernels.tokenFeed.bind(arena, {
+    hostIds: b(bufs.hostIds),
+    sampled: b(bufs.sampled),
+    ids: b(bufs.ids),
+  });
+  const add = kernels.add.bind(arena, { a: b(bufs.hidden), b: b(bufs.delta) });
+  const gather = kernels.gatherRows.bind(arena, {
+    src: b(bufs.hidden),
+    indices: b(bufs.sampleIndices),
+    out: b(bufs.lastHidden),
+  });
+  const finalNorm = kernels.rmsNorm.bind(arena, {
+    weight: normW,
+    x: b(bufs.lastHidden),
+    out: b(bufs.lastNormed),
+  }, { eps: 1e-6 });
+  const sample = kernels.sample.bind(arena, {
+    logits: b(bufs.logits),
+    params: b(bufs.sampleParams),
+    tokens: bufs.sampledTokens(0),
+    logprobs: bufs.sampledLogprobs(0),
+  });
+  const step = {
+    numTokens: batch,
+    numSeqs: batch,
+    allDecode: true,
+    maxContextLen: context,
+    numSampled: batch,
+  };
+  type Enc = (pass: GPUComputePassEncoder) => void;
+  const perLayer =
+    (f: (l: typeof layers[number], pass: GPUComputePassEncoder) => void): Enc => (pass) => {
+      for (const l of layers) f(l, pass);
+    };
+  const groups: [string, Enc][] = [
+    ["embedding + token feed", (p) => {
+      feed.encode(p, batch);
+      embed.encode(p, batch);
+    }],
+    [
+      "rms_norm (2 per layer, fused residual)",
+      perLayer((l, p) => {
+        l.norm.encode(p, batch);
+        l.norm.encode(p, batch);
+      }),
+    ],
+    ["matmul qkv", perLayer((l, p) => l.qkv.encode(p, batch))],
+    [
+      "q/k head norm",
+      perLayer((l, p) => {
+        l.qNorm.encode(p, batch);
+        l.kNorm.encode(p, batch);
+      }),
+    ],
+    ["rope", perLayer((l, p) => l.rope.encode(p, batch))],
+    ["reshape_and_cache + attention", perLayer((l, p) => l.attn.encode(p, step))],
+    ["matmul o", perLayer((l, p) => l.o.encode(p, batch))],
+    ["matmul gate_up", perLayer((l, p) => l.gateUp.encode(p, batch))],
+    ["silu_mul", perLayer((l, p) => l.act.encode(p, batch, I))],
+    ["matmul down", perLayer((l, p) => l.down.encode(p, batch))],
+    ["final add + gather + norm", (p) => {
+      add.encode(p, batch * H);
+      gather.encode(p, batch, H);
+      finalNorm.encode(p, batch);
+    }],
+    ["matmul lm_head", (p) => lmHead.encode(p, batch)],
+    ["sample", (p) => sample.encode(p, batch, c.vocabSize)],
+  ];
+  const out: Group[] = [];
+  try {
+    for (const [name, enc] of groups) {
+      const t = await timeGpu(ctx, enc, { arena, warmup: 1, repeats: 3 });
+      out.push({ name, ms: t.medianMs });
+    }
+  } finally {
+    for (const d of destroy.reverse()) d.destroy();
+  }
+  return out;
+}
+
+if (!args["no-breakdown"]) {
+  const breakdowns: Record<string, Group[]> = {};
+  for (const batch of [1, 8]) {
+    const groups = await breakdown(batch);
+    breakdowns[`batch${batch}`] = groups;
+    const total = groups.reduce((s, g) => s + g.ms, 0);
+    log(`decode step breakdown, batch ${batch} (GPU timestamps, one pass per group):`);
+    for (const g of [...groups].sort((a, b) => b.ms - a.ms)) {
+      log(
+        `  ${g.name.padEnd(40)} ${g.ms.toFixed(2).padStart(8)} ms ` +
+          `${((100 * g.ms) / total).toFixed(1).padStart(5)}%`,
+      );
+    }
+    log(`  ${"sum".padEnd(40)} ${total.toFixed(2).padStart(8)} ms`);
+  }
+  report.breakdown = breakdowns;
+}
+
+if (args.json) console.log(JSON.stringify(report, null, 2));
+
+Deno.bench({
+  name: "model decode step, batch 1 (host time incl. ~10 ms wait)",
+  group: "model",
+  async fn() {
+    await decode(1, 1);
+  },
+});
+
+globalThis.addEventListener("unload", () => {
+  runner.destroy();
+  if (generated) Deno.removeSync(modelDir, { recursive: true });
+});
