@@ -9,6 +9,7 @@
  * @module
  */
 
+import type { LogitsProcessParams } from "../kernels/logits_process.ts";
 import type { SampleParams } from "../kernels/sample.ts";
 import { FROM_SAMPLED } from "../kernels/token_feed.ts";
 
@@ -25,6 +26,18 @@ export interface SequenceChunk {
    * is the last prompt token or a decode token), else `null` (a prefill chunk mid-prompt).
    */
   readonly sample: SampleParams | null;
+  /**
+   * Logits processing of the sampled row before `sample` (logit bias, repetition / presence /
+   * frequency penalties; see kernels/logits_process.ts). `outputTokens` lists every output token
+   * so far: host ids, or `runner.sampledRef(step, row)` for tokens still on the GPU. Absent,
+   * `null` or all off: the row's logits are sampled as computed. Only with `sample`.
+   */
+  readonly process?: LogitsProcessParams | null;
+  /**
+   * Top log-probabilities (of the raw logits, before processing) to return for the sampled row,
+   * 0 to TOP_LOGPROBS_MAX (20); absent or 0: none. Only with `sample`.
+   */
+  readonly topLogprobs?: number;
 }
 
 /** The whole step. */
@@ -72,6 +85,9 @@ export function validateBatch(
   batch.seqs.forEach((s, i) => {
     if (s.queryLen < 1 || s.contextLen < s.queryLen) {
       throw new RangeError(`Sequence ${i}: queryLen ${s.queryLen}, contextLen ${s.contextLen}`);
+    }
+    if (s.sample === null && ((s.topLogprobs ?? 0) > 0 || (s.process ?? null) !== null)) {
+      throw new RangeError(`Sequence ${i}: logits processing or top logprobs without sampling`);
     }
     const needed = Math.ceil(s.contextLen / limits.blockSize);
     if (s.blockTable.length < needed || s.blockTable.length > limits.maxBlocksPerSeq) {

@@ -7,7 +7,9 @@
  */
 
 import { type GpuContext, STORAGE_RW } from "./gpu/context.ts";
+import { LOGITS_PROCESS_PARAMS_BYTES } from "../kernels/logits_process.ts";
 import { SAMPLE_PARAMS_BYTES } from "../kernels/sample.ts";
+import { TOP_LOGPROBS_MAX } from "../kernels/top_logprobs.ts";
 
 /** Sizes the buffers are allocated for. */
 export interface StepCapacity {
@@ -55,6 +57,10 @@ export class StepBuffers {
   readonly sampleIndices: GPUBuffer;
   /** `[maxSeqs]` sampling records of SAMPLE_PARAMS_BYTES bytes. */
   readonly sampleParams: GPUBuffer;
+  /** `[maxSeqs]` logits-processing records of LOGITS_PROCESS_PARAMS_BYTES bytes. */
+  readonly processParams: GPUBuffer;
+  /** u32 `[maxSeqs]`: top log-probabilities wanted per sampled row (0 to TOP_LOGPROBS_MAX). */
+  readonly topCounts: GPUBuffer;
   /** f32 `[maxTokens, hidden]`: the residual stream. */
   readonly hidden: GPUBuffer;
   /** f32 `[maxTokens, hidden]`: normalised hidden states (input of projections). */
@@ -78,13 +84,21 @@ export class StepBuffers {
   /**
    * The sampler's output, a ring of {@linkcode StepBuffers.ringSlots} slots (step n writes slot
    * n mod ringSlots, so steps in flight do not overwrite samples a later step still feeds on).
-   * Slot i starts at byte `i * slotStride`: u32 token ids `[maxSeqs]`, then f32 logprobs
-   * `[maxSeqs]` at byte `logprobsOffset` of the slot.
+   * Slot i starts at byte `i * slotStride`; every region starts 256-byte aligned:
+   *
+   * | byte of the slot     | contents                                                      |
+   * | -------------------- | ------------------------------------------------------------- |
+   * | 0                    | u32 `[maxSeqs]`: sampled token ids                            |
+   * | `logprobsOffset`     | f32 `[maxSeqs]`: their logprobs                               |
+   * | `topIdsOffset`       | u32 `[maxSeqs, TOP_LOGPROBS_MAX]`: top-logprob token ids      |
+   * | `topLogprobsOffset`  | f32 `[maxSeqs, TOP_LOGPROBS_MAX]`: their logprobs             |
    */
   readonly sampled: GPUBuffer;
   readonly ringSlots: number;
   readonly slotStride: number;
   readonly logprobsOffset: number;
+  readonly topIdsOffset: number;
+  readonly topLogprobsOffset: number;
   readonly #all: GPUBuffer[] = [];
 
   constructor(
@@ -114,6 +128,8 @@ export class StepBuffers {
     this.cuQLens = make("cuQLens", (S + 1) * 4);
     this.sampleIndices = make("sampleIndices", S * 4);
     this.sampleParams = make("sampleParams", S * SAMPLE_PARAMS_BYTES);
+    this.processParams = make("processParams", S * LOGITS_PROCESS_PARAMS_BYTES);
+    this.topCounts = make("topCounts", S * 4);
     this.hidden = make("hidden", T * widths.hidden * 4);
     this.normed = make("normed", T * widths.hidden * 4);
     this.delta = make("delta", T * widths.hidden * 4);
@@ -125,8 +141,10 @@ export class StepBuffers {
     this.lastNormed = make("lastNormed", S * widths.hidden * 4);
     this.logits = make("logits", S * widths.vocab * 4);
     this.logprobsOffset = align(S * 4);
+    this.topIdsOffset = align(this.logprobsOffset + S * 4);
+    this.topLogprobsOffset = align(this.topIdsOffset + S * TOP_LOGPROBS_MAX * 4);
     this.ringSlots = ringSlots;
-    this.slotStride = align(this.logprobsOffset + S * 4);
+    this.slotStride = align(this.topLogprobsOffset + S * TOP_LOGPROBS_MAX * 4);
     this.sampled = make("sampled", this.slotStride * ringSlots);
   }
 
@@ -148,9 +166,31 @@ export class StepBuffers {
     };
   }
 
-  /** Bytes read back per step (one ring slot: tokens, then logprobs). */
-  readbackBytes(): number {
-    return this.logprobsOffset + this.capacity.maxSeqs * 4;
+  /** The top-logprob token ids `[maxSeqs, TOP_LOGPROBS_MAX]` of ring slot `slot`. */
+  sampledTopIds(slot: number): GPUBufferBinding {
+    return {
+      buffer: this.sampled,
+      offset: slot * this.slotStride + this.topIdsOffset,
+      size: this.capacity.maxSeqs * TOP_LOGPROBS_MAX * 4,
+    };
+  }
+
+  /** The top logprobs `[maxSeqs, TOP_LOGPROBS_MAX]` of ring slot `slot`. */
+  sampledTopLogprobs(slot: number): GPUBufferBinding {
+    return {
+      buffer: this.sampled,
+      offset: slot * this.slotStride + this.topLogprobsOffset,
+      size: this.capacity.maxSeqs * TOP_LOGPROBS_MAX * 4,
+    };
+  }
+
+  /**
+   * Bytes read back per step from the start of a ring slot: tokens and logprobs, and with
+   * `top` the top-logprob regions too.
+   */
+  readbackBytes(top = false): number {
+    const end = top ? this.topLogprobsOffset : this.logprobsOffset;
+    return end + this.capacity.maxSeqs * (top ? TOP_LOGPROBS_MAX : 1) * 4;
   }
 
   /** Releases every buffer. */

@@ -4,7 +4,7 @@ import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, HAS_F16, testContext } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { soloGreedy } from "./support/solo_run.ts";
+import { referenceRun, soloGreedy, type SoloPenalties, soloRun } from "./support/solo_run.ts";
 
 const PRESETS = ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gpt2"] as const;
 const MAX_TOKENS = 32;
@@ -106,3 +106,150 @@ for (
     },
   );
 }
+
+/** A tiny-qwen3 f32 model, its float64 reference and a runner (forceF32), for `body`. */
+async function withRunner(
+  name: string,
+  body: (
+    runner: ModelRunner,
+    ref: ReferenceModel,
+    seed: number,
+    rng: ReturnType<typeof testSeed>["rng"],
+  ) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir();
+  try {
+    const { seed, rng } = testSeed(name);
+    await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: seed % 1000 });
+    const ref = await ReferenceModel.load(dir);
+    const ctx = await testContext({ forceF32: true });
+    const runner = await ModelRunner.load(ctx, dir, {
+      maxTokens: 64,
+      maxSeqs: 4,
+      maxModelLen: 128,
+      blockSize: 16,
+      numKvBlocks: 24,
+      showProgress: false,
+    });
+    try {
+      await body(runner, ref, seed, rng);
+    } finally {
+      runner.destroy();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+const PENALTY_CASES: { name: string; penalties: SoloPenalties }[] = [
+  { name: "repetition 1.8", penalties: { repetitionPenalty: 1.8 } },
+  {
+    name: "presence 1.5, frequency 0.7",
+    penalties: { presencePenalty: 1.5, frequencyPenalty: 0.7 },
+  },
+  {
+    name: "repetition 0.8 (rewards), frequency -0.2, logit bias",
+    penalties: {
+      repetitionPenalty: 0.8,
+      frequencyPenalty: -0.2,
+      logitBias: new Map([[7, 2.5], [100, -3], [511, 1]]),
+    },
+  },
+];
+const PENALTY_TOKENS = 24;
+
+Deno.test(
+  "ModelRunner penalised greedy decoding equals the float64 reference with 6 steps in flight (f32 weights)",
+  GPU_TEST,
+  () =>
+    withRunner("runner penalties", async (runner, ref, seed, rng) => {
+      for (const c of PENALTY_CASES) {
+        let differs = 0;
+        for (const [len, chunk] of [[5, 5], [19, 8]] as const) {
+          const prompt = Array.from({ length: len }, () => rng.int(0, 500));
+          const expected = referenceRun(ref, prompt, PENALTY_TOKENS, c.penalties);
+          const got = await soloRun(runner, prompt, PENALTY_TOKENS, {
+            chunk,
+            blocks: rng.permutation(24),
+            penalties: c.penalties,
+            depth: 6,
+          });
+          assert.deepEqual(
+            got.tokens,
+            expected.map((s) => s.token),
+            `seed ${seed}, ${c.name}, prompt ${prompt}`,
+          );
+          const plain = ref.greedy(prompt, PENALTY_TOKENS).map((s) => s.token);
+          if (plain.some((t, i) => t !== got.tokens[i])) differs++;
+        }
+        assert.ok(differs > 0, `seed ${seed}, ${c.name}: the penalties changed no output`);
+      }
+    }),
+);
+
+Deno.test(
+  "ModelRunner logit_bias +100 forces a token and -100 bans the plain greedy tokens",
+  GPU_TEST,
+  () =>
+    withRunner("runner logit bias", async (runner, ref, seed, rng) => {
+      const prompt = Array.from({ length: 9 }, () => rng.int(0, 500));
+      const forced = rng.int(0, 511);
+      const got = await soloRun(runner, prompt, 12, {
+        penalties: { logitBias: new Map([[forced, 100]]) },
+      });
+      assert.deepEqual(got.tokens, new Array(12).fill(forced), `seed ${seed}, token ${forced}`);
+      const plain = [...new Set(ref.greedy(prompt, 12).map((s) => s.token))];
+      const ban = { logitBias: new Map(plain.map((t) => [t, -100] as const)) };
+      const banned = await soloRun(runner, prompt, 12, { penalties: ban });
+      assert.deepEqual(
+        banned.tokens,
+        referenceRun(ref, prompt, 12, ban).map((s) => s.token),
+        `seed ${seed}, banned ${plain}`,
+      );
+      assert.ok(banned.tokens.every((t) => !plain.includes(t)), `seed ${seed}: ${banned.tokens}`);
+    }),
+);
+
+/** Top logprobs must match in ids (up to near-ties) and values (absolute 1e-4). */
+function assertTop(
+  got: readonly { tokenId: number; logprob: number }[],
+  expected: { ids: number[]; logprobs: number[] },
+  context: string,
+): void {
+  assert.equal(got.length, expected.ids.length, context);
+  got.forEach((g, j) => {
+    assert.ok(
+      Math.abs(g.logprob - expected.logprobs[j]!) < 1e-4,
+      `${context}, rank ${j}: logprob ${g.logprob}, expected ${expected.logprobs[j]}`,
+    );
+    // Equal ids unless the reference's neighbour is within the tolerance (a near-tie).
+    const tied = expected.logprobs.some((l, k) =>
+      k !== j && Math.abs(l - expected.logprobs[j]!) < 1e-4 && expected.ids[k] === g.tokenId
+    );
+    assert.ok(g.tokenId === expected.ids[j] || tied, `${context}, rank ${j}: id ${g.tokenId}`);
+  });
+}
+
+Deno.test(
+  "ModelRunner top logprobs equal the reference's top-k of the raw log_softmax, with and without penalties",
+  GPU_TEST,
+  () =>
+    withRunner("runner top logprobs", async (runner, ref, seed, rng) => {
+      for (const [k, penalties] of [[5, {}], [20, PENALTY_CASES[2]!.penalties], [1, {}]] as const) {
+        const prompt = Array.from({ length: 11 }, () => rng.int(0, 500));
+        const expected = referenceRun(ref, prompt, 10, penalties, k);
+        const got = await soloRun(runner, prompt, 10, { penalties, topLogprobs: k });
+        assert.deepEqual(got.tokens, expected.map((s) => s.token), `seed ${seed}, k ${k}`);
+        expected.forEach((e, i) => {
+          const context = `seed ${seed}, k ${k}, step ${i}`;
+          assertTop(got.top[i]!, e.top, context);
+          if (Object.keys(penalties).length === 0) {
+            assert.ok(Math.abs(got.logprobs[i]! - e.rawLogprob) < 1e-4, context);
+          }
+        });
+      }
+      // Rows that ask for none get none.
+      const plain = await soloRun(runner, [1, 2, 3], 3);
+      assert.deepEqual(plain.top, [[], [], []], `seed ${seed}`);
+    }),
+);

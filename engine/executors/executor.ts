@@ -7,13 +7,23 @@
  * @module
  */
 
+import type { SamplingParams } from "../../scheduler/sampling_params.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 
 /** The token sampled for one request in one step. */
 export interface SampledToken {
   readonly tokenId: number;
-  /** Log-probability under the raw model distribution (0 for the mock executor). */
+  /**
+   * Log-probability under the raw model distribution (0 for the mock executor). For a request
+   * with penalties or a logit bias: under the processed logits, unless the token is among `top`
+   * (then its raw value from there).
+   */
   readonly logprob: number;
+  /**
+   * When the request's `params.logprobs` > 0: the most likely tokens under the raw logits, best
+   * first (ties: lower id first), `min(params.logprobs, vocab)` of them.
+   */
+  readonly top?: readonly { readonly tokenId: number; readonly logprob: number }[];
 }
 
 /** A submitted step. */
@@ -34,7 +44,20 @@ export interface Executor {
   readonly maxInFlight: number;
   /** Submits `output` (which may be empty) and returns at once. */
   execute(output: SchedulerOutput): ExecutedStep;
-  /** Forgets per-request state (sampling seeds, ...). */
+  /**
+   * Registers a request before it is scheduled: its prompt (for the repetition penalty) and
+   * parameters.
+   *
+   * @throws {RangeError} on sampling parameters the executor cannot honour (then nothing is
+   *   registered and the request must not be scheduled).
+   */
+  addRequest?(requestId: string, promptTokenIds: readonly number[], params: SamplingParams): void;
+  /**
+   * Reports output tokens of a request that became known on the host, in order (each step's
+   * `updateFromOutput` tokens), so penalties stop referring to their copies on the GPU.
+   */
+  tokensKnown?(requestId: string, tokenIds: readonly number[]): void;
+  /** Forgets per-request state (sampling seeds, penalty history, ...). */
   release(requestId: string): void;
   /** Releases the device. */
   destroy(): void;

@@ -8,10 +8,21 @@
  * seeded per request (the request's seed, or one drawn from the engine's generator) with the
  * token's position as counter: the same request gives the same tokens whatever the batch.
  *
+ * Logits processing (vLLM / OpenAI `repetition_penalty`, `presence_penalty`,
+ * `frequency_penalty`, `logit_bias`) and `logprobs` / `top_logprobs` run on the GPU in the same
+ * step. Penalties must see every output token so far, including those sampled by steps still in
+ * flight: the executor keeps, per penalised request, the output tokens the engine reported known
+ * ({@linkcode WebGpuExecutor.tokensKnown}) and, for the rest, where each was sampled (runner
+ * step, row), passed to the runner as `sampledRef`s that the kernel resolves on the GPU. Output
+ * token i of a request is the one sampled by the step whose context length is
+ * `promptLen + i`, whatever preemptions happened in between.
+ *
  * @module
  */
 
+import type { SamplingParams } from "../../scheduler/sampling_params.ts";
 import { SAMPLED_TOKEN, type SchedulerOutput } from "../../scheduler/scheduler_output.ts";
+import { TOP_LOGPROBS_MAX } from "../../kernels/top_logprobs.ts";
 import type { SequenceChunk } from "../forward_batch.ts";
 import { blockBytesPerLayer } from "../kv_cache.ts";
 import type { ModelRunner } from "../model_runner.ts";
@@ -25,6 +36,20 @@ export interface WebGpuExecutorOptions {
   readonly seedSource: () => number;
 }
 
+/** A penalised request's output so far: known ids, then samples still on the GPU. */
+interface PenaltyHistory {
+  readonly prompt: readonly number[];
+  /** Output token ids the engine reported, in order. */
+  readonly known: number[];
+  /** Output index -> where it was sampled, for indices >= known.length. */
+  readonly onGpu: Map<number, { readonly step: number; readonly row: number }>;
+}
+
+/** True when `p` needs the output so far (a penalty is on). */
+function penalised(p: SamplingParams): boolean {
+  return p.repetitionPenalty !== 1 || p.presencePenalty !== 0 || p.frequencyPenalty !== 0;
+}
+
 /** See the module documentation. */
 export class WebGpuExecutor implements Executor {
   readonly kind = "webgpu" as const;
@@ -33,6 +58,8 @@ export class WebGpuExecutor implements Executor {
   readonly #seedSource: () => number;
   /** Scheduler step -> runner step, for steps whose samples may still be fed from the GPU. */
   readonly #runnerStep = new Map<number, number>();
+  /** Penalised requests' output history (see the module documentation). */
+  readonly #history = new Map<string, PenaltyHistory>();
   /** Host swap pool: slot i holds one block of every layer, K then V. */
   readonly #swapPool: Uint8Array<ArrayBuffer> | null;
   readonly #layerBlockBytes: number;
@@ -51,6 +78,68 @@ export class WebGpuExecutor implements Executor {
     return this.runner.maxInFlight;
   }
 
+  /**
+   * Validates `params` and, when a penalty is on, starts the request's output history.
+   *
+   * @throws {RangeError} on a penalty or logit bias the GPU kernels cannot apply, or a
+   *   `logprobs` count outside 0 to 20.
+   */
+  addRequest(requestId: string, promptTokenIds: readonly number[], params: SamplingParams): void {
+    const bad = (what: string) => {
+      throw new RangeError(`Cannot add request "${requestId}": ${what}`);
+    };
+    if (!(Number.isFinite(params.repetitionPenalty) && params.repetitionPenalty > 0)) {
+      bad(`repetition_penalty must be > 0, got ${params.repetitionPenalty}`);
+    }
+    if (!Number.isFinite(params.presencePenalty)) {
+      bad(`presence_penalty must be finite, got ${params.presencePenalty}`);
+    }
+    if (!Number.isFinite(params.frequencyPenalty)) {
+      bad(`frequency_penalty must be finite, got ${params.frequencyPenalty}`);
+    }
+    const lp = params.logprobs;
+    if (lp !== null && !(Number.isInteger(lp) && lp >= 0 && lp <= TOP_LOGPROBS_MAX)) {
+      bad(`logprobs must be an integer from 0 to ${TOP_LOGPROBS_MAX}, got ${lp}`);
+    }
+    for (const [token, bias] of params.logitBias ?? []) {
+      if (!Number.isInteger(token) || token < 0 || token > 0x7fffffff) {
+        bad(`logit_bias token ${token} is not a token id`);
+      }
+      if (!Number.isFinite(bias)) bad(`logit_bias for token ${token} must be finite, got ${bias}`);
+    }
+    if (penalised(params)) {
+      this.#history.set(requestId, { prompt: promptTokenIds, known: [], onGpu: new Map() });
+    } else {
+      this.#history.delete(requestId);
+    }
+  }
+
+  /** Records output tokens of `requestId` that became known on the host, in order. */
+  tokensKnown(requestId: string, tokenIds: readonly number[]): void {
+    const h = this.#history.get(requestId);
+    if (h === undefined) return;
+    for (const t of tokenIds) {
+      h.onGpu.delete(h.known.length);
+      h.known.push(t);
+    }
+  }
+
+  /** The output tokens before output index `count`: known ids, then `sampledRef`s. */
+  #outputSoFar(requestId: string, h: PenaltyHistory, count: number): number[] {
+    if (count <= h.known.length) return h.known.slice(0, Math.max(0, count));
+    const out = h.known.slice();
+    for (let i = h.known.length; i < count; i++) {
+      const at = h.onGpu.get(i);
+      if (at === undefined) {
+        throw new RangeError(
+          `Cannot penalise request "${requestId}": output token ${i} is neither known nor on the GPU`,
+        );
+      }
+      out.push(this.runner.sampledRef(at.step, at.row));
+    }
+    return out;
+  }
+
   execute(output: SchedulerOutput): ExecutedStep {
     const ready = output.swappedOut.length > 0 ? this.#swapOut(output) : undefined;
     if (output.swappedIn.length > 0) this.#swapIn(output);
@@ -63,6 +152,8 @@ export class WebGpuExecutor implements Executor {
     const slotMapping = new Uint32Array(n);
     const seqs: SequenceChunk[] = [];
     const samplers: string[] = [];
+    /** Output index each penalised sampler's token will have, by sampler row. */
+    const outputIndex = new Map<number, { history: PenaltyHistory; index: number }>();
     let t = 0;
     for (const r of output.scheduled) {
       if (r.isNew || !this.#seeds.has(r.requestId)) {
@@ -86,25 +177,54 @@ export class WebGpuExecutor implements Executor {
         slotMapping[t] = r.slotMapping[i]!;
       }
       const contextLen = r.positionStart + r.numTokens;
+      if (!r.samplesToken) {
+        seqs.push({ queryLen: r.numTokens, contextLen, blockTable: r.blockTable, sample: null });
+        continue;
+      }
+      const p = r.params;
+      const history = penalised(p) ? this.#history.get(r.requestId) : undefined;
+      if (penalised(p) && history === undefined) {
+        throw new RangeError(
+          `Cannot penalise request "${r.requestId}": it was not registered with addRequest`,
+        );
+      }
+      let process: SequenceChunk["process"] = null;
+      if (history !== undefined) {
+        const index = contextLen - history.prompt.length;
+        outputIndex.set(samplers.length, { history, index });
+        process = {
+          repetitionPenalty: p.repetitionPenalty,
+          presencePenalty: p.presencePenalty,
+          frequencyPenalty: p.frequencyPenalty,
+          promptTokens: history.prompt,
+          outputTokens: this.#outputSoFar(r.requestId, history, index),
+          ...(p.logitBias !== null ? { logitBias: p.logitBias } : {}),
+        };
+      } else if (p.logitBias !== null && p.logitBias.size > 0) {
+        process = { logitBias: p.logitBias };
+      }
       seqs.push({
         queryLen: r.numTokens,
         contextLen,
         blockTable: r.blockTable,
-        sample: r.samplesToken
-          ? {
-            temperature: r.params.temperature,
-            topK: r.params.topK,
-            topP: r.params.topP,
-            minP: r.params.minP,
-            seed: this.#seeds.get(r.requestId)!,
-            counter: contextLen,
-          }
-          : null,
+        sample: {
+          temperature: p.temperature,
+          topK: p.topK,
+          topP: p.topP,
+          minP: p.minP,
+          seed: this.#seeds.get(r.requestId)!,
+          counter: contextLen,
+        },
+        process,
+        topLogprobs: p.logprobs ?? 0,
       });
-      if (r.samplesToken) samplers.push(r.requestId);
+      samplers.push(r.requestId);
     }
     const handle = this.runner.execute({ inputIds, positions, slotMapping, seqs });
     this.#runnerStep.set(output.step, handle.step);
+    for (const [row, { history, index }] of outputIndex) {
+      history.onGpu.set(index, { step: handle.step, row });
+    }
     // Steps the ring has moved past can no longer be fed from.
     for (const [step, runnerStep] of this.#runnerStep) {
       if (handle.step - runnerStep > this.runner.maxInFlight) this.#runnerStep.delete(step);
@@ -112,7 +232,16 @@ export class WebGpuExecutor implements Executor {
     const result = handle.result.then((rows) => {
       const map = new Map<string, SampledToken>();
       samplers.forEach((id, row) => {
-        map.set(id, { tokenId: rows.tokens[row]!, logprob: rows.logprobs[row]! });
+        const tokenId = rows.tokens[row]!;
+        const top = rows.top[row] ?? [];
+        // A processed row's own logprob is under the processed logits; the raw value is known
+        // when the token is among the raw top tokens.
+        const raw = top.find((e) => e.tokenId === tokenId);
+        map.set(id, {
+          tokenId,
+          logprob: raw?.logprob ?? rows.logprobs[row]!,
+          ...(top.length > 0 ? { top } : {}),
+        });
       });
       return map;
     });
@@ -173,6 +302,7 @@ export class WebGpuExecutor implements Executor {
 
   release(requestId: string): void {
     this.#seeds.delete(requestId);
+    this.#history.delete(requestId);
   }
 
   destroy(): void {

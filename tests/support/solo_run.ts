@@ -4,10 +4,44 @@
  * the previous step's sample on the GPU. Blocks come from `blocks` in order (pass a shuffled
  * list to exercise non-contiguous block tables). No scheduler: this is the runner's own check.
  *
+ * {@linkcode soloRun} adds logits processing (penalties, logit bias) and top logprobs, with the
+ * output tokens not read back yet passed as `sampledRef`s (several steps stay in flight), and
+ * {@linkcode referenceRun} is the same greedy loop on the float64 reference model.
+ *
  * @module
  */
 
-import type { ModelRunner } from "../../engine/model_runner.ts";
+import type { ModelRunner, TopLogprob } from "../../engine/model_runner.ts";
+import { logitsProcessRef, topLogprobsRef } from "../reference/logits_process.ts";
+import type { ReferenceModel } from "../reference/model.ts";
+
+/** Penalties and bias of a run (vLLM meanings; every field optional). */
+export interface SoloPenalties {
+  readonly repetitionPenalty?: number;
+  readonly presencePenalty?: number;
+  readonly frequencyPenalty?: number;
+  readonly logitBias?: ReadonlyMap<number, number> | null;
+}
+
+/** Options of {@linkcode soloRun}. */
+export interface SoloOptions {
+  /** Prefill chunk size (default: the whole prompt). */
+  readonly chunk?: number;
+  /** KV blocks in order of use (default 0, 1, ...). */
+  readonly blocks?: readonly number[];
+  readonly penalties?: SoloPenalties;
+  /** Top logprobs per step (0 to 20; default 0). */
+  readonly topLogprobs?: number;
+  /** Decode steps in flight before the oldest is awaited (default 6, at most maxInFlight). */
+  readonly depth?: number;
+}
+
+/** The outcome of a run: per output token, its id, logprob and top logprobs. */
+export interface SoloResult {
+  readonly tokens: number[];
+  readonly logprobs: number[];
+  readonly top: (readonly TopLogprob[])[];
+}
 
 /** Greedily generates `maxTokens` tokens for `prompt`. */
 export async function soloGreedy(
@@ -16,17 +50,57 @@ export async function soloGreedy(
   maxTokens: number,
   options: { chunk?: number; blocks?: readonly number[] } = {},
 ): Promise<number[]> {
+  return (await soloRun(runner, prompt, maxTokens, options)).tokens;
+}
+
+/** Greedy generation with optional penalties, logit bias and top logprobs. */
+export async function soloRun(
+  runner: ModelRunner,
+  prompt: readonly number[],
+  maxTokens: number,
+  options: SoloOptions = {},
+): Promise<SoloResult> {
   const bs = runner.options.blockSize;
   const blocks = options.blocks ?? Array.from({ length: runner.kv.numBlocks }, (_, i) => i);
   const chunk = options.chunk ?? prompt.length;
+  const depth = Math.min(options.depth ?? 6, runner.maxInFlight);
   const table = (len: number) => blocks.slice(0, Math.ceil(len / bs));
   const slot = (pos: number) => blocks[Math.floor(pos / bs)]! * bs + (pos % bs);
-  const out: number[] = [];
+  const result: SoloResult = { tokens: [], logprobs: [], top: [] };
+  const out = result.tokens;
+  /** Runner step of output token i, for every output sampled so far. */
+  const steps: number[] = [];
+  const pending: ReturnType<ModelRunner["execute"]>["result"][] = [];
+  const p = options.penalties;
+  // Output so far: ids read back, then references to samples still on the GPU.
+  const processing = () =>
+    p === undefined ? null : {
+      repetitionPenalty: p.repetitionPenalty ?? 1,
+      presencePenalty: p.presencePenalty ?? 0,
+      frequencyPenalty: p.frequencyPenalty ?? 0,
+      ...(p.logitBias ? { logitBias: p.logitBias } : {}),
+      promptTokens: prompt,
+      outputTokens: [
+        ...out,
+        ...steps.slice(out.length).map((s) => runner.sampledRef(s, 0)),
+      ],
+    };
+  const sample = () => ({
+    sample: { temperature: 0 },
+    process: processing(),
+    topLogprobs: options.topLogprobs ?? 0,
+  });
+  const collect = async () => {
+    const r = await pending[out.length]!;
+    out.push(r.tokens[0]!);
+    result.logprobs.push(r.logprobs[0]!);
+    result.top.push(r.top[0]!);
+  };
   let done = 0;
-  let last: { step: number; result: Promise<{ tokens: Uint32Array }> } | undefined;
   while (done < prompt.length) {
     const n = Math.min(chunk, prompt.length - done);
     const positions = Uint32Array.from({ length: n }, (_, i) => done + i);
+    const last = done + n === prompt.length;
     const step = runner.execute({
       inputIds: Uint32Array.from(prompt.slice(done, done + n)),
       positions,
@@ -35,32 +109,83 @@ export async function soloGreedy(
         queryLen: n,
         contextLen: done + n,
         blockTable: table(done + n),
-        sample: done + n === prompt.length ? { temperature: 0 } : null,
+        ...(last ? sample() : { sample: null }),
       }],
     });
     done += n;
-    last = step;
+    if (last) {
+      pending.push(step.result);
+      steps.push(step.step);
+    }
   }
   // Decode steps are submitted without waiting: each feeds on the previous sample on the GPU.
-  const pending: Promise<{ tokens: Uint32Array }>[] = [last!.result];
-  let prev = last!.step;
   for (let i = 1; i < maxTokens; i++) {
     const pos = prompt.length + i - 1;
     const step = runner.execute({
-      inputIds: Uint32Array.of(runner.sampledRef(prev, 0)),
+      inputIds: Uint32Array.of(runner.sampledRef(steps.at(-1)!, 0)),
       positions: Uint32Array.of(pos),
       slotMapping: Uint32Array.of(slot(pos)),
-      seqs: [{
-        queryLen: 1,
-        contextLen: pos + 1,
-        blockTable: table(pos + 1),
-        sample: { temperature: 0 },
-      }],
+      seqs: [{ queryLen: 1, contextLen: pos + 1, blockTable: table(pos + 1), ...sample() }],
     });
     pending.push(step.result);
-    prev = step.step;
-    if (pending.length - out.length >= 6) out.push((await pending[out.length]!).tokens[0]!);
+    steps.push(step.step);
+    if (pending.length - out.length >= depth) await collect();
   }
-  while (out.length < pending.length) out.push((await pending[out.length]!).tokens[0]!);
-  return out;
+  while (out.length < pending.length) await collect();
+  return result;
+}
+
+/** One step of {@linkcode referenceRun}. */
+export interface ReferenceRunStep {
+  readonly token: number;
+  /** Gap between the two largest processed logits (small: f32 may legitimately differ). */
+  readonly gap: number;
+  /** Log-softmax of the raw logits at the chosen token. */
+  readonly rawLogprob: number;
+  /** The top `topLogprobs` of the raw logits. */
+  readonly top: { ids: number[]; logprobs: number[] };
+}
+
+/**
+ * The float64 reference of {@linkcode soloRun}: at each step the whole sequence's logits from
+ * `ref.forward`, the last row processed with the same penalties (`logitsProcessRef`), argmax
+ * (lowest id on ties), and the raw row's top logprobs.
+ */
+export function referenceRun(
+  ref: ReferenceModel,
+  prompt: readonly number[],
+  maxTokens: number,
+  penalties: SoloPenalties = {},
+  topLogprobs = 0,
+): ReferenceRunStep[] {
+  const tokens = [...prompt];
+  const output: number[] = [];
+  const steps: ReferenceRunStep[] = [];
+  for (let s = 0; s < maxTokens; s++) {
+    const logits = ref.forward(tokens);
+    const vocab = logits.cols;
+    const raw = logits.data.subarray((logits.rows - 1) * vocab);
+    const row = logitsProcessRef(raw, vocab, [{
+      repetition: penalties.repetitionPenalty ?? 1,
+      presence: penalties.presencePenalty ?? 0,
+      frequency: penalties.frequencyPenalty ?? 0,
+      prompt,
+      output,
+      bias: [...(penalties.logitBias ?? [])],
+    }]);
+    let best = 0;
+    for (let i = 1; i < vocab; i++) if (row[i]! > row[best]!) best = i;
+    let second = -Infinity;
+    for (let i = 0; i < vocab; i++) if (i !== best && row[i]! > second) second = row[i]!;
+    const all = topLogprobsRef(raw, vocab);
+    steps.push({
+      token: best,
+      gap: row[best]! - second,
+      rawLogprob: all.logprobs[all.ids.indexOf(best)]!,
+      top: { ids: all.ids.slice(0, topLogprobs), logprobs: all.logprobs.slice(0, topLogprobs) },
+    });
+    tokens.push(best);
+    output.push(best);
+  }
+  return steps;
 }
