@@ -10,12 +10,13 @@
 import { parseArgs } from "node:util";
 import { runGenerate } from "./cli/generate.ts";
 import { runInfo } from "./cli/info.ts";
+import { runServe } from "./cli/serve.ts";
 
 const USAGE = `usage: main.ts <command> [flags]
 
 commands:
   info [--force-f32]   print the WebGPU adapter, the limits the engine requests and its features
-  serve                start the OpenAI-compatible HTTP server (not implemented yet)
+  serve                start the OpenAI-compatible HTTP server (main.ts serve --help)
   generate             offline generation (main.ts generate --help)`;
 
 /** Runs the CLI with `argv` and returns the process exit code. */
@@ -33,7 +34,7 @@ export async function main(argv: string[]): Promise<number> {
     case "generate":
       return await runGenerate(rest);
     case "serve":
-      throw new NotImplementedError(`'${command}' is not implemented yet in this build`);
+      return await runServe(rest);
     case undefined:
     case "help":
     case "--help":
@@ -43,11 +44,6 @@ export async function main(argv: string[]): Promise<number> {
     default:
       throw new TypeError(`unknown command '${command}' (try: info, serve, generate)`);
   }
-}
-
-/** A command the CLI names but this build does not provide yet. */
-class NotImplementedError extends Error {
-  override name = "NotImplementedError";
 }
 
 if (import.meta.main) {

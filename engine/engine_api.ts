@@ -98,6 +98,11 @@ export interface EngineClient {
   /** The model's tokenizer (prompts, chat template, /tokenize); null for a bare mock engine. */
   readonly tokenizer: Tokenizer | null;
   /**
+   * Sampling defaults from the model's generation_config.json (temperature, top_p, top_k,
+   * min_p, repetition_penalty); a request's own values override them.
+   */
+  readonly generationDefaults?: Partial<SamplingParams>;
+  /**
    * Queues a request and returns its output stream. Throws RangeError / TypeError at once for a
    * request that can never run (prompt too long for max_model_len or for the whole KV cache,
    * empty prompt, duplicate id) and {@linkcode EngineOverloadedError} when the waiting queue is

@@ -32,6 +32,7 @@ import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
 import { GpuContext } from "./gpu/context.ts";
 import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
 import { openCheckpoint } from "./model/checkpoint.ts";
+import type { ModelConfig } from "./model/config.ts";
 import { ModelRunner } from "./model_runner.ts";
 import { RequestOutputState } from "./output_processor.ts";
 import { Tokenizer } from "./tokenizer.ts";
@@ -54,6 +55,8 @@ interface LiveRequest {
 interface InFlight {
   readonly output: SchedulerOutput;
   readonly result: Promise<ReadonlyMap<string, SampledToken>>;
+  /** Nothing was scheduled: no GPU work, nothing to wait for. */
+  readonly empty: boolean;
 }
 
 /** What the engine logs at start-up, one line each. */
@@ -127,31 +130,7 @@ export class LLMEngine implements EngineClient {
     };
 
     if (config.executor === "mock") {
-      const maxModelLen = config.maxModelLen ?? 4096;
-      const kvBlocks = config.numKvBlocks ?? Math.ceil(16384 / config.blockSize);
-      const executor = new MockExecutor({
-        latency: { baseMs: config.mockBaseMs, perTokenMs: config.mockPerTokenMs },
-      });
-      log(
-        `Mock executor: step = ${config.mockBaseMs} ms + ${config.mockPerTokenMs} ms per batched token`,
-      );
-      logKv(log, kvBlocks, config.blockSize, maxModelLen);
-      return new LLMEngine({
-        config,
-        model: {
-          name,
-          architecture: "mock",
-          maxModelLen,
-          vocabSize: tokenizer?.size ?? 0,
-          dtype: "none",
-        },
-        tokenizer,
-        generationDefaults: {},
-        scheduler: makeScheduler(config, kvBlocks, maxModelLen, [], 0),
-        executor,
-        ctx: null,
-        kvBlocks,
-      });
+      return LLMEngine.createMock({ ...config, servedModelName: name }, tokenizer, log);
     }
 
     const ctx = await GpuContext.create({ forceF32: config.forceF32 });
@@ -164,12 +143,7 @@ export class LLMEngine implements EngineClient {
       const ck = await openCheckpoint(config.model!);
       try {
         const mc = ck.config;
-        const maxModelLen = config.maxModelLen ?? Math.min(mc.maxPositionEmbeddings, 4096);
-        if (maxModelLen > mc.maxPositionEmbeddings) {
-          throw new RangeError(
-            `max_model_len ${maxModelLen} exceeds the model's max_position_embeddings ${mc.maxPositionEmbeddings}`,
-          );
-        }
+        const maxModelLen = resolveMaxModelLen(config.maxModelLen, mc);
         const shape: KvCacheShape = {
           numLayers: mc.numLayers,
           numKvHeads: mc.numKvHeads,
@@ -239,6 +213,44 @@ export class LLMEngine implements EngineClient {
     }
   }
 
+  /**
+   * A mock-executor engine, built synchronously (no model is loaded; `tokenizer` gives text
+   * output when present). Used by `POST /batch/test` and scheduler benchmarks.
+   */
+  static createMock(
+    options: EngineOptions = {},
+    tokenizer: Tokenizer | null = null,
+    log: Logger = () => {},
+  ): LLMEngine {
+    const config = resolveEngineConfig({ ...options, executor: "mock" });
+    const maxModelLen = config.maxModelLen ?? 4096;
+    const kvBlocks = config.numKvBlocks ?? Math.ceil(16384 / config.blockSize);
+    const executor = new MockExecutor({
+      latency: { baseMs: config.mockBaseMs, perTokenMs: config.mockPerTokenMs },
+      ...(config.maxInFlight !== undefined ? { maxInFlight: config.maxInFlight } : {}),
+    });
+    log(
+      `Mock executor: step = ${config.mockBaseMs} ms + ${config.mockPerTokenMs} ms per batched token`,
+    );
+    logKv(log, kvBlocks, config.blockSize, maxModelLen);
+    return new LLMEngine({
+      config,
+      model: {
+        name: config.servedModelName ?? "mock",
+        architecture: "mock",
+        maxModelLen,
+        vocabSize: tokenizer?.size ?? 0,
+        dtype: "none",
+      },
+      tokenizer,
+      generationDefaults: {},
+      scheduler: makeScheduler(config, kvBlocks, maxModelLen, [], 0),
+      executor,
+      ctx: null,
+      kvBlocks,
+    });
+  }
+
   get error(): Error | null {
     return this.#error;
   }
@@ -254,12 +266,20 @@ export class LLMEngine implements EngineClient {
       );
     }
     if (signal?.aborted) throw new RangeError(`Request "${id}" was aborted before it started`);
-    this.#scheduler.addRequest({
-      requestId: id,
-      promptTokenIds: request.promptTokenIds,
-      params: request.params,
-      priority: request.priority ?? 0,
-    });
+    // The executor validates what it must apply (penalties, logit bias, logprobs) and keeps the
+    // prompt for the repetition penalty.
+    this.#executor.addRequest?.(id, request.promptTokenIds, request.params);
+    try {
+      this.#scheduler.addRequest({
+        requestId: id,
+        promptTokenIds: request.promptTokenIds,
+        params: request.params,
+        priority: request.priority ?? 0,
+      });
+    } catch (error) {
+      this.#executor.release(id);
+      throw error;
+    }
     const live: LiveRequest = {
       state: new RequestOutputState(this.tokenizer, {
         requestId: id,
@@ -353,28 +373,40 @@ export class LLMEngine implements EngineClient {
     const scheduler = this.#scheduler;
     while (!this.#stopped && this.#error === null) {
       try {
-        if (this.#inFlight.length < this.#depth) {
+        // 1. Schedule and run: fill the pipeline up to `depth` steps in flight.
+        let idle = false;
+        while (this.#inFlight.length < this.#depth) {
           const output = scheduler.schedule();
           if (
-            output.scheduled.length > 0 || output.swappedIn.length > 0 ||
-            output.swappedOut.length > 0
+            output.scheduled.length === 0 && output.swappedIn.length === 0 &&
+            output.swappedOut.length === 0
           ) {
-            const step = this.#executor.execute(output);
-            this.#inFlight.push({ output, result: step.result });
-            this.#steps++;
-            if (step.ready !== undefined) await step.ready;
-            continue;
+            // Empty steps are applied in order like any other.
+            this.#inFlight.push({ output, result: Promise.resolve(new Map()), empty: true });
+            idle = true;
+            break;
           }
-          // Empty steps are applied in order like any other.
-          this.#inFlight.push({ output, result: Promise.resolve(new Map()) });
+          const step = this.#executor.execute(output);
+          this.#inFlight.push({ output, result: step.result, empty: false });
+          this.#steps++;
+          if (step.ready !== undefined) await step.ready;
         }
+        // 2. Postprocess the oldest step once its tokens are back, and the empty steps queued
+        // behind it (they have nothing to wait for).
         const oldest = this.#inFlight.shift();
         if (oldest !== undefined) {
           const sampled = await oldest.result;
           if (this.#stopped) break;
           this.#postprocess(oldest.output, sampled);
-          continue;
+          while (this.#inFlight[0]?.empty === true) {
+            this.#postprocess(this.#inFlight.shift()!.output, new Map());
+          }
+          // Progress is possible unless the last schedule was empty and nothing real is in
+          // flight.
+          if (!idle || this.#inFlight.length > 0) continue;
         }
+        // 3. Nothing to run now. Always wait on a timer or an arrival here: awaiting resolved
+        // promises in a loop would starve Deno's event loop (no I/O, no timers).
         if (!scheduler.hasUnfinishedRequests()) {
           if (this.#live.size === 0) return; // idle: the next request restarts the loop
           await this.#sleep(null);
@@ -416,13 +448,18 @@ export class LLMEngine implements EngineClient {
     for (const [id, s] of sampled) ids.set(id, s.tokenId);
     const updates = this.#scheduler.updateFromOutput(output, ids);
     for (const u of updates) {
+      // Penalties of later steps read these from the host from now on.
+      this.#executor.tokensKnown?.(u.requestId, u.newTokenIds);
       const live = this.#live.get(u.requestId);
       if (live === undefined || live.finished) continue;
+      const s = sampled.get(u.requestId);
+      const wantTop = (live.params.logprobs ?? 0) > 0;
       const logprobs: TokenLogprob[] | null = live.params.logprobs === null
         ? null
         : u.newTokenIds.map((tokenId) => ({
           tokenId,
-          logprob: sampled.get(u.requestId)?.logprob ?? 0,
+          logprob: s?.logprob ?? 0,
+          ...(wantTop ? { top: s?.top ?? [] } : {}),
         }));
       const before = live.state.numOutputTokens;
       const { output: increment, stopString } = live.state.push(u.newTokenIds, logprobs);
@@ -468,6 +505,22 @@ export class LLMEngine implements EngineClient {
     this.#live.clear();
     this.#kick();
   }
+}
+
+/**
+ * max_model_len for a model: the requested value (at most the model's max_position_embeddings),
+ * or min(max_position_embeddings, 4096).
+ *
+ * @throws {RangeError} when the requested value exceeds the model's positions.
+ */
+export function resolveMaxModelLen(requested: number | undefined, model: ModelConfig): number {
+  const maxModelLen = requested ?? Math.min(model.maxPositionEmbeddings, 4096);
+  if (maxModelLen > model.maxPositionEmbeddings) {
+    throw new RangeError(
+      `max_model_len ${maxModelLen} exceeds the model's max_position_embeddings ${model.maxPositionEmbeddings}`,
+    );
+  }
+  return maxModelLen;
 }
 
 function logKv(log: Logger, blocks: number, blockSize: number, maxModelLen: number): void {

@@ -350,7 +350,8 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
     if (inFlight.size === 0 && idle !== null) idle();
   };
 
-  const maxModelLen = engine.model.maxModelLen;
+  /** Read per request: the engine behind the handler may finish loading after it was created. */
+  const maxModelLen = () => engine.model.maxModelLen;
 
   function checkModel(model: string | null | undefined): string {
     if (model === null || model === undefined) return modelName;
@@ -406,20 +407,20 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
     if (promptLen === 0) {
       throw new ApiError(400, "The prompt is empty", { param: promptParam, code: "invalid_value" });
     }
-    if (promptLen >= maxModelLen) {
+    if (promptLen >= maxModelLen()) {
       throw new ApiError(
         400,
-        `This model's maximum context length is ${maxModelLen} tokens. However, your prompt has ${promptLen} tokens, leaving no room for output.`,
+        `This model's maximum context length is ${maxModelLen()} tokens. However, your prompt has ${promptLen} tokens, leaving no room for output.`,
         { param: promptParam, code: "context_length_exceeded" },
       );
     }
-    const room = maxModelLen - promptLen;
+    const room = maxModelLen() - promptLen;
     let maxTokens: number;
     if (requestedMax !== null) {
       if (requestedMax > room) {
         throw new ApiError(
           400,
-          `This model's maximum context length is ${maxModelLen} tokens. However, you requested ${
+          `This model's maximum context length is ${maxModelLen()} tokens. However, you requested ${
             promptLen + requestedMax
           } tokens (${promptLen} in the prompt, ${requestedMax} for the completion).`,
           { param: maxParam, code: "context_length_exceeded" },
@@ -448,11 +449,13 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
       : typeof body.stop === "string"
       ? [body.stop]
       : body.stop;
+    // generation_config.json's defaults apply to the fields the request leaves out.
+    const d = engine.generationDefaults ?? {};
     return samplingParams({
-      temperature: body.temperature ?? 1,
-      topP: body.top_p ?? 1,
-      topK: body.top_k === -1 ? 0 : body.top_k ?? 0,
-      minP: body.min_p ?? 0,
+      temperature: body.temperature ?? d.temperature ?? 1,
+      topP: body.top_p ?? d.topP ?? 1,
+      topK: body.top_k === -1 ? 0 : body.top_k ?? d.topK ?? 0,
+      minP: body.min_p ?? d.minP ?? 0,
       seed: body.seed ?? null,
       maxTokens,
       minTokens: Math.min(body.min_tokens ?? 0, maxTokens),
@@ -461,7 +464,7 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
       ignoreEos: body.ignore_eos ?? false,
       presencePenalty: body.presence_penalty ?? 0,
       frequencyPenalty: body.frequency_penalty ?? 0,
-      repetitionPenalty: body.repetition_penalty ?? 1,
+      repetitionPenalty: body.repetition_penalty ?? d.repetitionPenalty ?? 1,
       logprobs,
       logitBias,
       n: body.n ?? 1,
@@ -873,7 +876,7 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
       });
       tokens = tok.encode(text, { addSpecialTokens: body.add_special_tokens ?? false });
     }
-    return Response.json({ count: tokens.length, max_model_len: maxModelLen, tokens });
+    return Response.json({ count: tokens.length, max_model_len: maxModelLen(), tokens });
   }
 
   async function detokenizeEndpoint(req: Request): Promise<Response> {
@@ -910,7 +913,7 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
         owned_by: "webgpu-llm",
         root: engine.model.name,
         parent: null,
-        max_model_len: maxModelLen,
+        max_model_len: maxModelLen(),
         permission: [],
       })),
     });

@@ -1,12 +1,14 @@
 import assert from "node:assert/strict";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
+import type { TokenLogprob } from "../engine/engine_api.ts";
 import { mockTokenAt } from "../scheduler/mock_executor.ts";
-import { samplingParams } from "../scheduler/sampling_params.ts";
+import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
+import { referenceRun } from "./support/solo_run.ts";
 
 /** Runs all requests concurrently; returns each one's token ids and finish reason. */
 async function runAll(
@@ -213,3 +215,178 @@ Deno.test(
     }
   },
 );
+
+/** Penalties, bias and logprobs of the mixed batch below (request i gets MIXED[i % 5]). */
+const MIXED: Partial<SamplingParams>[] = [
+  {},
+  { repetitionPenalty: 1.6, presencePenalty: 0.8 },
+  { frequencyPenalty: 1.0, logitBias: new Map([[3, 1.5], [200, -2]]) },
+  { logprobs: 5 },
+  { repetitionPenalty: 1.3, frequencyPenalty: 0.3, logprobs: 3 },
+];
+
+const MIXED_CASES: { name: string; options: EngineOptions; check?: (e: LLMEngine) => void }[] = [
+  { name: "continuous batching, 7 steps in flight", options: {} },
+  {
+    name: "preemption by recompute and chunked prefill",
+    options: { numKvBlocks: 9, maxNumSeqs: 6, maxNumBatchedTokens: 16 },
+    check: (e) => assert.ok(e.stats().numPreemptions > 0, "expected preemptions"),
+  },
+  {
+    name: "preemption by swap",
+    options: { numKvBlocks: 9, maxNumSeqs: 6, preemptionMode: "swap", swapSpace: 1 },
+    check: (e) => assert.ok(e.stats().numPreemptions > 0, "expected preemptions"),
+  },
+];
+
+for (const c of MIXED_CASES) {
+  Deno.test(
+    `LLMEngine applies each request's penalties, logit_bias and top logprobs in a mixed batch as the float64 reference (${c.name})`,
+    GPU_TEST,
+    async () => {
+      const dir = await Deno.makeTempDir();
+      try {
+        const { seed, rng } = testSeed(`engine mixed ${c.name}`);
+        await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: seed % 997 });
+        const ref = await ReferenceModel.load(dir);
+        const engine = await LLMEngine.create({
+          model: dir,
+          forceF32: true,
+          numKvBlocks: 64,
+          showProgress: false,
+          ...c.options,
+        });
+        const maxTokens = 12;
+        try {
+          const prompts = [3, 17, 9, 30, 6, 21, 12].map((len) =>
+            Array.from({ length: len }, () => rng.int(0, 500))
+          );
+          const results = await Promise.all(prompts.map(async (prompt, i) => {
+            const params = samplingParams({
+              temperature: 0,
+              maxTokens,
+              ignoreEos: true,
+              ...MIXED[i % MIXED.length],
+            });
+            const tokens: number[] = [];
+            const logprobs: TokenLogprob[] = [];
+            for await (
+              const o of engine.generate({ requestId: `m${i}`, promptTokenIds: prompt, params })
+            ) {
+              tokens.push(...o.tokenIds);
+              logprobs.push(...(o.logprobs ?? []));
+            }
+            return { params, tokens, logprobs };
+          }));
+          results.forEach((r, i) => {
+            const context = `seed ${seed} request ${i} (${JSON.stringify(MIXED[i % 5])})`;
+            const expected = referenceRun(
+              ref,
+              prompts[i]!,
+              maxTokens,
+              r.params,
+              r.params.logprobs ?? 0,
+            );
+            assert.deepEqual(r.tokens, expected.map((s) => s.token), context);
+            if (r.params.logprobs === null) {
+              assert.equal(r.logprobs.length, 0, context);
+              return;
+            }
+            assert.equal(r.logprobs.length, maxTokens, context);
+            r.logprobs.forEach((lp, k) => {
+              const e = expected[k]!;
+              const top = e.top.ids.map((tokenId, j) => ({ tokenId, logprob: e.top.logprobs[j]! }));
+              assert.equal(lp.tokenId, e.token, context);
+              // The sampled token's raw logprob (exact for plain requests; for penalised ones
+              // when the token is among the raw top tokens).
+              if (r.params.repetitionPenalty === 1 || e.top.ids.includes(e.token)) {
+                assert.ok(Math.abs(lp.logprob - e.rawLogprob) < 1e-4, `${context} step ${k}`);
+              }
+              assert.ok(lp.top !== undefined, `${context} step ${k}: no top logprobs`);
+              assert.equal(lp.top.length, top.length, `${context} step ${k}`);
+              lp.top.forEach((t, j) => {
+                assert.ok(
+                  Math.abs(t.logprob - top[j]!.logprob) < 1e-4 &&
+                    (t.tokenId === top[j]!.tokenId ||
+                      Math.abs(top[j]!.logprob - (top[j + 1]?.logprob ?? -Infinity)) < 1e-4 ||
+                      Math.abs(top[j]!.logprob - (top[j - 1]?.logprob ?? -Infinity)) < 1e-4),
+                  `${context} step ${k} rank ${j}: ${JSON.stringify(t)} vs ${
+                    JSON.stringify(top[j])
+                  }`,
+                );
+              });
+            });
+          });
+          c.check?.(engine);
+          assert.equal(engine.stats().kvBlocksUsed, 0);
+        } finally {
+          await engine.shutdown();
+        }
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  );
+}
+
+Deno.test("LLMEngine rejects sampling parameters the GPU cannot apply", GPU_TEST, async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: 1 });
+    const engine = await LLMEngine.create({ model: dir, forceF32: true, showProgress: false });
+    try {
+      const gen = (params: Partial<SamplingParams>) =>
+        engine.generate({
+          requestId: "bad",
+          promptTokenIds: [1, 2, 3],
+          params: samplingParams({ maxTokens: 2, ...params }),
+        });
+      assert.throws(() => gen({ repetitionPenalty: 0 }), /repetition_penalty must be > 0/);
+      assert.throws(() => gen({ logprobs: 21 }), /logprobs must be an integer from 0 to 20/);
+      assert.throws(() => gen({ presencePenalty: NaN }), /presence_penalty must be finite/);
+      assert.throws(() => gen({ logitBias: new Map([[-1, 1]]) }), /logit_bias token -1/);
+      // The engine still serves a valid request under the same id.
+      let n = 0;
+      for await (const o of gen({ repetitionPenalty: 1.2 })) n += o.tokenIds.length;
+      assert.equal(n, 2);
+    } finally {
+      await engine.shutdown();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("LLMEngine never starves the event loop once every step is scheduled", async () => {
+  // Regression: with several steps in flight and nothing left to schedule, the loop used to
+  // cycle empty steps through already-resolved promises forever, so timers and sockets never
+  // ran. A starved event loop cannot run a watchdog, so the check runs in a child process.
+  const script = `
+    import { LLMEngine } from "${new URL("../engine/llm_engine.ts", import.meta.url).href}";
+    import { samplingParams } from "${
+    new URL("../scheduler/sampling_params.ts", import.meta.url).href
+  }";
+    const engine = LLMEngine.createMock({ mockBaseMs: 1, maxInFlight: 6 });
+    const stream = engine.generate({ requestId: "a", promptTokenIds: [1, 2, 3],
+      params: samplingParams({ maxTokens: 3, ignoreEos: true }) });
+    const reader = (async () => { for await (const _ of stream) { /* drain */ } })();
+    // A timer must fire while the engine works and after it is done.
+    await new Promise((r) => setTimeout(r, 30));
+    await reader;
+    await new Promise((r) => setTimeout(r, 30));
+    await engine.shutdown();
+    console.log("ok");
+  `;
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["eval", script],
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(20_000),
+  }).spawn();
+  const out = await child.output();
+  assert.equal(
+    new TextDecoder().decode(out.stdout).trim(),
+    "ok",
+    new TextDecoder().decode(out.stderr),
+  );
+});

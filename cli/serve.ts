@@ -1,0 +1,223 @@
+/**
+ * `main.ts serve`: the OpenAI-compatible server. It listens at once (`/health` answers 503 while
+ * the model loads), loads the engine, then turns ready. SIGINT / SIGTERM stop accepting new
+ * requests, let in-flight ones finish for `--shutdown-timeout` seconds, abort the rest and exit
+ * 0. The line `Listening on http://HOST:PORT` is printed once the socket is bound (benchmarks
+ * that start the server parse it).
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import {
+  type EngineClient,
+  EngineDeadError,
+  type EngineStats,
+  type GenerateRequest,
+  type ModelInfo,
+  type RequestOutput,
+} from "../engine/engine_api.ts";
+import { LLMEngine, resolveMaxModelLen } from "../engine/llm_engine.ts";
+import { parseModelConfig } from "../engine/model/config.ts";
+import type { Tokenizer } from "../engine/tokenizer.ts";
+import type { SamplingParams } from "../scheduler/sampling_params.ts";
+import { startServer } from "../server/server.ts";
+import {
+  ENGINE_FLAGS,
+  ENGINE_FLAGS_USAGE,
+  engineOptionsFromFlags,
+  resolveModelDir,
+} from "./engine_flags.ts";
+
+export const SERVE_USAGE = `usage: main.ts serve [--model DIR] [--host 127.0.0.1] [--port 8000]
+  [--served-model-name NAME] [--max-body-bytes N] [--shutdown-timeout S] [engine flags]
+
+${ENGINE_FLAGS_USAGE}`;
+
+const IDLE_STATS: EngineStats = {
+  numRunning: 0,
+  numWaiting: 0,
+  kvCacheUsage: 0,
+  kvBlocksUsed: 0,
+  kvBlocksTotal: 0,
+  promptTokensTotal: 0,
+  generationTokensTotal: 0,
+  prefixCacheQueries: 0,
+  prefixCacheHits: 0,
+  numPreemptions: 0,
+  steps: 0,
+};
+
+/**
+ * Stands in for the engine while it loads: requests get 503 (EngineDeadError) until
+ * {@linkcode LoadingEngine.resolve} hands over the real one.
+ */
+export class LoadingEngine implements EngineClient {
+  readonly #info: ModelInfo;
+  #engine: LLMEngine | null = null;
+  #error: Error | null = null;
+
+  /** @param info what is known before loading (name, architecture, max_model_len). */
+  constructor(info: ModelInfo) {
+    this.#info = info;
+  }
+
+  /** Hands over the loaded engine. */
+  resolve(engine: LLMEngine): void {
+    this.#engine = engine;
+  }
+
+  /** Records a failed load (`/health` turns 503 for good). */
+  reject(error: Error): void {
+    this.#error = error;
+  }
+
+  get model(): ModelInfo {
+    return this.#engine?.model ?? this.#info;
+  }
+
+  get tokenizer(): Tokenizer | null {
+    return this.#engine?.tokenizer ?? null;
+  }
+
+  get generationDefaults(): Partial<SamplingParams> {
+    return this.#engine?.generationDefaults ?? {};
+  }
+
+  get error(): Error | null {
+    return this.#error ?? this.#engine?.error ?? null;
+  }
+
+  generate(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<RequestOutput> {
+    if (this.#engine === null) throw new EngineDeadError("The model is still loading");
+    return this.#engine.generate(request, signal);
+  }
+
+  abort(requestId: string): void {
+    this.#engine?.abort(requestId);
+  }
+
+  stats(): EngineStats {
+    return this.#engine?.stats() ?? IDLE_STATS;
+  }
+
+  async shutdown(graceMs?: number): Promise<void> {
+    await this.#engine?.shutdown(graceMs);
+  }
+}
+
+/** Runs `serve` with `args`; resolves with the exit code once the server has stopped. */
+export async function runServe(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      ...ENGINE_FLAGS,
+      host: { type: "string", default: "127.0.0.1" },
+      port: { type: "string", default: "8000" },
+      "max-body-bytes": { type: "string" },
+      "shutdown-timeout": { type: "string", default: "10" },
+      help: { type: "boolean", default: false },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    console.log(SERVE_USAGE);
+    return 0;
+  }
+  const port = Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new TypeError(`--port expects a port number, got "${values.port}"`);
+  }
+  const graceS = Number(values["shutdown-timeout"]);
+  if (!Number.isFinite(graceS) || graceS < 0) {
+    throw new TypeError(`--shutdown-timeout expects seconds, got "${values["shutdown-timeout"]}"`);
+  }
+  const maxBody = values["max-body-bytes"] === undefined
+    ? undefined
+    : Number(values["max-body-bytes"]);
+  if (maxBody !== undefined && !(Number.isInteger(maxBody) && maxBody > 0)) {
+    throw new TypeError(`--max-body-bytes expects a positive integer`);
+  }
+  const log = (line: string) => console.log(line);
+  const mock = values.executor === "mock";
+  const model = mock && values.model === undefined
+    ? undefined
+    : await resolveModelDir(values.model);
+  const options = engineOptionsFromFlags({ ...values, ...(model !== undefined ? { model } : {}) });
+  const servedName = values["served-model-name"] ??
+    (model !== undefined ? model.replace(/\/+$/, "").split("/").pop()! : "mock");
+
+  // What clients may see before the weights are loaded: the model's name and context length.
+  let info: ModelInfo = {
+    name: servedName,
+    architecture: "mock",
+    maxModelLen: options.maxModelLen ?? 4096,
+    vocabSize: 0,
+    dtype: "none",
+  };
+  if (!mock && model !== undefined) {
+    const config = parseModelConfig(JSON.parse(await Deno.readTextFile(`${model}/config.json`)));
+    info = {
+      name: servedName,
+      architecture: config.arch,
+      maxModelLen: resolveMaxModelLen(options.maxModelLen, config),
+      vocabSize: config.vocabSize,
+      dtype: "none",
+    };
+  }
+  const loading = new LoadingEngine(info);
+  const server = startServer(loading, {
+    host: values.host,
+    port,
+    ready: false,
+    servedModelNames: [servedName],
+    ...(maxBody !== undefined ? { maxBodyBytes: maxBody } : {}),
+    batchTest: (c) =>
+      LLMEngine.createMock({
+        scheduler: c.scheduler,
+        maxNumSeqs: c.batchSize,
+        maxBatchSize: c.batchSize,
+        mockBaseMs: c.latencyMs,
+        mockPerTokenMs: 0,
+        maxModelLen: 4096,
+      }),
+  });
+  log(`Listening on ${server.url} (loading the model: /health answers 503 until it is ready)`);
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log(`${signal}: finishing in-flight requests (up to ${graceS} s), then exiting`);
+    await server.shutdown(graceS * 1000);
+    await loading.shutdown(0);
+  };
+  const onInt = () => void stop("SIGINT");
+  const onTerm = () => void stop("SIGTERM");
+  Deno.addSignalListener("SIGINT", onInt);
+  Deno.addSignalListener("SIGTERM", onTerm);
+  try {
+    try {
+      const engine = await LLMEngine.create({ ...options, servedModelName: servedName }, log);
+      if (stopping) {
+        await engine.shutdown(0);
+      } else {
+        loading.resolve(engine);
+        server.handle.setReady(true);
+        const m = engine.model;
+        log(
+          `Serving ${m.name} (${m.architecture}, ${m.dtype}, max_model_len ${m.maxModelLen}) at ${server.url}/v1`,
+        );
+      }
+    } catch (error) {
+      loading.reject(error instanceof Error ? error : new Error(String(error)));
+      await server.shutdown(0);
+      throw error;
+    }
+    await server.finished;
+  } finally {
+    Deno.removeSignalListener("SIGINT", onInt);
+    Deno.removeSignalListener("SIGTERM", onTerm);
+  }
+  return 0;
+}
