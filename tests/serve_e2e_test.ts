@@ -1,0 +1,199 @@
+/**
+ * `main.ts serve` end to end: a real server process with the real engine on a tiny model
+ * (WebGPU through lavapipe), driven over loopback by the official `openai` client and by fetch.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+// deno-lint-ignore no-import-prefix
+import OpenAI from "npm:openai@7.57.0";
+import { makeModel } from "../tools/make_model.ts";
+import { GPU_TEST } from "./support/gpu.ts";
+
+const MAIN = new URL("../main.ts", import.meta.url).pathname;
+
+interface ServerProcess {
+  readonly url: string;
+  readonly child: Deno.ChildProcess;
+  readonly log: string[];
+  readonly exited: Promise<Deno.CommandStatus>;
+}
+
+/** Starts `main.ts serve` and waits for /health 200. */
+async function startServe(model: string, flags: string[] = []): Promise<ServerProcess> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", MAIN, "serve", "--model", model, "--port", "0", ...flags],
+    env: { XDG_RUNTIME_DIR: "/tmp" },
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const log: string[] = [];
+  let resolveUrl: (url: string) => void = () => {};
+  const urlPromise = new Promise<string>((r) => (resolveUrl = r));
+  const pump = async (stream: ReadableStream<Uint8Array>) => {
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      for (const line of chunk.split("\n")) {
+        if (line === "") continue;
+        log.push(line);
+        const m = line.match(/Listening on (http:\/\/\S+)/);
+        if (m) resolveUrl(m[1]!);
+      }
+    }
+  };
+  void pump(child.stdout);
+  void pump(child.stderr);
+  const url = await urlPromise;
+  for (let i = 0; i < 200; i++) {
+    const r = await fetch(`${url}/health`).catch(() => null);
+    await r?.body?.cancel();
+    if (r?.status === 200) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { url, child, log, exited: child.status };
+}
+
+async function stopServe(p: ServerProcess): Promise<Deno.CommandStatus> {
+  p.child.kill("SIGTERM");
+  return await p.exited;
+}
+
+async function metric(url: string, name: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`${name}{`));
+  assert.ok(line !== undefined, `metric ${name} missing`);
+  return Number(line.split(" ").at(-1));
+}
+
+Deno.test(
+  "serve answers the openai client, and 64 concurrent greedy streams equal each request alone",
+  GPU_TEST,
+  async () => {
+    const dir = await Deno.makeTempDir();
+    await makeModel({ out: dir, preset: "tiny-qwen3", seed: 7 });
+    const server = await startServe(dir, ["--max-num-seqs", "64"]);
+    try {
+      // The server says where it listens before the model is loaded, then that it serves.
+      const listening = server.log.findIndex((l) => l.startsWith("Listening on"));
+      const serving = server.log.findIndex((l) => l.startsWith("Serving"));
+      assert.ok(listening >= 0 && serving > listening, server.log.join("\n"));
+      assert.ok(
+        server.log.some((l) => /^KV cache: [\d,]+ blocks x 16 tokens = [\d,]+ tokens$/.test(l)),
+      );
+      assert.ok(
+        server.log.some((l) =>
+          /^Maximum concurrency for [\d,]+ tokens per request: [\d.]+x$/.test(l)
+        ),
+      );
+
+      const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused" });
+      const models = await client.models.list();
+      const name = models.data[0]!.id;
+      const chat = await client.chat.completions.create({
+        model: name,
+        messages: [{ role: "user", content: "Hello there" }],
+        max_completion_tokens: 8,
+        temperature: 0,
+      });
+      assert.equal(
+        chat.choices[0]!.finish_reason === "length" || chat.choices[0]!.finish_reason === "stop",
+        true,
+      );
+      assert.ok((chat.usage?.completion_tokens ?? 0) >= 1);
+
+      // 8 distinct prompts, each sent by 8 of the 64 concurrent streams.
+      const prompt = (i: number) =>
+        `Request number ${i % 8}: tell me about ${"abc".repeat((i % 8) % 5)}`;
+      const alone = async (i: number) => {
+        const r = await client.completions.create({
+          model: name,
+          prompt: prompt(i),
+          max_tokens: 12,
+          temperature: 0,
+        });
+        return r.choices[0]!.text;
+      };
+      const streamed = async (i: number) => {
+        const stream = await client.completions.create({
+          model: name,
+          prompt: prompt(i),
+          max_tokens: 12,
+          temperature: 0,
+          stream: true,
+        });
+        let text = "";
+        for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+        return text;
+      };
+      const expected: string[] = [];
+      for (let i = 0; i < 8; i++) expected.push(await alone(i));
+      const all = await Promise.all(Array.from({ length: 64 }, (_, i) => streamed(i)));
+      all.forEach((text, i) => assert.equal(text, expected[i % 8], `stream ${i}`));
+      assert.equal(await metric(server.url, "vllm:num_requests_running"), 0);
+      assert.equal(await metric(server.url, "vllm:kv_cache_usage_perc"), 0);
+    } finally {
+      const status = await stopServe(server);
+      assert.equal(status.code, 0, server.log.join("\n"));
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
+Deno.test(
+  "serve frees a request's KV blocks when its client disconnects, and drains on SIGTERM",
+  GPU_TEST,
+  async () => {
+    const dir = await Deno.makeTempDir();
+    await makeModel({ out: dir, preset: "tiny-gpt2", seed: 3 });
+    const server = await startServe(dir, ["--shutdown-timeout", "20"]);
+    try {
+      const body = JSON.stringify({
+        prompt: "x",
+        max_tokens: 1500,
+        ignore_eos: true,
+        stream: true,
+      });
+      const ac = new AbortController();
+      const res = await fetch(`${server.url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body,
+        signal: ac.signal,
+      });
+      const reader = res.body!.getReader();
+      await reader.read(); // the first chunk arrived: the request is running
+      assert.equal(await metric(server.url, "vllm:num_requests_running"), 1);
+      ac.abort(); // the client goes away mid-stream
+      await reader.cancel().catch(() => {});
+      let running = 1;
+      let usage = 1;
+      for (let i = 0; i < 100 && (running > 0 || usage > 0); i++) {
+        await new Promise((r) => setTimeout(r, 20));
+        running = await metric(server.url, "vllm:num_requests_running");
+        usage = await metric(server.url, "vllm:kv_cache_usage_perc");
+      }
+      assert.equal(running, 0);
+      assert.equal(usage, 0);
+
+      // An in-flight request finishes although SIGTERM arrives while it runs.
+      const inFlight = fetch(`${server.url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ prompt: "y", max_tokens: 40, ignore_eos: true }),
+      }).then((r) => r.json());
+      await new Promise((r) => setTimeout(r, 100));
+      server.child.kill("SIGTERM");
+      const done = await inFlight;
+      assert.equal(done.choices[0].finish_reason, "length");
+      assert.equal(done.usage.completion_tokens, 40);
+      const status = await server.exited;
+      assert.equal(status.code, 0, server.log.join("\n"));
+    } finally {
+      try {
+        server.child.kill("SIGKILL");
+      } catch { /* already exited */ }
+      await server.exited;
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
