@@ -239,7 +239,8 @@ export class LLMEngine implements EngineClient {
         name: config.servedModelName ?? "mock",
         architecture: "mock",
         maxModelLen,
-        vocabSize: tokenizer?.size ?? 0,
+        // A bare mock accepts any token id below a nominal 32,000 (it never looks at them).
+        vocabSize: tokenizer?.size ?? 32000,
         dtype: "none",
       },
       tokenizer,

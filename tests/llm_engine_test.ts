@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import type { TokenLogprob } from "../engine/engine_api.ts";
+import { MOCK_FIRST_TOKEN, MOCK_TOKEN_COUNT } from "../engine/executors/mock_executor.ts";
 import { mockTokenAt } from "../scheduler/mock_executor.ts";
 import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
 import { makeModel } from "../tools/make_model.ts";
@@ -51,7 +52,7 @@ Deno.test("LLMEngine with the mock executor returns each request's deterministic
     results.forEach((r, i) => {
       const expected = Array.from(
         { length: 24 },
-        (_, k) => mockTokenAt(`r${i}`, prompts[i]!.length + k),
+        (_, k) => mockTokenAt(`r${i}`, prompts[i]!.length + k, MOCK_FIRST_TOKEN, MOCK_TOKEN_COUNT),
       );
       assert.deepEqual(r.tokens, expected, `seed ${seed} request ${i}`);
       assert.equal(r.finish, "length");

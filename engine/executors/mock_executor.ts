@@ -12,6 +12,14 @@ import { mockTokenAt } from "../../scheduler/mock_executor.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 import type { ExecutedStep, Executor, SampledToken } from "./executor.ts";
 
+/**
+ * Token ids the mock produces by default: [10, 60). In the byte-level BPE vocabularies of
+ * `make-model` (GPT-2 byte order) these are the printable ASCII bytes "+" to "\\", so streamed
+ * text is never empty and never a partial UTF-8 character.
+ */
+export const MOCK_FIRST_TOKEN = 10;
+export const MOCK_TOKEN_COUNT = 50;
+
 /** The latency model `baseMs + perTokenMs * batchedTokens` of one step. */
 export interface MockLatency {
   readonly baseMs: number;
@@ -23,7 +31,7 @@ export interface MockExecutorOptions {
   readonly latency: MockLatency;
   /** Steps in flight at once (default 4). */
   readonly maxInFlight?: number;
-  /** Token ids produced are in [firstToken, firstToken + numTokens) (default 100, 50). */
+  /** Token ids produced are in [firstToken, firstToken + numTokens) (default 10, 50). */
   readonly firstToken?: number;
   readonly numTokens?: number;
 }
@@ -45,8 +53,8 @@ export class MockExecutor implements Executor {
     }
     this.latency = options.latency;
     this.maxInFlight = options.maxInFlight ?? 4;
-    this.#first = options.firstToken ?? 100;
-    this.#count = options.numTokens ?? 50;
+    this.#first = options.firstToken ?? MOCK_FIRST_TOKEN;
+    this.#count = options.numTokens ?? MOCK_TOKEN_COUNT;
   }
 
   /** Milliseconds a step of `tokens` batched tokens takes under the latency model. */
