@@ -1,0 +1,438 @@
+/**
+ * The batching benchmark's harness: the engine's schedule / execute / postprocess loop (as in
+ * engine/llm_engine.ts `#run`) driven directly over a {@linkcode Scheduler} and an
+ * {@linkcode Executor}, so that the scheduler's gauges can be read at every step and each
+ * request's arrival, first-token and finish times recorded.
+ *
+ * Loop, one iteration:
+ * 1. requests whose arrival time has come are added to the scheduler;
+ * 2. while fewer than `maxInFlight` steps are in flight: `schedule()`, record the KV gauges,
+ *    `execute()` (returns at once);
+ * 3. otherwise the oldest step's sampled tokens are awaited and applied with
+ *    `updateFromOutput` (in step order), stamping first-token and finish times;
+ * 4. when nothing runs: sleep until the next arrival or the dynamic baseline's wake time; once
+ *    every request has arrived, `flush()` lets the baselines start a partial batch.
+ *
+ * Time comes from a {@linkcode Timeline}: wall-clock for the WebGPU executor (and the real
+ * MockExecutor), or virtual for {@linkcode SimulatedExecutor}, a mock executor whose steps take
+ * `baseMs + perTokenMs * batchedTokens` of *simulated* time, so a run of minutes of simulated
+ * serving takes a fraction of a second and is exactly reproducible. The simulation models the
+ * device as serial (one step after another) and the host as free (scheduling costs nothing).
+ *
+ * @module
+ */
+
+import { mockTokenAt } from "../../scheduler/mock_executor.ts";
+import { createScheduler } from "../../scheduler/index.ts";
+import type { Scheduler } from "../../scheduler/scheduler_api.ts";
+import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
+import { samplingParams } from "../../scheduler/sampling_params.ts";
+import type { ExecutedStep, Executor, SampledToken } from "../../engine/executors/executor.ts";
+import type { MockLatency } from "../../engine/executors/mock_executor.ts";
+import { percentile } from "../serve/metrics.ts";
+import { type KvSample, kvUtilization } from "./kv_utilization.ts";
+import type { WorkloadRequest } from "./workload.ts";
+
+/** A source of time in ms, and a way to wait for a time. */
+export interface Timeline {
+  /** True when time only moves when the harness moves it. */
+  readonly virtual: boolean;
+  /** Milliseconds since the start of the run. */
+  now(): number;
+  /** Resolves at time `t` (virtual: jumps there). */
+  waitUntil(t: number): Promise<void>;
+}
+
+/** Real time since construction (performance.now). */
+export class WallTimeline implements Timeline {
+  readonly virtual = false;
+  readonly #origin = performance.now();
+
+  now(): number {
+    return performance.now() - this.#origin;
+  }
+
+  waitUntil(t: number): Promise<void> {
+    const ms = t - this.now();
+    return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+  }
+}
+
+/** Simulated time, starting at 0, moved only by {@linkcode VirtualTimeline.advanceTo}. */
+export class VirtualTimeline implements Timeline {
+  readonly virtual = true;
+  #t = 0;
+
+  now(): number {
+    return this.#t;
+  }
+
+  /** Moves time forward to `t` (never backwards). */
+  advanceTo(t: number): void {
+    if (t > this.#t) this.#t = t;
+  }
+
+  waitUntil(t: number): Promise<void> {
+    this.advanceTo(t);
+    return Promise.resolve();
+  }
+}
+
+/**
+ * A mock executor in simulated time: the tokens of engine/executors/mock_executor.ts
+ * (`mockTokenAt(requestId, position)`) and its latency model, but each step's completion time
+ * is computed on a {@linkcode VirtualTimeline} (device serial: a step starts when the previous
+ * one ends or when it is submitted, whichever is later) instead of waited for.
+ */
+export class SimulatedExecutor implements Executor {
+  readonly kind = "mock" as const;
+  readonly maxInFlight: number;
+  readonly latency: MockLatency;
+  readonly #timeline: VirtualTimeline;
+  readonly #doneAt = new Map<number, number>();
+  #busyUntil = 0;
+
+  constructor(timeline: VirtualTimeline, latency: MockLatency, maxInFlight = 4) {
+    if (!(latency.baseMs >= 0) || !(latency.perTokenMs >= 0)) {
+      throw new RangeError(
+        `Mock latency must be >= 0: got ${latency.baseMs} + ${latency.perTokenMs} per token`,
+      );
+    }
+    this.#timeline = timeline;
+    this.latency = latency;
+    this.maxInFlight = maxInFlight;
+  }
+
+  /** Simulated ms of a step of `tokens` batched tokens. */
+  stepMs(tokens: number): number {
+    return this.latency.baseMs + this.latency.perTokenMs * tokens;
+  }
+
+  execute(output: SchedulerOutput): ExecutedStep {
+    const sampled = new Map<string, SampledToken>();
+    for (const r of output.scheduled) {
+      if (!r.samplesToken) continue;
+      const position = r.positionStart + r.numTokens;
+      sampled.set(r.requestId, { tokenId: mockTokenAt(r.requestId, position), logprob: 0 });
+    }
+    if (output.scheduled.length > 0) {
+      const start = Math.max(this.#timeline.now(), this.#busyUntil);
+      this.#busyUntil = start + this.stepMs(output.totalTokens);
+      this.#doneAt.set(output.step, this.#busyUntil);
+    }
+    return { result: Promise.resolve(sampled) };
+  }
+
+  /** Called once step `step`'s result was taken: time moves to its completion. */
+  settle(step: number): void {
+    const t = this.#doneAt.get(step);
+    if (t !== undefined) {
+      this.#doneAt.delete(step);
+      this.#timeline.advanceTo(t);
+    }
+  }
+
+  release(_requestId: string): void {}
+
+  destroy(): void {}
+}
+
+/** Per-request times of a run, ms since the start of the run. */
+export interface RequestTiming {
+  readonly requestId: string;
+  readonly promptLen: number;
+  readonly arrivalMs: number;
+  /** When the first output token reached the host. */
+  readonly firstTokenMs: number;
+  /** When the last output token reached the host. */
+  readonly finishMs: number;
+  readonly outputTokens: number;
+}
+
+/** One scheduled (non-empty) step. */
+export interface StepRecord {
+  readonly step: number;
+  /** Batched tokens. */
+  readonly tokens: number;
+  /** Requests in the step. */
+  readonly seqs: number;
+  /** Whether every request in it decodes one token. */
+  readonly allDecode: boolean;
+  /** Time it was submitted. */
+  readonly submitMs: number;
+  /** KV gauges right after it was scheduled. */
+  readonly kv: KvSample;
+}
+
+/** Everything a run measured. */
+export interface RunRecord {
+  readonly requests: readonly RequestTiming[];
+  readonly steps: readonly StepRecord[];
+  /** First arrival to last finish, ms. */
+  readonly durationMs: number;
+  /** Preemptions (recompute or swap) during the run. */
+  readonly preemptions: number;
+}
+
+/** Options of {@linkcode runHarness}. */
+export interface HarnessOptions {
+  readonly scheduler: Scheduler;
+  readonly executor: Executor;
+  readonly timeline: Timeline;
+  readonly requests: readonly WorkloadRequest[];
+  /** Steps in flight at once (capped by the executor's maximum). */
+  readonly maxInFlight: number;
+  /** Called after a step's result was awaited (SimulatedExecutor.settle). */
+  readonly settle?: (step: number) => void;
+}
+
+interface Live {
+  readonly req: WorkloadRequest;
+  first: number | null;
+  tokens: number;
+}
+
+/**
+ * Runs every request of `options.requests` to completion (greedy, ignore_eos, max_tokens =
+ * outputLen) and returns the timings. The scheduler must use `options.timeline.now` as its
+ * clock. Throws Error when the scheduler stops making progress.
+ */
+export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
+  const { scheduler, executor, timeline } = options;
+  const depth = Math.max(1, Math.min(options.maxInFlight, executor.maxInFlight));
+  const pending = [...options.requests].sort((a, b) => a.arrivalMs - b.arrivalMs);
+  const live = new Map<string, Live>();
+  const done: RequestTiming[] = [];
+  const steps: StepRecord[] = [];
+  const inFlight: {
+    output: SchedulerOutput;
+    result: Promise<ReadonlyMap<string, SampledToken>>;
+  }[] = [];
+  let next = 0;
+  let idleFlushes = 0;
+
+  const admit = () => {
+    const now = timeline.now();
+    while (next < pending.length && pending[next]!.arrivalMs <= now) {
+      const req = pending[next++]!;
+      scheduler.addRequest({
+        requestId: req.requestId,
+        promptTokenIds: req.promptTokenIds,
+        params: samplingParams({ temperature: 0, maxTokens: req.outputLen, ignoreEos: true }),
+        arrivalTime: req.arrivalMs,
+      });
+      live.set(req.requestId, { req, first: null, tokens: 0 });
+    }
+    // No more arrivals: the baselines may start a partial batch.
+    if (next === pending.length) scheduler.flush();
+  };
+
+  const apply = (output: SchedulerOutput, sampled: ReadonlyMap<string, SampledToken>) => {
+    const ids = new Map<string, number>();
+    for (const [id, s] of sampled) ids.set(id, s.tokenId);
+    const now = timeline.now();
+    for (const u of scheduler.updateFromOutput(output, ids)) {
+      const l = live.get(u.requestId);
+      if (l === undefined) continue;
+      l.tokens += u.newTokenIds.length;
+      l.first ??= now;
+      if (u.finishReason !== null) {
+        live.delete(u.requestId);
+        executor.release(u.requestId);
+        done.push({
+          requestId: l.req.requestId,
+          promptLen: l.req.promptTokenIds.length,
+          arrivalMs: l.req.arrivalMs,
+          firstTokenMs: l.first,
+          finishMs: now,
+          outputTokens: l.tokens,
+        });
+      }
+    }
+  };
+
+  // Empty steps in flight alone do not keep the loop going.
+  const busy = () => inFlight.some((s) => s.output.scheduled.length > 0);
+  while (next < pending.length || scheduler.hasUnfinishedRequests() || busy()) {
+    admit();
+    if (inFlight.length < depth) {
+      const output = scheduler.schedule();
+      if (output.scheduled.length > 0) {
+        const s = scheduler.stats();
+        steps.push({
+          step: output.step,
+          tokens: output.totalTokens,
+          seqs: output.scheduled.length,
+          allDecode: output.scheduled.every((r) => r.numTokens === 1),
+          submitMs: timeline.now(),
+          kv: { allocated: s.kvTokensAllocated, used: s.kvTokensUsed },
+        });
+        const step = executor.execute(output);
+        inFlight.push({ output, result: step.result });
+        if (step.ready !== undefined) await step.ready;
+        idleFlushes = 0;
+        continue;
+      }
+      if (busy()) {
+        // Empty steps are applied in order like any other.
+        inFlight.push({ output, result: Promise.resolve(new Map()) });
+      } else {
+        // Only empty steps in flight: apply them, then this one, and idle.
+        for (const e of inFlight.splice(0)) apply(e.output, new Map());
+        apply(output, new Map());
+        // Idle: wait for the next arrival or the dynamic baseline's window.
+        const wake = scheduler.wakeTime();
+        const arrival = pending[next]?.arrivalMs;
+        const t = Math.min(wake ?? Infinity, arrival ?? Infinity);
+        if (t === Infinity) {
+          if (scheduler.hasUnfinishedRequests() && ++idleFlushes > 2) {
+            throw new Error(
+              `The ${scheduler.kind} scheduler stopped making progress with ${live.size} requests unfinished`,
+            );
+          }
+          continue;
+        }
+        await timeline.waitUntil(t);
+        continue;
+      }
+    }
+    const oldest = inFlight.shift()!;
+    const sampled = await oldest.result;
+    options.settle?.(oldest.output.step);
+    apply(oldest.output, sampled);
+  }
+  const first = pending[0]?.arrivalMs ?? 0;
+  const last = done.reduce((m, r) => Math.max(m, r.finishMs), first);
+  return {
+    requests: done,
+    steps,
+    durationMs: last - first,
+    preemptions: scheduler.stats().numPreemptions,
+  };
+}
+
+/** Which scheduler, and its knobs. */
+export interface SchedulerChoice {
+  readonly kind: "continuous" | "static" | "dynamic";
+  /** KV token slots (the memory budget every scheduler gets). */
+  readonly kvTokens: number;
+  readonly blockSize: number;
+  readonly maxModelLen: number;
+  /** Continuous: most running requests. */
+  readonly maxNumSeqs: number;
+  readonly maxNumBatchedTokens: number;
+  /**
+   * Static / dynamic: requested batch size, capped at the largest batch whose max_model_len
+   * reservations fit `kvTokens` (default: that largest batch).
+   */
+  readonly batchSize?: number;
+  /** Dynamic: wait window, ms. */
+  readonly batchWaitMs?: number;
+}
+
+/** The largest batch whose contiguous max_model_len reservations fit `kvTokens` slots. */
+export function baselineBatchSize(
+  kvTokens: number,
+  maxModelLen: number,
+  blockSize: number,
+): number {
+  const perMember = Math.ceil(maxModelLen / blockSize) * blockSize;
+  return Math.floor(Math.floor(kvTokens / blockSize) * blockSize / perMember);
+}
+
+/**
+ * The scheduler for `c`, clocked by `now`. The baselines get the same KV pool as the
+ * continuous scheduler; their batch is the largest that fits it (or `batchSize` if smaller).
+ *
+ * @throws {RangeError} when not even one max_model_len reservation fits the pool.
+ */
+export function makeScheduler(c: SchedulerChoice, now: () => number): Scheduler {
+  const common = {
+    maxModelLen: c.maxModelLen,
+    blockSize: c.blockSize,
+    numGpuBlocks: Math.floor(c.kvTokens / c.blockSize),
+    maxNumBatchedTokens: c.maxNumBatchedTokens,
+    eosTokenIds: [],
+    now,
+  };
+  if (c.kind === "continuous") {
+    return createScheduler({ kind: "continuous", ...common, maxNumSeqs: c.maxNumSeqs });
+  }
+  const fits = baselineBatchSize(c.kvTokens, c.maxModelLen, c.blockSize);
+  if (fits < 1) {
+    throw new RangeError(
+      `Cannot run the ${c.kind} baseline: ${c.kvTokens} KV slots hold no reservation of max_model_len ${c.maxModelLen}`,
+    );
+  }
+  const batch = Math.min(c.batchSize ?? fits, fits);
+  return c.kind === "static"
+    ? createScheduler({ kind: "static", ...common, batchSize: batch })
+    : createScheduler({
+      kind: "dynamic",
+      ...common,
+      maxBatchSize: batch,
+      batchWaitMs: c.batchWaitMs ?? 10,
+    });
+}
+
+/** p50 / p95 / p99 / mean of a metric, ms. */
+export interface Quantiles {
+  readonly mean: number;
+  readonly p50: number;
+  readonly p95: number;
+  readonly p99: number;
+}
+
+/** The figures reported per scheduler (JSON field names). */
+export interface RunSummary {
+  readonly output_tokens_per_s: number;
+  readonly requests_per_s: number;
+  readonly ttft_ms: Quantiles;
+  readonly e2e_ms: Quantiles;
+  /** used / allocated KV slots at the step of peak allocation (see kv_utilization.ts). */
+  readonly kv_peak_utilization: number;
+  /** Mean over steps of used / allocated KV slots. */
+  readonly kv_mean_utilization: number;
+  /** Peak KV token slots allocated (paged) or reserved (contiguous). */
+  readonly kv_peak_allocated_tokens: number;
+  readonly requests: number;
+  readonly output_tokens: number;
+  readonly steps: number;
+  /** Tokens computed over all steps (prompts, recomputation after preemption, decodes). */
+  readonly batched_tokens: number;
+  readonly preemptions: number;
+  readonly duration_s: number;
+}
+
+function quantiles(values: readonly number[]): Quantiles {
+  if (values.length === 0) return { mean: NaN, p50: NaN, p95: NaN, p99: NaN };
+  const s = [...values].sort((a, b) => a - b);
+  return {
+    mean: s.reduce((a, b) => a + b, 0) / s.length,
+    p50: percentile(s, 50),
+    p95: percentile(s, 95),
+    p99: percentile(s, 99),
+  };
+}
+
+/** Throughputs, latency quantiles and KV utilisation of a run. */
+export function summarizeRun(run: RunRecord): RunSummary {
+  const outputTokens = run.requests.reduce((n, r) => n + r.outputTokens, 0);
+  const seconds = run.durationMs / 1000;
+  const kv = kvUtilization(run.steps.map((s) => s.kv));
+  return {
+    output_tokens_per_s: seconds > 0 ? outputTokens / seconds : 0,
+    requests_per_s: seconds > 0 ? run.requests.length / seconds : 0,
+    ttft_ms: quantiles(run.requests.map((r) => r.firstTokenMs - r.arrivalMs)),
+    e2e_ms: quantiles(run.requests.map((r) => r.finishMs - r.arrivalMs)),
+    kv_peak_utilization: kv.peakUtilization,
+    kv_mean_utilization: kv.meanUtilization,
+    kv_peak_allocated_tokens: kv.peakAllocated,
+    requests: run.requests.length,
+    output_tokens: outputTokens,
+    steps: run.steps.length,
+    batched_tokens: run.steps.reduce((n, s) => n + s.tokens, 0),
+    preemptions: run.preemptions,
+    duration_s: seconds,
+  };
+}
