@@ -26,6 +26,7 @@ export const ENGINE_FLAGS = {
   "scheduling-policy": { type: "string" },
   "no-prefix-caching": { type: "boolean" },
   "no-chunked-prefill": { type: "boolean" },
+  "kv-watermark": { type: "string" },
   "max-waiting-requests": { type: "string" },
   "max-batch-size": { type: "string" },
   "batch-wait-ms": { type: "string" },
@@ -53,6 +54,7 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --scheduling-policy fcfs|priority
   --no-prefix-caching            disable prefix caching
   --no-chunked-prefill           prefill prompts whole
+  --kv-watermark F               share of KV blocks kept free when admitting (default 0.1)
   --max-waiting-requests N       queue bound; beyond it requests get 429 (default 1024)
   --max-batch-size N             batch size of the static / dynamic baselines
   --batch-wait-ms MS             wait window of the dynamic baseline (default 10)
@@ -94,6 +96,7 @@ export function engineOptionsFromFlags(v: FlagValues): EngineOptions {
     schedulingPolicy: str(v["scheduling-policy"]),
     enablePrefixCaching: v["no-prefix-caching"] === true ? false : undefined,
     enableChunkedPrefill: v["no-chunked-prefill"] === true ? false : undefined,
+    kvWatermark: num("kv-watermark", v["kv-watermark"]),
     maxWaitingRequests: num("max-waiting-requests", v["max-waiting-requests"]),
     maxBatchSize: num("max-batch-size", v["max-batch-size"]),
     batchWaitMs: num("batch-wait-ms", v["batch-wait-ms"]),

@@ -559,6 +559,7 @@ function makeScheduler(
       enablePrefixCaching: c.enablePrefixCaching,
       policy: c.schedulingPolicy,
       preemptionMode: c.preemptionMode,
+      watermark: c.kvWatermark,
     });
   }
   // Baselines reserve max_model_len tokens per batch member, contiguously.

@@ -60,6 +60,12 @@ export interface ContinuousSchedulerConfig {
   readonly enableChunkedPrefill?: boolean;
   /** Reuse cached prefix blocks (default true). */
   readonly enablePrefixCaching?: boolean;
+  /**
+   * Fraction of the KV pool that must stay free after a NEW request is admitted (0..1, default
+   * 0): headroom for the running requests to grow before anyone is preempted. Running requests,
+   * resumed ones and the first request of an empty running set are not held back by it.
+   */
+  readonly watermark?: number;
   /** "fcfs" (default) or "priority". */
   readonly policy?: SchedulingPolicy;
   /** "recompute" (default) or "swap" (falls back to recompute when host space is short). */
@@ -106,6 +112,8 @@ export class ContinuousScheduler implements Scheduler {
   readonly maxModelLen: number;
   /** Whether prompts may be split across steps. */
   readonly enableChunkedPrefill: boolean;
+  /** Blocks that must stay free after admitting a new request (from `watermark`). */
+  readonly watermarkBlocks: number;
   /** Service order and preemption order. */
   readonly policy: SchedulingPolicy;
   /** How running requests are preempted when blocks run out. */
@@ -136,6 +144,13 @@ export class ContinuousScheduler implements Scheduler {
         `Cannot create scheduler: without chunked prefill maxNumBatchedTokens (${this.maxNumBatchedTokens}) must be >= maxModelLen (${this.maxModelLen})`,
       );
     }
+    const watermark = config.watermark ?? 0;
+    if (!(watermark >= 0 && watermark < 1)) {
+      throw new RangeError(
+        `Cannot create scheduler: watermark must be in [0, 1), got ${watermark}`,
+      );
+    }
+    this.watermarkBlocks = Math.floor(watermark * config.numGpuBlocks);
     this.policy = config.policy ?? "fcfs";
     this.preemptionMode = config.preemptionMode ?? "recompute";
     this.eosTokenIds = config.eosTokenIds ?? [];
@@ -397,6 +412,13 @@ export class ContinuousScheduler implements Scheduler {
       const remaining = seq.numTokens - hit.numTokens;
       if (!this.enableChunkedPrefill && remaining > st.budget) break;
       const n = Math.min(remaining, st.budget);
+      const blocksNeeded = Math.ceil((hit.numTokens + n) / bm.blockSize) - hit.blocks.length;
+      if (
+        this.#running.length > 0 && seq.numPreemptions === 0 &&
+        bm.numFreeBlocks - blocksNeeded < this.watermarkBlocks
+      ) {
+        break; // keep headroom for the running requests to grow
+      }
       if (!bm.allocateSlots(seq, n, hit)) {
         if (this.#preemptFor(st, seq)) continue;
         break;

@@ -407,3 +407,47 @@ Deno.test("dynamic batching starts a batch when full or when the wait window clo
   assertEquals(h.step().scheduled.map((r) => r.requestId), ["e"]);
   h.finish();
 });
+
+Deno.test("ContinuousScheduler keeps watermark blocks free when admitting new requests", () => {
+  // 20 blocks of 4 tokens; watermark 0.25 keeps 5 blocks free for running requests to grow.
+  const s = new ContinuousScheduler({
+    maxNumBatchedTokens: 64,
+    maxNumSeqs: 8,
+    maxModelLen: 64,
+    blockSize: 4,
+    numGpuBlocks: 20,
+    watermark: 0.25,
+  });
+  const params = samplingParams({ maxTokens: 4, ignoreEos: true });
+  for (let i = 0; i < 4; i++) {
+    s.addRequest({ requestId: `r${i}`, promptTokenIds: new Array(16).fill(i + 1), params });
+  }
+  // Each prompt needs 4 blocks: r0 (16 free after), r1 (12), r2 (8) are admitted; r3 would
+  // leave 4 < 5 free and waits although it would fit.
+  const out = s.schedule();
+  assertEquals(out.scheduled.map((r) => r.requestId), ["r0", "r1", "r2"]);
+  assertEquals(s.blockManager.numFreeBlocks, 8);
+  // Alone, a request is admitted whatever the watermark.
+  const lone = new ContinuousScheduler({
+    maxNumBatchedTokens: 64,
+    maxNumSeqs: 8,
+    maxModelLen: 64,
+    blockSize: 4,
+    numGpuBlocks: 5,
+    watermark: 0.8,
+  });
+  lone.addRequest({ requestId: "a", promptTokenIds: new Array(16).fill(1), params });
+  assertEquals(lone.schedule().scheduled.map((r) => r.requestId), ["a"]);
+  throws(
+    () =>
+      new ContinuousScheduler({
+        maxNumBatchedTokens: 8,
+        maxNumSeqs: 1,
+        maxModelLen: 8,
+        blockSize: 4,
+        numGpuBlocks: 4,
+        watermark: 1,
+      }),
+    RangeError,
+  );
+});

@@ -22,6 +22,7 @@
  * @module
  */
 
+import { DEFAULT_KV_WATERMARK } from "../../engine/engine_config.ts";
 import { mockTokenAt } from "../../scheduler/mock_executor.ts";
 import { createScheduler } from "../../scheduler/index.ts";
 import type { Scheduler } from "../../scheduler/scheduler_api.ts";
@@ -356,7 +357,12 @@ export function makeScheduler(c: SchedulerChoice, now: () => number): Scheduler 
     now,
   };
   if (c.kind === "continuous") {
-    return createScheduler({ kind: "continuous", ...common, maxNumSeqs: c.maxNumSeqs });
+    return createScheduler({
+      kind: "continuous",
+      ...common,
+      maxNumSeqs: c.maxNumSeqs,
+      watermark: DEFAULT_KV_WATERMARK, // as the engine
+    });
   }
   const fits = baselineBatchSize(c.kvTokens, c.maxModelLen, c.blockSize);
   if (fits < 1) {
