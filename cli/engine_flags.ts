@@ -33,6 +33,7 @@ export const ENGINE_FLAGS = {
   "force-f32": { type: "boolean" },
   "mock-base-ms": { type: "string" },
   "mock-per-token-ms": { type: "string" },
+  "mock-fail-at-step": { type: "string" },
   "max-in-flight": { type: "string" },
   "engine-seed": { type: "string" },
 } as const;
@@ -60,6 +61,7 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --batch-wait-ms MS             wait window of the dynamic baseline (default 10)
   --force-f32                    f32 weights even when shader-f16 exists
   --mock-base-ms MS, --mock-per-token-ms MS   mock executor latency model
+  --mock-fail-at-step N          mock executor: fail step N as a lost device would (testing)
   --max-in-flight N              engine steps in flight (default: executor maximum)
   --engine-seed N                seed for requests without one`;
 
@@ -103,6 +105,7 @@ export function engineOptionsFromFlags(v: FlagValues): EngineOptions {
     forceF32: v["force-f32"] === true ? true : undefined,
     mockBaseMs: num("mock-base-ms", v["mock-base-ms"]),
     mockPerTokenMs: num("mock-per-token-ms", v["mock-per-token-ms"]),
+    mockFailAtStep: num("mock-fail-at-step", v["mock-fail-at-step"]),
     maxInFlight: num("max-in-flight", v["max-in-flight"]),
     seed: num("engine-seed", v["engine-seed"]),
   };

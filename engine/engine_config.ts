@@ -60,6 +60,8 @@ export const engineOptionsSchema = z.object({
   mockBaseMs: z.number().nonnegative().default(8),
   /** Mock executor latency model: ms per batched token. */
   mockPerTokenMs: z.number().nonnegative().default(0.05),
+  /** Mock executor fault injection: the n-th step fails as if the device were lost. */
+  mockFailAtStep: positiveInt.optional(),
   /** Steps in flight at once (default: the executor's maximum). */
   maxInFlight: positiveInt.optional(),
   /** Seed of the engine's generator (seeds of requests that give none). */

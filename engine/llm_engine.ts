@@ -228,6 +228,7 @@ export class LLMEngine implements EngineClient {
     const executor = new MockExecutor({
       latency: { baseMs: config.mockBaseMs, perTokenMs: config.mockPerTokenMs },
       ...(config.maxInFlight !== undefined ? { maxInFlight: config.maxInFlight } : {}),
+      ...(config.mockFailAtStep !== undefined ? { failAtStep: config.mockFailAtStep } : {}),
     });
     log(
       `Mock executor: step = ${config.mockBaseMs} ms + ${config.mockPerTokenMs} ms per batched token`,
@@ -388,6 +389,9 @@ export class LLMEngine implements EngineClient {
             break;
           }
           const step = this.#executor.execute(output);
+          // The loop awaits results in order; a step that fails before its turn must not be
+          // reported as an unhandled rejection meanwhile (the await below still throws).
+          step.result.catch(() => {});
           this.#inFlight.push({ output, result: step.result, empty: false });
           this.#steps++;
           if (step.ready !== undefined) await step.ready;

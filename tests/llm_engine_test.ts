@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { EngineDeadError } from "../engine/engine_api.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import type { TokenLogprob } from "../engine/engine_api.ts";
@@ -390,4 +391,31 @@ Deno.test("LLMEngine never starves the event loop once every step is scheduled",
     "ok",
     new TextDecoder().decode(out.stderr),
   );
+});
+
+Deno.test("LLMEngine fails every live request with EngineDeadError when a step fails (device lost)", async () => {
+  const engine = LLMEngine.createMock({ mockBaseMs: 1, mockFailAtStep: 3 });
+  try {
+    const run = async (id: string) => {
+      const stream = engine.generate({
+        requestId: id,
+        promptTokenIds: [1, 2, 3],
+        params: samplingParams({ maxTokens: 50, ignoreEos: true }),
+      });
+      for await (const _ of stream) { /* drain */ }
+    };
+    const results = await Promise.allSettled([run("a"), run("b")]);
+    for (const r of results) {
+      assert.equal(r.status, "rejected");
+      assert.ok(r.status === "rejected" && r.reason instanceof EngineDeadError, String(r));
+      assert.match(String((r as PromiseRejectedResult).reason.message), /GPU device lost/);
+    }
+    assert.match(engine.error?.message ?? "", /GPU device lost/);
+    assert.throws(
+      () => engine.generate({ requestId: "c", promptTokenIds: [1], params: samplingParams() }),
+      EngineDeadError,
+    );
+  } finally {
+    await engine.shutdown();
+  }
 });

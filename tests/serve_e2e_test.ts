@@ -23,7 +23,16 @@ interface ServerProcess {
 /** Starts `main.ts serve` and waits for /health 200. */
 async function startServe(model: string, flags: string[] = []): Promise<ServerProcess> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", MAIN, "serve", "--model", model, "--port", "0", ...flags],
+    args: [
+      "run",
+      "-A",
+      MAIN,
+      "serve",
+      ...(model ? ["--model", model] : []),
+      "--port",
+      "0",
+      ...flags,
+    ],
     env: { XDG_RUNTIME_DIR: "/tmp" },
     stdout: "piped",
     stderr: "piped",
@@ -197,3 +206,76 @@ Deno.test(
     }
   },
 );
+
+/** Starts `main.ts serve --executor mock` (no GPU, no model: token-id prompts only). */
+function startMockServe(flags: string[]): Promise<ServerProcess> {
+  return startServe("", ["--executor", "mock", ...flags]);
+}
+
+async function complete(url: string, body: unknown): Promise<Response> {
+  return await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+Deno.test("serve answers 429 with Retry-After when the waiting queue is full, and 400 for a request no KV cache could hold", async () => {
+  const server = await startMockServe([
+    "--max-num-seqs",
+    "1",
+    "--max-waiting-requests",
+    "1",
+    "--mock-base-ms",
+    "20",
+    "--num-kv-blocks",
+    "8",
+  ]);
+  try {
+    const body = { prompt: [1, 2, 3], max_tokens: 20, ignore_eos: true };
+    const responses = await Promise.all(
+      Array.from({ length: 6 }, () => complete(server.url, body)),
+    );
+    const statuses = responses.map((r) => r.status).sort();
+    assert.ok(statuses.includes(200), `statuses ${statuses}`);
+    const overloaded = responses.filter((r) => r.status === 429);
+    responses.sort((a, b) => (a === overloaded[0] ? -1 : b === overloaded[0] ? 1 : 0));
+    assert.ok(overloaded.length >= 1, `statuses ${statuses}`);
+    assert.equal(overloaded[0]!.headers.get("retry-after"), "1");
+    const error = (await overloaded[0]!.json()).error;
+    assert.match(error.message, /overloaded/);
+    await Promise.all(responses.slice(1).map((r) => r.bodyUsed ? null : r.body?.cancel()));
+    // 8 blocks x 16 tokens = 128 slots: a 120-token prompt with 40 new tokens never fits.
+    const tooBig = await complete(server.url, { prompt: new Array(120).fill(5), max_tokens: 40 });
+    assert.equal(tooBig.status, 400);
+    assert.match((await tooBig.json()).error.message, /the cache holds 128/);
+  } finally {
+    assert.equal((await stopServe(server)).code, 0);
+  }
+});
+
+Deno.test("serve fails in-flight requests and turns /health 503 when the device is lost, without hanging", async () => {
+  const server = await startMockServe(["--mock-base-ms", "5", "--mock-fail-at-step", "10"]);
+  try {
+    assert.equal((await fetch(`${server.url}/health`)).status, 200);
+    const res = await complete(server.url, {
+      prompt: [1, 2, 3],
+      max_tokens: 100,
+      ignore_eos: true,
+      stream: true,
+    });
+    // The stream starts, then ends with an error event (and [DONE]) when the step fails.
+    assert.equal(res.status, 200);
+    const text = await res.text();
+    assert.match(text, /"error"/);
+    assert.match(text, /GPU device lost/);
+    const health = await fetch(`${server.url}/health`);
+    await health.body?.cancel();
+    assert.equal(health.status, 503);
+    const after = await complete(server.url, { prompt: [1], max_tokens: 2 });
+    assert.equal(after.status, 503);
+    await after.body?.cancel();
+  } finally {
+    assert.equal((await stopServe(server)).code, 0);
+  }
+});

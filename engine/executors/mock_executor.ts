@@ -10,6 +10,7 @@
 
 import { mockTokenAt } from "../../scheduler/mock_executor.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
+import { GpuDeviceError } from "../gpu/errors.ts";
 import type { ExecutedStep, Executor, SampledToken } from "./executor.ts";
 
 /**
@@ -34,6 +35,11 @@ export interface MockExecutorOptions {
   /** Token ids produced are in [firstToken, firstToken + numTokens) (default 10, 50). */
   readonly firstToken?: number;
   readonly numTokens?: number;
+  /**
+   * Fault injection: the n-th non-empty step fails with a {@linkcode GpuDeviceError}, as a lost
+   * device would (tests of the engine's and the server's failure paths).
+   */
+  readonly failAtStep?: number;
 }
 
 /** See the module documentation. */
@@ -43,6 +49,8 @@ export class MockExecutor implements Executor {
   readonly latency: MockLatency;
   readonly #first: number;
   readonly #count: number;
+  readonly #failAtStep: number | undefined;
+  #steps = 0;
   #busyUntil = 0;
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
 
@@ -55,6 +63,7 @@ export class MockExecutor implements Executor {
     this.maxInFlight = options.maxInFlight ?? 4;
     this.#first = options.firstToken ?? MOCK_FIRST_TOKEN;
     this.#count = options.numTokens ?? MOCK_TOKEN_COUNT;
+    this.#failAtStep = options.failAtStep;
   }
 
   /** Milliseconds a step of `tokens` batched tokens takes under the latency model. */
@@ -73,6 +82,13 @@ export class MockExecutor implements Executor {
       });
     }
     if (output.scheduled.length === 0) return { result: Promise.resolve(sampled) };
+    if (++this.#steps === this.#failAtStep) {
+      return {
+        result: Promise.reject(
+          new GpuDeviceError("GPU device lost (injected by the mock executor)"),
+        ),
+      };
+    }
     const now = performance.now();
     const start = Math.max(now, this.#busyUntil);
     this.#busyUntil = start + this.stepMs(output.totalTokens);
