@@ -10,11 +10,13 @@
  * `maxInFlight - 1` discarded steps of that request, never a wrong output: tokens computed after
  * a request finished are dropped by the scheduler.
  *
+ * Construction (options, model loading, KV cache sizing, the scheduler) is in engine_setup.ts;
+ * `LLMEngine.create` and `LLMEngine.createMock` wrap it.
+ *
  * @module
  */
 
-import { basename } from "node:path";
-import { type EngineConfig, type EngineOptions, resolveEngineConfig } from "./engine_config.ts";
+import type { EngineConfig, EngineOptions } from "./engine_config.ts";
 import {
   type EngineClient,
   EngineDeadError,
@@ -26,20 +28,16 @@ import {
   type RequestOutput,
   type TokenLogprob,
 } from "./engine_api.ts";
+import { type EngineParts, type Logger, setupEngine, setupMockEngine } from "./engine_setup.ts";
 import type { Executor, SampledToken } from "./executors/executor.ts";
-import { MockExecutor } from "./executors/mock_executor.ts";
-import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
-import { GpuContext } from "./gpu/context.ts";
-import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
-import { openCheckpoint } from "./model/checkpoint.ts";
-import type { ModelConfig } from "./model/config.ts";
-import { ModelRunner } from "./model_runner.ts";
+import type { GpuContext } from "./gpu/context.ts";
 import { RequestOutputState } from "./output_processor.ts";
-import { Tokenizer } from "./tokenizer.ts";
-import { createScheduler } from "../scheduler/index.ts";
+import type { Tokenizer } from "./tokenizer.ts";
 import type { Scheduler } from "../scheduler/scheduler_api.ts";
 import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
+
+export { type Logger, resolveMaxModelLen } from "./engine_setup.ts";
 
 /** A request the engine is serving. */
 interface LiveRequest {
@@ -58,9 +56,6 @@ interface InFlight {
   /** Nothing was scheduled: no GPU work, nothing to wait for. */
   readonly empty: boolean;
 }
-
-/** What the engine logs at start-up, one line each. */
-export type Logger = (line: string) => void;
 
 /** The engine (see the module documentation). */
 export class LLMEngine implements EngineClient {
@@ -85,16 +80,7 @@ export class LLMEngine implements EngineClient {
   #promptTokens = 0;
   #generationTokens = 0;
 
-  private constructor(parts: {
-    config: EngineConfig;
-    model: ModelInfo;
-    tokenizer: Tokenizer | null;
-    generationDefaults: Partial<SamplingParams>;
-    scheduler: Scheduler;
-    executor: Executor;
-    ctx: GpuContext | null;
-    kvBlocks: number;
-  }) {
+  private constructor(parts: EngineParts) {
     this.config = parts.config;
     this.model = parts.model;
     this.tokenizer = parts.tokenizer;
@@ -115,102 +101,7 @@ export class LLMEngine implements EngineClient {
    * the KV cache and logs what was chosen.
    */
   static async create(options: EngineOptions = {}, log: Logger = () => {}): Promise<LLMEngine> {
-    const config = resolveEngineConfig(options);
-    const tokenizer = config.model !== undefined ? await Tokenizer.fromDir(config.model) : null;
-    const name = config.servedModelName ??
-      (config.model !== undefined ? basename(config.model.replace(/\/+$/, "")) : "mock");
-    let seed = config.seed >>> 0;
-    const seedSource = () => {
-      // splitmix32: seeds for requests that bring none.
-      seed = (seed + 0x9e3779b9) >>> 0;
-      let z = seed;
-      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
-      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-      return (z ^ (z >>> 16)) >>> 0;
-    };
-
-    if (config.executor === "mock") {
-      return LLMEngine.createMock({ ...config, servedModelName: name }, tokenizer, log);
-    }
-
-    const ctx = await GpuContext.create({ forceF32: config.forceF32 });
-    try {
-      const a = ctx.adapter;
-      log(
-        `Adapter: ${a.description}${a.isFallback ? " (software fallback: no GPU found)" : ""}; ` +
-          `weights ${ctx.weightDtype}; shader-f16 ${a.features.shaderF16 ? "yes" : "no"}`,
-      );
-      const ck = await openCheckpoint(config.model!);
-      try {
-        const mc = ck.config;
-        const maxModelLen = resolveMaxModelLen(config.maxModelLen, mc);
-        const shape: KvCacheShape = {
-          numLayers: mc.numLayers,
-          numKvHeads: mc.numKvHeads,
-          headDim: mc.headDim,
-          blockSize: config.blockSize,
-          dtype: ctx.weightDtype,
-        };
-        const perBlock = blockBytes(shape);
-        const limit = maxBlocks(ctx, shape);
-        // By default: kvCacheMemory (1 GiB), but no more than max_num_seqs requests of
-        // max_model_len tokens could ever hold.
-        const useful = config.maxNumSeqs * Math.ceil(maxModelLen / config.blockSize);
-        const wanted = config.numKvBlocks ??
-          Math.min(Math.floor(((config.kvCacheMemory ?? 1024) * 2 ** 20) / perBlock), useful);
-        const kvBlocks = Math.min(wanted, limit);
-        if (kvBlocks < wanted) {
-          log(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
-        }
-        const swapMiB = config.swapSpace ?? (config.preemptionMode === "swap" ? 256 : 0);
-        const numSwapBlocks = Math.floor((swapMiB * 2 ** 20) / perBlock);
-        const runner = await ModelRunner.fromCheckpoint(ctx, ck, {
-          maxTokens: config.maxNumBatchedTokens,
-          maxSeqs: config.maxNumSeqs,
-          maxModelLen,
-          blockSize: config.blockSize,
-          numKvBlocks: kvBlocks,
-          ...(config.showProgress !== undefined ? { showProgress: config.showProgress } : {}),
-        });
-        log(
-          `Model: ${mc.arch}, ${mc.numLayers} layers, hidden ${mc.hiddenSize}, vocab ${mc.vocabSize}, ` +
-            `weights ${ctx.weightDtype}`,
-        );
-        logKv(log, kvBlocks, config.blockSize, maxModelLen);
-        const gen = ck.generationConfig;
-        const eos = [...new Set([...mc.eosTokenIds, ...(gen?.eosTokenIds ?? [])])];
-        const generationDefaults: Partial<SamplingParams> = {
-          ...(gen?.temperature !== undefined ? { temperature: gen.temperature } : {}),
-          ...(gen?.topP !== undefined ? { topP: gen.topP } : {}),
-          ...(gen?.topK !== undefined ? { topK: gen.topK } : {}),
-          ...(gen?.minP !== undefined ? { minP: gen.minP } : {}),
-          ...(gen?.repetitionPenalty !== undefined
-            ? { repetitionPenalty: gen.repetitionPenalty }
-            : {}),
-        };
-        return new LLMEngine({
-          config,
-          model: {
-            name,
-            architecture: mc.arch,
-            maxModelLen,
-            vocabSize: mc.vocabSize,
-            dtype: ctx.weightDtype,
-          },
-          tokenizer,
-          generationDefaults,
-          scheduler: makeScheduler(config, kvBlocks, maxModelLen, eos, numSwapBlocks),
-          executor: new WebGpuExecutor(runner, { numSwapBlocks, seedSource }),
-          ctx,
-          kvBlocks,
-        });
-      } finally {
-        ck.close();
-      }
-    } catch (error) {
-      ctx.destroy();
-      throw error;
-    }
+    return new LLMEngine(await setupEngine(options, log));
   }
 
   /**
@@ -222,35 +113,7 @@ export class LLMEngine implements EngineClient {
     tokenizer: Tokenizer | null = null,
     log: Logger = () => {},
   ): LLMEngine {
-    const config = resolveEngineConfig({ ...options, executor: "mock" });
-    const maxModelLen = config.maxModelLen ?? 4096;
-    const kvBlocks = config.numKvBlocks ?? Math.ceil(16384 / config.blockSize);
-    const executor = new MockExecutor({
-      latency: { baseMs: config.mockBaseMs, perTokenMs: config.mockPerTokenMs },
-      ...(config.maxInFlight !== undefined ? { maxInFlight: config.maxInFlight } : {}),
-      ...(config.mockFailAtStep !== undefined ? { failAtStep: config.mockFailAtStep } : {}),
-    });
-    log(
-      `Mock executor: step = ${config.mockBaseMs} ms + ${config.mockPerTokenMs} ms per batched token`,
-    );
-    logKv(log, kvBlocks, config.blockSize, maxModelLen);
-    return new LLMEngine({
-      config,
-      model: {
-        name: config.servedModelName ?? "mock",
-        architecture: "mock",
-        maxModelLen,
-        // A bare mock accepts any token id below a nominal 32,000 (it never looks at them).
-        vocabSize: tokenizer?.size ?? 32000,
-        dtype: "none",
-      },
-      tokenizer,
-      generationDefaults: {},
-      scheduler: makeScheduler(config, kvBlocks, maxModelLen, [], 0),
-      executor,
-      ctx: null,
-      kvBlocks,
-    });
+    return new LLMEngine(setupMockEngine(options, tokenizer, log));
   }
 
   get error(): Error | null {
@@ -510,71 +373,4 @@ export class LLMEngine implements EngineClient {
     this.#live.clear();
     this.#kick();
   }
-}
-
-/**
- * max_model_len for a model: the requested value (at most the model's max_position_embeddings),
- * or min(max_position_embeddings, 4096).
- *
- * @throws {RangeError} when the requested value exceeds the model's positions.
- */
-export function resolveMaxModelLen(requested: number | undefined, model: ModelConfig): number {
-  const maxModelLen = requested ?? Math.min(model.maxPositionEmbeddings, 4096);
-  if (maxModelLen > model.maxPositionEmbeddings) {
-    throw new RangeError(
-      `max_model_len ${maxModelLen} exceeds the model's max_position_embeddings ${model.maxPositionEmbeddings}`,
-    );
-  }
-  return maxModelLen;
-}
-
-function logKv(log: Logger, blocks: number, blockSize: number, maxModelLen: number): void {
-  const tokens = blocks * blockSize;
-  const f = (n: number) => n.toLocaleString("en-US");
-  log(`KV cache: ${f(blocks)} blocks x ${f(blockSize)} tokens = ${f(tokens)} tokens`);
-  log(
-    `Maximum concurrency for ${f(maxModelLen)} tokens per request: ${
-      (tokens / maxModelLen).toFixed(2)
-    }x`,
-  );
-}
-
-function makeScheduler(
-  c: EngineConfig,
-  numGpuBlocks: number,
-  maxModelLen: number,
-  eosTokenIds: readonly number[],
-  numSwapBlocks: number,
-): Scheduler {
-  const common = {
-    maxModelLen,
-    blockSize: c.blockSize,
-    numGpuBlocks,
-    maxNumBatchedTokens: c.maxNumBatchedTokens,
-    eosTokenIds,
-  };
-  if (c.scheduler === "continuous") {
-    return createScheduler({
-      kind: "continuous",
-      ...common,
-      maxNumSeqs: c.maxNumSeqs,
-      numSwapBlocks,
-      enableChunkedPrefill: c.enableChunkedPrefill,
-      enablePrefixCaching: c.enablePrefixCaching,
-      policy: c.schedulingPolicy,
-      preemptionMode: c.preemptionMode,
-      watermark: c.kvWatermark,
-    });
-  }
-  // Baselines reserve max_model_len tokens per batch member, contiguously.
-  const fits = Math.floor((numGpuBlocks * c.blockSize) / maxModelLen);
-  const batch = Math.max(1, Math.min(c.maxBatchSize ?? c.maxNumSeqs, c.maxNumSeqs, fits));
-  return c.scheduler === "static"
-    ? createScheduler({ kind: "static", ...common, batchSize: batch })
-    : createScheduler({
-      kind: "dynamic",
-      ...common,
-      maxBatchSize: batch,
-      batchWaitMs: c.batchWaitMs,
-    });
 }

@@ -2,19 +2,12 @@
  * The model runner: owns a loaded model's weights, KV cache and step buffers, and executes
  * {@linkcode ForwardBatch}es. One step is one command encoder with one compute pass:
  * resolve input ids (host ids or the previous step's samples, on the GPU), the model's forward
- * pass, the LM head over the sampled rows only, then for the sampled rows: `top_logprobs` on the
- * raw logits (only when some row asks for top logprobs), `logits_process` in place (only when
- * some row has a penalty or a logit bias), GPU sampling; then one copy of the sampled ids and
+ * pass, then the sampling stage ({@linkcode Sampler}: the LM head over the sampled rows only,
+ * `top_logprobs` on the raw logits when some row asks for them, `logits_process` in place when
+ * some row has a penalty or a logit bias, GPU sampling); then one copy of the sampled ids and
  * logprobs (and top logprobs when asked) into a staging buffer of a readback ring. `execute`
  * returns without waiting for the GPU: the caller awaits the readback when it needs the tokens,
  * so several steps can be in flight. The runner decides nothing: the batch says what to compute.
- *
- * Logits processing lists (prompt and output tokens of penalised rows, logit-bias pairs) are
- * uploaded with `writeBuffer` each step into buffers created on the first step that needs them
- * and grown (x4 or more, never shrunk) when a step needs more: steady state creates nothing.
- * Bounds: `maxSeqs * maxModelLen` listed tokens (a sequence lists at most its prompt and output),
- * capped so the hash-table scratch (16 bytes per listed token) fits one binding; logit-bias pairs
- * up to one binding (8 bytes each). A step beyond a bound throws a RangeError.
  *
  * @module
  */
@@ -27,31 +20,16 @@ import { KvCache } from "./kv_cache.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import { type ModelConfig, ropeInvFreq } from "./model/config.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
+import { type SampledRows, Sampler } from "./sampler.ts";
 import { StepBuffers } from "./step_buffers.ts";
 import { AttentionKernels, type StepShape } from "./models/attention_block.ts";
 import { DecoderModel } from "./models/decoder.ts";
 import { Gpt2Model } from "./models/gpt2.ts";
 import { KernelSet } from "./models/kernel_set.ts";
 import type { Model } from "./models/model.ts";
-import {
-  LOGITS_PROCESS_PARAMS_BYTES,
-  LogitsProcess,
-  type LogitsProcessOp,
-  type LogitsProcessParams,
-  type LogitsProcessRecord,
-  packLogitsProcessRecords,
-  TABLE_WORDS_PER_TOKEN,
-} from "../kernels/logits_process.ts";
-import { packSampleParams, SAMPLE_PARAMS_BYTES } from "../kernels/sample.ts";
-import {
-  packTopLogprobCounts,
-  TOP_LOGPROBS_MAX,
-  TopLogprobs,
-  type TopLogprobsOp,
-} from "../kernels/top_logprobs.ts";
-import type { MatmulOp } from "../kernels/matmul.ts";
-import type { SampleOp } from "../kernels/sample.ts";
 import type { TokenFeedOp } from "../kernels/token_feed.ts";
+
+export type { SampledRows, TopLogprob } from "./sampler.ts";
 
 /** Sizes fixed at load time. */
 export interface ModelRunnerOptions {
@@ -68,48 +46,6 @@ export interface ModelRunnerOptions {
   /** Draw a load progress bar (default: when stderr is a terminal). */
   readonly showProgress?: boolean;
 }
-
-/** One entry of a row's top log-probabilities. */
-export interface TopLogprob {
-  readonly tokenId: number;
-  /** log-softmax of the raw logits (before logits processing and temperature). */
-  readonly logprob: number;
-}
-
-/** The sampled rows of one step, once read back. */
-export interface SampledRows {
-  /** u32 `[rows]`: token id per sampling sequence, in batch order. */
-  readonly tokens: Uint32Array;
-  /**
-   * f32 `[rows]`: log-probability of each token under the logits `sample` saw: the raw logits,
-   * or for a row with logits processing (penalties, bias) the processed ones.
-   */
-  readonly logprobs: Float32Array;
-  /**
-   * `[rows]`: each row's `min(topLogprobs, vocab)` most likely tokens under the raw logits, best
-   * first (ties: lower id first); empty for rows that asked for none.
-   */
-  readonly top: readonly (readonly TopLogprob[])[];
-}
-
-/** Growable GPU buffers (and host mirrors) of the logits-processing lists. */
-interface ProcessLists {
-  /** u32 `[tokenCap]`: prompt then output tokens of each penalised row. */
-  tokens: GPUBuffer;
-  /** `[biasCap]` (token u32, bias f32) pairs. */
-  bias: GPUBuffer;
-  /** u32 `[TABLE_WORDS_PER_TOKEN * tokenCap]`: hash-table scratch. */
-  table: GPUBuffer;
-  tokenCap: number;
-  biasCap: number;
-  hostTokens: Uint32Array<ArrayBuffer>;
-  hostBias: Uint32Array<ArrayBuffer>;
-  hostBiasF32: Float32Array<ArrayBuffer>;
-  op: LogitsProcessOp;
-}
-
-const MIN_LIST_TOKENS = 4096;
-const MIN_BIAS_PAIRS = 1024;
 
 /** A submitted step. */
 export interface StepHandle {
@@ -131,13 +67,7 @@ export class ModelRunner {
   readonly #bufs: StepBuffers;
   readonly #arena: ParamArena;
   readonly #feed: TokenFeedOp;
-  readonly #lmHead: MatmulOp;
-  readonly #sample: SampleOp[];
-  readonly #top: TopLogprobsOp[];
-  readonly #logitsProcess: LogitsProcess;
-  #lists: ProcessLists | null = null;
-  /** Most listed tokens in one step (see the module doc). */
-  readonly #maxListTokens: number;
+  readonly #sampler: Sampler;
   #step = 0;
   readonly #ring: ReadbackRing;
   readonly #own: { destroy(): void }[];
@@ -145,10 +75,6 @@ export class ModelRunner {
     cuQLens: Uint32Array<ArrayBuffer>;
     contextLens: Uint32Array<ArrayBuffer>;
     blockTables: Uint32Array<ArrayBuffer>;
-    sampleIndices: Uint32Array<ArrayBuffer>;
-    sampleParams: ArrayBuffer;
-    processRecords: Uint32Array<ArrayBuffer>;
-    topCounts: Uint32Array<ArrayBuffer>;
     ids: Uint32Array<ArrayBuffer>;
     positions: Uint32Array<ArrayBuffer>;
     slots: Uint32Array<ArrayBuffer>;
@@ -183,37 +109,11 @@ export class ModelRunner {
       sampled: b(bufs.sampled),
       ids: b(bufs.ids),
     });
-    this.#lmHead = parts.kernels.matmul(false).bind(parts.arena, {
-      x: b(bufs.lastNormed),
-      weight: parts.model.lmHead,
-      y: b(bufs.logits),
+    this.#sampler = new Sampler(ctx, parts.kernels, parts.arena, bufs, parts.model.lmHead, {
+      maxSeqs: options.maxSeqs,
+      maxModelLen: options.maxModelLen,
+      vocab: config.vocabSize,
     });
-    this.#sample = Array.from(
-      { length: bufs.ringSlots },
-      (_, slot) =>
-        parts.kernels.sample.bind(parts.arena, {
-          logits: b(bufs.logits),
-          params: b(bufs.sampleParams),
-          tokens: bufs.sampledTokens(slot),
-          logprobs: bufs.sampledLogprobs(slot),
-        }),
-    );
-    const top = new TopLogprobs(ctx);
-    this.#top = Array.from(
-      { length: bufs.ringSlots },
-      (_, slot) =>
-        top.bind(parts.arena, {
-          logits: b(bufs.logits),
-          counts: b(bufs.topCounts),
-          ids: bufs.sampledTopIds(slot),
-          logprobs: bufs.sampledTopLogprobs(slot),
-        }),
-    );
-    this.#logitsProcess = new LogitsProcess(ctx);
-    this.#maxListTokens = Math.min(
-      options.maxSeqs * options.maxModelLen,
-      Math.floor(ctx.maxBindingBytes / (4 * TABLE_WORDS_PER_TOKEN)),
-    );
     this.#ring = new ReadbackRing(ctx, bufs.readbackBytes(true), bufs.ringSlots);
     const { maxTokens: T, maxSeqs: S } = options;
     const B = bufs.capacity.maxBlocksPerSeq;
@@ -221,10 +121,6 @@ export class ModelRunner {
       cuQLens: new Uint32Array(S + 1),
       contextLens: new Uint32Array(S),
       blockTables: new Uint32Array(S * B),
-      sampleIndices: new Uint32Array(S),
-      sampleParams: new ArrayBuffer(S * SAMPLE_PARAMS_BYTES),
-      processRecords: new Uint32Array(S * LOGITS_PROCESS_PARAMS_BYTES / 4),
-      topCounts: new Uint32Array(S),
       ids: new Uint32Array(T),
       positions: new Uint32Array(T),
       slots: new Uint32Array(T),
@@ -369,17 +265,15 @@ export class ModelRunner {
       maxBlocksPerSeq: B,
       blockSize: this.options.blockSize,
     });
+    // Packs and uploads the sampled rows' records and lists (validating them) first.
+    const plan = this.#sampler.prepare(batch.seqs);
+    const rows = plan.rows;
     const h = this.#host;
     const T = batch.inputIds.length;
     const S = batch.seqs.length;
     let tokens = 0;
-    let rows = 0;
     let maxContextLen = 0;
     let allDecode = true;
-    const samples = [];
-    const processes: (LogitsProcessParams | null)[] = [];
-    const topCounts: number[] = [];
-    let anyTop = false;
     h.cuQLens[0] = 0;
     for (let s = 0; s < S; s++) {
       const seq = batch.seqs[s]!;
@@ -389,22 +283,10 @@ export class ModelRunner {
       h.blockTables.set(seq.blockTable, s * B);
       maxContextLen = Math.max(maxContextLen, seq.contextLen);
       if (seq.queryLen !== 1) allDecode = false;
-      if (seq.sample !== null) {
-        h.sampleIndices[rows++] = tokens - 1;
-        samples.push(seq.sample);
-        processes.push(seq.process ?? null);
-        const n = seq.topLogprobs ?? 0;
-        topCounts.push(n);
-        if (n !== 0) anyTop = true;
-      }
     }
     h.ids.set(batch.inputIds);
     h.positions.set(batch.positions);
     h.slots.set(batch.slotMapping);
-    packSampleParams(samples, h.sampleParams);
-    if (anyTop) packTopLogprobCounts(topCounts, h.topCounts);
-    // Packs and uploads the lists (validating them) before anything is encoded.
-    const processOp = rows > 0 ? this.#uploadProcessing(processes) : null;
     const q = this.ctx.device.queue;
     const bufs = this.#bufs;
     q.writeBuffer(bufs.hostIds, 0, h.ids, 0, T);
@@ -413,11 +295,6 @@ export class ModelRunner {
     q.writeBuffer(bufs.blockTables, 0, h.blockTables, 0, S * B);
     q.writeBuffer(bufs.contextLens, 0, h.contextLens, 0, S);
     q.writeBuffer(bufs.cuQLens, 0, h.cuQLens, 0, S + 1);
-    if (rows > 0) {
-      q.writeBuffer(bufs.sampleIndices, 0, h.sampleIndices, 0, rows);
-      q.writeBuffer(bufs.sampleParams, 0, h.sampleParams, 0, rows * SAMPLE_PARAMS_BYTES);
-      if (anyTop) q.writeBuffer(bufs.topCounts, 0, h.topCounts, 0, rows);
-    }
 
     const stepIndex = this.#step++;
     const slot = stepIndex % bufs.ringSlots;
@@ -432,21 +309,14 @@ export class ModelRunner {
     const pass = encoder.beginComputePass();
     this.#feed.encode(pass, T);
     this.#model.encode(pass, step);
-    const vocab = this.config.vocabSize;
-    if (rows > 0) {
-      this.#lmHead.encode(pass, rows);
-      // Raw logits first (vLLM's default logprobs), then processing in place, then sampling.
-      if (anyTop) this.#top[slot]!.encode(pass, rows, vocab, TOP_LOGPROBS_MAX);
-      processOp?.encode(pass, rows, vocab);
-      this.#sample[slot]!.encode(pass, rows, vocab);
-    }
+    this.#sampler.encode(pass, plan, slot);
     pass.end();
     const readback = rows > 0
       ? this.#ring.encode(
         encoder,
         bufs.sampled,
         slot * bufs.slotStride,
-        bufs.readbackBytes(anyTop),
+        bufs.readbackBytes(plan.anyTop),
       )
       : undefined;
     this.#arena.flush();
@@ -457,198 +327,14 @@ export class ModelRunner {
         logprobs: new Float32Array(0),
         top: [],
       }))
-      : readback.start().data.then((bytes) => ({
-        tokens: new Uint32Array(bytes, 0, rows),
-        logprobs: new Float32Array(bytes, bufs.logprobsOffset, rows),
-        top: anyTop ? readTop(bytes, bufs, topCounts, vocab) : topCounts.map(() => []),
-      }));
+      : readback.start().data.then((bytes) => this.#sampler.read(bytes, plan));
     return { step: stepIndex, rows, result };
-  }
-
-  /**
-   * Packs the sampled rows' logits-processing records and lists and uploads them; returns the
-   * op to encode, or null when no row has a penalty or a bias (the dispatch is skipped).
-   */
-  #uploadProcessing(processes: readonly (LogitsProcessParams | null)[]): LogitsProcessOp | null {
-    const records: LogitsProcessRecord[] = [];
-    const lists: { prompt: ArrayLike<number>; output: ArrayLike<number> }[] = [];
-    const biases: (readonly (readonly [number, number])[])[] = [];
-    let active = 0;
-    let numTokens = 0;
-    let numPairs = 0;
-    processes.forEach((p, row) => {
-      const repetition = p?.repetitionPenalty ?? 1;
-      const presence = p?.presencePenalty ?? 0;
-      const frequency = p?.frequencyPenalty ?? 0;
-      const bias = p?.logitBias ? [...p.logitBias] : [];
-      const useRep = repetition !== 1;
-      const useOut = useRep || presence !== 0 || frequency !== 0;
-      const prompt = (useRep ? p?.promptTokens : undefined) ?? [];
-      const output = (useOut ? p?.outputTokens : undefined) ?? [];
-      if (useOut || bias.length > 0) active++;
-      records.push({
-        repetition,
-        presence,
-        frequency,
-        promptOffset: numTokens,
-        promptLen: prompt.length,
-        outputOffset: numTokens + prompt.length,
-        outputLen: output.length,
-        biasOffset: numPairs,
-        biasLen: bias.length,
-        tableOffset: TABLE_WORDS_PER_TOKEN * numTokens,
-      });
-      lists.push({ prompt, output });
-      biases.push(bias);
-      numTokens += prompt.length + output.length;
-      numPairs += bias.length;
-      if (numTokens > this.#maxListTokens) {
-        throw new RangeError(
-          `Cannot process logits: the step lists more than ${this.#maxListTokens} prompt and output tokens (sampled row ${row})`,
-        );
-      }
-    });
-    if (active === 0) return null;
-    const h = this.#host;
-    packLogitsProcessRecords(records, h.processRecords);
-    const l = this.#ensureLists(numTokens, numPairs);
-    const seen = new Set<number>();
-    records.forEach((r, row) => {
-      const { prompt, output } = lists[row]!;
-      copyTokens(l.hostTokens, r.promptOffset, prompt, row, "prompt");
-      copyTokens(l.hostTokens, r.outputOffset, output, row, "output");
-      seen.clear();
-      biases[row]!.forEach(([token, bias], j) => {
-        if (!Number.isInteger(token) || token < 0 || token > 0x7fffffff || seen.has(token)) {
-          throw new RangeError(
-            `Cannot process logits: sampled row ${row} has logit bias token ${token} (not a token id, or listed twice)`,
-          );
-        }
-        if (!Number.isFinite(bias)) {
-          throw new RangeError(
-            `Cannot process logits: sampled row ${row} has logit bias ${bias} for token ${token}`,
-          );
-        }
-        seen.add(token);
-        l.hostBias[2 * (r.biasOffset + j)] = token;
-        l.hostBiasF32[2 * (r.biasOffset + j) + 1] = bias;
-      });
-    });
-    const q = this.ctx.device.queue;
-    const rows = processes.length;
-    q.writeBuffer(
-      this.#bufs.processParams,
-      0,
-      h.processRecords,
-      0,
-      rows * LOGITS_PROCESS_PARAMS_BYTES / 4,
-    );
-    if (numTokens > 0) q.writeBuffer(l.tokens, 0, l.hostTokens, 0, numTokens);
-    if (numPairs > 0) q.writeBuffer(l.bias, 0, l.hostBias, 0, 2 * numPairs);
-    return l.op;
-  }
-
-  /** The list buffers, created or grown (and the op re-bound) to hold the given sizes. */
-  #ensureLists(numTokens: number, numPairs: number): ProcessLists {
-    const old = this.#lists;
-    if (old !== null && old.tokenCap >= numTokens && old.biasCap >= numPairs) return old;
-    const grow = (need: number, cap: number, min: number, max: number) =>
-      cap > 0 && need <= cap ? cap : Math.min(max, Math.max(2 * need, 4 * cap, min));
-    const ctx = this.ctx;
-    const tokenCap = grow(numTokens, old?.tokenCap ?? 0, MIN_LIST_TOKENS, this.#maxListTokens);
-    const biasCap = grow(
-      numPairs,
-      old?.biasCap ?? 0,
-      MIN_BIAS_PAIRS,
-      Math.floor(ctx.maxBindingBytes / 8),
-    );
-    if (numPairs > biasCap) {
-      throw new RangeError(
-        `Cannot process logits: ${numPairs} logit-bias pairs in one step exceed one binding (${biasCap})`,
-      );
-    }
-    const tokens = old?.tokenCap === tokenCap
-      ? old.tokens
-      : ctx.createBuffer("process.tokens", tokenCap * 4, STORAGE_RW);
-    const table = old?.tokenCap === tokenCap
-      ? old.table
-      : ctx.createBuffer("process.table", TABLE_WORDS_PER_TOKEN * tokenCap * 4, STORAGE_RW);
-    const bias = old?.biasCap === biasCap
-      ? old.bias
-      : ctx.createBuffer("process.bias", biasCap * 8, STORAGE_RW);
-    const hostBias = old?.biasCap === biasCap ? old.hostBias : new Uint32Array(2 * biasCap);
-    const b = (buffer: GPUBuffer) => ({ buffer });
-    const lists: ProcessLists = {
-      tokens,
-      bias,
-      table,
-      tokenCap,
-      biasCap,
-      hostTokens: old?.tokenCap === tokenCap ? old.hostTokens : new Uint32Array(tokenCap),
-      hostBias,
-      hostBiasF32: new Float32Array(hostBias.buffer),
-      op: this.#logitsProcess.bind(this.#arena, {
-        logits: b(this.#bufs.logits),
-        params: b(this.#bufs.processParams),
-        tokens: b(tokens),
-        bias: b(bias),
-        sampled: b(this.#bufs.sampled),
-        table: b(table),
-      }),
-    };
-    // Steps already submitted keep their buffers alive until they complete.
-    if (old !== null) {
-      if (old.tokens !== tokens) old.tokens.destroy();
-      if (old.table !== table) old.table.destroy();
-      if (old.bias !== bias) old.bias.destroy();
-    }
-    this.#lists = lists;
-    return lists;
   }
 
   /** Releases every GPU buffer of the model. */
   destroy(): void {
     this.#ring.destroy();
-    const l = this.#lists;
-    if (l !== null) {
-      l.tokens.destroy();
-      l.table.destroy();
-      l.bias.destroy();
-    }
+    this.#sampler.destroy();
     for (const o of this.#own.reverse()) o.destroy();
   }
-}
-
-/** Copies a token list into `out` at `offset`, checking every id is a u32. */
-function copyTokens(
-  out: Uint32Array,
-  offset: number,
-  list: ArrayLike<number>,
-  row: number,
-  what: string,
-): void {
-  for (let i = 0; i < list.length; i++) {
-    const t = list[i]!;
-    if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) {
-      throw new RangeError(`Cannot process logits: sampled row ${row} has ${what} token ${t}`);
-    }
-    out[offset + i] = t;
-  }
-}
-
-/** Decodes the top-logprob regions of a read-back ring slot. */
-function readTop(
-  bytes: ArrayBuffer,
-  bufs: StepBuffers,
-  counts: readonly number[],
-  vocab: number,
-): TopLogprob[][] {
-  const ids = new Uint32Array(bytes, bufs.topIdsOffset, counts.length * TOP_LOGPROBS_MAX);
-  const lps = new Float32Array(bytes, bufs.topLogprobsOffset, counts.length * TOP_LOGPROBS_MAX);
-  return counts.map((c, row) =>
-    Array.from({ length: Math.min(c, vocab) }, (_, j) => ({
-      tokenId: ids[row * TOP_LOGPROBS_MAX + j]!,
-      logprob: lps[row * TOP_LOGPROBS_MAX + j]!,
-    }))
-  );
 }

@@ -1,7 +1,7 @@
 /**
  * What the model runner needs from an architecture: load its weights, bind its call sites once,
  * and encode the forward pass of a step up to the final hidden state of the rows that sample
- * (in `StepBuffers.lastNormed`). The LM head and the sampler are shared (model_runner.ts).
+ * (in `StepBuffers.lastNormed`). The LM head and the sampler are shared (engine/sampler.ts).
  *
  * @module
  */

@@ -1,0 +1,260 @@
+/**
+ * How an `LLMEngine` is built: resolve the options, load the tokenizer and the model
+ * (WebGPU executor) or set up the mock executor, size the KV cache (and the swap space), create
+ * the scheduler, and log what was chosen. The result is the parts the engine's request loop
+ * runs on; `LLMEngine.create` and `LLMEngine.createMock` (llm_engine.ts) wrap them.
+ *
+ * @module
+ */
+
+import { basename } from "node:path";
+import { type EngineConfig, type EngineOptions, resolveEngineConfig } from "./engine_config.ts";
+import type { ModelInfo } from "./engine_api.ts";
+import type { Executor } from "./executors/executor.ts";
+import { MockExecutor } from "./executors/mock_executor.ts";
+import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
+import { GpuContext } from "./gpu/context.ts";
+import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
+import { openCheckpoint } from "./model/checkpoint.ts";
+import type { ModelConfig } from "./model/config.ts";
+import { ModelRunner } from "./model_runner.ts";
+import { Tokenizer } from "./tokenizer.ts";
+import { createScheduler } from "../scheduler/index.ts";
+import type { Scheduler } from "../scheduler/scheduler_api.ts";
+import type { SamplingParams } from "../scheduler/sampling_params.ts";
+
+/** What the engine logs at start-up, one line each. */
+export type Logger = (line: string) => void;
+
+/** Everything an engine runs on, built by {@linkcode setupEngine} or {@linkcode setupMockEngine}. */
+export interface EngineParts {
+  /** The resolved options. */
+  readonly config: EngineConfig;
+  /** Static facts about the served model. */
+  readonly model: ModelInfo;
+  /** The model's tokenizer, or null (a mock without one: token ids only). */
+  readonly tokenizer: Tokenizer | null;
+  /** Sampling defaults from generation_config.json (requests override them). */
+  readonly generationDefaults: Partial<SamplingParams>;
+  readonly scheduler: Scheduler;
+  readonly executor: Executor;
+  /** The GPU context the engine owns and destroys at shutdown (null for the mock). */
+  readonly ctx: GpuContext | null;
+  /** KV blocks in the pool. */
+  readonly kvBlocks: number;
+}
+
+/**
+ * Validates `options`, loads the model (WebGPU executor) or sets up the mock executor, sizes
+ * the KV cache and logs what was chosen. On failure the GPU context created here is destroyed.
+ */
+export async function setupEngine(
+  options: EngineOptions = {},
+  log: Logger = () => {},
+): Promise<EngineParts> {
+  const config = resolveEngineConfig(options);
+  const tokenizer = config.model !== undefined ? await Tokenizer.fromDir(config.model) : null;
+  const name = config.servedModelName ??
+    (config.model !== undefined ? basename(config.model.replace(/\/+$/, "")) : "mock");
+  let seed = config.seed >>> 0;
+  const seedSource = () => {
+    // splitmix32: seeds for requests that bring none.
+    seed = (seed + 0x9e3779b9) >>> 0;
+    let z = seed;
+    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
+    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
+    return (z ^ (z >>> 16)) >>> 0;
+  };
+
+  if (config.executor === "mock") {
+    return setupMockEngine({ ...config, servedModelName: name }, tokenizer, log);
+  }
+
+  const ctx = await GpuContext.create({ forceF32: config.forceF32 });
+  try {
+    const a = ctx.adapter;
+    log(
+      `Adapter: ${a.description}${a.isFallback ? " (software fallback: no GPU found)" : ""}; ` +
+        `weights ${ctx.weightDtype}; shader-f16 ${a.features.shaderF16 ? "yes" : "no"}`,
+    );
+    const ck = await openCheckpoint(config.model!);
+    try {
+      const mc = ck.config;
+      const maxModelLen = resolveMaxModelLen(config.maxModelLen, mc);
+      const shape: KvCacheShape = {
+        numLayers: mc.numLayers,
+        numKvHeads: mc.numKvHeads,
+        headDim: mc.headDim,
+        blockSize: config.blockSize,
+        dtype: ctx.weightDtype,
+      };
+      const perBlock = blockBytes(shape);
+      const limit = maxBlocks(ctx, shape);
+      // By default: kvCacheMemory (1 GiB), but no more than max_num_seqs requests of
+      // max_model_len tokens could ever hold.
+      const useful = config.maxNumSeqs * Math.ceil(maxModelLen / config.blockSize);
+      const wanted = config.numKvBlocks ??
+        Math.min(Math.floor(((config.kvCacheMemory ?? 1024) * 2 ** 20) / perBlock), useful);
+      const kvBlocks = Math.min(wanted, limit);
+      if (kvBlocks < wanted) {
+        log(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
+      }
+      const swapMiB = config.swapSpace ?? (config.preemptionMode === "swap" ? 256 : 0);
+      const numSwapBlocks = Math.floor((swapMiB * 2 ** 20) / perBlock);
+      const runner = await ModelRunner.fromCheckpoint(ctx, ck, {
+        maxTokens: config.maxNumBatchedTokens,
+        maxSeqs: config.maxNumSeqs,
+        maxModelLen,
+        blockSize: config.blockSize,
+        numKvBlocks: kvBlocks,
+        ...(config.showProgress !== undefined ? { showProgress: config.showProgress } : {}),
+      });
+      log(
+        `Model: ${mc.arch}, ${mc.numLayers} layers, hidden ${mc.hiddenSize}, vocab ${mc.vocabSize}, ` +
+          `weights ${ctx.weightDtype}`,
+      );
+      logKv(log, kvBlocks, config.blockSize, maxModelLen);
+      const gen = ck.generationConfig;
+      const eos = [...new Set([...mc.eosTokenIds, ...(gen?.eosTokenIds ?? [])])];
+      const generationDefaults: Partial<SamplingParams> = {
+        ...(gen?.temperature !== undefined ? { temperature: gen.temperature } : {}),
+        ...(gen?.topP !== undefined ? { topP: gen.topP } : {}),
+        ...(gen?.topK !== undefined ? { topK: gen.topK } : {}),
+        ...(gen?.minP !== undefined ? { minP: gen.minP } : {}),
+        ...(gen?.repetitionPenalty !== undefined
+          ? { repetitionPenalty: gen.repetitionPenalty }
+          : {}),
+      };
+      return {
+        config,
+        model: {
+          name,
+          architecture: mc.arch,
+          maxModelLen,
+          vocabSize: mc.vocabSize,
+          dtype: ctx.weightDtype,
+        },
+        tokenizer,
+        generationDefaults,
+        scheduler: makeScheduler(config, kvBlocks, maxModelLen, eos, numSwapBlocks),
+        executor: new WebGpuExecutor(runner, { numSwapBlocks, seedSource }),
+        ctx,
+        kvBlocks,
+      };
+    } finally {
+      ck.close();
+    }
+  } catch (error) {
+    ctx.destroy();
+    throw error;
+  }
+}
+
+/**
+ * The parts of a mock-executor engine, built synchronously (no model is loaded; `tokenizer`
+ * gives text output when present).
+ */
+export function setupMockEngine(
+  options: EngineOptions = {},
+  tokenizer: Tokenizer | null = null,
+  log: Logger = () => {},
+): EngineParts {
+  const config = resolveEngineConfig({ ...options, executor: "mock" });
+  const maxModelLen = config.maxModelLen ?? 4096;
+  const kvBlocks = config.numKvBlocks ?? Math.ceil(16384 / config.blockSize);
+  const executor = new MockExecutor({
+    latency: { baseMs: config.mockBaseMs, perTokenMs: config.mockPerTokenMs },
+    ...(config.maxInFlight !== undefined ? { maxInFlight: config.maxInFlight } : {}),
+    ...(config.mockFailAtStep !== undefined ? { failAtStep: config.mockFailAtStep } : {}),
+  });
+  log(
+    `Mock executor: step = ${config.mockBaseMs} ms + ${config.mockPerTokenMs} ms per batched token`,
+  );
+  logKv(log, kvBlocks, config.blockSize, maxModelLen);
+  return {
+    config,
+    model: {
+      name: config.servedModelName ?? "mock",
+      architecture: "mock",
+      maxModelLen,
+      // A bare mock accepts any token id below a nominal 32,000 (it never looks at them).
+      vocabSize: tokenizer?.size ?? 32000,
+      dtype: "none",
+    },
+    tokenizer,
+    generationDefaults: {},
+    scheduler: makeScheduler(config, kvBlocks, maxModelLen, [], 0),
+    executor,
+    ctx: null,
+    kvBlocks,
+  };
+}
+
+/**
+ * max_model_len for a model: the requested value (at most the model's max_position_embeddings),
+ * or min(max_position_embeddings, 4096).
+ *
+ * @throws {RangeError} when the requested value exceeds the model's positions.
+ */
+export function resolveMaxModelLen(requested: number | undefined, model: ModelConfig): number {
+  const maxModelLen = requested ?? Math.min(model.maxPositionEmbeddings, 4096);
+  if (maxModelLen > model.maxPositionEmbeddings) {
+    throw new RangeError(
+      `max_model_len ${maxModelLen} exceeds the model's max_position_embeddings ${model.maxPositionEmbeddings}`,
+    );
+  }
+  return maxModelLen;
+}
+
+/** Logs the KV cache size and the concurrency it allows. */
+function logKv(log: Logger, blocks: number, blockSize: number, maxModelLen: number): void {
+  const tokens = blocks * blockSize;
+  const f = (n: number) => n.toLocaleString("en-US");
+  log(`KV cache: ${f(blocks)} blocks x ${f(blockSize)} tokens = ${f(tokens)} tokens`);
+  log(
+    `Maximum concurrency for ${f(maxModelLen)} tokens per request: ${
+      (tokens / maxModelLen).toFixed(2)
+    }x`,
+  );
+}
+
+/** The scheduler `c.scheduler` names, sized for the KV cache and the model. */
+function makeScheduler(
+  c: EngineConfig,
+  numGpuBlocks: number,
+  maxModelLen: number,
+  eosTokenIds: readonly number[],
+  numSwapBlocks: number,
+): Scheduler {
+  const common = {
+    maxModelLen,
+    blockSize: c.blockSize,
+    numGpuBlocks,
+    maxNumBatchedTokens: c.maxNumBatchedTokens,
+    eosTokenIds,
+  };
+  if (c.scheduler === "continuous") {
+    return createScheduler({
+      kind: "continuous",
+      ...common,
+      maxNumSeqs: c.maxNumSeqs,
+      numSwapBlocks,
+      enableChunkedPrefill: c.enableChunkedPrefill,
+      enablePrefixCaching: c.enablePrefixCaching,
+      policy: c.schedulingPolicy,
+      preemptionMode: c.preemptionMode,
+      watermark: c.kvWatermark,
+    });
+  }
+  // Baselines reserve max_model_len tokens per batch member, contiguously.
+  const fits = Math.floor((numGpuBlocks * c.blockSize) / maxModelLen);
+  const batch = Math.max(1, Math.min(c.maxBatchSize ?? c.maxNumSeqs, c.maxNumSeqs, fits));
+  return c.scheduler === "static"
+    ? createScheduler({ kind: "static", ...common, batchSize: batch })
+    : createScheduler({
+      kind: "dynamic",
+      ...common,
+      maxBatchSize: batch,
+      batchWaitMs: c.batchWaitMs,
+    });
+}

@@ -1,0 +1,249 @@
+/**
+ * The sampling stage of a step, after the model's forward pass: the LM head over the sampled
+ * rows only, then for those rows `top_logprobs` on the raw logits (only when some row asks for
+ * top logprobs), `logits_process` in place (only when some row has a penalty or a logit bias),
+ * and GPU sampling into the step's slot of the sampled-token ring ({@linkcode StepBuffers.sampled}).
+ * Every call site is bound once, at construction; {@linkcode Sampler.prepare} packs and uploads
+ * one step's per-row records, {@linkcode Sampler.encode} dispatches, {@linkcode Sampler.read}
+ * decodes the read-back slot. The model runner owns the pass, the submission and the readback.
+ * The logits-processing records and lists, and their bounds, live in
+ * {@linkcode LogitsProcessLists} (logits_process_lists.ts).
+ *
+ * @module
+ */
+
+import type { GpuContext } from "./gpu/context.ts";
+import type { ParamArena } from "./gpu/params.ts";
+import type { GpuMatrix } from "./gpu/tensor.ts";
+import type { SequenceChunk } from "./forward_batch.ts";
+import { LogitsProcessLists } from "./logits_process_lists.ts";
+import type { KernelSet } from "./models/kernel_set.ts";
+import type { StepBuffers } from "./step_buffers.ts";
+import type { LogitsProcessOp, LogitsProcessParams } from "../kernels/logits_process.ts";
+import {
+  packSampleParams,
+  SAMPLE_PARAMS_BYTES,
+  type SampleOp,
+  type SampleParams,
+} from "../kernels/sample.ts";
+import {
+  packTopLogprobCounts,
+  TOP_LOGPROBS_MAX,
+  TopLogprobs,
+  type TopLogprobsOp,
+} from "../kernels/top_logprobs.ts";
+import type { MatmulOp } from "../kernels/matmul.ts";
+
+/** One entry of a row's top log-probabilities. */
+export interface TopLogprob {
+  readonly tokenId: number;
+  /** log-softmax of the raw logits (before logits processing and temperature). */
+  readonly logprob: number;
+}
+
+/** The sampled rows of one step, once read back. */
+export interface SampledRows {
+  /** u32 `[rows]`: token id per sampling sequence, in batch order. */
+  readonly tokens: Uint32Array;
+  /**
+   * f32 `[rows]`: log-probability of each token under the logits `sample` saw: the raw logits,
+   * or for a row with logits processing (penalties, bias) the processed ones.
+   */
+  readonly logprobs: Float32Array;
+  /**
+   * `[rows]`: each row's `min(topLogprobs, vocab)` most likely tokens under the raw logits, best
+   * first (ties: lower id first); empty for rows that asked for none.
+   */
+  readonly top: readonly (readonly TopLogprob[])[];
+}
+
+/** Sizes fixed at load time. */
+export interface SamplerLimits {
+  /** Most sequences in one step (max_num_seqs). */
+  readonly maxSeqs: number;
+  /** Longest sequence, prompt and output (max_model_len). */
+  readonly maxModelLen: number;
+  /** Vocabulary size (columns of the logits). */
+  readonly vocab: number;
+}
+
+/** What one step samples, packed and uploaded by {@linkcode Sampler.prepare}. */
+export interface SamplingPlan {
+  /** Sequences that sample (rows of the logits and of the result), in batch order. */
+  readonly rows: number;
+  /** `[rows]`: top log-probabilities asked per row (0: none). */
+  readonly topCounts: readonly number[];
+  /** Some row asks for top log-probabilities (dispatch `top_logprobs`, read its regions back). */
+  readonly anyTop: boolean;
+  /** The `logits_process` op to encode, or null when no row has a penalty or a bias. */
+  readonly process: LogitsProcessOp | null;
+}
+
+/** The LM head and sampling call sites of one model runner (see the module doc). */
+export class Sampler {
+  readonly ctx: GpuContext;
+  readonly limits: SamplerLimits;
+  readonly #bufs: StepBuffers;
+  readonly #lmHead: MatmulOp;
+  /** One per ring slot. */
+  readonly #sample: SampleOp[];
+  /** One per ring slot. */
+  readonly #top: TopLogprobsOp[];
+  readonly #lists: LogitsProcessLists;
+  readonly #host: {
+    /** u32 `[maxSeqs]`: token index of each sampled row. */
+    sampleIndices: Uint32Array<ArrayBuffer>;
+    /** `[maxSeqs]` records of SAMPLE_PARAMS_BYTES bytes. */
+    sampleParams: ArrayBuffer;
+    /** u32 `[maxSeqs]`: top log-probabilities per row. */
+    topCounts: Uint32Array<ArrayBuffer>;
+  };
+
+  /**
+   * Binds the LM head (`bufs.lastNormed` x `lmHead` -> `bufs.logits`), a `sample` and a
+   * `top_logprobs` per ring slot of `bufs.sampled`; `logits_process` is bound on the first step
+   * that needs it.
+   *
+   * @param lmHead `[vocab, hidden]` weight (f16 or f32) of the LM head.
+   */
+  constructor(
+    ctx: GpuContext,
+    kernels: KernelSet,
+    arena: ParamArena,
+    bufs: StepBuffers,
+    lmHead: GpuMatrix,
+    limits: SamplerLimits,
+  ) {
+    this.ctx = ctx;
+    this.limits = limits;
+    this.#bufs = bufs;
+    const b = (buffer: GPUBuffer) => ({ buffer });
+    this.#lmHead = kernels.matmul(false).bind(arena, {
+      x: b(bufs.lastNormed),
+      weight: lmHead,
+      y: b(bufs.logits),
+    });
+    this.#sample = Array.from(
+      { length: bufs.ringSlots },
+      (_, slot) =>
+        kernels.sample.bind(arena, {
+          logits: b(bufs.logits),
+          params: b(bufs.sampleParams),
+          tokens: bufs.sampledTokens(slot),
+          logprobs: bufs.sampledLogprobs(slot),
+        }),
+    );
+    const top = new TopLogprobs(ctx);
+    this.#top = Array.from(
+      { length: bufs.ringSlots },
+      (_, slot) =>
+        top.bind(arena, {
+          logits: b(bufs.logits),
+          counts: b(bufs.topCounts),
+          ids: bufs.sampledTopIds(slot),
+          logprobs: bufs.sampledTopLogprobs(slot),
+        }),
+    );
+    this.#lists = new LogitsProcessLists(ctx, arena, bufs, limits);
+    const S = limits.maxSeqs;
+    this.#host = {
+      sampleIndices: new Uint32Array(S),
+      sampleParams: new ArrayBuffer(S * SAMPLE_PARAMS_BYTES),
+      topCounts: new Uint32Array(S),
+    };
+  }
+
+  /**
+   * Packs the sampled rows of a (validated) step's sequences, validating their parameters, and
+   * uploads the sample indices, sampling records, top-logprob counts and logits-processing
+   * records and lists. Nothing is uploaded when a check fails.
+   *
+   * @throws {RangeError} on an invalid sampling parameter, logit bias or listed token, or lists
+   * beyond the bounds of the module doc.
+   */
+  prepare(seqs: readonly SequenceChunk[]): SamplingPlan {
+    const h = this.#host;
+    const samples: SampleParams[] = [];
+    const processes: (LogitsProcessParams | null)[] = [];
+    const topCounts: number[] = [];
+    let anyTop = false;
+    let tokens = 0;
+    let rows = 0;
+    for (const seq of seqs) {
+      tokens += seq.queryLen;
+      if (seq.sample !== null) {
+        h.sampleIndices[rows++] = tokens - 1;
+        samples.push(seq.sample);
+        processes.push(seq.process ?? null);
+        const n = seq.topLogprobs ?? 0;
+        topCounts.push(n);
+        if (n !== 0) anyTop = true;
+      }
+    }
+    packSampleParams(samples, h.sampleParams);
+    if (anyTop) packTopLogprobCounts(topCounts, h.topCounts);
+    // Packs and uploads the lists (validating them) before anything else is uploaded.
+    const process = rows > 0 ? this.#lists.upload(processes) : null;
+    if (rows > 0) {
+      const q = this.ctx.device.queue;
+      const bufs = this.#bufs;
+      q.writeBuffer(bufs.sampleIndices, 0, h.sampleIndices, 0, rows);
+      q.writeBuffer(bufs.sampleParams, 0, h.sampleParams, 0, rows * SAMPLE_PARAMS_BYTES);
+      if (anyTop) q.writeBuffer(bufs.topCounts, 0, h.topCounts, 0, rows);
+    }
+    return { rows, topCounts, anyTop, process };
+  }
+
+  /**
+   * Encodes the stage for a prepared step into ring slot `slot` of `bufs.sampled` (nothing when
+   * no row samples): LM head, then raw-logit top logprobs, processing in place, sampling.
+   */
+  encode(pass: GPUComputePassEncoder, plan: SamplingPlan, slot: number): void {
+    const { rows } = plan;
+    if (rows === 0) return;
+    const vocab = this.limits.vocab;
+    this.#lmHead.encode(pass, rows);
+    // Raw logits first (vLLM's default logprobs), then processing in place, then sampling.
+    if (plan.anyTop) this.#top[slot]!.encode(pass, rows, vocab, TOP_LOGPROBS_MAX);
+    plan.process?.encode(pass, rows, vocab);
+    this.#sample[slot]!.encode(pass, rows, vocab);
+  }
+
+  /**
+   * Decodes a read-back ring slot: `bytes` holds `bufs.readbackBytes(plan.anyTop)` bytes from
+   * the start of the slot the step was encoded into.
+   */
+  read(bytes: ArrayBuffer, plan: SamplingPlan): SampledRows {
+    const bufs = this.#bufs;
+    const { rows, topCounts } = plan;
+    return {
+      tokens: new Uint32Array(bytes, 0, rows),
+      logprobs: new Float32Array(bytes, bufs.logprobsOffset, rows),
+      top: plan.anyTop
+        ? readTop(bytes, bufs, topCounts, this.limits.vocab)
+        : topCounts.map(() => []),
+    };
+  }
+
+  /** Releases the logits-processing list buffers (the step buffers belong to the runner). */
+  destroy(): void {
+    this.#lists.destroy();
+  }
+}
+
+/** Decodes the top-logprob regions of a read-back ring slot. */
+function readTop(
+  bytes: ArrayBuffer,
+  bufs: StepBuffers,
+  counts: readonly number[],
+  vocab: number,
+): TopLogprob[][] {
+  const ids = new Uint32Array(bytes, bufs.topIdsOffset, counts.length * TOP_LOGPROBS_MAX);
+  const lps = new Float32Array(bytes, bufs.topLogprobsOffset, counts.length * TOP_LOGPROBS_MAX);
+  return counts.map((c, row) =>
+    Array.from({ length: Math.min(c, vocab) }, (_, j) => ({
+      tokenId: ids[row * TOP_LOGPROBS_MAX + j]!,
+      logprob: lps[row * TOP_LOGPROBS_MAX + j]!,
+    }))
+  );
+}

@@ -1,0 +1,58 @@
+/**
+ * The state every endpoint of one HTTP server shares ({@linkcode ServerContext}), and the
+ * checks they share: the requested model name and the presence of a tokenizer.
+ *
+ * The engine's model description and tokenizer are read per request, never cached: the engine
+ * behind the handler may finish loading after the handler was created.
+ *
+ * @module
+ */
+
+import type { EngineClient } from "../engine/engine_api.ts";
+import type { Tokenizer } from "../engine/tokenizer.ts";
+import type { Lifecycle } from "./lifecycle.ts";
+import type { ServerMetrics } from "./metrics.ts";
+import { ApiError } from "./protocol.ts";
+
+/** What the endpoints of one server share. */
+export interface ServerContext {
+  /** The engine requests are sent to. */
+  readonly engine: EngineClient;
+  /** Names requests may use in `model`; the first ({@linkcode modelName}) is reported. */
+  readonly names: readonly string[];
+  /** The reported model name. */
+  readonly modelName: string;
+  /** Largest accepted request body in bytes. */
+  readonly maxBody: number;
+  /** `Retry-After` seconds sent with 429. */
+  readonly retryAfter: number;
+  /** Receives unexpected errors (answered 500). */
+  readonly onError: (error: unknown) => void;
+  /** The metric set behind `GET /metrics`. */
+  readonly metrics: ServerMetrics;
+  /** Readiness, draining and the in-flight responses. */
+  readonly lifecycle: Lifecycle;
+}
+
+/** The model name to report for a request's `model` (404 when it is not served). */
+export function checkModel(ctx: ServerContext, model: string | null | undefined): string {
+  if (model === null || model === undefined) return ctx.modelName;
+  if (!ctx.names.includes(model)) {
+    throw new ApiError(404, `The model \`${model}\` does not exist.`, {
+      param: "model",
+      code: "model_not_found",
+    });
+  }
+  return model;
+}
+
+/** The engine's tokenizer; without one, a 400 blaming request parameter `param`. */
+export function requireTokenizer(engine: EngineClient, param: string): Tokenizer {
+  if (engine.tokenizer === null) {
+    throw new ApiError(400, "The served model has no tokenizer: send prompt token ids instead", {
+      param,
+      code: "invalid_value",
+    });
+  }
+  return engine.tokenizer;
+}

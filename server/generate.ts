@@ -1,0 +1,102 @@
+/**
+ * `POST /v1/completions` and `POST /v1/chat/completions`: validation and preparation of the
+ * request, the fan-out into one engine request per choice, and the non-streaming response
+ * (streaming responses are built by server/sse.ts).
+ *
+ * The engine is asked for the first output of every choice before the response starts, so errors
+ * the engine raises at admission get their status code even for streaming requests. A client
+ * disconnect aborts every engine request of the response at once.
+ *
+ * @module
+ */
+
+import { type ChoiceRun, launch, usageOf } from "./choice_run.ts";
+import type { ServerContext } from "./context.ts";
+import { chatLogprobs, completionLogprobs } from "./logprobs.ts";
+import { prepareChat, prepareCompletion, type Prepared } from "./prepare.ts";
+import { chatRequestSchema, completionRequestSchema, parseBody } from "./protocol.ts";
+import { readJson } from "./read_json.ts";
+import { completeStreaming } from "./sse.ts";
+
+/**
+ * Answers a completion (`kind` "completion") or chat completion request: 503 unless the server
+ * is available, 400 for an invalid body, then the JSON response or the SSE stream. The response
+ * is tracked as in flight until its last byte (or its abort).
+ */
+export async function generateEndpoint(
+  ctx: ServerContext,
+  req: Request,
+  kind: "chat" | "completion",
+): Promise<Response> {
+  const { engine, lifecycle } = ctx;
+  lifecycle.checkAvailable(engine);
+  const json = await readJson(req, ctx.maxBody);
+  const prep = kind === "chat"
+    ? prepareChat(ctx, parseBody(chatRequestSchema, json))
+    : prepareCompletion(ctx, parseBody(completionRequestSchema, json));
+  const { ac, done } = lifecycle.track(req);
+  let streaming = false;
+  try {
+    const runs = await launch(engine, prep, ac);
+    if (prep.stream) {
+      streaming = true;
+      return completeStreaming(ctx, prep, runs, ac, done);
+    }
+    try {
+      return await completeNonStreaming(ctx, prep, runs);
+    } catch (e) {
+      ac.abort();
+      await Promise.all(runs.map((r) => r.cancel(engine)));
+      for (const r of runs) r.observe(ctx.metrics);
+      throw e;
+    }
+  } finally {
+    if (!streaming) done();
+  }
+}
+
+/**
+ * Waits for every choice to finish and answers the whole response as one JSON body
+ * (`chat.completion` or `text_completion`); a choice that was aborted makes it a 503.
+ */
+async function completeNonStreaming(
+  ctx: ServerContext,
+  prep: Prepared,
+  runs: ChoiceRun[],
+): Promise<Response> {
+  const { engine } = ctx;
+  await Promise.all(runs.map(async (r) => {
+    while ((await r.next()) !== null) { /* accumulate */ }
+    r.observe(ctx.metrics);
+  }));
+  if (runs.some((r) => r.finishReason === "abort" || r.finishReason === null)) {
+    throw ctx.lifecycle.aborted();
+  }
+  const choices = runs.map((r) => {
+    const finish = r.finishReason === "abort" ? null : r.finishReason;
+    if (prep.kind === "chat") {
+      return {
+        index: r.index,
+        message: { role: "assistant", content: r.text },
+        logprobs: r.logprobs ? chatLogprobs(engine, r.tokenLogprobs) : null,
+        finish_reason: finish,
+        stop_reason: r.stopReason,
+      };
+    }
+    return {
+      index: r.index,
+      text: r.text,
+      logprobs: r.logprobs ? completionLogprobs(engine, r.tokenLogprobs, 0) : null,
+      finish_reason: finish,
+      stop_reason: r.stopReason,
+    };
+  });
+  return Response.json({
+    id: prep.id,
+    object: prep.kind === "chat" ? "chat.completion" : "text_completion",
+    created: prep.created,
+    model: prep.model,
+    choices,
+    usage: usageOf(prep, runs),
+  });
+}

@@ -1,0 +1,165 @@
+/**
+ * Validated `/v1/completions` and `/v1/chat/completions` bodies -> a {@linkcode Prepared}
+ * request: the reported model, the tokenized prompts (chat messages through the model's chat
+ * template), the sampling parameters per prompt, and the response options (streaming, usage,
+ * logprobs).
+ *
+ * @module
+ */
+
+import type { ChatMessage } from "../engine/tokenizer.ts";
+import type { SamplingParams } from "../scheduler/sampling_params.ts";
+import { checkModel, requireTokenizer, type ServerContext } from "./context.ts";
+import { ApiError, type ChatRequest, type CompletionRequest, messageText } from "./protocol.ts";
+import { samplingFor } from "./sampling.ts";
+
+/** A validated, tokenized request ready to be fanned out. */
+export interface Prepared {
+  kind: "chat" | "completion";
+  /** Response id (`cmpl-...` or `chatcmpl-...`); choice i's engine request is `${id}-${i}`. */
+  id: string;
+  /** Unix seconds. */
+  created: number;
+  /** The reported model name. */
+  model: string;
+  stream: boolean;
+  /** `stream_options.include_usage`: a final usage chunk before `[DONE]`. */
+  includeUsage: boolean;
+  /** `stream_options.continuous_usage_stats`: usage in every chunk. */
+  continuousUsage: boolean;
+  /** Prompt token ids per prompt. */
+  prompts: number[][];
+  /** Choices per prompt. */
+  n: number;
+  /** Sampling parameters per prompt (maxTokens depends on the prompt length). */
+  params: SamplingParams[];
+  priority: number;
+  logprobs: boolean;
+}
+
+function randomId(prefix: string): string {
+  return `${prefix}-${crypto.randomUUID().replaceAll("-", "")}`;
+}
+
+/** Request messages -> the chat template's messages (content parts joined, null names dropped). */
+export function chatMessages(messages: ChatRequest["messages"]): ChatMessage[] {
+  return messages.map((m) => {
+    const out: ChatMessage = { ...m, role: m.role, content: messageText(m.content) };
+    if (out.name === null || out.name === undefined) delete out.name;
+    return out;
+  });
+}
+
+/**
+ * Prepares a `/v1/completions` request: `prompt` is a string, a list of strings, token ids or a
+ * list of token-id lists; `max_tokens` defaults to 16. `echo` and `suffix` are refused (400).
+ */
+export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): Prepared {
+  const { engine } = ctx;
+  const model = checkModel(ctx, body.model);
+  if (body.echo === true) {
+    throw new ApiError(400, "echo is not supported", { param: "echo", code: "invalid_value" });
+  }
+  if (body.suffix !== null && body.suffix !== undefined) {
+    throw new ApiError(400, "suffix is not supported", {
+      param: "suffix",
+      code: "invalid_value",
+    });
+  }
+  const p = body.prompt;
+  let prompts: number[][];
+  if (typeof p === "string") {
+    prompts = [requireTokenizer(engine, "prompt").encode(p)];
+  } else if (p.every((x) => typeof x === "string")) {
+    const tok = requireTokenizer(engine, "prompt");
+    prompts = p.map((s) => tok.encode(s));
+  } else if (p.every((x) => typeof x === "number")) {
+    prompts = [p];
+  } else {
+    prompts = p.filter((x) => Array.isArray(x));
+  }
+  for (const ids of prompts) {
+    for (const id of ids) {
+      if (id >= engine.model.vocabSize) {
+        throw new ApiError(
+          400,
+          `Token id ${id} is out of the vocabulary (size ${engine.model.vocabSize})`,
+          { param: "prompt", code: "invalid_value" },
+        );
+      }
+    }
+  }
+  const logprobs = body.logprobs ?? null;
+  const params = prompts.map((ids) =>
+    samplingFor(engine, body, {
+      promptLen: ids.length,
+      requestedMax: body.max_tokens ?? null,
+      defaultMax: 16,
+      logprobs,
+      promptParam: "prompt",
+      maxParam: "max_tokens",
+    })
+  );
+  return {
+    kind: "completion",
+    id: randomId("cmpl"),
+    created: Math.floor(Date.now() / 1000),
+    model,
+    stream: body.stream ?? false,
+    includeUsage: body.stream_options?.include_usage ?? false,
+    continuousUsage: body.stream_options?.continuous_usage_stats ?? false,
+    prompts,
+    n: body.n ?? 1,
+    params,
+    priority: body.priority ?? 0,
+    logprobs: logprobs !== null,
+  };
+}
+
+/**
+ * Prepares a `/v1/chat/completions` request: the messages go through the model's chat template
+ * (with the generation prompt unless `add_generation_prompt` is false); `max_completion_tokens`
+ * wins over `max_tokens`, and without either the output may use the whole context.
+ */
+export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
+  const model = checkModel(ctx, body.model);
+  const tok = requireTokenizer(ctx.engine, "messages");
+  const text = tok.applyChatTemplate(chatMessages(body.messages), {
+    addGenerationPrompt: body.add_generation_prompt ?? true,
+    extra: body.chat_template_kwargs ?? {},
+  });
+  const ids = tok.encode(text, { addSpecialTokens: false });
+  if ((body.top_logprobs ?? 0) > 0 && body.logprobs !== true) {
+    throw new ApiError(400, "top_logprobs requires logprobs to be true", {
+      param: "top_logprobs",
+      code: "invalid_value",
+    });
+  }
+  const logprobs = body.logprobs === true ? body.top_logprobs ?? 0 : null;
+  const requested = body.max_completion_tokens ?? body.max_tokens ?? null;
+  const maxParam = body.max_completion_tokens !== null && body.max_completion_tokens !== undefined
+    ? "max_completion_tokens"
+    : "max_tokens";
+  const params = [samplingFor(ctx.engine, body, {
+    promptLen: ids.length,
+    requestedMax: requested,
+    defaultMax: null,
+    logprobs,
+    promptParam: "messages",
+    maxParam,
+  })];
+  return {
+    kind: "chat",
+    id: randomId("chatcmpl"),
+    created: Math.floor(Date.now() / 1000),
+    model,
+    stream: body.stream ?? false,
+    includeUsage: body.stream_options?.include_usage ?? false,
+    continuousUsage: body.stream_options?.continuous_usage_stats ?? false,
+    prompts: [ids],
+    n: body.n ?? 1,
+    params,
+    priority: body.priority ?? 0,
+    logprobs: logprobs !== null,
+  };
+}
