@@ -40,7 +40,7 @@ import type {
   SwappedOutRequest,
 } from "./scheduler_output.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
-import { applySampledToken, commitTokens, tokensToRun } from "./step_commit.ts";
+import { applyStepTokens, commitTokens, tokensToRun } from "./step_commit.ts";
 
 /** Configuration of a {@linkcode ContinuousScheduler}. */
 export interface ContinuousSchedulerConfig {
@@ -278,27 +278,14 @@ export class ContinuousScheduler implements Scheduler {
       );
     }
     this.#lastUpdated = output.step;
-    const updates: RequestUpdate[] = [];
-    for (const r of output.scheduled) {
-      if (!r.samplesToken) continue;
-      const seq = this.#requests.get(r.requestId);
-      if (seq === undefined || seq.isFinished) continue;
-      const token = sampled.get(r.requestId);
-      if (token === undefined) {
-        throw new RangeError(
-          `Cannot update request "${r.requestId}": step ${output.step} sampled a token for it but none was given`,
-        );
-      }
-      const stop = applySampledToken(seq, token, this.eosTokenIds, this.maxModelLen);
-      if (stop !== null) this.#finish(seq, stop.reason, stop.stopReason);
-      updates.push({
-        requestId: seq.requestId,
-        newTokenIds: [token],
-        finishReason: stop?.reason ?? null,
-        stopReason: stop?.stopReason ?? null,
-      });
-    }
-    return updates;
+    return applyStepTokens(
+      output,
+      sampled,
+      (id) => this.#requests.get(id),
+      (seq, reason, stopReason) => this.#finish(seq, reason, stopReason),
+      this.eosTokenIds,
+      this.maxModelLen,
+    );
   }
 
   finishRequest(

@@ -24,7 +24,7 @@ import {
 } from "./scheduler_api.ts";
 import type { RequestUpdate, ScheduledRequest, SchedulerOutput } from "./scheduler_output.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
-import { applySampledToken, commitTokens, tokensToRun } from "./step_commit.ts";
+import { applyStepTokens, commitTokens, tokensToRun } from "./step_commit.ts";
 
 /** Configuration of a {@linkcode StaticScheduler}. */
 export interface StaticSchedulerConfig {
@@ -194,27 +194,14 @@ export class StaticScheduler implements Scheduler {
       );
     }
     this.#lastUpdated = output.step;
-    const updates: RequestUpdate[] = [];
-    for (const r of output.scheduled) {
-      if (!r.samplesToken) continue;
-      const seq = this.#requests.get(r.requestId);
-      if (seq === undefined) continue;
-      const token = sampled.get(r.requestId);
-      if (token === undefined) {
-        throw new RangeError(
-          `Cannot update request "${r.requestId}": step ${output.step} sampled a token for it but none was given`,
-        );
-      }
-      const stop = applySampledToken(seq, token, this.eosTokenIds, this.maxModelLen);
-      if (stop !== null) this.#finish(seq, stop.reason, stop.stopReason);
-      updates.push({
-        requestId: seq.requestId,
-        newTokenIds: [token],
-        finishReason: stop?.reason ?? null,
-        stopReason: stop?.stopReason ?? null,
-      });
-    }
-    return updates;
+    return applyStepTokens(
+      output,
+      sampled,
+      (id) => this.#requests.get(id),
+      (seq, reason, stopReason) => this.#finish(seq, reason, stopReason),
+      this.eosTokenIds,
+      this.maxModelLen,
+    );
   }
 
   finishRequest(

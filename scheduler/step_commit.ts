@@ -6,7 +6,12 @@
  * @module
  */
 
-import { SAMPLED_TOKEN, type ScheduledRequest } from "./scheduler_output.ts";
+import {
+  type RequestUpdate,
+  SAMPLED_TOKEN,
+  type ScheduledRequest,
+  type SchedulerOutput,
+} from "./scheduler_output.ts";
 import type { Sequence } from "./sequence.ts";
 import { checkStop, type StopDecision } from "./stop_checker.ts";
 
@@ -93,4 +98,43 @@ export function applySampledToken(
 export function tokensToRun(seq: Sequence, maxModelLen: number): number {
   if (seq.numOutputTokens >= seq.maxTokens || seq.numTokens >= maxModelLen) return 0;
   return seq.numTokens - seq.numComputedTokens;
+}
+
+/**
+ * Applies one step's sampled tokens (request id -> token) to the live requests of a scheduler:
+ * appends each token, runs the stop checks, finishes requests through `finish`, and returns one
+ * update per live request that got a token. Requests no longer live (finished, aborted) are
+ * skipped. Shared by every scheduler; the caller checks step order.
+ *
+ * @throws {RangeError} when a request that sampled in this step has no token in `sampled`.
+ */
+export function applyStepTokens(
+  output: SchedulerOutput,
+  sampled: ReadonlyMap<string, number>,
+  live: (requestId: string) => Sequence | undefined,
+  finish: (seq: Sequence, reason: "stop" | "length", stopReason: number | null) => void,
+  eosTokenIds: readonly number[],
+  maxModelLen: number,
+): RequestUpdate[] {
+  const updates: RequestUpdate[] = [];
+  for (const r of output.scheduled) {
+    if (!r.samplesToken) continue;
+    const seq = live(r.requestId);
+    if (seq === undefined || seq.isFinished) continue;
+    const token = sampled.get(r.requestId);
+    if (token === undefined) {
+      throw new RangeError(
+        `Cannot update request "${r.requestId}": step ${output.step} sampled a token for it but none was given`,
+      );
+    }
+    const stop = applySampledToken(seq, token, eosTokenIds, maxModelLen);
+    if (stop !== null) finish(seq, stop.reason, stop.stopReason);
+    updates.push({
+      requestId: seq.requestId,
+      newTokenIds: [token],
+      finishReason: stop?.reason ?? null,
+      stopReason: stop?.stopReason ?? null,
+    });
+  }
+  return updates;
 }
