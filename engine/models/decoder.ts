@@ -23,7 +23,7 @@ import type { WeightLoader } from "../model/weight_loader.ts";
 import type { StepBuffers } from "../step_buffers.ts";
 import type { AttentionBlock, AttentionKernels, StepShape } from "./attention_block.ts";
 import type { KernelSet } from "./kernel_set.ts";
-import type { Model } from "./model.ts";
+import { BoundModel } from "./model.ts";
 
 interface LayerWeights {
   inputNorm: GpuMatrix;
@@ -95,24 +95,7 @@ async function loadWeights(c: ModelConfig, w: WeightLoader): Promise<Weights> {
 type Op = { encode(pass: GPUComputePassEncoder, n: number): void };
 
 /** A loaded Llama-family model with its call sites bound. */
-export class DecoderModel implements Model {
-  readonly config: ModelConfig;
-  readonly lmHead: GpuMatrix;
-  readonly #encode: (pass: GPUComputePassEncoder, step: StepShape) => void;
-  readonly #loader: WeightLoader;
-
-  private constructor(
-    config: ModelConfig,
-    lmHead: GpuMatrix,
-    encode: (pass: GPUComputePassEncoder, step: StepShape) => void,
-    loader: WeightLoader,
-  ) {
-    this.config = config;
-    this.lmHead = lmHead;
-    this.#encode = encode;
-    this.#loader = loader;
-  }
-
+export class DecoderModel extends BoundModel {
   /** Loads the weights and binds every call site against the step buffers and KV cache. */
   static async load(
     config: ModelConfig,
@@ -236,13 +219,5 @@ export class DecoderModel implements Model {
       }
     };
     return new DecoderModel(c, w.lmHead, encode, loader);
-  }
-
-  encode(pass: GPUComputePassEncoder, step: StepShape): void {
-    this.#encode(pass, step);
-  }
-
-  destroy(): void {
-    this.#loader.destroy();
   }
 }

@@ -20,27 +20,10 @@ import type { WeightLoader } from "../model/weight_loader.ts";
 import type { StepBuffers } from "../step_buffers.ts";
 import type { AttentionKernels, StepShape } from "./attention_block.ts";
 import type { KernelSet } from "./kernel_set.ts";
-import type { Model } from "./model.ts";
+import { BoundModel } from "./model.ts";
 
 /** A loaded GPT-2 model with its call sites bound. */
-export class Gpt2Model implements Model {
-  readonly config: ModelConfig;
-  readonly lmHead: GpuMatrix;
-  readonly #encode: (pass: GPUComputePassEncoder, step: StepShape) => void;
-  readonly #loader: WeightLoader;
-
-  private constructor(
-    config: ModelConfig,
-    lmHead: GpuMatrix,
-    encode: (pass: GPUComputePassEncoder, step: StepShape) => void,
-    loader: WeightLoader,
-  ) {
-    this.config = config;
-    this.lmHead = lmHead;
-    this.#encode = encode;
-    this.#loader = loader;
-  }
-
+export class Gpt2Model extends BoundModel {
   /** Loads the weights and binds every call site against the step buffers and KV cache. */
   static async load(
     config: ModelConfig,
@@ -137,13 +120,5 @@ export class Gpt2Model implements Model {
       }
     };
     return new Gpt2Model(c, wte, encode, w);
-  }
-
-  encode(pass: GPUComputePassEncoder, step: StepShape): void {
-    this.#encode(pass, step);
-  }
-
-  destroy(): void {
-    this.#loader.destroy();
   }
 }

@@ -20,3 +20,38 @@ export interface Model {
   /** Releases weights and scratch buffers. */
   destroy(): void;
 }
+
+/**
+ * A model whose call sites are bound: the forward pass is a closure over them. The
+ * architecture files (decoder.ts, gpt2.ts) build one in their `load`.
+ */
+export class BoundModel implements Model {
+  readonly config: ModelConfig;
+  readonly lmHead: GpuMatrix;
+  readonly #encode: (pass: GPUComputePassEncoder, step: StepShape) => void;
+  readonly #weights: { destroy(): void };
+
+  /**
+   * @param encode encodes one step's forward pass over the bound call sites.
+   * @param weights owner of the weight buffers (released by {@linkcode BoundModel.destroy}).
+   */
+  constructor(
+    config: ModelConfig,
+    lmHead: GpuMatrix,
+    encode: (pass: GPUComputePassEncoder, step: StepShape) => void,
+    weights: { destroy(): void },
+  ) {
+    this.config = config;
+    this.lmHead = lmHead;
+    this.#encode = encode;
+    this.#weights = weights;
+  }
+
+  encode(pass: GPUComputePassEncoder, step: StepShape): void {
+    this.#encode(pass, step);
+  }
+
+  destroy(): void {
+    this.#weights.destroy();
+  }
+}
