@@ -279,3 +279,86 @@ Deno.test("serve fails in-flight requests and turns /health 503 when the device 
     assert.equal((await stopServe(server)).code, 0);
   }
 });
+
+Deno.test(
+  "serve with the real engine: seeds reproduce, n > 1, stop strings and logprobs through the openai client",
+  GPU_TEST,
+  async () => {
+    const dir = await Deno.makeTempDir();
+    await makeModel({ out: dir, preset: "tiny-llama", seed: 11 });
+    const server = await startServe(dir);
+    try {
+      const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused" });
+      const model = (await client.models.list()).data[0]!.id;
+      const sampled = (seed: number) =>
+        client.completions.create({
+          model,
+          prompt: "Once upon a time",
+          max_tokens: 12,
+          temperature: 1,
+          top_p: 0.9,
+          seed,
+          n: 3,
+        });
+      const a = await sampled(42);
+      const b = await sampled(42);
+      const c = await sampled(43);
+      assert.equal(a.choices.length, 3);
+      assert.deepEqual(
+        a.choices.map((x) => x.text),
+        b.choices.map((x) => x.text),
+        "same seed, same texts",
+      );
+      assert.notDeepEqual(
+        a.choices.map((x) => x.text),
+        c.choices.map((x) => x.text),
+        "another seed differs",
+      );
+      assert.equal(new Set(a.choices.map((x) => x.index)).size, 3);
+
+      // A stop string taken from the greedy output ends the text right before it.
+      const greedy = await client.completions.create({
+        model,
+        prompt: "Hello",
+        max_tokens: 24,
+        temperature: 0,
+      });
+      const full = greedy.choices[0]!.text;
+      const stop = full.slice(6, 9);
+      assert.ok(
+        stop.length === 3 && full.indexOf(stop) >= 0,
+        `greedy text ${JSON.stringify(full)}`,
+      );
+      const stopped = await client.completions.create({
+        model,
+        prompt: "Hello",
+        max_tokens: 24,
+        temperature: 0,
+        stop: [stop],
+      });
+      assert.equal(stopped.choices[0]!.text, full.slice(0, full.indexOf(stop)));
+      assert.equal(stopped.choices[0]!.finish_reason, "stop");
+
+      // Chat logprobs: one entry per token, each with the requested number of alternatives.
+      const chat = await client.chat.completions.create({
+        model,
+        messages: [{ role: "user", content: "Hi" }],
+        max_completion_tokens: 5,
+        temperature: 0,
+        logprobs: true,
+        top_logprobs: 3,
+      });
+      const content = chat.choices[0]!.logprobs?.content ?? [];
+      assert.equal(content.length, chat.usage?.completion_tokens);
+      for (const entry of content) {
+        assert.ok(entry.logprob <= 0);
+        assert.equal(entry.top_logprobs.length, 3);
+        // Greedy: the chosen token is the most likely one.
+        assert.ok(Math.abs(entry.top_logprobs[0]!.logprob - entry.logprob) < 1e-4);
+      }
+    } finally {
+      assert.equal((await stopServe(server)).code, 0);
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
