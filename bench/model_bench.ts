@@ -28,6 +28,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { GpuContext } from "../engine/gpu/context.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 import { STORAGE_RW } from "../engine/gpu/context.ts";
 import { ParamArena } from "../engine/gpu/params.ts";
@@ -49,6 +50,7 @@ const { values: args } = parseArgs({
     prefill: { type: "string", default: "128,512" },
     "no-breakdown": { type: "boolean", default: false },
     "matmul-variant": { type: "string" },
+    "force-f32": { type: "boolean", default: false },
     json: { type: "boolean", default: false },
   },
 });
@@ -97,7 +99,7 @@ if (forced !== undefined) {
   };
 }
 
-const ctx = await benchContext();
+const ctx = args["force-f32"] ? await GpuContext.create({ forceF32: true }) : await benchContext();
 const generated = args.model === undefined;
 const modelDir = args.model ?? await generateModel();
 const command = Deno.args.length > 0 || !import.meta.main
