@@ -146,11 +146,13 @@ export class LLMEngine implements EngineClient {
       throw error;
     }
     const live: LiveRequest = {
+      // One increment per step with new tokens, even when their text is held back or empty
+      // (as vLLM streams): clients see every token arrive, e.g. for TTFT and ITL.
       state: new RequestOutputState(this.tokenizer, {
         requestId: id,
         promptTokenIds: request.promptTokenIds,
         params: request.params,
-      }),
+      }, { emitTokenOnly: true }),
       params: request.params,
       queue: [],
       notify: null,

@@ -34,7 +34,7 @@ export interface RequestResult {
   readonly itlMs: readonly number[];
   /** Prompt length in tokens: the server's `usage.prompt_tokens`, else the planned length. */
   readonly promptTokens: number;
-  /** Generated tokens: the server's `usage.completion_tokens`, else the text chunks counted. */
+  /** Generated tokens: the server's `usage.completion_tokens`, else the streamed chunks counted. */
   readonly outputTokens: number;
   /** True when the server sent a usage chunk (token counts are exact). */
   readonly usageReported: boolean;

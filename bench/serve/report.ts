@@ -116,7 +116,7 @@ function pct(v: number): string {
  * 6. Failures per level (or that all requests succeeded).
  * 7. With SLOs: the level with the best goodput, and levels where < 90% of successful requests
  *    met the SLOs.
- * 8. A warning when the server sent no usage chunk (token counts are text chunks).
+ * 8. A warning when the server sent no usage chunk (token counts are streamed chunks).
  */
 export function analyze(levels: readonly LevelReport[], slo: Slo): string[] {
   const out: string[] = [];
@@ -249,7 +249,7 @@ export function analyze(levels: readonly LevelReport[], slo: Slo): string[] {
   if (ok.some((l) => !l.metrics.usageReported)) {
     out.push(
       "The server sent no usage chunk for some requests: their output lengths count streamed " +
-        "text chunks, which undercounts tokens when a chunk carries several.",
+        "streamed chunks, which undercounts tokens when a chunk carries several.",
     );
   }
   return out;

@@ -170,9 +170,9 @@ export function renderMarkdown(report: BenchReport): string {
     ].join("\n\n"),
     "### Definitions",
     [
-      "- TTFT: send to the first streamed chunk carrying text (client side).",
+      "- TTFT: send to the first streamed chunk carrying a choice (client side; its text may be empty, as in `vllm bench serve`).",
       "- TPOT: (E2E - TTFT) / (output tokens - 1), per request; 1-token requests have none.",
-      "- ITL: every gap between consecutive text chunks, pooled over the level's requests.",
+      "- ITL: every gap between consecutive chunks carrying a choice, pooled over the level's requests.",
       "- E2E: send to the end of the stream (`data: [DONE]`), client side.",
       "- Throughputs count successful requests only, over the level's wall time (first send " +
       "to last completion).",

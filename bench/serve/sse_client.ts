@@ -201,7 +201,9 @@ export async function streamCompletion(
       const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
       const first: unknown = choices[0];
       const piece = isRecord(first) && typeof first.text === "string" ? first.text : "";
-      if (piece !== "") {
+      // As `vllm bench serve`: every chunk carrying a choice marks token arrival, even when its
+      // text is empty (special tokens, ids past a padded vocabulary, a partial UTF-8 character).
+      if (isRecord(first)) {
         const now = performance.now();
         if (ttft === null) ttft = now - t0;
         else itl.push(now - last);
