@@ -97,7 +97,8 @@ const USAGE = `usage: deno task bench:batching [options]
   --calibrate                measure WebGPU step times and fit the mock latency model
   --sweep                    the 004 experiment (mock; Poisson arrivals), files to --out-dir
   --rate R                   sweep: Poisson arrival rate in req/s (default 20)
-  --out-dir DIR              sweep: output folder (default bench/results/batching-<time>/)`;
+  --out-dir DIR              output folder for the .md, .json and .svg files
+                             (default bench/results/batching-<time>/, git-ignored)`;
 
 /** Bad command-line input. */
 export class UsageError extends Error {
@@ -250,6 +251,26 @@ export interface SchedulerResult extends RunSummary {
   readonly batch_wait_ms: number | null;
   /** Decode steps (every request decodes one token) per second of the run. */
   readonly steps_per_s: number;
+  /** Requests finished by time t (s from the first arrival), at most 64 points: the chart. */
+  readonly completion_curve: readonly { readonly t_s: number; readonly finished: number }[];
+}
+
+/** Requests finished over time, sampled at (at most) 64 evenly spaced finish events. */
+function completionCurve(
+  requests: readonly { readonly arrivalMs: number; readonly finishMs: number }[],
+): { t_s: number; finished: number }[] {
+  if (requests.length === 0) return [];
+  const t0 = Math.min(...requests.map((r) => r.arrivalMs));
+  const ends = requests.map((r) => (r.finishMs - t0) / 1000).sort((a, b) => a - b);
+  const stride = Math.max(1, Math.ceil(ends.length / 64));
+  const curve = [{ t_s: 0, finished: 0 }];
+  for (let i = stride - 1; i < ends.length; i += stride) {
+    curve.push({ t_s: ends[i]!, finished: i + 1 });
+  }
+  if (curve.at(-1)!.finished !== ends.length) {
+    curve.push({ t_s: ends.at(-1)!, finished: ends.length });
+  }
+  return curve;
 }
 
 /** Makes the executor and timeline of one run. */
@@ -258,6 +279,55 @@ type Backend = () => {
   timeline: Timeline;
   settle?: (step: number) => void;
 };
+
+/** Writes the comparison as Markdown, JSON and an SVG chart to the output folder. */
+async function writeComparison(
+  o: Options,
+  meta: Record<string, unknown>,
+  results: readonly SchedulerResult[],
+  g: ReturnType<typeof goals>,
+): Promise<string> {
+  const outDir = o.outDir ??
+    `bench/results/batching-${new Date().toISOString().replace(/[:.]/g, "-")}`;
+  await Deno.mkdir(outDir, { recursive: true });
+  const svg = lineChart({
+    title: `Requests finished over time (${o.executor} executor)`,
+    xLabel: "time since the burst arrived (s)",
+    yLabel: "requests finished",
+    series: results.map((r) => ({
+      name: r.scheduler,
+      points: r.completion_curve.map((p) => ({ x: p.t_s, y: p.finished })),
+    })),
+  });
+  const md = [
+    `# Static vs dynamic vs continuous batching (${o.executor} executor)`,
+    "",
+    `${o.requests} requests, prompts ${o.promptLen.join("..")}, outputs ${
+      o.outputLen.join("..")
+    } tokens, ` +
+    `all at t = 0, seed ${o.seed}; KV budget ${o.kvSlots} token slots, max_model_len ${o.maxModelLen}.`,
+    "",
+    markdownTable(RESULT_HEADER, resultRows(results)),
+    "",
+    `continuous / static output tokens/s: ${
+      fmt(g.continuous_over_static_output_tokens ?? NaN, 2)
+    }x; ` +
+    `paged KV utilisation at peak allocation ${
+      fmt(g.paged_kv_peak_utilization ?? NaN, 3)
+    } vs static ` +
+    `contiguous ${fmt(g.static_kv_peak_utilization ?? NaN, 3)}.`,
+    "",
+    "![requests finished over time](batching_completion.svg)",
+    "",
+  ].join("\n");
+  await Deno.writeTextFile(`${outDir}/batching.md`, md);
+  await Deno.writeTextFile(
+    `${outDir}/batching.json`,
+    JSON.stringify({ ...meta, results, goals: g }, null, 2),
+  );
+  await Deno.writeTextFile(`${outDir}/batching_completion.svg`, svg);
+  return outDir;
+}
 
 async function runOne(
   choice: SchedulerChoice,
@@ -286,6 +356,7 @@ async function runOne(
     batch_wait_ms: choice.kind === "dynamic" ? choice.batchWaitMs ?? 10 : null,
     ...s,
     steps_per_s: s.duration_s > 0 ? s.steps / s.duration_s : 0,
+    completion_curve: completionCurve(run.requests),
   };
 }
 
@@ -514,10 +585,12 @@ async function runCompare(o: Options, io: BenchIo): Promise<number> {
     }
   }
   const g = goals(results);
+  const outDir = await writeComparison(o, meta, results, g);
   if (o.json) {
     io.log(JSON.stringify({ ...meta, results, goals: g }));
     return 0;
   }
+  io.log(`wrote ${outDir}/batching.md, batching.json, batching_completion.svg`);
   io.log(
     `batching: ${o.requests} requests, prompts ${o.promptLen.join("..")}, outputs ${
       o.outputLen.join("..")

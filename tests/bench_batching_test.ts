@@ -141,18 +141,36 @@ const SMALL = [
   "512",
 ];
 
-Deno.test("bench:batching --json (mock) prints one JSON object with every scheduler's figures", async () => {
-  const { code, out } = await bench(["--json", ...SMALL]);
-  assert.equal(code, 0);
-  assert.equal(out.length, 1);
-  const report = CompareView.parse(JSON.parse(out[0]!));
-  assert.equal(report.executor, "mock");
-  assert.equal(report.baseline_batch_size, 8);
-  assert.deepEqual(report.results.map((r) => r.scheduler), ["static", "dynamic", "continuous"]);
-  for (const r of report.results) assert.equal(r.requests, 16);
-  const text = await bench(SMALL);
-  assert.equal(text.code, 0);
-  assert.match(text.out.join("\n"), /continuous \/ static output tokens\/s/);
+Deno.test("bench:batching --json (mock) prints one JSON object with every scheduler's figures and writes md/json/svg", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const { code, out } = await bench(["--json", ...SMALL, "--out-dir", dir]);
+    assert.equal(code, 0);
+    assert.equal(out.length, 1);
+    const report = CompareView.parse(JSON.parse(out[0]!));
+    assert.equal(report.executor, "mock");
+    assert.equal(report.baseline_batch_size, 8);
+    assert.deepEqual(report.results.map((r) => r.scheduler), ["static", "dynamic", "continuous"]);
+    for (const r of report.results) assert.equal(r.requests, 16);
+    // The same report as files: Markdown table, JSON with the completion curves, SVG chart.
+    const md = await Deno.readTextFile(`${dir}/batching.md`);
+    assert.match(md, /\| continuous \|/);
+    assert.match(md, /!\[requests finished over time\]\(batching_completion\.svg\)/);
+    const saved = JSON.parse(await Deno.readTextFile(`${dir}/batching.json`));
+    for (const r of saved.results) {
+      assert.equal(r.completion_curve.at(-1).finished, 16);
+      assert.deepEqual(r.completion_curve[0], { t_s: 0, finished: 0 });
+    }
+    const svg = await Deno.readTextFile(`${dir}/batching_completion.svg`);
+    assert.match(svg, /^<svg[^>]*>/);
+    assert.match(svg, /requests finished/);
+    assert.match(svg, /<\/svg>\s*$/);
+    const text = await bench([...SMALL, "--out-dir", dir]);
+    assert.equal(text.code, 0);
+    assert.match(text.out.join("\n"), /continuous \/ static output tokens\/s/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("bench:batching rejects bad flags with exit status 2", async () => {
@@ -187,6 +205,7 @@ Deno.test({
   name: "bench:batching --executor webgpu runs the tiny model and measures the decode rates",
   ...GPU_TEST,
   fn: async () => {
+    const dir = await Deno.makeTempDir();
     const { code, out } = await bench([
       "--executor",
       "webgpu",
@@ -198,7 +217,10 @@ Deno.test({
       "8",
       "--max-num-batched-tokens",
       "64",
+      "--out-dir",
+      dir,
     ]);
+    await Deno.remove(dir, { recursive: true });
     assert.equal(code, 0);
     const report = CompareView.extend({
       decode_rate: z.object({
