@@ -62,6 +62,8 @@ export const engineOptionsSchema = z.object({
   mockPerTokenMs: z.number().nonnegative().default(0.05),
   /** Mock executor fault injection: the n-th step fails as if the device were lost. */
   mockFailAtStep: positiveInt.optional(),
+  /** Mock executor: do each step's work inside submit, as lavapipe does (testing). */
+  mockBlockingSubmit: z.boolean().default(false),
   /** Steps in flight at once (default: the executor's maximum). */
   maxInFlight: positiveInt.optional(),
   /** Seed of the engine's generator (seeds of requests that give none). */

@@ -166,6 +166,7 @@ export function setupMockEngine(
     latency: { baseMs: config.mockBaseMs, perTokenMs: config.mockPerTokenMs },
     ...(config.maxInFlight !== undefined ? { maxInFlight: config.maxInFlight } : {}),
     ...(config.mockFailAtStep !== undefined ? { failAtStep: config.mockFailAtStep } : {}),
+    blockingSubmit: config.mockBlockingSubmit,
   });
   log(
     `Mock executor: step = ${config.mockBaseMs} ms + ${config.mockPerTokenMs} ms per batched token`,

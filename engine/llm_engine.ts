@@ -39,6 +39,9 @@ import type { SamplingParams } from "../scheduler/sampling_params.ts";
 
 export { type Logger, resolveMaxModelLen } from "./engine_setup.ts";
 
+/** Submissions slower than this (ms, moving average) count as synchronous; see `#effectiveDepth`. */
+const SYNC_SUBMIT_MS = 40;
+
 /** A request the engine is serving. */
 interface LiveRequest {
   readonly state: RequestOutputState;
@@ -68,6 +71,8 @@ export class LLMEngine implements EngineClient {
   readonly #executor: Executor;
   readonly #ctx: GpuContext | null;
   readonly #depth: number;
+  /** Moving average of the wall time `executor.execute` takes to return, ms. */
+  #submitMs = 0;
   readonly #kvBlocks: number;
   readonly #live = new Map<string, LiveRequest>();
   readonly #inFlight: InFlight[] = [];
@@ -242,7 +247,7 @@ export class LLMEngine implements EngineClient {
       try {
         // 1. Schedule and run: fill the pipeline up to `depth` steps in flight.
         let idle = false;
-        while (this.#inFlight.length < this.#depth) {
+        while (this.#inFlight.length < this.#effectiveDepth()) {
           const output = scheduler.schedule();
           if (
             output.scheduled.length === 0 && output.swappedIn.length === 0 &&
@@ -253,7 +258,9 @@ export class LLMEngine implements EngineClient {
             idle = true;
             break;
           }
+          const t0 = performance.now();
           const step = this.#executor.execute(output);
+          this.#submitMs = 0.7 * this.#submitMs + 0.3 * (performance.now() - t0);
           // The loop awaits results in order; a step that fails before its turn must not be
           // reported as an unhandled rejection meanwhile (the await below still throws).
           step.result.catch(() => {});
@@ -271,6 +278,10 @@ export class LLMEngine implements EngineClient {
           while (this.#inFlight[0]?.empty === true) {
             this.#postprocess(this.#inFlight.shift()!.output, new Map());
           }
+          // With a synchronous device the next submit blocks for a whole step: first give the
+          // event loop a turn, so the increments just emitted reach their consumers (and their
+          // HTTP chunks are written) now rather than after that step.
+          if (this.#effectiveDepth() === 1) await new Promise((r) => setTimeout(r, 0));
           // Progress is possible unless the last schedule was empty and nothing real is in
           // flight.
           if (!idle || this.#inFlight.length > 0) continue;
@@ -290,6 +301,17 @@ export class LLMEngine implements EngineClient {
         this.#fail(error instanceof Error ? error : new Error(String(error)));
       }
     }
+  }
+
+  /**
+   * Steps to keep in flight now. Pipelining hides Deno's ~10 ms readback latency when the device
+   * works asynchronously. Some adapters (lavapipe, measured) do the step's work inside
+   * `queue.submit`: then each extra step in flight delays every token by a whole step and blocks
+   * the event loop (no HTTP chunk is sent), so when submitting takes longer than 4 readback
+   * periods the engine keeps one step in flight and streams each token as it is produced.
+   */
+  #effectiveDepth(): number {
+    return this.#submitMs > SYNC_SUBMIT_MS ? 1 : this.#depth;
   }
 
   /** Waits for `ms` (null: until kicked). */

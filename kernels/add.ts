@@ -7,8 +7,9 @@
 
 import source from "./add.wgsl" with { type: "text" };
 import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import { dispatch1d, groupsFor } from "./dispatch.ts";
+import type { ParamArena } from "../engine/gpu/params.ts";
+import { CallSite, f32Capacity } from "./call_site.ts";
+import { groupsFor } from "./dispatch.ts";
 
 /** Buffers of one `add` call site; fixed for the op's lifetime. */
 export interface AddBuffers {
@@ -45,36 +46,28 @@ export class Add {
 
   /** Creates a call site: its bind group and parameter slot are made once, here. */
   bind(arena: ParamArena, buffers: AddBuffers): AddOp {
-    const pipeline = buffers.out === undefined
-      ? this.#pipelines.inPlace
-      : this.#pipelines.outOfPlace;
-    const entries: GPUBindGroupEntry[] = [
-      { binding: 0, resource: buffers.a },
-      { binding: 1, resource: buffers.b },
-    ];
-    if (buffers.out !== undefined) entries.push({ binding: 2, resource: buffers.out });
-    const slot = arena.allocate();
-    entries.push({ binding: 3, resource: slot.binding });
-    const bindGroup = this.#ctx.device.createBindGroup({
-      label: buffers.out === undefined ? "add/in_place" : "add/out_of_place",
-      layout: pipeline.getBindGroupLayout(0),
-      entries,
-    });
+    const inPlace = buffers.out === undefined;
+    const pipeline = inPlace ? this.#pipelines.inPlace : this.#pipelines.outOfPlace;
+    const site = new CallSite(
+      this.#ctx,
+      arena,
+      pipeline,
+      inPlace ? "add/in_place" : "add/out_of_place",
+      [buffers.a, buffers.b, buffers.out],
+    );
     const capacity = Math.min(
       f32Capacity(buffers.a),
       f32Capacity(buffers.b),
       buffers.out === undefined ? Infinity : f32Capacity(buffers.out),
     );
-    return new AddOp(pipeline, bindGroup, slot, capacity);
+    return new AddOp(site, capacity);
   }
 }
 
 /** One `add` call site. */
 export class AddOp {
   constructor(
-    private readonly pipeline: GPUComputePipeline,
-    private readonly bindGroup: GPUBindGroup,
-    private readonly slot: ParamSlot,
+    private readonly site: CallSite,
     /** Largest `count` the bound buffers hold. */
     readonly capacity: number,
   ) {}
@@ -90,13 +83,7 @@ export class AddOp {
         `Cannot encode add of ${count} elements: the bound buffers hold ${this.capacity}`,
       );
     }
-    this.slot.setU32(0, count);
-    pass.setPipeline(this.pipeline);
-    pass.setBindGroup(0, this.bindGroup);
-    dispatch1d(pass, groupsFor(count, 256));
+    this.site.slot.setU32(0, count);
+    this.site.dispatch(pass, groupsFor(count, 256));
   }
-}
-
-function f32Capacity(b: GPUBufferBinding): number {
-  return Math.floor((b.size ?? b.buffer.size - (b.offset ?? 0)) / 4);
 }

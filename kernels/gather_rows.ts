@@ -7,8 +7,9 @@
 
 import source from "./gather_rows.wgsl" with { type: "text" };
 import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import { dispatch1d, groupsFor } from "./dispatch.ts";
+import type { ParamArena } from "../engine/gpu/params.ts";
+import { CallSite } from "./call_site.ts";
+import { groupsFor } from "./dispatch.ts";
 
 /** Buffers of one `gather_rows` call site; fixed for the op's lifetime. */
 export interface GatherRowsBuffers {
@@ -32,34 +33,23 @@ export class GatherRows {
 
   /** Creates a call site: its bind group and parameter slot are made once, here. */
   bind(arena: ParamArena, buffers: GatherRowsBuffers): GatherRowsOp {
-    const slot = arena.allocate();
-    const bindGroup = this.#ctx.device.createBindGroup({
-      label: "gather_rows",
-      layout: this.#pipeline.getBindGroupLayout(0),
-      entries: [
-        { binding: 0, resource: buffers.src },
-        { binding: 1, resource: buffers.indices },
-        { binding: 2, resource: buffers.out },
-        { binding: 3, resource: slot.binding },
-      ],
-    });
-    return new GatherRowsOp(this.#pipeline, bindGroup, slot);
+    return new GatherRowsOp(
+      new CallSite(this.#ctx, arena, this.#pipeline, "gather_rows", [
+        buffers.src,
+        buffers.indices,
+        buffers.out,
+      ]),
+    );
   }
 }
 
 /** One `gather_rows` call site. */
 export class GatherRowsOp {
-  constructor(
-    private readonly pipeline: GPUComputePipeline,
-    private readonly bindGroup: GPUBindGroup,
-    private readonly slot: ParamSlot,
-  ) {}
+  constructor(private readonly site: CallSite) {}
 
   /** Encodes the copy of `rows` rows of width `cols`. */
   encode(pass: GPUComputePassEncoder, rows: number, cols: number): void {
-    this.slot.setU32(0, rows, cols);
-    pass.setPipeline(this.pipeline);
-    pass.setBindGroup(0, this.bindGroup);
-    dispatch1d(pass, groupsFor(rows * cols, 256));
+    this.site.slot.setU32(0, rows, cols);
+    this.site.dispatch(pass, groupsFor(rows * cols, 256));
   }
 }

@@ -7,8 +7,9 @@
 
 import source from "./gelu_new.wgsl" with { type: "text" };
 import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import { dispatch1d, groupsFor } from "./dispatch.ts";
+import type { ParamArena } from "../engine/gpu/params.ts";
+import { CallSite, f32Capacity } from "./call_site.ts";
+import { groupsFor } from "./dispatch.ts";
 
 /** Buffers of one `gelu_new` call site; fixed for the op's lifetime. */
 export interface GeluNewBuffers {
@@ -45,29 +46,25 @@ export class GeluNew {
   bind(arena: ParamArena, buffers: GeluNewBuffers): GeluNewOp {
     const inPlace = buffers.out === undefined;
     const pipeline = inPlace ? this.#pipelines.inPlace : this.#pipelines.outOfPlace;
-    const slot = arena.allocate();
-    const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: buffers.input }];
-    if (buffers.out !== undefined) entries.push({ binding: 1, resource: buffers.out });
-    entries.push({ binding: 2, resource: slot.binding });
-    const bindGroup = this.#ctx.device.createBindGroup({
-      label: inPlace ? "gelu_new/in_place" : "gelu_new/out_of_place",
-      layout: pipeline.getBindGroupLayout(0),
-      entries,
-    });
+    const site = new CallSite(
+      this.#ctx,
+      arena,
+      pipeline,
+      inPlace ? "gelu_new/in_place" : "gelu_new/out_of_place",
+      [buffers.input, buffers.out],
+    );
     const capacity = Math.min(
       f32Capacity(buffers.input),
       buffers.out === undefined ? Infinity : f32Capacity(buffers.out),
     );
-    return new GeluNewOp(pipeline, bindGroup, slot, capacity);
+    return new GeluNewOp(site, capacity);
   }
 }
 
 /** One `gelu_new` call site. */
 export class GeluNewOp {
   constructor(
-    private readonly pipeline: GPUComputePipeline,
-    private readonly bindGroup: GPUBindGroup,
-    private readonly slot: ParamSlot,
+    private readonly site: CallSite,
     /** Largest `count` the bound buffers hold. */
     readonly capacity: number,
   ) {}
@@ -83,13 +80,7 @@ export class GeluNewOp {
         `Cannot encode gelu_new of ${count} elements: the bound buffers hold ${this.capacity}`,
       );
     }
-    this.slot.setU32(0, count);
-    pass.setPipeline(this.pipeline);
-    pass.setBindGroup(0, this.bindGroup);
-    dispatch1d(pass, groupsFor(count, 256));
+    this.site.slot.setU32(0, count);
+    this.site.dispatch(pass, groupsFor(count, 256));
   }
-}
-
-function f32Capacity(b: GPUBufferBinding): number {
-  return Math.floor((b.size ?? b.buffer.size - (b.offset ?? 0)) / 4);
 }

@@ -10,6 +10,7 @@ import type { GpuContext } from "../engine/gpu/context.ts";
 import { weightPrelude } from "../engine/gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
 import type { GpuMatrix } from "../engine/gpu/tensor.ts";
+import { f32Capacity } from "./call_site.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
 import { type NormShape, normShapePrelude } from "./rms_norm.ts";
 
@@ -125,8 +126,4 @@ export class LayerNormOp {
     pass.setBindGroup(0, this.bindGroup);
     dispatch1d(pass, groupsFor(rows, rowsPerWorkgroup));
   }
-}
-
-function f32Capacity(b: GPUBufferBinding): number {
-  return Math.floor((b.size ?? b.buffer.size - (b.offset ?? 0)) / 4);
 }

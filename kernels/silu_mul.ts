@@ -7,8 +7,9 @@
 
 import source from "./silu_mul.wgsl" with { type: "text" };
 import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import { dispatch1d, groupsFor } from "./dispatch.ts";
+import type { ParamArena } from "../engine/gpu/params.ts";
+import { CallSite } from "./call_site.ts";
+import { groupsFor } from "./dispatch.ts";
 
 /** Buffers of one `silu_mul` call site; fixed for the op's lifetime. */
 export interface SiluMulBuffers {
@@ -30,33 +31,19 @@ export class SiluMul {
 
   /** Creates a call site: its bind group and parameter slot are made once, here. */
   bind(arena: ParamArena, buffers: SiluMulBuffers): SiluMulOp {
-    const slot = arena.allocate();
-    const bindGroup = this.#ctx.device.createBindGroup({
-      label: "silu_mul",
-      layout: this.#pipeline.getBindGroupLayout(0),
-      entries: [
-        { binding: 0, resource: buffers.gateUp },
-        { binding: 1, resource: buffers.out },
-        { binding: 2, resource: slot.binding },
-      ],
-    });
-    return new SiluMulOp(this.#pipeline, bindGroup, slot);
+    return new SiluMulOp(
+      new CallSite(this.#ctx, arena, this.#pipeline, "silu_mul", [buffers.gateUp, buffers.out]),
+    );
   }
 }
 
 /** One `silu_mul` call site. */
 export class SiluMulOp {
-  constructor(
-    private readonly pipeline: GPUComputePipeline,
-    private readonly bindGroup: GPUBindGroup,
-    private readonly slot: ParamSlot,
-  ) {}
+  constructor(private readonly site: CallSite) {}
 
   /** Encodes `out = silu(gate) * up` for `tokens` rows of width `inter`. */
   encode(pass: GPUComputePassEncoder, tokens: number, inter: number): void {
-    this.slot.setU32(0, tokens, inter);
-    pass.setPipeline(this.pipeline);
-    pass.setBindGroup(0, this.bindGroup);
-    dispatch1d(pass, groupsFor(tokens * inter, 256));
+    this.site.slot.setU32(0, tokens, inter);
+    this.site.dispatch(pass, groupsFor(tokens * inter, 256));
   }
 }

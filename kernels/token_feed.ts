@@ -8,8 +8,9 @@
 
 import source from "./token_feed.wgsl" with { type: "text" };
 import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import { dispatch1d, groupsFor } from "./dispatch.ts";
+import type { ParamArena } from "../engine/gpu/params.ts";
+import { CallSite } from "./call_site.ts";
+import { groupsFor } from "./dispatch.ts";
 
 /** Bit 31 of a host id: "take the id sampled for sequence `id & 0x7fffffff`". */
 export const FROM_SAMPLED = 0x80000000;
@@ -44,34 +45,23 @@ export class TokenFeed {
 
   /** Creates a call site: its bind group and parameter slot are made once, here. */
   bind(arena: ParamArena, buffers: TokenFeedBuffers): TokenFeedOp {
-    const slot = arena.allocate();
-    const bindGroup = this.#ctx.device.createBindGroup({
-      label: "token_feed",
-      layout: this.#pipeline.getBindGroupLayout(0),
-      entries: [
-        { binding: 0, resource: buffers.hostIds },
-        { binding: 1, resource: buffers.sampled },
-        { binding: 2, resource: buffers.ids },
-        { binding: 3, resource: slot.binding },
-      ],
-    });
-    return new TokenFeedOp(this.#pipeline, bindGroup, slot);
+    return new TokenFeedOp(
+      new CallSite(this.#ctx, arena, this.#pipeline, "token_feed", [
+        buffers.hostIds,
+        buffers.sampled,
+        buffers.ids,
+      ]),
+    );
   }
 }
 
 /** One `token_feed` call site. */
 export class TokenFeedOp {
-  constructor(
-    private readonly pipeline: GPUComputePipeline,
-    private readonly bindGroup: GPUBindGroup,
-    private readonly slot: ParamSlot,
-  ) {}
+  constructor(private readonly site: CallSite) {}
 
   /** Encodes the resolution of `tokens` input ids. */
   encode(pass: GPUComputePassEncoder, tokens: number): void {
-    this.slot.setU32(0, tokens);
-    pass.setPipeline(this.pipeline);
-    pass.setBindGroup(0, this.bindGroup);
-    dispatch1d(pass, groupsFor(tokens, 64));
+    this.site.slot.setU32(0, tokens);
+    this.site.dispatch(pass, groupsFor(tokens, 64));
   }
 }

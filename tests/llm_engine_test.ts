@@ -419,3 +419,33 @@ Deno.test("LLMEngine fails every live request with EngineDeadError when a step f
     await engine.shutdown();
   }
 });
+
+Deno.test("LLMEngine streams one token per step when the device works inside submit (lavapipe)", async () => {
+  // With 6 steps kept in flight and a synchronous submit, every token used to wait for 6 steps
+  // of work, and the event loop was blocked meanwhile: tokens arrived in bursts.
+  const engine = LLMEngine.createMock({
+    mockBaseMs: 60,
+    mockPerTokenMs: 0,
+    mockBlockingSubmit: true,
+    maxInFlight: 6,
+  });
+  try {
+    const t0 = performance.now();
+    const arrivals: number[] = [];
+    const stream = engine.generate({
+      requestId: "s",
+      promptTokenIds: [1, 2, 3],
+      params: samplingParams({ maxTokens: 10, ignoreEos: true }),
+    });
+    for await (const o of stream) {
+      for (const _ of o.tokenIds) arrivals.push(performance.now() - t0);
+    }
+    assert.equal(arrivals.length, 10);
+    // The first steps may still be pipelined while the engine measures submit times; after
+    // that, consecutive tokens arrive about one 60 ms step apart, never all at once.
+    const gaps = arrivals.slice(4).map((t, i) => t - arrivals[3 + i]!);
+    for (const g of gaps) assert.ok(g >= 40, `gaps ${gaps.map((x) => x.toFixed(0))}`);
+  } finally {
+    await engine.shutdown();
+  }
+});

@@ -40,6 +40,11 @@ export interface MockExecutorOptions {
    * device would (tests of the engine's and the server's failure paths).
    */
   readonly failAtStep?: number;
+  /**
+   * Spend the step's latency inside `execute` (busy-waiting) instead of on a timer: the
+   * behaviour of adapters whose `queue.submit` does the work (lavapipe, measured).
+   */
+  readonly blockingSubmit?: boolean;
 }
 
 /** See the module documentation. */
@@ -50,6 +55,7 @@ export class MockExecutor implements Executor {
   readonly #first: number;
   readonly #count: number;
   readonly #failAtStep: number | undefined;
+  readonly #blocking: boolean;
   #steps = 0;
   #busyUntil = 0;
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
@@ -64,6 +70,7 @@ export class MockExecutor implements Executor {
     this.#first = options.firstToken ?? MOCK_FIRST_TOKEN;
     this.#count = options.numTokens ?? MOCK_TOKEN_COUNT;
     this.#failAtStep = options.failAtStep;
+    this.#blocking = options.blockingSubmit ?? false;
   }
 
   /** Milliseconds a step of `tokens` batched tokens takes under the latency model. */
@@ -88,6 +95,11 @@ export class MockExecutor implements Executor {
           new GpuDeviceError("GPU device lost (injected by the mock executor)"),
         ),
       };
+    }
+    if (this.#blocking) {
+      const until = performance.now() + this.stepMs(output.totalTokens);
+      while (performance.now() < until) { /* the device works inside submit */ }
+      return { result: Promise.resolve(sampled) };
     }
     const now = performance.now();
     const start = Math.max(now, this.#busyUntil);
