@@ -86,7 +86,11 @@ export function completeStreaming(
           if (out === null || closed) break;
           const reason = out.finishReason === "abort" ? null : out.finishReason;
           const hasLogprobs = r.logprobs && out.logprobs !== null && out.logprobs.length > 0;
-          if (out.text === "" && reason === null && !hasLogprobs) continue;
+          // As vLLM: an increment with new tokens is streamed even when its text is empty
+          // (held back, a partial character, special tokens, ids past a padded vocabulary).
+          if (out.tokenIds.length === 0 && out.text === "" && reason === null && !hasLogprobs) {
+            continue;
+          }
           const lps = out.logprobs ?? [];
           const choice = prep.kind === "chat"
             ? {

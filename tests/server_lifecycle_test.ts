@@ -341,3 +341,28 @@ Deno.test("/v1/models, /tokenize and /detokenize answer vLLM's shapes", async ()
     assert.equal((await both.json()).error.param, "messages");
   });
 });
+
+Deno.test("streaming sends a chunk for every increment with tokens, even when its text is empty", async () => {
+  // Special tokens are left out of the text: echoing them yields increments with a token and no
+  // text. vLLM streams those chunks, and `vllm bench serve` times them.
+  const tokenizer = await tinyTokenizer();
+  const special = [...tokenizer.specialIds][0]!;
+  const engine = new FakeEngine(tokenizer);
+  await withServer(engine, {}, async (url) => {
+    const res = await fetch(`${url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        prompt: [special, special, special],
+        max_tokens: 3,
+        temperature: 0,
+        stream: true,
+      }),
+    });
+    const events = (await res.text()).split("\n\n").filter((e) => e.startsWith("data: {"));
+    const choices = events.map((e) => JSON.parse(e.slice(6)).choices[0]).filter((c) => c);
+    assert.equal(choices.length, 3, JSON.stringify(choices));
+    for (const c of choices) assert.equal(c.text, "");
+    assert.equal(choices.at(-1).finish_reason, "length");
+  });
+});
