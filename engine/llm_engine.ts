@@ -281,7 +281,7 @@ export class LLMEngine implements EngineClient {
           // With a synchronous device the next submit blocks for a whole step: first give the
           // event loop a turn, so the increments just emitted reach their consumers (and their
           // HTTP chunks are written) now rather than after that step.
-          if (this.#effectiveDepth() === 1) await new Promise((r) => setTimeout(r, 0));
+          if (this.#submitMs > SYNC_SUBMIT_MS) await new Promise((r) => setTimeout(r, 0));
           // Progress is possible unless the last schedule was empty and nothing real is in
           // flight.
           if (!idle || this.#inFlight.length > 0) continue;
@@ -307,11 +307,13 @@ export class LLMEngine implements EngineClient {
    * Steps to keep in flight now. Pipelining hides Deno's ~10 ms readback latency when the device
    * works asynchronously. Some adapters (lavapipe, measured) do the step's work inside
    * `queue.submit`: then each extra step in flight delays every token by a whole step and blocks
-   * the event loop (no HTTP chunk is sent), so when submitting takes longer than 4 readback
-   * periods the engine keeps one step in flight and streams each token as it is produced.
+   * the event loop (no HTTP chunk is sent). When submitting takes longer than 4 readback
+   * periods the engine keeps two steps in flight: the second one's submit covers the first one's
+   * readback (one with one in flight, the device would idle ~10 ms a step), and each token
+   * reaches its stream one step later at most.
    */
   #effectiveDepth(): number {
-    return this.#submitMs > SYNC_SUBMIT_MS ? 1 : this.#depth;
+    return this.#submitMs > SYNC_SUBMIT_MS ? Math.min(2, this.#depth) : this.#depth;
   }
 
   /** Waits for `ms` (null: until kicked). */
