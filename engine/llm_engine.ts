@@ -39,7 +39,10 @@ import type { SamplingParams } from "../scheduler/sampling_params.ts";
 
 export { type Logger, resolveMaxModelLen } from "./engine_setup.ts";
 
-/** Submissions slower than this (ms, moving average) count as synchronous; see `#effectiveDepth`. */
+/** Submit time the engine queues ahead of the oldest step's readback, ms (`#effectiveDepth`). */
+const AHEAD_BUDGET_MS = 100;
+
+/** Submissions slower than this (ms, moving average) do the device's work: yield after each. */
 const SYNC_SUBMIT_MS = 40;
 
 /** A request the engine is serving. */
@@ -304,16 +307,15 @@ export class LLMEngine implements EngineClient {
   }
 
   /**
-   * Steps to keep in flight now. Pipelining hides Deno's ~10 ms readback latency when the device
-   * works asynchronously. Some adapters (lavapipe, measured) do the step's work inside
-   * `queue.submit`: then each extra step in flight delays every token by a whole step and blocks
-   * the event loop (no HTTP chunk is sent). When submitting takes longer than 4 readback
-   * periods the engine keeps two steps in flight: the second one's submit covers the first one's
-   * readback (one with one in flight, the device would idle ~10 ms a step), and each token
-   * reaches its stream one step later at most.
+   * Steps to keep in flight now. Pipelining hides Deno's ~10 ms readback latency. Some adapters
+   * (lavapipe, measured) do a step's work inside `queue.submit`: then every step in flight ahead
+   * of a token delays it by a whole step while the event loop is blocked (no HTTP chunk goes
+   * out). So the work queued ahead is bounded in time: about {@linkcode AHEAD_BUDGET_MS} of
+   * submit time, and never fewer than two steps (the second submit covers the first readback).
    */
   #effectiveDepth(): number {
-    return this.#submitMs > SYNC_SUBMIT_MS ? Math.min(2, this.#depth) : this.#depth;
+    if (this.#submitMs <= 1) return this.#depth;
+    return Math.max(2, Math.min(this.#depth, Math.floor(AHEAD_BUDGET_MS / this.#submitMs)));
   }
 
   /** Waits for `ms` (null: until kicked). */
