@@ -4,10 +4,10 @@
  *
  * 1. Prefill vs decode: one prompt of `--prompt-len` tokens prefilled in one step, then
  *    `--gen` tokens generated (the first by the prefill step, the rest by decode steps fed from
- *    the GPU). The model runner exposes no per-step GPU timestamps, so each step is submitted
- *    and awaited on its own (maxInFlight 1) and its host wall time is taken, Deno's ~10 ms
- *    readback floor included; the same generation is also run pipelined (the runner's
- *    maxInFlight steps in flight) to give the decode step time without the floor.
+ *    the GPU). Each step is submitted and awaited on its own and timed on the GPU with
+ *    timestamp queries on its compute pass (host wall time, ~10 ms readback floor included,
+ *    where the adapter lacks `timestamp-query`); the same generation is also run pipelined
+ *    (the runner's maxInFlight steps in flight) to give the host-side step time.
  * 2. Arithmetic intensity (FLOPs, bytes, FLOP/byte) of that prefill and of a decode step,
  *    from the model's real shapes and weight dtype (bench/lib/roofline.ts says what is counted).
  * 3. Roofline for Qwen3-0.6B and LLaMA-2 7B / 13B / 70B (f16 weights and KV) at this adapter's
@@ -35,6 +35,7 @@ import { ParamArena } from "../engine/gpu/params.ts";
 import { GpuMatrix } from "../engine/gpu/tensor.ts";
 import type { ForwardBatch } from "../engine/forward_batch.ts";
 import { WebGpuExecutor } from "../engine/executors/webgpu_executor.ts";
+import { GpuTimer } from "../engine/gpu/timer.ts";
 import type { ModelRunner } from "../engine/model_runner.ts";
 import { Matmul } from "../kernels/matmul.ts";
 import { makeModel } from "../tools/make_model.ts";
@@ -148,7 +149,7 @@ export function parsePrefillDecodeArgs(argv: string[]): Options {
 /** Section 1's measurements. */
 interface PhaseTiming {
   readonly prefillMs: number;
-  /** Wall ms of each decode step, awaited one by one. */
+  /** ms of each decode step, awaited one by one (GPU timestamps, else wall time). */
   readonly decodeStepMs: readonly number[];
   /** Mean ms per decode step with steps pipelined. */
   readonly pipelinedDecodeStepMs: number;
@@ -172,25 +173,40 @@ function decodeBatch(runner: ModelRunner, prevStep: number, position: number): F
   };
 }
 
-/** Prefill then `gen - 1` decode steps, each awaited. Returns per-step wall ms. */
+/**
+ * Prefill then `gen - 1` decode steps, each awaited. Returns per-step ms: GPU time of the step's
+ * compute pass from timestamp queries where the adapter has them, else host wall time.
+ */
 async function generate(
   runner: ModelRunner,
   promptLen: number,
   gen: number,
 ): Promise<{ prefillMs: number; stepMs: number[]; lastStep: number }> {
-  const prefill = syntheticBatch(runner, { seqs: 1, queryLen: promptLen, contextLen: promptLen });
-  const t0 = performance.now();
-  let h = runner.execute(prefill);
-  await h.result;
-  const prefillMs = performance.now() - t0;
-  const stepMs: number[] = [];
-  for (let i = 1; i < gen; i++) {
-    const s0 = performance.now();
-    h = runner.execute(decodeBatch(runner, h.step, promptLen + i - 1));
+  const timer = runner.ctx.hasTimestamps ? new GpuTimer(runner.ctx, 1) : null;
+  const timing = timer === null ? undefined : {
+    descriptor: timer.passDescriptor(0),
+    resolve: (encoder: GPUCommandEncoder) => timer.resolve(encoder, 1),
+  };
+  const run = async (batch: ForwardBatch) => {
+    const t0 = performance.now();
+    const h = runner.execute(batch, timing);
     await h.result;
-    stepMs.push(performance.now() - s0);
+    const ms = timer === null ? performance.now() - t0 : (await timer.read(1))[0]!;
+    return { h, ms };
+  };
+  try {
+    const prefill = syntheticBatch(runner, { seqs: 1, queryLen: promptLen, contextLen: promptLen });
+    let { h, ms: prefillMs } = await run(prefill);
+    const stepMs: number[] = [];
+    for (let i = 1; i < gen; i++) {
+      const r = await run(decodeBatch(runner, h.step, promptLen + i - 1));
+      h = r.h;
+      stepMs.push(r.ms);
+    }
+    return { prefillMs, stepMs, lastStep: h.step };
+  } finally {
+    timer?.destroy();
   }
-  return { prefillMs, stepMs, lastStep: h.step };
 }
 
 /**
@@ -538,9 +554,13 @@ export async function runPrefillDecodeBench(
       weight_dtype: weightDtype,
       prompt_len: o.promptLen,
       gen: o.gen,
-      timing_method: "host wall time per step, each step submitted and awaited (maxInFlight 1, " +
-        "Deno's ~10 ms readback floor included; the runner exposes no per-step GPU timestamps); " +
-        "pipelined = the same generation with steps kept in flight, total / steps",
+      timing_method: (ctx.hasTimestamps
+        ? "GPU time of each step's compute pass (timestamp-query), each step submitted and " +
+          "awaited on its own"
+        : "host wall time per step, each step submitted and awaited (maxInFlight 1, Deno's " +
+          "~10 ms readback floor included: this adapter has no timestamp-query)") +
+        "; pipelined = host wall time of the same generation with steps kept in flight, " +
+        "total / steps",
       prefill_ms: phases.prefillMs,
       decode_ms: decodeMs,
       decode_steps: stepMs.length,
@@ -601,8 +621,9 @@ export async function runPrefillDecodeBench(
     const charts = batchCharts(batchRows ?? []);
     await Deno.writeTextFile(`${outDir}/batch_throughput.svg`, charts.throughput);
     await Deno.writeTextFile(`${outDir}/batch_latency.svg`, charts.latency);
-    if (o.json) io.log(JSON.stringify(report));
-    else {
+    if (o.json) {
+      io.log(JSON.stringify(report));
+    } else {
       io.log(rendered.text);
       io.log(`wrote ${outDir}/report.md, report.json, decode_steps.svg, batch_*.svg`);
     }
@@ -627,7 +648,7 @@ function reloadForSweep(dir: string, o: Options, blockSize: number): Promise<Mod
 function decodeChart(stepMs: readonly number[]): string {
   const mean = stepMs.reduce((a, b) => a + b, 0) / Math.max(1, stepMs.length);
   return lineChart({
-    title: "Decode step time (each step awaited)",
+    title: "Decode step time (each step awaited; GPU time where timestamp-query exists)",
     xLabel: "decode step",
     yLabel: "wall ms",
     series: [

@@ -47,6 +47,16 @@ export interface ModelRunnerOptions {
   readonly showProgress?: boolean;
 }
 
+/**
+ * GPU timing of one step (benchmarks): the step's single compute pass is opened with
+ * `descriptor` (e.g. {@linkcode GpuTimer.passDescriptor}, timestamp writes) and `resolve` is
+ * called on the step's encoder after the pass (e.g. `GpuTimer.resolve`).
+ */
+export interface StepTiming {
+  readonly descriptor: GPUComputePassDescriptor;
+  resolve(encoder: GPUCommandEncoder): void;
+}
+
 /** A submitted step. */
 export interface StepHandle {
   /** The runner's number for this step (0, 1, ...): name its samples with `sampledRef`. */
@@ -256,7 +266,7 @@ export class ModelRunner {
    *
    * @throws {RangeError} when the batch does not fit the runner (see {@linkcode validateBatch}).
    */
-  execute(batch: ForwardBatch): StepHandle {
+  execute(batch: ForwardBatch, timing?: StepTiming): StepHandle {
     this.ctx.check();
     const B = this.#bufs.capacity.maxBlocksPerSeq;
     validateBatch(batch, {
@@ -306,11 +316,12 @@ export class ModelRunner {
       numSampled: rows,
     };
     const encoder = this.ctx.device.createCommandEncoder({ label: "step" });
-    const pass = encoder.beginComputePass();
+    const pass = encoder.beginComputePass(timing?.descriptor);
     this.#feed.encode(pass, T);
     this.#model.encode(pass, step);
     this.#sampler.encode(pass, plan, slot);
     pass.end();
+    timing?.resolve(encoder);
     const readback = rows > 0
       ? this.#ring.encode(
         encoder,
