@@ -31,8 +31,8 @@
 
 import source from "./logits_process.wgsl" with { type: "text" };
 import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import { dispatch1d } from "./dispatch.ts";
+import type { ParamArena } from "../engine/gpu/params.ts";
+import { CallSite } from "./call_site.ts";
 
 /** Bytes of one sequence's record in the `params` buffer (10 words). */
 export const LOGITS_PROCESS_PARAMS_BYTES = 40;
@@ -239,31 +239,22 @@ export class LogitsProcess {
 
   /** Creates a call site: its bind group and parameter slot are made once, here. */
   bind(arena: ParamArena, buffers: LogitsProcessBuffers): LogitsProcessOp {
-    const slot = arena.allocate();
-    const bindGroup = this.#ctx.device.createBindGroup({
-      label: "logits_process",
-      layout: this.#pipeline.getBindGroupLayout(0),
-      entries: [
-        { binding: 0, resource: buffers.logits },
-        { binding: 1, resource: buffers.params },
-        { binding: 2, resource: buffers.tokens },
-        { binding: 3, resource: buffers.bias },
-        { binding: 4, resource: buffers.sampled },
-        { binding: 5, resource: buffers.table },
-        { binding: 6, resource: slot.binding },
-      ],
-    });
-    return new LogitsProcessOp(this.#pipeline, bindGroup, slot);
+    return new LogitsProcessOp(
+      new CallSite(this.#ctx, arena, this.#pipeline, "logits_process", [
+        buffers.logits,
+        buffers.params,
+        buffers.tokens,
+        buffers.bias,
+        buffers.sampled,
+        buffers.table,
+      ]),
+    );
   }
 }
 
 /** One `logits_process` call site. */
 export class LogitsProcessOp {
-  constructor(
-    private readonly pipeline: GPUComputePipeline,
-    private readonly bindGroup: GPUBindGroup,
-    private readonly slot: ParamSlot,
-  ) {}
+  constructor(private readonly site: CallSite) {}
 
   /**
    * Encodes the processing of `numSeqs` rows of `vocab` logits (one workgroup per row).
@@ -274,9 +265,7 @@ export class LogitsProcessOp {
     if (!Number.isInteger(vocab) || vocab < 1 || numSeqs * vocab > 0xffffffff) {
       throw new RangeError(`Cannot process ${numSeqs} rows of ${vocab} logits`);
     }
-    this.slot.setU32(0, numSeqs, vocab);
-    pass.setPipeline(this.pipeline);
-    pass.setBindGroup(0, this.bindGroup);
-    dispatch1d(pass, numSeqs);
+    this.site.slot.setU32(0, numSeqs, vocab);
+    this.site.dispatch(pass, numSeqs);
   }
 }

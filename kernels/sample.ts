@@ -22,8 +22,8 @@
 
 import source from "./sample.wgsl" with { type: "text" };
 import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import { dispatch1d } from "./dispatch.ts";
+import type { ParamArena } from "../engine/gpu/params.ts";
+import { CallSite } from "./call_site.ts";
 
 /** Bytes of one sequence's record in the `params` buffer (6 words). */
 export const SAMPLE_PARAMS_BYTES = 24;
@@ -167,29 +167,20 @@ export class Sample {
 
   /** Creates a call site: its bind group and parameter slot are made once, here. */
   bind(arena: ParamArena, buffers: SampleBuffers): SampleOp {
-    const slot = arena.allocate();
-    const bindGroup = this.#ctx.device.createBindGroup({
-      label: "sample",
-      layout: this.#pipeline.getBindGroupLayout(0),
-      entries: [
-        { binding: 0, resource: buffers.logits },
-        { binding: 1, resource: buffers.params },
-        { binding: 2, resource: buffers.tokens },
-        { binding: 3, resource: buffers.logprobs },
-        { binding: 4, resource: slot.binding },
-      ],
-    });
-    return new SampleOp(this.#pipeline, bindGroup, slot);
+    return new SampleOp(
+      new CallSite(this.#ctx, arena, this.#pipeline, "sample", [
+        buffers.logits,
+        buffers.params,
+        buffers.tokens,
+        buffers.logprobs,
+      ]),
+    );
   }
 }
 
 /** One `sample` call site. */
 export class SampleOp {
-  constructor(
-    private readonly pipeline: GPUComputePipeline,
-    private readonly bindGroup: GPUBindGroup,
-    private readonly slot: ParamSlot,
-  ) {}
+  constructor(private readonly site: CallSite) {}
 
   /**
    * Encodes the sampling of `numSeqs` rows of `vocab` logits (one workgroup per row).
@@ -200,9 +191,7 @@ export class SampleOp {
     if (!Number.isInteger(vocab) || vocab < 1 || numSeqs * vocab > 0xffffffff) {
       throw new RangeError(`Cannot sample ${numSeqs} rows of ${vocab} logits`);
     }
-    this.slot.setU32(0, numSeqs, vocab);
-    pass.setPipeline(this.pipeline);
-    pass.setBindGroup(0, this.bindGroup);
-    dispatch1d(pass, numSeqs);
+    this.site.slot.setU32(0, numSeqs, vocab);
+    this.site.dispatch(pass, numSeqs);
   }
 }
