@@ -3,8 +3,10 @@
  * and 8 kv heads of 128, vocab 151936).
  *
  * - prefill, M = 128 (and 512 with `MATMUL_BENCH_LARGE=1`): GFLOP/s (2 M N K / time) of the
- *   `blocked8`, `blocked` and `tiled` kernels, f16 and f32 weights, next to the CPU's sgemm peak;
- * - decode, M = 1 and 8: weight GB/s (bytes of W read / time) of `blocked8`, `blocked`, `gemv`
+ *   `unrolled`, `blocked8`, `blocked` and `tiled` kernels, f16 and f32 weights, next to the CPU's
+ *   sgemm peak;
+ * - decode, M = 1 and 8: weight GB/s (bytes of W read / time) of `unrolled`, `blocked8`,
+ *   `blocked`, `gemv`
  *   kernels (the LM head with the policy's kernel only), next to the copy bandwidth measured
  *   in the same run.
  *
@@ -104,21 +106,21 @@ const policy = defaultMatmulPolicy(ctx);
 console.log(
   `matmul policy on this adapter: ${policy} (${
     policy === "cpu"
-      ? "blocked8 (row stride % 8 == 0, else blocked) for decode and prefill"
+      ? "unrolled (row stride % 8 == 0, else blocked) for decode and prefill"
       : "gemv for decode, tiled for prefill"
   })`,
 );
 for (const dtype of DTYPES) {
   for (const shape of PROJECTIONS) {
-    await run("prefill", shape, dtype, PREFILL_M, ["blocked8", "blocked", "tiled"]);
+    await run("prefill", shape, dtype, PREFILL_M, ["unrolled", "blocked8", "blocked", "tiled"]);
   }
 }
 for (const dtype of DTYPES) {
   for (const shape of PROJECTIONS) {
-    await run("decode", shape, dtype, DECODE_M, ["blocked8", "blocked", "gemv"]);
+    await run("decode", shape, dtype, DECODE_M, ["unrolled", "blocked8", "blocked", "gemv"]);
   }
   // The LM head only with the policy's decode kernel (the other one takes seconds on lavapipe).
-  await run("decode", LM_HEAD, dtype, DECODE_M, [policy === "cpu" ? "blocked8" : "gemv"]);
+  await run("decode", LM_HEAD, dtype, DECODE_M, [policy === "cpu" ? "unrolled" : "gemv"]);
 }
 
 // Listed entries: one decode step (M = 1, the policy's kernel) per projection, submitted and

@@ -86,7 +86,13 @@ async function generateModel(): Promise<string> {
   return dir;
 }
 
-const MATMUL_VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "blocked", "blocked8"];
+const MATMUL_VARIANTS: readonly MatmulVariant[] = [
+  "tiled",
+  "gemv",
+  "blocked",
+  "blocked8",
+  "unrolled",
+];
 const forced = MATMUL_VARIANTS.find((v) => v === args["matmul-variant"]);
 if (args["matmul-variant"] !== undefined && forced === undefined) {
   throw new TypeError(`--matmul-variant must be one of ${MATMUL_VARIANTS.join(", ")}`);
@@ -94,8 +100,8 @@ if (args["matmul-variant"] !== undefined && forced === undefined) {
 if (forced !== undefined) {
   // A/B runs: every matmul of the runner uses the named kernel instead of the policy's choice.
   const choose = Matmul.prototype.choose;
-  Matmul.prototype.choose = function (m, rowStride) {
-    return choose.call(this, m, rowStride, forced);
+  Matmul.prototype.choose = function (m, cols, rowStride) {
+    return choose.call(this, m, cols, rowStride, forced);
   };
 }
 

@@ -20,8 +20,12 @@
  *   loop lavapipe runs every storage load as a per-lane loop over its 32-bit components, so the
  *   number of loads, not bytes, sets the speed: measured on lavapipe (2 cores, Qwen3-0.6B
  *   gate_up, f16) about 1.7x faster than `blocked` at M = 1 and 2x at M = 8. Needs a weight row
- *   stride that is a multiple of 8; the CPU policy uses it whenever the weight has one and falls
- *   back to `blocked` otherwise.
+ *   stride that is a multiple of 8.
+ * - `unrolled` (`matmul_unrolled.wgsl`): `blocked8`'s loads with the register tile (MB x RN =
+ *   up to 16 x 16) written out line by line (`kernels/unroll.ts`) instead of kept in arrays, and
+ *   X read as vec4s when K % 4 == 0. Measured on lavapipe (2 cores, gate_up 6144 x 1024 f16,
+ *   2026-11-22, `bench/matmul_bench.ts`): see docs/benchmarks.md. The CPU policy uses it
+ *   whenever the weight row stride is a multiple of 8 and falls back to `blocked` otherwise.
  *
  * The kernel is chosen per call from M and the {@linkcode MatmulPolicy} (fixed per adapter, see
  * {@linkcode defaultMatmulPolicy}): `M <= decodeMaxRows` (default {@linkcode DECODE_MAX_ROWS})
@@ -36,6 +40,7 @@
 
 import blockedSource from "./matmul_blocked.wgsl" with { type: "text" };
 import blocked8Source from "./matmul_blocked8.wgsl" with { type: "text" };
+import unrolledSource from "./matmul_unrolled.wgsl" with { type: "text" };
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../engine/gpu/context.ts";
@@ -43,13 +48,14 @@ import type { DType } from "../engine/gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
 import type { GpuMatrix } from "../engine/gpu/tensor.ts";
 import { MAX_GROUPS_PER_DIM } from "./dispatch.ts";
+import { unrollTemplate } from "./unroll.ts";
 
 /** The kernels behind {@linkcode Matmul} (see the module documentation). */
-export type MatmulVariant = "tiled" | "gemv" | "blocked" | "blocked8";
+export type MatmulVariant = "tiled" | "gemv" | "blocked" | "blocked8" | "unrolled";
 
 /**
  * Which kernels an adapter uses: `"gpu"` (tiled prefill, workgroup-reduction GEMV decode) or
- * `"cpu"` (the barrier-free `blocked8` / `blocked` kernels for both; for software adapters like
+ * `"cpu"` (the barrier-free `unrolled` / `blocked` kernels for both; for software adapters like
  * lavapipe).
  */
 export type MatmulPolicy = "gpu" | "cpu";
@@ -113,6 +119,15 @@ const BLOCKED_WG = 64;
  */
 const BLOCKED8_RN = 8;
 const BLOCKED8_WG = 16;
+/**
+ * `unrolled`: X-row blocks compiled (the smallest >= M is used; M above the last runs several
+ * blocks in grid z), weight rows per invocation and workgroup size. Measured on lavapipe
+ * (gate_up 16384 x 1024 f16): RN 16 beat 8 and 32 at M = 1 and 16; MB 16 x RN 16 reached 40
+ * GFLOP/s against 28-30 for 8 x 16 and 8 x 32; one 8-lane SIMD group per workgroup.
+ */
+const UNROLLED_BLOCKS = [1, 2, 4, 8, 16] as const;
+const UNROLLED_RN = 16;
+const UNROLLED_WG = 8;
 /** `gemv`: invocations per weight row and weight rows per workgroup. */
 const GEMV_TPR = 64;
 const GEMV_RPW = 4;
@@ -150,6 +165,32 @@ function weightBinding8(dtype: DType): string {
       "    vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)));\n}\n"
     : "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
       "fn load_w8(i: u32) -> mat2x4<f32> {\n  return mat2x4<f32>(w[2u * i], w[2u * i + 1u]);\n}\n";
+}
+
+/**
+ * X binding of `unrolled`: `load_x8` / `load_x8_tail` over vec4s when every row starts on a
+ * vec4 (K % 4 == 0), else over scalars.
+ */
+function xBinding8(vec4: boolean): string {
+  return vec4
+    ? "@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;\n" +
+      "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
+      "  let b = row * (p.k / 4u) + 2u * q;\n" +
+      "  return mat2x4<f32>(x[b], x[b + 1u]);\n}\n" +
+      "fn load_x8_tail(row: u32, q: u32, rem: u32) -> mat2x4<f32> {\n" +
+      "  let b = row * (p.k / 4u) + 2u * q;\n" +
+      "  return mat2x4<f32>(x[b], select(vec4<f32>(0.0), x[b + 1u], rem > 4u));\n}\n"
+    : "@group(0) @binding(0) var<storage, read> x: array<f32>;\n" +
+      "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
+      "  let b = row * p.k + 8u * q;\n" +
+      "  return mat2x4<f32>(vec4<f32>(x[b], x[b + 1u], x[b + 2u], x[b + 3u]),\n" +
+      "    vec4<f32>(x[b + 4u], x[b + 5u], x[b + 6u], x[b + 7u]));\n}\n" +
+      "fn load_x8_tail(row: u32, q: u32, rem: u32) -> mat2x4<f32> {\n" +
+      "  let b = row * p.k + 8u * q;\n" +
+      "  var v: array<f32, 8>;\n" +
+      "  for (var j = 0u; j < 8u; j++) {\n" +
+      "    v[j] = select(0.0, x[b + min(j, rem - 1u)], j < rem);\n  }\n" +
+      "  return mat2x4<f32>(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));\n}\n";
 }
 
 function biasBinding(bias: boolean): string {
@@ -196,9 +237,12 @@ export class Matmul {
     this.#prelude8 = weightBinding8(this.dtype) + biasBinding(this.bias);
     // Compile what the policy uses up front; forced variants (and `blocked`, the CPU fallback
     // for row strides that are not a multiple of 8) compile on first use.
-    for (const mb of ROW_BLOCKS) this.config(this.policy === "cpu" ? "blocked8" : "gemv", mb);
-    if (this.policy === "cpu") this.config("blocked8", BLOCKED_PREFILL_MB);
-    else this.config("tiled", TILE.wy * TILE.tm);
+    if (this.policy === "cpu") {
+      for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, true);
+    } else {
+      for (const mb of ROW_BLOCKS) this.config("gemv", mb);
+      this.config("tiled", TILE.wy * TILE.tm);
+    }
   }
 
   /**
@@ -206,16 +250,25 @@ export class Matmul {
    * ignores `mb`), compiled on first use.
    * @internal
    */
-  config(variant: MatmulVariant, mb: number): KernelConfig {
+  config(variant: MatmulVariant, mb: number, xVec4 = false): KernelConfig {
     const tag = `matmul/${variant}/${this.dtype}/${this.bias ? "bias" : "nobias"}`;
-    const key = variant === "tiled" ? tag : `${tag}/mb${mb}`;
+    const key = variant === "tiled"
+      ? tag
+      : variant === "unrolled"
+      ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}`
+      : `${tag}/mb${mb}`;
     let config = this.#configs.get(key);
     if (config !== undefined) return config;
     let code: string;
     let rowsPerGroup: number;
     let mPerGroup = mb;
     let prelude = this.#prelude;
-    if (variant === "blocked8") {
+    if (variant === "unrolled") {
+      code = `const MB = ${mb}u;\nconst RN = ${UNROLLED_RN}u;\nconst WG = ${UNROLLED_WG}u;\n` +
+        unrollTemplate(unrolledSource, { i: mb, r: UNROLLED_RN });
+      rowsPerGroup = UNROLLED_RN * UNROLLED_WG;
+      prelude = xBinding8(xVec4) + this.#prelude8;
+    } else if (variant === "blocked8") {
       code = `const MB = ${mb}u;\nconst RN = ${BLOCKED8_RN}u;\nconst WG = ${BLOCKED8_WG}u;\n` +
         blocked8Source;
       rowsPerGroup = BLOCKED8_RN * BLOCKED8_WG;
@@ -243,22 +296,27 @@ export class Matmul {
 
   /**
    * The kernel configuration the policy (or `variant`) picks for `m` rows of X and a weight
-   * whose row stride is `rowStride` elements. @internal
+   * of `cols` columns whose row stride is `rowStride` elements. @internal
    */
-  choose(m: number, rowStride: number, variant?: MatmulVariant): KernelConfig {
+  choose(m: number, cols: number, rowStride: number, variant?: MatmulVariant): KernelConfig {
     const decode = m <= this.decodeMaxRows;
     const v = variant ??
       (this.policy === "cpu"
-        ? (rowStride % 8 === 0 ? "blocked8" : "blocked")
+        ? (rowStride % 8 === 0 ? "unrolled" : "blocked")
         : decode
         ? "gemv"
         : "tiled");
-    if (v === "blocked8" && rowStride % 8 !== 0) {
+    if ((v === "blocked8" || v === "unrolled") && rowStride % 8 !== 0) {
       throw new RangeError(
-        `Cannot encode matmul with blocked8: weight row stride ${rowStride} is not a multiple of 8`,
+        `Cannot encode matmul with ${v}: weight row stride ${rowStride} is not a multiple of 8`,
       );
     }
     if (v === "tiled") return this.config("tiled", 0);
+    if (v === "unrolled") {
+      const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
+        UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
+      return this.config(v, mb, cols % 4 === 0);
+    }
     if ((v === "blocked" || v === "blocked8") && !decode) {
       return this.config(v, BLOCKED_PREFILL_MB);
     }
@@ -324,8 +382,11 @@ export class Matmul {
     const slots = w.parts.map(() => arena.allocate());
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, Math.min(xRows, yRows));
     for (const config of this.#configs.values()) {
-      // blocked8 reads 8-element steps: only weights whose row stride allows it are bound.
-      if (config.variant !== "blocked8" || w.rowStride % 8 === 0) op.bindGroups(config);
+      // blocked8 and unrolled read 8-element steps: only weights whose row stride allows it are
+      // bound; unrolled's vec4 X loads need K % 4 == 0.
+      const steps8 = config.variant === "blocked8" || config.variant === "unrolled";
+      const xOk = config.variant !== "unrolled" || config.key.endsWith("/x1") || w.cols % 4 === 0;
+      if ((!steps8 || w.rowStride % 8 === 0) && xOk) op.bindGroups(config);
     }
     return op;
   }
@@ -394,7 +455,7 @@ export class MatmulOp {
       );
     }
     const w = this.#buffers.weight;
-    const config = this.#matmul.choose(m, w.rowStride, options.variant);
+    const config = this.#matmul.choose(m, w.cols, w.rowStride, options.variant);
     const groups = this.bindGroups(config);
     const gz = Math.ceil(m / config.mPerGroup);
     if (gz > MAX_GROUPS_PER_DIM) {

@@ -41,7 +41,7 @@ export class WeightLoader {
     for (const p of parts) this.checkpoint.expectTensor(p.name, [p.rows, cols]);
     const rows = parts.reduce((n, p) => n + p.rows, 0);
     const m = this.#own(
-      GpuMatrix.create(this.ctx, label, rows, cols, this.dtype, { padColsTo: 4 }),
+      GpuMatrix.create(this.ctx, label, rows, cols, this.dtype, { padColsTo: 8 }),
     );
     let offset = 0;
     for (const p of parts) {
@@ -64,7 +64,7 @@ export class WeightLoader {
     for (const p of parts) this.checkpoint.expectTensor(p.name, [rows, p.cols]);
     const total = parts.reduce((n, p) => n + p.cols, 0);
     const m = this.#own(
-      GpuMatrix.create(this.ctx, label, total, rows, this.dtype, { padColsTo: 4 }),
+      GpuMatrix.create(this.ctx, label, total, rows, this.dtype, { padColsTo: 8 }),
     );
     let offset = 0;
     for (const p of parts) {

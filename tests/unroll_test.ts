@@ -1,0 +1,32 @@
+import { deepStrictEqual as assertEquals, throws as assertThrows } from "node:assert/strict";
+import { unrollTemplate } from "../kernels/unroll.ts";
+
+Deno.test("unrollTemplate() repeats marked lines, i outer, and leaves the others alone", () => {
+  const source = [
+    "let a = 1;",
+    "var acc$i_$r = 0.0;",
+    "let w$r = load(row + $ru);",
+    "let x$i = xs[$i];",
+    "}",
+  ].join("\n");
+  assertEquals(unrollTemplate(source, { i: 2, r: 3 }).split("\n"), [
+    "let a = 1;",
+    "var acc0_0 = 0.0;",
+    "var acc0_1 = 0.0;",
+    "var acc0_2 = 0.0;",
+    "var acc1_0 = 0.0;",
+    "var acc1_1 = 0.0;",
+    "var acc1_2 = 0.0;",
+    "let w0 = load(row + 0u);",
+    "let w1 = load(row + 1u);",
+    "let w2 = load(row + 2u);",
+    "let x0 = xs[0];",
+    "let x1 = xs[1];",
+    "}",
+  ]);
+});
+
+Deno.test("unrollTemplate() rejects counts that are not positive integers", () => {
+  assertThrows(() => unrollTemplate("x$i", { i: 0, r: 1 }), RangeError);
+  assertThrows(() => unrollTemplate("x$r", { i: 1, r: 1.5 }), RangeError);
+});
