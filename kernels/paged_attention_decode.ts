@@ -17,15 +17,24 @@
  *   longest context exceeds `splitThreshold` (or when forced), to give long contexts at small
  *   batch enough workgroups.
  *
+ * Two kernels compute both paths (same bindings, grid and outputs): `workgroup`
+ * (`paged_attention_decode.wgsl`: 64 invocations, tiles of 64 positions shared through
+ * workgroup memory; the GPU kernel) and `unrolled` (`paged_attention_decode_unrolled.wgsl`: 8
+ * invocations each taking every 8th position with queries and outputs in named registers, one
+ * barrier; the default on CPU adapters such as lavapipe, where barriers are coroutine switches,
+ * when `GROUP * headDim <= 512`). Measured on lavapipe: see docs/benchmarks.md.
+ *
  * Restrictions: `headDim` a multiple of 4 and at most 256; `numQHeads / numKvHeads` an integer
  * from 1 to 8; `qStride` a multiple of 4; `partitionSize` a multiple of 64. One pipeline is
- * compiled per (KV dtype, GQA group, headDim): they are override constants of the shader.
+ * compiled per (kernel, KV dtype, GQA group, headDim).
  *
  * @module
  */
 
 import decodeSource from "./paged_attention_decode.wgsl" with { type: "text" };
 import mergeSource from "./paged_attention_merge.wgsl" with { type: "text" };
+import unrolledSource from "./paged_attention_decode_unrolled.wgsl" with { type: "text" };
+import { unrollTemplate } from "./unroll.ts";
 import { type GpuContext, STORAGE_RW } from "../engine/gpu/context.ts";
 import { type DType, weightPrelude } from "../engine/gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
@@ -39,6 +48,12 @@ export const DEFAULT_SPLIT_THRESHOLD = 1024;
 export const MAX_GQA_GROUP = 8;
 /** Largest supported `headDim`. */
 export const MAX_HEAD_DIM = 256;
+
+/** Largest `GROUP * headDim` of the `unrolled` kernel (its workgroup memory is 16 KiB). */
+export const MAX_UNROLLED_GROUP_DIM = 512;
+
+/** The two decode attention kernels (see the module documentation). */
+export type PagedAttentionDecodeVariant = "workgroup" | "unrolled";
 
 /** Model shape and tuning of a {@linkcode PagedAttentionDecode} kernel. */
 export interface PagedAttentionDecodeConfig {
@@ -57,6 +72,11 @@ export interface PagedAttentionDecodeConfig {
   readonly partitionSize?: number;
   /** Split-K is used when the longest context exceeds this many tokens; default 1024. */
   readonly splitThreshold?: number;
+  /**
+   * Kernel; default `unrolled` on a CPU adapter when `GROUP * headDim` <= 512, else
+   * `workgroup`.
+   */
+  readonly variant?: PagedAttentionDecodeVariant;
 }
 
 /** Per-layer buffers of one decode attention call site; fixed for the op's lifetime. */
@@ -121,6 +141,8 @@ export class PagedAttentionDecode {
   readonly scale: number;
   readonly partitionSize: number;
   readonly splitThreshold: number;
+  /** The kernel in use. */
+  readonly variant: PagedAttentionDecodeVariant;
   readonly #ctx: GpuContext;
   readonly #decode: GPUComputePipeline;
   readonly #merge: GPUComputePipeline;
@@ -160,11 +182,28 @@ export class PagedAttentionDecode {
     this.partitionSize = partitionSize;
     this.splitThreshold = config.splitThreshold ?? DEFAULT_SPLIT_THRESHOLD;
     const dtype = this.dtype;
-    this.#decode = ctx.pipeline(
-      `paged_attention_decode/${dtype}/group${group}/d${headDim}`,
-      () => weightPrelude(dtype) + decodeSource,
-      { GROUP: group, HEAD_DIM: headDim },
-    );
+    const unrolledFits = group * headDim <= MAX_UNROLLED_GROUP_DIM;
+    this.variant = config.variant ??
+      (ctx.isCpuAdapter && unrolledFits ? "unrolled" : "workgroup");
+    if (this.variant === "unrolled" && !unrolledFits) {
+      throw new RangeError(
+        `Cannot create unrolled paged attention: GROUP ${group} x headDim ${headDim} exceeds ` +
+          `${MAX_UNROLLED_GROUP_DIM}`,
+      );
+    }
+    this.#decode = this.variant === "unrolled"
+      ? ctx.pipeline(
+        `paged_attention_decode_unrolled/${dtype}/group${group}/d${headDim}`,
+        () =>
+          weightPrelude(dtype) +
+          `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst D4 = ${headDim / 4}u;\n` +
+          unrollTemplate(unrolledSource, { i: group, r: headDim / 4 }),
+      )
+      : ctx.pipeline(
+        `paged_attention_decode/${dtype}/group${group}/d${headDim}`,
+        () => weightPrelude(dtype) + decodeSource,
+        { GROUP: group, HEAD_DIM: headDim },
+      );
     this.#merge = ctx.pipeline("paged_attention_merge", () => mergeSource);
   }
 

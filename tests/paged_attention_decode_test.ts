@@ -1,6 +1,11 @@
 import { throws } from "node:assert/strict";
+import type { GpuContext } from "../engine/gpu/context.ts";
 import type { DType } from "../engine/gpu/dtype.ts";
-import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
+import {
+  MAX_UNROLLED_GROUP_DIM,
+  PagedAttentionDecode,
+  type PagedAttentionDecodeVariant,
+} from "../kernels/paged_attention_decode.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -13,7 +18,7 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { buildPagedCache, pagedAttentionRef } from "./reference/attention.ts";
+import { buildPagedCache, pagedAttentionRef, type PagedCache } from "./reference/attention.ts";
 
 /** Context lengths of one batch: crossing block (8, 16, 32) and tile (64) boundaries. */
 const LENS = [1, 15, 16, 17, 33, 100, 300];
@@ -61,15 +66,43 @@ async function checkCase(c: Case, lens: readonly number[]): Promise<void> {
     btStride: cache.btStride,
     contextLens: cache.contextLens,
   });
-  const kernel = new PagedAttentionDecode(ctx, {
-    numQHeads: hq,
-    numKvHeads: hkv,
-    headDim,
-    blockSize,
-    dtype,
-    partitionSize,
-    splitThreshold: 200,
-  });
+  const variants: PagedAttentionDecodeVariant[] = ["workgroup"];
+  if ((hq / hkv) * headDim <= MAX_UNROLLED_GROUP_DIM) variants.push("unrolled");
+  for (const variant of variants) {
+    const kernel = new PagedAttentionDecode(ctx, {
+      numQHeads: hq,
+      numKvHeads: hkv,
+      headDim,
+      blockSize,
+      dtype,
+      partitionSize,
+      splitThreshold: 200,
+      variant,
+    });
+    await checkKernel(
+      ctx,
+      kernel,
+      lens,
+      q,
+      qStride,
+      cache,
+      expected,
+      `seed ${seed} ${name} ${variant}`,
+    );
+  }
+}
+
+async function checkKernel(
+  ctx: GpuContext,
+  kernel: PagedAttentionDecode,
+  lens: readonly number[],
+  q: Float32Array,
+  qStride: number,
+  cache: PagedCache,
+  expected: Float64Array,
+  name: string,
+): Promise<void> {
+  const { numQHeads: hq, headDim, dtype } = kernel;
   const maxLen = Math.max(...lens);
   const scratch = kernel.createScratch(lens.length, maxLen);
   const arena = new ParamArena(ctx, 2);
@@ -88,7 +121,7 @@ async function checkCase(c: Case, lens: readonly number[]): Promise<void> {
     await runPass(ctx, arena, (pass) => op.encode(pass, lens.length, maxLen, split));
     const got = await readF32(ctx, out);
     const mode = split === undefined ? `auto (split ${op.usesSplit(maxLen)})` : `split ${split}`;
-    assertClose(got, expected, toleranceFor(dtype), `seed ${seed} ${name} ${mode}`);
+    assertClose(got, expected, toleranceFor(dtype), `${name} ${mode}`);
   }
   scratch.destroy();
 }

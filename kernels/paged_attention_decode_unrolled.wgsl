@@ -1,0 +1,140 @@
+// paged_attention_decode_unrolled: the computation of paged_attention_decode.wgsl (same
+// bindings, parameters, grid and outputs, split-K partials included) for CPU adapters.
+//   for sequence s, query head h (kv head kh = h / GROUP), over positions j in the partition
+//   [part * partition_size, min(context_lens[s], (part + 1) * partition_size)):
+//     x_j = scale * q(s, h, :) . K(s, j, kh, :),  m = max_j x_j,  l = sum_j exp(x_j - m),
+//     o = sum_j exp(x_j - m) V(s, j, kh, :)
+//   split == 0: out(s, h, :) = o / l;  split == 1: part_out(s, h, part, :) = o, part_ml = (m, l)
+// The 8 invocations of a workgroup take every 8th position of the partition, each with its own
+// online softmax (running max and sum) and output for the GROUP query heads in registers; one
+// barrier at the end merges the 8 partial results by log-sum-exp.
+//
+// TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-i is emitted once per query
+// head i < GROUP of the kv head, a line containing dollar-r once per vec4 r < D4 of a head, a
+// line with both GROUP x D4 times. So the queries and outputs live in named variables and the
+// position loop has no inner loops. Why (measured on lavapipe, see
+// kernels/paged_attention_decode.ts): the workgroup kernel's three barriers per tile of 64
+// positions are coroutine switches there, and its loops over arrays run as per-lane memory.
+//
+// Prelude (prepended by kernels/paged_attention_decode.ts): `const GROUP: u32` (query heads
+// per kv head), `const HEAD_DIM: u32`, `const D4: u32` (= HEAD_DIM / 4), and WT4 (vec4 of the
+// KV dtype, engine/gpu/dtype.ts weightPrelude). Requires WG * GROUP * D4 * 16 bytes of
+// workgroup memory (<= 16 KiB: GROUP * HEAD_DIM <= 512).
+//
+// Bindings (group 0): as paged_attention_decode.wgsl
+//   0 q            : storage read  array<vec4<f32>> q(s, h, d) at s * q_stride + h * HEAD_DIM + d
+//   1 k_cache      : storage read  array<WT4>       [num_blocks, num_kv_heads, block_size, HEAD_DIM]
+//   2 v_cache      : storage read  array<WT4>       same shape as k_cache
+//   3 block_tables : storage read  array<u32>       [num_seqs, bt_stride] physical block ids
+//   4 context_lens : storage read  array<u32>       [num_seqs] tokens in the cache incl. this one
+//   5 out          : storage rw    array<vec4<f32>> [num_seqs, num_q_heads, HEAD_DIM] (split == 0)
+//   6 part_out     : storage rw    array<vec4<f32>> [max_seqs, num_q_heads, max_partitions,
+//                                                    HEAD_DIM] (split == 1)
+//   7 part_ml      : storage rw    array<vec2<f32>> [max_seqs, num_q_heads, max_partitions]
+//                                                    (m, l) (split == 1)
+//   8 p            : uniform       Params
+// Workgroup: 8 invocations per (partition, kv head, sequence).
+// Dispatch:  (partitions, num_kv_heads, num_seqs), as paged_attention_decode.wgsl.
+
+const WG: u32 = 8u;
+const NEG_BIG: f32 = -3.0e38;
+
+struct Params {
+  num_q_heads: u32,
+  num_kv_heads: u32,
+  block_size: u32,
+  bt_stride: u32,
+  q_stride: u32,
+  partition_size: u32,
+  max_partitions: u32,
+  split: u32,
+  scale: f32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
+@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
+@group(0) @binding(3) var<storage, read> block_tables: array<u32>;
+@group(0) @binding(4) var<storage, read> context_lens: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> part_out: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> part_ml: array<vec2<f32>>;
+@group(0) @binding(8) var<uniform> p: Params;
+
+var<workgroup> sh_ml: array<vec2<f32>, WG * GROUP>; // (max, sum) per [invocation, g]
+var<workgroup> sh_o: array<vec4<f32>, WG * GROUP * D4>; // outputs per [invocation, g, d4]
+
+@compute @workgroup_size(8)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let part = wid.x;
+  let kvh = wid.y;
+  let seq = wid.z;
+  let ctx_len = context_lens[seq];
+  let start = part * p.partition_size;
+  let head0 = kvh * GROUP;
+  if (start >= ctx_len) {
+    // Nothing to attend to (the same for the whole workgroup): an empty context gives zeros
+    // (split partials are skipped by merge).
+    if (p.split == 0u) {
+      for (var t = lid; t < GROUP * D4; t += WG) {
+        out[(seq * p.num_q_heads + head0) * D4 + t] = vec4<f32>(0.0);
+      }
+    }
+    return;
+  }
+  let end = start + min(p.partition_size, ctx_len - start);
+
+  // The GROUP queries, pre-multiplied by the scale.
+  let qb$i = (seq * p.q_stride + (head0 + $iu) * HEAD_DIM) / 4u;
+  let q$i_$r = p.scale * q[qb$i + $ru];
+  var m$i = NEG_BIG;
+  var l$i = 0.0;
+  var o$i_$r = vec4<f32>(0.0);
+  let bt_row = seq * p.bt_stride;
+  for (var pos = start + lid; pos < end; pos += WG) {
+    let blk = pos / p.block_size;
+    let off = pos - blk * p.block_size;
+    let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + off) * D4;
+    let k$r = vec4<f32>(k_cache[base + $ru]);
+    var s$i = 0.0;
+    s$i += dot(q$i_$r, k$r);
+    let mn$i = max(m$i, s$i);
+    let al$i = exp(m$i - mn$i);
+    let e$i = exp(s$i - mn$i);
+    l$i = l$i * al$i + e$i;
+    m$i = mn$i;
+    let v$r = vec4<f32>(v_cache[base + $ru]);
+    o$i_$r = o$i_$r * al$i + e$i * v$r;
+  }
+
+  // Merge the 8 invocations' partial softmaxes (an invocation without positions has max
+  // NEG_BIG and weight 0; invocation 0 always has one).
+  sh_ml[lid * GROUP + $iu] = vec2<f32>(m$i, l$i);
+  sh_o[(lid * GROUP + $iu) * D4 + $ru] = o$i_$r;
+  workgroupBarrier();
+  for (var t = lid; t < GROUP * D4; t += WG) {
+    let g = t / D4;
+    let d4 = t - g * D4;
+    var mx = NEG_BIG;
+    for (var j = 0u; j < WG; j++) {
+      mx = max(mx, sh_ml[j * GROUP + g].x);
+    }
+    var l = 0.0;
+    var o = vec4<f32>(0.0);
+    for (var j = 0u; j < WG; j++) {
+      let ml = sh_ml[j * GROUP + g];
+      let w = exp(ml.x - mx);
+      l += w * ml.y;
+      o += w * sh_o[(j * GROUP + g) * D4 + d4];
+    }
+    let row = seq * p.num_q_heads + head0 + g;
+    if (p.split == 0u) {
+      out[row * D4 + d4] = o / l;
+    } else {
+      part_out[(row * p.max_partitions + part) * D4 + d4] = o;
+      if (d4 == 0u) {
+        part_ml[row * p.max_partitions + part] = vec2<f32>(mx, l);
+      }
+    }
+  }
+}
