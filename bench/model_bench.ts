@@ -13,7 +13,7 @@
  *   (prefix caching), so a batch of 32 does not spend minutes in prefill; each sequence writes
  *   its own blocks from position 128 on. Process CPU time (lavapipe runs its threads inside this
  *   process) is printed next to the wall time, as the machine is shared and noisy;
- * - a per-kernel breakdown of one decode step at batch 1 and 8: each kernel group of the
+ * - a per-kernel breakdown of one decode step at batch 1 and 8 (`--breakdown-batches`): each kernel group of the
  *   forward pass (all 28 layers' dispatches of it, with 28 distinct weight matrices so nothing
  *   is served from the CPU cache that would not be in the real model) is timed as one compute
  *   pass with GPU timestamps (bench/support.ts `timeGpu`), at the model's exact shapes.
@@ -49,6 +49,7 @@ const { values: args } = parseArgs({
     batches: { type: "string", default: "1,8,32" },
     prefill: { type: "string", default: "128,512" },
     "no-breakdown": { type: "boolean", default: false },
+    "breakdown-batches": { type: "string", default: "1,8" },
     "matmul-variant": { type: "string" },
     "force-f32": { type: "boolean", default: false },
     json: { type: "boolean", default: false },
@@ -472,7 +473,7 @@ async function breakdown(batch: number): Promise<Group[]> {
 
 if (!args["no-breakdown"]) {
   const breakdowns: Record<string, Group[]> = {};
-  for (const batch of [1, 8]) {
+  for (const batch of args["breakdown-batches"].split(",").filter((b) => b !== "").map(Number)) {
     const groups = await breakdown(batch);
     breakdowns[`batch${batch}`] = groups;
     const total = groups.reduce((s, g) => s + g.ms, 0);
