@@ -66,7 +66,7 @@ function buffer(ctx: GpuContext, data: ArrayBufferView, label: string): GPUBuffe
 function setup(
   ctx: GpuContext,
   shape: Shape,
-  kernelOptions: Pick<PagedAttentionPrefillConfig, "workgroupSize" | "keyChunk"> = {},
+  kernelOptions: Pick<PagedAttentionPrefillConfig, "workgroupSize" | "keyChunk" | "variant"> = {},
 ) {
   const numSeqs = shape.queryLens.length;
   const ctxLens = shape.queryLens.map((q, s) => q + shape.prefixLens[s]!);
@@ -105,6 +105,7 @@ function setup(
   const tiles = kernel.countTiles(shape.queryLens);
   return {
     arena,
+    variant: kernel.variant,
     encode: (pass: GPUComputePassEncoder) => op.encode(pass, numSeqs, numTokens, tiles),
     destroy: () => {
       for (const b of Object.values(buffers)) b.buffer.destroy();
@@ -122,7 +123,9 @@ async function report(shape: Shape, options: Parameters<typeof setup>[2] = {}, r
   try {
     const t = await timeGpu(ctx, s.encode, { arena: s.arena, warmup: 1, repeats });
     const flops = 4 * HQ * HEAD_DIM * causalPairs(shape);
-    const variant = `wg ${options.workgroupSize ?? 64}, kc ${options.keyChunk ?? 16}`;
+    const variant = s.variant === "unrolled"
+      ? "unrolled"
+      : `workgroup, wg ${options.workgroupSize ?? 64}, kc ${options.keyChunk ?? 16}`;
     console.log(
       `  ${shape.name} [${variant}]: ${t.medianMs.toFixed(2)} ms median ` +
         `(min ${t.minMs.toFixed(2)}), ${(flops / (t.medianMs * 1e6)).toFixed(2)} GFLOP/s ` +
@@ -133,11 +136,15 @@ async function report(shape: Shape, options: Parameters<typeof setup>[2] = {}, r
   }
 }
 
-for (const shape of SHAPES) await report(shape);
+for (const shape of SHAPES) {
+  await report(shape);
+  // The GPU kernel beside the CPU adapter's default, in the same run.
+  if (ctx.isCpuAdapter) await report(shape, { variant: "workgroup" });
+}
 if (Deno.env.get("PREFILL_SWEEP") === "1") {
   for (const workgroupSize of [32, 64, 128]) {
     for (const keyChunk of [8, 16, 32]) {
-      await report(SHAPES[0]!, { workgroupSize, keyChunk }, 3);
+      await report(SHAPES[0]!, { workgroupSize, keyChunk, variant: "workgroup" }, 3);
     }
   }
 }

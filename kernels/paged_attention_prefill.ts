@@ -3,7 +3,9 @@
  * sequence after sequence) over the paged KV cache, for prefill, chunked prefill and
  * prefix-cache hits. All keys and values, the new tokens' included, come from the cache
  * (`reshape_and_cache` runs first in the same pass). See `paged_attention_prefill.wgsl` for
- * bindings, the work split and the grid.
+ * bindings, the work split and the grid. On CPU adapters the `unrolled` kernel
+ * (`paged_attention_prefill_unrolled.wgsl`, same bindings and grid, 8 query tokens per tile)
+ * computes the same without barriers; measured on lavapipe in docs/benchmarks.md.
  *
  * Restrictions: `headDim` a multiple of 4 and at most 256; `numQHeads` a multiple of
  * `numKvHeads` with a group of at most the workgroup size; `qStride` a multiple of 4.
@@ -12,6 +14,8 @@
  */
 
 import source from "./paged_attention_prefill.wgsl" with { type: "text" };
+import unrolledSource from "./paged_attention_prefill_unrolled.wgsl" with { type: "text" };
+import { unrollTemplate } from "./unroll.ts";
 import type { GpuContext } from "../engine/gpu/context.ts";
 import { type DType, weightPrelude } from "../engine/gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
@@ -34,7 +38,20 @@ export interface PagedAttentionPrefillConfig {
    * when `2 * keyChunk * headDim * 4` bytes exceed the device's workgroup storage.
    */
   readonly keyChunk?: number;
+  /**
+   * Kernel: `workgroup` (`paged_attention_prefill.wgsl`, keys staged in workgroup memory) or
+   * `unrolled` (`paged_attention_prefill_unrolled.wgsl`, one query token per invocation with the
+   * GQA group in registers, no barriers; 8 queries per tile). Default `unrolled` on CPU adapters
+   * when `GROUP * headDim <= 512`, else `workgroup`.
+   */
+  readonly variant?: PagedAttentionPrefillVariant;
 }
+
+/** The two prefill attention kernels. */
+export type PagedAttentionPrefillVariant = "workgroup" | "unrolled";
+
+/** Largest `GROUP * headDim` of the `unrolled` kernel (registers and code size). */
+export const MAX_UNROLLED_PREFILL_GROUP_DIM = 512;
 
 /** Buffers of one call site (one layer); fixed for the op's lifetime. */
 export interface PagedAttentionPrefillBuffers {
@@ -74,6 +91,8 @@ export class PagedAttentionPrefill {
   /** Query tokens per tile: `floor(workgroupSize / (numQHeads / numKvHeads))`. */
   readonly tileQueries: number;
   readonly config: Required<PagedAttentionPrefillConfig>;
+  /** The kernel in use. */
+  readonly variant: PagedAttentionPrefillVariant;
   readonly #ctx: GpuContext;
   readonly #pipeline: GPUComputePipeline;
 
@@ -113,16 +132,37 @@ export class PagedAttentionPrefill {
     if (dtype === "f16" && !ctx.hasF16) {
       throw new TypeError("Cannot create paged_attention_prefill: f16 KV needs shader-f16");
     }
+    const unrolledFits = group * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM;
+    const variant = config.variant ??
+      (ctx.isCpuAdapter && unrolledFits ? "unrolled" : "workgroup");
+    if (variant === "unrolled" && !unrolledFits) {
+      throw new RangeError(
+        `Cannot create unrolled paged_attention_prefill: GROUP ${group} x head_dim ${headDim} ` +
+          `exceeds ${MAX_UNROLLED_PREFILL_GROUP_DIM}`,
+      );
+    }
     this.#ctx = ctx;
-    this.config = { numQHeads, numKvHeads, headDim, dtype, workgroupSize, keyChunk };
-    this.tileQueries = Math.floor(workgroupSize / group);
-    const prelude = weightPrelude(dtype) +
-      `const D4: u32 = ${headDim / 4}u;\nconst KC: u32 = ${keyChunk}u;\n`;
-    this.#pipeline = ctx.pipeline(
-      `paged_attention_prefill/${dtype}/d${headDim}/kc${keyChunk}/wg${workgroupSize}`,
-      () => prelude + source,
-      { WG: workgroupSize },
-    );
+    this.variant = variant;
+    this.config = { numQHeads, numKvHeads, headDim, dtype, workgroupSize, keyChunk, variant };
+    if (variant === "unrolled") {
+      this.tileQueries = 8;
+      this.#pipeline = ctx.pipeline(
+        `paged_attention_prefill_unrolled/${dtype}/group${group}/d${headDim}`,
+        () =>
+          weightPrelude(dtype) +
+          `const GROUP: u32 = ${group}u;\nconst D4: u32 = ${headDim / 4}u;\n` +
+          unrollTemplate(unrolledSource, { i: group, r: headDim / 4 }),
+      );
+    } else {
+      this.tileQueries = Math.floor(workgroupSize / group);
+      const prelude = weightPrelude(dtype) +
+        `const D4: u32 = ${headDim / 4}u;\nconst KC: u32 = ${keyChunk}u;\n`;
+      this.#pipeline = ctx.pipeline(
+        `paged_attention_prefill/${dtype}/d${headDim}/kc${keyChunk}/wg${workgroupSize}`,
+        () => prelude + source,
+        { WG: workgroupSize },
+      );
+    }
   }
 
   /**

@@ -2,8 +2,10 @@ import { throws as assertThrows } from "node:assert/strict";
 import type { DType } from "../engine/gpu/dtype.ts";
 import type { GpuContext } from "../engine/gpu/context.ts";
 import {
+  MAX_UNROLLED_PREFILL_GROUP_DIM,
   PagedAttentionPrefill,
   type PagedAttentionPrefillConfig,
+  type PagedAttentionPrefillVariant,
 } from "../kernels/paged_attention_prefill.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
@@ -65,33 +67,6 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
   const cuQLens = new Uint32Array(numSeqs + 1);
   for (let s = 0; s < numSeqs; s++) cuQLens[s + 1] = cuQLens[s]! + c.queryLens[s]!;
 
-  const kernel = new PagedAttentionPrefill(ctx, {
-    numQHeads,
-    numKvHeads,
-    headDim,
-    dtype,
-    ...c.kernel,
-  });
-  const arena = new ParamArena(ctx, 4);
-  const out = poisonedF32(ctx, numTokens * numQHeads * headDim);
-  const buffers = {
-    q: whole(upload(ctx, q, "q")),
-    kCache: whole(upload(ctx, cache.kData, "k_cache")),
-    vCache: whole(upload(ctx, cache.vData, "v_cache")),
-    blockTables: whole(upload(ctx, cache.blockTables, "block_tables")),
-    cuQLens: whole(upload(ctx, cuQLens, "cu_q_lens")),
-    contextLens: whole(upload(ctx, cache.contextLens, "context_lens")),
-    out: whole(out),
-  };
-  const op = kernel.bind(arena, buffers, {
-    blockSize,
-    btStride: cache.btStride,
-    qStride,
-    scale: c.scale,
-  });
-  const tiles = c.exactTiles ? kernel.countTiles(c.queryLens) : undefined;
-  await runPass(ctx, arena, (pass) => op.encode(pass, numSeqs, numTokens, tiles));
-  const got = await readF32(ctx, out);
   const expected = pagedAttentionRef({
     q,
     qStride,
@@ -107,15 +82,52 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
     queryLens: c.asDecode ? undefined : c.queryLens,
     scale: c.scale,
   });
-  for (const b of Object.values(buffers)) b.buffer.destroy();
-  arena.destroy();
-  assertClose(
-    got,
-    expected,
-    toleranceFor(dtype),
-    `seed ${seed} ${c.name} (${dtype}, Hq ${numQHeads}, Hkv ${numKvHeads}, D ${headDim}, ` +
-      `block ${blockSize}, q_lens [${c.queryLens}], prefixes [${c.prefixLens}])`,
-  );
+  const inputs = {
+    q: whole(upload(ctx, q, "q")),
+    kCache: whole(upload(ctx, cache.kData, "k_cache")),
+    vCache: whole(upload(ctx, cache.vData, "v_cache")),
+    blockTables: whole(upload(ctx, cache.blockTables, "block_tables")),
+    cuQLens: whole(upload(ctx, cuQLens, "cu_q_lens")),
+    contextLens: whole(upload(ctx, cache.contextLens, "context_lens")),
+  };
+  const variants: PagedAttentionPrefillVariant[] = ["workgroup"];
+  if ((numQHeads / numKvHeads) * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM) {
+    variants.push("unrolled");
+  }
+  try {
+    for (const variant of variants) {
+      const kernel = new PagedAttentionPrefill(ctx, {
+        numQHeads,
+        numKvHeads,
+        headDim,
+        dtype,
+        ...c.kernel,
+        variant,
+      });
+      const arena = new ParamArena(ctx, 4);
+      const out = poisonedF32(ctx, numTokens * numQHeads * headDim);
+      const op = kernel.bind(arena, { ...inputs, out: whole(out) }, {
+        blockSize,
+        btStride: cache.btStride,
+        qStride,
+        scale: c.scale,
+      });
+      const tiles = c.exactTiles ? kernel.countTiles(c.queryLens) : undefined;
+      await runPass(ctx, arena, (pass) => op.encode(pass, numSeqs, numTokens, tiles));
+      const got = await readF32(ctx, out);
+      out.destroy();
+      arena.destroy();
+      assertClose(
+        got,
+        expected,
+        toleranceFor(dtype),
+        `seed ${seed} ${c.name} ${variant} (${dtype}, Hq ${numQHeads}, Hkv ${numKvHeads}, ` +
+          `D ${headDim}, block ${blockSize}, q_lens [${c.queryLens}], prefixes [${c.prefixLens}])`,
+      );
+    }
+  } finally {
+    for (const b of Object.values(inputs)) b.buffer.destroy();
+  }
 }
 
 /** The brief's mixed batch: q_len 1..64 (not tile multiples) after prefixes of 0..40 tokens. */

@@ -1,0 +1,119 @@
+// paged_attention_prefill_unrolled: the computation of paged_attention_prefill.wgsl (same
+// bindings, parameters, tiles and output) for CPU adapters.
+//   For sequence s with q_len(s) = cu_q_lens[s + 1] - cu_q_lens[s] new tokens, query i (packed
+//   token t = cu_q_lens[s] + i) sits at position pos = context_lens[s] - q_len(s) + i and
+//   out(t, h, :) = softmax_j(scale * q(t, h) . K(s, j, kvh)) V(s, j, kvh) over j = 0..pos,
+//   kvh = h / GROUP, K/V read through the block table; online softmax in f32, exp2 based.
+// Each of the 8 invocations of a workgroup is one query token of the tile (tile_q = 8) and
+// holds the GROUP query heads of the workgroup's kv head, their running max / sum and outputs in
+// registers; it walks its own keys 0..pos straight from the cache. No workgroup memory, no
+// barriers.
+//
+// TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-i is emitted once per query
+// head i < GROUP of the kv head, a line containing dollar-r once per vec4 r < D4 of a head, a
+// line with both GROUP x D4 times. Why (measured on lavapipe, see
+// kernels/paged_attention_prefill.ts): the workgroup kernel's two barriers per chunk of keys are
+// coroutine switches there, and its arrays indexed by loop counters run as per-lane memory.
+//
+// Prelude (prepended by kernels/paged_attention_prefill.ts): `const GROUP: u32`,
+// `const D4: u32` (head_dim / 4) and WT4 (vec4 of the KV dtype, engine/gpu/dtype.ts).
+//
+// Bindings (group 0): as paged_attention_prefill.wgsl
+//   0 q            : storage read  array<vec4<f32>>  q(t, h, d) at t * q_stride + h * D + d
+//   1 k_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
+//   2 v_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
+//   3 block_tables : storage read  array<u32>   [num_seqs, bt_stride] physical block ids
+//   4 cu_q_lens    : storage read  array<u32>   [num_seqs + 1] prefix sums of q_len
+//   5 context_lens : storage read  array<u32>   [num_seqs] cached tokens incl. this step's
+//   6 out          : storage rw    array<vec4<f32>>  [num_tokens, num_q_heads, D]
+//   7 p            : uniform       Params (tile_q must be 8)
+// Workgroup: 8 invocations, one query token each (rows past the tile compute a copy of the
+// tile's last token and do not write).
+// Dispatch: num_kv_heads * tiles workgroups as a 1-D grid folded into (x, y), as
+// paged_attention_prefill.wgsl: w = wid.x + wid.y * nwg.x, kv head = w % num_kv_heads,
+// tile = w / num_kv_heads.
+
+struct Params {
+  num_seqs: u32,
+  num_q_heads: u32,
+  num_kv_heads: u32,
+  q_stride: u32,
+  block_size: u32,
+  bt_stride: u32,
+  tile_q: u32,
+  num_tiles: u32,
+  scale_log2e: f32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
+@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
+@group(0) @binding(3) var<storage, read> block_tables: array<u32>;
+@group(0) @binding(4) var<storage, read> cu_q_lens: array<u32>;
+@group(0) @binding(5) var<storage, read> context_lens: array<u32>;
+@group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(7) var<uniform> p: Params;
+
+const NEG_BIG: f32 = -3.0e38;
+
+@compute @workgroup_size(8)
+fn main(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let w = wid.x + wid.y * nwg.x;
+  let kvh = w % p.num_kv_heads;
+  var tile = w / p.num_kv_heads;
+  if (tile >= p.num_tiles) {
+    return;
+  }
+  // Find the tile's sequence: tiles are numbered sequence by sequence.
+  var seq = 0u;
+  var q0 = 0u;
+  var q_len = 0u;
+  loop {
+    if (seq >= p.num_seqs) {
+      return;
+    }
+    q0 = cu_q_lens[seq];
+    q_len = cu_q_lens[seq + 1u] - q0;
+    let n = (q_len + p.tile_q - 1u) / p.tile_q;
+    if (tile < n) {
+      break;
+    }
+    tile -= n;
+    seq += 1u;
+  }
+  let first = tile * p.tile_q;
+  let rows = min(p.tile_q, q_len - first);
+  let live = lid < rows;
+  let i = first + min(lid, rows - 1u);
+  let t = q0 + i;
+  let pos = context_lens[seq] - q_len + i;
+
+  let qb$i = t * (p.q_stride / 4u) + (kvh * GROUP + $iu) * D4;
+  let q$i_$r = q[qb$i + $ru] * p.scale_log2e;
+  var m$i = NEG_BIG;
+  var l$i = 0.0;
+  var o$i_$r = vec4<f32>(0.0);
+  let bt_row = seq * p.bt_stride;
+  for (var j = 0u; j <= pos; j++) {
+    let blk = j / p.block_size;
+    let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + j - blk * p.block_size) * D4;
+    let k$r = vec4<f32>(k_cache[base + $ru]);
+    var s$i = 0.0;
+    s$i += dot(q$i_$r, k$r);
+    let mn$i = max(m$i, s$i);
+    let al$i = exp2(m$i - mn$i);
+    let e$i = exp2(s$i - mn$i);
+    l$i = l$i * al$i + e$i;
+    m$i = mn$i;
+    let v$r = vec4<f32>(v_cache[base + $ru]);
+    o$i_$r = o$i_$r * al$i + e$i * v$r;
+  }
+  if (live) {
+    let ob$i = (t * p.num_q_heads + kvh * GROUP + $iu) * D4;
+    out[ob$i + $ru] = o$i_$r / l$i;
+  }
+}
