@@ -62,16 +62,16 @@ import { lineChart } from "./serve/report_svg.ts";
 /**
  * The mock executor's default latency model, fitted by `--calibrate` from the WebGPU runner's
  * step times: tiny-qwen3 with f16 weights on lavapipe (llvmpipe LLVM 15.0.6, 256 bits), 2 CPU
- * cores, Deno 2.9.6, 2026-11-22, after the `unrolled` matmul and decode attention kernels;
- * command: `deno task bench:batching --calibrate`. The fit was 2.328 + 0.0962 ms per batched
- * token, R^2 0.975 over 8 step shapes (decode 1..64 sequences at context 256: 2.14..9.84 ms;
- * prefill 64..256 tokens: 6.5..27.8 ms). Before those kernels the same command gave 6.13 +
- * 0.102 and 8.04 + 0.158 (R^2 0.80 and 0.68). Re-run it on another machine and pass
+ * cores, Deno 2.9.6, 2026-11-22, with the `unrolled` matmul and decode / prefill attention
+ * kernels; command: `deno task bench:batching --calibrate`. The fit was 3.359 + 0.0650 ms per
+ * batched token, R^2 0.924 over 8 step shapes (decode 1..64 sequences at context 256: 2.42..10.45
+ * ms; prefill 64..256 tokens: 6.4..20.3 ms). Earlier the same day, before those kernels, the
+ * same command gave 8.04 + 0.158 and 6.13 + 0.102. Re-run it on another machine and pass
  * `--mock-base-ms` / `--mock-per-token-ms`.
  */
 export const DEFAULT_MOCK_LATENCY = {
-  baseMs: 2.33,
-  perTokenMs: 0.0962,
+  baseMs: 3.36,
+  perTokenMs: 0.065,
   source: "calibrated 2026-11-22: WebGPU tiny-qwen3 f16 step times on lavapipe (2 cores), " +
     "`deno task bench:batching --calibrate`",
 } as const;
