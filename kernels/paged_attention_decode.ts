@@ -31,6 +31,7 @@
  * @module
  */
 
+import decodeIo from "./paged_attention_decode_io.wgsl" with { type: "text" };
 import decodeSource from "./paged_attention_decode.wgsl" with { type: "text" };
 import mergeSource from "./paged_attention_merge.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_decode_unrolled.wgsl" with { type: "text" };
@@ -195,13 +196,13 @@ export class PagedAttentionDecode {
       ? ctx.pipeline(
         `paged_attention_decode_unrolled/${dtype}/group${group}/d${headDim}`,
         () =>
-          weightPrelude(dtype) +
+          weightPrelude(dtype) + decodeIo +
           `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst D4 = ${headDim / 4}u;\n` +
           unrollTemplate(unrolledSource, { i: group, r: headDim / 4 }),
       )
       : ctx.pipeline(
         `paged_attention_decode/${dtype}/group${group}/d${headDim}`,
-        () => weightPrelude(dtype) + decodeSource,
+        () => weightPrelude(dtype) + decodeIo + decodeSource,
         { GROUP: group, HEAD_DIM: headDim },
       );
     this.#merge = ctx.pipeline("paged_attention_merge", () => mergeSource);

@@ -48,7 +48,6 @@ const TILE: u32 = 64u;
 const MAX_GROUP: u32 = 8u;
 const MAX_D4: u32 = 64u;
 const MAX_PAIRS: u32 = MAX_GROUP * MAX_D4 / WG;
-const NEG_BIG: f32 = -3.0e38;
 
 override GROUP: u32 = 1u;
 override HEAD_DIM: u32 = 128u;
@@ -57,27 +56,7 @@ override P: u32 = GROUP * D4; // output vec4s per workgroup
 override PAIRS: u32 = (P + WG - 1u) / WG; // output vec4s per invocation (phase 3)
 override SUBS: u32 = max(1u, WG / P); // invocation sets splitting the positions (phase 3)
 
-struct Params {
-  num_q_heads: u32,
-  num_kv_heads: u32,
-  block_size: u32,
-  bt_stride: u32,
-  q_stride: u32,
-  partition_size: u32,
-  max_partitions: u32,
-  split: u32,
-  scale: f32,
-}
-
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
-@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
-@group(0) @binding(3) var<storage, read> block_tables: array<u32>;
-@group(0) @binding(4) var<storage, read> context_lens: array<u32>;
-@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> part_out: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read_write> part_ml: array<vec2<f32>>;
-@group(0) @binding(8) var<uniform> p: Params;
+// Params, the bindings and NEG_BIG: paged_attention_decode_io.wgsl (prepended).
 
 var<workgroup> sh_q: array<vec4<f32>, MAX_GROUP * MAX_D4>; // scaled queries [g, d4]
 var<workgroup> sh_s: array<f32, MAX_GROUP * TILE>; // scores [g, i]

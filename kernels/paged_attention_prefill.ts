@@ -13,6 +13,7 @@
  * @module
  */
 
+import prefillIo from "./paged_attention_prefill_io.wgsl" with { type: "text" };
 import source from "./paged_attention_prefill.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_prefill_unrolled.wgsl" with { type: "text" };
 import { unrollTemplate } from "./unroll.ts";
@@ -149,13 +150,13 @@ export class PagedAttentionPrefill {
       this.#pipeline = ctx.pipeline(
         `paged_attention_prefill_unrolled/${dtype}/group${group}/d${headDim}`,
         () =>
-          weightPrelude(dtype) +
+          weightPrelude(dtype) + prefillIo +
           `const GROUP: u32 = ${group}u;\nconst D4: u32 = ${headDim / 4}u;\n` +
           unrollTemplate(unrolledSource, { i: group, r: headDim / 4 }),
       );
     } else {
       this.tileQueries = Math.floor(workgroupSize / group);
-      const prelude = weightPrelude(dtype) +
+      const prelude = weightPrelude(dtype) + prefillIo +
         `const D4: u32 = ${headDim / 4}u;\nconst KC: u32 = ${keyChunk}u;\n`;
       this.#pipeline = ctx.pipeline(
         `paged_attention_prefill/${dtype}/d${headDim}/kc${keyChunk}/wg${workgroupSize}`,

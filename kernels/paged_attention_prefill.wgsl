@@ -41,39 +41,12 @@
 // workgroups exit), as a 1-D grid folded into (x, y) (kernels/dispatch.ts dispatch1d); linear
 // workgroup index w = wid.x + wid.y * nwg.x, kv head = w % num_kv_heads, tile = w / num_kv_heads.
 
-struct Params {
-  num_seqs: u32,
-  num_q_heads: u32,
-  num_kv_heads: u32,
-  // Elements of q from one token to the next.
-  q_stride: u32,
-  block_size: u32,
-  // Row stride of block_tables.
-  bt_stride: u32,
-  // Query tokens per tile (floor(WG / G)).
-  tile_q: u32,
-  // Tiles dispatched (per kv head).
-  num_tiles: u32,
-  // Softmax scale times log2(e) (the kernel uses exp2).
-  scale_log2e: f32,
-}
+// Params, the bindings, NEG_BIG and locate_tile: paged_attention_prefill_io.wgsl (prepended).
 
 override WG: u32 = 64u;
 
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
-@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
-@group(0) @binding(3) var<storage, read> block_tables: array<u32>;
-@group(0) @binding(4) var<storage, read> cu_q_lens: array<u32>;
-@group(0) @binding(5) var<storage, read> context_lens: array<u32>;
-@group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(7) var<uniform> p: Params;
-
 var<workgroup> ks: array<vec4<f32>, KC * D4>;
 var<workgroup> vs: array<vec4<f32>, KC * D4>;
-
-// A score no real score reaches; masked keys get it and then weight 0.
-const NEG_BIG: f32 = -3.0e38;
 
 @compute @workgroup_size(WG)
 fn main(
@@ -83,29 +56,18 @@ fn main(
 ) {
   let w = wid.x + wid.y * nwg.x;
   let kvh = w % p.num_kv_heads;
-  var tile = w / p.num_kv_heads;
+  let tile = w / p.num_kv_heads;
   if (tile >= p.num_tiles) {
     return;
   }
-
-  // Find the tile's sequence: tiles are numbered sequence by sequence.
-  var seq = 0u;
-  var q0 = 0u;
-  var q_len = 0u;
-  loop {
-    if (seq >= p.num_seqs) {
-      return;
-    }
-    q0 = cu_q_lens[seq];
-    q_len = cu_q_lens[seq + 1u] - q0;
-    let n = (q_len + p.tile_q - 1u) / p.tile_q;
-    if (tile < n) {
-      break;
-    }
-    tile -= n;
-    seq += 1u;
+  let found = locate_tile(tile);
+  if (!found.found) {
+    return;
   }
-  let first = tile * p.tile_q;
+  let seq = found.seq;
+  let q0 = found.q0;
+  let q_len = found.q_len;
+  let first = found.first;
   let rows = min(p.tile_q, q_len - first);
   let ctx_len = context_lens[seq];
   let start_pos = ctx_len - q_len;

@@ -33,28 +33,7 @@
 // paged_attention_prefill.wgsl: w = wid.x + wid.y * nwg.x, kv head = w % num_kv_heads,
 // tile = w / num_kv_heads.
 
-struct Params {
-  num_seqs: u32,
-  num_q_heads: u32,
-  num_kv_heads: u32,
-  q_stride: u32,
-  block_size: u32,
-  bt_stride: u32,
-  tile_q: u32,
-  num_tiles: u32,
-  scale_log2e: f32,
-}
-
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
-@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
-@group(0) @binding(3) var<storage, read> block_tables: array<u32>;
-@group(0) @binding(4) var<storage, read> cu_q_lens: array<u32>;
-@group(0) @binding(5) var<storage, read> context_lens: array<u32>;
-@group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(7) var<uniform> p: Params;
-
-const NEG_BIG: f32 = -3.0e38;
+// Params, the bindings, NEG_BIG and locate_tile: paged_attention_prefill_io.wgsl (prepended).
 
 @compute @workgroup_size(8)
 fn main(
@@ -64,28 +43,18 @@ fn main(
 ) {
   let w = wid.x + wid.y * nwg.x;
   let kvh = w % p.num_kv_heads;
-  var tile = w / p.num_kv_heads;
+  let tile = w / p.num_kv_heads;
   if (tile >= p.num_tiles) {
     return;
   }
-  // Find the tile's sequence: tiles are numbered sequence by sequence.
-  var seq = 0u;
-  var q0 = 0u;
-  var q_len = 0u;
-  loop {
-    if (seq >= p.num_seqs) {
-      return;
-    }
-    q0 = cu_q_lens[seq];
-    q_len = cu_q_lens[seq + 1u] - q0;
-    let n = (q_len + p.tile_q - 1u) / p.tile_q;
-    if (tile < n) {
-      break;
-    }
-    tile -= n;
-    seq += 1u;
+  let found = locate_tile(tile);
+  if (!found.found) {
+    return;
   }
-  let first = tile * p.tile_q;
+  let seq = found.seq;
+  let q0 = found.q0;
+  let q_len = found.q_len;
+  let first = found.first;
   let rows = min(p.tile_q, q_len - first);
   let live = lid < rows;
   let i = first + min(lid, rows - 1u);

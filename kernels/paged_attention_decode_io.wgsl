@@ -1,0 +1,29 @@
+// paged_attention_decode_io: the parameters and bindings shared by the two decode attention
+// kernels (paged_attention_decode.wgsl, paged_attention_decode_unrolled.wgsl), prepended to
+// both by kernels/paged_attention_decode.ts, which writes Params. Shapes are listed in the
+// kernels' headers. Needs WT4 (engine/gpu/dtype.ts weightPrelude) before it.
+
+// A score no real score reaches (the running max before any position).
+const NEG_BIG: f32 = -3.0e38;
+
+struct Params {
+  num_q_heads: u32,
+  num_kv_heads: u32,
+  block_size: u32,
+  bt_stride: u32,
+  q_stride: u32,
+  partition_size: u32,
+  max_partitions: u32,
+  split: u32,
+  scale: f32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
+@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
+@group(0) @binding(3) var<storage, read> block_tables: array<u32>;
+@group(0) @binding(4) var<storage, read> context_lens: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> part_out: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> part_ml: array<vec2<f32>>;
+@group(0) @binding(8) var<uniform> p: Params;

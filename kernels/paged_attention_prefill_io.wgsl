@@ -1,0 +1,61 @@
+// paged_attention_prefill_io: the parameters, bindings and tile lookup shared by the two
+// prefill attention kernels (paged_attention_prefill.wgsl, paged_attention_prefill_unrolled.wgsl),
+// prepended to both by kernels/paged_attention_prefill.ts, which writes Params. Shapes are
+// listed in the kernels' headers. Needs WT4 (engine/gpu/dtype.ts weightPrelude) before it.
+
+// A score no real score reaches; masked keys get it and then weight 0.
+const NEG_BIG: f32 = -3.0e38;
+
+struct Params {
+  num_seqs: u32,
+  num_q_heads: u32,
+  num_kv_heads: u32,
+  // Elements of q from one token to the next.
+  q_stride: u32,
+  block_size: u32,
+  // Row stride of block_tables.
+  bt_stride: u32,
+  // Query tokens per tile.
+  tile_q: u32,
+  // Tiles dispatched (per kv head).
+  num_tiles: u32,
+  // Softmax scale times log2(e) (the kernels use exp2).
+  scale_log2e: f32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
+@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
+@group(0) @binding(3) var<storage, read> block_tables: array<u32>;
+@group(0) @binding(4) var<storage, read> cu_q_lens: array<u32>;
+@group(0) @binding(5) var<storage, read> context_lens: array<u32>;
+@group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(7) var<uniform> p: Params;
+
+// One tile of up to tile_q consecutive query tokens of one sequence.
+struct Tile {
+  // False when the tile index is past the last sequence's tiles.
+  found: bool,
+  seq: u32,
+  // Packed index of the sequence's first new token, and its new-token count.
+  q0: u32,
+  q_len: u32,
+  // The tile's first query (counted within the sequence).
+  first: u32,
+}
+
+// Tiles are numbered sequence by sequence (ceil(q_len / tile_q) each): walks cu_q_lens to find
+// tile `index`, so no host-built tile table is needed.
+fn locate_tile(index: u32) -> Tile {
+  var tile = index;
+  for (var seq = 0u; seq < p.num_seqs; seq++) {
+    let q0 = cu_q_lens[seq];
+    let q_len = cu_q_lens[seq + 1u] - q0;
+    let n = (q_len + p.tile_q - 1u) / p.tile_q;
+    if (tile < n) {
+      return Tile(true, seq, q0, q_len, tile * p.tile_q);
+    }
+    tile -= n;
+  }
+  return Tile(false, 0u, 0u, 0u, 0u);
+}
