@@ -36,6 +36,7 @@ import decodeSource from "./paged_attention_decode.wgsl" with { type: "text" };
 import mergeSource from "./paged_attention_merge.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_decode_unrolled.wgsl" with { type: "text" };
 import { unrollTemplate } from "./unroll.ts";
+import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
 import { type GpuContext, STORAGE_RW } from "../engine/gpu/context.ts";
 import { type DType, weightPrelude } from "../engine/gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
@@ -74,8 +75,8 @@ export interface PagedAttentionDecodeConfig {
   /** Split-K is used when the longest context exceeds this many tokens; default 1024. */
   readonly splitThreshold?: number;
   /**
-   * Kernel; default `unrolled` on a CPU adapter when `GROUP * headDim` <= 512, else
-   * `workgroup`.
+   * Kernel; default `unrolled` on a CPU adapter when `GROUP * headDim` <= 512 and `headDim` is
+   * a multiple of 8, else `workgroup`.
    */
   readonly variant?: PagedAttentionDecodeVariant;
 }
@@ -183,26 +184,27 @@ export class PagedAttentionDecode {
     this.partitionSize = partitionSize;
     this.splitThreshold = config.splitThreshold ?? DEFAULT_SPLIT_THRESHOLD;
     const dtype = this.dtype;
-    const unrolledFits = group * headDim <= MAX_UNROLLED_GROUP_DIM;
+    const unrolledFits = group * headDim <= MAX_UNROLLED_GROUP_DIM && headDim % 8 === 0;
     this.variant = config.variant ??
       (ctx.isCpuAdapter && unrolledFits ? "unrolled" : "workgroup");
     if (this.variant === "unrolled" && !unrolledFits) {
       throw new RangeError(
-        `Cannot create unrolled paged attention: GROUP ${group} x headDim ${headDim} exceeds ` +
-          `${MAX_UNROLLED_GROUP_DIM}`,
+        `Cannot create unrolled paged attention: GROUP ${group} x headDim ${headDim} must be ` +
+          `at most ${MAX_UNROLLED_GROUP_DIM} with headDim a multiple of 8`,
       );
     }
     this.#decode = this.variant === "unrolled"
       ? ctx.pipeline(
         `paged_attention_decode_unrolled/${dtype}/group${group}/d${headDim}`,
         () =>
-          weightPrelude(dtype) + decodeIo +
+          weightPrelude(dtype) + kvLoad8Prelude(dtype) + decodeIo +
           `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst D4 = ${headDim / 4}u;\n` +
-          unrollTemplate(unrolledSource, { i: group, r: headDim / 4 }),
+          `const D8 = ${headDim / 8}u;\n` +
+          unrollTemplate(unrolledSource, { i: group, r: headDim / 8 }),
       )
       : ctx.pipeline(
         `paged_attention_decode/${dtype}/group${group}/d${headDim}`,
-        () => weightPrelude(dtype) + decodeIo + decodeSource,
+        () => weightPrelude(dtype) + WORKGROUP_KVT + decodeIo + decodeSource,
         { GROUP: group, HEAD_DIM: headDim },
       );
     this.#merge = ctx.pipeline("paged_attention_merge", () => mergeSource);

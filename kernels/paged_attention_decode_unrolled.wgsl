@@ -10,21 +10,24 @@
 // barrier at the end merges the 8 partial results by log-sum-exp.
 //
 // TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-i is emitted once per query
-// head i < GROUP of the kv head, a line containing dollar-r once per vec4 r < D4 of a head, a
-// line with both GROUP x D4 times. So the queries and outputs live in named variables and the
-// position loop has no inner loops. Why (measured on lavapipe, see
-// kernels/paged_attention_decode.ts): the workgroup kernel's three barriers per tile of 64
-// positions are coroutine switches there, and its loops over arrays run as per-lane memory.
+// head i < GROUP of the kv head, a line containing dollar-r once per chunk r < D8 of 8 elements
+// of a head (held as two vec4: _lo, _hi), a line with both GROUP x D8 times. So the queries and
+// outputs live in named variables and the position loop has no inner loops. Why (measured on
+// lavapipe, see kernels/paged_attention_decode.ts): the workgroup kernel's three barriers per
+// tile of 64 positions are coroutine switches there, and its loops over arrays run as per-lane
+// memory. K and V rows are read 8 elements per load (load_k8 / load_v8).
 //
 // Prelude (prepended by kernels/paged_attention_decode.ts): `const GROUP: u32` (query heads
-// per kv head), `const HEAD_DIM: u32`, `const D4: u32` (= HEAD_DIM / 4), and WT4 (vec4 of the
-// KV dtype, engine/gpu/dtype.ts weightPrelude). Requires WG * GROUP * D4 * 16 bytes of
-// workgroup memory (<= 16 KiB: GROUP * HEAD_DIM <= 512).
+// per kv head), `const HEAD_DIM: u32` (a multiple of 8), `const D4: u32` (= HEAD_DIM / 4),
+// `const D8: u32` (= HEAD_DIM / 8), and kv_load8_{f16,f32}.wgsl for the KV dtype (KVT, KV8,
+// load_k8, load_v8). Requires WG * GROUP * D4 * 16 bytes of workgroup memory (<= 16 KiB:
+// GROUP * HEAD_DIM <= 512).
 //
 // Bindings (group 0): as paged_attention_decode.wgsl
 //   0 q            : storage read  array<vec4<f32>> q(s, h, d) at s * q_stride + h * HEAD_DIM + d
-//   1 k_cache      : storage read  array<WT4>       [num_blocks, num_kv_heads, block_size, HEAD_DIM]
-//   2 v_cache      : storage read  array<WT4>       same shape as k_cache
+//   1 k_cache      : storage read  array<KVT>       [num_blocks, num_kv_heads, block_size, HEAD_DIM]
+//                                                    (f16: vec4<u32> of 8 packed halves; f32: vec4<f32>)
+//   2 v_cache      : storage read  array<KVT>       same shape and type as k_cache
 //   3 block_tables : storage read  array<u32>       [num_seqs, bt_stride] physical block ids
 //   4 context_lens : storage read  array<u32>       [num_seqs] tokens in the cache incl. this one
 //   5 out          : storage rw    array<vec4<f32>> [num_seqs, num_q_heads, HEAD_DIM] (split == 0)
@@ -64,31 +67,35 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
 
   // The GROUP queries, pre-multiplied by the scale.
   let qb$i = (seq * p.q_stride + (head0 + $iu) * HEAD_DIM) / 4u;
-  let q$i_$r = p.scale * q[qb$i + $ru];
+  let q$i_$r_lo = p.scale * q[qb$i + 2u * $ru];
+  let q$i_$r_hi = p.scale * q[qb$i + 2u * $ru + 1u];
   var m$i = NEG_BIG;
   var l$i = 0.0;
-  var o$i_$r = vec4<f32>(0.0);
+  var o$i_$r_lo = vec4<f32>(0.0);
+  var o$i_$r_hi = vec4<f32>(0.0);
   let bt_row = seq * p.bt_stride;
   for (var pos = start + lid; pos < end; pos += WG) {
     let blk = pos / p.block_size;
     let off = pos - blk * p.block_size;
-    let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + off) * D4;
-    let k$r = vec4<f32>(k_cache[base + $ru]);
+    let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + off) * D8;
+    let k$r = load_k8(base + $ru);
     var s$i = 0.0;
-    s$i += dot(q$i_$r, k$r);
+    s$i += dot(q$i_$r_lo, k$r.lo) + dot(q$i_$r_hi, k$r.hi);
     let mn$i = max(m$i, s$i);
     let al$i = exp(m$i - mn$i);
     let e$i = exp(s$i - mn$i);
     l$i = l$i * al$i + e$i;
     m$i = mn$i;
-    let v$r = vec4<f32>(v_cache[base + $ru]);
-    o$i_$r = o$i_$r * al$i + e$i * v$r;
+    let v$r = load_v8(base + $ru);
+    o$i_$r_lo = o$i_$r_lo * al$i + e$i * v$r.lo;
+    o$i_$r_hi = o$i_$r_hi * al$i + e$i * v$r.hi;
   }
 
   // Merge the 8 invocations' partial softmaxes (an invocation without positions has max
   // NEG_BIG and weight 0; invocation 0 always has one).
   sh_ml[lid * GROUP + $iu] = vec2<f32>(m$i, l$i);
-  sh_o[(lid * GROUP + $iu) * D4 + $ru] = o$i_$r;
+  sh_o[(lid * GROUP + $iu) * D4 + 2u * $ru] = o$i_$r_lo;
+  sh_o[(lid * GROUP + $iu) * D4 + 2u * $ru + 1u] = o$i_$r_hi;
   workgroupBarrier();
   for (var t = lid; t < GROUP * D4; t += WG) {
     let g = t / D4;

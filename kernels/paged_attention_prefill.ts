@@ -17,6 +17,7 @@ import prefillIo from "./paged_attention_prefill_io.wgsl" with { type: "text" };
 import source from "./paged_attention_prefill.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_prefill_unrolled.wgsl" with { type: "text" };
 import { unrollTemplate } from "./unroll.ts";
+import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
 import type { GpuContext } from "../engine/gpu/context.ts";
 import { type DType, weightPrelude } from "../engine/gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
@@ -42,8 +43,9 @@ export interface PagedAttentionPrefillConfig {
   /**
    * Kernel: `workgroup` (`paged_attention_prefill.wgsl`, keys staged in workgroup memory) or
    * `unrolled` (`paged_attention_prefill_unrolled.wgsl`, one query token per invocation with the
-   * GQA group in registers, no barriers; 8 queries per tile). Default `unrolled` on CPU adapters
-   * when `GROUP * headDim <= 512`, else `workgroup`.
+   * GQA group in registers, no barriers; 8 queries per tile; K and V read 8 elements per load).
+   * Default `unrolled` on CPU adapters when `GROUP * headDim <= 512` and `headDim` is a
+   * multiple of 8, else `workgroup`.
    */
   readonly variant?: PagedAttentionPrefillVariant;
 }
@@ -133,13 +135,13 @@ export class PagedAttentionPrefill {
     if (dtype === "f16" && !ctx.hasF16) {
       throw new TypeError("Cannot create paged_attention_prefill: f16 KV needs shader-f16");
     }
-    const unrolledFits = group * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM;
+    const unrolledFits = group * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM && headDim % 8 === 0;
     const variant = config.variant ??
       (ctx.isCpuAdapter && unrolledFits ? "unrolled" : "workgroup");
     if (variant === "unrolled" && !unrolledFits) {
       throw new RangeError(
         `Cannot create unrolled paged_attention_prefill: GROUP ${group} x head_dim ${headDim} ` +
-          `exceeds ${MAX_UNROLLED_PREFILL_GROUP_DIM}`,
+          `must be at most ${MAX_UNROLLED_PREFILL_GROUP_DIM} with head_dim a multiple of 8`,
       );
     }
     this.#ctx = ctx;
@@ -150,13 +152,14 @@ export class PagedAttentionPrefill {
       this.#pipeline = ctx.pipeline(
         `paged_attention_prefill_unrolled/${dtype}/group${group}/d${headDim}`,
         () =>
-          weightPrelude(dtype) + prefillIo +
+          weightPrelude(dtype) + kvLoad8Prelude(dtype) + prefillIo +
           `const GROUP: u32 = ${group}u;\nconst D4: u32 = ${headDim / 4}u;\n` +
-          unrollTemplate(unrolledSource, { i: group, r: headDim / 4 }),
+          `const D8: u32 = ${headDim / 8}u;\n` +
+          unrollTemplate(unrolledSource, { i: group, r: headDim / 8 }),
       );
     } else {
       this.tileQueries = Math.floor(workgroupSize / group);
-      const prelude = weightPrelude(dtype) + prefillIo +
+      const prelude = weightPrelude(dtype) + WORKGROUP_KVT + prefillIo +
         `const D4: u32 = ${headDim / 4}u;\nconst KC: u32 = ${keyChunk}u;\n`;
       this.#pipeline = ctx.pipeline(
         `paged_attention_prefill/${dtype}/d${headDim}/kc${keyChunk}/wg${workgroupSize}`,

@@ -1,7 +1,9 @@
 // paged_attention_prefill_io: the parameters, bindings and tile lookup shared by the two
 // prefill attention kernels (paged_attention_prefill.wgsl, paged_attention_prefill_unrolled.wgsl),
 // prepended to both by kernels/paged_attention_prefill.ts, which writes Params. Shapes are
-// listed in the kernels' headers. Needs WT4 (engine/gpu/dtype.ts weightPrelude) before it.
+// listed in the kernels' headers. Needs the alias KVT, the
+// element type of the caches, defined around it: WT4 (vec4 of the KV dtype) for the workgroup
+// kernel, kv_load8_{f16,f32}.wgsl's for the unrolled one.
 
 // A score no real score reaches; masked keys get it and then weight 0.
 const NEG_BIG: f32 = -3.0e38;
@@ -24,8 +26,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k_cache: array<WT4>;
-@group(0) @binding(2) var<storage, read> v_cache: array<WT4>;
+@group(0) @binding(1) var<storage, read> k_cache: array<KVT>;
+@group(0) @binding(2) var<storage, read> v_cache: array<KVT>;
 @group(0) @binding(3) var<storage, read> block_tables: array<u32>;
 @group(0) @binding(4) var<storage, read> cu_q_lens: array<u32>;
 @group(0) @binding(5) var<storage, read> context_lens: array<u32>;

@@ -67,7 +67,9 @@ async function checkCase(c: Case, lens: readonly number[]): Promise<void> {
     contextLens: cache.contextLens,
   });
   const variants: PagedAttentionDecodeVariant[] = ["workgroup"];
-  if ((hq / hkv) * headDim <= MAX_UNROLLED_GROUP_DIM) variants.push("unrolled");
+  if ((hq / hkv) * headDim <= MAX_UNROLLED_GROUP_DIM && headDim % 8 === 0) {
+    variants.push("unrolled");
+  }
   for (const variant of variants) {
     const kernel = new PagedAttentionDecode(ctx, {
       numQHeads: hq,
@@ -135,8 +137,10 @@ const CASES: readonly Case[] = [
   { hq: 4, hkv: 4, headDim: 64, blockSize: 16, dtype: "f16", partitionSize: 192 },
   { hq: 16, hkv: 2, headDim: 64, blockSize: 32, dtype: "f16", partitionSize: 64 },
   { hq: 8, hkv: 1, headDim: 128, blockSize: 16, dtype: "f32", partitionSize: 256 },
-  // An odd head_dim (not a multiple of 8) and GQA 4, partitions of 512 (split-K with one part).
+  // Head dims that are not powers of two and GQA 4, partitions of 512 (split-K with one part);
+  // 36 is not a multiple of 8, so only the workgroup kernel takes it.
   { hq: 8, hkv: 2, headDim: 40, blockSize: 16, dtype: "f32", partitionSize: 512 },
+  { hq: 8, hkv: 2, headDim: 36, blockSize: 16, dtype: "f16", partitionSize: 64 },
   { hq: 8, hkv: 2, headDim: 80, blockSize: 32, dtype: "f16", partitionSize: 64 },
 ];
 
@@ -170,6 +174,10 @@ Deno.test("PagedAttentionDecode rejects unsupported shapes and strides", GPU_TES
   throws(() => new PagedAttentionDecode(ctx, { ...shape, headDim: 42 }), RangeError);
   throws(() => new PagedAttentionDecode(ctx, { ...shape, headDim: 512 }), RangeError);
   throws(() => new PagedAttentionDecode(ctx, { ...shape, partitionSize: 100 }), RangeError);
+  throws(() => new PagedAttentionDecode(ctx, { ...shape, headDim: 36, variant: "unrolled" }), {
+    name: "RangeError",
+    message: /headDim a multiple of 8/,
+  });
   const kernel = new PagedAttentionDecode(ctx, { ...shape, dtype: "f32" });
   const scratch = kernel.createScratch(2, 2000);
   const b = whole(upload(ctx, new Float32Array(16)));

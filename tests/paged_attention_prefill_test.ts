@@ -91,7 +91,7 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
     contextLens: whole(upload(ctx, cache.contextLens, "context_lens")),
   };
   const variants: PagedAttentionPrefillVariant[] = ["workgroup"];
-  if ((numQHeads / numKvHeads) * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM) {
+  if ((numQHeads / numKvHeads) * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM && headDim % 8 === 0) {
     variants.push("unrolled");
   }
   try {
@@ -183,6 +183,15 @@ Deno.test(
       blockSize: 16,
       qPad: 2 * 2 * 40,
     });
+    // head_dim 44 is not a multiple of 8: the workgroup kernel only.
+    await check(ctx, {
+      ...base,
+      name: "d44",
+      numQHeads: 4,
+      numKvHeads: 4,
+      headDim: 44,
+      blockSize: 16,
+    });
     await check(ctx, {
       ...base,
       name: "d80 scale",
@@ -246,6 +255,11 @@ Deno.test("PagedAttentionPrefill rejects unsupported shapes", GPU_TEST, async ()
   assertThrows(() => make({ numQHeads: 6, numKvHeads: 4, headDim: 64 }), RangeError);
   assertThrows(() => make({ numQHeads: 2, numKvHeads: 2, headDim: 66 }), RangeError);
   assertThrows(() => make({ numQHeads: 2, numKvHeads: 2, headDim: 260 }), RangeError);
+  assertThrows(
+    () => make({ numQHeads: 2, numKvHeads: 2, headDim: 36, variant: "unrolled" }),
+    RangeError,
+    "head_dim a multiple of 8",
+  );
   assertThrows(
     () => make({ numQHeads: 16, numKvHeads: 1, headDim: 64, workgroupSize: 8 }),
     RangeError,
