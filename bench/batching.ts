@@ -10,10 +10,11 @@
  * slots per batch member, so their batch is the largest that fits (16); continuous pages the
  * same pool in blocks with up to `--max-num-seqs` (256) requests.
  *
- * Executors: `mock` (default) simulates each step as `a + b * batchedTokens` ms of virtual time
- * (fast, exactly reproducible; the host is free and the device serial; `--clock wall` uses the
- * engine's real MockExecutor in real time instead), with `a`, `b` fitted from the WebGPU
- * runner's measured step times by `--calibrate` (the defaults below are such a fit);
+ * Executors: `mock` (default) simulates each step as `a + b * batchedTokens + s * sequences +
+ * c * attendedPairs / 1000` ms of virtual time, plus a fixed time per swap-out (fast, exactly
+ * reproducible; the host is free and the device serial; `--clock wall` uses the engine's real
+ * MockExecutor in real time instead, without the swap-out time), with the terms fitted from the
+ * WebGPU runner's measured step times by `--calibrate` (the defaults below are such a fit);
  * `webgpu` runs the model (default: the tiny generated tiny-qwen3) in real time, and also
  * measures decode steps per second with one readback per step against pipelined steps.
  *
@@ -29,19 +30,20 @@
  * outputs 4..16, so that gaps are comparable with the wait windows), and writes sweep.md, sweep.json, sweep_latency.svg and
  * sweep_throughput.svg to `--out-dir` (default bench/results/batching-<time>/, git-ignored).
  *
- * Exit status 0, or 2 for bad command-line input (one `error:` line on stderr).
+ * Exit status 0, 2 for bad command-line input, 1 for a configuration the run cannot take (one
+ * `error:` line on stderr).
  *
  * @module
  */
 
 import { parseArgs } from "node:util";
 import { resolveModelDir } from "../cli/engine_flags.ts";
-import { MockExecutor } from "../engine/executors/mock_executor.ts";
+import { MockExecutor, type MockLatency } from "../engine/executors/mock_executor.ts";
 import { WebGpuExecutor } from "../engine/executors/webgpu_executor.ts";
 import type { Executor } from "../engine/executors/executor.ts";
 import type { ModelRunner } from "../engine/model_runner.ts";
 import { describeMachine } from "./support.ts";
-import { calibrate } from "./batching/calibrate.ts";
+import { calibrate, measureSwapOutMs } from "./batching/calibrate.ts";
 import {
   baselineBatchSize,
   makeScheduler,
@@ -62,16 +64,21 @@ import { lineChart } from "./serve/report_svg.ts";
 /**
  * The mock executor's default latency model, fitted by `--calibrate` from the WebGPU runner's
  * step times: tiny-qwen3 with f16 weights on lavapipe (llvmpipe LLVM 15.0.6, 256 bits), 2 CPU
- * cores, Deno 2.9.6, 2026-11-22, with the `unrolled` matmul and decode / prefill attention
- * kernels; command: `deno task bench:batching --calibrate`. The fit was 3.359 + 0.0650 ms per
- * batched token, R^2 0.924 over 8 step shapes (decode 1..64 sequences at context 256: 2.42..10.45
- * ms; prefill 64..256 tokens: 6.4..20.3 ms). Earlier the same day, before those kernels, the
- * same command gave 8.04 + 0.158 and 6.13 + 0.102. Re-run it on another machine and pass
- * `--mock-base-ms` / `--mock-per-token-ms`.
+ * cores, Deno 2.9.6, 2026-11-22, with the `unrolled` matmul and attention kernels (K and V read 8
+ * halves per load); command: `deno task bench:batching --calibrate`. The fit was 2.445 ms +
+ * 0.0294 ms per batched token + 0.0276 ms per sequence + 0.1136 ms per 1,000 attended (query,
+ * key) pairs, R^2 0.988 over 14 step shapes (decode 1..64 sequences at contexts 32..512:
+ * 2.06..8.62 ms; prefill chunks of 64..512 tokens over contexts 64..960: 5.4..20.5 ms). A
+ * swap-out of 16 blocks took 11.54 ms. Earlier the same day a line in batched tokens alone was
+ * fitted: 8.04 + 0.158, 3.36 + 0.065, 2.94 + 0.048 as the kernels improved. Re-run it on another
+ * machine and pass the `--mock-*` flags it prints.
  */
 export const DEFAULT_MOCK_LATENCY = {
-  baseMs: 3.36,
-  perTokenMs: 0.065,
+  baseMs: 2.44,
+  perTokenMs: 0.0294,
+  perSeqMs: 0.0276,
+  perKiloPairMs: 0.1136,
+  swapOutMs: 11.5,
   source: "calibrated 2026-11-22: WebGPU tiny-qwen3 f16 step times on lavapipe (2 cores), " +
     "`deno task bench:batching --calibrate`",
 } as const;
@@ -90,10 +97,15 @@ const USAGE = `usage: deno task bench:batching [options]
   --block-size N             KV block size (default 16)
   --max-num-seqs N           continuous: most running requests (default 256)
   --max-num-batched-tokens N token budget of one step (default 2048)
+  --preemption-mode M        continuous: recompute (default) or swap
+  --swap-slots N             swap mode: host swap space in KV token slots (default --kv-slots)
   --batch-wait-ms MS         dynamic: wait window (default 10)
   --max-in-flight N          steps in flight (default: the executor's maximum)
   --mock-base-ms MS          mock latency a (default ${DEFAULT_MOCK_LATENCY.baseMs}, calibrated)
   --mock-per-token-ms MS     mock latency b per batched token (default ${DEFAULT_MOCK_LATENCY.perTokenMs})
+  --mock-per-seq-ms MS       mock latency s per scheduled sequence (default ${DEFAULT_MOCK_LATENCY.perSeqMs})
+  --mock-per-kpair-ms MS     mock latency c per 1000 attended (query, key) pairs (default ${DEFAULT_MOCK_LATENCY.perKiloPairMs})
+  --mock-swap-out-ms MS      mock (virtual clock): time a swap-out adds (default ${DEFAULT_MOCK_LATENCY.swapOutMs}, measured)
   --clock virtual|wall       mock only: simulated time (default) or the real MockExecutor
   --calibrate                measure WebGPU step times and fit the mock latency model
   --sweep                    the 004 experiment (mock; Poisson arrivals), files to --out-dir
@@ -130,10 +142,15 @@ interface Options {
   blockSize: number;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
+  preemptionMode: "recompute" | "swap";
+  swapSlots: number;
   batchWaitMs: number;
   maxInFlight: number | undefined;
   baseMs: number;
   perTokenMs: number;
+  perSeqMs: number;
+  perKiloPairMs: number;
+  swapOutMs: number;
   clock: "virtual" | "wall";
   calibrate: boolean;
   sweep: boolean;
@@ -181,10 +198,18 @@ export function parseBatchingArgs(argv: string[]): Options {
         "block-size": { type: "string", default: "16" },
         "max-num-seqs": { type: "string", default: "256" },
         "max-num-batched-tokens": { type: "string", default: "2048" },
+        "preemption-mode": { type: "string", default: "recompute" },
+        "swap-slots": { type: "string" },
         "batch-wait-ms": { type: "string", default: "10" },
         "max-in-flight": { type: "string" },
         "mock-base-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.baseMs) },
         "mock-per-token-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.perTokenMs) },
+        "mock-per-seq-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.perSeqMs) },
+        "mock-per-kpair-ms": {
+          type: "string",
+          default: String(DEFAULT_MOCK_LATENCY.perKiloPairMs),
+        },
+        "mock-swap-out-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.swapOutMs) },
         clock: { type: "string", default: "virtual" },
         calibrate: { type: "boolean", default: false },
         sweep: { type: "boolean", default: false },
@@ -205,6 +230,10 @@ export function parseBatchingArgs(argv: string[]): Options {
   if (clock !== "virtual" && clock !== "wall") {
     throw new UsageError(`--clock must be virtual or wall, got '${clock}'`);
   }
+  const preemptionMode = v["preemption-mode"];
+  if (preemptionMode !== "recompute" && preemptionMode !== "swap") {
+    throw new UsageError(`--preemption-mode must be recompute or swap, got '${preemptionMode}'`);
+  }
   const o: Options = {
     executor,
     model: v.model,
@@ -219,12 +248,19 @@ export function parseBatchingArgs(argv: string[]): Options {
     blockSize: parseNum("block-size", v["block-size"], 1),
     maxNumSeqs: parseNum("max-num-seqs", v["max-num-seqs"], 1),
     maxNumBatchedTokens: parseNum("max-num-batched-tokens", v["max-num-batched-tokens"], 1),
+    preemptionMode,
+    swapSlots: v["swap-slots"] === undefined
+      ? parseNum("kv-slots", v["kv-slots"], 1)
+      : parseNum("swap-slots", v["swap-slots"], 1),
     batchWaitMs: parseNum("batch-wait-ms", v["batch-wait-ms"], 0, false),
     maxInFlight: v["max-in-flight"] === undefined
       ? undefined
       : parseNum("max-in-flight", v["max-in-flight"], 1),
     baseMs: parseNum("mock-base-ms", v["mock-base-ms"], 0, false),
     perTokenMs: parseNum("mock-per-token-ms", v["mock-per-token-ms"], 0, false),
+    perSeqMs: parseNum("mock-per-seq-ms", v["mock-per-seq-ms"], 0, false),
+    perKiloPairMs: parseNum("mock-per-kpair-ms", v["mock-per-kpair-ms"], 0, false),
+    swapOutMs: parseNum("mock-swap-out-ms", v["mock-swap-out-ms"], 0, false),
     clock,
     calibrate: v.calibrate,
     sweep: v.sweep,
@@ -362,22 +398,45 @@ async function runOne(
 }
 
 function mockBackend(o: Options): Backend {
-  const latency = { baseMs: o.baseMs, perTokenMs: o.perTokenMs };
+  const latency = mockLatency(o);
   if (o.clock === "wall") {
     return () => ({ executor: new MockExecutor({ latency }), timeline: new WallTimeline() });
   }
   return () => {
     const timeline = new VirtualTimeline();
-    const executor = new SimulatedExecutor(timeline, latency);
+    const executor = new SimulatedExecutor(timeline, latency, undefined, o.swapOutMs);
     return { executor, timeline, settle: (step) => executor.settle(step) };
   };
 }
 
-function webgpuBackend(runner: ModelRunner): Backend {
+function webgpuBackend(runner: ModelRunner, o: Options): Backend {
+  const numSwapBlocks = o.preemptionMode === "swap" ? swapBlocks(o) : 0;
   return () => ({
-    executor: new WebGpuExecutor(runner, { numSwapBlocks: 0, seedSource: () => 0 }),
+    executor: new WebGpuExecutor(runner, { numSwapBlocks, seedSource: () => 0 }),
     timeline: new WallTimeline(),
   });
+}
+
+/** The mock latency model of the options. */
+function mockLatency(o: Options): MockLatency {
+  return {
+    baseMs: o.baseMs,
+    perTokenMs: o.perTokenMs,
+    perSeqMs: o.perSeqMs,
+    perKiloPairMs: o.perKiloPairMs,
+  };
+}
+
+/** The mock latency model in words. */
+function latencyText(o: Options): string {
+  return `${o.baseMs} + ${o.perTokenMs} ms x batched tokens + ${o.perSeqMs} ms x sequences + ` +
+    `${o.perKiloPairMs} ms x 1000 attended pairs` +
+    (o.preemptionMode === "swap" ? `; swap-out ${o.swapOutMs} ms` : "");
+}
+
+/** Host swap blocks of the swap space (whole blocks of `--block-size` token slots). */
+function swapBlocks(o: Options): number {
+  return Math.floor(o.swapSlots / o.blockSize);
 }
 
 function choices(o: Options): SchedulerChoice[] {
@@ -387,6 +446,8 @@ function choices(o: Options): SchedulerChoice[] {
     maxModelLen: o.maxModelLen,
     maxNumSeqs: o.maxNumSeqs,
     maxNumBatchedTokens: o.maxNumBatchedTokens,
+    preemptionMode: o.preemptionMode,
+    swapBlocks: swapBlocks(o),
   };
   return [
     { kind: "static", ...common },
@@ -423,6 +484,7 @@ function resultRows(results: readonly SchedulerResult[]): string[][] {
     String(r.steps),
     String(r.batched_tokens),
     String(r.preemptions),
+    fmt(r.host_ms_per_step, 2),
   ]);
 }
 
@@ -442,6 +504,7 @@ const RESULT_HEADER = [
   "steps",
   "tokens run",
   "preempt",
+  "host ms/step",
 ];
 
 function goals(results: readonly SchedulerResult[]) {
@@ -483,26 +546,49 @@ async function runCalibrate(o: Options, io: BenchIo): Promise<number> {
         );
       }
     });
-    const { a, b, r2 } = cal.fit;
+    const { baseMs, perTokenMs, perSeqMs, perKiloPairMs, r2 } = cal.fit;
+    const swapOutMs = await measureSwapOutMs(runner);
     if (o.json) {
       io.log(JSON.stringify({
         bench: "batching-calibration",
         machine,
         model: dir,
         weight_dtype: runner.ctx.weightDtype,
-        fit: { base_ms: a, per_token_ms: b, r2 },
+        fit: {
+          base_ms: baseMs,
+          per_token_ms: perTokenMs,
+          per_seq_ms: perSeqMs,
+          per_kpair_ms: perKiloPairMs,
+          r2,
+        },
+        swap_out_ms: swapOutMs,
         points: cal.points.map((p) => ({
           ...p.shape,
           tokens: p.tokens,
+          pairs: p.pairs,
           ms: p.ms,
           fitted_ms: p.fittedMs,
         })),
       }));
     } else {
       io.log(
-        `fit: step ms = ${a.toFixed(3)} + ${b.toFixed(4)} x batched tokens (R^2 ${r2.toFixed(3)})`,
+        `fit: step ms = ${baseMs.toFixed(3)} + ${perTokenMs.toFixed(4)} x batched tokens + ` +
+          `${perSeqMs.toFixed(4)} x sequences + ${perKiloPairMs.toFixed(4)} x 1000 attended ` +
+          `pairs (R^2 ${r2.toFixed(3)})`,
       );
-      io.log(`use: --mock-base-ms ${a.toFixed(2)} --mock-per-token-ms ${b.toFixed(4)}`);
+      for (const p of cal.points) {
+        io.log(
+          `  ${p.shape.seqs} x ${p.shape.queryLen} (context ${p.shape.contextLen}): measured ` +
+            `${p.ms.toFixed(2)} ms, fitted ${p.fittedMs.toFixed(2)} ms`,
+        );
+      }
+      io.log(`swap-out of 16 KV blocks (copy + readback): ${swapOutMs.toFixed(2)} ms`);
+      io.log(
+        `use: --mock-base-ms ${baseMs.toFixed(2)} --mock-per-token-ms ${perTokenMs.toFixed(4)} ` +
+          `--mock-per-seq-ms ${perSeqMs.toFixed(4)} --mock-per-kpair-ms ${
+            perKiloPairMs.toFixed(4)
+          } --mock-swap-out-ms ${swapOutMs.toFixed(1)}`,
+      );
     }
     return 0;
   } finally {
@@ -534,10 +620,16 @@ async function runCompare(o: Options, io: BenchIo): Promise<number> {
   let results: SchedulerResult[] = [];
   if (o.executor === "mock") {
     const calibrated = o.baseMs === DEFAULT_MOCK_LATENCY.baseMs &&
-      o.perTokenMs === DEFAULT_MOCK_LATENCY.perTokenMs;
+      o.perTokenMs === DEFAULT_MOCK_LATENCY.perTokenMs &&
+      o.perSeqMs === DEFAULT_MOCK_LATENCY.perSeqMs &&
+      o.perKiloPairMs === DEFAULT_MOCK_LATENCY.perKiloPairMs &&
+      o.swapOutMs === DEFAULT_MOCK_LATENCY.swapOutMs;
     meta.latency_model = {
       base_ms: o.baseMs,
       per_token_ms: o.perTokenMs,
+      per_seq_ms: o.perSeqMs,
+      per_kpair_ms: o.perKiloPairMs,
+      swap_out_ms: o.swapOutMs,
       source: calibrated ? DEFAULT_MOCK_LATENCY.source : "command line",
       clock: o.clock === "virtual" ? "simulated (virtual time)" : "wall clock (MockExecutor)",
     };
@@ -572,12 +664,12 @@ async function runCompare(o: Options, io: BenchIo): Promise<number> {
       const requests = workloadOf(o, runner.config.vocabSize, { kind: "burst" });
       // Warm-up (shader compilation on first use): a few short requests, not measured.
       const warm = requests.slice(0, 4).map((r) => ({ ...r, outputLen: Math.min(r.outputLen, 4) }));
-      await runOne(choices(o)[2]!, warm, webgpuBackend(runner), o.maxInFlight);
-      await runOne(choices(o)[0]!, warm, webgpuBackend(runner), o.maxInFlight);
+      await runOne(choices(o)[2]!, warm, webgpuBackend(runner, o), o.maxInFlight);
+      await runOne(choices(o)[0]!, warm, webgpuBackend(runner, o), o.maxInFlight);
       results = [];
       for (const c of choices(o)) {
         if (!o.json) io.err(`running ${c.kind} on the WebGPU executor ...`);
-        results.push(await runOne(c, requests, webgpuBackend(runner), o.maxInFlight));
+        results.push(await runOne(c, requests, webgpuBackend(runner, o), o.maxInFlight));
       }
     } finally {
       const ctx = runner.ctx;
@@ -602,9 +694,7 @@ async function runCompare(o: Options, io: BenchIo): Promise<number> {
   );
   if (o.executor === "mock") {
     io.log(
-      `executor: mock, step = ${o.baseMs} + ${o.perTokenMs} ms x batched tokens (${
-        JSON.stringify(meta.latency_model)
-      })`,
+      `executor: mock, step = ${latencyText(o)} (${JSON.stringify(meta.latency_model)})`,
     );
   } else {
     io.log(`executor: webgpu, model ${String(meta.model)}; ${String(meta.machine)}`);
@@ -711,7 +801,13 @@ async function runSweep(o: Options, io: BenchIo): Promise<number> {
   const meta = {
     bench: "batching-sweep",
     executor: "mock",
-    latency_model: { base_ms: o.baseMs, per_token_ms: o.perTokenMs, clock: o.clock },
+    latency_model: {
+      base_ms: o.baseMs,
+      per_token_ms: o.perTokenMs,
+      per_seq_ms: o.perSeqMs,
+      per_kpair_ms: o.perKiloPairMs,
+      clock: o.clock,
+    },
     workload: {
       requests: o.requests,
       seed: o.seed,
@@ -725,7 +821,7 @@ async function runSweep(o: Options, io: BenchIo): Promise<number> {
   const md = [
     "# Batching sweep (004): static vs dynamic vs continuous",
     "",
-    `Mock executor, step = ${o.baseMs} + ${o.perTokenMs} ms x batched tokens (${o.clock} clock). ` +
+    `Mock executor, step = ${latencyText(o)} (${o.clock} clock). ` +
     `${o.requests} requests, Poisson arrivals at ${o.rate} req/s, prompts ${
       o.promptLen.join("..")
     }, ` +
@@ -765,9 +861,18 @@ export async function runBatchingBench(argv: string[], io: BenchIo = defaultIo):
     }
     throw error;
   }
-  if (o.calibrate) return await runCalibrate(o, io);
-  if (o.sweep) return await runSweep(o, io);
-  return await runCompare(o, io);
+  try {
+    if (o.calibrate) return await runCalibrate(o, io);
+    if (o.sweep) return await runSweep(o, io);
+    return await runCompare(o, io);
+  } catch (error) {
+    // A configuration the run cannot take (e.g. shapes the runner cannot hold): one line.
+    if (error instanceof RangeError) {
+      io.err(`error: ${error.message}`);
+      return 1;
+    }
+    throw error;
+  }
 }
 
 if (import.meta.main) Deno.exit(await runBatchingBench(Deno.args));

@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { runBatchingBench } from "../bench/batching.ts";
-import { fitLine } from "../bench/batching/fit.ts";
+import { fitLinear } from "../bench/batching/fit.ts";
+import { fitLatency, shapePairs } from "../bench/batching/calibrate.ts";
+import { attendedPairs, mockStepMs } from "../engine/executors/mock_executor.ts";
+import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
 import { kvUtilization } from "../bench/batching/kv_utilization.ts";
 import {
   baselineBatchSize,
@@ -17,18 +20,74 @@ import { GPU_TEST } from "./support/gpu.ts";
 const close = (a: number, b: number, what: string) =>
   assert.ok(Math.abs(a - b) <= 1e-9 * Math.max(1, Math.abs(b)), `${what}: ${a} != ${b}`);
 
-Deno.test("fitLine() recovers a + b x by least squares on points worked out by hand", () => {
-  const exact = fitLine([{ x: 0, y: 1 }, { x: 1, y: 3 }, { x: 2, y: 5 }]);
-  close(exact.a, 1, "a");
-  close(exact.b, 2, "b");
+Deno.test("fitLinear() recovers coefficients by least squares on points worked out by hand", () => {
+  const exact = fitLinear([[1, 0], [1, 1], [1, 2]], [1, 3, 5]);
+  close(exact.coef[0]!, 1, "intercept");
+  close(exact.coef[1]!, 2, "slope");
   close(exact.r2, 1, "r2");
-  // mean x 1.5, mean y 1; Sxx 5, Sxy 3 -> b 0.6, a 0.1; residuals -0.1 0.3 -0.3 0.1 -> R^2 0.9.
-  const noisy = fitLine([{ x: 0, y: 0 }, { x: 1, y: 1 }, { x: 2, y: 1 }, { x: 3, y: 2 }]);
-  close(noisy.a, 0.1, "a");
-  close(noisy.b, 0.6, "b");
+  // mean x 1.5, mean y 1; Sxx 5, Sxy 3 -> slope 0.6, intercept 0.1; residuals -0.1 0.3 -0.3 0.1
+  // -> R^2 1 - 0.2 / 2 = 0.9.
+  const noisy = fitLinear([[1, 0], [1, 1], [1, 2], [1, 3]], [0, 1, 1, 2]);
+  close(noisy.coef[0]!, 0.1, "intercept");
+  close(noisy.coef[1]!, 0.6, "slope");
   close(noisy.r2, 0.9, "r2");
-  assert.throws(() => fitLine([{ x: 1, y: 1 }]), RangeError);
-  assert.throws(() => fitLine([{ x: 2, y: 1 }, { x: 2, y: 3 }]), /all 2 points have x = 2/);
+  // Four unknowns, exact data: y = 2 - x1 + 0.5 x2 + 3 x3 (a pivot is needed: row 0 starts 0).
+  const rows = [[0, 1, 2, 3], [1, 0, 0, 1], [1, 5, 1, 0], [1, 2, 7, 2], [1, 1, 1, 1]];
+  const y = rows.map(([c, a, b, d]) => 2 * c! - a! + 0.5 * b! + 3 * d!);
+  const four = fitLinear(rows, y);
+  [2, -1, 0.5, 3].forEach((want, j) => close(four.coef[j]!, want, `coef ${j}`));
+  assert.throws(() => fitLinear([[1, 2]], [1]), /2 coefficients to 1 row/);
+  assert.throws(() => fitLinear([[1, 2], [1, 2], [1, 2]], [1, 2, 3]), /linear combination/);
+  assert.throws(() => fitLinear([[1, 2], [1, NaN]], [1, 2]), /row 1 is not 2 finite numbers/);
+});
+
+/** A step of chunks (positionStart, numTokens); only the fields the latency model reads. */
+function stepOf(chunks: readonly [number, number][]): SchedulerOutput {
+  const scheduled = chunks.map(([positionStart, numTokens], i) => ({
+    requestId: `r${i}`,
+    positionStart,
+    numTokens,
+  }));
+  return {
+    step: 1,
+    scheduled,
+    totalTokens: chunks.reduce((n, [, t]) => n + t, 0),
+  } as unknown as SchedulerOutput;
+}
+
+Deno.test("mockStepMs() adds the per-token, per-sequence and per-attended-pair costs", () => {
+  // A prefill of 4 tokens from 0 attends 1 + 2 + 3 + 4 = 10 pairs; 3 tokens from 5 attend
+  // 6 + 7 + 8 = 21; a decode at position 99 attends 100.
+  const step = stepOf([[0, 4], [5, 3], [99, 1]]);
+  assert.equal(attendedPairs(step), 131);
+  const latency = { baseMs: 2, perTokenMs: 0.5, perSeqMs: 0.25, perKiloPairMs: 10 };
+  close(mockStepMs(latency, step), 2 + 0.5 * 8 + 0.25 * 3 + 10 * 0.131, "step ms");
+  close(mockStepMs({ baseMs: 2, perTokenMs: 0.5 }, step), 6, "linear model");
+  assert.equal(mockStepMs(latency, stepOf([])), 0);
+  // The calibration counts a step shape's pairs the same way.
+  assert.equal(shapePairs({ seqs: 2, queryLen: 3, contextLen: 8 }), 2 * 21);
+  assert.equal(shapePairs({ seqs: 5, queryLen: 1, contextLen: 100 }), 500);
+});
+
+Deno.test("fitLatency() recovers a latency model from exact step times", () => {
+  const model = { baseMs: 2.5, perTokenMs: 0.03, perSeqMs: 0.02, perKiloPairMs: 0.1 };
+  const shapes = [
+    { seqs: 1, queryLen: 1, contextLen: 32 },
+    { seqs: 64, queryLen: 1, contextLen: 256 },
+    { seqs: 16, queryLen: 1, contextLen: 512 },
+    { seqs: 1, queryLen: 256, contextLen: 256 },
+    { seqs: 1, queryLen: 64, contextLen: 960 },
+  ];
+  const measured = shapes.map((shape) => ({
+    shape,
+    ms: model.baseMs + model.perTokenMs * shape.seqs * shape.queryLen +
+      model.perSeqMs * shape.seqs + (model.perKiloPairMs * shapePairs(shape)) / 1000,
+  }));
+  const { fit, points } = fitLatency(measured);
+  for (const k of ["baseMs", "perTokenMs", "perSeqMs", "perKiloPairMs"] as const) {
+    assert.ok(Math.abs(fit[k] - model[k]) < 1e-9, `${k}: ${fit[k]} != ${model[k]}`);
+  }
+  for (const p of points) assert.ok(Math.abs(p.fittedMs - p.ms) < 1e-9);
 });
 
 Deno.test("kvUtilization() takes used / allocated at the step of peak allocation", () => {
@@ -83,6 +142,81 @@ Deno.test("runHarness() times one request in simulated time exactly (prefill the
     // Context after the last step: 3 prompt + 2 fed tokens = 5 of 16 paged / 64 reserved slots.
     close(s.kv_peak_utilization, kind === "continuous" ? 5 / 16 : 5 / 64, `${kind} KV`);
   }
+});
+
+Deno.test("runHarness() charges the per-sequence and attended-pair costs in simulated time", async () => {
+  const timeline = new VirtualTimeline();
+  const latency = { baseMs: 8, perTokenMs: 0.05, perSeqMs: 0.5, perKiloPairMs: 100 };
+  const executor = new SimulatedExecutor(timeline, latency);
+  const scheduler = makeScheduler({
+    kind: "continuous",
+    kvTokens: 256,
+    blockSize: 16,
+    maxModelLen: 64,
+    maxNumSeqs: 4,
+    maxNumBatchedTokens: 64,
+  }, () => timeline.now());
+  const run = await runHarness({
+    scheduler,
+    executor,
+    timeline,
+    requests: [{ requestId: "r", promptTokenIds: [5, 6, 7], outputLen: 3, arrivalMs: 0 }],
+    maxInFlight: 4,
+    settle: (s) => executor.settle(s),
+  });
+  const s = summarizeRun(run);
+  // Step 1: 3 tokens, 1 sequence, 1 + 2 + 3 = 6 pairs; steps 2, 3: 1 token attending 4, 5.
+  const first = 8 + 0.15 + 0.5 + 0.6;
+  close(s.ttft_ms.p50, first, "TTFT");
+  close(s.e2e_ms.p50, first + (8 + 0.05 + 0.5 + 0.4) + (8 + 0.05 + 0.5 + 0.5), "E2E");
+});
+
+Deno.test("runHarness() with swap preemption charges each swap-out and finishes every request", async () => {
+  const durations: number[] = [];
+  let swaps = 0;
+  for (const swapOutMs of [0, 100]) {
+    const timeline = new VirtualTimeline();
+    const executor = new SimulatedExecutor(
+      timeline,
+      { baseMs: 1, perTokenMs: 0.01 },
+      4,
+      swapOutMs,
+    );
+    // 6 blocks of 16 slots for 3 requests that each grow to 48 tokens (3 blocks): some must be
+    // swapped out while the others finish.
+    const scheduler = makeScheduler({
+      kind: "continuous",
+      kvTokens: 96,
+      blockSize: 16,
+      maxModelLen: 64,
+      maxNumSeqs: 4,
+      maxNumBatchedTokens: 64,
+      preemptionMode: "swap",
+      swapBlocks: 16,
+    }, () => timeline.now());
+    const requests = [0, 1, 2].map((i) => ({
+      requestId: `r${i}`,
+      promptTokenIds: Array.from({ length: 16 }, (_, t) => 1 + t + i),
+      outputLen: 32,
+      arrivalMs: 0,
+    }));
+    const run = await runHarness({
+      scheduler,
+      executor,
+      timeline,
+      requests,
+      maxInFlight: 1,
+      settle: (s) => executor.settle(s),
+    });
+    assert.equal(run.requests.length, 3);
+    for (const r of run.requests) assert.equal(r.outputTokens, 32);
+    assert.equal(scheduler.stats().numSwapped, 0);
+    swaps = run.preemptions;
+    durations.push(run.durationMs);
+  }
+  assert.ok(swaps > 0, "the pool is too small: requests must have been swapped out");
+  // The same schedule either way; every swap-out (one victim per step here) adds 100 ms.
+  close(durations[1]! - durations[0]!, 100 * swaps, "swap-out time");
 });
 
 Deno.test("makeWorkload() is deterministic in the seed and respects the ranges", () => {
@@ -241,7 +375,7 @@ Deno.test({
       "--calibrate",
       "--json",
       "--max-num-seqs",
-      "4",
+      "16",
       "--max-num-batched-tokens",
       "64",
       "--max-model-len",
@@ -249,9 +383,40 @@ Deno.test({
     ]);
     assert.equal(code, 0);
     const cal = z.object({
-      fit: z.object({ base_ms: z.number(), per_token_ms: z.number(), r2: z.number() }),
-      points: z.array(z.object({ tokens: z.number(), ms: z.number().positive() })),
+      fit: z.object({
+        base_ms: z.number(),
+        per_token_ms: z.number(),
+        per_seq_ms: z.number(),
+        per_kpair_ms: z.number(),
+        r2: z.number(),
+      }),
+      swap_out_ms: z.number().positive(),
+      points: z.array(
+        z.object({ seqs: z.number(), tokens: z.number(), pairs: z.number(), ms: z.number() }),
+      ),
     }).parse(JSON.parse(out[0]!));
-    assert.deepEqual(cal.points.map((p) => p.tokens), [1, 4, 64]);
+    // The default shapes within 16 sequences and 64 tokens: decodes of 1 and 16 sequences at
+    // contexts 32, 256, 512, and 64-token prefills over contexts 64 and 960.
+    assert.deepEqual(cal.points.map((p) => [p.seqs, p.tokens, p.pairs]), [
+      [1, 1, 32],
+      [1, 1, 256],
+      [1, 1, 512],
+      [16, 16, 512],
+      [16, 16, 4096],
+      [16, 16, 8192],
+      [1, 64, 2080],
+      [1, 64, 896 * 64 + 2080],
+    ]);
+    for (const p of cal.points) assert.ok(p.ms > 0);
+    // Too few shapes to tell the terms apart: a one-line error, exit status 1.
+    const narrow = await bench([
+      "--calibrate",
+      "--max-num-seqs",
+      "1",
+      "--max-num-batched-tokens",
+      "1",
+    ]);
+    assert.equal(narrow.code, 1);
+    assert.match(narrow.err.join("\n"), /Cannot calibrate from the 3 step shapes/);
   },
 });

@@ -15,7 +15,8 @@
  *
  * Time comes from a {@linkcode Timeline}: wall-clock for the WebGPU executor (and the real
  * MockExecutor), or virtual for {@linkcode SimulatedExecutor}, a mock executor whose steps take
- * `baseMs + perTokenMs * batchedTokens` of *simulated* time, so a run of minutes of simulated
+ * the mock latency model's time (`mockStepMs`: a fixed cost, a cost per batched token and one
+ * per attended (query, key) pair) of *simulated* time, so a run of minutes of simulated
  * serving takes a fraction of a second and is exactly reproducible. The simulation models the
  * device as serial (one step after another) and the host as free (scheduling costs nothing).
  *
@@ -29,7 +30,11 @@ import type { Scheduler } from "../../scheduler/scheduler_api.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 import { samplingParams } from "../../scheduler/sampling_params.ts";
 import type { ExecutedStep, Executor, SampledToken } from "../../engine/executors/executor.ts";
-import type { MockLatency } from "../../engine/executors/mock_executor.ts";
+import {
+  checkMockLatency,
+  type MockLatency,
+  mockStepMs,
+} from "../../engine/executors/mock_executor.ts";
 import { percentile } from "../serve/metrics.ts";
 import { type KvSample, kvUtilization } from "./kv_utilization.ts";
 import type { WorkloadRequest } from "./workload.ts";
@@ -89,24 +94,31 @@ export class SimulatedExecutor implements Executor {
   readonly kind = "mock" as const;
   readonly maxInFlight: number;
   readonly latency: MockLatency;
+  /** Simulated ms a step that swaps blocks out adds (the readback of the copies). */
+  readonly swapOutMs: number;
   readonly #timeline: VirtualTimeline;
   readonly #doneAt = new Map<number, number>();
   #busyUntil = 0;
 
-  constructor(timeline: VirtualTimeline, latency: MockLatency, maxInFlight = 4) {
-    if (!(latency.baseMs >= 0) || !(latency.perTokenMs >= 0)) {
-      throw new RangeError(
-        `Mock latency must be >= 0: got ${latency.baseMs} + ${latency.perTokenMs} per token`,
-      );
+  constructor(
+    timeline: VirtualTimeline,
+    latency: MockLatency,
+    maxInFlight = 4,
+    swapOutMs = 0,
+  ) {
+    checkMockLatency(latency);
+    if (!(swapOutMs >= 0)) {
+      throw new RangeError(`Mock swap-out time must be >= 0: got ${swapOutMs}`);
     }
     this.#timeline = timeline;
     this.latency = latency;
     this.maxInFlight = maxInFlight;
+    this.swapOutMs = swapOutMs;
   }
 
-  /** Simulated ms of a step of `tokens` batched tokens. */
-  stepMs(tokens: number): number {
-    return this.latency.baseMs + this.latency.perTokenMs * tokens;
+  /** Simulated ms of `output` (engine/executors/mock_executor.ts mockStepMs). */
+  stepMs(output: SchedulerOutput): number {
+    return mockStepMs(this.latency, output);
   }
 
   execute(output: SchedulerOutput): ExecutedStep {
@@ -116,9 +128,12 @@ export class SimulatedExecutor implements Executor {
       const position = r.positionStart + r.numTokens;
       sampled.set(r.requestId, { tokenId: mockTokenAt(r.requestId, position), logprob: 0 });
     }
-    if (output.scheduled.length > 0) {
+    const swapsOut = output.swappedOut.length > 0;
+    if (output.scheduled.length > 0 || swapsOut) {
       const start = Math.max(this.#timeline.now(), this.#busyUntil);
-      this.#busyUntil = start + this.stepMs(output.totalTokens);
+      // A swap-out is a readback: the device drains before the copies reach the host.
+      this.#busyUntil = start + (swapsOut ? this.swapOutMs : 0) +
+        this.stepMs(output);
       this.#doneAt.set(output.step, this.#busyUntil);
     }
     return { result: Promise.resolve(sampled) };
@@ -173,6 +188,12 @@ export interface RunRecord {
   readonly durationMs: number;
   /** Preemptions (recompute or swap) during the run. */
   readonly preemptions: number;
+  /**
+   * Host wall ms spent in `schedule()`, `execute()` (building and submitting the step) and
+   * applying results, over the run: the host's share of a real run (0-ish in simulated time,
+   * where the host is free).
+   */
+  readonly hostMs: number;
 }
 
 /** Options of {@linkcode runHarness}. */
@@ -211,6 +232,7 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
   }[] = [];
   let next = 0;
   let idleFlushes = 0;
+  let hostMs = 0;
 
   const admit = () => {
     const now = timeline.now();
@@ -257,8 +279,13 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
   while (next < pending.length || scheduler.hasUnfinishedRequests() || busy()) {
     admit();
     if (inFlight.length < depth) {
+      const t0 = performance.now();
       const output = scheduler.schedule();
-      if (output.scheduled.length > 0) {
+      // A step that only moves blocks (swap-out / swap-in) is executed too, as by the engine.
+      if (
+        output.scheduled.length > 0 || output.swappedOut.length > 0 ||
+        output.swappedIn.length > 0
+      ) {
         const s = scheduler.stats();
         steps.push({
           step: output.step,
@@ -269,6 +296,7 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
           kv: { allocated: s.kvTokensAllocated, used: s.kvTokensUsed },
         });
         const step = executor.execute(output);
+        hostMs += performance.now() - t0;
         inFlight.push({ output, result: step.result });
         if (step.ready !== undefined) await step.ready;
         idleFlushes = 0;
@@ -300,7 +328,9 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
     const oldest = inFlight.shift()!;
     const sampled = await oldest.result;
     options.settle?.(oldest.output.step);
+    const t0 = performance.now();
     apply(oldest.output, sampled);
+    hostMs += performance.now() - t0;
   }
   const first = pending[0]?.arrivalMs ?? 0;
   const last = done.reduce((m, r) => Math.max(m, r.finishMs), first);
@@ -309,6 +339,7 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
     steps,
     durationMs: last - first,
     preemptions: scheduler.stats().numPreemptions,
+    hostMs,
   };
 }
 
@@ -329,6 +360,10 @@ export interface SchedulerChoice {
   readonly batchSize?: number;
   /** Dynamic: wait window, ms. */
   readonly batchWaitMs?: number;
+  /** Continuous: preemption by recompute (default) or by swap to `swapBlocks` host blocks. */
+  readonly preemptionMode?: "recompute" | "swap";
+  /** Continuous, swap mode: host swap blocks. */
+  readonly swapBlocks?: number;
 }
 
 /** The largest batch whose contiguous max_model_len reservations fit `kvTokens` slots. */
@@ -362,6 +397,8 @@ export function makeScheduler(c: SchedulerChoice, now: () => number): Scheduler 
       ...common,
       maxNumSeqs: c.maxNumSeqs,
       watermark: DEFAULT_KV_WATERMARK, // as the engine
+      preemptionMode: c.preemptionMode ?? "recompute",
+      numSwapBlocks: c.preemptionMode === "swap" ? c.swapBlocks ?? 0 : 0,
     });
   }
   const fits = baselineBatchSize(c.kvTokens, c.maxModelLen, c.blockSize);
@@ -408,6 +445,8 @@ export interface RunSummary {
   readonly batched_tokens: number;
   readonly preemptions: number;
   readonly duration_s: number;
+  /** Host wall ms per executed step spent scheduling, submitting and applying results. */
+  readonly host_ms_per_step: number;
 }
 
 function quantiles(values: readonly number[]): Quantiles {
@@ -440,5 +479,6 @@ export function summarizeRun(run: RunRecord): RunSummary {
     batched_tokens: run.steps.reduce((n, s) => n + s.tokens, 0),
     preemptions: run.preemptions,
     duration_s: seconds,
+    host_ms_per_step: run.steps.length > 0 ? run.hostMs / run.steps.length : 0,
   };
 }

@@ -5,7 +5,7 @@
  * Deno is paid once per measurement, not per step), or, with depth 1, the wall time of each step
  * submitted and awaited on its own (floor included: what one readback per step costs).
  *
- * Used to calibrate the mock executor's latency model (`a + b * batchedTokens`, see fit.ts) and
+ * Used to calibrate the mock executor's latency model (see calibrate.ts) and
  * by bench/prefill_decode.ts.
  *
  * @module

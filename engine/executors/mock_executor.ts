@@ -1,7 +1,9 @@
 /**
- * A mock executor: no model, no GPU. Each step "takes" `baseMs + perTokenMs * batchedTokens`
- * milliseconds (a latency model of a real runner, e.g. calibrated from the WebGPU runner's
- * measured step times), steps run one after another as on a device, and the sampled tokens are
+ * A mock executor: no model, no GPU. Each step "takes" `baseMs + perTokenMs * batchedTokens +
+ * perSeqMs * sequences + perKiloPairMs * attendedPairs / 1000` milliseconds (a latency model of
+ * a real runner, e.g.
+ * calibrated from the WebGPU runner's measured step times; {@linkcode mockStepMs}), steps run
+ * one after another as on a device, and the sampled tokens are
  * deterministic (`mockTokenAt(requestId, position)`), so outputs are reproducible whatever the
  * batching.
  *
@@ -21,10 +23,54 @@ import type { ExecutedStep, Executor, SampledToken } from "./executor.ts";
 export const MOCK_FIRST_TOKEN = 10;
 export const MOCK_TOKEN_COUNT = 50;
 
-/** The latency model `baseMs + perTokenMs * batchedTokens` of one step. */
+/** The latency model of one step (see {@linkcode mockStepMs}). */
 export interface MockLatency {
+  /** Fixed ms per step. */
   readonly baseMs: number;
+  /** ms per batched token. */
   readonly perTokenMs: number;
+  /** ms per scheduled sequence (its attention, its sampled row); default 0. */
+  readonly perSeqMs?: number;
+  /** ms per 1,000 (query, key) pairs attended ({@linkcode attendedPairs}); default 0. */
+  readonly perKiloPairMs?: number;
+}
+
+/**
+ * The (query, key) pairs a step's attention covers: a chunk of `n` new tokens from position
+ * `p` attends `p + 1`, ..., `p + n` keys, `n * p + n * (n + 1) / 2` in all (a decode token at
+ * position `p`: `p + 1`).
+ */
+export function attendedPairs(output: SchedulerOutput): number {
+  let pairs = 0;
+  for (const r of output.scheduled) {
+    const n = r.numTokens;
+    pairs += n * r.positionStart + (n * (n + 1)) / 2;
+  }
+  return pairs;
+}
+
+/**
+ * Milliseconds of a step under `latency`: `baseMs + perTokenMs * totalTokens + perSeqMs *
+ * scheduled.length + perKiloPairMs * attendedPairs(output) / 1000`; 0 for a step with nothing
+ * scheduled.
+ */
+export function mockStepMs(latency: MockLatency, output: SchedulerOutput): number {
+  if (output.scheduled.length === 0) return 0;
+  const perKiloPair = latency.perKiloPairMs ?? 0;
+  const pairMs = perKiloPair === 0 ? 0 : (perKiloPair * attendedPairs(output)) / 1000;
+  return latency.baseMs + latency.perTokenMs * output.totalTokens +
+    (latency.perSeqMs ?? 0) * output.scheduled.length + pairMs;
+}
+
+/** Throws RangeError unless every term of `latency` is a number >= 0. */
+export function checkMockLatency(latency: MockLatency): void {
+  const { baseMs, perTokenMs, perSeqMs = 0, perKiloPairMs = 0 } = latency;
+  if (!(baseMs >= 0) || !(perTokenMs >= 0) || !(perSeqMs >= 0) || !(perKiloPairMs >= 0)) {
+    throw new RangeError(
+      `Mock latency must be >= 0: got ${baseMs} + ${perTokenMs} per token + ${perSeqMs} per ` +
+        `sequence + ${perKiloPairMs} per 1000 attended pairs`,
+    );
+  }
 }
 
 /** Options of {@linkcode MockExecutor}. */
@@ -61,10 +107,7 @@ export class MockExecutor implements Executor {
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
 
   constructor(options: MockExecutorOptions) {
-    const { baseMs, perTokenMs } = options.latency;
-    if (!(baseMs >= 0) || !(perTokenMs >= 0)) {
-      throw new RangeError(`Mock latency must be >= 0: got ${baseMs} + ${perTokenMs} per token`);
-    }
+    checkMockLatency(options.latency);
     this.latency = options.latency;
     this.maxInFlight = options.maxInFlight ?? 4;
     this.#first = options.firstToken ?? MOCK_FIRST_TOKEN;
@@ -73,9 +116,9 @@ export class MockExecutor implements Executor {
     this.#blocking = options.blockingSubmit ?? false;
   }
 
-  /** Milliseconds a step of `tokens` batched tokens takes under the latency model. */
-  stepMs(tokens: number): number {
-    return this.latency.baseMs + this.latency.perTokenMs * tokens;
+  /** Milliseconds `output` takes under the latency model. */
+  stepMs(output: SchedulerOutput): number {
+    return mockStepMs(this.latency, output);
   }
 
   execute(output: SchedulerOutput): ExecutedStep {
@@ -97,13 +140,13 @@ export class MockExecutor implements Executor {
       };
     }
     if (this.#blocking) {
-      const until = performance.now() + this.stepMs(output.totalTokens);
+      const until = performance.now() + this.stepMs(output);
       while (performance.now() < until) { /* the device works inside submit */ }
       return { result: Promise.resolve(sampled) };
     }
     const now = performance.now();
     const start = Math.max(now, this.#busyUntil);
-    this.#busyUntil = start + this.stepMs(output.totalTokens);
+    this.#busyUntil = start + this.stepMs(output);
     const delay = this.#busyUntil - now;
     const result = new Promise<ReadonlyMap<string, SampledToken>>((resolve) => {
       const id = setTimeout(() => {
