@@ -484,7 +484,7 @@ function resultRows(results: readonly SchedulerResult[]): string[][] {
     String(r.steps),
     String(r.batched_tokens),
     String(r.preemptions),
-    fmt(r.host_ms_per_step, 2),
+    fmt(r.scheduler_ms_per_step, 3),
   ]);
 }
 
@@ -504,7 +504,7 @@ const RESULT_HEADER = [
   "steps",
   "tokens run",
   "preempt",
-  "host ms/step",
+  "sched ms/step",
 ];
 
 function goals(results: readonly SchedulerResult[]) {

@@ -3,13 +3,14 @@ import { z } from "zod";
 import { runBatchingBench } from "../bench/batching.ts";
 import { fitLinear } from "../bench/batching/fit.ts";
 import { fitLatency, shapePairs } from "../bench/batching/calibrate.ts";
-import { attendedPairs, mockStepMs } from "../engine/executors/mock_executor.ts";
+import { attendedPairs, type MockLatency, mockStepMs } from "../engine/executors/mock_executor.ts";
 import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
 import { kvUtilization } from "../bench/batching/kv_utilization.ts";
 import {
   baselineBatchSize,
   makeScheduler,
   runHarness,
+  type RunSummary,
   SimulatedExecutor,
   summarizeRun,
   VirtualTimeline,
@@ -112,28 +113,36 @@ Deno.test("baselineBatchSize() fits whole max_model_len reservations into the KV
   assert.equal(baselineBatchSize(1000, 1024, 16), 0);
 });
 
+/** One request (3 prompt tokens, 3 output tokens) alone through `kind` in simulated time. */
+async function runOneRequest(
+  kind: "continuous" | "static" | "dynamic",
+  latency: MockLatency,
+): Promise<RunSummary> {
+  const timeline = new VirtualTimeline();
+  const executor = new SimulatedExecutor(timeline, latency);
+  const scheduler = makeScheduler({
+    kind,
+    kvTokens: 256,
+    blockSize: 16,
+    maxModelLen: 64,
+    maxNumSeqs: 4,
+    maxNumBatchedTokens: 64,
+    batchWaitMs: 0,
+  }, () => timeline.now());
+  const run = await runHarness({
+    scheduler,
+    executor,
+    timeline,
+    requests: [{ requestId: "r", promptTokenIds: [5, 6, 7], outputLen: 3, arrivalMs: 0 }],
+    maxInFlight: 4,
+    settle: (s) => executor.settle(s),
+  });
+  return summarizeRun(run);
+}
+
 Deno.test("runHarness() times one request in simulated time exactly (prefill then 2 decodes)", async () => {
   for (const kind of ["continuous", "static", "dynamic"] as const) {
-    const timeline = new VirtualTimeline();
-    const executor = new SimulatedExecutor(timeline, { baseMs: 8, perTokenMs: 0.05 });
-    const scheduler = makeScheduler({
-      kind,
-      kvTokens: 256,
-      blockSize: 16,
-      maxModelLen: 64,
-      maxNumSeqs: 4,
-      maxNumBatchedTokens: 64,
-      batchWaitMs: 0,
-    }, () => timeline.now());
-    const run = await runHarness({
-      scheduler,
-      executor,
-      timeline,
-      requests: [{ requestId: "r", promptTokenIds: [5, 6, 7], outputLen: 3, arrivalMs: 0 }],
-      maxInFlight: 4,
-      settle: (s) => executor.settle(s),
-    });
-    const s = summarizeRun(run);
+    const s = await runOneRequest(kind, { baseMs: 8, perTokenMs: 0.05 });
     // Step 1: 3 prompt tokens, 8.15 ms; steps 2 and 3: one token each, 8.05 ms.
     close(s.ttft_ms.p50, 8.15, `${kind} TTFT`);
     close(s.e2e_ms.p50, 8.15 + 2 * 8.05, `${kind} E2E`);
@@ -145,26 +154,8 @@ Deno.test("runHarness() times one request in simulated time exactly (prefill the
 });
 
 Deno.test("runHarness() charges the per-sequence and attended-pair costs in simulated time", async () => {
-  const timeline = new VirtualTimeline();
   const latency = { baseMs: 8, perTokenMs: 0.05, perSeqMs: 0.5, perKiloPairMs: 100 };
-  const executor = new SimulatedExecutor(timeline, latency);
-  const scheduler = makeScheduler({
-    kind: "continuous",
-    kvTokens: 256,
-    blockSize: 16,
-    maxModelLen: 64,
-    maxNumSeqs: 4,
-    maxNumBatchedTokens: 64,
-  }, () => timeline.now());
-  const run = await runHarness({
-    scheduler,
-    executor,
-    timeline,
-    requests: [{ requestId: "r", promptTokenIds: [5, 6, 7], outputLen: 3, arrivalMs: 0 }],
-    maxInFlight: 4,
-    settle: (s) => executor.settle(s),
-  });
-  const s = summarizeRun(run);
+  const s = await runOneRequest("continuous", latency);
   // Step 1: 3 tokens, 1 sequence, 1 + 2 + 3 = 6 pairs; steps 2, 3: 1 token attending 4, 5.
   const first = 8 + 0.15 + 0.5 + 0.6;
   close(s.ttft_ms.p50, first, "TTFT");
