@@ -303,6 +303,9 @@ Deno.test("bench:batching rejects bad flags with exit status 2", async () => {
   assert.equal(r.code, 2);
   assert.match(r.err.join("\n"), /^error: --executor must be mock or webgpu/);
   assert.equal((await bench(["--max-model-len", "100"])).code, 2); // 256 + 512 > 100
+  const mode = await bench(["--preemption-mode", "drop"]);
+  assert.equal(mode.code, 2);
+  assert.match(mode.err.join("\n"), /^error: --preemption-mode must be recompute or swap/);
 });
 
 Deno.test("bench:batching --sweep writes the Markdown table, JSON and SVG charts", async () => {
