@@ -11,6 +11,7 @@
 
 import type { ModelRunner } from "../../engine/model_runner.ts";
 import { WebGpuExecutor } from "../../engine/executors/webgpu_executor.ts";
+import { chunkPairs } from "../../engine/executors/mock_executor.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 import { fitLinear } from "./fit.ts";
 import { pipelinedStepMs, type StepShape, syntheticBatch } from "./runner_timing.ts";
@@ -39,8 +40,7 @@ export const CALIBRATION_SHAPES: readonly StepShape[] = [
 
 /** (query, key) pairs a step of `shape` attends (see mockStepMs). */
 export function shapePairs(shape: StepShape): number {
-  const n = shape.queryLen;
-  return shape.seqs * (n * (shape.contextLen - n) + (n * (n + 1)) / 2);
+  return shape.seqs * chunkPairs(shape.contextLen - shape.queryLen, shape.queryLen);
 }
 
 /** One measured step shape. */

@@ -42,11 +42,13 @@ export interface MockLatency {
  */
 export function attendedPairs(output: SchedulerOutput): number {
   let pairs = 0;
-  for (const r of output.scheduled) {
-    const n = r.numTokens;
-    pairs += n * r.positionStart + (n * (n + 1)) / 2;
-  }
+  for (const r of output.scheduled) pairs += chunkPairs(r.positionStart, r.numTokens);
   return pairs;
+}
+
+/** The (query, key) pairs of `n` new tokens from position `p`: `n * p + n * (n + 1) / 2`. */
+export function chunkPairs(p: number, n: number): number {
+  return n * p + (n * (n + 1)) / 2;
 }
 
 /**
