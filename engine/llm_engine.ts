@@ -261,6 +261,8 @@ export class LLMEngine implements EngineClient {
             idle = true;
             break;
           }
+          const landing = this.#executor.swapInReady?.(output);
+          if (landing !== undefined) await landing;
           const t0 = performance.now();
           const step = this.#executor.execute(output);
           this.#submitMs = 0.7 * this.#submitMs + 0.3 * (performance.now() - t0);
@@ -269,7 +271,6 @@ export class LLMEngine implements EngineClient {
           step.result.catch(() => {});
           this.#inFlight.push({ output, result: step.result, empty: false });
           this.#steps++;
-          if (step.ready !== undefined) await step.ready;
         }
         // 2. Postprocess the oldest step once its tokens are back, and the empty steps queued
         // behind it (they have nothing to wait for).
@@ -308,7 +309,8 @@ export class LLMEngine implements EngineClient {
 
   /**
    * Steps to keep in flight now. Pipelining hides Deno's ~10 ms readback latency. Some adapters
-   * (lavapipe, measured) do a step's work inside `queue.submit`: then every step in flight ahead
+   * (lavapipe, measured) do a step's work on the calling thread, inside the executor's
+   * `execute` (`queue.submit` and the readback's `mapAsync` call): then every step in flight ahead
    * of a token delays it by a whole step while the event loop is blocked (no HTTP chunk goes
    * out). So the work queued ahead is bounded in time: about {@linkcode AHEAD_BUDGET_MS} of
    * submit time, and never fewer than two steps (the second submit covers the first readback).

@@ -206,7 +206,7 @@ Deno.test("runHarness() with swap preemption charges each swap-out and finishes 
     durations.push(run.durationMs);
   }
   assert.ok(swaps > 0, "the pool is too small: requests must have been swapped out");
-  // The same schedule either way; every swap-out (one victim per step here) adds 100 ms.
+  // The same schedule either way; every swapped-out request adds 100 ms.
   close(durations[1]! - durations[0]!, 100 * swaps, "swap-out time");
 });
 

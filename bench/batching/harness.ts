@@ -94,7 +94,7 @@ export class SimulatedExecutor implements Executor {
   readonly kind = "mock" as const;
   readonly maxInFlight: number;
   readonly latency: MockLatency;
-  /** Simulated ms a step that swaps blocks out adds (the readback of the copies). */
+  /** Simulated device ms each swapped-out request adds (the copies of its blocks). */
   readonly swapOutMs: number;
   readonly #timeline: VirtualTimeline;
   readonly #doneAt = new Map<number, number>();
@@ -128,12 +128,12 @@ export class SimulatedExecutor implements Executor {
       const position = r.positionStart + r.numTokens;
       sampled.set(r.requestId, { tokenId: mockTokenAt(r.requestId, position), logprob: 0 });
     }
-    const swapsOut = output.swappedOut.length > 0;
-    if (output.scheduled.length > 0 || swapsOut) {
+    const swapsOut = output.swappedOut.length;
+    if (output.scheduled.length > 0 || swapsOut > 0) {
       const start = Math.max(this.#timeline.now(), this.#busyUntil);
-      // A swap-out is a readback: the device drains before the copies reach the host.
-      this.#busyUntil = start + (swapsOut ? this.swapOutMs : 0) +
-        this.stepMs(output);
+      // Each swapped-out request's copies take device time; their readback to the host runs in
+      // the background (the WebGPU executor does not hold the next step back).
+      this.#busyUntil = start + swapsOut * this.swapOutMs + this.stepMs(output);
       this.#doneAt.set(output.step, this.#busyUntil);
     }
     return { result: Promise.resolve(sampled) };
@@ -295,9 +295,10 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
           submitMs: timeline.now(),
           kv: { allocated: s.kvTokensAllocated, used: s.kvTokensUsed },
         });
+        const landing = executor.swapInReady?.(output);
+        if (landing !== undefined) await landing;
         const step = executor.execute(output);
         inFlight.push({ output, result: step.result });
-        if (step.ready !== undefined) await step.ready;
         idleFlushes = 0;
         continue;
       }

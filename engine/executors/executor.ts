@@ -30,11 +30,6 @@ export interface SampledToken {
 export interface ExecutedStep {
   /** Request id -> sampled token, for every scheduled request with `samplesToken`. */
   readonly result: Promise<ReadonlyMap<string, SampledToken>>;
-  /**
-   * When set, the next step must not be executed before it resolves (a swap-out whose blocks
-   * are still on their way to host memory).
-   */
-  readonly ready?: Promise<void>;
 }
 
 /** Computes steps. */
@@ -42,8 +37,18 @@ export interface Executor {
   readonly kind: "webgpu" | "mock";
   /** Steps that may be submitted before the oldest one's result is awaited. */
   readonly maxInFlight: number;
-  /** Submits `output` (which may be empty) and returns at once. */
+  /**
+   * Submits `output` (which may be empty) and returns at once. Swap-outs do not hold later
+   * steps back: the device copies the blocks before any later step can overwrite them, and the
+   * copies reach host memory in the background.
+   */
   execute(output: SchedulerOutput): ExecutedStep;
+  /**
+   * When `output` swaps in blocks whose swap-out has not reached host memory yet: a promise to
+   * await before `execute(output)` (it rejects when that swap-out failed). Otherwise undefined,
+   * the common case: a request is seldom swapped back in within a readback's ~10 ms.
+   */
+  swapInReady?(output: SchedulerOutput): Promise<void> | undefined;
   /**
    * Registers a request before it is scheduled: its prompt (for the repetition penalty) and
    * parameters.

@@ -1,7 +1,10 @@
 /**
  * The WebGPU executor: turns each {@linkcode SchedulerOutput} into a {@linkcode ForwardBatch}
  * for the {@linkcode ModelRunner}, and performs the scheduler's swap copies between the KV
- * cache and a bounded host-memory pool.
+ * cache and a bounded host-memory pool. A swap-out's copies are submitted ahead of every later
+ * step (queue order keeps the blocks intact until copied) and read back in the background, so
+ * preemption by swap never waits for Deno's ~10 ms readback; only a swap-in of bytes still on
+ * their way waits for them ({@linkcode WebGpuExecutor.swapInReady}).
  *
  * Tokens the host does not know yet ({@linkcode SAMPLED_TOKEN}) are fed from the GPU ring of
  * sampled tokens through `runner.sampledRef`, so no step waits for a readback. Sampling is
@@ -45,6 +48,11 @@ interface PenaltyHistory {
   readonly onGpu: Map<number, { readonly step: number; readonly row: number }>;
 }
 
+/** A swap-out on its way to host memory (identity marks the slots it still owns). */
+interface Landing {
+  readonly done: Promise<void>;
+}
+
 /** True when `p` needs the output so far (a penalty is on). */
 function penalised(p: SamplingParams): boolean {
   return p.repetitionPenalty !== 1 || p.presencePenalty !== 0 || p.frequencyPenalty !== 0;
@@ -62,6 +70,8 @@ export class WebGpuExecutor implements Executor {
   readonly #history = new Map<string, PenaltyHistory>();
   /** Host swap pool: slot i holds one block of every layer, K then V. */
   readonly #swapPool: Uint8Array<ArrayBuffer> | null;
+  /** Host slot -> the swap-out whose bytes are still on their way into it. */
+  readonly #landing = new Map<number, Landing>();
   readonly #layerBlockBytes: number;
 
   constructor(runner: ModelRunner, options: WebGpuExecutorOptions) {
@@ -140,12 +150,40 @@ export class WebGpuExecutor implements Executor {
     return out;
   }
 
-  execute(output: SchedulerOutput): ExecutedStep {
-    const ready = output.swappedOut.length > 0 ? this.#swapOut(output) : undefined;
-    if (output.swappedIn.length > 0) this.#swapIn(output);
-    if (output.scheduled.length === 0) {
-      return { result: Promise.resolve(new Map()), ...(ready ? { ready } : {}) };
+  swapInReady(output: SchedulerOutput): Promise<void> | undefined {
+    const waits = new Set<Promise<void>>();
+    for (const r of output.swappedIn) {
+      for (const c of r.copies) {
+        const landing = this.#landing.get(c.hostSlot);
+        if (landing !== undefined) waits.add(landing.done);
+      }
     }
+    return waits.size === 0 ? undefined : Promise.all(waits).then(() => {});
+  }
+
+  /**
+   * @throws {RangeError} when `output` swaps in a block whose swap-out has not reached host
+   *   memory (await {@linkcode WebGpuExecutor.swapInReady} first), or moves blocks without swap
+   *   space.
+   */
+  execute(output: SchedulerOutput): ExecutedStep {
+    // Swap-ins read the host pool now: every block they read must have landed there. Checked
+    // before this step's own swap-outs claim their host slots.
+    for (const r of output.swappedIn) {
+      for (const c of r.copies) {
+        if (this.#landing.has(c.hostSlot)) {
+          throw new RangeError(
+            `Cannot swap in request "${r.requestId}": host slot ${c.hostSlot} is still on its ` +
+              `way from the GPU (await swapInReady() first)`,
+          );
+        }
+      }
+    }
+    // Swap-outs first: their copies are submitted before the swap-ins' writes, which may reuse
+    // the same GPU blocks.
+    if (output.swappedOut.length > 0) this.#swapOut(output);
+    if (output.swappedIn.length > 0) this.#swapIn(output);
+    if (output.scheduled.length === 0) return { result: Promise.resolve(new Map()) };
     const n = output.totalTokens;
     const inputIds = new Uint32Array(n);
     const positions = new Uint32Array(n);
@@ -245,11 +283,15 @@ export class WebGpuExecutor implements Executor {
       });
       return map;
     });
-    return { result, ...(ready ? { ready } : {}) };
+    return { result };
   }
 
-  /** Copies swapped-out blocks to a staging buffer now, and into the host pool once mapped. */
-  #swapOut(output: SchedulerOutput): Promise<void> {
+  /**
+   * Copies swapped-out blocks into a staging buffer (submitted now, so before any later step
+   * can overwrite them) and into the host pool once the buffer is mapped, in the background:
+   * the next step is not held back. Until then the host slots are in `#landing`.
+   */
+  #swapOut(output: SchedulerOutput): void {
     const pool = this.#swapPool;
     if (pool === null) throw new RangeError("Cannot swap out: no swap space (--swap-space 0)");
     const ctx = this.runner.ctx;
@@ -271,14 +313,22 @@ export class WebGpuExecutor implements Executor {
       }
     });
     ctx.device.queue.submit([encoder.finish()]);
-    return staging.mapAsync(GPUMapMode.READ).then(() => {
-      const bytes = new Uint8Array(staging.getMappedRange());
-      copies.forEach((c, i) => {
-        pool.set(bytes.subarray(i * perBlock, (i + 1) * perBlock), c.hostSlot * perBlock);
-      });
-      staging.unmap();
-      staging.destroy();
-    });
+    const landing: Landing = {
+      done: staging.mapAsync(GPUMapMode.READ).then(() => {
+        const bytes = new Uint8Array(staging.getMappedRange());
+        copies.forEach((c, i) => {
+          // A slot claimed again since (its request aborted, the slot reused) is not ours.
+          if (this.#landing.get(c.hostSlot) !== landing) return;
+          pool.set(bytes.subarray(i * perBlock, (i + 1) * perBlock), c.hostSlot * perBlock);
+          this.#landing.delete(c.hostSlot);
+        });
+        staging.unmap();
+      }).finally(() => staging.destroy()),
+    };
+    // Awaited by swapInReady when a swap-in needs these slots; a failed copy stays in
+    // `#landing`, so such a swap-in fails instead of reading stale bytes.
+    landing.done.catch(() => {});
+    for (const c of copies) this.#landing.set(c.hostSlot, landing);
   }
 
   /** Writes swapped-in blocks from the host pool into the KV cache (ordered before the step). */
