@@ -18,7 +18,8 @@
  * real character U+FFFD, or invalid byte sequences) would make the window grow; after
  * {@linkcode MAX_PENDING} such tokens the detokenizer looks for a token boundary that is also a
  * character boundary (decoding both sides separately gives the same text as decoding them
- * together) and advances to it, so the cost per token stays bounded.
+ * together, and the right side decodes to some text, so the left side's last character is
+ * closed) and advances to it, so the cost per token stays bounded.
  *
  * @module
  */
@@ -96,10 +97,13 @@ export class IncrementalDetokenizer {
     const text = this.#decode(ids.slice(this.#prefixOffset));
     if (!text.endsWith(REPLACEMENT)) return this.#advance(text, ids.length);
     if (ids.length - this.#readOffset <= MAX_PENDING) return "";
-    // Held too long: find a boundary k inside the pending tokens.
+    // Held too long: find a boundary k inside the pending tokens. The right side must decode to
+    // some text: tokens that decode to nothing (skipped special tokens, padded ids) do not close
+    // an unfinished character on the left, which a later token may still complete.
     for (let k = ids.length - 1; k > this.#readOffset && k >= ids.length - MAX_PENDING; k--) {
       const left = this.#decode(ids.slice(this.#prefixOffset, k));
-      if (left + this.#decode(ids.slice(k)) === text) return this.#advance(left, k);
+      const right = this.#decode(ids.slice(k));
+      if (right !== "" && left + right === text) return this.#advance(left, k);
     }
     return "";
   }

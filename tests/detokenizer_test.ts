@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { makeModel } from "../tools/make_model.ts";
 import { type DecodeOptions, Tokenizer } from "../engine/tokenizer.ts";
-import { IncrementalDetokenizer } from "../engine/detokenizer.ts";
+import { IncrementalDetokenizer, MAX_PENDING } from "../engine/detokenizer.ts";
 import { BYTE_TO_CHAR } from "../engine/model/bpe_tokenizer_builder.ts";
 import { type Rng, testSeed } from "./support/random.ts";
 
@@ -96,6 +96,31 @@ Deno.test("IncrementalDetokenizer is exact on long runs of broken and valid UTF-
     }
     const ids = bytes.map(byteId);
     assert.equal(stream(tok, ids, false).join(""), tok.decode(ids), `seed ${seed} case ${c}`);
+  }
+});
+
+Deno.test("IncrementalDetokenizer does not close a character at tokens that decode to nothing", async () => {
+  // Stray bytes hold the window; then an emoji's first three bytes, a skipped special token (or an
+  // id beyond the vocabulary) and its last byte. With 5 stray bytes the window first exceeds
+  // MAX_PENDING at the silent token and looks for a boundary there. It is none: the emoji must
+  // come out whole, never as U+FFFD or half a surrogate pair.
+  const tok = await tokenizerOf("tiny-qwen3");
+  const byteId = (b: number) => tok.tokenToId(BYTE_TO_CHAR[b]!)!;
+  const special = [...tok.specialIds][0]!;
+  for (const silent of [special, tok.size + 7]) {
+    for (let stray = 0; stray <= 2 * MAX_PENDING; stray++) {
+      const ids = [
+        ...Array.from({ length: stray }, () => byteId(0x80)),
+        ...[0xf0, 0x9f, 0x9a].map(byteId),
+        silent,
+        byteId(0x8d),
+        byteId(0x41),
+      ];
+      const deltas = stream(tok, ids, true);
+      const context = `silent id ${silent}, ${stray} stray bytes`;
+      assert.equal(deltas.join(""), "\uFFFD".repeat(stray) + "\u{1F68D}A", context);
+      for (const d of deltas) assert.ok(d.isWellFormed(), `${context}: delta ${JSON.stringify(d)}`);
+    }
   }
 });
 
