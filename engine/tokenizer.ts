@@ -43,7 +43,8 @@ export interface DecodeOptions {
   skipSpecialTokens?: boolean;
   /**
    * Apply `clean_up_tokenization_spaces` (" ." -> ".", " 's" -> "'s", ...). Default: the value in
-   * tokenizer_config.json (true when absent, as in `transformers`).
+   * tokenizer_config.json; false when absent, as in `transformers` since 4.45 (checked against
+   * 4.57 and 5.18 in `tests/hf_checkpoint_test.ts`).
    */
   cleanUpTokenizationSpaces?: boolean;
 }
@@ -146,7 +147,7 @@ export class Tokenizer {
     }
     this.size = size;
     this.specialIds = special;
-    this.#cleanUp = config.clean_up_tokenization_spaces !== false;
+    this.#cleanUp = config.clean_up_tokenization_spaces === true;
 
     const specials: Record<string, string> = {};
     for (const key of ["bos_token", "eos_token", "unk_token", "pad_token"]) {
