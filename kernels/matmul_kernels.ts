@@ -165,49 +165,43 @@ export function kernelSource(
   bias: boolean,
   xVec4: boolean,
 ): KernelSource {
-  const b = biasBinding(bias);
+  const w = variant === "unrolled" || variant === "blocked8"
+    ? weightBinding8(dtype)
+    : weightBinding(dtype);
+  const prelude = (variant === "unrolled" ? xBinding8(xVec4) : "") + w + biasBinding(bias);
+  const kernel = (consts: Record<string, number>, source: string, rowsPerGroup: number) => ({
+    code: prelude + Object.entries(consts).map(([k, v]) => `const ${k} = ${v}u;\n`).join("") +
+      source,
+    rowsPerGroup,
+    mPerGroup: consts.MB ?? consts.WY! * consts.TM!,
+  });
   switch (variant) {
-    case "unrolled":
-      return {
-        code: xBinding8(xVec4) + weightBinding8(dtype) + b +
-          `const MB = ${mb}u;\nconst RN = ${UNROLLED_RN}u;\nconst WG = ${UNROLLED_WG}u;\n` +
-          unrollTemplate(unrolledSource, { i: mb, r: UNROLLED_RN }),
-        rowsPerGroup: UNROLLED_RN * UNROLLED_WG,
-        mPerGroup: mb,
-      };
+    case "unrolled": {
+      const source = unrollTemplate(unrolledSource, { i: mb, r: UNROLLED_RN });
+      return kernel(
+        { MB: mb, RN: UNROLLED_RN, WG: UNROLLED_WG },
+        source,
+        UNROLLED_RN * UNROLLED_WG,
+      );
+    }
     case "blocked8":
-      return {
-        code: weightBinding8(dtype) + b +
-          `const MB = ${mb}u;\nconst RN = ${BLOCKED8_RN}u;\nconst WG = ${BLOCKED8_WG}u;\n` +
-          blocked8Source,
-        rowsPerGroup: BLOCKED8_RN * BLOCKED8_WG,
-        mPerGroup: mb,
-      };
+      return kernel(
+        { MB: mb, RN: BLOCKED8_RN, WG: BLOCKED8_WG },
+        blocked8Source,
+        BLOCKED8_RN * BLOCKED8_WG,
+      );
     case "blocked":
-      return {
-        code: weightBinding(dtype) + b +
-          `const MB = ${mb}u;\nconst RN = ${BLOCKED_RN}u;\nconst WG = ${BLOCKED_WG}u;\n` +
-          blockedSource,
-        rowsPerGroup: BLOCKED_RN * BLOCKED_WG,
-        mPerGroup: mb,
-      };
+      return kernel(
+        { MB: mb, RN: BLOCKED_RN, WG: BLOCKED_WG },
+        blockedSource,
+        BLOCKED_RN * BLOCKED_WG,
+      );
     case "gemv":
-      return {
-        code: weightBinding(dtype) + b +
-          `const MB = ${mb}u;\nconst TPR = ${GEMV_TPR}u;\nconst RPW = ${GEMV_RPW}u;\n` +
-          gemvSource,
-        rowsPerGroup: GEMV_RPW,
-        mPerGroup: mb,
-      };
+      return kernel({ MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW }, gemvSource, GEMV_RPW);
     case "tiled": {
       const t = TILE;
-      return {
-        code: weightBinding(dtype) + b +
-          `const WX = ${t.wx}u;\nconst WY = ${t.wy}u;\nconst TM = ${t.tm}u;\n` +
-          `const TN = ${t.tn}u;\nconst BK = ${t.bk}u;\n` + tiledSource,
-        rowsPerGroup: t.wx * t.tn,
-        mPerGroup: t.wy * t.tm,
-      };
+      const consts = { WX: t.wx, WY: t.wy, TM: t.tm, TN: t.tn, BK: t.bk };
+      return kernel(consts, tiledSource, t.wx * t.tn);
     }
   }
 }

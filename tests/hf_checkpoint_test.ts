@@ -15,7 +15,7 @@ import { ModelRunner } from "../engine/model_runner.ts";
 import { Checkpoint } from "../engine/model/checkpoint.ts";
 import { Tokenizer } from "../engine/tokenizer.ts";
 import { GPU_TEST, HAS_F16, testContext } from "./support/gpu.ts";
-import { soloGreedy } from "./support/solo_run.ts";
+import { SOLO_RUNNER_OPTIONS, soloGreedy } from "./support/solo_run.ts";
 
 const ROOT = new URL("./fixtures/hf/", import.meta.url).pathname;
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
@@ -92,14 +92,7 @@ for (const name of fixtures) {
       async () => {
         const expected = await expectedOf(name);
         const ctx = await testContext({ forceF32 });
-        const runner = await ModelRunner.load(ctx, dir, {
-          maxTokens: 64,
-          maxSeqs: 4,
-          maxModelLen: 128,
-          blockSize: 16,
-          numKvBlocks: 24,
-          showProgress: false,
-        });
+        const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
         try {
           // Blocks in a scrambled, fixed order: non-contiguous block tables.
           const blocks = Array.from({ length: 24 }, (_, i) => (i * 7) % 24);

@@ -4,7 +4,13 @@ import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, HAS_F16, testContext } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { referenceRun, soloGreedy, type SoloPenalties, soloRun } from "./support/solo_run.ts";
+import {
+  referenceRun,
+  SOLO_RUNNER_OPTIONS,
+  soloGreedy,
+  type SoloPenalties,
+  soloRun,
+} from "./support/solo_run.ts";
 
 const PRESETS = ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gpt2"] as const;
 const MAX_TOKENS = 32;
@@ -20,14 +26,7 @@ for (const preset of PRESETS) {
         await makeModel({ out: dir, preset, dtype: "f32", seed: seed % 1000, shards: 1 });
         const ref = await ReferenceModel.load(dir);
         const ctx = await testContext({ forceF32: true });
-        const runner = await ModelRunner.load(ctx, dir, {
-          maxTokens: 64,
-          maxSeqs: 4,
-          maxModelLen: 128,
-          blockSize: 16,
-          numKvBlocks: 24,
-          showProgress: false,
-        });
+        const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
         try {
           const blocks = rng.permutation(24);
           for (const len of [1, 7, 33]) {
@@ -73,14 +72,7 @@ for (
         const ref = await ReferenceModel.load(dir);
         const ctx = await testContext();
         assert.equal(ctx.weightDtype, "f16");
-        const runner = await ModelRunner.load(ctx, dir, {
-          maxTokens: 64,
-          maxSeqs: 4,
-          maxModelLen: 128,
-          blockSize: 16,
-          numKvBlocks: 24,
-          showProgress: false,
-        });
+        const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
         try {
           let compared = 0;
           for (const len of [1, 7, 33]) {
@@ -123,14 +115,7 @@ async function withRunner(
     await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: seed % 1000 });
     const ref = await ReferenceModel.load(dir);
     const ctx = await testContext({ forceF32: true });
-    const runner = await ModelRunner.load(ctx, dir, {
-      maxTokens: 64,
-      maxSeqs: 4,
-      maxModelLen: 128,
-      blockSize: 16,
-      numKvBlocks: 24,
-      showProgress: false,
-    });
+    const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
     try {
       await body(runner, ref, seed, rng);
     } finally {

@@ -15,6 +15,19 @@ import type { ModelRunner, TopLogprob } from "../../engine/model_runner.ts";
 import { logitsProcessRef, topLogprobsRef } from "../reference/logits_process.ts";
 import type { ReferenceModel } from "../reference/model.ts";
 
+/**
+ * Runner options for solo runs of up to 128 tokens (prompt + output): 24 KV blocks of 16 tokens,
+ * steps of up to 64 tokens and 4 sequences.
+ */
+export const SOLO_RUNNER_OPTIONS = {
+  maxTokens: 64,
+  maxSeqs: 4,
+  maxModelLen: 128,
+  blockSize: 16,
+  numKvBlocks: 24,
+  showProgress: false,
+} as const;
+
 /** Penalties and bias of a run (vLLM meanings; every field optional). */
 export interface SoloPenalties {
   readonly repetitionPenalty?: number;
