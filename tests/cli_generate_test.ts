@@ -3,18 +3,11 @@ import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
+import { runMain } from "./support/cli.ts";
 
-const MAIN = new URL("../main.ts", import.meta.url).pathname;
-
-async function generate(args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", MAIN, "generate", ...args],
-    env: { XDG_RUNTIME_DIR: "/tmp" },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const d = new TextDecoder();
-  return { code: out.code, stdout: d.decode(out.stdout), stderr: d.decode(out.stderr) };
+/** `main.ts generate ...args`. */
+function generate(args: string[]) {
+  return runMain(["generate", ...args]);
 }
 
 Deno.test(

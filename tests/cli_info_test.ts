@@ -1,17 +1,5 @@
 import assert from "node:assert/strict";
-
-const MAIN = new URL("../main.ts", import.meta.url).pathname;
-
-async function runMain(args: string[], env: Record<string, string> = {}) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", MAIN, ...args],
-    env: { XDG_RUNTIME_DIR: "/tmp", ...env },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
-  return { code: out.code, stdout: decode(out.stdout), stderr: decode(out.stderr) };
-}
+import { runMain } from "./support/cli.ts";
 
 Deno.test("main.ts info prints the adapter, its features and the requested limits", async () => {
   const { code, stdout } = await runMain(["info"]);

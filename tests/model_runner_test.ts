@@ -28,7 +28,7 @@ for (const preset of PRESETS) {
         const ctx = await testContext({ forceF32: true });
         const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
         try {
-          const blocks = rng.permutation(24);
+          const blocks = rng.permutation(SOLO_RUNNER_OPTIONS.numKvBlocks);
           for (const len of [1, 7, 33]) {
             const prompt = Array.from({ length: len }, () => rng.int(0, 500));
             const expected = ref.greedy(prompt, MAX_TOKENS).map((s) => s.token);
@@ -79,7 +79,7 @@ for (
             const prompt = Array.from({ length: len }, () => rng.int(0, 500));
             const steps = ref.greedy(prompt, MAX_TOKENS);
             const got = await soloGreedy(runner, prompt, MAX_TOKENS, {
-              blocks: rng.permutation(24),
+              blocks: rng.permutation(SOLO_RUNNER_OPTIONS.numKvBlocks),
             });
             for (let i = 0; i < steps.length && steps[i]!.gap >= GAP_TOLERANCE; i++, compared++) {
               assert.equal(got[i], steps[i]!.token, `seed ${seed} prompt ${len}, step ${i}`);
@@ -155,7 +155,7 @@ Deno.test(
           const expected = referenceRun(ref, prompt, PENALTY_TOKENS, c.penalties);
           const got = await soloRun(runner, prompt, PENALTY_TOKENS, {
             chunk,
-            blocks: rng.permutation(24),
+            blocks: rng.permutation(SOLO_RUNNER_OPTIONS.numKvBlocks),
             penalties: c.penalties,
             depth: 6,
           });
