@@ -7,13 +7,11 @@
 import assert from "node:assert/strict";
 import {
   buckets125,
-  formatValue,
   ITL_BUCKETS,
-  PROMETHEUS_CONTENT_TYPE,
-  Registry,
   REQUEST_LATENCY_BUCKETS,
   TTFT_BUCKETS,
 } from "../server/metrics.ts";
+import { formatValue, PROMETHEUS_CONTENT_TYPE, Registry } from "../server/prometheus.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
 
 Deno.test("Registry.format() writes the exact 0.0.4 text exposition", () => {
