@@ -1,0 +1,140 @@
+/**
+ * `deno task bench:batching --sweep`: the 004 experiment. Static and dynamic batch sizes and wait
+ * windows and continuous max_num_seqs on the mock executor with Poisson arrivals, written as
+ * Markdown, JSON and two SVG charts.
+ *
+ * @module
+ */
+
+import type { SchedulerChoice } from "./harness.ts";
+import { latencyText, mockBackend, runOne, type SchedulerResult, workloadOf } from "./compare.ts";
+import type { BenchIo, Options } from "./options.ts";
+import { fmt, markdownTable, textTable } from "./table.ts";
+import { lineChart } from "../serve/report_svg.ts";
+
+/** `--sweep`: the 004 experiment. */
+export async function runSweep(o: Options, io: BenchIo): Promise<number> {
+  const requests = workloadOf(o, 50_000, { kind: "poisson", ratePerS: o.rate });
+  const common = {
+    kvTokens: o.kvSlots,
+    blockSize: o.blockSize,
+    maxModelLen: o.maxModelLen,
+    maxNumSeqs: o.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens,
+  };
+  const runs: SchedulerChoice[] = [];
+  for (const b of [1, 4, 8]) runs.push({ kind: "static", ...common, batchSize: b });
+  for (const w of [0, 10, 50]) {
+    for (const b of [1, 4, 8]) {
+      runs.push({ kind: "dynamic", ...common, batchSize: b, batchWaitMs: w });
+    }
+  }
+  for (const b of [1, 4, 8, o.maxNumSeqs]) {
+    runs.push({ kind: "continuous", ...common, maxNumSeqs: b });
+  }
+  const results: SchedulerResult[] = [];
+  for (const c of runs) results.push(await runOne(c, requests, mockBackend(o), o.maxInFlight));
+
+  const outDir = o.outDir ??
+    `bench/results/batching-${new Date().toISOString().replace(/[:.]/g, "-")}`;
+  await Deno.mkdir(outDir, { recursive: true });
+  const label = (r: SchedulerResult) =>
+    r.scheduler === "dynamic" ? `dynamic, wait ${r.batch_wait_ms} ms` : r.scheduler;
+  const header = [
+    "scheduler",
+    "batch",
+    "wait ms",
+    "avg latency ms",
+    "p95 latency ms",
+    "avg TTFT ms",
+    "out tok/s",
+    "req/s",
+  ];
+  const rows = results.map((r) => [
+    r.scheduler,
+    String(r.batch_size),
+    r.batch_wait_ms === null ? "-" : String(r.batch_wait_ms),
+    fmt(r.e2e_ms.mean, 0),
+    fmt(r.e2e_ms.p95, 0),
+    fmt(r.ttft_ms.mean, 0),
+    fmt(r.output_tokens_per_s, 1),
+    fmt(r.requests_per_s, 3),
+  ]);
+  const series = new Map<string, SchedulerResult[]>();
+  for (const r of results) {
+    if (r.scheduler === "continuous" && r.batch_size === o.maxNumSeqs && o.maxNumSeqs > 8) continue;
+    const k = label(r);
+    series.set(k, [...(series.get(k) ?? []), r]);
+  }
+  const chart = (title: string, yLabel: string, y: (r: SchedulerResult) => number) =>
+    lineChart({
+      title,
+      xLabel: "batch size (continuous: max_num_seqs)",
+      yLabel,
+      xLog: true,
+      series: [...series].map(([name, rs]) => ({
+        name,
+        points: rs.map((r) => ({ x: r.batch_size, y: y(r) })),
+        dashed: name === "static",
+      })),
+    });
+  const latencySvg = chart(
+    "Average request latency (mock executor)",
+    "avg E2E latency (ms)",
+    (r) => r.e2e_ms.mean,
+  );
+  const throughputSvg = chart(
+    "Output throughput (mock executor)",
+    "output tokens/s",
+    (r) => r.output_tokens_per_s,
+  );
+  const meta = {
+    bench: "batching-sweep",
+    executor: "mock",
+    latency_model: {
+      base_ms: o.baseMs,
+      per_token_ms: o.perTokenMs,
+      per_seq_ms: o.perSeqMs,
+      per_kpair_ms: o.perKiloPairMs,
+      clock: o.clock,
+    },
+    workload: {
+      requests: o.requests,
+      seed: o.seed,
+      prompt_len: o.promptLen,
+      output_len: o.outputLen,
+      arrival: `Poisson, ${o.rate} req/s`,
+    },
+    kv_slots: o.kvSlots,
+    max_model_len: o.maxModelLen,
+  };
+  const md = [
+    "# Batching sweep (004): static vs dynamic vs continuous",
+    "",
+    `Mock executor, step = ${latencyText(o)} (${o.clock} clock). ` +
+    `${o.requests} requests, Poisson arrivals at ${o.rate} req/s, prompts ${
+      o.promptLen.join("..")
+    }, ` +
+    `outputs ${o.outputLen.join("..")} tokens, seed ${o.seed}; KV ${o.kvSlots} slots, ` +
+    `max_model_len ${o.maxModelLen}. Latency = arrival to last token.`,
+    "",
+    markdownTable(header, rows),
+    "",
+    "![latency](sweep_latency.svg)",
+    "",
+    "![throughput](sweep_throughput.svg)",
+    "",
+  ].join("\n");
+  await Deno.writeTextFile(`${outDir}/sweep.md`, md);
+  await Deno.writeTextFile(`${outDir}/sweep.json`, JSON.stringify({ ...meta, results }, null, 2));
+  await Deno.writeTextFile(`${outDir}/sweep_latency.svg`, latencySvg);
+  await Deno.writeTextFile(`${outDir}/sweep_throughput.svg`, throughputSvg);
+  if (o.json) {
+    io.log(JSON.stringify({ ...meta, out_dir: outDir, results }));
+  } else {
+    io.log(md.split("\n").slice(2, 5).join("\n"));
+    io.log(textTable(header, rows));
+    io.log(`wrote ${outDir}/sweep.md, sweep.json, sweep_latency.svg, sweep_throughput.svg`);
+  }
+  return 0;
+}
