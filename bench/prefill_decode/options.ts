@@ -1,0 +1,97 @@
+/**
+ * Command-line options of `deno task bench:prefill-decode`: the usage text, their parser, and
+ * the error and output types the entry point shares with its tests.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+
+const USAGE = `usage: deno task bench:prefill-decode [options]
+  --model DIR|tiny|qwen3-0.6b  model (default qwen3-0.6b: random weights in a temp dir)
+  --prompt-len N               prompt tokens (default 512)
+  --gen N                      generated tokens (default 64)
+  --batch-model tiny|main      model of the batch-size sweep (default tiny)
+  --batch-sizes LIST           batch sizes (default 1,2,4,8,16)
+  --batch-requests N           requests per batch-size run (default 16)
+  --batch-gen N                mean output tokens in the sweep, outputs uniform N/4..2N (default 32)
+  --no-batch-sweep             skip section 4
+  --json                       print the JSON report instead of tables
+  --out-dir DIR                default bench/results/prefill-decode-<time>/`;
+
+/** Bad command-line input. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+/** Where output goes (tests capture it). */
+export interface BenchIo {
+  log(line: string): void;
+  err(line: string): void;
+}
+
+/** The parsed command line. */
+export interface Options {
+  model: string;
+  promptLen: number;
+  gen: number;
+  batchModel: "tiny" | "main";
+  batchSizes: number[];
+  batchRequests: number;
+  batchGen: number;
+  batchSweep: boolean;
+  json: boolean;
+  outDir: string | undefined;
+}
+
+function int(flag: string, text: string, least: number): number {
+  const v = Number(text);
+  if (text.trim() === "" || !Number.isInteger(v) || v < least) {
+    throw new UsageError(`--${flag} must be an integer >= ${least}, got '${text}'`);
+  }
+  return v;
+}
+
+/** Parses the command line (see USAGE). */
+export function parsePrefillDecodeArgs(argv: string[]): Options {
+  let v;
+  try {
+    ({ values: v } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        model: { type: "string", default: "qwen3-0.6b" },
+        "prompt-len": { type: "string", default: "512" },
+        gen: { type: "string", default: "64" },
+        "batch-model": { type: "string", default: "tiny" },
+        "batch-sizes": { type: "string", default: "1,2,4,8,16" },
+        "batch-requests": { type: "string", default: "16" },
+        "batch-gen": { type: "string", default: "32" },
+        "no-batch-sweep": { type: "boolean", default: false },
+        json: { type: "boolean", default: false },
+        "out-dir": { type: "string" },
+        help: { type: "boolean", default: false },
+      },
+    }));
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error));
+  }
+  if (v.help) throw new UsageError(USAGE);
+  const bm = v["batch-model"];
+  if (bm !== "tiny" && bm !== "main") {
+    throw new UsageError(`--batch-model must be tiny or main, got '${bm}'`);
+  }
+  return {
+    model: v.model,
+    promptLen: int("prompt-len", v["prompt-len"], 1),
+    gen: int("gen", v.gen, 2),
+    batchModel: bm,
+    batchSizes: v["batch-sizes"].split(",").map((s) => int("batch-sizes", s, 1)),
+    batchRequests: int("batch-requests", v["batch-requests"], 1),
+    batchGen: int("batch-gen", v["batch-gen"], 4),
+    batchSweep: !v["no-batch-sweep"],
+    json: v.json,
+    outDir: v["out-dir"],
+  };
+}
