@@ -25,13 +25,8 @@
 
 import { BlockManager, type PrefixHit } from "./block_manager.ts";
 import { enqueueWaiting, pickVictim, type SchedulingPolicy } from "./policy.ts";
-import {
-  type Clock,
-  createSequence,
-  type NewRequest,
-  type Scheduler,
-  type SchedulerStats,
-} from "./scheduler_api.ts";
+import { RequestTable } from "./request_table.ts";
+import type { Clock, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
 import type {
   RequestUpdate,
   ScheduledRequest,
@@ -39,8 +34,8 @@ import type {
   SwappedInRequest,
   SwappedOutRequest,
 } from "./scheduler_output.ts";
-import type { FinishReason, Sequence } from "./sequence.ts";
-import { applyStepTokens, commitTokens, tokensToRun } from "./step_commit.ts";
+import type { Sequence } from "./sequence.ts";
+import { commitTokens, tokensToRun } from "./step_commit.ts";
 
 /** Configuration of a {@linkcode ContinuousScheduler}. */
 export interface ContinuousSchedulerConfig {
@@ -122,15 +117,11 @@ export class ContinuousScheduler implements Scheduler {
   readonly eosTokenIds: readonly number[];
 
   readonly #now: Clock;
-  readonly #requests = new Map<string, Sequence>();
+  readonly #requests = new RequestTable((seq) => this.#release(seq));
   #waiting: Sequence[] = [];
   #running: Sequence[] = [];
   #swapped: Sequence[] = [];
-  #finished: string[] = [];
-  #aborted: string[] = [];
   #step = 0;
-  #lastUpdated = 0;
-  #order = 0;
   #numPreemptions = 0;
 
   /** Throws RangeError on an invalid configuration. */
@@ -179,17 +170,12 @@ export class ContinuousScheduler implements Scheduler {
   }
 
   addRequest(request: NewRequest): Sequence {
-    if (this.#requests.has(request.requestId)) {
-      throw new RangeError(`Cannot add request "${request.requestId}": the id is already in use`);
-    }
     const bm = this.blockManager;
-    const seq = createSequence(
+    const seq = this.#requests.add(
       request,
       { maxModelLen: this.maxModelLen, maxKvTokens: bm.numBlocks * bm.blockSize },
-      this.#order++,
       this.#now(),
     );
-    this.#requests.set(seq.requestId, seq);
     enqueueWaiting(this.policy, this.#waiting, seq, false);
     return seq;
   }
@@ -261,31 +247,13 @@ export class ContinuousScheduler implements Scheduler {
       preempted: st.preempted,
       swappedOut: st.swappedOut,
       swappedIn: st.swappedIn,
-      finished: this.#finished,
-      aborted: this.#aborted,
+      ...this.#requests.takeEnded(),
     };
-    this.#finished = [];
-    this.#aborted = [];
     return output;
   }
 
   updateFromOutput(output: SchedulerOutput, sampled: ReadonlyMap<string, number>): RequestUpdate[] {
-    if (output.step !== this.#lastUpdated + 1) {
-      throw new RangeError(
-        `Cannot update from step ${output.step}: step ${
-          this.#lastUpdated + 1
-        } is the next to update`,
-      );
-    }
-    this.#lastUpdated = output.step;
-    return applyStepTokens(
-      output,
-      sampled,
-      (id) => this.#requests.get(id),
-      (seq, reason, stopReason) => this.#finish(seq, reason, stopReason),
-      this.eosTokenIds,
-      this.maxModelLen,
-    );
+    return this.#requests.applyStep(output, sampled, this.eosTokenIds, this.maxModelLen);
   }
 
   finishRequest(
@@ -293,17 +261,11 @@ export class ContinuousScheduler implements Scheduler {
     reason: "stop" | "length",
     stopReason: string | null = null,
   ): boolean {
-    const seq = this.#requests.get(requestId);
-    if (seq === undefined) return false;
-    this.#finish(seq, reason, stopReason);
-    return true;
+    return this.#requests.finishById(requestId, reason, stopReason);
   }
 
   abortRequest(requestId: string): boolean {
-    const seq = this.#requests.get(requestId);
-    if (seq === undefined) return false;
-    this.#finish(seq, "abort", null);
-    return true;
+    return this.#requests.finishById(requestId, "abort", null);
   }
 
   getRequest(requestId: string): Sequence | undefined {
@@ -431,17 +393,13 @@ export class ContinuousScheduler implements Scheduler {
     return true;
   }
 
-  #finish(seq: Sequence, reason: FinishReason, stopReason: number | string | null): void {
+  /** A finishing request leaves its queue; its full blocks stay cached, the rest is freed. */
+  #release(seq: Sequence): void {
     for (const q of [this.#running, this.#waiting, this.#swapped]) {
       const at = q.indexOf(seq);
       if (at >= 0) q.splice(at, 1);
     }
     this.blockManager.cacheFullBlocks(seq);
     this.blockManager.free(seq);
-    seq.status = "finished";
-    seq.finishReason = reason;
-    seq.stopReason = stopReason;
-    this.#requests.delete(seq.requestId);
-    (reason === "abort" ? this.#aborted : this.#finished).push(seq.requestId);
   }
 }

@@ -15,16 +15,11 @@
  * @module
  */
 
-import {
-  type Clock,
-  createSequence,
-  type NewRequest,
-  type Scheduler,
-  type SchedulerStats,
-} from "./scheduler_api.ts";
+import { RequestTable } from "./request_table.ts";
+import type { Clock, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
 import type { RequestUpdate, ScheduledRequest, SchedulerOutput } from "./scheduler_output.ts";
-import type { FinishReason, Sequence } from "./sequence.ts";
-import { applyStepTokens, commitTokens, tokensToRun } from "./step_commit.ts";
+import type { Sequence } from "./sequence.ts";
+import { commitTokens, tokensToRun } from "./step_commit.ts";
 
 /** Configuration of a {@linkcode StaticScheduler}. */
 export interface StaticSchedulerConfig {
@@ -69,13 +64,9 @@ export class StaticScheduler implements Scheduler {
   /** Set by flush(): start a partial batch; cleared when the queue empties. */
   protected flushed = false;
 
-  readonly #requests = new Map<string, Sequence>();
+  readonly #requests = new RequestTable((seq) => this.#release(seq));
   #batch: Sequence[] = [];
-  #finished: string[] = [];
-  #aborted: string[] = [];
   #step = 0;
-  #lastUpdated = 0;
-  #order = 0;
   #batchesStarted = 0;
 
   /** Throws RangeError when the pool cannot hold batchSize reservations. */
@@ -120,16 +111,11 @@ export class StaticScheduler implements Scheduler {
   }
 
   addRequest(request: NewRequest): Sequence {
-    if (this.#requests.has(request.requestId)) {
-      throw new RangeError(`Cannot add request "${request.requestId}": the id is already in use`);
-    }
-    const seq = createSequence(
+    const seq = this.#requests.add(
       request,
       { maxModelLen: this.maxModelLen, maxKvTokens: this.blocksPerSlot * this.blockSize },
-      this.#order++,
       this.now(),
     );
-    this.#requests.set(seq.requestId, seq);
     this.queue.push(seq);
     return seq;
   }
@@ -177,31 +163,13 @@ export class StaticScheduler implements Scheduler {
       preempted: [],
       swappedOut: [],
       swappedIn: [],
-      finished: this.#finished,
-      aborted: this.#aborted,
+      ...this.#requests.takeEnded(),
     };
-    this.#finished = [];
-    this.#aborted = [];
     return output;
   }
 
   updateFromOutput(output: SchedulerOutput, sampled: ReadonlyMap<string, number>): RequestUpdate[] {
-    if (output.step !== this.#lastUpdated + 1) {
-      throw new RangeError(
-        `Cannot update from step ${output.step}: step ${
-          this.#lastUpdated + 1
-        } is the next to update`,
-      );
-    }
-    this.#lastUpdated = output.step;
-    return applyStepTokens(
-      output,
-      sampled,
-      (id) => this.#requests.get(id),
-      (seq, reason, stopReason) => this.#finish(seq, reason, stopReason),
-      this.eosTokenIds,
-      this.maxModelLen,
-    );
+    return this.#requests.applyStep(output, sampled, this.eosTokenIds, this.maxModelLen);
   }
 
   finishRequest(
@@ -209,17 +177,11 @@ export class StaticScheduler implements Scheduler {
     reason: "stop" | "length",
     stopReason: string | null = null,
   ): boolean {
-    const seq = this.#requests.get(requestId);
-    if (seq === undefined) return false;
-    this.#finish(seq, reason, stopReason);
-    return true;
+    return this.#requests.finishById(requestId, reason, stopReason);
   }
 
   abortRequest(requestId: string): boolean {
-    const seq = this.#requests.get(requestId);
-    if (seq === undefined) return false;
-    this.#finish(seq, "abort", null);
-    return true;
+    return this.#requests.finishById(requestId, "abort", null);
   }
 
   getRequest(requestId: string): Sequence | undefined {
@@ -260,13 +222,9 @@ export class StaticScheduler implements Scheduler {
     };
   }
 
-  #finish(seq: Sequence, reason: FinishReason, stopReason: number | string | null): void {
+  /** A finishing request leaves the queue; a batch member keeps its reservation to the end. */
+  #release(seq: Sequence): void {
     const at = this.queue.indexOf(seq);
     if (at >= 0) this.queue.splice(at, 1);
-    seq.status = "finished";
-    seq.finishReason = reason;
-    seq.stopReason = stopReason;
-    this.#requests.delete(seq.requestId);
-    (reason === "abort" ? this.#aborted : this.#finished).push(seq.requestId);
   }
 }
