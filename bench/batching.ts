@@ -47,7 +47,7 @@ export {
   parseBatchingArgs,
   UsageError,
 } from "./batching/options.ts";
-export type { SchedulerResult } from "./batching/compare.ts";
+export type { SchedulerResult } from "./batching/scheduler_run.ts";
 
 const defaultIo: BenchIo = {
   log: (l) => console.log(l),

@@ -1,72 +1,27 @@
 /**
  * The batching benchmark's main comparison: one workload through the static, dynamic and
  * continuous schedulers on the mock or WebGPU executor, written as Markdown, JSON and an SVG
- * chart; also the pieces the sweep shares (one scheduler run, the mock backend, the workload).
+ * chart. One scheduler run, the backends and the workload are in bench/batching/scheduler_run.ts.
  *
  * @module
  */
 
 import { resolveModelDir } from "../../cli/engine_flags.ts";
-import { MockExecutor, type MockLatency } from "../../engine/executors/mock_executor.ts";
-import { WebGpuExecutor } from "../../engine/executors/webgpu_executor.ts";
-import type { Executor } from "../../engine/executors/executor.ts";
-import type { ModelRunner } from "../../engine/model_runner.ts";
 import { describeMachine } from "../support.ts";
-import {
-  baselineBatchSize,
-  makeScheduler,
-  runHarness,
-  type RunSummary,
-  type SchedulerChoice,
-  SimulatedExecutor,
-  summarizeRun,
-  type Timeline,
-  VirtualTimeline,
-  WallTimeline,
-} from "./harness.ts";
+import { baselineBatchSize, type SchedulerChoice } from "./harness.ts";
 import { type BenchIo, DEFAULT_MOCK_LATENCY, type Options } from "./options.ts";
 import { loadRunner, measureDecodeRate } from "./runner_timing.ts";
+import {
+  latencyText,
+  mockBackend,
+  runOne,
+  type SchedulerResult,
+  swapBlocks,
+  webgpuBackend,
+  workloadOf,
+} from "./scheduler_run.ts";
 import { fmt, markdownTable, textTable } from "./table.ts";
-import { type Arrival, makeWorkload, type WorkloadRequest } from "./workload.ts";
 import { lineChart } from "../serve/report_svg.ts";
-
-/** The result of one scheduler on the workload (a JSON `results` entry). */
-export interface SchedulerResult extends RunSummary {
-  readonly scheduler: "continuous" | "static" | "dynamic";
-  /** Static / dynamic batch size, continuous max_num_seqs. */
-  readonly batch_size: number;
-  /** Dynamic only: wait window, ms. */
-  readonly batch_wait_ms: number | null;
-  /** Decode steps (every request decodes one token) per second of the run. */
-  readonly steps_per_s: number;
-  /** Requests finished by time t (s from the first arrival), at most 64 points: the chart. */
-  readonly completion_curve: readonly { readonly t_s: number; readonly finished: number }[];
-}
-
-/** Requests finished over time, sampled at (at most) 64 evenly spaced finish events. */
-function completionCurve(
-  requests: readonly { readonly arrivalMs: number; readonly finishMs: number }[],
-): { t_s: number; finished: number }[] {
-  if (requests.length === 0) return [];
-  const t0 = Math.min(...requests.map((r) => r.arrivalMs));
-  const ends = requests.map((r) => (r.finishMs - t0) / 1000).sort((a, b) => a - b);
-  const stride = Math.max(1, Math.ceil(ends.length / 64));
-  const curve = [{ t_s: 0, finished: 0 }];
-  for (let i = stride - 1; i < ends.length; i += stride) {
-    curve.push({ t_s: ends[i]!, finished: i + 1 });
-  }
-  if (curve.at(-1)!.finished !== ends.length) {
-    curve.push({ t_s: ends.at(-1)!, finished: ends.length });
-  }
-  return curve;
-}
-
-/** Makes the executor and timeline of one run. */
-type Backend = () => {
-  executor: Executor;
-  timeline: Timeline;
-  settle?: (step: number) => void;
-};
 
 /** Writes the comparison as Markdown, JSON and an SVG chart to the output folder. */
 async function writeComparison(
@@ -117,79 +72,6 @@ async function writeComparison(
   return outDir;
 }
 
-export async function runOne(
-  choice: SchedulerChoice,
-  requests: readonly WorkloadRequest[],
-  backend: Backend,
-  maxInFlight: number | undefined,
-): Promise<SchedulerResult> {
-  const { executor, timeline, settle } = backend();
-  const scheduler = makeScheduler(choice, () => timeline.now());
-  const run = await runHarness({
-    scheduler,
-    executor,
-    timeline,
-    requests,
-    maxInFlight: maxInFlight ?? executor.maxInFlight,
-    ...(settle !== undefined ? { settle } : {}),
-  });
-  const s = summarizeRun(run);
-  const batch = choice.kind === "continuous" ? choice.maxNumSeqs : Math.min(
-    choice.batchSize ?? Infinity,
-    baselineBatchSize(choice.kvTokens, choice.maxModelLen, choice.blockSize),
-  );
-  return {
-    scheduler: choice.kind,
-    batch_size: batch,
-    batch_wait_ms: choice.kind === "dynamic" ? choice.batchWaitMs ?? 10 : null,
-    ...s,
-    steps_per_s: s.duration_s > 0 ? s.steps / s.duration_s : 0,
-    completion_curve: completionCurve(run.requests),
-  };
-}
-
-export function mockBackend(o: Options): Backend {
-  const latency = mockLatency(o);
-  if (o.clock === "wall") {
-    return () => ({ executor: new MockExecutor({ latency }), timeline: new WallTimeline() });
-  }
-  return () => {
-    const timeline = new VirtualTimeline();
-    const executor = new SimulatedExecutor(timeline, latency, undefined, o.swapOutMs);
-    return { executor, timeline, settle: (step) => executor.settle(step) };
-  };
-}
-
-function webgpuBackend(runner: ModelRunner, o: Options): Backend {
-  const numSwapBlocks = o.preemptionMode === "swap" ? swapBlocks(o) : 0;
-  return () => ({
-    executor: new WebGpuExecutor(runner, { numSwapBlocks, seedSource: () => 0 }),
-    timeline: new WallTimeline(),
-  });
-}
-
-/** The mock latency model of the options. */
-function mockLatency(o: Options): MockLatency {
-  return {
-    baseMs: o.baseMs,
-    perTokenMs: o.perTokenMs,
-    perSeqMs: o.perSeqMs,
-    perKiloPairMs: o.perKiloPairMs,
-  };
-}
-
-/** The mock latency model in words. */
-export function latencyText(o: Options): string {
-  return `${o.baseMs} + ${o.perTokenMs} ms x batched tokens + ${o.perSeqMs} ms x sequences + ` +
-    `${o.perKiloPairMs} ms x 1000 attended pairs` +
-    (o.preemptionMode === "swap" ? `; swap-out ${o.swapOutMs} ms` : "");
-}
-
-/** Host swap blocks of the swap space (whole blocks of `--block-size` token slots). */
-function swapBlocks(o: Options): number {
-  return Math.floor(o.swapSlots / o.blockSize);
-}
-
 function choices(o: Options): SchedulerChoice[] {
   const common = {
     kvTokens: o.kvSlots,
@@ -205,17 +87,6 @@ function choices(o: Options): SchedulerChoice[] {
     { kind: "dynamic", ...common, batchWaitMs: o.batchWaitMs },
     { kind: "continuous", ...common },
   ];
-}
-
-export function workloadOf(o: Options, vocabSize: number, arrival: Arrival): WorkloadRequest[] {
-  return makeWorkload({
-    requests: o.requests,
-    seed: o.seed,
-    promptLen: o.promptLen,
-    outputLen: o.outputLen,
-    vocabSize,
-    arrival,
-  });
 }
 
 function resultRows(results: readonly SchedulerResult[]): string[][] {

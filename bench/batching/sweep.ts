@@ -7,7 +7,13 @@
  */
 
 import type { SchedulerChoice } from "./harness.ts";
-import { latencyText, mockBackend, runOne, type SchedulerResult, workloadOf } from "./compare.ts";
+import {
+  latencyText,
+  mockBackend,
+  runOne,
+  type SchedulerResult,
+  workloadOf,
+} from "./scheduler_run.ts";
 import type { BenchIo, Options } from "./options.ts";
 import { fmt, markdownTable, textTable } from "./table.ts";
 import { lineChart } from "../serve/report_svg.ts";
