@@ -38,15 +38,11 @@
 
 import { runCalibrate } from "./batching/calibrate_command.ts";
 import { runCompare } from "./batching/compare.ts";
-import { type BenchIo, type Options, parseBatchingArgs, UsageError } from "./batching/options.ts";
+import { type BenchIo, UsageError } from "./bench_io.ts";
+import { type Options, parseBatchingArgs } from "./batching/options.ts";
 import { runSweep } from "./batching/sweep.ts";
 
-export {
-  type BenchIo,
-  DEFAULT_MOCK_LATENCY,
-  parseBatchingArgs,
-  UsageError,
-} from "./batching/options.ts";
+export { DEFAULT_MOCK_LATENCY, parseBatchingArgs } from "./batching/options.ts";
 export type { SchedulerResult } from "./batching/scheduler_run.ts";
 
 const defaultIo: BenchIo = {

@@ -52,12 +52,8 @@ import {
   SWEEP_PROMPT,
   sweepOutputLen,
 } from "./prefill_decode/measure.ts";
-import {
-  type BenchIo,
-  type Options,
-  parsePrefillDecodeArgs,
-  UsageError,
-} from "./prefill_decode/options.ts";
+import { type BenchIo, UsageError } from "./bench_io.ts";
+import { type Options, parsePrefillDecodeArgs } from "./prefill_decode/options.ts";
 import {
   batchCharts,
   decodeChart,
@@ -66,7 +62,7 @@ import {
   type RooflineRow,
 } from "./prefill_decode/report.ts";
 
-export { type BenchIo, parsePrefillDecodeArgs, UsageError } from "./prefill_decode/options.ts";
+export { parsePrefillDecodeArgs } from "./prefill_decode/options.ts";
 export type { PrefillDecodeReport } from "./prefill_decode/report.ts";
 
 /** A100 SXM 80 GB datasheet figures, for comparison (not measured). */

@@ -21,6 +21,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { UsageError } from "./bench_io.ts";
 import { levelMetrics, type Slo } from "./serve/metrics.ts";
 import { ProgressBar, type SyncWriter } from "./serve/progress.ts";
 import {
@@ -74,11 +75,6 @@ report:
   --out-dir DIR             report.md, report.json, *.svg (default bench/results/serve-<time>/)
   --json FILE               also write the JSON report to FILE
   --progress / --no-progress   progress bar on stderr (default: when stderr is a terminal)`;
-
-/** Bad command-line input: reported as one line, exit status 2. */
-export class UsageError extends Error {
-  override name = "UsageError";
-}
 
 /** Where the benchmark writes; tests pass buffers, the CLI the process streams. */
 export interface ServeIo {

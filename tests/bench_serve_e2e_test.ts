@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
-import { runServeBench, UsageError } from "../bench/serve.ts";
+import { UsageError } from "../bench/bench_io.ts";
+import { runServeBench } from "../bench/serve.ts";
 import { startFakeServer } from "../bench/serve/fake_server.ts";
 import { startLocalServer } from "../bench/serve/local_server.ts";
 

@@ -8,7 +8,8 @@
 import { resolveModelDir } from "../../cli/engine_flags.ts";
 import { describeMachine } from "../support.ts";
 import { calibrate, measureSwapOutMs } from "./calibrate.ts";
-import type { BenchIo, Options } from "./options.ts";
+import type { BenchIo } from "../bench_io.ts";
+import type { Options } from "./options.ts";
 import { loadRunner } from "./runner_timing.ts";
 
 /** `--calibrate`: WebGPU step times and the fitted latency model. */

@@ -7,6 +7,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { UsageError } from "../bench_io.ts";
 
 /**
  * The mock executor's default latency model, fitted by `--calibrate` from the WebGPU runner's
@@ -62,17 +63,6 @@ const USAGE = `usage: deno task bench:batching [options]
   --rate R                   sweep: Poisson arrival rate in req/s (default 20)
   --out-dir DIR              output folder for the .md, .json and .svg files
                              (default bench/results/batching-<time>/, git-ignored)`;
-
-/** Bad command-line input. */
-export class UsageError extends Error {
-  override name = "UsageError";
-}
-
-/** Where output goes (tests capture it). */
-export interface BenchIo {
-  log(line: string): void;
-  err(line: string): void;
-}
 
 /** The parsed command line of the batching benchmark. */
 export interface Options {

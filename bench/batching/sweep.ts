@@ -14,7 +14,8 @@ import {
   type SchedulerResult,
   workloadOf,
 } from "./scheduler_run.ts";
-import type { BenchIo, Options } from "./options.ts";
+import type { BenchIo } from "../bench_io.ts";
+import type { Options } from "./options.ts";
 import { fmt, markdownTable, textTable } from "./table.ts";
 import { lineChart } from "../serve/report_svg.ts";
 

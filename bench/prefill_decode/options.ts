@@ -6,6 +6,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { UsageError } from "../bench_io.ts";
 
 const USAGE = `usage: deno task bench:prefill-decode [options]
   --model DIR|tiny|qwen3-0.6b  model (default qwen3-0.6b: random weights in a temp dir)
@@ -18,17 +19,6 @@ const USAGE = `usage: deno task bench:prefill-decode [options]
   --no-batch-sweep             skip section 4
   --json                       print the JSON report instead of tables
   --out-dir DIR                default bench/results/prefill-decode-<time>/`;
-
-/** Bad command-line input. */
-export class UsageError extends Error {
-  override name = "UsageError";
-}
-
-/** Where output goes (tests capture it). */
-export interface BenchIo {
-  log(line: string): void;
-  err(line: string): void;
-}
 
 /** The parsed command line. */
 export interface Options {
