@@ -13,7 +13,8 @@ import type { DType } from "../gpu/dtype.ts";
 import { type ModelConfig, parseModelConfig } from "./config.ts";
 import { CheckpointError } from "./errors.ts";
 import { type GenerationConfig, parseGenerationConfig } from "./generation_config.ts";
-import { SafetensorsFile, type TensorChunk, type TensorInfo } from "./safetensors.ts";
+import { SafetensorsFile, type TensorChunk } from "./safetensors.ts";
+import type { TensorInfo } from "./safetensors_header.ts";
 
 /** A tensor of a checkpoint and the file that holds it. */
 export interface CheckpointTensor extends TensorInfo {

@@ -8,13 +8,21 @@
  * Both directions stream: {@linkcode writeSafetensors} asks each tensor for its bytes only when
  * it writes it, and {@linkcode SafetensorsFile.readTensorChunks} reads a tensor in bounded chunks
  * of whole rows into reused buffers, so host memory stays bounded by the chunk size whatever the
- * file size.
+ * file size. The header is read and validated in `safetensors_header.ts`.
  *
  * @module
  */
 
 import type { DType } from "../gpu/dtype.ts";
 import { CheckpointError } from "./errors.ts";
+import {
+  DTYPE_BYTES,
+  product,
+  readExactly,
+  readHeader,
+  type TensorInfo,
+  validShape,
+} from "./safetensors_header.ts";
 
 /** Element types this engine can read from and write to a safetensors file. */
 export type SafetensorsDType = "F32" | "F16" | "BF16";
@@ -34,42 +42,10 @@ export interface TensorToWrite {
   data: () => Uint8Array;
 }
 
-/** Bytes per element of every dtype the safetensors format defines (used to validate sizes). */
-const DTYPE_BYTES: Readonly<Record<string, number>> = {
-  BOOL: 1,
-  U8: 1,
-  I8: 1,
-  F8_E4M3: 1,
-  F8_E5M2: 1,
-  I16: 2,
-  U16: 2,
-  F16: 2,
-  BF16: 2,
-  I32: 4,
-  U32: 4,
-  F32: 4,
-  I64: 8,
-  U64: 8,
-  F64: 8,
-};
-
-/** Largest header accepted (the format's own limit is 100 MB). */
-const MAX_HEADER_BYTES = 100_000_000;
-
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 function isSupported(dtype: string): dtype is SafetensorsDType {
   return dtype === "F32" || dtype === "F16" || dtype === "BF16";
-}
-
-function product(shape: readonly number[]): number {
-  let n = 1;
-  for (const d of shape) n *= d;
-  return n;
-}
-
-function validShape(shape: readonly unknown[]): shape is number[] {
-  return shape.every((d) => typeof d === "number" && Number.isSafeInteger(d) && d >= 0);
 }
 
 /**
@@ -166,18 +142,6 @@ export async function writeSafetensors(
   }
 }
 
-/** Where one tensor lives in a safetensors file. */
-export interface TensorInfo {
-  readonly name: string;
-  /** Element type in the file (any safetensors dtype; only F32, F16 and BF16 can be read). */
-  readonly dtype: string;
-  readonly shape: readonly number[];
-  /** Absolute byte offset of the tensor's data in the file. */
-  readonly fileOffset: number;
-  /** Bytes of data: `product(shape) * elementSize(dtype)`. */
-  readonly byteLength: number;
-}
-
 /** Options for {@linkcode SafetensorsFile.readTensorChunks}. */
 export interface ChunkOptions {
   /** Element type of the yielded data (f32 or f16); default f32. */
@@ -252,30 +216,7 @@ export class SafetensorsFile {
       });
     }
     try {
-      const { size } = await file.stat();
-      if (size < 8) {
-        throw new CheckpointError(
-          `${path}: truncated safetensors file (${size} bytes, the header length alone needs 8)`,
-        );
-      }
-      const prefix = new Uint8Array(8);
-      await readExactly(file, path, 0, prefix);
-      const headerLen = new DataView(prefix.buffer).getBigUint64(0, true);
-      if (headerLen > BigInt(size - 8)) {
-        throw new CheckpointError(
-          `${path}: header length ${headerLen} exceeds the file size of ${size} bytes (truncated or not a safetensors file)`,
-        );
-      }
-      if (headerLen > BigInt(MAX_HEADER_BYTES)) {
-        throw new CheckpointError(
-          `${path}: header length ${headerLen} exceeds the ${MAX_HEADER_BYTES}-byte limit`,
-        );
-      }
-      const n = Number(headerLen);
-      const headerBytes = new Uint8Array(n);
-      await readExactly(file, path, 8, headerBytes);
-      const dataStart = 8 + n;
-      const { metadata, tensors } = parseHeader(path, headerBytes, dataStart, size - dataStart);
+      const { metadata, tensors } = await readHeader(file, path);
       return new SafetensorsFile(path, file, metadata, tensors);
     } catch (e) {
       file.close();
@@ -381,110 +322,4 @@ export class SafetensorsFile {
   close(): void {
     this.#file.close();
   }
-}
-
-async function readExactly(
-  file: Deno.FsFile,
-  path: string,
-  position: number,
-  into: Uint8Array,
-): Promise<void> {
-  await file.seek(position, Deno.SeekMode.Start);
-  let done = 0;
-  while (done < into.length) {
-    const n = await file.read(into.subarray(done));
-    if (n === null) {
-      throw new CheckpointError(
-        `${path}: truncated file (needed ${into.length} bytes at offset ${position}, got ${done})`,
-      );
-    }
-    done += n;
-  }
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-function parseHeader(
-  path: string,
-  bytes: Uint8Array,
-  dataStart: number,
-  dataLength: number,
-): { metadata: Record<string, string>; tensors: Map<string, TensorInfo> } {
-  let json: unknown;
-  try {
-    json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
-  } catch (e) {
-    throw new CheckpointError(
-      `${path}: corrupt safetensors header (${e instanceof Error ? e.message : e})`,
-      { cause: e },
-    );
-  }
-  if (!isRecord(json)) {
-    throw new CheckpointError(`${path}: corrupt safetensors header (not a JSON object)`);
-  }
-  const metadata: Record<string, string> = {};
-  const spans: { name: string; begin: number; end: number }[] = [];
-  const tensors = new Map<string, TensorInfo>();
-  for (const [name, entry] of Object.entries(json)) {
-    if (name === "__metadata__") {
-      if (!isRecord(entry)) {
-        throw new CheckpointError(
-          `${path}: corrupt safetensors header (__metadata__ not an object)`,
-        );
-      }
-      for (const [k, v] of Object.entries(entry)) {
-        if (typeof v !== "string") {
-          throw new CheckpointError(
-            `${path}: corrupt safetensors header (__metadata__.${k} is not a string)`,
-          );
-        }
-        metadata[k] = v;
-      }
-      continue;
-    }
-    const bad = (why: string) =>
-      new CheckpointError(`${path}: corrupt safetensors header: tensor "${name}" ${why}`);
-    if (!isRecord(entry)) throw bad("is not an object");
-    const { dtype, shape, data_offsets: offsets } = entry;
-    if (typeof dtype !== "string") throw bad("has no dtype");
-    const esize = DTYPE_BYTES[dtype];
-    if (esize === undefined) throw bad(`has unknown dtype ${JSON.stringify(dtype)}`);
-    if (!Array.isArray(shape) || !validShape(shape)) throw bad("has an invalid shape");
-    if (
-      !Array.isArray(offsets) || offsets.length !== 2 ||
-      !offsets.every((o) => typeof o === "number" && Number.isSafeInteger(o) && o >= 0)
-    ) {
-      throw bad("has invalid data_offsets");
-    }
-    const begin: number = offsets[0];
-    const end: number = offsets[1];
-    if (begin > end || end > dataLength) {
-      throw bad(
-        `has data_offsets [${begin}, ${end}] outside the data section of ${dataLength} bytes`,
-      );
-    }
-    const expected = product(shape) * esize;
-    if (end - begin !== expected) {
-      throw bad(
-        `has ${end - begin} bytes of data, but shape [${
-          shape.join(", ")
-        }] ${dtype} needs ${expected}`,
-      );
-    }
-    spans.push({ name, begin, end });
-    tensors.set(name, { name, dtype, shape, fileOffset: dataStart + begin, byteLength: expected });
-  }
-  spans.sort((a, b) => a.begin - b.begin || a.end - b.end);
-  for (let i = 1; i < spans.length; i++) {
-    const prev = spans[i - 1]!;
-    const cur = spans[i]!;
-    if (cur.begin < prev.end) {
-      throw new CheckpointError(
-        `${path}: corrupt safetensors header: tensors "${prev.name}" [${prev.begin}, ${prev.end}] and "${cur.name}" [${cur.begin}, ${cur.end}] overlap`,
-      );
-    }
-  }
-  return { metadata, tensors };
 }
