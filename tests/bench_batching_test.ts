@@ -6,15 +6,9 @@ import { fitLatency, shapePairs } from "../bench/batching/calibrate.ts";
 import { attendedPairs, type MockLatency, mockStepMs } from "../engine/executors/mock_executor.ts";
 import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
 import { kvUtilization } from "../bench/batching/kv_utilization.ts";
-import {
-  baselineBatchSize,
-  makeScheduler,
-  runHarness,
-  type RunSummary,
-  SimulatedExecutor,
-  summarizeRun,
-  VirtualTimeline,
-} from "../bench/batching/harness.ts";
+import { runHarness, SimulatedExecutor, VirtualTimeline } from "../bench/batching/harness.ts";
+import { type RunSummary, summarizeRun } from "../bench/batching/run_summary.ts";
+import { baselineBatchSize, makeScheduler } from "../bench/batching/scheduler_choice.ts";
 import { makeWorkload } from "../bench/batching/workload.ts";
 import { GPU_TEST } from "./support/gpu.ts";
 

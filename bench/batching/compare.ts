@@ -8,7 +8,7 @@
 
 import { resolveModelDir } from "../../cli/engine_flags.ts";
 import { describeMachine } from "../support.ts";
-import { baselineBatchSize, type SchedulerChoice } from "./harness.ts";
+import { baselineBatchSize, type SchedulerChoice } from "./scheduler_choice.ts";
 import type { BenchIo } from "../bench_io.ts";
 import { DEFAULT_MOCK_LATENCY, type Options } from "./options.ts";
 import { loadRunner, measureDecodeRate } from "./runner_timing.ts";

@@ -20,12 +20,13 @@
  * serving takes a fraction of a second and is exactly reproducible. The simulation models the
  * device as serial (one step after another) and the host as free (scheduling costs nothing).
  *
+ * The schedulers are built by scheduler_choice.ts and a run's figures summarised by
+ * run_summary.ts.
+ *
  * @module
  */
 
-import { DEFAULT_KV_WATERMARK } from "../../engine/engine_config.ts";
 import { mockTokenAt } from "../../scheduler/mock_executor.ts";
-import { createScheduler } from "../../scheduler/index.ts";
 import type { Scheduler } from "../../scheduler/scheduler_api.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 import { samplingParams } from "../../scheduler/sampling_params.ts";
@@ -35,8 +36,7 @@ import {
   type MockLatency,
   mockStepMs,
 } from "../../engine/executors/mock_executor.ts";
-import { percentile } from "../serve/metrics.ts";
-import { type KvSample, kvUtilization } from "./kv_utilization.ts";
+import type { KvSample } from "./kv_utilization.ts";
 import type { WorkloadRequest } from "./workload.ts";
 
 /** A source of time in ms, and a way to wait for a time. */
@@ -340,145 +340,5 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
     durationMs: last - first,
     preemptions: scheduler.stats().numPreemptions,
     schedulerMs,
-  };
-}
-
-/** Which scheduler, and its knobs. */
-export interface SchedulerChoice {
-  readonly kind: "continuous" | "static" | "dynamic";
-  /** KV token slots (the memory budget every scheduler gets). */
-  readonly kvTokens: number;
-  readonly blockSize: number;
-  readonly maxModelLen: number;
-  /** Continuous: most running requests. */
-  readonly maxNumSeqs: number;
-  readonly maxNumBatchedTokens: number;
-  /**
-   * Static / dynamic: requested batch size, capped at the largest batch whose max_model_len
-   * reservations fit `kvTokens` (default: that largest batch).
-   */
-  readonly batchSize?: number;
-  /** Dynamic: wait window, ms. */
-  readonly batchWaitMs?: number;
-  /** Continuous: preemption by recompute (default) or by swap to `swapBlocks` host blocks. */
-  readonly preemptionMode?: "recompute" | "swap";
-  /** Continuous, swap mode: host swap blocks. */
-  readonly swapBlocks?: number;
-}
-
-/** The largest batch whose contiguous max_model_len reservations fit `kvTokens` slots. */
-export function baselineBatchSize(
-  kvTokens: number,
-  maxModelLen: number,
-  blockSize: number,
-): number {
-  const perMember = Math.ceil(maxModelLen / blockSize) * blockSize;
-  return Math.floor(Math.floor(kvTokens / blockSize) * blockSize / perMember);
-}
-
-/**
- * The scheduler for `c`, clocked by `now`. The baselines get the same KV pool as the
- * continuous scheduler; their batch is the largest that fits it (or `batchSize` if smaller).
- *
- * @throws {RangeError} when not even one max_model_len reservation fits the pool.
- */
-export function makeScheduler(c: SchedulerChoice, now: () => number): Scheduler {
-  const common = {
-    maxModelLen: c.maxModelLen,
-    blockSize: c.blockSize,
-    numGpuBlocks: Math.floor(c.kvTokens / c.blockSize),
-    maxNumBatchedTokens: c.maxNumBatchedTokens,
-    eosTokenIds: [],
-    now,
-  };
-  if (c.kind === "continuous") {
-    return createScheduler({
-      kind: "continuous",
-      ...common,
-      maxNumSeqs: c.maxNumSeqs,
-      watermark: DEFAULT_KV_WATERMARK, // as the engine
-      preemptionMode: c.preemptionMode ?? "recompute",
-      numSwapBlocks: c.preemptionMode === "swap" ? c.swapBlocks ?? 0 : 0,
-    });
-  }
-  const fits = baselineBatchSize(c.kvTokens, c.maxModelLen, c.blockSize);
-  if (fits < 1) {
-    throw new RangeError(
-      `Cannot run the ${c.kind} baseline: ${c.kvTokens} KV slots hold no reservation of max_model_len ${c.maxModelLen}`,
-    );
-  }
-  const batch = Math.min(c.batchSize ?? fits, fits);
-  return c.kind === "static"
-    ? createScheduler({ kind: "static", ...common, batchSize: batch })
-    : createScheduler({
-      kind: "dynamic",
-      ...common,
-      maxBatchSize: batch,
-      batchWaitMs: c.batchWaitMs ?? 10,
-    });
-}
-
-/** p50 / p95 / p99 / mean of a metric, ms. */
-export interface Quantiles {
-  readonly mean: number;
-  readonly p50: number;
-  readonly p95: number;
-  readonly p99: number;
-}
-
-/** The figures reported per scheduler (JSON field names). */
-export interface RunSummary {
-  readonly output_tokens_per_s: number;
-  readonly requests_per_s: number;
-  readonly ttft_ms: Quantiles;
-  readonly e2e_ms: Quantiles;
-  /** used / allocated KV slots at the step of peak allocation (see kv_utilization.ts). */
-  readonly kv_peak_utilization: number;
-  /** Mean over steps of used / allocated KV slots. */
-  readonly kv_mean_utilization: number;
-  /** Peak KV token slots allocated (paged) or reserved (contiguous). */
-  readonly kv_peak_allocated_tokens: number;
-  readonly requests: number;
-  readonly output_tokens: number;
-  readonly steps: number;
-  /** Tokens computed over all steps (prompts, recomputation after preemption, decodes). */
-  readonly batched_tokens: number;
-  readonly preemptions: number;
-  readonly duration_s: number;
-  /** Host wall ms per executed step spent in the scheduler (schedule + updateFromOutput). */
-  readonly scheduler_ms_per_step: number;
-}
-
-function quantiles(values: readonly number[]): Quantiles {
-  if (values.length === 0) return { mean: NaN, p50: NaN, p95: NaN, p99: NaN };
-  const s = [...values].sort((a, b) => a - b);
-  return {
-    mean: s.reduce((a, b) => a + b, 0) / s.length,
-    p50: percentile(s, 50),
-    p95: percentile(s, 95),
-    p99: percentile(s, 99),
-  };
-}
-
-/** Throughputs, latency quantiles and KV utilisation of a run. */
-export function summarizeRun(run: RunRecord): RunSummary {
-  const outputTokens = run.requests.reduce((n, r) => n + r.outputTokens, 0);
-  const seconds = run.durationMs / 1000;
-  const kv = kvUtilization(run.steps.map((s) => s.kv));
-  return {
-    output_tokens_per_s: seconds > 0 ? outputTokens / seconds : 0,
-    requests_per_s: seconds > 0 ? run.requests.length / seconds : 0,
-    ttft_ms: quantiles(run.requests.map((r) => r.firstTokenMs - r.arrivalMs)),
-    e2e_ms: quantiles(run.requests.map((r) => r.finishMs - r.arrivalMs)),
-    kv_peak_utilization: kv.peakUtilization,
-    kv_mean_utilization: kv.meanUtilization,
-    kv_peak_allocated_tokens: kv.peakAllocated,
-    requests: run.requests.length,
-    output_tokens: outputTokens,
-    steps: run.steps.length,
-    batched_tokens: run.steps.reduce((n, s) => n + s.tokens, 0),
-    preemptions: run.preemptions,
-    duration_s: seconds,
-    scheduler_ms_per_step: run.steps.length > 0 ? run.schedulerMs / run.steps.length : 0,
   };
 }

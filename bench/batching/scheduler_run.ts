@@ -11,17 +11,14 @@ import { WebGpuExecutor } from "../../engine/executors/webgpu_executor.ts";
 import type { Executor } from "../../engine/executors/executor.ts";
 import type { ModelRunner } from "../../engine/model_runner.ts";
 import {
-  baselineBatchSize,
-  makeScheduler,
   runHarness,
-  type RunSummary,
-  type SchedulerChoice,
   SimulatedExecutor,
-  summarizeRun,
   type Timeline,
   VirtualTimeline,
   WallTimeline,
 } from "./harness.ts";
+import { type RunSummary, summarizeRun } from "./run_summary.ts";
+import { baselineBatchSize, makeScheduler, type SchedulerChoice } from "./scheduler_choice.ts";
 import type { Options } from "./options.ts";
 import { type Arrival, makeWorkload, type WorkloadRequest } from "./workload.ts";
 

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { SchedulerChoice } from "./harness.ts";
+import type { SchedulerChoice } from "./scheduler_choice.ts";
 import {
   latencyText,
   mockBackend,
