@@ -56,7 +56,7 @@ export class RequestTable {
   }
 
   /** Finishes `seq`: releases it, records the reason, reports its id in the next output. */
-  finish(seq: Sequence, reason: FinishReason, stopReason: number | string | null): void {
+  #finish(seq: Sequence, reason: FinishReason, stopReason: number | string | null): void {
     this.#release(seq);
     seq.status = "finished";
     seq.finishReason = reason;
@@ -69,7 +69,7 @@ export class RequestTable {
   finishById(requestId: string, reason: FinishReason, stopReason: string | null): boolean {
     const seq = this.#requests.get(requestId);
     if (seq === undefined) return false;
-    this.finish(seq, reason, stopReason);
+    this.#finish(seq, reason, stopReason);
     return true;
   }
 
@@ -105,7 +105,7 @@ export class RequestTable {
       output,
       sampled,
       (id) => this.#requests.get(id),
-      (seq, reason, stopReason) => this.finish(seq, reason, stopReason),
+      (seq, reason, stopReason) => this.#finish(seq, reason, stopReason),
       eosTokenIds,
       maxModelLen,
     );

@@ -28,7 +28,7 @@ Deno.test("RequestTable.add() numbers requests in arrival order and rejects a li
   assertEquals(table.get("b"), b);
 });
 
-Deno.test("RequestTable.finish() releases first, then reports each id once in takeEnded()", () => {
+Deno.test("RequestTable.finishById() releases first, then reports each id once in takeEnded()", () => {
   const seen: string[] = [];
   const table = new RequestTable((seq: Sequence) => {
     // Still live while it is released.
