@@ -8,6 +8,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { InvalidParameterError, validateSamplingParams } from "../engine/input_processor.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import type { RequestOutput } from "../engine/engine_api.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
@@ -89,6 +90,13 @@ export async function runGenerate(args: string[]): Promise<number> {
     ignoreEos: values["ignore-eos"],
     stop: values.stop ?? [],
   });
+  // The engine's parameter rules, checked before the model loads; errors name the flag.
+  try {
+    validateSamplingParams(params, { vocabSize: 0 });
+  } catch (e) {
+    if (!(e instanceof InvalidParameterError)) throw e;
+    throw new TypeError(`--${e.param.split(".")[0]!.replaceAll("_", "-")}: ${e.message}`);
+  }
   const model = await resolveModelDir(values.model);
   const options = engineOptionsFromFlags({ ...values, model });
   const engine = await LLMEngine.create(

@@ -31,6 +31,7 @@ import {
 import { type EngineParts, type Logger, setupEngine, setupMockEngine } from "./engine_setup.ts";
 import type { Executor, SampledToken } from "./executors/executor.ts";
 import type { GpuContext } from "./gpu/context.ts";
+import { checkTokenIds, validateSamplingParams } from "./input_processor.ts";
 import { RequestOutputState } from "./output_processor.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 import type { Scheduler } from "../scheduler/scheduler_api.ts";
@@ -139,6 +140,9 @@ export class LLMEngine implements EngineClient {
       );
     }
     if (signal?.aborted) throw new RangeError(`Request "${id}" was aborted before it started`);
+    // Input processing: the one set of parameter rules (engine/input_processor.ts).
+    checkTokenIds(request.promptTokenIds, this.model, "prompt");
+    request = { ...request, params: validateSamplingParams(request.params, this.model) };
     // The executor validates what it must apply (penalties, logit bias, logprobs) and keeps the
     // prompt for the repetition penalty.
     this.#executor.addRequest?.(id, request.promptTokenIds, request.params);

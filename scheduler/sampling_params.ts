@@ -16,7 +16,10 @@ export interface SamplingParams {
   readonly topK: number;
   /** Drop tokens whose probability is below minP times the top probability (0 = off). */
   readonly minP: number;
-  /** Seed of the request's own random generator; null draws from the engine's generator. */
+  /**
+   * Seed of the request's own random generator: any integer (see {@linkcode kernelSeed} for how
+   * it becomes the kernel's 32-bit seed); null draws from the engine's generator.
+   */
   readonly seed: number | null;
   /** Most tokens to generate; null means up to the model's context length (maxModelLen - prompt). */
   readonly maxTokens: number | null;
@@ -65,4 +68,29 @@ export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
 /** `overrides` over {@linkcode DEFAULT_SAMPLING_PARAMS} (no validation). */
 export function samplingParams(overrides: Partial<SamplingParams> = {}): SamplingParams {
   return { ...DEFAULT_SAMPLING_PARAMS, ...overrides };
+}
+
+const U32 = 0x1_0000_0000;
+
+/**
+ * The 32-bit seed the sampling kernel uses for request seed `seed` and choice `choice` (choice
+ * `i` of a request with `n > 1` samples with seed `seed + i`, as vLLM does). The sum is exact
+ * (BigInt): integers 0 to 2^32 - 1 are used as they are; any other integer is taken modulo 2^64
+ * (two's complement for negatives) and mixed by splitmix64's finalizer, whose low 32 bits are
+ * the kernel seed. Deterministic, never overflows, and the identity on 32-bit seeds, so
+ * `kernelSeed(kernelSeed(s, i)) === kernelSeed(s, i)`.
+ *
+ * @throws {RangeError} when `seed` or `choice` is not an integer.
+ */
+export function kernelSeed(seed: number, choice = 0): number {
+  if (!Number.isInteger(seed) || !Number.isInteger(choice)) {
+    throw new RangeError(`Cannot derive a kernel seed from seed ${seed}, choice ${choice}`);
+  }
+  if (seed >= 0 && choice >= 0 && seed + choice < U32) return seed + choice;
+  let z = BigInt.asUintN(64, BigInt(seed) + BigInt(choice));
+  if (z < BigInt(U32)) return Number(z);
+  z = BigInt.asUintN(64, (z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n);
+  z = BigInt.asUintN(64, (z ^ (z >> 27n)) * 0x94d049bb133111ebn);
+  z ^= z >> 31n;
+  return Number(z & 0xffffffffn);
 }

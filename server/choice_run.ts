@@ -7,7 +7,7 @@
  */
 
 import type { EngineClient, RequestOutput, TokenLogprob } from "../engine/engine_api.ts";
-import type { SamplingParams } from "../scheduler/sampling_params.ts";
+import { kernelSeed, type SamplingParams } from "../scheduler/sampling_params.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { Prepared } from "./prepare.ts";
 
@@ -158,7 +158,7 @@ export function usageOf(prep: Prepared, runs: readonly ChoiceRun[]): Usage {
 /**
  * Starts every choice's engine request and waits for their first outputs, so admission errors
  * surface before the response starts. Choice `p * n + i` is prompt `p`'s i-th sample; with a
- * seed, choice i uses `seed + i`. On error every started request is aborted and the error
+ * seed, choice i uses `seed + i` (exact; see `kernelSeed`). On error every started request is aborted and the error
  * rethrown.
  */
 export async function launch(
@@ -173,9 +173,8 @@ export async function launch(
       const base = prep.params[p]!;
       for (let i = 0; i < prep.n; i++) {
         const index = p * prep.n + i;
-        const params = base.seed !== null && index > 0
-          ? { ...base, seed: base.seed + index }
-          : base;
+        // Exact seed + index, mapped into the kernel's 32 bits (no overflow, deterministic).
+        const params = base.seed !== null ? { ...base, seed: kernelSeed(base.seed, index) } : base;
         const run = new ChoiceRun(
           index,
           `${prep.id}-${index}`,

@@ -8,6 +8,7 @@
 
 import { EngineDeadError, EngineOverloadedError } from "../engine/engine_api.ts";
 import { ChatTemplateError } from "../engine/chat_template.ts";
+import { InvalidParameterError } from "../engine/input_processor.ts";
 import { ApiError } from "./protocol.ts";
 
 /**
@@ -30,6 +31,9 @@ export function toApiError(e: unknown, retryAfter: number): ApiError | null {
   }
   if (e instanceof ChatTemplateError) {
     return new ApiError(400, e.message, { code: "invalid_value" });
+  }
+  if (e instanceof InvalidParameterError) {
+    return new ApiError(400, e.message, { param: e.param, code: "invalid_value" });
   }
   if (e instanceof RangeError || e instanceof TypeError) {
     return new ApiError(400, e.message, { code: "invalid_value" });

@@ -7,6 +7,7 @@
  * @module
  */
 
+import { checkTokenIds } from "../engine/input_processor.ts";
 import type { ChatMessage } from "../engine/tokenizer.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
 import { checkModel, requireTokenizer, type ServerContext } from "./context.ts";
@@ -41,6 +42,44 @@ function randomId(prefix: string): string {
   return `${prefix}-${crypto.randomUUID().replaceAll("-", "")}`;
 }
 
+function notSupported(param: string, what: string): ApiError {
+  return new ApiError(400, `${what} is not supported yet`, { param, code: "not_supported" });
+}
+
+/**
+ * Throws a 400 for a field this server accepts but cannot honour yet (never a silent plain-text
+ * answer): `best_of` other than `n`, `response_format` other than `text`, `tools` /
+ * `functions`, `tool_choice` other than `none`, vLLM's structured-output extras.
+ */
+function rejectUnsupported(body: CompletionRequest | ChatRequest): void {
+  const has = (v: unknown) => v !== undefined && v !== null;
+  if (has(body.best_of) && body.best_of !== (body.n ?? 1)) {
+    throw notSupported("best_of", `best_of ${body.best_of} (other than n = ${body.n ?? 1})`);
+  }
+  const format = body.response_format?.type;
+  if (format !== undefined && format !== "text") {
+    throw notSupported("response_format", `response_format "${format}" (structured output)`);
+  }
+  for (
+    const key of ["structured_outputs", "guided_json", "guided_regex", "guided_choice"] as const
+  ) {
+    if (has(body[key])) throw notSupported(key, `${key} (structured output)`);
+  }
+  if (has(body.guided_grammar)) throw notSupported("guided_grammar", "guided_grammar");
+  if ("messages" in body) {
+    if (has(body.tools) && body.tools!.length > 0) throw notSupported("tools", "Tool calling");
+    if (has(body.functions) && body.functions!.length > 0) {
+      throw notSupported("functions", "Function calling");
+    }
+    if (has(body.tool_choice) && body.tool_choice !== "none") {
+      throw notSupported("tool_choice", `tool_choice ${JSON.stringify(body.tool_choice)}`);
+    }
+    if (has(body.function_call) && body.function_call !== "none") {
+      throw notSupported("function_call", "Function calling");
+    }
+  }
+}
+
 /** Request messages -> the chat template's messages (content parts joined, null names dropped). */
 export function chatMessages(messages: ChatRequest["messages"]): ChatMessage[] {
   return messages.map((m) => {
@@ -57,6 +96,7 @@ export function chatMessages(messages: ChatRequest["messages"]): ChatMessage[] {
 export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): Prepared {
   const { engine } = ctx;
   const model = checkModel(ctx, body.model);
+  rejectUnsupported(body);
   if (body.echo === true) {
     throw new ApiError(400, "echo is not supported", { param: "echo", code: "invalid_value" });
   }
@@ -78,17 +118,8 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
   } else {
     prompts = p.filter((x) => Array.isArray(x));
   }
-  for (const ids of prompts) {
-    for (const id of ids) {
-      if (id >= engine.model.vocabSize) {
-        throw new ApiError(
-          400,
-          `Token id ${id} is out of the vocabulary (size ${engine.model.vocabSize})`,
-          { param: "prompt", code: "invalid_value" },
-        );
-      }
-    }
-  }
+  const nested = prompts.length > 1 || (Array.isArray(p) && Array.isArray(p[0]));
+  prompts.forEach((ids, i) => checkTokenIds(ids, engine.model, nested ? `prompt.${i}` : "prompt"));
   const logprobs = body.logprobs ?? null;
   const params = prompts.map((ids) =>
     samplingFor(engine, body, {
@@ -123,6 +154,7 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
  */
 export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
   const model = checkModel(ctx, body.model);
+  rejectUnsupported(body);
   const tok = requireTokenizer(ctx.engine, "messages");
   const text = tok.applyChatTemplate(chatMessages(body.messages), {
     addGenerationPrompt: body.add_generation_prompt ?? true,
@@ -147,6 +179,7 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
     logprobs,
     promptParam: "messages",
     maxParam,
+    logprobsParam: "top_logprobs",
   })];
   return {
     kind: "chat",

@@ -103,31 +103,46 @@ const tokenIdList = z.array(int().nonnegative());
 /** `stop`: one string or a list of strings. */
 const stopSchema = z.union([z.string(), z.array(z.string())]).nullish();
 
-/** Sampling fields common to both endpoints (OpenAI names, plus vLLM's extras). */
+/**
+ * Sampling fields common to both endpoints (OpenAI names, plus vLLM's extras). Only their types
+ * are checked here; their ranges and the model-dependent rules (vocabulary, caps) are the
+ * engine's, in one place: engine/input_processor.ts.
+ */
 const samplingFields = {
   model: z.string().nullish(),
-  n: int().min(1).max(128).nullish(),
-  temperature: z.number().min(0).max(100).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
-  top_k: int().min(-1).nullish(),
-  min_p: z.number().min(0).max(1).nullish(),
-  seed: int().nullish(),
+  n: int().nullish(),
+  /** Accepted when equal to `n` (vLLM v1 has no best-of either); other values are a 400. */
+  best_of: int().nullish(),
+  temperature: z.number().nullish(),
+  top_p: z.number().nullish(),
+  top_k: int().nullish(),
+  min_p: z.number().nullish(),
+  /** Any JSON integer, as vLLM accepts (mapped into the kernel's 32 bits by `kernelSeed`). */
+  seed: z.number().refine(Number.isInteger, "expected an integer").nullish(),
   stop: stopSchema,
-  stop_token_ids: tokenIdList.nullish(),
-  min_tokens: int().min(0).nullish(),
+  stop_token_ids: z.array(int()).nullish(),
+  min_tokens: int().nullish(),
   ignore_eos: z.boolean().nullish(),
-  presence_penalty: z.number().min(-2).max(2).nullish(),
-  frequency_penalty: z.number().min(-2).max(2).nullish(),
-  repetition_penalty: z.number().gt(0).max(100).nullish(),
-  logit_bias: z.record(z.string(), z.number().min(-100).max(100)).nullish(),
+  presence_penalty: z.number().nullish(),
+  frequency_penalty: z.number().nullish(),
+  repetition_penalty: z.number().nullish(),
+  logit_bias: z.record(z.string(), z.number()).nullish(),
   priority: int().nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({
     include_usage: z.boolean().nullish(),
     continuous_usage_stats: z.boolean().nullish(),
   }).nullish(),
-  max_tokens: int().min(1).nullish(),
+  max_tokens: int().nullish(),
   user: z.string().nullish(),
+  /** Only `{type: "text"}` is served until structured outputs land; others are a 400. */
+  response_format: z.looseObject({ type: z.string() }).nullish(),
+  /** vLLM's structured-output extras: a 400 until structured outputs land. */
+  structured_outputs: z.unknown().optional(),
+  guided_json: z.unknown().optional(),
+  guided_regex: z.unknown().optional(),
+  guided_choice: z.unknown().optional(),
+  guided_grammar: z.unknown().optional(),
 };
 
 /** `POST /v1/completions`. */
@@ -140,7 +155,7 @@ export const completionRequestSchema = z.object({
     z.array(tokenIdList.min(1)).min(1),
   ]),
   /** Number of top log-probabilities per token (0..20), null = none. */
-  logprobs: int().min(0).max(20).nullish(),
+  logprobs: int().nullish(),
   echo: z.boolean().nullish(),
   suffix: z.string().nullish(),
 });
@@ -150,9 +165,12 @@ export type CompletionRequest = z.infer<typeof completionRequestSchema>;
 
 const contentPart = z.object({ type: z.literal("text"), text: z.string() });
 
+/** The chat roles of OpenAI's API. */
+export const CHAT_ROLES = ["system", "developer", "user", "assistant", "tool", "function"] as const;
+
 /** One chat message; content is text or a list of text parts. */
 export const chatMessageSchema = z.looseObject({
-  role: z.string().min(1),
+  role: z.enum(CHAT_ROLES),
   content: z.union([z.string(), z.array(contentPart)]).nullish(),
   name: z.string().nullish(),
 });
@@ -161,9 +179,14 @@ export const chatMessageSchema = z.looseObject({
 export const chatRequestSchema = z.object({
   ...samplingFields,
   messages: z.array(chatMessageSchema).min(1),
-  max_completion_tokens: int().min(1).nullish(),
+  max_completion_tokens: int().nullish(),
   logprobs: z.boolean().nullish(),
-  top_logprobs: int().min(0).max(20).nullish(),
+  top_logprobs: int().nullish(),
+  /** Tool calling: a 400 until structured outputs land (never a plain-text answer to it). */
+  tools: z.array(z.unknown()).nullish(),
+  tool_choice: z.unknown().optional(),
+  functions: z.array(z.unknown()).nullish(),
+  function_call: z.unknown().optional(),
   add_generation_prompt: z.boolean().nullish(),
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
 });

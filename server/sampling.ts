@@ -1,12 +1,15 @@
 /**
  * OpenAI request fields -> the engine's {@linkcode SamplingParams}: the context-length checks
  * and `max_tokens` default, `logit_bias` parsing, `stop` normalisation, and the model's
- * `generation_config.json` defaults for the fields a request leaves out.
+ * `generation_config.json` defaults for the fields a request leaves out. The parameter rules
+ * themselves are the engine's ({@linkcode validateSamplingParams}); a violation is a 400 naming
+ * the parameter as the request spelled it.
  *
  * @module
  */
 
 import type { EngineClient } from "../engine/engine_api.ts";
+import { InvalidParameterError, validateSamplingParams } from "../engine/input_processor.ts";
 import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
 import { ApiError, type ChatRequest, type CompletionRequest } from "./protocol.ts";
 
@@ -24,6 +27,8 @@ export interface SamplingRequestShape {
   promptParam: string;
   /** The parameter errors about the budget name. */
   maxParam: string;
+  /** The parameter errors about `logprobs` name (chat: `top_logprobs`); default `logprobs`. */
+  logprobsParam?: string;
 }
 
 /**
@@ -37,6 +42,7 @@ export function samplingFor(
   shape: SamplingRequestShape,
 ): SamplingParams {
   const { promptLen, requestedMax, defaultMax, logprobs, promptParam, maxParam } = shape;
+  const logprobsParam = shape.logprobsParam ?? "logprobs";
   const maxModelLen = engine.model.maxModelLen;
   if (promptLen === 0) {
     throw new ApiError(400, "The prompt is empty", { param: promptParam, code: "invalid_value" });
@@ -64,7 +70,7 @@ export function samplingFor(
   } else {
     maxTokens = Math.min(defaultMax ?? room, room);
   }
-  const logitBias = parseLogitBias(body.logit_bias, engine.model.vocabSize);
+  const logitBias = parseLogitBias(body.logit_bias);
   const stop = body.stop === null || body.stop === undefined
     ? []
     : typeof body.stop === "string"
@@ -72,15 +78,15 @@ export function samplingFor(
     : body.stop;
   // generation_config.json's defaults apply to the fields the request leaves out.
   const d = engine.generationDefaults ?? {};
-  return samplingParams({
+  const params = samplingParams({
     temperature: body.temperature ?? d.temperature ?? 1,
     topP: body.top_p ?? d.topP ?? 1,
-    topK: body.top_k === -1 ? 0 : body.top_k ?? d.topK ?? 0,
+    topK: body.top_k ?? d.topK ?? 0,
     minP: body.min_p ?? d.minP ?? 0,
     seed: body.seed ?? null,
     maxTokens,
-    minTokens: Math.min(body.min_tokens ?? 0, maxTokens),
-    stop: stop.filter((s) => s.length > 0),
+    minTokens: body.min_tokens ?? 0,
+    stop,
     stopTokenIds: body.stop_token_ids ?? [],
     ignoreEos: body.ignore_eos ?? false,
     presencePenalty: body.presence_penalty ?? 0,
@@ -90,27 +96,36 @@ export function samplingFor(
     logitBias,
     n: body.n ?? 1,
   });
+  try {
+    return validateSamplingParams(params, engine.model);
+  } catch (e) {
+    if (!(e instanceof InvalidParameterError)) throw e;
+    // The rules use the completion names; a chat request may have spelled these differently.
+    const renamed = e.param === "max_tokens"
+      ? maxParam
+      : e.param === "logprobs"
+      ? logprobsParam
+      : null;
+    if (renamed === null || renamed === e.param) throw e;
+    throw new InvalidParameterError(renamed, e.message.replaceAll(`'${e.param}'`, `'${renamed}'`));
+  }
 }
 
 /**
  * `logit_bias` (token id as a decimal string -> bias) as a map, or null when absent. A key that
- * is not a token id below `vocabSize` is a 400.
+ * is not a decimal integer is a 400 (which ids and values are allowed is the engine's rule).
  */
-export function parseLogitBias(
-  bias: CompletionRequest["logit_bias"],
-  vocabSize: number,
-): Map<number, number> | null {
+export function parseLogitBias(bias: CompletionRequest["logit_bias"]): Map<number, number> | null {
   if (bias === null || bias === undefined) return null;
   const logitBias = new Map<number, number>();
   for (const [key, value] of Object.entries(bias)) {
-    const id = Number(key);
-    if (!/^\d+$/.test(key) || id >= vocabSize) {
+    if (!/^\d+$/.test(key)) {
       throw new ApiError(400, `logit_bias key "${key}" is not a token id of this model`, {
         param: "logit_bias",
         code: "invalid_value",
       });
     }
-    logitBias.set(id, value);
+    logitBias.set(Number(key), value);
   }
   return logitBias;
 }

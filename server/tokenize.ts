@@ -6,6 +6,7 @@
  * @module
  */
 
+import { checkTokenIds } from "../engine/input_processor.ts";
 import { checkModel, requireTokenizer, type ServerContext } from "./context.ts";
 import { chatMessages } from "./prepare.ts";
 import { ApiError, detokenizeRequestSchema, parseBody, tokenizeRequestSchema } from "./protocol.ts";
@@ -41,9 +42,10 @@ export async function tokenizeEndpoint(ctx: ServerContext, req: Request): Promis
   return Response.json({ count: tokens.length, max_model_len: engine.model.maxModelLen, tokens });
 }
 
-/** `POST /detokenize`: token ids -> `{prompt: text}`. */
+/** `POST /detokenize`: token ids -> `{prompt: text}`; an id outside the vocabulary is a 400. */
 export async function detokenizeEndpoint(ctx: ServerContext, req: Request): Promise<Response> {
   const body = parseBody(detokenizeRequestSchema, await readJson(req, ctx.maxBody));
   checkModel(ctx, body.model);
+  checkTokenIds(body.tokens, ctx.engine.model, "tokens");
   return Response.json({ prompt: requireTokenizer(ctx.engine, "tokens").decode(body.tokens) });
 }

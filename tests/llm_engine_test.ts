@@ -5,7 +5,8 @@ import type { EngineOptions } from "../engine/engine_config.ts";
 import type { TokenLogprob } from "../engine/engine_api.ts";
 import { MOCK_FIRST_TOKEN, MOCK_TOKEN_COUNT } from "../engine/executors/mock_executor.ts";
 import { mockTokenAt } from "../scheduler/mock_executor.ts";
-import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
+import { kernelSeed, type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
+import { InvalidParameterError } from "../engine/input_processor.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
@@ -331,33 +332,70 @@ for (const c of MIXED_CASES) {
   );
 }
 
-Deno.test("LLMEngine rejects sampling parameters the GPU cannot apply", GPU_TEST, async () => {
-  const dir = await Deno.makeTempDir();
-  try {
-    await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: 1 });
-    const engine = await LLMEngine.create({ model: dir, forceF32: true, showProgress: false });
+Deno.test(
+  "LLMEngine.generate() rejects parameters outside the rules and samples with any integer seed",
+  GPU_TEST,
+  async () => {
+    const dir = await Deno.makeTempDir();
     try {
-      const gen = (params: Partial<SamplingParams>) =>
-        engine.generate({
-          requestId: "bad",
-          promptTokenIds: [1, 2, 3],
-          params: samplingParams({ maxTokens: 2, ...params }),
-        });
-      assert.throws(() => gen({ repetitionPenalty: 0 }), /repetition_penalty must be > 0/);
-      assert.throws(() => gen({ logprobs: 21 }), /logprobs must be an integer from 0 to 20/);
-      assert.throws(() => gen({ presencePenalty: NaN }), /presence_penalty must be finite/);
-      assert.throws(() => gen({ logitBias: new Map([[-1, 1]]) }), /logit_bias token -1/);
-      // The engine still serves a valid request under the same id.
-      let n = 0;
-      for await (const o of gen({ repetitionPenalty: 1.2 })) n += o.tokenIds.length;
-      assert.equal(n, 2);
+      await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: 1 });
+      const engine = await LLMEngine.create({ model: dir, forceF32: true, showProgress: false });
+      try {
+        const vocab = engine.model.vocabSize;
+        const gen = (params: Partial<SamplingParams>, prompt = [1, 2, 3], id = "bad") =>
+          engine.generate({
+            requestId: id,
+            promptTokenIds: prompt,
+            params: samplingParams({ maxTokens: 2, ...params }),
+          });
+        const bad: [Partial<SamplingParams>, RegExp][] = [
+          [{ repetitionPenalty: 0 }, /'repetition_penalty'/],
+          [{ logprobs: 21 }, /'logprobs'/],
+          [{ presencePenalty: NaN }, /'presence_penalty'/],
+          [{ logitBias: new Map([[-1, 1]]) }, /'logit_bias': key -1/],
+          [{ logitBias: new Map([[vocab, 1]]) }, /'logit_bias': key/],
+          [{ seed: 1.5 }, /'seed'/],
+          [{ topK: 2.5 }, /'top_k'/],
+          [{ minTokens: 3 }, /min_tokens \(3\) exceeds max_tokens \(2\)/],
+          [{ stop: [""] }, /'stop.0'/],
+          [{ stopTokenIds: [vocab] }, /out of the vocabulary/],
+        ];
+        for (const [params, message] of bad) {
+          assert.throws(
+            () => gen(params),
+            InvalidParameterError,
+            JSON.stringify([...Object.keys(params)]),
+          );
+          assert.throws(() => gen(params), message);
+        }
+        assert.throws(() => gen({}, [1, vocab]), /Token id \d+ is out of the vocabulary/);
+        // Any integer seed samples (the kernel gets 32 bits of it), and top_k beyond the
+        // vocabulary means off. Seeds that map to the same kernel seed give the same tokens.
+        const tokens = async (params: Partial<SamplingParams>, id: string) => {
+          const out: number[] = [];
+          for await (const o of gen({ temperature: 1, maxTokens: 4, ...params }, [1, 2, 3], id)) {
+            out.push(...o.tokenIds);
+          }
+          return out;
+        };
+        for (const seed of [-1, 2 ** 32, 2 ** 53 + 2, -(2 ** 60), 4294967295]) {
+          assert.equal((await tokens({ seed, topK: 2 ** 40 }, `s${seed}`)).length, 4);
+        }
+        assert.deepEqual(await tokens({ seed: 7 }, "a"), await tokens({ seed: 7 }, "b"));
+        assert.deepEqual(
+          await tokens({ seed: -5 }, "c"),
+          await tokens({ seed: kernelSeed(-5) }, "d"),
+        );
+        assert.equal(engine.error, null);
+        assert.equal(engine.stats().kvBlocksUsed, 0);
+      } finally {
+        await engine.shutdown();
+      }
     } finally {
-      await engine.shutdown();
+      await Deno.remove(dir, { recursive: true });
     }
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+  },
+);
 
 Deno.test("LLMEngine never starves the event loop once every step is scheduled", async () => {
   // Regression: with several steps in flight and nothing left to schedule, the loop used to

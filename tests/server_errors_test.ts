@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { EngineDeadError, EngineOverloadedError } from "../engine/engine_api.ts";
+import { kernelSeed } from "../scheduler/sampling_params.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
 
 interface ErrorBody {
@@ -147,7 +148,106 @@ Deno.test("invalid request bodies answer 400 with the offending parameter named"
     ],
     ["empty prompt", C, completion({ prompt: "" }), "prompt", "invalid_value"],
     ["empty token list", C, completion({ prompt: [] }), "prompt", "invalid_value"],
-    ["token id out of vocab", C, completion({ prompt: [1, 999999] }), "prompt", "invalid_value"],
+    ["token id out of vocab", C, completion({ prompt: [1, 999999] }), "prompt.1", "invalid_value"],
+    [
+      "token id out of vocab, nested",
+      C,
+      completion({ prompt: [[1], [2, 999999]] }),
+      "prompt.1.1",
+      "invalid_value",
+    ],
+    ["seed not an integer", C, completion({ seed: 1.5 }), "seed", "invalid_value"],
+    ["best_of above n", C, completion({ best_of: 1000 }), "best_of", "not_supported"],
+    ["empty stop string", C, completion({ stop: [""] }), "stop.0", "invalid_value"],
+    ["empty stop string alone", C, completion({ stop: "" }), "stop.0", "invalid_value"],
+    [
+      "too many stop strings",
+      C,
+      completion({ stop: Array.from({ length: 10_000 }, (_, i) => `s${i}`) }),
+      "stop",
+      "invalid_value",
+    ],
+    [
+      "stop_token_ids out of vocab",
+      C,
+      completion({ stop_token_ids: [1, 999999] }),
+      "stop_token_ids.1",
+      "invalid_value",
+    ],
+    [
+      "min_tokens above max_tokens",
+      C,
+      completion({ min_tokens: 5, max_tokens: 2 }),
+      "min_tokens",
+      "invalid_value",
+    ],
+    [
+      "min_tokens above chat budget",
+      CH,
+      chat({ min_tokens: 9, max_completion_tokens: 3 }),
+      "min_tokens",
+      "invalid_value",
+    ],
+    [
+      "max_completion_tokens 0",
+      CH,
+      chat({ max_completion_tokens: 0 }),
+      "max_completion_tokens",
+      "invalid_value",
+    ],
+    [
+      "top_logprobs 21",
+      CH,
+      chat({ logprobs: true, top_logprobs: 21 }),
+      "top_logprobs",
+      "invalid_value",
+    ],
+    ["n 0", C, completion({ n: 0 }), "n", "invalid_value"],
+    ["n 129", C, completion({ n: 129 }), "n", "invalid_value"],
+    ["top_k -2", C, completion({ top_k: -2 }), "top_k", "invalid_value"],
+    [
+      "chat role outside OpenAI's set",
+      CH,
+      { messages: [{ role: "alien", content: "x" }] },
+      "messages.0.role",
+      "invalid_value",
+    ],
+    [
+      "response_format json_object",
+      CH,
+      chat({ response_format: { type: "json_object" } }),
+      "response_format",
+      "not_supported",
+    ],
+    [
+      "response_format json_schema on completions",
+      C,
+      completion({ response_format: { type: "json_schema", json_schema: { name: "x" } } }),
+      "response_format",
+      "not_supported",
+    ],
+    [
+      "tools",
+      CH,
+      chat({ tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
+      "tools",
+      "not_supported",
+    ],
+    ["tool_choice required", CH, chat({ tool_choice: "required" }), "tool_choice", "not_supported"],
+    [
+      "guided_json",
+      C,
+      completion({ guided_json: { type: "object" } }),
+      "guided_json",
+      "not_supported",
+    ],
+    [
+      "detokenize out of vocab",
+      "/detokenize",
+      { tokens: [1, 999999] },
+      "tokens.1",
+      "invalid_value",
+    ],
     [
       "prompt too long",
       C,
@@ -189,13 +289,39 @@ Deno.test("invalid request bodies answer 400 with the offending parameter named"
       );
       assert.match(error.message, /gpt-9/);
     }
+    // Accepted as they are honoured: any integer seed (n > 1 too), best_of equal to n,
+    // response_format text, tool_choice none without tools, a known chat role.
+    for (
+      const body of [
+        completion({ seed: -1, max_tokens: 2 }),
+        completion({ seed: 4294967296, max_tokens: 2 }),
+        completion({ seed: 4294967295, n: 2, max_tokens: 2 }),
+        completion({ seed: -(2 ** 62), n: 3, best_of: 3, max_tokens: 2 }),
+        chat({ response_format: { type: "text" }, tool_choice: "none", max_tokens: 2 }),
+        chat({ messages: [{ role: "developer", content: "be brief" }], max_tokens: 2 }),
+      ]
+    ) {
+      const path = "messages" in body ? CH : C;
+      const res = await post(url, path, body);
+      assert.equal(res.status, 200, `${JSON.stringify(body)}: ${await res.text()}`);
+    }
     // The boundary is accepted: 63 prompt tokens + 1 = max_model_len.
     const ok = await post(url, C, completion({ prompt: Array(63).fill(5), max_tokens: 1 }));
     assert.equal(ok.status, 200);
     await ok.body?.cancel();
   });
   assert.equal(engine.active, 0);
-  assert.equal(engine.requests.length, 1, "no invalid request reached the engine");
+  // 1 + 2 + 3 + 1 + 1 engine requests above, then the boundary one.
+  assert.equal(engine.requests.length, 10, "no invalid request reached the engine");
+  const seeds = engine.requests.slice(0, 7).map((r) => r.params.seed);
+  // Choice i uses seed + i, exactly, then mapped into 32 bits (4294967295 + 1 = 2^32).
+  assert.deepEqual(seeds.slice(0, 5), [
+    kernelSeed(-1),
+    kernelSeed(2 ** 32),
+    4294967295,
+    kernelSeed(2 ** 32),
+    kernelSeed(-(2 ** 62)),
+  ]);
 });
 
 Deno.test("oversized bodies answer 413, with or without Content-Length; methods and paths 405 / 404", async () => {

@@ -23,7 +23,7 @@
  * @module
  */
 
-import type { SamplingParams } from "../../scheduler/sampling_params.ts";
+import { kernelSeed, type SamplingParams } from "../../scheduler/sampling_params.ts";
 import { SAMPLED_TOKEN, type SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 import { TOP_LOGPROBS_MAX } from "../../kernels/top_logprobs.ts";
 import type { SequenceChunk } from "../forward_batch.ts";
@@ -195,7 +195,8 @@ export class WebGpuExecutor implements Executor {
     let t = 0;
     for (const r of output.scheduled) {
       if (r.isNew || !this.#seeds.has(r.requestId)) {
-        this.#seeds.set(r.requestId, r.params.seed ?? this.#seedSource());
+        const seed = r.params.seed;
+        this.#seeds.set(r.requestId, seed === null ? this.#seedSource() : kernelSeed(seed));
       }
       for (let i = 0; i < r.numTokens; i++, t++) {
         const id = r.tokenIds[i]!;
