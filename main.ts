@@ -10,12 +10,15 @@
 import { parseArgs } from "node:util";
 import { runGenerate } from "./cli/generate.ts";
 import { runInfo } from "./cli/info.ts";
+import { parseKernelProfileChoice } from "./engine/gpu/kernel_profile.ts";
 import { runServe } from "./cli/serve.ts";
 
 const USAGE = `usage: main.ts <command> [flags]
 
 commands:
-  info [--force-f32]   print the WebGPU adapter, the limits the engine requests and its features
+  info [--force-f32] [--kernel-profile auto|cpu|gpu]
+                       print the WebGPU adapter, the limits the engine requests, its features
+                       and the kernel profile
   serve                start the OpenAI-compatible HTTP server (main.ts serve --help)
   generate             offline generation (main.ts generate --help)`;
 
@@ -26,10 +29,16 @@ export async function main(argv: string[]): Promise<number> {
     case "info": {
       const { values } = parseArgs({
         args: rest,
-        options: { "force-f32": { type: "boolean", default: false } },
+        options: {
+          "force-f32": { type: "boolean", default: false },
+          "kernel-profile": { type: "string", default: "auto" },
+        },
         strict: true,
       });
-      return await runInfo({ forceF32: values["force-f32"] });
+      return await runInfo({
+        forceF32: values["force-f32"],
+        kernelProfile: parseKernelProfileChoice(values["kernel-profile"]),
+      });
     }
     case "generate":
       return await runGenerate(rest);

@@ -139,7 +139,7 @@ async function report(shape: Shape, options: Parameters<typeof setup>[2] = {}, r
 for (const shape of SHAPES) {
   await report(shape);
   // The GPU kernel beside the CPU adapter's default, in the same run.
-  if (ctx.isCpuAdapter) await report(shape, { variant: "workgroup" });
+  if (ctx.isCpuProfile) await report(shape, { variant: "workgroup" });
 }
 if (Deno.env.get("PREFILL_SWEEP") === "1") {
   for (const workgroupSize of [32, 64, 128]) {

@@ -28,7 +28,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { GpuContext } from "../engine/gpu/context.ts";
+import { parseKernelProfileChoice } from "../engine/gpu/kernel_profile.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 import { STORAGE_RW } from "../engine/gpu/context.ts";
 import { ParamArena } from "../engine/gpu/params.ts";
@@ -52,6 +52,7 @@ const { values: args } = parseArgs({
     "breakdown-batches": { type: "string", default: "1,8" },
     "matmul-variant": { type: "string" },
     "force-f32": { type: "boolean", default: false },
+    "kernel-profile": { type: "string" },
     json: { type: "boolean", default: false },
   },
 });
@@ -106,7 +107,10 @@ if (forced !== undefined) {
   };
 }
 
-const ctx = args["force-f32"] ? await GpuContext.create({ forceF32: true }) : await benchContext();
+const ctx = await benchContext({
+  forceF32: args["force-f32"],
+  kernelProfile: parseKernelProfileChoice(args["kernel-profile"]),
+});
 const generated = args.model === undefined;
 const modelDir = args.model ?? await generateModel();
 const command = Deno.args.length > 0 || !import.meta.main

@@ -103,12 +103,17 @@ export async function runPrefillDecodeBench(
     const blockSize = 16;
     const maxModelLen = Math.ceil((o.promptLen + o.gen + 1) / blockSize) * blockSize;
     if (!o.json) io.err(`loading ${modelNote} ...`);
-    const runner = await loadRunner(modelDir, {
-      maxTokens: Math.max(o.promptLen, 64),
-      maxSeqs: 16,
-      maxModelLen,
-      numKvBlocks: maxModelLen / blockSize,
-    }, blockSize);
+    const runner = await loadRunner(
+      modelDir,
+      {
+        maxTokens: Math.max(o.promptLen, 64),
+        maxSeqs: 16,
+        maxModelLen,
+        numKvBlocks: maxModelLen / blockSize,
+      },
+      blockSize,
+      o.kernelProfile,
+    );
     const ctx = runner.ctx;
     let machine: string;
     let phases: PhaseTiming;

@@ -7,15 +7,19 @@
  * @module
  */
 
-import { GpuContext } from "../engine/gpu/context.ts";
+import { GpuContext, type GpuContextOptions } from "../engine/gpu/context.ts";
 import type { ParamArena } from "../engine/gpu/params.ts";
 import { GpuTimer } from "../engine/gpu/timer.ts";
 
 let shared: Promise<GpuContext> | undefined;
 
-/** The context every bench in this process shares (f16 weights where `shader-f16` exists). */
-export function benchContext(): Promise<GpuContext> {
-  shared ??= GpuContext.create();
+/**
+ * The context every bench in this process shares (f16 weights where `shader-f16` exists); the
+ * first call's `options` create it (`deno bench` files take the kernel profile from
+ * `WEBGPU_LLM_KERNEL_PROFILE`, the `bench:*` tasks from `--kernel-profile`).
+ */
+export function benchContext(options: GpuContextOptions = {}): Promise<GpuContext> {
+  shared ??= GpuContext.create(options);
   return shared;
 }
 

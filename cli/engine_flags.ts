@@ -6,6 +6,7 @@
  * @module
  */
 
+import { parseKernelProfileChoice } from "../engine/gpu/kernel_profile.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import { makeModel } from "../tools/make_model.ts";
 
@@ -31,6 +32,7 @@ export const ENGINE_FLAGS = {
   "max-batch-size": { type: "string" },
   "batch-wait-ms": { type: "string" },
   "force-f32": { type: "boolean" },
+  "kernel-profile": { type: "string" },
   "mock-base-ms": { type: "string" },
   "mock-per-token-ms": { type: "string" },
   "mock-fail-at-step": { type: "string" },
@@ -60,6 +62,7 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --max-batch-size N             batch size of the static / dynamic baselines
   --batch-wait-ms MS             wait window of the dynamic baseline (default 10)
   --force-f32                    f32 weights even when shader-f16 exists
+  --kernel-profile auto|cpu|gpu  kernel variants (default auto: cpu on a software adapter, else gpu)
   --mock-base-ms MS, --mock-per-token-ms MS   mock executor latency model
   --mock-fail-at-step N          mock executor: fail step N as a lost device would (testing)
   --max-in-flight N              engine steps in flight (default: executor maximum)
@@ -103,6 +106,7 @@ export function engineOptionsFromFlags(v: FlagValues): EngineOptions {
     maxBatchSize: num("max-batch-size", v["max-batch-size"]),
     batchWaitMs: num("batch-wait-ms", v["batch-wait-ms"]),
     forceF32: v["force-f32"] === true ? true : undefined,
+    kernelProfile: parseKernelProfileChoice(str(v["kernel-profile"])),
     mockBaseMs: num("mock-base-ms", v["mock-base-ms"]),
     mockPerTokenMs: num("mock-per-token-ms", v["mock-per-token-ms"]),
     mockFailAtStep: num("mock-fail-at-step", v["mock-fail-at-step"]),

@@ -6,6 +6,7 @@
  */
 
 import { GpuContext, REQUESTED_LIMITS } from "../engine/gpu/context.ts";
+import type { KernelProfileChoice } from "../engine/gpu/kernel_profile.ts";
 
 /** Formats a byte count as an exact integer plus MiB/GiB when large. */
 function formatLimit(name: string, value: number): string {
@@ -41,6 +42,7 @@ export function describeContext(ctx: GpuContext): string {
     `  timestamp-query  ${yes(a.features.timestampQuery)}`,
     `  subgroups        ${yes(a.features.subgroups)}`,
     `Weights:   ${ctx.weightDtype} (KV cache ${ctx.weightDtype}; activations f32)`,
+    `Kernels:   ${ctx.profile} profile (${ctx.profileReason})`,
     "Limits requested (the adapter's maximum):",
     ...REQUESTED_LIMITS.map((n) => `  ${n.padEnd(36)} ${formatLimit(n, ctx.limits[n])}`),
   ];
@@ -48,8 +50,13 @@ export function describeContext(ctx: GpuContext): string {
 }
 
 /** Runs `info`: prints the report, returns the exit code. */
-export async function runInfo(args: { forceF32: boolean }): Promise<number> {
-  const ctx = await GpuContext.create({ forceF32: args.forceF32 });
+export async function runInfo(
+  args: { forceF32: boolean; kernelProfile?: KernelProfileChoice },
+): Promise<number> {
+  const ctx = await GpuContext.create({
+    forceF32: args.forceF32,
+    ...(args.kernelProfile !== undefined ? { kernelProfile: args.kernelProfile } : {}),
+  });
   try {
     console.log(describeContext(ctx));
   } finally {

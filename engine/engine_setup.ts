@@ -70,12 +70,16 @@ export async function setupEngine(
     return setupMockEngine({ ...config, servedModelName: name }, tokenizer, log);
   }
 
-  const ctx = await GpuContext.create({ forceF32: config.forceF32 });
+  const ctx = await GpuContext.create({
+    forceF32: config.forceF32,
+    kernelProfile: config.kernelProfile,
+  });
   try {
     const a = ctx.adapter;
     log(
       `Adapter: ${a.description}${a.isFallback ? " (software fallback: no GPU found)" : ""}; ` +
-        `weights ${ctx.weightDtype}; shader-f16 ${a.features.shaderF16 ? "yes" : "no"}`,
+        `weights ${ctx.weightDtype}; shader-f16 ${a.features.shaderF16 ? "yes" : "no"}; ` +
+        `kernel profile ${ctx.profile} (${ctx.profileReason})`,
     );
     const ck = await openCheckpoint(config.model!);
     try {

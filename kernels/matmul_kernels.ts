@@ -51,14 +51,13 @@ export type MatmulPolicy = "gpu" | "cpu";
 export const DECODE_MAX_ROWS = 16;
 
 /**
- * The kernel policy for `ctx`'s adapter: `"cpu"` for a fallback / software adapter (lavapipe,
- * llvmpipe, SwiftShader), where barriers and per-lane loads dominate (measured: the
- * workgroup-reduction GEMV and the shared-memory tiled kernel are several times slower there
- * than the `blocked` kernel), else `"gpu"`.
+ * The kernel policy for `ctx`: its kernel profile (engine/gpu/kernel_profile.ts). `"cpu"` on a
+ * fallback / software adapter (lavapipe, llvmpipe, SwiftShader) unless forced, where barriers and
+ * per-lane loads dominate (measured: the workgroup-reduction GEMV and the shared-memory tiled
+ * kernel are several times slower there than the `blocked` kernel), else `"gpu"`.
  */
 export function defaultMatmulPolicy(ctx: GpuContext): MatmulPolicy {
-  const a = ctx.adapter;
-  return a.isFallback || /llvmpipe|lavapipe|swiftshader/i.test(a.description) ? "cpu" : "gpu";
+  return ctx.profile;
 }
 
 /** Register-block sizes (X rows per invocation) compiled for the `blocked` / `gemv` kernels. */

@@ -186,7 +186,7 @@ export class PagedAttentionDecode {
     const dtype = this.dtype;
     const unrolledFits = group * headDim <= MAX_UNROLLED_GROUP_DIM && headDim % 8 === 0;
     this.variant = config.variant ??
-      (ctx.isCpuAdapter && unrolledFits ? "unrolled" : "workgroup");
+      (ctx.isCpuProfile && unrolledFits ? "unrolled" : "workgroup");
     if (this.variant === "unrolled" && !unrolledFits) {
       throw new RangeError(
         `Cannot create unrolled paged attention: GROUP ${group} x headDim ${headDim} must be ` +

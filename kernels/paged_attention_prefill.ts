@@ -137,7 +137,7 @@ export class PagedAttentionPrefill {
     }
     const unrolledFits = group * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM && headDim % 8 === 0;
     const variant = config.variant ??
-      (ctx.isCpuAdapter && unrolledFits ? "unrolled" : "workgroup");
+      (ctx.isCpuProfile && unrolledFits ? "unrolled" : "workgroup");
     if (variant === "unrolled" && !unrolledFits) {
       throw new RangeError(
         `Cannot create unrolled paged_attention_prefill: GROUP ${group} x head_dim ${headDim} ` +

@@ -70,7 +70,7 @@ export interface NormShape {
  * noise of 8 lanes x 8 rows). On GPUs (not measured yet) 64 lanes per row gives coalesced loads.
  */
 export function defaultNormShape(ctx: GpuContext): Required<NormShape> {
-  return ctx.isCpuAdapter
+  return ctx.isCpuProfile
     ? { rowThreads: 1, rowsPerWorkgroup: 64 }
     : { rowThreads: 64, rowsPerWorkgroup: 1 };
 }

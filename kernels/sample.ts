@@ -122,7 +122,7 @@ export interface SampleVariant {
  * and 16 buckets so the per-thread histograms fit workgroup memory.
  */
 export function sampleVariantFor(ctx: GpuContext): SampleVariant {
-  return ctx.isCpuAdapter ? { workgroup: 16, buckets: 128 } : { workgroup: 128, buckets: 16 };
+  return ctx.isCpuProfile ? { workgroup: 16, buckets: 128 } : { workgroup: 128, buckets: 16 };
 }
 
 /** Workgroup memory of a variant in bytes (histograms, candidate list, reductions). */

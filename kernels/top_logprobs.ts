@@ -61,7 +61,7 @@ export interface TopLogprobsBuffers {
  * at 128), 128 on a GPU (not yet measured: more threads to stream the row).
  */
 export function topLogprobsWorkgroupFor(ctx: GpuContext): number {
-  return ctx.isCpuAdapter ? 16 : 128;
+  return ctx.isCpuProfile ? 16 : 128;
 }
 
 /** The compiled `top_logprobs` pipeline; {@linkcode TopLogprobs.bind} makes call sites. */

@@ -28,3 +28,21 @@ Deno.test("main.ts rejects an unknown command with one line", async () => {
   assert.equal(code, 1);
   assert.equal(stderr.trim(), "error: unknown command 'frobnicate' (try: info, serve, generate)");
 });
+
+Deno.test("main.ts info prints the kernel profile, forced by --kernel-profile or the environment", async () => {
+  const auto = await runMain(["info"], { WEBGPU_LLM_KERNEL_PROFILE: "" });
+  assert.match(
+    auto.stdout,
+    /^Kernels: {3}(cpu|gpu) profile \(auto: (software|hardware) adapter\)$/m,
+  );
+  const forced = await runMain(["info", "--kernel-profile", "gpu"]);
+  assert.match(forced.stdout, /^Kernels: {3}gpu profile \(forced\)$/m);
+  const env = await runMain(["info"], { WEBGPU_LLM_KERNEL_PROFILE: "cpu" });
+  assert.match(env.stdout, /^Kernels: {3}cpu profile \(forced by WEBGPU_LLM_KERNEL_PROFILE\)$/m);
+  const bad = await runMain(["info", "--kernel-profile", "fast"]);
+  assert.equal(bad.code, 1);
+  assert.equal(bad.stderr.trim(), 'error: --kernel-profile expects auto, cpu, gpu, got "fast"');
+  const badGenerate = await runMain(["generate", "--prompt-ids", "1,2", "--kernel-profile", "x"]);
+  assert.equal(badGenerate.code, 1);
+  assert.match(badGenerate.stderr, /^error: --kernel-profile expects auto, cpu, gpu, got "x"$/m);
+});

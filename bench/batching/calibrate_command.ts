@@ -15,12 +15,17 @@ import { loadRunner } from "./runner_timing.ts";
 /** `--calibrate`: WebGPU step times and the fitted latency model. */
 export async function runCalibrate(o: Options, io: BenchIo): Promise<number> {
   const dir = await resolveModelDir(o.model);
-  const runner = await loadRunner(dir, {
-    maxTokens: o.maxNumBatchedTokens,
-    maxSeqs: Math.min(o.maxNumSeqs, 64),
-    maxModelLen: o.maxModelLen,
-    numKvBlocks: Math.max(64 * Math.ceil(256 / o.blockSize), Math.floor(o.kvSlots / o.blockSize)),
-  }, o.blockSize);
+  const runner = await loadRunner(
+    dir,
+    {
+      maxTokens: o.maxNumBatchedTokens,
+      maxSeqs: Math.min(o.maxNumSeqs, 64),
+      maxModelLen: o.maxModelLen,
+      numKvBlocks: Math.max(64 * Math.ceil(256 / o.blockSize), Math.floor(o.kvSlots / o.blockSize)),
+    },
+    o.blockSize,
+    o.kernelProfile,
+  );
   try {
     const machine = describeMachine(runner.ctx);
     if (!o.json) {

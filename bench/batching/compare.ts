@@ -187,12 +187,17 @@ export async function runCompare(o: Options, io: BenchIo): Promise<number> {
     }
   } else {
     const dir = await resolveModelDir(o.model);
-    const runner = await loadRunner(dir, {
-      maxTokens: o.maxNumBatchedTokens,
-      maxSeqs: o.maxNumSeqs,
-      maxModelLen: o.maxModelLen,
-      numKvBlocks: Math.floor(o.kvSlots / o.blockSize),
-    }, o.blockSize);
+    const runner = await loadRunner(
+      dir,
+      {
+        maxTokens: o.maxNumBatchedTokens,
+        maxSeqs: o.maxNumSeqs,
+        maxModelLen: o.maxModelLen,
+        numKvBlocks: Math.floor(o.kvSlots / o.blockSize),
+      },
+      o.blockSize,
+      o.kernelProfile,
+    );
     try {
       meta.machine = describeMachine(runner.ctx);
       meta.model = dir;

@@ -7,7 +7,8 @@
  */
 
 import { parseArgs } from "node:util";
-import { UsageError } from "../bench_io.ts";
+import type { KernelProfileChoice } from "../../engine/gpu/kernel_profile.ts";
+import { kernelProfileOption, UsageError } from "../bench_io.ts";
 
 /**
  * The mock executor's default latency model, fitted by `--calibrate` from the WebGPU runner's
@@ -37,6 +38,7 @@ export const DEFAULT_MOCK_LATENCY = {
 const USAGE = `usage: deno task bench:batching [options]
   --executor mock|webgpu     step executor (default mock: simulated time, calibrated latency)
   --model DIR                model for webgpu / --calibrate (default: tiny-qwen3, generated)
+  --kernel-profile auto|cpu|gpu   kernel variants of the webgpu runs (default auto)
   --json                     print one JSON object instead of tables
   --requests N               requests (default 256)
   --seed S                   workload seed (default 0)
@@ -68,6 +70,8 @@ const USAGE = `usage: deno task bench:batching [options]
 export interface Options {
   executor: "mock" | "webgpu";
   model: string | undefined;
+  /** Kernel variants of the WebGPU runner (webgpu executor, --calibrate). */
+  kernelProfile: KernelProfileChoice;
   json: boolean;
   requests: number;
   seed: number;
@@ -124,6 +128,7 @@ export function parseBatchingArgs(argv: string[]): Options {
       options: {
         executor: { type: "string", default: "mock" },
         model: { type: "string" },
+        "kernel-profile": { type: "string" },
         json: { type: "boolean", default: false },
         requests: { type: "string", default: "256" },
         seed: { type: "string", default: "0" },
@@ -173,6 +178,7 @@ export function parseBatchingArgs(argv: string[]): Options {
   const o: Options = {
     executor,
     model: v.model,
+    kernelProfile: kernelProfileOption(v["kernel-profile"]),
     json: v.json,
     requests: parseNum("requests", v.requests, 1),
     seed: parseNum("seed", v.seed, 0),

@@ -13,6 +13,7 @@
 
 import type { ForwardBatch, SequenceChunk } from "../../engine/forward_batch.ts";
 import { GpuContext } from "../../engine/gpu/context.ts";
+import type { KernelProfileChoice } from "../../engine/gpu/kernel_profile.ts";
 import { openCheckpoint } from "../../engine/model/checkpoint.ts";
 import { ModelRunner } from "../../engine/model_runner.ts";
 
@@ -29,8 +30,9 @@ export async function loadRunner(
   dir: string,
   sizes: { maxTokens: number; maxSeqs: number; maxModelLen: number; numKvBlocks: number },
   blockSize = 16,
+  kernelProfile: KernelProfileChoice = "auto",
 ): Promise<ModelRunner> {
-  const ctx = await GpuContext.create();
+  const ctx = await GpuContext.create({ kernelProfile });
   try {
     const ck = await openCheckpoint(dir);
     try {

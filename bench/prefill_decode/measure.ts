@@ -248,10 +248,15 @@ export function sweepOutputLen(o: Options): [number, number] {
 export function reloadForSweep(dir: string, o: Options, blockSize: number): Promise<ModelRunner> {
   const maxB = Math.max(...o.batchSizes);
   const perSeq = Math.ceil((SWEEP_PROMPT + 2 * o.batchGen + 1) / blockSize) * blockSize;
-  return loadRunner(dir, {
-    maxTokens: Math.max(64, SWEEP_PROMPT * maxB),
-    maxSeqs: maxB,
-    maxModelLen: perSeq,
-    numKvBlocks: (maxB * perSeq) / blockSize,
-  }, blockSize);
+  return loadRunner(
+    dir,
+    {
+      maxTokens: Math.max(64, SWEEP_PROMPT * maxB),
+      maxSeqs: maxB,
+      maxModelLen: perSeq,
+      numKvBlocks: (maxB * perSeq) / blockSize,
+    },
+    blockSize,
+    o.kernelProfile,
+  );
 }

@@ -6,10 +6,12 @@
  */
 
 import { parseArgs } from "node:util";
-import { UsageError } from "../bench_io.ts";
+import type { KernelProfileChoice } from "../../engine/gpu/kernel_profile.ts";
+import { kernelProfileOption, UsageError } from "../bench_io.ts";
 
 const USAGE = `usage: deno task bench:prefill-decode [options]
   --model DIR|tiny|qwen3-0.6b  model (default qwen3-0.6b: random weights in a temp dir)
+  --kernel-profile auto|cpu|gpu  kernel variants (default auto: from the adapter)
   --prompt-len N               prompt tokens (default 512)
   --gen N                      generated tokens (default 64)
   --batch-model tiny|main      model of the batch-size sweep (default tiny)
@@ -23,6 +25,7 @@ const USAGE = `usage: deno task bench:prefill-decode [options]
 /** The parsed command line. */
 export interface Options {
   model: string;
+  kernelProfile: KernelProfileChoice;
   promptLen: number;
   gen: number;
   batchModel: "tiny" | "main";
@@ -52,6 +55,7 @@ export function parsePrefillDecodeArgs(argv: string[]): Options {
       allowPositionals: false,
       options: {
         model: { type: "string", default: "qwen3-0.6b" },
+        "kernel-profile": { type: "string" },
         "prompt-len": { type: "string", default: "512" },
         gen: { type: "string", default: "64" },
         "batch-model": { type: "string", default: "tiny" },
@@ -74,6 +78,7 @@ export function parsePrefillDecodeArgs(argv: string[]): Options {
   }
   return {
     model: v.model,
+    kernelProfile: kernelProfileOption(v["kernel-profile"]),
     promptLen: int("prompt-len", v["prompt-len"], 1),
     gen: int("gen", v.gen, 2),
     batchModel: bm,

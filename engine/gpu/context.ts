@@ -7,6 +7,12 @@
  */
 
 import { GpuDeviceError, GpuUnavailableError } from "./errors.ts";
+import {
+  type KernelProfile,
+  type KernelProfileChoice,
+  type ResolvedKernelProfile,
+  resolveKernelProfile,
+} from "./kernel_profile.ts";
 import type { DType } from "./dtype.ts";
 
 /** Options for {@linkcode GpuContext.create}; every field is optional. */
@@ -20,6 +26,8 @@ export interface GpuContextOptions {
   maxBindingBytes?: number;
   /** Adapter power preference; default "high-performance" (a real GPU over an integrated one). */
   powerPreference?: GPUPowerPreference;
+  /** Kernel variants to run (engine/gpu/kernel_profile.ts); default `auto`. */
+  kernelProfile?: KernelProfileChoice;
 }
 
 /** What `main.ts info` prints and the server logs about the adapter. */
@@ -74,6 +82,10 @@ export class GpuContext {
   readonly maxBindingBytes: number;
   /** Resolves with the first fatal error (device lost, uncaptured error); never rejects. */
   readonly failed: Promise<GpuDeviceError>;
+  /** The kernel profile every kernel wrapper follows on this device. */
+  readonly profile: KernelProfile;
+  /** Why {@linkcode GpuContext.profile} was chosen ("auto: software adapter", "forced", ...). */
+  readonly profileReason: string;
 
   #error: GpuDeviceError | undefined;
   #destroyed = false;
@@ -84,6 +96,7 @@ export class GpuContext {
     adapter: AdapterSummary,
     limits: Record<RequestedLimit, number>,
     options: GpuContextOptions,
+    profile: ResolvedKernelProfile,
   ) {
     this.device = device;
     this.adapter = adapter;
@@ -91,6 +104,8 @@ export class GpuContext {
     this.hasF16 = device.features.has("shader-f16");
     this.hasTimestamps = device.features.has("timestamp-query");
     this.weightDtype = this.hasF16 && !options.forceF32 ? "f16" : "f32";
+    this.profile = profile.profile;
+    this.profileReason = profile.reason;
     const bindingLimit = limits.maxStorageBufferBindingSize;
     this.maxBindingBytes = Math.min(options.maxBindingBytes ?? bindingLimit, bindingLimit);
     if (this.maxBindingBytes < 256 || this.maxBindingBytes % 4 !== 0) {
@@ -120,6 +135,8 @@ export class GpuContext {
    * present.
    *
    * @throws {GpuUnavailableError} when no adapter exists.
+   * @throws {TypeError} when `options.kernelProfile` (or its environment variable) is not a
+   *   profile.
    */
   static async create(options: GpuContextOptions = {}): Promise<GpuContext> {
     if (typeof navigator === "undefined" || navigator.gpu === undefined) {
@@ -137,7 +154,6 @@ export class GpuContext {
     for (const name of REQUESTED_LIMITS) limits[name] = adapter.limits[name];
     const wanted: GPUFeatureName[] = ["shader-f16", "timestamp-query"];
     const requiredFeatures = wanted.filter((f) => adapter.features.has(f));
-    const device = await adapter.requestDevice({ requiredFeatures, requiredLimits: limits });
     const info = adapter.info;
     const summary: AdapterSummary = {
       description: info.description || "(unnamed adapter)",
@@ -151,20 +167,18 @@ export class GpuContext {
         subgroups: adapter.features.has("subgroups" as GPUFeatureName),
       },
     };
-    return new GpuContext(device, summary, limits, options);
+    // Decided before the device exists, so a bad choice leaks nothing.
+    const profile = resolveKernelProfile(summary, options.kernelProfile);
+    const device = await adapter.requestDevice({ requiredFeatures, requiredLimits: limits });
+    return new GpuContext(device, summary, limits, options, profile);
   }
 
   /**
-   * Whether the adapter is a CPU rasteriser (Mesa lavapipe / llvmpipe, SwiftShader, or any
-   * adapter flagged as a fallback). Kernels pick barrier-free, per-invocation variants there:
-   * divergent loads and barriers are expensive on a CPU (see docs/kernels.md).
+   * Whether kernels run their `cpu`-profile variants here (barrier-free, per-invocation: see
+   * engine/gpu/kernel_profile.ts). The profile, not the adapter, decides: it can be forced.
    */
-  get isCpuAdapter(): boolean {
-    const a = this.adapter;
-    return a.isFallback ||
-      /llvmpipe|lavapipe|swiftshader|\bcpu\b/i.test(
-        `${a.description} ${a.device} ${a.architecture}`,
-      );
+  get isCpuProfile(): boolean {
+    return this.profile === "cpu";
   }
 
   /** The fatal error, if one happened. */
