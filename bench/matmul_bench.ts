@@ -3,11 +3,9 @@
  * and 8 kv heads of 128, vocab 151936).
  *
  * - prefill, M = 128 (and 512 with `MATMUL_BENCH_LARGE=1`): GFLOP/s (2 M N K / time) of the
- *   `unrolled`, `blocked8`, `blocked` and `tiled` kernels, f16 and f32 weights, next to the CPU's
- *   sgemm peak;
- * - decode, M = 1 and 8: weight GB/s (bytes of W read / time) of `unrolled`, `blocked8`,
- *   `blocked`, `gemv`
- *   kernels (the LM head with the policy's kernel only), next to the copy bandwidth measured
+ *   `unrolled`, `blocked` and `tiled` kernels, f16 and f32 weights, next to the CPU's sgemm peak;
+ * - decode, M = 1 and 8: weight GB/s (bytes of W read / time) of the `unrolled`, `blocked` and
+ *   `gemv` kernels (the LM head with the policy's kernel only), next to the copy bandwidth measured
  *   in the same run.
  *
  * The figures are printed when the file loads: GPU timestamps of one pass (median of several,
@@ -112,12 +110,12 @@ console.log(
 );
 for (const dtype of DTYPES) {
   for (const shape of PROJECTIONS) {
-    await run("prefill", shape, dtype, PREFILL_M, ["unrolled", "blocked8", "blocked", "tiled"]);
+    await run("prefill", shape, dtype, PREFILL_M, ["unrolled", "blocked", "tiled"]);
   }
 }
 for (const dtype of DTYPES) {
   for (const shape of PROJECTIONS) {
-    await run("decode", shape, dtype, DECODE_M, ["unrolled", "blocked8", "blocked", "gemv"]);
+    await run("decode", shape, dtype, DECODE_M, ["unrolled", "blocked", "gemv"]);
   }
   // The LM head only with the policy's decode kernel (the other one takes seconds on lavapipe).
   await run("decode", LM_HEAD, dtype, DECODE_M, [policy === "cpu" ? "unrolled" : "gemv"]);

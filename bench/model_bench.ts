@@ -92,7 +92,6 @@ const MATMUL_VARIANTS: readonly MatmulVariant[] = [
   "tiled",
   "gemv",
   "blocked",
-  "blocked8",
   "unrolled",
 ];
 const forced = MATMUL_VARIANTS.find((v) => v === args["matmul-variant"]);

@@ -5,8 +5,8 @@
  * (f16 or f32, possibly split by rows across several buffers), Y f32 `[M, ldy]` of which columns
  * `[0, N)` are written. Every product is accumulated in f32.
  *
- * The kernels (`tiled` and `gemv` for GPUs, `unrolled` / `blocked` for CPU adapters, `blocked8`
- * for comparison), their tile sizes and WGSL sources are in `kernels/matmul_kernels.ts`.
+ * The kernels (`tiled` and `gemv` for the `gpu` kernel profile, `unrolled` / `blocked` for the
+ * `cpu` one), their tile sizes and WGSL sources are in `kernels/matmul_kernels.ts`.
  *
  * The kernel is chosen per call from M and the {@linkcode MatmulPolicy} (fixed per adapter, see
  * {@linkcode defaultMatmulPolicy}): `M <= decodeMaxRows` (default {@linkcode DECODE_MAX_ROWS})
@@ -160,7 +160,7 @@ export class Matmul {
         : decode
         ? "gemv"
         : "tiled");
-    if ((v === "blocked8" || v === "unrolled") && rowStride % 8 !== 0) {
+    if (v === "unrolled" && rowStride % 8 !== 0) {
       throw new RangeError(
         `Cannot encode matmul with ${v}: weight row stride ${rowStride} is not a multiple of 8`,
       );
@@ -171,7 +171,7 @@ export class Matmul {
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
       return this.config(v, mb, cols % 4 === 0);
     }
-    if ((v === "blocked" || v === "blocked8") && !decode) {
+    if (v === "blocked" && !decode) {
       return this.config(v, BLOCKED_PREFILL_MB);
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
@@ -236,9 +236,9 @@ export class Matmul {
     const slots = w.parts.map(() => arena.allocate());
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, Math.min(xRows, yRows));
     for (const config of this.#configs.values()) {
-      // blocked8 and unrolled read 8-element steps: only weights whose row stride allows it are
+      // unrolled reads 8-element steps: only weights whose row stride allows it are
       // bound; unrolled's vec4 X loads need K % 4 == 0.
-      const steps8 = config.variant === "blocked8" || config.variant === "unrolled";
+      const steps8 = config.variant === "unrolled";
       const xOk = config.variant !== "unrolled" || config.key.endsWith("/x1") || w.cols % 4 === 0;
       if ((!steps8 || w.rowStride % 8 === 0) && xOk) op.bindGroups(config);
     }

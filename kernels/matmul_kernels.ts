@@ -13,15 +13,13 @@
  *   weight rows x MB rows of X and streams them from storage. On lavapipe (Vulkan on the CPU)
  *   each lane issues its own loads and a barrier is a coroutine switch per lane group, so this is
  *   several times faster there than either kernel above, for decode and prefill alike.
- * - `blocked8` (`matmul_blocked8.wgsl`): the same idea with 8 weight rows per invocation, one
- *   16-byte load per row for 8 weights and each X value loaded once for all 8 rows. Inside a
- *   loop lavapipe runs every storage load as a per-lane loop over its 32-bit components, so the
- *   number of loads, not bytes, sets the speed: measured on lavapipe (2 cores, Qwen3-0.6B
- *   gate_up, f16) about 1.7x faster than `blocked` at M = 1 and 2x at M = 8. Needs a weight row
- *   stride that is a multiple of 8.
- * - `unrolled` (`matmul_unrolled.wgsl`): `blocked8`'s loads with the register tile (MB x RN =
- *   up to 16 x 16) written out line by line (`kernels/unroll.ts`) instead of kept in arrays, and
- *   X read as vec4s when K % 4 == 0. Measured on lavapipe (2 cores, gate_up 6144 x 1024 f16,
+ * - `unrolled` (`matmul_unrolled.wgsl`): one 16-byte load per weight row for 8 weights and each
+ *   X value loaded once for all the invocation's rows (inside a loop lavapipe runs every storage
+ *   load as a per-lane loop over its 32-bit components, so the number of loads, not bytes, sets
+ *   the speed), with the register tile (MB x RN = up to 16 x 16) written out line by line
+ *   (`kernels/unroll.ts`) instead of kept in arrays, and X read as vec4s when K % 4 == 0. Needs
+ *   a weight row stride that is a multiple of 8. (Its predecessor `blocked8`, the same loads
+ *   without the unrolling, was removed 2026-11-25: no profile picked it.) Measured on lavapipe (2 cores, gate_up 6144 x 1024 f16,
  *   2026-11-22, `bench/matmul_bench.ts`): see docs/benchmarks.md. The CPU policy uses it
  *   whenever the weight row stride is a multiple of 8 and falls back to `blocked` otherwise.
  *
@@ -29,7 +27,6 @@
  */
 
 import blockedSource from "./matmul_blocked.wgsl" with { type: "text" };
-import blocked8Source from "./matmul_blocked8.wgsl" with { type: "text" };
 import unrolledSource from "./matmul_unrolled.wgsl" with { type: "text" };
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
@@ -38,7 +35,7 @@ import type { DType } from "../engine/gpu/dtype.ts";
 import { unrollTemplate } from "./unroll.ts";
 
 /** The kernels behind `Matmul` (see the module documentation). */
-export type MatmulVariant = "tiled" | "gemv" | "blocked" | "blocked8" | "unrolled";
+export type MatmulVariant = "tiled" | "gemv" | "blocked" | "unrolled";
 
 /**
  * Which kernels an adapter uses: `"gpu"` (tiled prefill, workgroup-reduction GEMV decode) or
@@ -67,12 +64,6 @@ export const BLOCKED_PREFILL_MB = 8;
 /** `blocked`: weight rows per invocation and workgroup size. */
 const BLOCKED_RN = 4;
 const BLOCKED_WG = 64;
-/**
- * `blocked8`: weight rows per invocation and workgroup size (measured on lavapipe: RN 16 was
- * slower, WG 16 and 64 equal; 16 gives the 1024-row projections 8 workgroups for the threads).
- */
-const BLOCKED8_RN = 8;
-const BLOCKED8_WG = 16;
 /**
  * `unrolled`: X-row blocks compiled (the smallest >= M is used; M above the last runs several
  * blocks in grid z), weight rows per invocation and workgroup size. Measured on lavapipe
@@ -107,7 +98,7 @@ function weightBinding(dtype: DType): string {
       "fn load_w4(i: u32) -> vec4<f32> {\n  return w[i];\n}\n";
 }
 
-/** Weight binding of `blocked8`: 8 weights per element of `w` (row stride a multiple of 8). */
+/** Weight binding of `unrolled`: 8 weights per element of `w` (row stride a multiple of 8). */
 function weightBinding8(dtype: DType): string {
   return dtype === "f16"
     ? "@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;\n" +
@@ -164,9 +155,7 @@ export function kernelSource(
   bias: boolean,
   xVec4: boolean,
 ): KernelSource {
-  const w = variant === "unrolled" || variant === "blocked8"
-    ? weightBinding8(dtype)
-    : weightBinding(dtype);
+  const w = variant === "unrolled" ? weightBinding8(dtype) : weightBinding(dtype);
   const prelude = (variant === "unrolled" ? xBinding8(xVec4) : "") + w + biasBinding(bias);
   const kernel = (consts: Record<string, number>, source: string, rowsPerGroup: number) => ({
     code: prelude + Object.entries(consts).map(([k, v]) => `const ${k} = ${v}u;\n`).join("") +
@@ -183,12 +172,6 @@ export function kernelSource(
         UNROLLED_RN * UNROLLED_WG,
       );
     }
-    case "blocked8":
-      return kernel(
-        { MB: mb, RN: BLOCKED8_RN, WG: BLOCKED8_WG },
-        blocked8Source,
-        BLOCKED8_RN * BLOCKED8_WG,
-      );
     case "blocked":
       return kernel(
         { MB: mb, RN: BLOCKED_RN, WG: BLOCKED_WG },

@@ -56,8 +56,8 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
   const x = rng.array(m * k, -1, 1);
   const w = rng.array(n * k, -1, 1);
   const bias = c.bias ? rng.array(n, -1, 1) : undefined;
-  // blocked8 and unrolled need a row stride that is a multiple of 8; every other kernel gets 4.
-  const padColsTo = c.variant === "blocked8" || c.variant === "unrolled" ? 8 : 4;
+  // unrolled needs a row stride that is a multiple of 8; every other kernel gets 4.
+  const padColsTo = c.variant === "unrolled" ? 8 : 4;
   const weight = GpuMatrix.fromArray(ctx, "w", w, n, k, c.dtype, { padColsTo });
   if (c.parts !== undefined && weight.parts.length !== c.parts) {
     throw new AssertionError({
@@ -111,7 +111,7 @@ const SHAPES: readonly Shape[] = [
   [1, 1000, 1024],
   [13, 300, 255],
 ];
-const VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "blocked", "blocked8", "unrolled"];
+const VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "blocked", "unrolled"];
 const DTYPES: readonly DType[] = ["f32", "f16"];
 
 Deno.test(
@@ -200,8 +200,7 @@ Deno.test("matmul() rejects mismatched buffers and row counts", GPU_TEST, async 
     const pass = encoder.beginComputePass();
     assertThrows(() => op.encode(pass, 3), RangeError);
     assertThrows(() => op.encode(pass, 0), RangeError);
-    // Row stride 12: blocked8 and unrolled need whole 8-element steps.
-    assertThrows(() => op.encode(pass, 1, { variant: "blocked8" }), RangeError);
+    // Row stride 12: unrolled needs whole 8-element steps.
     assertThrows(() => op.encode(pass, 1, { variant: "unrolled" }), RangeError);
     pass.end();
     // Never leave a command buffer unsubmitted (Deno panics); the empty pass is valid.
