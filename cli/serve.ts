@@ -21,6 +21,7 @@ import { LLMEngine, resolveMaxModelLen } from "../engine/llm_engine.ts";
 import { parseModelConfig } from "../engine/model/config.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
+import { mockBatchTestFactory } from "../server/batch_test.ts";
 import { startServer } from "../server/server.ts";
 import {
   ENGINE_FLAGS,
@@ -172,15 +173,7 @@ export async function runServe(args: string[]): Promise<number> {
     ready: false,
     servedModelNames: [servedName],
     ...(maxBody !== undefined ? { maxBodyBytes: maxBody } : {}),
-    batchTest: (c) =>
-      LLMEngine.createMock({
-        scheduler: c.scheduler,
-        maxNumSeqs: c.batchSize,
-        maxBatchSize: c.batchSize,
-        mockBaseMs: c.latencyMs,
-        mockPerTokenMs: 0,
-        maxModelLen: 4096,
-      }),
+    batchTest: mockBatchTestFactory,
   });
   log(`Listening on ${server.url} (loading the model: /health answers 503 until it is ready)`);
 

@@ -8,6 +8,7 @@
  */
 
 import type { EngineClient } from "../engine/engine_api.ts";
+import { LLMEngine } from "../engine/llm_engine.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
 import { ApiError, type BatchTestRequest } from "./protocol.ts";
 
@@ -23,6 +24,20 @@ export interface BatchTestConfig {
 
 /** Builds a fresh mock engine for one `/batch/test` call; it is shut down afterwards. */
 export type BatchTestFactory = (config: BatchTestConfig) => EngineClient;
+
+/**
+ * The factory `serve` uses: a mock-executor engine with the requested scheduler and batch size,
+ * each step taking `latencyMs` whatever its size, `max_model_len` 4096.
+ */
+export const mockBatchTestFactory: BatchTestFactory = (c) =>
+  LLMEngine.createMock({
+    scheduler: c.scheduler,
+    maxNumSeqs: c.batchSize,
+    maxBatchSize: c.batchSize,
+    mockBaseMs: c.latencyMs,
+    mockPerTokenMs: 0,
+    maxModelLen: 4096,
+  });
 
 /** The response of `/batch/test`: exactly seed 000's fields, plus `scheduler`. */
 export interface BatchTestResult {

@@ -15,6 +15,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { LLMEngine } from "../engine/llm_engine.ts";
+import { mockBatchTestFactory } from "../server/batch_test.ts";
 import { startServer } from "../server/server.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
@@ -413,15 +414,7 @@ Deno.test(
         port: 0,
         servedModelNames: [MODEL_NAME],
         onError: (e) => errors.push(e),
-        batchTest: (c) =>
-          LLMEngine.createMock({
-            scheduler: c.scheduler,
-            maxNumSeqs: c.batchSize,
-            maxBatchSize: c.batchSize,
-            mockBaseMs: c.latencyMs,
-            mockPerTokenMs: 0,
-            maxModelLen: 4096,
-          }),
+        batchTest: mockBatchTestFactory,
       });
       const statuses = new Map<number, number>();
       try {
