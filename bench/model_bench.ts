@@ -30,6 +30,7 @@
 import { parseArgs } from "node:util";
 import { parseKernelProfileChoice } from "../engine/gpu/kernel_profile.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
+import { StepCostProbe } from "./lib/step_cost.ts";
 import { STORAGE_RW } from "../engine/gpu/context.ts";
 import { ParamArena } from "../engine/gpu/params.ts";
 import { GpuMatrix } from "../engine/gpu/tensor.ts";
@@ -177,6 +178,7 @@ async function decode(batch: number, steps: number) {
   });
   // Step 0: each sequence's last prompt token (position PROMPT - 1) recomputed as a decode step.
   const pending: Promise<unknown>[] = [];
+  const probe = new StepCostProbe();
   let prev = -1;
   let start = 0;
   let cpu0 = 0;
@@ -188,7 +190,7 @@ async function decode(batch: number, steps: number) {
     }
     const pos = PROMPT - 1 + i;
     const slot = (s: number) => tables[s]![Math.floor(pos / BLOCK)]! * BLOCK + (pos % BLOCK);
-    const h = runner.execute({
+    const input = {
       inputIds: Uint32Array.from(
         { length: batch },
         (_, s) => i === 0 ? PROMPT % vocabTokens : runner.sampledRef(prev, s),
@@ -201,7 +203,9 @@ async function decode(batch: number, steps: number) {
         blockTable: t.slice(0, Math.ceil((pos + 1) / BLOCK)),
         sample: { temperature: 0 },
       })),
-    });
+    };
+    // Steps after the first are timed for their host cost (dispatches, encode + submit).
+    const h = i === 0 ? runner.execute(input) : probe.measure(() => runner.execute(input));
     prev = h.step;
     pending.push(h.result);
     if (i >= 1 && pending.length - 1 >= runner.maxInFlight + 1) {
@@ -211,7 +215,8 @@ async function decode(batch: number, steps: number) {
   await Promise.all(pending);
   const wallMs = performance.now() - start;
   const cpuS = cpuSeconds() - cpu0;
-  return { batch, steps, wallMs, cpuS, tokensPerS: (batch * steps) / (wallMs / 1000) };
+  const cost = probe.result();
+  return { batch, steps, wallMs, cpuS, tokensPerS: (batch * steps) / (wallMs / 1000), cost };
 }
 
 // Warm-up: pipelines are compiled lazily by the driver on first use.
@@ -249,6 +254,14 @@ for (const batch of BATCHES) {
     `decode batch ${batch}: ${r.tokensPerS.toFixed(2)} tok/s, ${msPerStep.toFixed(1)} ms/step ` +
       `(${r.steps} steps, CPU ${(r.cpuS / r.steps * 1000).toFixed(0)} ms/step), weights ` +
       `${(stepWeightBytes / (msPerStep * 1e6)).toFixed(2)} GB/s`,
+  );
+  const k = r.cost;
+  log(
+    `  host per step: ${k.dispatchesPerCall.toFixed(0)} dispatches ` +
+      `(${(k.dispatchesPerCall / c.numLayers).toFixed(1)} per layer, fixed ones included), ` +
+      `${k.hostMsPerCall.toFixed(2)} ms to prepare, encode and submit; blocked in WebGPU: ` +
+      `${k.submitMsPerCall.toFixed(1)} ms in queue.submit, ${k.mapAsyncMsPerCall.toFixed(1)} ms ` +
+      `in mapAsync (the device's work, where the adapter does it on this thread)`,
   );
 }
 report.decode = decodeResults;
