@@ -2,8 +2,11 @@
  * `main.ts serve`: the OpenAI-compatible server. It listens at once (`/health` answers 503 while
  * the model loads), loads the engine, then turns ready. SIGINT / SIGTERM stop accepting new
  * requests, let in-flight ones finish for `--shutdown-timeout` seconds, abort the rest and exit
- * 0. The line `Listening on http://HOST:PORT` is printed once the socket is bound (benchmarks
- * that start the server parse it).
+ * 0. A fatal engine error (device lost, a broken invariant) prints one line
+ * (`[engine] fatal: ...`), fails the in-flight requests, and exits with status 1 within 5 s so
+ * that a supervisor restarts the process; `--keep-alive-on-fatal` keeps it answering 503
+ * instead. The line `Listening on http://HOST:PORT` is printed once the socket is bound
+ * (benchmarks that start the server parse it).
  *
  * @module
  */
@@ -31,9 +34,17 @@ import {
 } from "./engine_flags.ts";
 
 export const SERVE_USAGE = `usage: main.ts serve [--model DIR] [--host 127.0.0.1] [--port 8000]
-  [--served-model-name NAME] [--max-body-bytes N] [--shutdown-timeout S] [engine flags]
+  [--served-model-name NAME] [--max-body-bytes N] [--shutdown-timeout S]
+  [--keep-alive-on-fatal] [engine flags]
+
+  --keep-alive-on-fatal          after a fatal engine error (device lost, broken invariant), keep
+                                 answering 503 instead of exiting with status 1 (the default, so
+                                 that a supervisor such as systemd or Docker restarts the server)
 
 ${ENGINE_FLAGS_USAGE}`;
+
+/** A fatal engine error ends the process within this many ms (status 1). */
+const FATAL_EXIT_MS = 4500;
 
 const IDLE_STATS: EngineStats = {
   numRunning: 0,
@@ -117,6 +128,7 @@ export async function runServe(args: string[]): Promise<number> {
       port: { type: "string", default: "8000" },
       "max-body-bytes": { type: "string" },
       "shutdown-timeout": { type: "string", default: "10" },
+      "keep-alive-on-fatal": { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
     strict: true,
@@ -178,11 +190,12 @@ export async function runServe(args: string[]): Promise<number> {
   log(`Listening on ${server.url} (loading the model: /health answers 503 until it is ready)`);
 
   let stopping = false;
-  const stop = async (signal: string) => {
+  let exitCode = 0;
+  const stop = async (why: string, graceSeconds = graceS) => {
     if (stopping) return;
     stopping = true;
-    log(`${signal}: finishing in-flight requests (up to ${graceS} s), then exiting`);
-    await server.shutdown(graceS * 1000);
+    log(`${why}: finishing in-flight requests (up to ${graceSeconds} s), then exiting`);
+    await server.shutdown(graceSeconds * 1000);
     await loading.shutdown(0);
   };
   const onInt = () => void stop("SIGINT");
@@ -197,6 +210,19 @@ export async function runServe(args: string[]): Promise<number> {
       } else {
         loading.resolve(engine);
         server.handle.setReady(true);
+        void engine.failed.then((error) => {
+          if (stopping) return;
+          console.error(`[engine] fatal: ${error.message.split("\n")[0]}`);
+          if (values["keep-alive-on-fatal"]) {
+            log("The engine stopped: answering 503 until restarted (--keep-alive-on-fatal)");
+            return;
+          }
+          exitCode = 1;
+          // In-flight requests already ended with the error; give their responses a moment,
+          // and exit within 5 s whatever happens so a supervisor restarts the process.
+          Deno.unrefTimer(setTimeout(() => Deno.exit(1), FATAL_EXIT_MS));
+          void stop("fatal error", 1);
+        });
         const m = engine.model;
         log(
           `Serving ${m.name} (${m.architecture}, ${m.dtype}, max_model_len ${m.maxModelLen}) at ${server.url}/v1`,
@@ -212,5 +238,5 @@ export async function runServe(args: string[]): Promise<number> {
     Deno.removeSignalListener("SIGINT", onInt);
     Deno.removeSignalListener("SIGTERM", onTerm);
   }
-  return 0;
+  return exitCode;
 }

@@ -24,6 +24,22 @@ export interface GenerateRequest {
   readonly priority?: number;
 }
 
+/**
+ * A request the engine could not serve to the end although it was valid when admitted (a bug in
+ * per-request state, caught inside a step): that request ends with this error (the HTTP server
+ * answers 500, or an SSE error event), every other request goes on.
+ */
+export class RequestFailedError extends Error {
+  override name = "RequestFailedError";
+  /** The failed request. */
+  readonly requestId: string;
+
+  constructor(requestId: string, cause: Error) {
+    super(`Request "${requestId}" failed inside an engine step: ${cause.message}`, { cause });
+    this.requestId = requestId;
+  }
+}
+
 /** Log-probabilities of one generated token. */
 export interface TokenLogprob {
   /** The token generated. */

@@ -25,6 +25,7 @@ import {
   type FinishReason,
   type GenerateRequest,
   type ModelInfo,
+  RequestFailedError,
   type RequestOutput,
   type TokenLogprob,
 } from "./engine_api.ts";
@@ -85,6 +86,13 @@ export class LLMEngine implements EngineClient {
   #accepting = true;
   #stopped = false;
   #error: Error | null = null;
+  #reportFatal: (error: Error) => void = () => {};
+  /**
+   * Resolves with the fatal error once the engine cannot continue (device lost, a failed step
+   * that no single request explains, a broken invariant); never rejects. A server exits on it
+   * so that a supervisor restarts the process (cli/serve.ts).
+   */
+  readonly failed: Promise<Error> = new Promise((resolve) => (this.#reportFatal = resolve));
   #steps = 0;
   #promptTokens = 0;
   #generationTokens = 0;
@@ -270,6 +278,7 @@ export class LLMEngine implements EngineClient {
           const t0 = performance.now();
           const step = this.#executor.execute(output);
           this.#submitMs = 0.7 * this.#submitMs + 0.3 * (performance.now() - t0);
+          for (const [id, error] of step.failed ?? []) this.#failRequest(id, error);
           // The loop awaits results in order; a step that fails before its turn must not be
           // reported as an unhandled rejection meanwhile (the await below still throws).
           step.result.catch(() => {});
@@ -391,10 +400,28 @@ export class LLMEngine implements EngineClient {
     notify?.();
   }
 
+  /**
+   * One request failed inside a step (it was valid at admission: a bug): it ends with a
+   * {@linkcode RequestFailedError}, its KV blocks are freed, every other request goes on.
+   */
+  #failRequest(id: string, cause: Error): void {
+    const live = this.#live.get(id);
+    if (live === undefined || live.finished) return;
+    this.#scheduler.abortRequest(id);
+    live.error = new RequestFailedError(id, cause);
+    live.finished = true;
+    this.#live.delete(id);
+    this.#executor.release(id);
+    const notify = live.notify;
+    live.notify = null;
+    notify?.();
+  }
+
   /** A fatal error: every live request's stream throws, new requests are refused. */
   #fail(error: Error): void {
     if (this.#error !== null) return;
     this.#error = error;
+    this.#reportFatal(error);
     const dead = new EngineDeadError(`Engine failed: ${error.message}`, { cause: error });
     for (const [id, live] of this.#live) {
       live.error = dead;

@@ -17,6 +17,7 @@ import { type GpuContext, STORAGE_RW } from "./gpu/context.ts";
 import type { ParamArena } from "./gpu/params.ts";
 import type { StepBuffers } from "./step_buffers.ts";
 import {
+  checkLogitsProcessParams,
   LOGITS_PROCESS_PARAMS_BYTES,
   LogitsProcess,
   type LogitsProcessOp,
@@ -95,6 +96,7 @@ export class LogitsProcessLists {
     let numTokens = 0;
     let numPairs = 0;
     processes.forEach((p, row) => {
+      if (p !== null) checkLogitsProcessParams(p, row);
       const repetition = p?.repetitionPenalty ?? 1;
       const presence = p?.presencePenalty ?? 0;
       const frequency = p?.frequencyPenalty ?? 0;
@@ -129,24 +131,11 @@ export class LogitsProcessLists {
     if (active === 0) return null;
     packLogitsProcessRecords(records, this.#records);
     const l = this.#ensureLists(numTokens, numPairs);
-    const seen = new Set<number>();
     records.forEach((r, row) => {
       const { prompt, output } = lists[row]!;
       copyTokens(l.hostTokens, r.promptOffset, prompt, row, "prompt");
       copyTokens(l.hostTokens, r.outputOffset, output, row, "output");
-      seen.clear();
       biases[row]!.forEach(([token, bias], j) => {
-        if (!Number.isInteger(token) || token < 0 || token > 0x7fffffff || seen.has(token)) {
-          throw new RangeError(
-            `Cannot process logits: sampled row ${row} has logit bias token ${token} (not a token id, or listed twice)`,
-          );
-        }
-        if (!Number.isFinite(bias)) {
-          throw new RangeError(
-            `Cannot process logits: sampled row ${row} has logit bias ${bias} for token ${token}`,
-          );
-        }
-        seen.add(token);
         l.hostBias[2 * (r.biasOffset + j)] = token;
         l.hostBiasF32[2 * (r.biasOffset + j) + 1] = bias;
       });

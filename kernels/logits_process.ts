@@ -103,6 +103,31 @@ function checkU32(what: string, value: number, s: number): number {
   return value;
 }
 
+/**
+ * Throws a RangeError unless sequence `s`'s penalties and logit bias pack: a finite repetition
+ * penalty `> 0`, finite presence and frequency penalties, bias tokens that are integers below
+ * 2^31 listed once, finite biases. (Token lists are checked as they are copied.) The packers
+ * apply it to every sequence; the WebGPU executor applies it to one request before a step, so
+ * that a bad request fails alone.
+ */
+export function checkLogitsProcessParams(p: LogitsProcessParams, s = 0): void {
+  const repetition = p.repetitionPenalty ?? 1;
+  if (!(Number.isFinite(repetition) && repetition > 0)) fail("repetition penalty", s, repetition);
+  const presence = p.presencePenalty ?? 0;
+  if (!Number.isFinite(presence)) fail("presence penalty", s, presence);
+  const frequency = p.frequencyPenalty ?? 0;
+  if (!Number.isFinite(frequency)) fail("frequency penalty", s, frequency);
+  const seen = new Set<number>();
+  for (const [token, b] of p.logitBias ?? []) {
+    if (!Number.isInteger(token) || token < 0 || token > 0x7fffffff) {
+      fail("logit bias token", s, token);
+    }
+    if (seen.has(token)) fail("a logit bias listed twice for token", s, token);
+    if (!Number.isFinite(b)) fail(`logit bias for token ${token}:`, s, b);
+    seen.add(token);
+  }
+}
+
 function isActive(r: { repetition: number; presence: number; frequency: number }, bias: number) {
   return r.repetition !== 1 || r.presence !== 0 || r.frequency !== 0 || bias > 0;
 }
@@ -167,14 +192,8 @@ export function packLogitsProcess(params: readonly LogitsProcessParams[]): Packe
     const presence = p.presencePenalty ?? 0;
     const frequency = p.frequencyPenalty ?? 0;
     const biasOffset = bias.length / 2;
-    const seen = new Set<number>();
+    checkLogitsProcessParams(p, s);
     for (const [token, b] of p.logitBias ?? []) {
-      if (!Number.isInteger(token) || token < 0 || token > 0x7fffffff) {
-        fail("logit bias token", s, token);
-      }
-      if (seen.has(token)) fail("a logit bias listed twice for token", s, token);
-      if (!Number.isFinite(b)) fail(`logit bias for token ${token}:`, s, b);
-      seen.add(token);
       f32[0] = b;
       bias.push(token, bits[0]!);
     }

@@ -52,6 +52,32 @@ function checkU32(name: string, value: number, index: number): number {
 }
 
 /**
+ * Throws a RangeError unless `p` packs (sequence `index` in the message): a finite temperature
+ * `>= 0`, `topP` in (0, 1], `minP` in [0, 1], and u32 `topK`, `seed` and `counter`. The packer
+ * applies it to every sequence; the WebGPU executor applies it to one request before a step, so
+ * that a bad request fails alone.
+ */
+export function checkSampleParams(p: SampleParams, index = 0): void {
+  const temperature = p.temperature ?? 0;
+  const topP = p.topP ?? 1;
+  const minP = p.minP ?? 0;
+  if (!Number.isFinite(temperature) || temperature < 0) {
+    throw new RangeError(
+      `Cannot pack sampling parameters: sequence ${index} has temperature ${temperature}`,
+    );
+  }
+  if (!(topP > 0 && topP <= 1)) {
+    throw new RangeError(`Cannot pack sampling parameters: sequence ${index} has topP ${topP}`);
+  }
+  if (!(minP >= 0 && minP <= 1)) {
+    throw new RangeError(`Cannot pack sampling parameters: sequence ${index} has minP ${minP}`);
+  }
+  checkU32("topK", p.topK ?? 0, index);
+  checkU32("seed", p.seed ?? 0, index);
+  checkU32("counter", p.counter ?? 0, index);
+}
+
+/**
  * Packs one record per sequence into `out` (or a new buffer) in the layout of the module doc.
  *
  * @throws {RangeError} on a value outside its range (e.g. `topP` 0, a fractional `topK`).
@@ -70,27 +96,14 @@ export function packSampleParams(
   const f32 = new Float32Array(out);
   const u32 = new Uint32Array(out);
   params.forEach((p, s) => {
-    const temperature = p.temperature ?? 0;
-    const topP = p.topP ?? 1;
-    const minP = p.minP ?? 0;
-    if (!Number.isFinite(temperature) || temperature < 0) {
-      throw new RangeError(
-        `Cannot pack sampling parameters: sequence ${s} has temperature ${temperature}`,
-      );
-    }
-    if (!(topP > 0 && topP <= 1)) {
-      throw new RangeError(`Cannot pack sampling parameters: sequence ${s} has topP ${topP}`);
-    }
-    if (!(minP >= 0 && minP <= 1)) {
-      throw new RangeError(`Cannot pack sampling parameters: sequence ${s} has minP ${minP}`);
-    }
+    checkSampleParams(p, s);
     const w = (s * SAMPLE_PARAMS_BYTES) / 4;
-    f32[w] = temperature;
-    u32[w + 1] = checkU32("topK", p.topK ?? 0, s);
-    f32[w + 2] = topP;
-    f32[w + 3] = minP;
-    u32[w + 4] = checkU32("seed", p.seed ?? 0, s);
-    u32[w + 5] = checkU32("counter", p.counter ?? 0, s);
+    f32[w] = p.temperature ?? 0;
+    u32[w + 1] = p.topK ?? 0;
+    f32[w + 2] = p.topP ?? 1;
+    f32[w + 3] = p.minP ?? 0;
+    u32[w + 4] = p.seed ?? 0;
+    u32[w + 5] = p.counter ?? 0;
   });
   return out;
 }

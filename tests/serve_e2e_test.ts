@@ -255,7 +255,14 @@ Deno.test("serve answers 429 with Retry-After when the waiting queue is full, an
 });
 
 Deno.test("serve fails in-flight requests and turns /health 503 when the device is lost, without hanging", async () => {
-  const server = await startMockServe(["--mock-base-ms", "5", "--mock-fail-at-step", "10"]);
+  // Kept alive to observe the 503s (by default the process exits with status 1: see below).
+  const server = await startMockServe([
+    "--mock-base-ms",
+    "5",
+    "--mock-fail-at-step",
+    "10",
+    "--keep-alive-on-fatal",
+  ]);
   try {
     assert.equal((await fetch(`${server.url}/health`)).status, 200);
     const res = await complete(server.url, {
@@ -362,3 +369,57 @@ Deno.test(
     }
   },
 );
+
+Deno.test("serve exits with status 1 within 5 s of a fatal engine error, saying why in one line", async () => {
+  // The mock executor's 3rd step fails as a lost device would.
+  const server = await startServe("", ["--executor", "mock", "--mock-fail-at-step", "3"]);
+  const res = await fetch(`${server.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 8, ignore_eos: true }),
+  });
+  const body = await res.json();
+  assert.ok(res.status === 503 || res.status === 500, JSON.stringify(body));
+  const t0 = performance.now();
+  const timeout = new Promise<"timeout">((r) =>
+    Deno.unrefTimer(setTimeout(() => r("timeout"), 5000))
+  );
+  const status = await Promise.race([server.exited, timeout]);
+  if (status === "timeout") server.child.kill("SIGKILL");
+  assert.notEqual(status, "timeout", `still running after 5 s: ${server.log.join("\n")}`);
+  assert.equal((status as Deno.CommandStatus).code, 1);
+  assert.ok(performance.now() - t0 < 5000);
+  const fatal = server.log.filter((l) => l.startsWith("[engine] fatal:"));
+  assert.equal(fatal.length, 1, server.log.join("\n"));
+  assert.match(fatal[0]!, /GPU device lost/);
+});
+
+Deno.test("serve --keep-alive-on-fatal answers 503 after a fatal engine error instead of exiting", async () => {
+  const server = await startServe("", [
+    "--executor",
+    "mock",
+    "--mock-fail-at-step",
+    "2",
+    "--keep-alive-on-fatal",
+  ]);
+  try {
+    const post = () =>
+      fetch(`${server.url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 8, ignore_eos: true }),
+      });
+    await (await post()).body?.cancel();
+    await new Promise((r) => setTimeout(r, 300));
+    const health = await fetch(`${server.url}/health`);
+    await health.body?.cancel();
+    assert.equal(health.status, 503);
+    const again = await post();
+    assert.equal(again.status, 503);
+    assert.equal((await again.json()).error.code, "engine_dead");
+    assert.equal(server.log.filter((l) => l.startsWith("[engine] fatal:")).length, 1);
+  } finally {
+    const status = await stopServe(server);
+    assert.equal(status.code, 0);
+  }
+});

@@ -30,6 +30,12 @@ export interface SampledToken {
 export interface ExecutedStep {
   /** Request id -> sampled token, for every scheduled request with `samplesToken`. */
   readonly result: Promise<ReadonlyMap<string, SampledToken>>;
+  /**
+   * Requests this step could not serve (a parameter outside what the kernels take, a bug in
+   * their per-request state), with why. The step ran for every other request; the engine ends
+   * these with an error. Absent when none failed.
+   */
+  readonly failed?: ReadonlyMap<string, Error>;
 }
 
 /** Computes steps. */

@@ -24,7 +24,13 @@
  */
 
 import { kernelSeed, type SamplingParams } from "../../scheduler/sampling_params.ts";
-import { SAMPLED_TOKEN, type SchedulerOutput } from "../../scheduler/scheduler_output.ts";
+import {
+  SAMPLED_TOKEN,
+  type ScheduledRequest,
+  type SchedulerOutput,
+} from "../../scheduler/scheduler_output.ts";
+import { checkLogitsProcessParams } from "../../kernels/logits_process.ts";
+import { checkSampleParams } from "../../kernels/sample.ts";
 import { TOP_LOGPROBS_MAX } from "../../kernels/top_logprobs.ts";
 import type { SequenceChunk } from "../forward_batch.ts";
 import { blockBytesPerLayer } from "../kv_cache.ts";
@@ -40,7 +46,7 @@ export interface WebGpuExecutorOptions {
 }
 
 /** A penalised request's output so far: known ids, then samples still on the GPU. */
-interface PenaltyHistory {
+export interface PenaltyHistory {
   readonly prompt: readonly number[];
   /** Output token ids the engine reported, in order. */
   readonly known: number[];
@@ -51,6 +57,15 @@ interface PenaltyHistory {
 /** A swap-out on its way to host memory (identity marks the slots it still owns). */
 interface Landing {
   readonly done: Promise<void>;
+}
+
+/** One request's row in a step's sampler (see {@linkcode WebGpuExecutor.samplingOf}). */
+export interface SampledRow {
+  readonly sample: NonNullable<SequenceChunk["sample"]>;
+  readonly process: SequenceChunk["process"];
+  readonly topLogprobs: number;
+  /** For a penalised request: its history and the output index of the token sampled here. */
+  readonly penalty: { readonly history: PenaltyHistory; readonly index: number } | null;
 }
 
 /** True when `p` needs the output so far (a penalty is on). */
@@ -192,12 +207,10 @@ export class WebGpuExecutor implements Executor {
     const samplers: string[] = [];
     /** Output index each penalised sampler's token will have, by sampler row. */
     const outputIndex = new Map<number, { history: PenaltyHistory; index: number }>();
+    /** Requests that cannot be sampled this step: they fail alone (see {@linkcode samplingOf}). */
+    const failed = new Map<string, Error>();
     let t = 0;
     for (const r of output.scheduled) {
-      if (r.isNew || !this.#seeds.has(r.requestId)) {
-        const seed = r.params.seed;
-        this.#seeds.set(r.requestId, seed === null ? this.#seedSource() : kernelSeed(seed));
-      }
       for (let i = 0; i < r.numTokens; i++, t++) {
         const id = r.tokenIds[i]!;
         if (id === SAMPLED_TOKEN) {
@@ -216,46 +229,28 @@ export class WebGpuExecutor implements Executor {
         slotMapping[t] = r.slotMapping[i]!;
       }
       const contextLen = r.positionStart + r.numTokens;
-      if (!r.samplesToken) {
-        seqs.push({ queryLen: r.numTokens, contextLen, blockTable: r.blockTable, sample: null });
+      const chunk = { queryLen: r.numTokens, contextLen, blockTable: r.blockTable };
+      let row: SampledRow | null;
+      try {
+        row = this.samplingOf(r, contextLen);
+      } catch (error) {
+        // The step still runs for every request (same rows, same shapes); this one is sampled
+        // greedily and the engine ends it with the error.
+        failed.set(r.requestId, error instanceof Error ? error : new Error(String(error)));
+        row = r.samplesToken
+          ? { sample: { temperature: 0, counter: 0 }, process: null, topLogprobs: 0, penalty: null }
+          : null;
+      }
+      if (row === null) {
+        seqs.push({ ...chunk, sample: null });
         continue;
       }
-      const p = r.params;
-      const history = penalised(p) ? this.#history.get(r.requestId) : undefined;
-      if (penalised(p) && history === undefined) {
-        throw new RangeError(
-          `Cannot penalise request "${r.requestId}": it was not registered with addRequest`,
-        );
-      }
-      let process: SequenceChunk["process"] = null;
-      if (history !== undefined) {
-        const index = contextLen - history.prompt.length;
-        outputIndex.set(samplers.length, { history, index });
-        process = {
-          repetitionPenalty: p.repetitionPenalty,
-          presencePenalty: p.presencePenalty,
-          frequencyPenalty: p.frequencyPenalty,
-          promptTokens: history.prompt,
-          outputTokens: this.#outputSoFar(r.requestId, history, index),
-          ...(p.logitBias !== null ? { logitBias: p.logitBias } : {}),
-        };
-      } else if (p.logitBias !== null && p.logitBias.size > 0) {
-        process = { logitBias: p.logitBias };
-      }
+      if (row.penalty !== null) outputIndex.set(samplers.length, row.penalty);
       seqs.push({
-        queryLen: r.numTokens,
-        contextLen,
-        blockTable: r.blockTable,
-        sample: {
-          temperature: p.temperature,
-          topK: p.topK,
-          topP: p.topP,
-          minP: p.minP,
-          seed: this.#seeds.get(r.requestId)!,
-          counter: contextLen,
-        },
-        process,
-        topLogprobs: p.logprobs ?? 0,
+        ...chunk,
+        sample: row.sample,
+        process: row.process,
+        topLogprobs: row.topLogprobs,
       });
       samplers.push(r.requestId);
     }
@@ -284,7 +279,63 @@ export class WebGpuExecutor implements Executor {
       });
       return map;
     });
-    return { result };
+    return failed.size > 0 ? { result, failed } : { result };
+  }
+
+  /**
+   * The sampled row of scheduled request `r` in a step ending at `contextLen` (null when it
+   * samples nothing this step): its sampling record, logits processing and top-logprob count,
+   * checked with the packers' own rules, and where its penalised output token will be. Also
+   * seeds the request on its first step after an admission.
+   *
+   * @throws {RangeError} when the request cannot be sampled (an out-of-range parameter, a
+   *   penalty history that lost a token); {@linkcode execute} then fails that request alone.
+   */
+  samplingOf(r: ScheduledRequest, contextLen: number): SampledRow | null {
+    const p = r.params;
+    if (r.isNew || !this.#seeds.has(r.requestId)) {
+      this.#seeds.set(r.requestId, p.seed === null ? this.#seedSource() : kernelSeed(p.seed));
+    }
+    if (!r.samplesToken) return null;
+    const history = penalised(p) ? this.#history.get(r.requestId) : undefined;
+    if (penalised(p) && history === undefined) {
+      throw new RangeError(
+        `Cannot penalise request "${r.requestId}": it was not registered with addRequest`,
+      );
+    }
+    let process: SequenceChunk["process"] = null;
+    let penalty: SampledRow["penalty"] = null;
+    if (history !== undefined) {
+      const index = contextLen - history.prompt.length;
+      penalty = { history, index };
+      process = {
+        repetitionPenalty: p.repetitionPenalty,
+        presencePenalty: p.presencePenalty,
+        frequencyPenalty: p.frequencyPenalty,
+        promptTokens: history.prompt,
+        outputTokens: this.#outputSoFar(r.requestId, history, index),
+        ...(p.logitBias !== null ? { logitBias: p.logitBias } : {}),
+      };
+    } else if (p.logitBias !== null && p.logitBias.size > 0) {
+      process = { logitBias: p.logitBias };
+    }
+    const sample = {
+      temperature: p.temperature,
+      topK: p.topK,
+      topP: p.topP,
+      minP: p.minP,
+      seed: this.#seeds.get(r.requestId)!,
+      counter: contextLen,
+    };
+    checkSampleParams(sample);
+    if (process !== null) checkLogitsProcessParams(process);
+    const topLogprobs = p.logprobs ?? 0;
+    if (!(Number.isInteger(topLogprobs) && topLogprobs >= 0 && topLogprobs <= TOP_LOGPROBS_MAX)) {
+      throw new RangeError(
+        `Cannot sample request "${r.requestId}": logprobs must be 0 to ${TOP_LOGPROBS_MAX}`,
+      );
+    }
+    return { sample, process, topLogprobs, penalty };
   }
 
   /**
