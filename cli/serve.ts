@@ -25,6 +25,7 @@ import { parseModelConfig } from "../engine/model/config.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
 import { mockBatchTestFactory } from "../server/batch_test.ts";
+import { isLoopbackHost } from "../server/security.ts";
 import { startServer } from "../server/server.ts";
 import {
   ENGINE_FLAGS,
@@ -32,14 +33,16 @@ import {
   engineOptionsFromFlags,
   resolveModelDir,
 } from "./engine_flags.ts";
+import {
+  API_KEY_ENV,
+  SERVE_FLAGS,
+  SERVE_FLAGS_USAGE,
+  serveSettingsFromFlags,
+} from "./serve_flags.ts";
 
-export const SERVE_USAGE = `usage: main.ts serve [--model DIR] [--host 127.0.0.1] [--port 8000]
-  [--served-model-name NAME] [--max-body-bytes N] [--shutdown-timeout S]
-  [--keep-alive-on-fatal] [engine flags]
+export const SERVE_USAGE = `usage: main.ts serve [--model DIR] [server flags] [engine flags]
 
-  --keep-alive-on-fatal          after a fatal engine error (device lost, broken invariant), keep
-                                 answering 503 instead of exiting with status 1 (the default, so
-                                 that a supervisor such as systemd or Docker restarts the server)
+${SERVE_FLAGS_USAGE}
 
 ${ENGINE_FLAGS_USAGE}`;
 
@@ -122,35 +125,15 @@ export class LoadingEngine implements EngineClient {
 export async function runServe(args: string[]): Promise<number> {
   const { values } = parseArgs({
     args,
-    options: {
-      ...ENGINE_FLAGS,
-      host: { type: "string", default: "127.0.0.1" },
-      port: { type: "string", default: "8000" },
-      "max-body-bytes": { type: "string" },
-      "shutdown-timeout": { type: "string", default: "10" },
-      "keep-alive-on-fatal": { type: "boolean", default: false },
-      help: { type: "boolean", default: false },
-    },
+    options: { ...ENGINE_FLAGS, ...SERVE_FLAGS, help: { type: "boolean", default: false } },
     strict: true,
   });
   if (values.help) {
     console.log(SERVE_USAGE);
     return 0;
   }
-  const port = Number(values.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new TypeError(`--port expects a port number, got "${values.port}"`);
-  }
-  const graceS = Number(values["shutdown-timeout"]);
-  if (!Number.isFinite(graceS) || graceS < 0) {
-    throw new TypeError(`--shutdown-timeout expects seconds, got "${values["shutdown-timeout"]}"`);
-  }
-  const maxBody = values["max-body-bytes"] === undefined
-    ? undefined
-    : Number(values["max-body-bytes"]);
-  if (maxBody !== undefined && !(Number.isInteger(maxBody) && maxBody > 0)) {
-    throw new TypeError(`--max-body-bytes expects a positive integer`);
-  }
+  const settings = serveSettingsFromFlags(values);
+  const { graceS } = settings;
   const log = (line: string) => console.log(line);
   const mock = values.executor === "mock";
   const model = mock && values.model === undefined
@@ -180,14 +163,19 @@ export async function runServe(args: string[]): Promise<number> {
   }
   const loading = new LoadingEngine(info);
   const server = startServer(loading, {
-    host: values.host,
-    port,
+    ...settings.server,
     ready: false,
     servedModelNames: [servedName],
-    ...(maxBody !== undefined ? { maxBodyBytes: maxBody } : {}),
     batchTest: mockBatchTestFactory,
   });
   log(`Listening on ${server.url} (loading the model: /health answers 503 until it is ready)`);
+  const host = settings.server.host ?? "127.0.0.1";
+  if (!isLoopbackHost(host) && settings.server.apiKey === null) {
+    console.error(
+      `warning: listening on ${host} without an API key: anyone who can reach this address ` +
+        `can use the server (set --api-key or ${API_KEY_ENV})`,
+    );
+  }
 
   let stopping = false;
   let exitCode = 0;
@@ -213,7 +201,7 @@ export async function runServe(args: string[]): Promise<number> {
         void engine.failed.then((error) => {
           if (stopping) return;
           console.error(`[engine] fatal: ${error.message.split("\n")[0]}`);
-          if (values["keep-alive-on-fatal"]) {
+          if (settings.keepAliveOnFatal) {
             log("The engine stopped: answering 503 until restarted (--keep-alive-on-fatal)");
             return;
           }

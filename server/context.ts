@@ -24,6 +24,8 @@ export interface ServerContext {
   readonly modelName: string;
   /** Largest accepted request body in bytes. */
   readonly maxBody: number;
+  /** Time a request body may take to arrive, ms (0: no limit). */
+  readonly readTimeoutMs: number;
   /** `Retry-After` seconds sent with 429. */
   readonly retryAfter: number;
   /** Receives unexpected errors (answered 500). */

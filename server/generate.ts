@@ -30,7 +30,7 @@ export async function generateEndpoint(
 ): Promise<Response> {
   const { engine, lifecycle } = ctx;
   lifecycle.checkAvailable(engine);
-  const json = await readJson(req, ctx.maxBody);
+  const json = await readJson(req, ctx.maxBody, ctx.readTimeoutMs);
   const prep = kind === "chat"
     ? prepareChat(ctx, parseBody(chatRequestSchema, json))
     : prepareCompletion(ctx, parseBody(completionRequestSchema, json));
@@ -43,7 +43,7 @@ export async function generateEndpoint(
       return completeStreaming(ctx, prep, runs, ac, done);
     }
     try {
-      return await completeNonStreaming(ctx, prep, runs);
+      return await completeNonStreaming(ctx, prep, runs, ac);
     } catch (e) {
       ac.abort();
       await Promise.all(runs.map((r) => r.cancel(engine)));
@@ -63,6 +63,7 @@ async function completeNonStreaming(
   ctx: ServerContext,
   prep: Prepared,
   runs: ChoiceRun[],
+  ac: AbortController,
 ): Promise<Response> {
   const { engine } = ctx;
   await Promise.all(runs.map(async (r) => {
@@ -70,7 +71,7 @@ async function completeNonStreaming(
     r.observe(ctx.metrics);
   }));
   if (runs.some((r) => r.finishReason === "abort" || r.finishReason === null)) {
-    throw ctx.lifecycle.aborted();
+    throw ctx.lifecycle.aborted(ac);
   }
   const choices = runs.map((r) => {
     const finish = r.finishReason === "abort" ? null : r.finishReason;

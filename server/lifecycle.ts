@@ -17,17 +17,27 @@ export interface Tracked {
   done: () => void;
 }
 
+/** The abort reason of a response that ran past the request timeout. */
+export class RequestTimeoutError extends Error {
+  override name = "RequestTimeoutError";
+}
+
 /** Readiness, draining and the in-flight responses of one server. */
 export class Lifecycle {
   #ready: boolean;
+  readonly #timeoutMs: number;
   #draining = false;
   /** Abort controllers of unfinished responses. */
   readonly #inFlight = new Set<AbortController>();
   #idle: (() => void) | null = null;
 
-  /** @param ready Initial readiness (false while the model loads). */
-  constructor(ready: boolean) {
+  /**
+   * @param ready Initial readiness (false while the model loads).
+   * @param requestTimeoutMs A tracked response is aborted this long after it started (0: never).
+   */
+  constructor(ready: boolean, requestTimeoutMs = 0) {
     this.#ready = ready;
+    this.#timeoutMs = requestTimeoutMs;
   }
 
   /** Marks the server ready or not. */
@@ -65,8 +75,14 @@ export class Lifecycle {
     }
   }
 
-  /** The 503 for a response whose engine requests were aborted before they finished. */
-  aborted(): ApiError {
+  /**
+   * The error for a response whose engine requests were aborted before they finished: 504
+   * `request_timeout` when `ac` ran past the request timeout, else 503.
+   */
+  aborted(ac?: AbortController): ApiError {
+    if (ac?.signal.reason instanceof RequestTimeoutError) {
+      return new ApiError(504, ac.signal.reason.message, { code: "request_timeout" });
+    }
     return new ApiError(
       503,
       this.#draining
@@ -76,18 +92,29 @@ export class Lifecycle {
     );
   }
 
-  /** Tracks a response as in flight; the request's signal aborts it on disconnect. */
+  /**
+   * Tracks a response as in flight; the request's signal aborts it on disconnect, and the
+   * request timeout (when set) aborts it with a {@linkcode RequestTimeoutError}.
+   */
   track(req: Request): Tracked {
     const ac = new AbortController();
     this.#inFlight.add(ac);
     const onAbort = () => ac.abort();
     req.signal.addEventListener("abort", onAbort, { once: true });
+    const ms = this.#timeoutMs;
+    const timer = ms > 0
+      ? setTimeout(
+        () => ac.abort(new RequestTimeoutError(`The request did not finish within ${ms / 1000} s`)),
+        ms,
+      )
+      : undefined;
     let released = false;
     return {
       ac,
       done: () => {
         if (released) return;
         released = true;
+        clearTimeout(timer);
         req.signal.removeEventListener("abort", onAbort);
         this.#release(ac);
       },

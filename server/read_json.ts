@@ -1,6 +1,7 @@
 /**
  * Reading a request body as JSON with a size limit enforced while reading (413), so an
- * oversized body is never buffered whole.
+ * oversized body is never buffered whole, and a time limit (408), so a client that sends its
+ * body slowly cannot hold a connection for as long as it likes.
  *
  * @module
  */
@@ -8,10 +9,11 @@
 import { ApiError } from "./protocol.ts";
 
 /**
- * Reads the body as JSON, refusing more than `max` bytes while reading (413). A missing body,
- * invalid UTF-8 or malformed JSON is a 400 with code `invalid_json`.
+ * Reads the body as JSON, refusing more than `max` bytes while reading (413) and a body that has
+ * not fully arrived `timeoutMs` after the call (408, `request_timeout`; 0 = no limit). A missing
+ * body, invalid UTF-8 or malformed JSON is a 400 with code `invalid_json`.
  */
-export async function readJson(req: Request, max: number): Promise<unknown> {
+export async function readJson(req: Request, max: number, timeoutMs = 0): Promise<unknown> {
   const tooLarge = () =>
     new ApiError(413, `Request body exceeds the limit of ${max} bytes`, {
       code: "request_too_large",
@@ -25,15 +27,31 @@ export async function readJson(req: Request, max: number): Promise<unknown> {
   const reader = req.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > max) {
-      await reader.cancel().catch(() => {});
-      throw tooLarge();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = timeoutMs > 0
+    ? new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), timeoutMs)))
+    : null;
+  try {
+    for (;;) {
+      const next = late === null ? await reader.read() : await Promise.race([reader.read(), late]);
+      if (next === "late") {
+        await reader.cancel().catch(() => {});
+        throw new ApiError(
+          408,
+          `The request body did not arrive within ${timeoutMs / 1000} s`,
+          { code: "request_timeout" },
+        );
+      }
+      if (next.done) break;
+      total += next.value.byteLength;
+      if (total > max) {
+        await reader.cancel().catch(() => {});
+        throw tooLarge();
+      }
+      chunks.push(next.value);
     }
-    chunks.push(value);
+  } finally {
+    clearTimeout(timer);
   }
   const bytes = new Uint8Array(total);
   let off = 0;

@@ -16,11 +16,17 @@
  * `n` > 1 (and a list of prompts) fans out into one engine request per choice; choice
  * `p * n + i` is prompt `p`'s i-th sample, and with a `seed` choice i uses `seed + i`.
  *
+ * Before routing, server/security.ts checks the `Host` header (loopback names only when bound to
+ * a loopback address), answers CORS preflights (CORS is off unless `allowedOrigins`), checks
+ * the API key (`apiKey`) and requires JSON POST bodies.
+ *
  * Errors are OpenAI-style JSON bodies `{error: {message, type, param, code}}`: 400 invalid input
- * (and the engine's RangeError / TypeError), 404 unknown path or model, 405 wrong method (with
- * `Allow`), 413 body over `maxBodyBytes` (enforced while reading), 429 engine overloaded (with
- * `Retry-After`), 503 not ready / draining / engine dead, 500 anything else (message only, the
- * stack goes to `onError`).
+ * (and the engine's RangeError / TypeError), 401 missing or wrong API key, 403 host or origin
+ * not allowed, 404 unknown path or model, 405 wrong method (with `Allow`), 408 body not in
+ * within `requestReadTimeoutMs`, 413 body over `maxBodyBytes` (enforced while reading), 415 a
+ * POST body that is not JSON, 429 engine overloaded (with `Retry-After`), 503 not ready /
+ * draining / engine dead, 504 past `requestTimeoutMs`, 500 anything else (message only, the
+ * stack goes to `onError`; an engine request that failed inside a step is one).
  *
  * The engine is asked for the first output of every choice before the response starts, so
  * errors the engine raises at admission get their status code even for streaming requests.
@@ -46,6 +52,7 @@ import { ServerMetrics } from "./metrics.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "./prometheus.ts";
 import { ApiError, batchTestRequestSchema, errorResponse, parseBody } from "./protocol.ts";
 import { readJson } from "./read_json.ts";
+import { checkJsonContentType, RequestGuard } from "./security.ts";
 import { detokenizeEndpoint, tokenizeEndpoint } from "./tokenize.ts";
 
 export type { BatchTestConfig, BatchTestFactory, BatchTestResult } from "./batch_test.ts";
@@ -66,6 +73,18 @@ export interface ServerOptions {
   retryAfterSeconds?: number;
   /** Called with unexpected errors (answered 500). Default: `console.error`. */
   onError?: (error: unknown) => void;
+  /** Bearer token required by `/v1/*`, `/tokenize`, `/detokenize`, `/batch/test` (server/security.ts). */
+  apiKey?: string | null;
+  /** Origins allowed by CORS (`*`: any). Default: CORS off. */
+  allowedOrigins?: readonly string[] | "*" | null;
+  /** Accepted `Host` names (`*`: any). Default: loopback names when bound to loopback, else any. */
+  allowedHosts?: readonly string[] | "*" | null;
+  /** The address the server is bound to (decides the default Host check). Default 127.0.0.1. */
+  bindHost?: string;
+  /** Time a request body may take to arrive, ms (408 after; 0 = no limit). Default 30,000. */
+  requestReadTimeoutMs?: number;
+  /** Time a whole generation request may take, ms (then aborted: 504 / SSE error; 0 = no limit). Default 0. */
+  requestTimeoutMs?: number;
 }
 
 /** The request handler plus its state. */
@@ -90,6 +109,7 @@ export interface ServerHandler {
 }
 
 const DEFAULT_MAX_BODY = 1 << 20;
+const DEFAULT_READ_TIMEOUT_MS = 30_000;
 
 const ROUTES: Readonly<Record<string, readonly string[]>> = {
   "/v1/completions": ["POST"],
@@ -115,11 +135,18 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
     names,
     modelName,
     maxBody: options.maxBodyBytes ?? DEFAULT_MAX_BODY,
+    readTimeoutMs: options.requestReadTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS,
     retryAfter: options.retryAfterSeconds ?? 1,
     onError: options.onError ?? ((e: unknown) => console.error("[server] internal error:", e)),
     metrics: new ServerMetrics(modelName, engine.model.maxModelLen),
-    lifecycle: new Lifecycle(options.ready ?? true),
+    lifecycle: new Lifecycle(options.ready ?? true, options.requestTimeoutMs ?? 0),
   };
+  const guard = new RequestGuard({
+    apiKey: options.apiKey ?? null,
+    allowedOrigins: options.allowedOrigins ?? null,
+    allowedHosts: options.allowedHosts ?? null,
+    bindHost: options.bindHost ?? "127.0.0.1",
+  });
   const { metrics, lifecycle } = ctx;
   const startedAt = Math.floor(Date.now() / 1000);
 
@@ -132,7 +159,10 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
     if (lifecycle.draining) {
       throw new ApiError(503, "The server is shutting down", { code: "server_shutting_down" });
     }
-    const body = parseBody(batchTestRequestSchema, await readJson(req, ctx.maxBody));
+    const body = parseBody(
+      batchTestRequestSchema,
+      await readJson(req, ctx.maxBody, ctx.readTimeoutMs),
+    );
     const { ac, done } = lifecycle.track(req);
     try {
       return Response.json(await runBatchTest(options.batchTest, body, ac.signal));
@@ -167,8 +197,7 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
     return new Response(text, { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
   }
 
-  async function route(req: Request): Promise<Response> {
-    const path = new URL(req.url).pathname;
+  async function route(req: Request, path: string): Promise<Response> {
     const methods = ROUTES[path];
     if (methods === undefined) {
       throw new ApiError(404, `Not found: ${req.method} ${path}`, { code: "not_found" });
@@ -179,6 +208,7 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
         headers: { allow: methods.join(", ") },
       });
     }
+    if (req.method === "POST") checkJsonContentType(req);
     switch (path) {
       case "/v1/completions":
         return await generateEndpoint(ctx, req, "completion");
@@ -200,11 +230,14 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
   }
 
   async function handler(req: Request): Promise<Response> {
+    let res: Response;
     try {
-      return await route(req);
+      const path = new URL(req.url).pathname;
+      res = guard.check(req, path) ?? await route(req, path);
     } catch (e) {
-      return errorResponse(toApiError(e, ctx.retryAfter) ?? internalError(e, ctx.onError));
+      res = errorResponse(toApiError(e, ctx.retryAfter) ?? internalError(e, ctx.onError));
     }
+    return guard.decorate(req, res);
   }
 
   return {
@@ -257,8 +290,8 @@ export interface RunningServer {
 
 /** Serves {@linkcode createHandler}'s handler with `Deno.serve`. */
 export function startServer(engine: EngineClient, options: StartServerOptions = {}): RunningServer {
-  const handle = createHandler(engine, options);
   const hostname = options.host ?? "127.0.0.1";
+  const handle = createHandler(engine, { bindHost: hostname, ...options });
   const server = Deno.serve({
     hostname,
     port: options.port ?? 8000,

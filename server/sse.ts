@@ -114,7 +114,7 @@ export function completeStreaming(
       Promise.all(runs.map(pump)).then(
         () => {
           if (runs.some((r) => r.finishReason === "abort" || r.finishReason === null)) {
-            send(ctx.lifecycle.aborted().body());
+            send(ctx.lifecycle.aborted(ac).body());
           } else if (prep.includeUsage) {
             send({ ...head, choices: [], usage: usageOf(prep, runs) });
           }

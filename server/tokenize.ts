@@ -18,7 +18,10 @@ import { readJson } from "./read_json.ts";
  */
 export async function tokenizeEndpoint(ctx: ServerContext, req: Request): Promise<Response> {
   const { engine } = ctx;
-  const body = parseBody(tokenizeRequestSchema, await readJson(req, ctx.maxBody));
+  const body = parseBody(
+    tokenizeRequestSchema,
+    await readJson(req, ctx.maxBody, ctx.readTimeoutMs),
+  );
   checkModel(ctx, body.model);
   let tokens: number[];
   if ((body.prompt === undefined) === (body.messages === undefined)) {
@@ -44,7 +47,10 @@ export async function tokenizeEndpoint(ctx: ServerContext, req: Request): Promis
 
 /** `POST /detokenize`: token ids -> `{prompt: text}`; an id outside the vocabulary is a 400. */
 export async function detokenizeEndpoint(ctx: ServerContext, req: Request): Promise<Response> {
-  const body = parseBody(detokenizeRequestSchema, await readJson(req, ctx.maxBody));
+  const body = parseBody(
+    detokenizeRequestSchema,
+    await readJson(req, ctx.maxBody, ctx.readTimeoutMs),
+  );
   checkModel(ctx, body.model);
   checkTokenIds(body.tokens, ctx.engine.model, "tokens");
   return Response.json({ prompt: requireTokenizer(ctx.engine, "tokens").decode(body.tokens) });

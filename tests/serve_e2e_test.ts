@@ -391,6 +391,9 @@ Deno.test("serve exits with status 1 within 5 s of a fatal engine error, saying 
   assert.ok(performance.now() - t0 < 5000);
   const fatal = server.log.filter((l) => l.startsWith("[engine] fatal:"));
   assert.equal(fatal.length, 1, server.log.join("\n"));
+  // Deno's current request-abort behaviour (deno.json "unstable": ["no-legacy-abort"]): no
+  // warning about request.signal.
+  assert.ok(!server.log.some((l) => /legacy behavior/.test(l)), server.log.join("\n"));
   assert.match(fatal[0]!, /GPU device lost/);
 });
 

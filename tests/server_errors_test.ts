@@ -344,7 +344,7 @@ Deno.test("oversized bodies answer 413, with or without Content-Length; methods 
     });
     const enc = new TextEncoder();
     await conn.write(enc.encode(
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" +
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n" +
         "Content-Type: application/json\r\n\r\n",
     ));
     const chunk = "x".repeat(500);

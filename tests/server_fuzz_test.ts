@@ -33,6 +33,8 @@ interface FuzzRequest {
   /** JSON-encoded unless `raw`. */
   readonly body?: unknown;
   readonly raw?: string;
+  /** Content-Type sent (default application/json). */
+  readonly contentType?: string;
 }
 
 // ---- values ------------------------------------------------------------------------------
@@ -325,7 +327,18 @@ const request: fc.Arbitrary<FuzzRequest> = fc.oneof(
         "/batch/test",
       ),
       raw: rawBody,
-    }).map(({ path, raw }): FuzzRequest => ({ method: "POST", path, raw })),
+      contentType: fc.constantFrom(
+        "application/json",
+        "application/json; charset=utf-8",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+      ),
+    }).map(({ path, raw, contentType }): FuzzRequest => ({
+      method: "POST",
+      path,
+      raw,
+      contentType,
+    })),
   },
   {
     weight: 1,
@@ -367,7 +380,7 @@ async function exercise(url: string, r: FuzzRequest, what: string): Promise<numb
   const hasBody = r.method === "POST" || r.method === "PUT";
   const res = await fetch(`${url}${r.path}`, {
     method: r.method,
-    headers: { "content-type": "application/json" },
+    headers: { "content-type": r.contentType ?? "application/json" },
     ...(hasBody ? { body: r.raw ?? JSON.stringify(r.body) } : {}),
   });
   const text = await res.text();

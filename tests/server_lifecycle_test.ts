@@ -47,6 +47,7 @@ async function readEvents(
 function startStream(url: string, body: Record<string, unknown>, signal?: AbortSignal) {
   return fetch(`${url}/v1/completions`, {
     method: "POST",
+    headers: { "content-type": "application/json" },
     body: JSON.stringify({ prompt: "hello there", stream: true, ...body }),
     signal,
   });
@@ -84,6 +85,7 @@ Deno.test("a client disconnect mid-stream or mid-request aborts the engine reque
     const ac = new AbortController();
     const pending = fetch(`${url}/v1/completions`, {
       method: "POST",
+      headers: { "content-type": "application/json" },
       body: JSON.stringify({ prompt: "hello", max_tokens: 200 }),
       signal: ac.signal,
     }).catch((e: unknown) => e);
@@ -106,6 +108,7 @@ Deno.test("an overloaded engine answers 429 with Retry-After (also through the o
     assert.equal(busy.status, 200);
     const res = await fetch(`${url}/v1/completions`, {
       method: "POST",
+      headers: { "content-type": "application/json" },
       body: JSON.stringify({ prompt: "again" }),
     });
     assert.equal(res.status, 429);
@@ -136,6 +139,7 @@ Deno.test("/health is 503 until ready, 200 with an empty body when ready", async
     await h1.body?.cancel();
     const r = await fetch(`${url}/v1/completions`, {
       method: "POST",
+      headers: { "content-type": "application/json" },
       body: JSON.stringify({ prompt: "x" }),
     });
     assert.equal(r.status, 503);
@@ -159,6 +163,7 @@ Deno.test("graceful shutdown finishes in-flight streams, refuses new requests, a
     const shut = server.shutdown(5000);
     const refused = await fetch(`${server.url}/v1/completions`, {
       method: "POST",
+      headers: { "content-type": "application/json" },
       body: JSON.stringify({ prompt: "late" }),
     });
     assert.equal(refused.status, 503);
@@ -210,7 +215,11 @@ Deno.test("POST /batch/test runs the experiment on the factory's mock engine and
   const tok = await tinyTokenizer();
   await withServer(new FakeEngine(tok), { batchTest: factory }, async (url) => {
     const run = (body: unknown) =>
-      fetch(`${url}/batch/test`, { method: "POST", body: JSON.stringify(body) });
+      fetch(`${url}/batch/test`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
     const res = await run({ batch_size: 4, num_requests: 10, latency_ms: 5 });
     assert.equal(res.status, 200);
     const r = await res.json();
@@ -293,7 +302,11 @@ Deno.test("POST /batch/test runs the experiment on the factory's mock engine and
     }
   });
   await withServer(new FakeEngine(tok), {}, async (url) => {
-    const res = await fetch(`${url}/batch/test`, { method: "POST", body: "{}" });
+    const res = await fetch(`${url}/batch/test`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
     assert.equal(res.status, 501);
     await res.body?.cancel();
   });
@@ -319,7 +332,11 @@ Deno.test("/v1/models, /tokenize and /detokenize answer vLLM's shapes", async ()
     assert.deepEqual(listed, ["tiny", "tiny-alias"]);
 
     const post = async (path: string, body: unknown) =>
-      await (await fetch(`${url}${path}`, { method: "POST", body: JSON.stringify(body) })).json();
+      await (await fetch(`${url}${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      })).json();
     const text = "Hello, world! 你好";
     const t = await post("/tokenize", { model: "tiny", prompt: text });
     assert.deepEqual(t, {
@@ -335,6 +352,7 @@ Deno.test("/v1/models, /tokenize and /detokenize answer vLLM's shapes", async ()
     assert.deepEqual(d, { prompt: text });
     const both = await fetch(`${url}/tokenize`, {
       method: "POST",
+      headers: { "content-type": "application/json" },
       body: JSON.stringify({ prompt: "x", messages }),
     });
     assert.equal(both.status, 400);

@@ -104,6 +104,7 @@ Deno.test("GET /metrics shows vLLM's metrics exactly after a known sequence of r
     const post = async (body: unknown) => {
       const res = await fetch(`${url}/v1/completions`, {
         method: "POST",
+        headers: { "content-type": "application/json" },
         body: JSON.stringify(body),
       });
       assert.equal(res.status, 200);

@@ -400,6 +400,7 @@ Deno.test("sampling fields reach the engine with vLLM's meanings", async () => {
     // top_k -1 means off; chat without a limit may use the whole context.
     await (await fetch(`${url}/v1/chat/completions`, {
       method: "POST",
+      headers: { "content-type": "application/json" },
       body: JSON.stringify({
         messages: [{
           role: "user",

@@ -1,0 +1,121 @@
+/**
+ * The flags of `main.ts serve` that belong to the HTTP server (the engine's are in
+ * cli/engine_flags.ts): where to listen, shutdown and fatal-error behaviour, and what makes the
+ * server safe to expose (API key, CORS origins, allowed hosts, timeouts). Parsed once into a
+ * readonly {@linkcode ServeSettings}.
+ *
+ * @module
+ */
+
+import type { StartServerOptions } from "../server/server.ts";
+
+/** Environment variable holding the API key when `--api-key` is absent (as vLLM's `VLLM_API_KEY`). */
+export const API_KEY_ENV = "WEBGPU_LLM_API_KEY";
+
+/** `parseArgs` options of the server flags. */
+export const SERVE_FLAGS = {
+  host: { type: "string", default: "127.0.0.1" },
+  port: { type: "string", default: "8000" },
+  "max-body-bytes": { type: "string" },
+  "shutdown-timeout": { type: "string", default: "10" },
+  "keep-alive-on-fatal": { type: "boolean", default: false },
+  "api-key": { type: "string" },
+  "allowed-origins": { type: "string" },
+  "allowed-hosts": { type: "string" },
+  "request-read-timeout-s": { type: "string", default: "30" },
+  "request-timeout-s": { type: "string", default: "0" },
+} as const;
+
+/** Usage lines of the server flags. */
+export const SERVE_FLAGS_USAGE = `server flags:
+  --host ADDR                    interface to listen on (default 127.0.0.1: this machine only)
+  --port N                       port, 0 for any free one (default 8000)
+  --max-body-bytes N             largest request body (default 1 MiB; 413 beyond)
+  --shutdown-timeout S           on SIGINT / SIGTERM, time in-flight requests get (default 10)
+  --keep-alive-on-fatal          after a fatal engine error (device lost, broken invariant), keep
+                                 answering 503 instead of exiting with status 1 (the default, so
+                                 that a supervisor such as systemd or Docker restarts the server)
+  --api-key KEY                  require 'Authorization: Bearer KEY' on /v1/*, /tokenize,
+                                 /detokenize and /batch/test (default: $${API_KEY_ENV}, as
+                                 vLLM's VLLM_API_KEY; /health and /metrics stay open)
+  --allowed-origins LIST         CORS: comma-separated origins, or '*' (default: CORS off)
+  --allowed-hosts LIST           accepted Host names, or '*' (default: loopback names when bound
+                                 to a loopback address, any otherwise)
+  --request-read-timeout-s S     time a request body may take to arrive (default 30; 408 after)
+  --request-timeout-s S          time a generation request may take in all (default 0: none;
+                                 then 504, or an SSE error event, and its KV blocks are freed)`;
+
+/** The server settings of one `serve` run. */
+export interface ServeSettings {
+  readonly port: number;
+  /** Seconds in-flight requests get at shutdown. */
+  readonly graceS: number;
+  readonly keepAliveOnFatal: boolean;
+  /** Options for `startServer` (host, limits, security). */
+  readonly server: Readonly<StartServerOptions>;
+}
+
+type Values = { [K in keyof typeof SERVE_FLAGS]?: string | boolean };
+
+function seconds(flag: string, text: string): number {
+  const v = Number(text);
+  if (text.trim() === "" || !Number.isFinite(v) || v < 0) {
+    throw new TypeError(`--${flag} expects seconds >= 0, got "${text}"`);
+  }
+  return v;
+}
+
+function list(flag: string, text: string | undefined): readonly string[] | "*" | null {
+  if (text === undefined) return null;
+  const items = text.split(",").map((s) => s.trim()).filter((s) => s !== "");
+  if (items.length === 0) throw new TypeError(`--${flag} expects a comma-separated list or '*'`);
+  return items.includes("*") ? "*" : items;
+}
+
+/**
+ * Reads the server flags (`env` supplies {@linkcode API_KEY_ENV} when `--api-key` is absent).
+ *
+ * @throws {TypeError} naming the flag on a bad value.
+ */
+export function serveSettingsFromFlags(
+  values: Values,
+  env: (name: string) => string | undefined = (n) => Deno.env.get(n),
+): ServeSettings {
+  const str = (k: keyof typeof SERVE_FLAGS) => {
+    const v = values[k];
+    return typeof v === "string" ? v : undefined;
+  };
+  const portText = str("port") ?? "8000";
+  const port = Number(portText);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new TypeError(`--port expects a port number, got "${portText}"`);
+  }
+  const graceS = seconds("shutdown-timeout", str("shutdown-timeout") ?? "10");
+  const maxBodyText = str("max-body-bytes");
+  const maxBody = maxBodyText === undefined ? undefined : Number(maxBodyText);
+  if (maxBody !== undefined && !(Number.isInteger(maxBody) && maxBody > 0)) {
+    throw new TypeError(`--max-body-bytes expects a positive integer`);
+  }
+  const apiKey = str("api-key") ?? env(API_KEY_ENV) ?? null;
+  if (apiKey !== null && apiKey.trim() === "") {
+    throw new TypeError(`--api-key (or ${API_KEY_ENV}) must not be empty`);
+  }
+  return {
+    port,
+    graceS,
+    keepAliveOnFatal: values["keep-alive-on-fatal"] === true,
+    server: {
+      host: str("host") ?? "127.0.0.1",
+      port,
+      ...(maxBody !== undefined ? { maxBodyBytes: maxBody } : {}),
+      apiKey,
+      allowedOrigins: list("allowed-origins", str("allowed-origins")),
+      allowedHosts: list("allowed-hosts", str("allowed-hosts")),
+      requestReadTimeoutMs: 1000 * seconds(
+        "request-read-timeout-s",
+        str("request-read-timeout-s") ?? "30",
+      ),
+      requestTimeoutMs: 1000 * seconds("request-timeout-s", str("request-timeout-s") ?? "0"),
+    },
+  };
+}
