@@ -33,6 +33,7 @@ import { type EngineParts, type Logger, setupEngine, setupMockEngine } from "./e
 import type { Executor, SampledToken } from "./executors/executor.ts";
 import type { GpuContext } from "./gpu/context.ts";
 import { checkTokenIds, validateSamplingParams } from "./input_processor.ts";
+import { LiveRequest } from "./live_request.ts";
 import { RequestOutputState } from "./output_processor.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 import type { Scheduler } from "../scheduler/scheduler_api.ts";
@@ -46,16 +47,6 @@ const AHEAD_BUDGET_MS = 100;
 
 /** Submissions slower than this (ms, moving average) do the device's work: yield after each. */
 const SYNC_SUBMIT_MS = 40;
-
-/** A request the engine is serving. */
-interface LiveRequest {
-  readonly state: RequestOutputState;
-  readonly params: SamplingParams;
-  readonly queue: RequestOutput[];
-  notify: (() => void) | null;
-  finished: boolean;
-  error: Error | null;
-}
 
 /** A submitted step awaiting its tokens. */
 interface InFlight {
@@ -165,43 +156,20 @@ export class LLMEngine implements EngineClient {
       this.#executor.release(id);
       throw error;
     }
-    const live: LiveRequest = {
-      // One increment per step with new tokens, even when their text is held back or empty
-      // (as vLLM streams): clients see every token arrive, e.g. for TTFT and ITL.
-      state: new RequestOutputState(this.tokenizer, {
-        requestId: id,
-        promptTokenIds: request.promptTokenIds,
-        params: request.params,
-      }, { emitTokenOnly: true }),
+    // One increment per step with new tokens, even when their text is held back or empty (as
+    // vLLM streams): clients see every token arrive, e.g. for TTFT and ITL.
+    const state = new RequestOutputState(this.tokenizer, {
+      requestId: id,
+      promptTokenIds: request.promptTokenIds,
       params: request.params,
-      queue: [],
-      notify: null,
-      finished: false,
-      error: null,
-    };
+    }, { emitTokenOnly: true });
+    const live = new LiveRequest(state, request.params);
     this.#live.set(id, live);
     this.#promptTokens += request.promptTokenIds.length;
     signal?.addEventListener("abort", () => this.abort(id), { once: true });
     this.#kick();
-    return this.#stream(id, live);
-  }
-
-  async *#stream(id: string, live: LiveRequest): AsyncGenerator<RequestOutput> {
-    try {
-      while (true) {
-        const next = live.queue.shift();
-        if (next !== undefined) {
-          yield next;
-          if (next.finishReason !== null) return;
-          continue;
-        }
-        if (live.error !== null) throw live.error;
-        await new Promise<void>((resolve) => (live.notify = resolve));
-      }
-    } finally {
-      // The consumer stopped early (client gone): free the request at once.
-      if (!live.finished) this.abort(id);
-    }
+    // A consumer that stops early (client gone) frees the request at once.
+    return live.stream(() => this.abort(id));
   }
 
   abort(requestId: string): void {
@@ -376,7 +344,7 @@ export class LLMEngine implements EngineClient {
       const { output: increment, stopString } = live.state.push(u.newTokenIds, logprobs);
       // Tokens after a matched stop string are dropped, not counted.
       this.#generationTokens += live.state.numOutputTokens - before;
-      if (increment !== null) this.#emit(live, increment);
+      if (increment !== null) live.emit(increment);
       if (stopString !== null && u.finishReason === null) {
         this.#scheduler.finishRequest(u.requestId, "stop", stopString);
         this.#finish(u.requestId, live, "stop", stopString);
@@ -387,17 +355,9 @@ export class LLMEngine implements EngineClient {
   }
 
   #finish(id: string, live: LiveRequest, reason: FinishReason, stop: number | string | null): void {
-    live.finished = true;
-    this.#emit(live, live.state.finish(reason, stop));
+    live.finish(reason, stop);
     this.#live.delete(id);
     this.#executor.release(id);
-  }
-
-  #emit(live: LiveRequest, output: RequestOutput): void {
-    live.queue.push(output);
-    const notify = live.notify;
-    live.notify = null;
-    notify?.();
   }
 
   /**
@@ -408,13 +368,9 @@ export class LLMEngine implements EngineClient {
     const live = this.#live.get(id);
     if (live === undefined || live.finished) return;
     this.#scheduler.abortRequest(id);
-    live.error = new RequestFailedError(id, cause);
-    live.finished = true;
+    live.fail(new RequestFailedError(id, cause));
     this.#live.delete(id);
     this.#executor.release(id);
-    const notify = live.notify;
-    live.notify = null;
-    notify?.();
   }
 
   /** A fatal error: every live request's stream throws, new requests are refused. */
@@ -424,12 +380,8 @@ export class LLMEngine implements EngineClient {
     this.#reportFatal(error);
     const dead = new EngineDeadError(`Engine failed: ${error.message}`, { cause: error });
     for (const [id, live] of this.#live) {
-      live.error = dead;
-      live.finished = true;
+      live.fail(dead);
       this.#scheduler.abortRequest(id);
-      const notify = live.notify;
-      live.notify = null;
-      notify?.();
     }
     this.#live.clear();
     this.#kick();

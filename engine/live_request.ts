@@ -1,0 +1,78 @@
+/**
+ * A request the engine is serving, as its consumer sees it: the increments produced so far,
+ * waiting to be read, and how the request ended (finished, or failed with an error). The engine
+ * pushes increments; {@linkcode LiveRequest.stream} yields them in order.
+ *
+ * @module
+ */
+
+import type { FinishReason, RequestOutput } from "./engine_api.ts";
+import type { RequestOutputState } from "./output_processor.ts";
+import type { SamplingParams } from "../scheduler/sampling_params.ts";
+
+/** One request's output queue and end state. */
+export class LiveRequest {
+  /** Detokenization, stop strings and logprob shaping of the request's output. */
+  readonly state: RequestOutputState;
+  readonly params: SamplingParams;
+  readonly #queue: RequestOutput[] = [];
+  #notify: (() => void) | null = null;
+  #finished = false;
+  #error: Error | null = null;
+
+  constructor(state: RequestOutputState, params: SamplingParams) {
+    this.state = state;
+    this.params = params;
+  }
+
+  /** Whether the request has ended (finished, aborted or failed). */
+  get finished(): boolean {
+    return this.#finished;
+  }
+
+  /** Queues an increment for the consumer. */
+  emit(output: RequestOutput): void {
+    this.#queue.push(output);
+    this.#wake();
+  }
+
+  /** Ends the request with its last increment (`reason`, and the stop token or string). */
+  finish(reason: FinishReason, stop: number | string | null): void {
+    this.#finished = true;
+    this.emit(this.state.finish(reason, stop));
+  }
+
+  /** Ends the request with `error`: its stream throws it once the queued increments are read. */
+  fail(error: Error): void {
+    this.#finished = true;
+    this.#error = error;
+    this.#wake();
+  }
+
+  /**
+   * The increments in order, ending after the last one (or throwing the error of
+   * {@linkcode fail}). `onEarlyStop` runs when the consumer stops reading before the end.
+   */
+  async *stream(onEarlyStop: () => void): AsyncGenerator<RequestOutput> {
+    try {
+      while (true) {
+        const next = this.#queue.shift();
+        if (next !== undefined) {
+          yield next;
+          if (next.finishReason !== null) return;
+          continue;
+        }
+        if (this.#error !== null) throw this.#error;
+        await new Promise<void>((resolve) => (this.#notify = resolve));
+      }
+    } finally {
+      if (!this.#finished) onEarlyStop();
+    }
+  }
+
+  #wake(): void {
+    const notify = this.#notify;
+    this.#notify = null;
+    notify?.();
+  }
+}
