@@ -10,7 +10,7 @@
 import { parseArgs } from "node:util";
 import { runGenerate } from "./cli/generate.ts";
 import { runInfo } from "./cli/info.ts";
-import { parseKernelProfileChoice } from "./engine/gpu/kernel_profile.ts";
+import { parseKernelProfileChoice } from "./gpu/kernel_profile.ts";
 import { runServe } from "./cli/serve.ts";
 
 const USAGE = `usage: main.ts <command> [flags]

@@ -17,9 +17,9 @@
  * @module
  */
 
-import { type GpuContext, STORAGE_RW } from "../engine/gpu/context.ts";
-import { bytesPerElement } from "../engine/gpu/dtype.ts";
-import { ParamArena } from "../engine/gpu/params.ts";
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { bytesPerElement } from "../gpu/dtype.ts";
+import { ParamArena } from "../gpu/params.ts";
 import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 

@@ -15,10 +15,10 @@
  * @module
  */
 
-import { STORAGE_RW } from "../engine/gpu/context.ts";
-import type { GpuContext } from "../engine/gpu/context.ts";
-import { toDType } from "../engine/gpu/dtype.ts";
-import { ParamArena } from "../engine/gpu/params.ts";
+import { STORAGE_RW } from "../gpu/context.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import { toDType } from "../gpu/dtype.ts";
+import { ParamArena } from "../gpu/params.ts";
 import {
   PagedAttentionPrefill,
   type PagedAttentionPrefillConfig,

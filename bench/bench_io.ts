@@ -8,7 +8,7 @@
 import {
   type KernelProfileChoice,
   parseKernelProfileChoice,
-} from "../engine/gpu/kernel_profile.ts";
+} from "../gpu/kernel_profile.ts";
 
 /** Bad command-line input: reported as one line, exit status 2. */
 export class UsageError extends Error {

@@ -14,10 +14,10 @@
  * @module
  */
 
-import { type GpuContext, STORAGE_RW } from "../engine/gpu/context.ts";
-import { bytesPerElement } from "../engine/gpu/dtype.ts";
-import { ParamArena } from "../engine/gpu/params.ts";
-import { GpuMatrix } from "../engine/gpu/tensor.ts";
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { bytesPerElement } from "../gpu/dtype.ts";
+import { ParamArena } from "../gpu/params.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
 import { Add } from "../kernels/add.ts";
 import { Embedding } from "../kernels/embedding.ts";
 import { GeluNew } from "../kernels/gelu_new.ts";

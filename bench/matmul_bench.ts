@@ -19,10 +19,10 @@
  */
 
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
-import { STORAGE_RW } from "../engine/gpu/context.ts";
-import type { DType } from "../engine/gpu/dtype.ts";
-import { ParamArena } from "../engine/gpu/params.ts";
-import { GpuMatrix } from "../engine/gpu/tensor.ts";
+import { STORAGE_RW } from "../gpu/context.ts";
+import type { DType } from "../gpu/dtype.ts";
+import { ParamArena } from "../gpu/params.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
 import { defaultMatmulPolicy, Matmul, type MatmulVariant } from "../kernels/matmul.ts";
 
 /** sgemm peak of OpenBLAS on this machine kind, from /work/shared/platform-notes.md. */

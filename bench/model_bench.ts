@@ -28,12 +28,12 @@
  */
 
 import { parseArgs } from "node:util";
-import { parseKernelProfileChoice } from "../engine/gpu/kernel_profile.ts";
+import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 import { StepCostProbe } from "./lib/step_cost.ts";
-import { STORAGE_RW } from "../engine/gpu/context.ts";
-import { ParamArena } from "../engine/gpu/params.ts";
-import { GpuMatrix } from "../engine/gpu/tensor.ts";
+import { STORAGE_RW } from "../gpu/context.ts";
+import { ParamArena } from "../gpu/params.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
 import { KvCache } from "../engine/kv_cache.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { StepBuffers } from "../engine/step_buffers.ts";

@@ -16,9 +16,9 @@
  * @module
  */
 
-import type { GpuContext } from "../engine/gpu/context.ts";
-import { STORAGE_RW } from "../engine/gpu/context.ts";
-import { ParamArena } from "../engine/gpu/params.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import { STORAGE_RW } from "../gpu/context.ts";
+import { ParamArena } from "../gpu/params.ts";
 import {
   packSampleParams,
   Sample,

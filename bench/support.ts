@@ -7,9 +7,9 @@
  * @module
  */
 
-import { GpuContext, type GpuContextOptions } from "../engine/gpu/context.ts";
-import type { ParamArena } from "../engine/gpu/params.ts";
-import { GpuTimer } from "../engine/gpu/timer.ts";
+import { GpuContext, type GpuContextOptions } from "../gpu/context.ts";
+import type { ParamArena } from "../gpu/params.ts";
+import { GpuTimer } from "../gpu/timer.ts";
 
 let shared: Promise<GpuContext> | undefined;
 

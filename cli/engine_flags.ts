@@ -6,7 +6,7 @@
  * @module
  */
 
-import { parseKernelProfileChoice } from "../engine/gpu/kernel_profile.ts";
+import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import { makeModel } from "../tools/make_model.ts";
 

@@ -5,8 +5,8 @@
  * @module
  */
 
-import { GpuContext, REQUESTED_LIMITS } from "../engine/gpu/context.ts";
-import type { KernelProfileChoice } from "../engine/gpu/kernel_profile.ts";
+import { GpuContext, REQUESTED_LIMITS } from "../gpu/context.ts";
+import type { KernelProfileChoice } from "../gpu/kernel_profile.ts";
 
 /** Formats a byte count as an exact integer plus MiB/GiB when large. */
 function formatLimit(name: string, value: number): string {

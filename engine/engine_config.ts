@@ -58,7 +58,7 @@ export const engineOptionsSchema = z.object({
   batchWaitMs: z.number().nonnegative().default(10),
   /** f32 weights and KV even with shader-f16. */
   forceF32: z.boolean().default(false),
-  /** Kernel variants: `auto` (from the adapter), `cpu` or `gpu` (engine/gpu/kernel_profile.ts). */
+  /** Kernel variants: `auto` (from the adapter), `cpu` or `gpu` (gpu/kernel_profile.ts). */
   kernelProfile: z.enum(["auto", "cpu", "gpu"]).default("auto"),
   /** Mock executor latency model: base ms per step. */
   mockBaseMs: z.number().nonnegative().default(8),

@@ -13,7 +13,7 @@ import type { ModelInfo } from "./engine_api.ts";
 import type { Executor } from "./executors/executor.ts";
 import { MockExecutor } from "./executors/mock_executor.ts";
 import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
-import { GpuContext } from "./gpu/context.ts";
+import { GpuContext } from "../gpu/context.ts";
 import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
 import { openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";

@@ -8,8 +8,8 @@
  * @module
  */
 
-import { type GpuContext, STORAGE_RW } from "./gpu/context.ts";
-import { bytesPerElement, type DType } from "./gpu/dtype.ts";
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { bytesPerElement, type DType } from "../gpu/dtype.ts";
 
 /** Geometry of a KV cache. */
 export interface KvCacheShape {

@@ -31,7 +31,7 @@ import {
 } from "./engine_api.ts";
 import { type EngineParts, type Logger, setupEngine, setupMockEngine } from "./engine_setup.ts";
 import type { Executor, SampledToken } from "./executors/executor.ts";
-import type { GpuContext } from "./gpu/context.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import { checkTokenIds, validateSamplingParams } from "./input_processor.ts";
 import { LiveRequest } from "./live_request.ts";
 import { RequestOutputState } from "./output_processor.ts";

@@ -13,8 +13,8 @@
  * @module
  */
 
-import { type GpuContext, STORAGE_RW } from "./gpu/context.ts";
-import type { ParamArena } from "./gpu/params.ts";
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import type { ParamArena } from "../gpu/params.ts";
 import type { StepBuffers } from "./step_buffers.ts";
 import {
   checkLogitsProcessParams,

@@ -12,9 +12,9 @@
  * @module
  */
 
-import { type GpuContext, STORAGE_RW } from "./gpu/context.ts";
-import { ParamArena } from "./gpu/params.ts";
-import { ReadbackRing } from "./gpu/readback.ts";
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { ParamArena } from "../gpu/params.ts";
+import { ReadbackRing } from "../gpu/readback.ts";
 import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.ts";
 import { KvCache } from "./kv_cache.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";

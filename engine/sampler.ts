@@ -12,9 +12,9 @@
  * @module
  */
 
-import type { GpuContext } from "./gpu/context.ts";
-import type { ParamArena } from "./gpu/params.ts";
-import type { GpuMatrix } from "./gpu/tensor.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import type { ParamArena } from "../gpu/params.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
 import type { SequenceChunk } from "./forward_batch.ts";
 import { LogitsProcessLists } from "./logits_process_lists.ts";
 import type { KernelSet } from "./models/kernel_set.ts";

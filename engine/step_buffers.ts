@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type GpuContext, STORAGE_RW } from "./gpu/context.ts";
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { LOGITS_PROCESS_PARAMS_BYTES } from "../kernels/logits_process.ts";
 import { SAMPLE_PARAMS_BYTES } from "../kernels/sample.ts";
 import { TOP_LOGPROBS_MAX } from "../kernels/top_logprobs.ts";

@@ -5,8 +5,8 @@
  * @module
  */
 
-import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { dispatch1d } from "./dispatch.ts";
 
 /** One bound call site of a kernel with one pipeline and a uniform parameter block. */

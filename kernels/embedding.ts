@@ -6,10 +6,10 @@
  */
 
 import source from "./embedding.wgsl" with { type: "text" };
-import type { GpuContext } from "../engine/gpu/context.ts";
-import { weightPrelude } from "../engine/gpu/dtype.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import type { GpuMatrix } from "../engine/gpu/tensor.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import { weightPrelude } from "../gpu/dtype.ts";
+import type { ParamArena, ParamSlot } from "../gpu/params.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
 
 /** Buffers of one `embedding` call site; fixed for the op's lifetime. */

@@ -6,8 +6,8 @@
  */
 
 import source from "./gelu_new.wgsl" with { type: "text" };
-import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena } from "../engine/gpu/params.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import type { ParamArena } from "../gpu/params.ts";
 import { CallSite, f32Capacity } from "./call_site.ts";
 import { groupsFor } from "./dispatch.ts";
 

@@ -9,7 +9,7 @@
 
 import load8F16 from "./kv_load8_f16.wgsl" with { type: "text" };
 import load8F32 from "./kv_load8_f32.wgsl" with { type: "text" };
-import type { DType } from "../engine/gpu/dtype.ts";
+import type { DType } from "../gpu/dtype.ts";
 
 /** `KVT` for the workgroup kernels: the weight prelude's WT4. */
 export const WORKGROUP_KVT = "alias KVT = WT4;\n";

@@ -19,10 +19,10 @@
  * @module
  */
 
-import type { GpuContext } from "../engine/gpu/context.ts";
-import type { DType } from "../engine/gpu/dtype.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import type { GpuMatrix } from "../engine/gpu/tensor.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import type { DType } from "../gpu/dtype.ts";
+import type { ParamArena, ParamSlot } from "../gpu/params.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
 import { MAX_GROUPS_PER_DIM } from "./dispatch.ts";
 import {
   BLOCKED_PREFILL_MB,

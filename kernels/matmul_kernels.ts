@@ -30,8 +30,8 @@ import blockedSource from "./matmul_blocked.wgsl" with { type: "text" };
 import unrolledSource from "./matmul_unrolled.wgsl" with { type: "text" };
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
-import type { GpuContext } from "../engine/gpu/context.ts";
-import type { DType } from "../engine/gpu/dtype.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import type { DType } from "../gpu/dtype.ts";
 import { unrollTemplate } from "./unroll.ts";
 
 /** The kernels behind `Matmul` (see the module documentation). */
@@ -48,7 +48,7 @@ export type MatmulPolicy = "gpu" | "cpu";
 export const DECODE_MAX_ROWS = 16;
 
 /**
- * The kernel policy for `ctx`: its kernel profile (engine/gpu/kernel_profile.ts). `"cpu"` on a
+ * The kernel policy for `ctx`: its kernel profile (gpu/kernel_profile.ts). `"cpu"` on a
  * fallback / software adapter (lavapipe, llvmpipe, SwiftShader) unless forced, where barriers and
  * per-lane loads dominate (measured: the workgroup-reduction GEMV and the shared-memory tiled
  * kernel are several times slower there than the `blocked` kernel), else `"gpu"`.

@@ -37,9 +37,9 @@ import mergeSource from "./paged_attention_merge.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_decode_unrolled.wgsl" with { type: "text" };
 import { unrollTemplate } from "./unroll.ts";
 import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
-import { type GpuContext, STORAGE_RW } from "../engine/gpu/context.ts";
-import { type DType, weightPrelude } from "../engine/gpu/dtype.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { type DType, weightPrelude } from "../gpu/dtype.ts";
+import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { dispatch1d, MAX_GROUPS_PER_DIM } from "./dispatch.ts";
 
 /** Default tokens per split-K partition. */

@@ -18,9 +18,9 @@ import source from "./paged_attention_prefill.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_prefill_unrolled.wgsl" with { type: "text" };
 import { unrollTemplate } from "./unroll.ts";
 import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
-import type { GpuContext } from "../engine/gpu/context.ts";
-import { type DType, weightPrelude } from "../engine/gpu/dtype.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import { type DType, weightPrelude } from "../gpu/dtype.ts";
+import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { dispatch1d } from "./dispatch.ts";
 
 /** Shape of the attention layer a {@linkcode PagedAttentionPrefill} is compiled for. */

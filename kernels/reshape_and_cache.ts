@@ -8,9 +8,9 @@
  */
 
 import source from "./reshape_and_cache.wgsl" with { type: "text" };
-import type { GpuContext } from "../engine/gpu/context.ts";
-import { type DType, weightPrelude } from "../engine/gpu/dtype.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import { type DType, weightPrelude } from "../gpu/dtype.ts";
+import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
 
 /** Slot value that makes `reshape_and_cache` skip a token (e.g. a padding token). */

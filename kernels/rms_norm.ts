@@ -8,10 +8,10 @@
  */
 
 import source from "./rms_norm.wgsl" with { type: "text" };
-import type { GpuContext } from "../engine/gpu/context.ts";
-import { weightPrelude } from "../engine/gpu/dtype.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
-import type { GpuMatrix } from "../engine/gpu/tensor.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import { weightPrelude } from "../gpu/dtype.ts";
+import type { ParamArena, ParamSlot } from "../gpu/params.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
 import { f32Capacity } from "./call_site.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
 

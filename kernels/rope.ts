@@ -11,8 +11,8 @@
  */
 
 import source from "./rope.wgsl" with { type: "text" };
-import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena, ParamSlot } from "../engine/gpu/params.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
 
 /**

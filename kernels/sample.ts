@@ -21,8 +21,8 @@
  */
 
 import source from "./sample.wgsl" with { type: "text" };
-import type { GpuContext } from "../engine/gpu/context.ts";
-import type { ParamArena } from "../engine/gpu/params.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import type { ParamArena } from "../gpu/params.ts";
 import { CallSite } from "./call_site.ts";
 
 /** Bytes of one sequence's record in the `params` buffer (6 words). */

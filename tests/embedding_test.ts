@@ -1,8 +1,8 @@
 import { ok, throws } from "node:assert/strict";
 import { Embedding } from "../kernels/embedding.ts";
-import { type DType, roundTo } from "../engine/gpu/dtype.ts";
-import { GpuMatrix } from "../engine/gpu/tensor.ts";
-import type { GpuContext } from "../engine/gpu/context.ts";
+import { type DType, roundTo } from "../gpu/dtype.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import { assertClose } from "./support/assert_close.ts";
 import {
   GPU_TEST,

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { GpuContext, STORAGE_RW } from "../engine/gpu/context.ts";
-import { GpuDeviceError } from "../engine/gpu/errors.ts";
-import { GpuMatrix } from "../engine/gpu/tensor.ts";
-import { ParamArena } from "../engine/gpu/params.ts";
-import { ReadbackRing, readBuffer } from "../engine/gpu/readback.ts";
+import { GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { GpuDeviceError } from "../gpu/errors.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
+import { ParamArena } from "../gpu/params.ts";
+import { ReadbackRing, readBuffer } from "../gpu/readback.ts";
 import { GPU_TEST, readF32, testContext, upload } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 

@@ -4,14 +4,14 @@
  */
 
 import assert from "node:assert/strict";
-import type { AdapterSummary } from "../engine/gpu/context.ts";
-import { GpuContext } from "../engine/gpu/context.ts";
+import type { AdapterSummary } from "../gpu/context.ts";
+import { GpuContext } from "../gpu/context.ts";
 import {
   isSoftwareAdapter,
   KERNEL_PROFILE_ENV,
   parseKernelProfileChoice,
   resolveKernelProfile,
-} from "../engine/gpu/kernel_profile.ts";
+} from "../gpu/kernel_profile.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import { describeContext } from "../cli/info.ts";
 import { defaultMatmulPolicy } from "../kernels/matmul.ts";

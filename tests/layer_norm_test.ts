@@ -1,8 +1,8 @@
 import { throws } from "node:assert/strict";
 import { LayerNorm } from "../kernels/layer_norm.ts";
 import type { NormShape } from "../kernels/rms_norm.ts";
-import { type DType, roundTo } from "../engine/gpu/dtype.ts";
-import { GpuMatrix } from "../engine/gpu/tensor.ts";
+import { type DType, roundTo } from "../gpu/dtype.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,

@@ -6,7 +6,7 @@ import {
   packLogitsProcess,
 } from "../kernels/logits_process.ts";
 import { sampledRef } from "../kernels/token_feed.ts";
-import type { GpuContext } from "../engine/gpu/context.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import { assertClose } from "./support/assert_close.ts";
 import {
   GPU_TEST,

@@ -1,8 +1,8 @@
 import { throws as assertThrows } from "node:assert/strict";
 import { AssertionError } from "node:assert";
-import type { GpuContext } from "../engine/gpu/context.ts";
-import { type DType, roundTo } from "../engine/gpu/dtype.ts";
-import { GpuMatrix } from "../engine/gpu/tensor.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import { type DType, roundTo } from "../gpu/dtype.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
 import { Matmul, type MatmulPolicy, type MatmulVariant } from "../kernels/matmul.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {

@@ -1,6 +1,6 @@
 import { throws } from "node:assert/strict";
-import type { GpuContext } from "../engine/gpu/context.ts";
-import type { DType } from "../engine/gpu/dtype.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import type { DType } from "../gpu/dtype.ts";
 import {
   MAX_UNROLLED_GROUP_DIM,
   PagedAttentionDecode,

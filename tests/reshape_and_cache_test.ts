@@ -1,6 +1,6 @@
 import { deepStrictEqual } from "node:assert/strict";
-import { type DType, toDType } from "../engine/gpu/dtype.ts";
-import { readBuffer } from "../engine/gpu/readback.ts";
+import { type DType, toDType } from "../gpu/dtype.ts";
+import { readBuffer } from "../gpu/readback.ts";
 import { ReshapeAndCache, SKIP_SLOT } from "../kernels/reshape_and_cache.ts";
 import { GPU_TEST, ParamArena, runPass, testContext, upload, whole } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";

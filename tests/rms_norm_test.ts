@@ -1,7 +1,7 @@
 import { equal, throws } from "node:assert/strict";
 import { type NormShape, RmsNorm } from "../kernels/rms_norm.ts";
-import { type DType, roundTo } from "../engine/gpu/dtype.ts";
-import { GpuMatrix } from "../engine/gpu/tensor.ts";
+import { type DType, roundTo } from "../gpu/dtype.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,

@@ -1,6 +1,6 @@
 import { throws } from "node:assert/strict";
 import { Rope, ropeInvFreq } from "../kernels/rope.ts";
-import type { GpuContext } from "../engine/gpu/context.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import { assertClose, relativeError } from "./support/assert_close.ts";
 import {
   GPU_TEST,

@@ -7,7 +7,7 @@ import {
   type SampleParams,
   type SampleVariant,
 } from "../kernels/sample.ts";
-import type { GpuContext } from "../engine/gpu/context.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import {
   GPU_TEST,
   ParamArena,

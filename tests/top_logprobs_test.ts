@@ -1,7 +1,7 @@
 import { AssertionError } from "node:assert";
 import { throws as assertThrows } from "node:assert/strict";
 import { packTopLogprobCounts, TOP_LOGPROBS_MAX, TopLogprobs } from "../kernels/top_logprobs.ts";
-import type { GpuContext } from "../engine/gpu/context.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import {
   GPU_TEST,
   ParamArena,

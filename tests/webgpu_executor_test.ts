@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { WebGpuExecutor } from "../engine/executors/webgpu_executor.ts";
 import { blockBytesPerLayer } from "../engine/kv_cache.ts";
-import { readBuffer } from "../engine/gpu/readback.ts";
+import { readBuffer } from "../gpu/readback.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
 import { makeModel } from "../tools/make_model.ts";

@@ -7,7 +7,7 @@
  */
 
 import { parseArgs } from "node:util";
-import type { KernelProfileChoice } from "../../engine/gpu/kernel_profile.ts";
+import type { KernelProfileChoice } from "../../gpu/kernel_profile.ts";
 import { kernelProfileOption, UsageError } from "../bench_io.ts";
 
 /**

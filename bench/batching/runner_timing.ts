@@ -12,8 +12,8 @@
  */
 
 import type { ForwardBatch, SequenceChunk } from "../../engine/forward_batch.ts";
-import { GpuContext } from "../../engine/gpu/context.ts";
-import type { KernelProfileChoice } from "../../engine/gpu/kernel_profile.ts";
+import { GpuContext } from "../../gpu/context.ts";
+import type { KernelProfileChoice } from "../../gpu/kernel_profile.ts";
 import { openCheckpoint } from "../../engine/model/checkpoint.ts";
 import { ModelRunner } from "../../engine/model_runner.ts";
 

@@ -6,12 +6,12 @@
  * @module
  */
 
-import { STORAGE_RW } from "../../engine/gpu/context.ts";
-import { ParamArena } from "../../engine/gpu/params.ts";
-import { GpuMatrix } from "../../engine/gpu/tensor.ts";
+import { STORAGE_RW } from "../../gpu/context.ts";
+import { ParamArena } from "../../gpu/params.ts";
+import { GpuMatrix } from "../../gpu/tensor.ts";
 import type { ForwardBatch } from "../../engine/forward_batch.ts";
 import { WebGpuExecutor } from "../../engine/executors/webgpu_executor.ts";
-import { GpuTimer } from "../../engine/gpu/timer.ts";
+import { GpuTimer } from "../../gpu/timer.ts";
 import type { ModelRunner } from "../../engine/model_runner.ts";
 import { Matmul } from "../../kernels/matmul.ts";
 import { timeGpu } from "../support.ts";

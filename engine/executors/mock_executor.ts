@@ -12,7 +12,7 @@
 
 import { mockTokenAt } from "../../scheduler/mock_executor.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
-import { GpuDeviceError } from "../gpu/errors.ts";
+import { GpuDeviceError } from "../../gpu/errors.ts";
 import type { ExecutedStep, Executor, SampledToken } from "./executor.ts";
 
 /**

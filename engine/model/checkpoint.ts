@@ -9,7 +9,7 @@
  */
 
 import { join } from "node:path";
-import type { DType } from "../gpu/dtype.ts";
+import type { DType } from "../../gpu/dtype.ts";
 import { type ModelConfig, parseModelConfig } from "./config.ts";
 import { CheckpointError } from "./errors.ts";
 import { type GenerationConfig, parseGenerationConfig } from "./generation_config.ts";

@@ -13,7 +13,7 @@
  * @module
  */
 
-import type { DType } from "../gpu/dtype.ts";
+import type { DType } from "../../gpu/dtype.ts";
 import { CheckpointError } from "./errors.ts";
 import {
   DTYPE_BYTES,

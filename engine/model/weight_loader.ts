@@ -7,9 +7,9 @@
  * @module
  */
 
-import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
-import type { DType } from "../gpu/dtype.ts";
-import { GpuMatrix } from "../gpu/tensor.ts";
+import { type GpuContext, STORAGE_RW } from "../../gpu/context.ts";
+import type { DType } from "../../gpu/dtype.ts";
+import { GpuMatrix } from "../../gpu/tensor.ts";
 import type { Checkpoint } from "./checkpoint.ts";
 import { LoadProgress } from "./load_progress.ts";
 

@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { ParamArena } from "../gpu/params.ts";
+import type { ParamArena } from "../../gpu/params.ts";
 import type { KvCache } from "../kv_cache.ts";
 import type { StepBuffers } from "../step_buffers.ts";
 import {
@@ -19,7 +19,7 @@ import {
   type PagedAttentionPrefillOp,
 } from "../../kernels/paged_attention_prefill.ts";
 import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
-import type { GpuContext } from "../gpu/context.ts";
+import type { GpuContext } from "../../gpu/context.ts";
 
 /** Shape of the attention of a model (the same for every layer). */
 export interface AttentionGeometry {

@@ -15,8 +15,8 @@
  * @module
  */
 
-import type { ParamArena } from "../gpu/params.ts";
-import type { GpuMatrix } from "../gpu/tensor.ts";
+import type { ParamArena } from "../../gpu/params.ts";
+import type { GpuMatrix } from "../../gpu/tensor.ts";
 import type { KvCache } from "../kv_cache.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { WeightLoader } from "../model/weight_loader.ts";

@@ -5,8 +5,8 @@
  * @module
  */
 
-import type { GpuContext } from "../gpu/context.ts";
-import type { DType } from "../gpu/dtype.ts";
+import type { GpuContext } from "../../gpu/context.ts";
+import type { DType } from "../../gpu/dtype.ts";
 import { Add } from "../../kernels/add.ts";
 import { Embedding } from "../../kernels/embedding.ts";
 import { GatherRows } from "../../kernels/gather_rows.ts";

@@ -7,7 +7,7 @@
  */
 
 import type { ModelConfig } from "../model/config.ts";
-import type { GpuMatrix } from "../gpu/tensor.ts";
+import type { GpuMatrix } from "../../gpu/tensor.ts";
 import type { StepShape } from "./attention_block.ts";
 
 /** A model ready to encode steps. */

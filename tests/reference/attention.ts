@@ -10,7 +10,7 @@
  * @module
  */
 
-import { type DType, roundTo, toDType } from "../../engine/gpu/dtype.ts";
+import { type DType, roundTo, toDType } from "../../gpu/dtype.ts";
 import type { Rng } from "../support/random.ts";
 
 /** Inputs of {@linkcode pagedAttentionRef}. */

@@ -6,9 +6,9 @@
  * @module
  */
 
-import { GpuContext, type GpuContextOptions, STORAGE_RW } from "../../engine/gpu/context.ts";
-import { ParamArena } from "../../engine/gpu/params.ts";
-import { readBuffer } from "../../engine/gpu/readback.ts";
+import { GpuContext, type GpuContextOptions, STORAGE_RW } from "../../gpu/context.ts";
+import { ParamArena } from "../../gpu/params.ts";
+import { readBuffer } from "../../gpu/readback.ts";
 
 const contexts = new Map<string, Promise<GpuContext>>();
 

@@ -26,7 +26,7 @@ export interface GpuContextOptions {
   maxBindingBytes?: number;
   /** Adapter power preference; default "high-performance" (a real GPU over an integrated one). */
   powerPreference?: GPUPowerPreference;
-  /** Kernel variants to run (engine/gpu/kernel_profile.ts); default `auto`. */
+  /** Kernel variants to run (gpu/kernel_profile.ts); default `auto`. */
   kernelProfile?: KernelProfileChoice;
 }
 
@@ -175,7 +175,7 @@ export class GpuContext {
 
   /**
    * Whether kernels run their `cpu`-profile variants here (barrier-free, per-invocation: see
-   * engine/gpu/kernel_profile.ts). The profile, not the adapter, decides: it can be forced.
+   * gpu/kernel_profile.ts). The profile, not the adapter, decides: it can be forced.
    */
   get isCpuProfile(): boolean {
     return this.profile === "cpu";
