@@ -5,10 +5,7 @@
  * @module
  */
 
-import {
-  type KernelProfileChoice,
-  parseKernelProfileChoice,
-} from "../gpu/kernel_profile.ts";
+import { type KernelProfileChoice, parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 
 /** Bad command-line input: reported as one line, exit status 2. */
 export class UsageError extends Error {
