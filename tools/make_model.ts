@@ -6,17 +6,26 @@
  *
  * ```sh
  * deno task make-model --out DIR --preset tiny-qwen3 [--dtype f32|f16|bf16] [--seed N] [--shards N]
+ *   [--layout save-pretrained|hub|unprefixed]
  * ```
  *
  * Weights are deterministic in `--seed` and independent of `--shards` (each tensor draws from its
  * own stream seeded by the seed and the tensor's name); the same seed in another dtype gives the
  * same values rounded differently. Tensors are generated and written one at a time, so memory
  * stays around the size of the largest tensor (a 1.2 GB qwen3-0.6b bf16 checkpoint needs ~0.3 GB).
+ * `--layout` names the tensors as `save_pretrained` does (default), as the hub's files have them
+ * (GPT-2: unprefixed, with causal-mask buffers), or unprefixed (tools/checkpoint_layout.ts).
  *
  * @module
  */
 
 import { parseArgs } from "node:util";
+import {
+  CHECKPOINT_LAYOUTS,
+  type CheckpointLayout,
+  type LaidOutTensor,
+  layOut,
+} from "./checkpoint_layout.ts";
 import { writeSafetensors } from "../engine/model/safetensors.ts";
 import type { SafetensorsDType, TensorToWrite } from "../engine/model/safetensors.ts";
 import { buildBpeTokenizer } from "../engine/model/bpe_tokenizer_builder.ts";
@@ -50,6 +59,8 @@ export interface MakeModelOptions {
   seed?: number;
   /** Number of safetensors shards; 1 (default) writes a single `model.safetensors`. */
   shards?: number;
+  /** Tensor names and extra buffers (tools/checkpoint_layout.ts); default `save-pretrained`. */
+  layout?: CheckpointLayout;
 }
 
 /** What {@linkcode makeModel} wrote. */
@@ -237,15 +248,18 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
   await json("tokenizer_config.json", presetTokenizerConfig(preset, tokenizer.specialIds));
   await json("special_tokens_map.json", presetSpecialTokensMap(preset));
 
-  const specs = presetTensors(preset);
-  const sizes = specs.map((s) => bytesOf(s, dtype));
+  const specs = layOut(presetTensors(preset), preset, options.layout ?? "save-pretrained");
+  const sizes = specs.map((s) =>
+    s.spec !== null ? bytesOf(s.spec, dtype) : s.buffer!.shape.reduce((a, d) => a * d, 4)
+  );
   const totalSize = sizes.reduce((a, b) => a + b, 0);
-  const toWrite = (spec: TensorSpec): TensorToWrite => ({
-    name: spec.name,
-    dtype: SAFETENSORS_DTYPE[dtype],
-    shape: spec.shape,
-    data: () => randomTensorBytes(spec, dtype, seed),
-  });
+  const toWrite = (t: LaidOutTensor): TensorToWrite =>
+    t.spec === null ? t.buffer! : {
+      name: t.name,
+      dtype: SAFETENSORS_DTYPE[dtype],
+      shape: t.spec.shape,
+      data: () => randomTensorBytes(t.spec!, dtype, seed),
+    };
   const metadata = { format: "pt" };
   const weightMap = new Map<string, string>();
   if (shards === 1) {
@@ -271,8 +285,8 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
   return { preset, dtype, files, totalSize, weightMap };
 }
 
-const USAGE =
-  "usage: deno task make-model --out DIR --preset NAME [--dtype f32|f16|bf16] [--seed N] [--shards N]";
+const USAGE = "usage: deno task make-model --out DIR --preset NAME [--dtype f32|f16|bf16] " +
+  "[--seed N] [--shards N] [--layout save-pretrained|hub|unprefixed]";
 
 function parseCount(flag: string, value: string | undefined, min: number): number | undefined {
   if (value === undefined) return undefined;
@@ -294,6 +308,7 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
         dtype: { type: "string" },
         seed: { type: "string" },
         shards: { type: "string" },
+        layout: { type: "string" },
         help: { type: "boolean" },
       },
       strict: true,
@@ -315,9 +330,14 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
   if (dtype !== undefined && dtype !== "f32" && dtype !== "f16" && dtype !== "bf16") {
     throw new TypeError(`--dtype must be f32, f16 or bf16, got "${dtype}"`);
   }
+  const layout = values.layout;
+  if (layout !== undefined && !(CHECKPOINT_LAYOUTS as readonly string[]).includes(layout)) {
+    throw new TypeError(`--layout must be ${CHECKPOINT_LAYOUTS.join(", ")}, got "${layout}"`);
+  }
   return {
     out: values.out,
     preset: values.preset,
+    ...(layout !== undefined ? { layout: layout as CheckpointLayout } : {}),
     dtype,
     seed: parseCount("seed", values.seed, 0),
     shards: parseCount("shards", values.shards, 1),

@@ -5,6 +5,9 @@
  * the JSON files and the safetensors headers; tensor data is streamed on demand in bounded
  * chunks from whichever shard holds it. Tokenizer files are handled elsewhere.
  *
+ * Tensors are addressed by their canonical names in every layout transformers loads (prefixed
+ * or not; non-weight buffers left out): see engine/model/tensor_names.ts.
+ *
  * @module
  */
 
@@ -15,6 +18,7 @@ import { CheckpointError } from "./errors.ts";
 import { type GenerationConfig, parseGenerationConfig } from "./generation_config.ts";
 import { SafetensorsFile, type TensorChunk } from "./safetensors.ts";
 import type { TensorInfo } from "./safetensors_header.ts";
+import { TensorNames } from "./tensor_names.ts";
 
 /** A tensor of a checkpoint and the file that holds it. */
 export interface CheckpointTensor extends TensorInfo {
@@ -67,10 +71,13 @@ export class Checkpoint {
   readonly config: ModelConfig;
   /** Parsed `generation_config.json`, or null when the checkpoint has none. */
   readonly generationConfig: GenerationConfig | null;
-  /** Every tensor, by name, across all shards. */
+  /** Every weight, by canonical name, across all shards (`name` is the canonical name). */
   readonly tensors: ReadonlyMap<string, CheckpointTensor>;
+  /** How the files name their tensors, and the canonical -> stored mapping. */
+  readonly names: TensorNames;
   #files: SafetensorsFile[];
-  #byTensor: Map<string, SafetensorsFile>;
+  /** Canonical name -> the file holding it and the name it is stored under. */
+  #byTensor: Map<string, { file: SafetensorsFile; stored: string }>;
 
   private constructor(
     dir: string,
@@ -83,10 +90,14 @@ export class Checkpoint {
     this.config = config;
     this.generationConfig = generationConfig;
     this.#files = files;
-    this.#byTensor = byTensor;
+    this.names = new TensorNames(config.arch, byTensor.keys());
+    this.#byTensor = new Map();
     const tensors = new Map<string, CheckpointTensor>();
-    for (const [name, file] of byTensor) {
-      tensors.set(name, { ...file.tensor(name), file: file.path });
+    for (const canonical of this.names.canonical()) {
+      const stored = this.names.stored(canonical)!;
+      const file = byTensor.get(stored)!;
+      this.#byTensor.set(canonical, { file, stored });
+      tensors.set(canonical, { ...file.tensor(stored), name: canonical, file: file.path });
     }
     this.tensors = tensors;
   }
@@ -128,22 +139,27 @@ export class Checkpoint {
     return new Checkpoint(dir, config, generationConfig, files, byTensor);
   }
 
-  /** Whether the checkpoint has a tensor called `name`. */
+  /** Whether the checkpoint has a weight with canonical name `name`. */
   has(name: string): boolean {
     return this.#byTensor.has(name);
   }
 
   /**
-   * The tensor called `name`.
+   * The weight with canonical name `name`.
    *
-   * @throws {CheckpointError} `"<name>: tensor not found in checkpoint <dir>"`.
+   * @throws {CheckpointError} `"<name>: tensor not found in <files> (layout: ...)"`.
    */
   tensor(name: string): CheckpointTensor {
     const t = this.tensors.get(name);
-    if (t === undefined) {
-      throw new CheckpointError(`${name}: tensor not found in checkpoint ${this.dir}`);
-    }
+    if (t === undefined) throw this.#notFound(name);
     return t;
+  }
+
+  #notFound(name: string): CheckpointError {
+    const files = this.#files.map((f) => f.path.split("/").pop()).join(", ");
+    return new CheckpointError(
+      `${name}: tensor not found in ${files} of ${this.dir} (${this.names.describeLookup(name)})`,
+    );
   }
 
   /**
@@ -178,12 +194,10 @@ export class Checkpoint {
     targetDtype: DType,
     chunkBytes?: number,
   ): AsyncGenerator<TensorChunk, void, undefined> {
-    const file = this.#byTensor.get(name);
-    if (file === undefined) {
-      throw new CheckpointError(`${name}: tensor not found in checkpoint ${this.dir}`);
-    }
-    return file.readTensorChunks(
-      name,
+    const at = this.#byTensor.get(name);
+    if (at === undefined) throw this.#notFound(name);
+    return at.file.readTensorChunks(
+      at.stored,
       chunkBytes === undefined ? { targetDtype } : {
         targetDtype,
         chunkBytes,
@@ -195,11 +209,9 @@ export class Checkpoint {
    * Reads a whole tensor into a new array of `targetDtype`; for small tensors (norms, biases).
    */
   readTensor(name: string, targetDtype: DType = "f32"): Promise<Float32Array | Float16Array> {
-    const file = this.#byTensor.get(name);
-    if (file === undefined) {
-      throw new CheckpointError(`${name}: tensor not found in checkpoint ${this.dir}`);
-    }
-    return file.readTensor(name, targetDtype);
+    const at = this.#byTensor.get(name);
+    if (at === undefined) throw this.#notFound(name);
+    return at.file.readTensor(at.stored, targetDtype);
   }
 
   /** Closes every shard file. */
