@@ -9,7 +9,7 @@ import { LLMEngine } from "../engine/llm_engine.ts";
 import { CheckpointError } from "../engine/model/errors.ts";
 import { openCheckpoint } from "../engine/model/checkpoint.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
-import { type CheckpointLayout } from "../tools/checkpoint_layout.ts";
+import type { CheckpointLayout } from "../tools/checkpoint_layout.ts";
 import { makeModel, parseMakeModelArgs } from "../tools/make_model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
 
