@@ -2,16 +2,17 @@
  * Command-line entry point: `deno run -A main.ts <command> [flags]`.
  *
  * Commands: `info` (the GPU adapter, limits and features), `serve` (the HTTP server) and
- * `generate` (offline generation). Errors print one line (`error: ...`) and exit non-zero.
+ * `generate` (offline generation). Errors print one line (`error: ...`) and exit with status 2
+ * for bad command-line input (an unknown flag or command), 1 otherwise.
  *
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { runGenerate } from "./cli/generate.ts";
 import { runInfo } from "./cli/info.ts";
 import { parseKernelProfileChoice } from "./gpu/kernel_profile.ts";
 import { runServe } from "./cli/serve.ts";
+import { parseCommandArgs, UsageError } from "./cli/usage.ts";
 
 const USAGE = `usage: main.ts <command> [flags]
 
@@ -22,19 +23,27 @@ commands:
   serve                start the OpenAI-compatible HTTP server (main.ts serve --help)
   generate             offline generation (main.ts generate --help)`;
 
+const INFO_USAGE = `usage: main.ts info [--force-f32] [--kernel-profile auto|cpu|gpu]
+  --force-f32                    report f32 weights even when shader-f16 exists
+  --kernel-profile auto|cpu|gpu  the kernel profile to report (default auto: from the adapter)`;
+
 /** Runs the CLI with `argv` and returns the process exit code. */
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
     case "info": {
-      const { values } = parseArgs({
+      const { values } = parseCommandArgs("info", {
         args: rest,
         options: {
           "force-f32": { type: "boolean", default: false },
           "kernel-profile": { type: "string", default: "auto" },
+          help: { type: "boolean", default: false },
         },
-        strict: true,
       });
+      if (values.help) {
+        console.log(INFO_USAGE);
+        return 0;
+      }
       return await runInfo({
         forceF32: values["force-f32"],
         kernelProfile: parseKernelProfileChoice(values["kernel-profile"]),
@@ -51,7 +60,7 @@ export async function main(argv: string[]): Promise<number> {
       console.log(USAGE);
       return command === undefined ? 2 : 0;
     default:
-      throw new TypeError(`unknown command '${command}' (try: info, serve, generate)`);
+      throw new UsageError(`unknown command '${command}' (try: info, serve, generate)`);
   }
 }
 
@@ -62,7 +71,7 @@ if (import.meta.main) {
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     console.error(`error: ${message.split("\n")[0]}`);
-    code = 1;
+    code = error instanceof UsageError ? 2 : 1;
   }
   Deno.exit(code);
 }

@@ -30,7 +30,7 @@
  * outputs 4..16, so that gaps are comparable with the wait windows), and writes sweep.md, sweep.json, sweep_latency.svg and
  * sweep_throughput.svg to `--out-dir` (default bench/results/batching-<time>/, git-ignored).
  *
- * Exit status 0, 2 for bad command-line input, 1 for a configuration the run cannot take (one
+ * Exit status 0 (also for `--help`), 2 for bad command-line input, 1 for a configuration the run cannot take (one
  * `error:` line on stderr).
  *
  * @module
@@ -38,7 +38,7 @@
 
 import { runCalibrate } from "./batching/calibrate_command.ts";
 import { runCompare } from "./batching/compare.ts";
-import { type BenchIo, UsageError } from "./bench_io.ts";
+import { type BenchIo, reportUsage, UsageError } from "./bench_io.ts";
 import { type Options, parseBatchingArgs } from "./batching/options.ts";
 import { runSweep } from "./batching/sweep.ts";
 
@@ -56,10 +56,7 @@ export async function runBatchingBench(argv: string[], io: BenchIo = defaultIo):
   try {
     o = parseBatchingArgs(argv);
   } catch (error) {
-    if (error instanceof UsageError) {
-      io.err(error.message.startsWith("usage:") ? error.message : `error: ${error.message}`);
-      return 2;
-    }
+    if (error instanceof UsageError) return reportUsage(error, io, "bench:batching");
     throw error;
   }
   try {

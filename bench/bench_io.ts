@@ -12,6 +12,20 @@ export class UsageError extends Error {
   override name = "UsageError";
 }
 
+/**
+ * Reports a {@linkcode UsageError} of benchmark `task` and returns the exit status: a message
+ * starting with "usage:" is the requested help (stdout, 0); anything else is one line and a hint
+ * (stderr, 2).
+ */
+export function reportUsage(error: UsageError, io: BenchIo, task: string): number {
+  if (error.message.startsWith("usage:")) {
+    io.log(error.message);
+    return 0;
+  }
+  io.err(`error: ${error.message.split("\n")[0]} (see 'deno task ${task} --help')`);
+  return 2;
+}
+
 /** The value of a benchmark's `--kernel-profile` flag; a {@linkcode UsageError} when invalid. */
 export function kernelProfileOption(value: string | undefined): KernelProfileChoice {
   try {

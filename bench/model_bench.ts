@@ -31,6 +31,7 @@ import { parseArgs } from "node:util";
 import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 import { StepCostProbe } from "./lib/step_cost.ts";
+import { reportUsage, UsageError } from "./bench_io.ts";
 import { STORAGE_RW } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
@@ -42,21 +43,47 @@ import { KernelSet } from "../engine/models/kernel_set.ts";
 import { Matmul, type MatmulVariant } from "../kernels/matmul.ts";
 import { packSampleParams } from "../kernels/sample.ts";
 
-const { values: args } = parseArgs({
-  args: Deno.args,
-  options: {
-    model: { type: "string" },
-    steps: { type: "string", default: "8" },
-    batches: { type: "string", default: "1,8,32" },
-    prefill: { type: "string", default: "128,512" },
-    "no-breakdown": { type: "boolean", default: false },
-    "breakdown-batches": { type: "string", default: "1,8" },
-    "matmul-variant": { type: "string" },
-    "force-f32": { type: "boolean", default: false },
-    "kernel-profile": { type: "string" },
-    json: { type: "boolean", default: false },
-  },
-});
+const USAGE = `usage: deno task bench:model [options]
+  --model DIR                  checkpoint (default: the qwen3-0.6b preset, generated, bf16)
+  --steps N                    decode steps per batch size (default 8)
+  --batches LIST               decode batch sizes (default 1,8,32)
+  --prefill LIST               prefill lengths (default 128,512)
+  --no-breakdown               skip the per-kernel breakdown
+  --breakdown-batches LIST     batch sizes of the breakdown (default 1,8)
+  --matmul-variant V           force one matmul kernel (tiled, gemv, blocked, unrolled)
+  --force-f32                  f32 weights even with shader-f16
+  --kernel-profile auto|cpu|gpu   kernel variants (default auto: from the adapter)
+  --json                       print one JSON report`;
+
+function parseModelBenchArgs(argv: string[]) {
+  try {
+    const { values } = parseArgs({
+      args: argv,
+      options: {
+        model: { type: "string" },
+        steps: { type: "string", default: "8" },
+        batches: { type: "string", default: "1,8,32" },
+        prefill: { type: "string", default: "128,512" },
+        "no-breakdown": { type: "boolean", default: false },
+        "breakdown-batches": { type: "string", default: "1,8" },
+        "matmul-variant": { type: "string" },
+        "force-f32": { type: "boolean", default: false },
+        "kernel-profile": { type: "string" },
+        json: { type: "boolean", default: false },
+        help: { type: "boolean", default: false },
+      },
+    });
+    if (values.help) throw new UsageError(USAGE);
+    return values;
+  } catch (error) {
+    const usage = error instanceof UsageError
+      ? error
+      : new UsageError(error instanceof Error ? error.message : String(error));
+    Deno.exit(reportUsage(usage, { log: console.log, err: console.error }, "bench:model"));
+  }
+}
+
+const args = parseModelBenchArgs(Deno.args);
 const STEPS = Number(args.steps);
 const BATCHES = args.batches.split(",").filter((s) => s !== "").map(Number);
 const PREFILLS = args.prefill.split(",").filter((s) => s !== "").map(Number);

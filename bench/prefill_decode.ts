@@ -52,7 +52,7 @@ import {
   SWEEP_PROMPT,
   sweepOutputLen,
 } from "./prefill_decode/measure.ts";
-import { type BenchIo, UsageError } from "./bench_io.ts";
+import { type BenchIo, reportUsage, UsageError } from "./bench_io.ts";
 import { type Options, parsePrefillDecodeArgs } from "./prefill_decode/options.ts";
 import {
   batchCharts,
@@ -77,10 +77,7 @@ export async function runPrefillDecodeBench(
   try {
     o = parsePrefillDecodeArgs(argv);
   } catch (error) {
-    if (error instanceof UsageError) {
-      io.err(error.message.startsWith("usage:") ? error.message : `error: ${error.message}`);
-      return 2;
-    }
+    if (error instanceof UsageError) return reportUsage(error, io, "bench:prefill-decode");
     throw error;
   }
   let tempDir: string | null = null;

@@ -21,7 +21,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { UsageError } from "./bench_io.ts";
+import { reportUsage, UsageError } from "./bench_io.ts";
 import { levelMetrics, type Slo } from "./serve/metrics.ts";
 import { ProgressBar, type SyncWriter } from "./serve/progress.ts";
 import {
@@ -469,9 +469,12 @@ if (import.meta.main) {
       stderrIsTerminal: Deno.stderr.isTerminal(),
     });
   } catch (e) {
-    const message = e instanceof Error ? e.message : String(e);
-    console.error(`error: ${message.split("\n")[0]}`);
-    code = e instanceof UsageError ? 2 : 1;
+    if (e instanceof UsageError) {
+      code = reportUsage(e, { log: console.log, err: console.error }, "bench:serve");
+    } else {
+      console.error(`error: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`);
+      code = 1;
+    }
   }
   Deno.exit(code);
 }

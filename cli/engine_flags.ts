@@ -10,6 +10,29 @@ import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import { makeModel } from "../tools/make_model.ts";
 
+/**
+ * Throws one line unless `dir` is a model directory: a directory holding `config.json` (the
+ * same message from every command, before anything else reads it).
+ *
+ * @throws {TypeError} `"<dir> is not a model directory (...)"`.
+ */
+export async function checkModelDir(dir: string): Promise<void> {
+  let why: string | null = null;
+  try {
+    if (!(await Deno.stat(dir)).isDirectory) why = "not a directory";
+    else if (!(await Deno.stat(`${dir}/config.json`).catch(() => null))?.isFile) {
+      why = "no config.json in it";
+    }
+  } catch (e) {
+    why = e instanceof Deno.errors.NotFound ? "no such directory" : `cannot read it: ${e}`;
+  }
+  if (why !== null) {
+    throw new TypeError(
+      `${dir} is not a model directory (${why}); --model takes a Hugging Face checkpoint directory`,
+    );
+  }
+}
+
 /** parseArgs option specs of the engine flags. */
 export const ENGINE_FLAGS = {
   model: { type: "string" },
@@ -126,7 +149,10 @@ export const DEFAULT_MODEL_DIR = new URL("../.cache/models/tiny-qwen3", import.m
  * on first use. Says which on stderr.
  */
 export async function resolveModelDir(model: string | undefined): Promise<string> {
-  if (model !== undefined) return model;
+  if (model !== undefined) {
+    await checkModelDir(model);
+    return model;
+  }
   let exists = false;
   try {
     exists = (await Deno.stat(`${DEFAULT_MODEL_DIR}/config.json`)).isFile;

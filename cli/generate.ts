@@ -7,9 +7,9 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { InvalidParameterError, validateSamplingParams } from "../engine/input_processor.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
+import { parseCommandArgs } from "./usage.ts";
 import type { RequestOutput } from "../engine/engine_api.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
 import {
@@ -41,7 +41,7 @@ function parseNumber(
 
 /** Runs `generate` with `args`; returns the exit code. */
 export async function runGenerate(args: string[]): Promise<number> {
-  const { values, tokens } = parseArgs({
+  const { values, tokens } = parseCommandArgs("generate", {
     args,
     options: {
       ...ENGINE_FLAGS,
@@ -59,7 +59,6 @@ export async function runGenerate(args: string[]): Promise<number> {
       json: { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
-    strict: true,
     tokens: true,
   });
   if (values.help) {

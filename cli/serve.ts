@@ -11,7 +11,6 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import {
   type EngineClient,
   EngineDeadError,
@@ -33,6 +32,7 @@ import {
   engineOptionsFromFlags,
   resolveModelDir,
 } from "./engine_flags.ts";
+import { parseCommandArgs } from "./usage.ts";
 import {
   API_KEY_ENV,
   SERVE_FLAGS,
@@ -123,10 +123,9 @@ export class LoadingEngine implements EngineClient {
 
 /** Runs `serve` with `args`; resolves with the exit code once the server has stopped. */
 export async function runServe(args: string[]): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = parseCommandArgs("serve", {
     args,
     options: { ...ENGINE_FLAGS, ...SERVE_FLAGS, help: { type: "boolean", default: false } },
-    strict: true,
   });
   if (values.help) {
     console.log(SERVE_USAGE);

@@ -234,7 +234,7 @@ Deno.test("bench/serve.ts rejects bad input with a UsageError, and the CLI exits
   assert.equal(out.code, 2);
   assert.equal(
     new TextDecoder().decode(out.stderr),
-    "error: --output-len must be at least 1, got 0\n",
+    "error: --output-len must be at least 1, got 0 (see 'deno task bench:serve --help')\n",
   );
 });
 

@@ -77,7 +77,8 @@ Deno.test("main.ts generate rejects bad flags with one line and no stack trace",
     ]
   ) {
     const r = await generate(args);
-    assert.equal(r.code, 1, `${args.join(" ")}: ${r.stderr}`);
+    // An unknown flag is a usage error (2); a bad value or a missing prompt, 1.
+    assert.equal(r.code, args[0] === "--bogus" ? 2 : 1, `${args.join(" ")}: ${r.stderr}`);
     const errors = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
     assert.equal(errors.length, 1, `${args.join(" ")}: ${r.stderr}`);
     assert.doesNotMatch(r.stderr, /at .*\.ts:\d+/);
