@@ -63,7 +63,8 @@ workload:
   --input-len N|A:B         prompt tokens, uniform in A..B (default 256)
   --output-len N|A:B        max_tokens, uniform in A..B (default 128)
   --prompt-kind K           tokens (random token ids) or words (random words) (default tokens)
-  --vocab-range A:B         token ids drawn from A..B (default 100:5000)
+  --vocab-range A:B         token ids drawn from A..B (default 100:5000, cut to the served
+                            model's vocabulary when /v1/models reports vocab_size)
   --ignore-eos / --no-ignore-eos   send ignore_eos (default on, so lengths hold)
   --temperature T           sampling temperature (default 0)
   --seed N                  workload seed (default 0)
@@ -100,7 +101,7 @@ const OPTIONS = {
   "input-len": { type: "string", default: "256" },
   "output-len": { type: "string", default: "128" },
   "prompt-kind": { type: "string", default: "tokens" },
-  "vocab-range": { type: "string", default: "100:5000" },
+  "vocab-range": { type: "string" },
   "ignore-eos": { type: "boolean", default: true },
   temperature: { type: "string", default: "0" },
   seed: { type: "string", default: "0" },
@@ -153,26 +154,48 @@ function timestamp(d: Date): string {
   return d.toISOString().replace(/\.\d+Z$/, "").replace(/:/g, "-");
 }
 
-/** GET /v1/models: the listed ids and the `server` header. */
-async function fetchModels(url: string): Promise<{ ids: string[]; server: string | null }> {
+/** Token ids prompts are drawn from when `--vocab-range` is not given. */
+const DEFAULT_VOCAB_RANGE = "100:5000";
+
+/**
+ * The default prompt-id range for a served vocabulary of `vocabSize` ids (null: unknown):
+ * 100..5000, cut to the vocabulary (all of it when it has at most 100 ids).
+ */
+export function defaultVocabRange(vocabSize: number | null): [number, number] {
+  if (vocabSize === null) return [100, 5000];
+  if (vocabSize <= 100) return [0, vocabSize - 1];
+  return [100, Math.min(5000, vocabSize - 1)];
+}
+
+/** GET /v1/models: the listed ids, the first model's `vocab_size` if given, the `server` header. */
+async function fetchModels(
+  url: string,
+): Promise<{ ids: string[]; vocabSize: number | null; server: string | null }> {
   const res = await fetch(`${url}/v1/models`, { signal: AbortSignal.timeout(30_000) });
   const body: unknown = await res.json().catch(() => null);
   if (res.status !== 200) throw new Error(`GET ${url}/v1/models answered ${res.status}`);
   const ids: string[] = [];
+  let vocabSize: number | null = null;
   if (typeof body === "object" && body !== null && "data" in body && Array.isArray(body.data)) {
     for (const m of body.data) {
       if (typeof m === "object" && m !== null && "id" in m && typeof m.id === "string") {
         ids.push(m.id);
+        const v = (m as { vocab_size?: unknown }).vocab_size;
+        if (vocabSize === null && typeof v === "number" && Number.isInteger(v) && v > 0) {
+          vocabSize = v;
+        }
       }
     }
   }
-  return { ids, server: res.headers.get("server") };
+  return { ids, vocabSize, server: res.headers.get("server") };
 }
 
 /** The parsed command line. */
 interface Settings {
   readonly url: string | undefined;
   readonly modelDir: string | undefined;
+  /** Whether `--vocab-range` was given (else it follows the served vocabulary). */
+  readonly vocabGiven: boolean;
   readonly engineFlags: string[];
   readonly servedModelName: string | undefined;
   readonly startupTimeoutMs: number;
@@ -272,7 +295,7 @@ function parse(argv: string[]): Settings | "help" {
     inputLen: range(values["input-len"], "input-len", 1),
     outputLen: range(values["output-len"], "output-len", 1),
     promptKind: kind,
-    vocab: range(values["vocab-range"], "vocab-range", 0),
+    vocab: range(values["vocab-range"] ?? DEFAULT_VOCAB_RANGE, "vocab-range", 0),
     ignoreEos: values["ignore-eos"],
     temperature: positiveNumber(values.temperature, "temperature", true),
     seed: integer(values.seed, "seed", 0),
@@ -283,6 +306,7 @@ function parse(argv: string[]): Settings | "help" {
   return {
     url: values.url?.replace(/\/+$/, ""),
     modelDir: values.model,
+    vocabGiven: values["vocab-range"] !== undefined,
     engineFlags,
     servedModelName: values["served-model-name"],
     startupTimeoutMs: positiveNumber(values["startup-timeout-s"], "startup-timeout-s") * 1000,
@@ -320,7 +344,7 @@ export async function runServeBench(argv: string[], io: ServeIo): Promise<number
     io.log(USAGE);
     return 0;
   }
-  const { config } = settings;
+  let { config } = settings;
   const started = new Date();
   let local: LocalServer | undefined;
   try {
@@ -335,7 +359,11 @@ export async function runServeBench(argv: string[], io: ServeIo): Promise<number
       io.log(`local server ready at ${url}`);
     }
     if (url === undefined) throw new UsageError("no server URL");
-    let models: { ids: string[]; server: string | null } = { ids: [], server: null };
+    let models: Awaited<ReturnType<typeof fetchModels>> = {
+      ids: [],
+      vocabSize: null,
+      server: null,
+    };
     try {
       models = await fetchModels(url);
     } catch (e) {
@@ -345,6 +373,10 @@ export async function runServeBench(argv: string[], io: ServeIo): Promise<number
             "is the server running? (or pass --served-model-name)",
         );
       }
+    }
+    if (!settings.vocabGiven) {
+      const [lo, hi] = defaultVocabRange(models.vocabSize);
+      config = { ...config, vocab: { min: lo, max: hi } };
     }
     const model = settings.servedModelName ?? models.ids[0];
     if (model === undefined) {

@@ -182,6 +182,8 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
         root: engine.model.name,
         parent: null,
         max_model_len: engine.model.maxModelLen,
+        // An extension (like max_model_len): benchmarks draw prompt ids below it.
+        ...(engine.model.vocabSize > 0 ? { vocab_size: engine.model.vocabSize } : {}),
         permission: [],
       })),
     });

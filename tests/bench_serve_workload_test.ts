@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { defaultVocabRange } from "../bench/serve.ts";
 import { arrivalTimesMs, parseRange, planRequests, Rng } from "../bench/serve/workload.ts";
 
 /** Mean and coefficient of variation (std / mean) of the gaps between `times`. */
@@ -72,4 +73,11 @@ Deno.test("parseRange() accepts N and A:B and rejects anything else with a Range
   assert.throws(() => parseRange("0", "--output-len"), /--output-len must be at least 1, got 0/);
   assert.throws(() => parseRange("1.5", "--input-len"), RangeError);
   assert.throws(() => parseRange("a:b", "--input-len"), /must be N or A:B/);
+});
+
+Deno.test("defaultVocabRange() draws prompt ids from the served vocabulary when it is known", () => {
+  assert.deepEqual(defaultVocabRange(null), [100, 5000]);
+  assert.deepEqual(defaultVocabRange(151936), [100, 5000]);
+  assert.deepEqual(defaultVocabRange(512), [100, 511]);
+  assert.deepEqual(defaultVocabRange(64), [0, 63]);
 });

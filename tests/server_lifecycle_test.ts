@@ -324,6 +324,7 @@ Deno.test("/v1/models, /tokenize and /detokenize answer vLLM's shapes", async ()
     assert.deepEqual(models.data.map((m: { id: string }) => m.id), ["tiny", "tiny-alias"]);
     assert.equal(models.data[0].object, "model");
     assert.equal(models.data[0].max_model_len, 128);
+    assert.equal(models.data[0].vocab_size, engine.model.vocabSize);
     assert.equal(typeof models.data[0].created, "number");
     assert.equal(typeof models.data[0].owned_by, "string");
     const oa = new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0 });
