@@ -8,6 +8,8 @@
 
 import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
+import { downloadToCache } from "../engine/model/hf_download.ts";
+import { looksLikeHubId, resolveHubModel } from "../engine/model/hf_cache.ts";
 import { makeModel } from "../tools/make_model.ts";
 
 /**
@@ -37,6 +39,7 @@ export async function checkModelDir(dir: string): Promise<void> {
 export const ENGINE_FLAGS = {
   model: { type: "string" },
   "served-model-name": { type: "string" },
+  revision: { type: "string" },
   executor: { type: "string" },
   scheduler: { type: "string" },
   "max-num-seqs": { type: "string" },
@@ -65,7 +68,11 @@ export const ENGINE_FLAGS = {
 
 /** Usage lines of the engine flags. */
 export const ENGINE_FLAGS_USAGE = `engine flags:
-  --model DIR                    Hugging Face model directory (default: the tiny default model)
+  --model DIR|ORG/NAME           Hugging Face model directory, or hub id found in (or
+                                 downloaded into) the Hugging Face cache ($HF_HUB_CACHE,
+                                 $HF_HOME/hub or ~/.cache/huggingface/hub; HF_HUB_OFFLINE=1:
+                                 cache only; HF_TOKEN, HF_ENDPOINT) (default: a tiny model)
+  --revision REV                 branch, tag or commit of a hub id (default main)
   --served-model-name NAME       name clients use (default: the directory's name)
   --executor webgpu|mock         run the model, or fake step times (default webgpu)
   --scheduler continuous|static|dynamic   batching policy (default continuous)
@@ -144,12 +151,49 @@ export function engineOptionsFromFlags(v: FlagValues): EngineOptions {
 /** Where the default tiny model lives (git-ignored). */
 export const DEFAULT_MODEL_DIR = new URL("../.cache/models/tiny-qwen3", import.meta.url).pathname;
 
+async function pathExists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Whether `--model` names a hub model (`org/name` that is not a path here). */
+export async function isHubModel(model: string): Promise<boolean> {
+  return looksLikeHubId(model) && !(await pathExists(model));
+}
+
 /**
- * The model directory to use: `--model` when given; otherwise the default tiny model, created
- * on first use. Says which on stderr.
+ * The name a server reports for `--model` (before `--served-model-name`): a hub id as given,
+ * else the directory's base name.
  */
-export async function resolveModelDir(model: string | undefined): Promise<string> {
+export async function defaultServedName(model: string, dir: string): Promise<string> {
+  return (await isHubModel(model)) ? model : dir.replace(/\/+$/, "").split("/").pop()!;
+}
+
+/**
+ * The model directory to use: `--model` when given (a checkpoint directory, or a hub id such as
+ * `Qwen/Qwen3-0.6B` resolved in the Hugging Face cache at `revision`, downloaded into it when
+ * absent and the network is allowed: engine/model/hf_cache.ts); otherwise the default tiny
+ * model, created on first use. Says which on stderr.
+ */
+export async function resolveModelDir(
+  model: string | undefined,
+  revision?: string,
+): Promise<string> {
   if (model !== undefined) {
+    if (await isHubModel(model)) {
+      const dir = await resolveHubModel(model, {
+        ...(revision !== undefined ? { revision } : {}),
+        download: (id, rev, cache) =>
+          downloadToCache(id, rev, cache, { log: (l) => console.error(l) }),
+      });
+      console.error(`Using ${model} from the Hugging Face cache: ${dir}`);
+      return dir;
+    }
+    if (revision !== undefined) throw new TypeError("--revision applies to a hub model id only");
     await checkModelDir(model);
     return model;
   }

@@ -96,7 +96,7 @@ export async function runGenerate(args: string[]): Promise<number> {
     if (!(e instanceof InvalidParameterError)) throw e;
     throw new TypeError(`--${e.param.split(".")[0]!.replaceAll("_", "-")}: ${e.message}`);
   }
-  const model = await resolveModelDir(values.model);
+  const model = await resolveModelDir(values.model, values.revision);
   const options = engineOptionsFromFlags({ ...values, model });
   const engine = await LLMEngine.create(
     { maxNumSeqs: Math.max(prompts.length, 1), ...options },

@@ -30,6 +30,7 @@ import {
   ENGINE_FLAGS,
   ENGINE_FLAGS_USAGE,
   engineOptionsFromFlags,
+  defaultServedName,
   resolveModelDir,
 } from "./engine_flags.ts";
 import { parseCommandArgs } from "./usage.ts";
@@ -137,10 +138,10 @@ export async function runServe(args: string[]): Promise<number> {
   const mock = values.executor === "mock";
   const model = mock && values.model === undefined
     ? undefined
-    : await resolveModelDir(values.model);
+    : await resolveModelDir(values.model, values.revision);
   const options = engineOptionsFromFlags({ ...values, ...(model !== undefined ? { model } : {}) });
   const servedName = values["served-model-name"] ??
-    (model !== undefined ? model.replace(/\/+$/, "").split("/").pop()! : "mock");
+    (model !== undefined ? await defaultServedName(values.model ?? model, model) : "mock");
 
   // What clients may see before the weights are loaded: the model's name and context length.
   let info: ModelInfo = {
