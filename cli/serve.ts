@@ -27,10 +27,10 @@ import { mockBatchTestFactory } from "../server/batch_test.ts";
 import { isLoopbackHost } from "../server/security.ts";
 import { startServer } from "../server/server.ts";
 import {
+  defaultServedName,
   ENGINE_FLAGS,
   ENGINE_FLAGS_USAGE,
   engineOptionsFromFlags,
-  defaultServedName,
   resolveModelDir,
 } from "./engine_flags.ts";
 import { parseCommandArgs } from "./usage.ts";

@@ -18,6 +18,7 @@ import {
 import { downloadToCache } from "../engine/model/hf_download.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { runMain } from "./support/cli.ts";
+import { defaultServedName } from "../cli/engine_flags.ts";
 
 const COMMIT = "0123456789abcdef0123456789abcdef01234567";
 
@@ -93,6 +94,9 @@ Deno.test("main.ts generate --model ORG/NAME runs a model from the Hugging Face 
     );
     assert.equal(ok.code, 0, ok.stderr);
     assert.equal(JSON.parse(ok.stdout.trim()).token_ids.length, 3);
+    // A server reports the hub id as the model's name (as vLLM does), a directory by its name.
+    assert.equal(await defaultServedName("test-org/tiny", `${root}/x`), "test-org/tiny");
+    assert.equal(await defaultServedName(root, root), root.split("/").pop());
     const missing = await runMain(
       ["generate", "--model", "test-org/absent", "--prompt-ids", "1"],
       env,

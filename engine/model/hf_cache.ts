@@ -123,9 +123,9 @@ export async function resolveHubModel(id: string, options: HubModelOptions = {})
   const offline = options.offline ?? hfHubOffline();
   if (offline || options.download === undefined) {
     throw new CheckpointError(
-      `${id} (revision ${revision}) is not in the Hugging Face cache ${
-        repoFolder(cacheDir, id)
-      }${offline ? " and HF_HUB_OFFLINE forbids downloading it" : ""}`,
+      `${id} (revision ${revision}) is not in the Hugging Face cache ${repoFolder(cacheDir, id)}${
+        offline ? " and HF_HUB_OFFLINE forbids downloading it" : ""
+      }`,
     );
   }
   return await options.download(id, revision, cacheDir);
