@@ -196,16 +196,24 @@ export function setupMockEngine(
 }
 
 /**
- * max_model_len for a model: the requested value (at most the model's max_position_embeddings),
- * or min(max_position_embeddings, 4096).
+ * max_model_len for a model: the requested value (at most the model's max_position_embeddings
+ * and its sliding window), or min(max_position_embeddings, 4096, sliding_window).
  *
- * @throws {RangeError} when the requested value exceeds the model's positions.
+ * @throws {RangeError} when the requested value exceeds the model's positions or its sliding
+ *   window.
  */
 export function resolveMaxModelLen(requested: number | undefined, model: ModelConfig): number {
-  const maxModelLen = requested ?? Math.min(model.maxPositionEmbeddings, 4096);
+  const window = model.slidingWindow ?? Infinity;
+  const maxModelLen = requested ?? Math.min(model.maxPositionEmbeddings, 4096, window);
   if (maxModelLen > model.maxPositionEmbeddings) {
     throw new RangeError(
       `max_model_len ${maxModelLen} exceeds the model's max_position_embeddings ${model.maxPositionEmbeddings}`,
+    );
+  }
+  if (maxModelLen > window) {
+    throw new RangeError(
+      `max_model_len ${maxModelLen} exceeds the model's sliding_window ${window}: attention over ` +
+        `a sliding window is not supported; use --max-model-len ${window} or less`,
     );
   }
   return maxModelLen;

@@ -140,6 +140,7 @@ Deno.test("parseModelConfig() normalises Qwen3 configs in transformers 4.x and 5
     ropeTheta: 1000000,
     ropeScaling: { type: "none" },
     maxPositionEmbeddings: 40960,
+    slidingWindow: null,
     tieWordEmbeddings: true,
     qkvBias: false,
     oProjBias: false,
@@ -239,6 +240,7 @@ Deno.test("parseModelConfig() normalises GPT-2 names: n_embd, n_inner null, gelu
     ropeTheta: 0,
     ropeScaling: { type: "none" },
     maxPositionEmbeddings: 1024,
+    slidingWindow: null,
     tieWordEmbeddings: true,
     qkvBias: true,
     oProjBias: true,
@@ -259,8 +261,8 @@ Deno.test("parseModelConfig() normalises GPT-2 names: n_embd, n_inner null, gelu
 
 Deno.test("parseModelConfig() rejects unsupported architectures, rope types and missing fields in one line", () => {
   assertConfigError(
-    () => parseModelConfig({ ...qwen3v4, architectures: ["MistralForCausalLM"] }),
-    /^config\.json: unsupported architectures \["MistralForCausalLM"\]/,
+    () => parseModelConfig({ ...qwen3v4, architectures: ["MixtralForCausalLM"] }),
+    /^config\.json: unsupported architectures \["MixtralForCausalLM"\]/,
   );
   const { architectures: _a, ...noArch } = qwen3v4;
   assertConfigError(() => parseModelConfig(noArch), /missing required field "architectures"/);
@@ -393,5 +395,24 @@ Deno.test("parseGenerationConfig() reads sampling defaults and eos lists, ignori
   assertConfigError(
     () => parseGenerationConfig({ eos_token_id: [1, -2] }),
     /invalid field "eos_token_id\.1": \[1,-2\]/,
+  );
+});
+
+Deno.test("parseModelConfig() refuses an activation the architecture's kernels do not compute", () => {
+  assert.throws(
+    () => parseModelConfig({ ...qwen2v4, hidden_act: "gelu" }),
+    /unsupported hidden_act "gelu" for this architecture \(its kernels compute silu\)/,
+  );
+  assert.throws(
+    () =>
+      parseModelConfig({
+        architectures: ["GPT2LMHeadModel"],
+        n_embd: 64,
+        n_head: 4,
+        n_layer: 2,
+        vocab_size: 100,
+        activation_function: "gelu",
+      }),
+    /unsupported activation_function "gelu" for this architecture \(its kernels compute gelu_new\)/,
   );
 });

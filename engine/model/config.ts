@@ -1,8 +1,10 @@
 /**
  * Parsing of a Hugging Face `config.json` into a normalised, typed {@linkcode ModelConfig}.
  *
- * Supported architectures: `Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM` (all
- * pre-norm RMSNorm + RoPE + gated SiLU MLP decoders) and `GPT2LMHeadModel` (LayerNorm, learned
+ * Supported architectures: `Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`,
+ * `MistralForCausalLM` (all pre-norm RMSNorm + RoPE + gated SiLU MLP decoders; Mistral is
+ * Llama's layout without biases, plus a `sliding_window` that the engine serves only where it
+ * changes nothing: `max_model_len` at most the window) and `GPT2LMHeadModel` (LayerNorm, learned
  * absolute positions, GELU MLP). Both transformers 4.x (`rope_theta`, `rope_scaling` with `type`
  * or `rope_type`, `torch_dtype`) and 5.x (`rope_parameters`, `dtype`) spellings are accepted, as
  * are GPT-2's own names (`n_embd`, `n_layer`, ...). Unknown fields are ignored; a missing or
@@ -19,12 +21,14 @@ export type Architecture =
   | "Qwen3ForCausalLM"
   | "Qwen2ForCausalLM"
   | "LlamaForCausalLM"
+  | "MistralForCausalLM"
   | "GPT2LMHeadModel";
 
 const ARCHITECTURES: readonly Architecture[] = [
   "Qwen3ForCausalLM",
   "Qwen2ForCausalLM",
   "LlamaForCausalLM",
+  "MistralForCausalLM",
   "GPT2LMHeadModel",
 ];
 
@@ -78,6 +82,11 @@ export interface ModelConfig {
   readonly ropeTheta: number;
   readonly ropeScaling: RopeScaling;
   readonly maxPositionEmbeddings: number;
+  /**
+   * Mistral's `sliding_window`: each token attends to at most this many positions, or null
+   * (full attention). The engine runs only `max_model_len <= slidingWindow`, where both agree.
+   */
+  readonly slidingWindow: number | null;
   /** The LM head reuses the token embedding matrix (no separate `lm_head.weight`). */
   readonly tieWordEmbeddings: boolean;
   /** Q, K and V projections have biases (Qwen2 always; Llama/Qwen3 `attention_bias`; GPT-2). */
@@ -130,6 +139,7 @@ const rawSchema = z.object({
   attention_bias: z.boolean().optional(),
   mlp_bias: z.boolean().optional(),
   use_sliding_window: z.boolean().nullish(),
+  sliding_window: posInt.nullish(),
   hidden_act: z.string().optional(),
   bos_token_id: tokenId.nullish(),
   eos_token_id: z.union([tokenId, z.array(tokenId)]).nullish(),
@@ -165,6 +175,19 @@ function required<T>(source: string, value: T | null | undefined, field: string)
     throw new ConfigError(`${source}: missing required field "${field}"`);
   }
   return value;
+}
+
+/** `activation(name)`, refused unless it is `supported` (what the model's kernels compute). */
+function only(source: string, field: string, name: string, supported: Activation): Activation {
+  const act = activation(source, field, name);
+  if (act !== supported) {
+    throw new ConfigError(
+      `${source}: unsupported ${field} ${
+        JSON.stringify(name)
+      } for this architecture (its kernels compute ${supported === "silu" ? "silu" : "gelu_new"})`,
+    );
+  }
+  return act;
 }
 
 function activation(source: string, field: string, name: string): Activation {
@@ -326,12 +349,15 @@ function decoderConfig(
     ropeScaling: Object.freeze(rope.scaling),
     maxPositionEmbeddings: raw.max_position_embeddings ??
       (arch === "LlamaForCausalLM" ? 2048 : 32768),
+    // Qwen2's sliding_window only applies with use_sliding_window (rejected above).
+    slidingWindow: arch === "MistralForCausalLM" ? raw.sliding_window ?? null : null,
     tieWordEmbeddings: raw.tie_word_embeddings ?? false,
     qkvBias: arch === "Qwen2ForCausalLM" ? true : attentionBias,
     oProjBias: arch === "LlamaForCausalLM" ? attentionBias : false,
     mlpBias: arch === "LlamaForCausalLM" ? (raw.mlp_bias ?? false) : false,
     qkNorm: arch === "Qwen3ForCausalLM",
-    hiddenAct: activation(source, "hidden_act", raw.hidden_act ?? "silu"),
+    // The gated MLP kernel is SiLU's: any other activation would give a wrong answer.
+    hiddenAct: only(source, "hidden_act", raw.hidden_act ?? "silu", "silu"),
     bosTokenId: raw.bos_token_id ?? null,
     eosTokenIds: eosList(raw.eos_token_id),
     torchDtype: raw.dtype ?? raw.torch_dtype ?? null,
@@ -364,15 +390,18 @@ function gpt2Config(source: string, raw: RawConfig): ModelConfig {
     ropeTheta: 0,
     ropeScaling: Object.freeze({ type: "none" }),
     maxPositionEmbeddings: raw.n_positions ?? raw.max_position_embeddings ?? 1024,
+    slidingWindow: null,
     tieWordEmbeddings: raw.tie_word_embeddings ?? true,
     qkvBias: true,
     oProjBias: true,
     mlpBias: true,
     qkNorm: false,
-    hiddenAct: activation(
+    // GPT-2's MLP kernel is gelu_new (tanh); the exact erf GELU would differ slightly.
+    hiddenAct: only(
       source,
       "activation_function",
       raw.activation_function ?? "gelu_new",
+      "gelu_tanh",
     ),
     bosTokenId: raw.bos_token_id ?? null,
     eosTokenIds: eosList(raw.eos_token_id),

@@ -1,5 +1,6 @@
 /**
- * The Llama-family decoder: `LlamaForCausalLM`, `Qwen2ForCausalLM` (bias on q, k, v) and
+ * The Llama-family decoder: `LlamaForCausalLM` (and `MistralForCausalLM`, the same layout),
+ * `Qwen2ForCausalLM` (bias on q, k, v) and
  * `Qwen3ForCausalLM` (per-head RMSNorm on q and k before RoPE; `head_dim` independent of
  * `hidden_size / heads`). Pre-norm residual blocks:
  *

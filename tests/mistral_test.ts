@@ -1,0 +1,110 @@
+/**
+ * `MistralForCausalLM`: Llama's layout without biases plus a `sliding_window`. The engine serves
+ * it where the window changes nothing (`max_model_len` at most the window) with greedy tokens
+ * equal to the float64 reference, and refuses a longer `max_model_len` naming the setting.
+ */
+
+import assert from "node:assert/strict";
+import { LLMEngine } from "../engine/llm_engine.ts";
+import { parseModelConfig } from "../engine/model/config.ts";
+import { samplingParams } from "../scheduler/sampling_params.ts";
+import { makeModel } from "../tools/make_model.ts";
+import { ReferenceModel } from "./reference/model.ts";
+import { GPU_TEST } from "./support/gpu.ts";
+import { referenceRun } from "./support/solo_run.ts";
+
+const WINDOW = 48;
+
+/** A Mistral checkpoint: tiny-llama's tensors under a MistralConfig (as transformers writes it). */
+async function makeMistral(dir: string): Promise<void> {
+  await makeModel({ out: dir, preset: "tiny-llama", dtype: "f32", seed: 13 });
+  const llama = JSON.parse(await Deno.readTextFile(`${dir}/config.json`));
+  const mistral = {
+    architectures: ["MistralForCausalLM"],
+    model_type: "mistral",
+    attention_dropout: 0.0,
+    bos_token_id: llama.bos_token_id,
+    eos_token_id: llama.eos_token_id,
+    head_dim: llama.head_dim,
+    hidden_act: "silu",
+    hidden_size: llama.hidden_size,
+    initializer_range: 0.02,
+    intermediate_size: llama.intermediate_size,
+    max_position_embeddings: 4096,
+    num_attention_heads: llama.num_attention_heads,
+    num_hidden_layers: llama.num_hidden_layers,
+    num_key_value_heads: llama.num_key_value_heads,
+    rms_norm_eps: llama.rms_norm_eps,
+    rope_theta: 10000.0,
+    sliding_window: WINDOW,
+    tie_word_embeddings: false,
+    torch_dtype: "float32",
+    vocab_size: llama.vocab_size,
+  };
+  await Deno.writeTextFile(`${dir}/config.json`, JSON.stringify(mistral, null, 2));
+}
+
+Deno.test("parseModelConfig() reads MistralForCausalLM as Llama's layout with its sliding window", () => {
+  const c = parseModelConfig({
+    architectures: ["MistralForCausalLM"],
+    hidden_size: 64,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    num_hidden_layers: 2,
+    intermediate_size: 128,
+    vocab_size: 100,
+    sliding_window: 4096,
+  });
+  assert.equal(c.arch, "MistralForCausalLM");
+  assert.equal(c.slidingWindow, 4096);
+  assert.deepEqual([c.qkvBias, c.oProjBias, c.mlpBias, c.qkNorm], [false, false, false, false]);
+  const none = parseModelConfig({
+    architectures: ["MistralForCausalLM"],
+    hidden_size: 64,
+    num_attention_heads: 4,
+    num_hidden_layers: 2,
+    intermediate_size: 128,
+    vocab_size: 100,
+    sliding_window: null,
+  });
+  assert.equal(none.slidingWindow, null);
+});
+
+Deno.test(
+  "LLMEngine serves a Mistral checkpoint within its sliding window, equal to the float64 reference",
+  GPU_TEST,
+  async () => {
+    const dir = await Deno.makeTempDir();
+    try {
+      await makeMistral(dir);
+      await assert.rejects(
+        LLMEngine.create({ model: dir, maxModelLen: WINDOW + 1, showProgress: false }),
+        new RegExp(`max_model_len ${WINDOW + 1} exceeds the model's sliding_window ${WINDOW}`),
+      );
+      const engine = await LLMEngine.create({ model: dir, showProgress: false, forceF32: true });
+      try {
+        assert.equal(engine.model.maxModelLen, WINDOW, "the default max_model_len is the window");
+        const ref = await ReferenceModel.load(dir);
+        const prompt = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38];
+        const maxTokens = WINDOW - prompt.length;
+        const out: number[] = [];
+        const stream = engine.generate({
+          requestId: "m",
+          promptTokenIds: prompt,
+          params: samplingParams({ temperature: 0, maxTokens, ignoreEos: true }),
+        });
+        for await (const o of stream) out.push(...o.tokenIds);
+        const expected = referenceRun(ref, prompt, maxTokens);
+        // f32 on the device: every token equal, except after a near-tie of the reference's logits.
+        for (let i = 0; i < maxTokens; i++) {
+          if (expected[i]!.gap < 1e-4) break;
+          assert.equal(out[i], expected[i]!.token, `token ${i}`);
+        }
+      } finally {
+        await engine.shutdown();
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
