@@ -1,7 +1,9 @@
 /**
- * `MistralForCausalLM`: Llama's layout without biases plus a `sliding_window`. The engine serves
- * it where the window changes nothing (`max_model_len` at most the window) with greedy tokens
- * equal to the float64 reference, and refuses a longer `max_model_len` naming the setting.
+ * Llama-family checkpoints small-model users run, with their own settings: SmolLM2 (tied
+ * embeddings, rope_theta 100000, no head_dim), TinyLlama (rope_theta 10000, untied, 2048
+ * positions) and `MistralForCausalLM` (Llama's layout without biases plus a `sliding_window`,
+ * served where the window changes nothing: `max_model_len` at most the window, a longer one
+ * refused naming the setting). Greedy tokens equal the float64 reference.
  */
 
 import assert from "node:assert/strict";
@@ -15,11 +17,19 @@ import { referenceRun } from "./support/solo_run.ts";
 
 const WINDOW = 48;
 
-/** A Mistral checkpoint: tiny-llama's tensors under a MistralConfig (as transformers writes it). */
-async function makeMistral(dir: string): Promise<void> {
+/** tiny-llama's tensors under another config.json (the fields as transformers writes them). */
+async function rewriteConfig(
+  dir: string,
+  make: (llama: Record<string, unknown>) => Record<string, unknown>,
+): Promise<void> {
   await makeModel({ out: dir, preset: "tiny-llama", dtype: "f32", seed: 13 });
   const llama = JSON.parse(await Deno.readTextFile(`${dir}/config.json`));
-  const mistral = {
+  await Deno.writeTextFile(`${dir}/config.json`, JSON.stringify(make(llama), null, 2));
+}
+
+/** A Mistral checkpoint: tiny-llama's tensors under a MistralConfig. */
+function makeMistral(dir: string): Promise<void> {
+  return rewriteConfig(dir, (llama) => ({
     architectures: ["MistralForCausalLM"],
     model_type: "mistral",
     attention_dropout: 0.0,
@@ -40,8 +50,7 @@ async function makeMistral(dir: string): Promise<void> {
     tie_word_embeddings: false,
     torch_dtype: "float32",
     vocab_size: llama.vocab_size,
-  };
-  await Deno.writeTextFile(`${dir}/config.json`, JSON.stringify(mistral, null, 2));
+  }));
 }
 
 Deno.test("parseModelConfig() reads MistralForCausalLM as Llama's layout with its sliding window", () => {
@@ -108,3 +117,61 @@ Deno.test(
     }
   },
 );
+
+/** Greedy tokens of the engine vs the float64 reference on `dir` (f32 on the device). */
+async function checkParity(dir: string, maxTokens: number): Promise<void> {
+  const engine = await LLMEngine.create({ model: dir, showProgress: false, forceF32: true });
+  try {
+    const ref = await ReferenceModel.load(dir);
+    const prompt = [7, 1, 8, 2, 8, 1, 8, 2, 8];
+    const out: number[] = [];
+    const stream = engine.generate({
+      requestId: "p",
+      promptTokenIds: prompt,
+      params: samplingParams({ temperature: 0, maxTokens, ignoreEos: true }),
+    });
+    for await (const o of stream) out.push(...o.tokenIds);
+    const expected = referenceRun(ref, prompt, maxTokens);
+    for (let i = 0; i < maxTokens; i++) {
+      if (expected[i]!.gap < 1e-4) break;
+      assert.equal(out[i], expected[i]!.token, `token ${i}`);
+    }
+  } finally {
+    await engine.shutdown();
+  }
+}
+
+for (
+  const [name, make] of [
+    [
+      "SmolLM2 (tied, rope_theta 100000, no head_dim)",
+      (l: Record<string, unknown>) => {
+        const { head_dim: _h, rope_scaling: _r, ...rest } = l;
+        return { ...rest, tie_word_embeddings: true, rope_theta: 100000.0, pretraining_tp: 1 };
+      },
+    ],
+    [
+      "TinyLlama (rope_theta 10000, 2048 positions)",
+      (l: Record<string, unknown>) => ({
+        ...l,
+        rope_scaling: null,
+        rope_theta: 10000.0,
+        max_position_embeddings: 2048,
+      }),
+    ],
+  ] as const
+) {
+  Deno.test(
+    `LLMEngine runs a ${name} checkpoint equal to the float64 reference`,
+    GPU_TEST,
+    async () => {
+      const dir = await Deno.makeTempDir();
+      try {
+        await rewriteConfig(dir, make);
+        await checkParity(dir, 12);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  );
+}
