@@ -38,7 +38,7 @@
 
 import { runCalibrate } from "./batching/calibrate_command.ts";
 import { runCompare } from "./batching/compare.ts";
-import { type BenchIo, reportUsage, UsageError } from "./bench_io.ts";
+import { type BenchIo, reportUsage, runMain, UsageError } from "./bench_io.ts";
 import { type Options, parseBatchingArgs } from "./batching/options.ts";
 import { runSweep } from "./batching/sweep.ts";
 
@@ -73,4 +73,4 @@ export async function runBatchingBench(argv: string[], io: BenchIo = defaultIo):
   }
 }
 
-if (import.meta.main) Deno.exit(await runBatchingBench(Deno.args));
+if (import.meta.main) Deno.exit(await runMain(() => runBatchingBench(Deno.args)));

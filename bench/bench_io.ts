@@ -26,6 +26,21 @@ export function reportUsage(error: UsageError, io: BenchIo, task: string): numbe
   return 2;
 }
 
+/**
+ * Runs a benchmark's entry point: its exit status, or 1 with one `error:` line for anything it
+ * throws (a model directory that is not one, an unreachable server), never a stack trace.
+ */
+export async function runMain(run: () => Promise<number>): Promise<number> {
+  try {
+    return await run();
+  } catch (error) {
+    console.error(
+      `error: ${(error instanceof Error ? error.message : String(error)).split("\n")[0]}`,
+    );
+    return 1;
+  }
+}
+
 /** The value of a benchmark's `--kernel-profile` flag; a {@linkcode UsageError} when invalid. */
 export function kernelProfileOption(value: string | undefined): KernelProfileChoice {
   try {

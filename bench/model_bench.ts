@@ -32,6 +32,7 @@ import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 import { StepCostProbe } from "./lib/step_cost.ts";
 import { reportUsage, UsageError } from "./bench_io.ts";
+import { checkModelDir } from "../cli/engine_flags.ts";
 import { STORAGE_RW } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
@@ -139,6 +140,14 @@ const ctx = await benchContext({
   kernelProfile: parseKernelProfileChoice(args["kernel-profile"]),
 });
 const generated = args.model === undefined;
+if (args.model !== undefined) {
+  try {
+    await checkModelDir(args.model);
+  } catch (error) {
+    console.error(`error: ${error instanceof Error ? error.message : error}`);
+    Deno.exit(1);
+  }
+}
 const modelDir = args.model ?? await generateModel();
 const command = Deno.args.length > 0 || !import.meta.main
   ? `deno ${import.meta.main ? "run" : "bench"} -A bench/model_bench.ts ${Deno.args.join(" ")}`

@@ -52,7 +52,7 @@ import {
   SWEEP_PROMPT,
   sweepOutputLen,
 } from "./prefill_decode/measure.ts";
-import { type BenchIo, reportUsage, UsageError } from "./bench_io.ts";
+import { type BenchIo, reportUsage, runMain, UsageError } from "./bench_io.ts";
 import { type Options, parsePrefillDecodeArgs } from "./prefill_decode/options.ts";
 import {
   batchCharts,
@@ -94,7 +94,7 @@ export async function runPrefillDecodeBench(
       modelDir = await resolveModelDir(undefined);
       modelNote = "tiny-qwen3 (random weights)";
     } else {
-      modelDir = o.model;
+      modelDir = await resolveModelDir(o.model);
       modelNote = modelDir;
     }
     const blockSize = 16;
@@ -262,4 +262,4 @@ export async function runPrefillDecodeBench(
   }
 }
 
-if (import.meta.main) Deno.exit(await runPrefillDecodeBench(Deno.args));
+if (import.meta.main) Deno.exit(await runMain(() => runPrefillDecodeBench(Deno.args)));

@@ -66,3 +66,15 @@ Deno.test("serve and generate say the same one line for a --model that is not a 
       "Face checkpoint directory",
   );
 });
+
+Deno.test("the bench tasks say the same one line for a --model that is not a model directory", async () => {
+  for (const script of ["bench/model_bench.ts", "bench/prefill_decode.ts"]) {
+    const r = await run([script, "--model", "/no/such/dir"]);
+    assert.equal(r.code, 1, `${script}: ${r.stderr}`);
+    const errors = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
+    assert.deepEqual(errors, [
+      "error: /no/such/dir is not a model directory (no such directory); --model takes a Hugging " +
+      "Face checkpoint directory",
+    ], script);
+  }
+});

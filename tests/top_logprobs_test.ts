@@ -18,8 +18,14 @@ import { testSeed } from "./support/random.ts";
 import { topLogprobsRef } from "./reference/logits_process.ts";
 
 const QWEN_VOCAB = 151936;
-/** Logprob tolerance: |got - ref| <= 1e-5 * max(1, |ref|) (absolute below 1, else relative). */
-const LOGPROB_TOL = 1e-5;
+/**
+ * Logprob tolerance: |got - ref| <= 3e-5 * max(1, |ref|) (absolute below 1, else relative). The
+ * kernel's log-sum-exp is an f32 sum over up to 151936 terms split among as few as 16
+ * invocations (~9,500 terms each); 1.2e-5 was observed (seed 899929759, workgroup 16), so 1e-5
+ * was too tight. A wrong normaliser (a skipped or doubled block of the row) is off by ~1e-4 or
+ * more, well above this.
+ */
+const LOGPROB_TOL = 3e-5;
 /** The CPU-adapter and GPU workgroup sizes, and one between. */
 const WORKGROUPS = [16, 128, 32];
 

@@ -128,5 +128,14 @@ export async function resolveHubModel(id: string, options: HubModelOptions = {})
       }`,
     );
   }
-  return await options.download(id, revision, cacheDir);
+  try {
+    return await options.download(id, revision, cacheDir);
+  } catch (e) {
+    throw new CheckpointError(
+      `${id} (revision ${revision}) is not in the Hugging Face cache ${
+        repoFolder(cacheDir, id)
+      } and downloading it failed: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`,
+      { cause: e },
+    );
+  }
 }
