@@ -201,6 +201,11 @@ Deno.test("downloadToCache() fetches a hub model into the cache with @huggingfac
         COMMIT,
       );
       assert.match(lines[0]!, /^Downloading test-org\/remote \(main\): \d+ files/);
+      // The bytes counted while streaming are exactly the wanted files' (README.md left out).
+      const wanted = [...files].filter(([n]) => n !== "README.md");
+      const bytes = wanted.reduce((a, [, d]) => a + d.length, 0);
+      assert.ok(bytes < 1 << 20, "a tiny model: the size is written in KB");
+      assert.equal(lines.at(-1), `Downloaded ${(bytes / 1024).toFixed(1)} KB`);
       // Offline from now on: the same resolution finds it without the network.
       assert.equal(
         await resolveHubModel("test-org/remote", { cacheDir: cache, offline: true }),

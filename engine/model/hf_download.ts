@@ -16,6 +16,7 @@ import { downloadFileToCacheDir, listFiles } from "@huggingface/hub";
 import { dirname, join } from "node:path";
 import { CheckpointError } from "./errors.ts";
 import { repoFolder } from "./hf_cache.ts";
+import { LoadProgress } from "./load_progress.ts";
 
 /** The top-level files a checkpoint needs. */
 const WANTED =
@@ -29,6 +30,8 @@ export interface DownloadOptions {
   readonly accessToken?: string;
   /** Progress lines ("downloading config.json (1 of 5, 0.7 KB)"). */
   readonly log?: (line: string) => void;
+  /** Draw a progress bar of the downloaded bytes on stderr; default: when it is a terminal. */
+  readonly progressBar?: boolean;
 }
 
 function env(name: string): string | undefined {
@@ -45,6 +48,32 @@ function size(bytes: number): string {
     : bytes >= 1 << 20
     ? `${(bytes / (1 << 20)).toFixed(1)} MB`
     : `${(bytes / 1024).toFixed(1)} KB`;
+}
+
+/**
+ * `fetch` that reports the body bytes of file downloads (`/resolve/` URLs, except the one-byte
+ * probe of a file's size) as they stream through.
+ */
+function countingFetch(onBytes: (n: number) => void): typeof fetch {
+  return async (input, init) => {
+    const res = await fetch(input, init);
+    const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
+    const range = new Headers(init?.headers).get("range");
+    if (res.body === null || !url.includes("/resolve/") || range === "bytes=0-0") return res;
+    const counted = res.body.pipeThrough(
+      new TransformStream<Uint8Array, Uint8Array>({
+        transform(chunk, controller) {
+          onBytes(chunk.byteLength);
+          controller.enqueue(chunk);
+        },
+      }),
+    );
+    return new Response(counted, {
+      status: res.status,
+      statusText: res.statusText,
+      headers: res.headers,
+    });
+  };
 }
 
 /**
@@ -81,13 +110,23 @@ export async function downloadToCache(
   }
   const total = files.reduce((a, f) => a + f.size, 0);
   log(`Downloading ${id} (${revision}): ${files.length} files, ${size(total)} into ${cacheDir}`);
+  const progress = new LoadProgress(
+    total,
+    options.progressBar ?? Deno.stderr.isTerminal(),
+    "Downloading",
+  );
+  const fetchCounting = countingFetch((n) => progress.advance(n));
   let snapshot: string | null = null;
-  let done = 0;
   for (const [i, f] of files.entries()) {
     log(`  ${f.path} (${i + 1} of ${files.length}, ${size(f.size)})`);
     let pointer: string;
     try {
-      pointer = await downloadFileToCacheDir({ ...common, path: f.path, cacheDir });
+      pointer = await downloadFileToCacheDir({
+        ...common,
+        path: f.path,
+        cacheDir,
+        fetch: fetchCounting,
+      });
     } catch (e) {
       throw new CheckpointError(
         `Cannot download ${f.path} of ${id} from ${hubUrl}: ${
@@ -97,9 +136,9 @@ export async function downloadToCache(
       );
     }
     snapshot ??= dirname(pointer);
-    done += f.size;
   }
-  log(`Downloaded ${size(done)}`);
+  progress.finish();
+  log(`Downloaded ${size(progress.done)}`);
   // huggingface_hub records which commit a branch or tag name points at.
   if (!/^[0-9a-f]{40}$/.test(revision)) {
     const refs = join(repoFolder(cacheDir, id), "refs");

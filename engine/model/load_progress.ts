@@ -1,6 +1,6 @@
 /**
- * A progress bar on stderr for weight loading (bytes, percent, rate), drawn only when stderr is
- * a terminal and redrawn at most ten times a second.
+ * A progress bar on stderr for weight loading and downloads (bytes, percent, rate), drawn only
+ * when stderr is a terminal and redrawn at most ten times a second.
  *
  * @module
  */
@@ -21,10 +21,16 @@ export class LoadProgress {
   #done = 0;
   #lastDraw = 0;
 
-  /** @param enabled draw at all (default: when stderr is a terminal). */
-  constructor(total: number, enabled = Deno.stderr.isTerminal()) {
+  readonly #label: string;
+
+  /**
+   * @param enabled draw at all (default: when stderr is a terminal).
+   * @param label what the bar says it does.
+   */
+  constructor(total: number, enabled = Deno.stderr.isTerminal(), label = "Loading weights") {
     this.total = total;
     this.#enabled = enabled;
+    this.#label = label;
   }
 
   /** Bytes loaded so far. */
@@ -55,7 +61,7 @@ export class LoadProgress {
     const width = 30;
     const filled = Math.round(frac * width);
     const rate = this.#done / Math.max(1e-3, (now - this.#start) / 1000);
-    const line = `\rLoading weights [${"#".repeat(filled)}${" ".repeat(width - filled)}] ` +
+    const line = `\r${this.#label} [${"#".repeat(filled)}${" ".repeat(width - filled)}] ` +
       `${(frac * 100).toFixed(0).padStart(3)}% ${formatBytes(this.#done)} / ${
         formatBytes(this.total)
       } ` +
