@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { assignShards, makeModel } from "../tools/make_model.ts";
 import { SafetensorsFile } from "../engine/model/safetensors.ts";
-import { PRESETS, presetTensors } from "../engine/model/presets.ts";
+import { PRESETS } from "../engine/model/presets.ts";
+import { presetTensors } from "../engine/model/preset_tensors.ts";
 import { Tokenizer } from "../engine/tokenizer.ts";
 import { testSeed } from "./support/random.ts";
 

@@ -15,7 +15,8 @@
  */
 
 import { encodeTensorData, type TensorToWrite } from "../engine/model/safetensors.ts";
-import type { ModelPreset, TensorSpec } from "../engine/model/presets.ts";
+import type { ModelPreset } from "../engine/model/presets.ts";
+import type { TensorSpec } from "../engine/model/preset_tensors.ts";
 
 /** A layout `make-model` writes. */
 export type CheckpointLayout = "save-pretrained" | "hub" | "unprefixed";

@@ -33,19 +33,19 @@ import {
   type CheckpointDtype,
   getPreset,
   type ModelPreset,
-  presetConfig,
-  presetGenerationConfig,
   PRESETS,
-  presetSpecialTokensMap,
-  presetTensors,
-  presetTokenizerConfig,
-  specialIdsOf,
   specialTokensOf,
-  type TensorInit,
-  type TensorSpec,
   TOKENIZER_SIZE,
   tokenizerFlavorOf,
 } from "../engine/model/presets.ts";
+import {
+  presetConfig,
+  presetGenerationConfig,
+  presetSpecialTokensMap,
+  presetTokenizerConfig,
+  specialIdsOf,
+} from "../engine/model/preset_files.ts";
+import { presetTensors, type TensorInit, type TensorSpec } from "../engine/model/preset_tensors.ts";
 
 /** Options of {@linkcode makeModel}. */
 export interface MakeModelOptions {
