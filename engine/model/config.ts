@@ -14,7 +14,10 @@
  */
 
 import { z } from "zod";
-import { ConfigError } from "./errors.ts";
+import { ConfigError, describeValue, requiredField } from "./errors.ts";
+import { parseRope, ropeDict, type RopeScaling } from "./rope_config.ts";
+
+export type { RopeScaling };
 
 /** The model classes this engine can run (the `architectures` entry of `config.json`). */
 export type Architecture =
@@ -35,22 +38,6 @@ const ARCHITECTURES: readonly Architecture[] = [
 function isArchitecture(s: unknown): s is Architecture {
   return ARCHITECTURES.some((a) => a === s);
 }
-
-/**
- * RoPE frequency scaling. `none`: plain RoPE. `linear`: positions divided by `factor`
- * (equivalently every inverse frequency divided by it). `llama3`: Llama 3.1's wavelength-banded
- * scaling (see {@linkcode ropeInvFreq}).
- */
-export type RopeScaling =
-  | { readonly type: "none" }
-  | { readonly type: "linear"; readonly factor: number }
-  | {
-    readonly type: "llama3";
-    readonly factor: number;
-    readonly lowFreqFactor: number;
-    readonly highFreqFactor: number;
-    readonly originalMaxPositionEmbeddings: number;
-  };
 
 /**
  * Activation of the MLP. `silu`: x * sigmoid(x) (gated: silu(gate) * up). `gelu_tanh`: the tanh
@@ -109,17 +96,6 @@ const posInt = z.number().int().positive();
 const tokenId = z.number().int().nonnegative();
 const posNum = z.number().positive();
 
-const ropeDict = z.looseObject({
-  rope_type: z.string().optional(),
-  type: z.string().optional(),
-  rope_theta: posNum.optional(),
-  factor: posNum.optional(),
-  low_freq_factor: posNum.optional(),
-  high_freq_factor: posNum.optional(),
-  original_max_position_embeddings: posInt.optional(),
-});
-type RopeDict = z.infer<typeof ropeDict>;
-
 /** Every field we read, each optional here; requiredness is checked per architecture. */
 const rawSchema = z.object({
   architectures: z.array(z.string()).min(1),
@@ -156,11 +132,6 @@ const rawSchema = z.object({
 });
 type RawConfig = z.infer<typeof rawSchema>;
 
-function describe(v: unknown): string {
-  const s = JSON.stringify(v);
-  return s === undefined ? String(v) : s.length > 60 ? `${s.slice(0, 57)}...` : s;
-}
-
 function valueAt(json: unknown, path: readonly PropertyKey[]): unknown {
   let v = json;
   for (const key of path) {
@@ -168,13 +139,6 @@ function valueAt(json: unknown, path: readonly PropertyKey[]): unknown {
     v = Reflect.get(v, key);
   }
   return v;
-}
-
-function required<T>(source: string, value: T | null | undefined, field: string): T {
-  if (value === undefined || value === null) {
-    throw new ConfigError(`${source}: missing required field "${field}"`);
-  }
-  return value;
 }
 
 /** `activation(name)`, refused unless it is `supported` (what the model's kernels compute). */
@@ -204,62 +168,8 @@ function activation(source: string, field: string, name: string): Activation {
     default:
       throw new ConfigError(
         `${source}: unsupported ${field} ${
-          describe(name)
+          describeValue(name)
         } (supported: silu, gelu, gelu_new, gelu_pytorch_tanh)`,
-      );
-  }
-}
-
-function parseRope(
-  source: string,
-  raw: RawConfig,
-): { theta: number; scaling: RopeScaling } {
-  // transformers 5.x: everything under rope_parameters; 4.x: rope_theta + rope_scaling.
-  let dict: RopeDict | null | undefined;
-  let key: string;
-  let theta: number | undefined;
-  if (raw.rope_parameters !== undefined && raw.rope_parameters !== null) {
-    dict = raw.rope_parameters;
-    key = "rope_parameters";
-    theta = dict.rope_theta ?? raw.rope_theta;
-  } else {
-    dict = raw.rope_scaling;
-    key = "rope_scaling";
-    theta = raw.rope_theta ?? dict?.rope_theta;
-  }
-  theta ??= 10000;
-  if (dict === undefined || dict === null) return { theta, scaling: { type: "none" } };
-  const typeField = dict.rope_type !== undefined ? "rope_type" : "type";
-  const type = dict.rope_type ?? dict.type ?? "default";
-  const need = <T>(v: T | undefined, f: string): T => required(source, v, `${key}.${f}`);
-  switch (type) {
-    case "default":
-      return { theta, scaling: { type: "none" } };
-    case "linear":
-      return { theta, scaling: { type: "linear", factor: need(dict.factor, "factor") } };
-    case "llama3": {
-      const scaling: RopeScaling = {
-        type: "llama3",
-        factor: need(dict.factor, "factor"),
-        lowFreqFactor: need(dict.low_freq_factor, "low_freq_factor"),
-        highFreqFactor: need(dict.high_freq_factor, "high_freq_factor"),
-        originalMaxPositionEmbeddings: need(
-          dict.original_max_position_embeddings,
-          "original_max_position_embeddings",
-        ),
-      };
-      if (scaling.highFreqFactor <= scaling.lowFreqFactor) {
-        throw new ConfigError(
-          `${source}: ${key}.high_freq_factor (${scaling.highFreqFactor}) must exceed low_freq_factor (${scaling.lowFreqFactor})`,
-        );
-      }
-      return { theta, scaling };
-    }
-    default:
-      throw new ConfigError(
-        `${source}: unsupported ${key}.${typeField} ${
-          describe(type)
-        } (supported: default, linear, llama3)`,
       );
   }
 }
@@ -289,7 +199,7 @@ export function parseModelConfig(json: unknown, source = "config.json"): ModelCo
   const arch = Array.isArray(archs) ? archs[0] : undefined;
   if (!isArchitecture(arch)) {
     throw new ConfigError(
-      `${source}: unsupported architectures ${describe(archs)} (supported: ${
+      `${source}: unsupported architectures ${describeValue(archs)} (supported: ${
         ARCHITECTURES.join(", ")
       })`,
     );
@@ -300,7 +210,7 @@ export function parseModelConfig(json: unknown, source = "config.json"): ModelCo
     const path = issue?.path ?? [];
     const field = path.map(String).join(".");
     throw new ConfigError(
-      `${source}: invalid field "${field}": ${describe(valueAt(json, path))} (${
+      `${source}: invalid field "${field}": ${describeValue(valueAt(json, path))} (${
         issue?.message ?? "invalid"
       })`,
     );
@@ -318,11 +228,11 @@ function decoderConfig(
   raw: RawConfig,
   arch: Exclude<Architecture, "GPT2LMHeadModel">,
 ): ModelConfig {
-  const hiddenSize = required(source, raw.hidden_size, "hidden_size");
-  const numHeads = required(source, raw.num_attention_heads, "num_attention_heads");
-  const vocabSize = required(source, raw.vocab_size, "vocab_size");
-  const numLayers = required(source, raw.num_hidden_layers, "num_hidden_layers");
-  const intermediateSize = required(source, raw.intermediate_size, "intermediate_size");
+  const hiddenSize = requiredField(source, raw.hidden_size, "hidden_size");
+  const numHeads = requiredField(source, raw.num_attention_heads, "num_attention_heads");
+  const vocabSize = requiredField(source, raw.vocab_size, "vocab_size");
+  const numLayers = requiredField(source, raw.num_hidden_layers, "num_hidden_layers");
+  const intermediateSize = requiredField(source, raw.intermediate_size, "intermediate_size");
   if (raw.head_dim == null && hiddenSize % numHeads !== 0) {
     throw new ConfigError(
       `${source}: hidden_size ${hiddenSize} is not a multiple of num_attention_heads ${numHeads} and no head_dim is given`,
@@ -366,10 +276,10 @@ function decoderConfig(
 
 function gpt2Config(source: string, raw: RawConfig): ModelConfig {
   // GPT2Config maps hidden_size/num_hidden_layers/... onto its own names; accept either.
-  const hiddenSize = required(source, raw.n_embd ?? raw.hidden_size, "n_embd");
-  const numHeads = required(source, raw.n_head ?? raw.num_attention_heads, "n_head");
-  const numLayers = required(source, raw.n_layer ?? raw.num_hidden_layers, "n_layer");
-  const vocabSize = required(source, raw.vocab_size, "vocab_size");
+  const hiddenSize = requiredField(source, raw.n_embd ?? raw.hidden_size, "n_embd");
+  const numHeads = requiredField(source, raw.n_head ?? raw.num_attention_heads, "n_head");
+  const numLayers = requiredField(source, raw.n_layer ?? raw.num_hidden_layers, "n_layer");
+  const vocabSize = requiredField(source, raw.vocab_size, "vocab_size");
   if (hiddenSize % numHeads !== 0) {
     throw new ConfigError(
       `${source}: n_embd ${hiddenSize} is not a multiple of n_head ${numHeads}`,

@@ -22,3 +22,17 @@ export class CheckpointError extends Error {
 export class ConfigError extends CheckpointError {
   override name = "ConfigError";
 }
+
+/** A short JSON rendering of a config value for error messages (cut at 60 characters). */
+export function describeValue(v: unknown): string {
+  const s = JSON.stringify(v);
+  return s === undefined ? String(v) : s.length > 60 ? `${s.slice(0, 57)}...` : s;
+}
+
+/** `value`, or a {@linkcode ConfigError} `<source>: missing required field "<field>"`. */
+export function requiredField<T>(source: string, value: T | null | undefined, field: string): T {
+  if (value === undefined || value === null) {
+    throw new ConfigError(`${source}: missing required field "${field}"`);
+  }
+  return value;
+}
