@@ -1,10 +1,9 @@
 /**
  * The WebGPU executor: turns each {@linkcode SchedulerOutput} into a {@linkcode ForwardBatch}
  * for the {@linkcode ModelRunner}, and performs the scheduler's swap copies between the KV
- * cache and a bounded host-memory pool. A swap-out's copies are submitted ahead of every later
- * step (queue order keeps the blocks intact until copied) and read back in the background, so
- * preemption by swap never waits for Deno's ~10 ms readback; only a swap-in of bytes still on
- * their way waits for them ({@linkcode WebGpuExecutor.swapInReady}).
+ * cache and a bounded host-memory pool (engine/executors/swap_space.ts). A request that cannot
+ * be sampled in a step (see {@linkcode WebGpuExecutor.samplingOf}) fails alone: the step runs
+ * for every other request.
  *
  * Tokens the host does not know yet ({@linkcode SAMPLED_TOKEN}) are fed from the GPU ring of
  * sampled tokens through `runner.sampledRef`, so no step waits for a readback. Sampling is
@@ -33,9 +32,9 @@ import { checkLogitsProcessParams } from "../../kernels/logits_process.ts";
 import { checkSampleParams } from "../../kernels/sample.ts";
 import { TOP_LOGPROBS_MAX } from "../../kernels/top_logprobs.ts";
 import type { SequenceChunk } from "../forward_batch.ts";
-import { blockBytesPerLayer } from "../kv_cache.ts";
 import type { ModelRunner } from "../model_runner.ts";
 import type { ExecutedStep, Executor, SampledToken } from "./executor.ts";
+import { SwapSpace } from "./swap_space.ts";
 
 /** Options of {@linkcode WebGpuExecutor}. */
 export interface WebGpuExecutorOptions {
@@ -52,11 +51,6 @@ export interface PenaltyHistory {
   readonly known: number[];
   /** Output index -> where it was sampled, for indices >= known.length. */
   readonly onGpu: Map<number, { readonly step: number; readonly row: number }>;
-}
-
-/** A swap-out on its way to host memory (identity marks the slots it still owns). */
-interface Landing {
-  readonly done: Promise<void>;
 }
 
 /** One request's row in a step's sampler (see {@linkcode WebGpuExecutor.samplingOf}). */
@@ -83,20 +77,13 @@ export class WebGpuExecutor implements Executor {
   readonly #runnerStep = new Map<number, number>();
   /** Penalised requests' output history (see the module documentation). */
   readonly #history = new Map<string, PenaltyHistory>();
-  /** Host swap pool: slot i holds one block of every layer, K then V. */
-  readonly #swapPool: Uint8Array<ArrayBuffer> | null;
-  /** Host slot -> the swap-out whose bytes are still on their way into it. */
-  readonly #landing = new Map<number, Landing>();
-  readonly #layerBlockBytes: number;
+  /** The host swap pool and the copies to and from it. */
+  readonly #swap: SwapSpace;
 
   constructor(runner: ModelRunner, options: WebGpuExecutorOptions) {
     this.runner = runner;
     this.#seedSource = options.seedSource;
-    this.#layerBlockBytes = blockBytesPerLayer(runner.kv.shape);
-    const slotBytes = 2 * runner.kv.shape.numLayers * this.#layerBlockBytes;
-    this.#swapPool = options.numSwapBlocks > 0
-      ? new Uint8Array(options.numSwapBlocks * slotBytes)
-      : null;
+    this.#swap = new SwapSpace(runner.ctx, runner.kv, options.numSwapBlocks);
   }
 
   get maxInFlight(): number {
@@ -166,14 +153,7 @@ export class WebGpuExecutor implements Executor {
   }
 
   swapInReady(output: SchedulerOutput): Promise<void> | undefined {
-    const waits = new Set<Promise<void>>();
-    for (const r of output.swappedIn) {
-      for (const c of r.copies) {
-        const landing = this.#landing.get(c.hostSlot);
-        if (landing !== undefined) waits.add(landing.done);
-      }
-    }
-    return waits.size === 0 ? undefined : Promise.all(waits).then(() => {});
+    return this.#swap.ready(output);
   }
 
   /**
@@ -182,22 +162,7 @@ export class WebGpuExecutor implements Executor {
    *   space.
    */
   execute(output: SchedulerOutput): ExecutedStep {
-    // Swap-ins read the host pool now: every block they read must have landed there. Checked
-    // before this step's own swap-outs claim their host slots.
-    for (const r of output.swappedIn) {
-      for (const c of r.copies) {
-        if (this.#landing.has(c.hostSlot)) {
-          throw new RangeError(
-            `Cannot swap in request "${r.requestId}": host slot ${c.hostSlot} is still on its ` +
-              `way from the GPU (await swapInReady() first)`,
-          );
-        }
-      }
-    }
-    // Swap-outs first: their copies are submitted before the swap-ins' writes, which may reuse
-    // the same GPU blocks.
-    if (output.swappedOut.length > 0) this.#swapOut(output);
-    if (output.swappedIn.length > 0) this.#swapIn(output);
+    this.#swap.copy(output);
     if (output.scheduled.length === 0) return { result: Promise.resolve(new Map()) };
     const n = output.totalTokens;
     const inputIds = new Uint32Array(n);
@@ -336,70 +301,6 @@ export class WebGpuExecutor implements Executor {
       );
     }
     return { sample, process, topLogprobs, penalty };
-  }
-
-  /**
-   * Copies swapped-out blocks into a staging buffer (submitted now, so before any later step
-   * can overwrite them) and into the host pool once the buffer is mapped, in the background:
-   * the next step is not held back. Until then the host slots are in `#landing`.
-   */
-  #swapOut(output: SchedulerOutput): void {
-    const pool = this.#swapPool;
-    if (pool === null) throw new RangeError("Cannot swap out: no swap space (--swap-space 0)");
-    const ctx = this.runner.ctx;
-    const kv = this.runner.kv;
-    const b = this.#layerBlockBytes;
-    const copies = output.swappedOut.flatMap((r) => r.copies);
-    const perBlock = 2 * kv.shape.numLayers * b;
-    const staging = ctx.createBuffer(
-      "swap-out",
-      copies.length * perBlock,
-      GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-    );
-    const encoder = ctx.device.createCommandEncoder({ label: "swap-out" });
-    copies.forEach((c, i) => {
-      for (let l = 0; l < kv.shape.numLayers; l++) {
-        const dst = i * perBlock + 2 * l * b;
-        encoder.copyBufferToBuffer(kv.k[l]!, c.gpuBlock * b, staging, dst, b);
-        encoder.copyBufferToBuffer(kv.v[l]!, c.gpuBlock * b, staging, dst + b, b);
-      }
-    });
-    ctx.device.queue.submit([encoder.finish()]);
-    const landing: Landing = {
-      done: staging.mapAsync(GPUMapMode.READ).then(() => {
-        const bytes = new Uint8Array(staging.getMappedRange());
-        copies.forEach((c, i) => {
-          // A slot claimed again since (its request aborted, the slot reused) is not ours.
-          if (this.#landing.get(c.hostSlot) !== landing) return;
-          pool.set(bytes.subarray(i * perBlock, (i + 1) * perBlock), c.hostSlot * perBlock);
-          this.#landing.delete(c.hostSlot);
-        });
-        staging.unmap();
-      }).finally(() => staging.destroy()),
-    };
-    // Awaited by swapInReady when a swap-in needs these slots; a failed copy stays in
-    // `#landing`, so such a swap-in fails instead of reading stale bytes.
-    landing.done.catch(() => {});
-    for (const c of copies) this.#landing.set(c.hostSlot, landing);
-  }
-
-  /** Writes swapped-in blocks from the host pool into the KV cache (ordered before the step). */
-  #swapIn(output: SchedulerOutput): void {
-    const pool = this.#swapPool;
-    if (pool === null) throw new RangeError("Cannot swap in: no swap space (--swap-space 0)");
-    const kv = this.runner.kv;
-    const b = this.#layerBlockBytes;
-    const perBlock = 2 * kv.shape.numLayers * b;
-    const queue = this.runner.ctx.device.queue;
-    for (const r of output.swappedIn) {
-      for (const c of r.copies) {
-        for (let l = 0; l < kv.shape.numLayers; l++) {
-          const src = c.hostSlot * perBlock + 2 * l * b;
-          queue.writeBuffer(kv.k[l]!, c.gpuBlock * b, pool, src, b);
-          queue.writeBuffer(kv.v[l]!, c.gpuBlock * b, pool, src + b, b);
-        }
-      }
-    }
   }
 
   release(requestId: string): void {
