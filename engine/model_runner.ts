@@ -19,6 +19,7 @@ import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.
 import { KvCache } from "./kv_cache.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import { type ModelConfig, ropeInvFreq } from "./model/config.ts";
+import { CheckpointError } from "./model/errors.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
 import { type SampledRows, Sampler } from "./sampler.ts";
 import { StepBuffers } from "./step_buffers.ts";
@@ -222,6 +223,16 @@ export class ModelRunner {
         ctx.device.queue.writeBuffer(invFreq, 0, inv);
         own.push(invFreq);
         model = await DecoderModel.load(c, loader, kernels, attention, arena, bufs, kv, invFreq);
+      }
+      const unused = loader.unusedWeights(c.tieWordEmbeddings);
+      if (unused.length > 0) {
+        model.destroy();
+        throw new CheckpointError(
+          `${ck.dir}: ${unused.length} weight(s) the ${c.arch} config does not account for: ${
+            unused.slice(0, 4).join(", ")
+          }${unused.length > 4 ? ", ..." : ""} (a setting such as attention_bias missing from ` +
+            `config.json, or another model's file); refusing to run without them`,
+        );
       }
     } catch (error) {
       loader.destroy();

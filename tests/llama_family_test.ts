@@ -9,6 +9,8 @@
 import assert from "node:assert/strict";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import { parseModelConfig } from "../engine/model/config.ts";
+import { CheckpointError } from "../engine/model/errors.ts";
+import { encodeTensorData, writeSafetensors } from "../engine/model/safetensors.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
@@ -165,3 +167,38 @@ for (
     },
   );
 }
+
+Deno.test(
+  "ModelRunner refuses a checkpoint with weights its config does not account for",
+  GPU_TEST,
+  async () => {
+    // A Llama checkpoint whose config says attention_bias false but which holds an o_proj bias:
+    // serving it without the bias would be a wrong answer, so loading fails naming the tensor.
+    const dir = await Deno.makeTempDir();
+    try {
+      await makeModel({ out: dir, preset: "tiny-llama", dtype: "f32", seed: 2, shards: 2 });
+      const bias = "model.layers.0.self_attn.o_proj.bias";
+      const hidden = JSON.parse(await Deno.readTextFile(`${dir}/config.json`)).hidden_size;
+      await writeSafetensors(`${dir}/extra.safetensors`, [{
+        name: bias,
+        dtype: "F32",
+        shape: [hidden],
+        data: () => encodeTensorData(new Float32Array(hidden).fill(0.5), "F32"),
+      }], { format: "pt" });
+      const indexPath = `${dir}/model.safetensors.index.json`;
+      const index = JSON.parse(await Deno.readTextFile(indexPath));
+      index.weight_map[bias] = "extra.safetensors";
+      await Deno.writeTextFile(indexPath, JSON.stringify(index));
+      await assert.rejects(
+        LLMEngine.create({ model: dir, showProgress: false }),
+        (e: unknown) =>
+          e instanceof CheckpointError &&
+          e.message.includes(
+            `1 weight(s) the LlamaForCausalLM config does not account for: ${bias}`,
+          ),
+      );
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);

@@ -23,6 +23,8 @@ export class WeightLoader {
   readonly dtype: DType;
   readonly progress: LoadProgress;
   readonly #owned: { destroy(): void }[] = [];
+  /** Canonical names of the weights loaded so far. */
+  readonly #used = new Set<string>();
 
   constructor(ctx: GpuContext, checkpoint: Checkpoint, dtype: DType, showProgress?: boolean) {
     this.ctx = ctx;
@@ -38,7 +40,7 @@ export class WeightLoader {
    * order (e.g. q, k, v projections into one fused projection).
    */
   async matrix(label: string, parts: readonly { name: string; rows: number }[], cols: number) {
-    for (const p of parts) this.checkpoint.expectTensor(p.name, [p.rows, cols]);
+    for (const p of parts) this.#expect(p.name, [p.rows, cols]);
     const rows = parts.reduce((n, p) => n + p.rows, 0);
     const m = this.#own(
       GpuMatrix.create(this.ctx, label, rows, cols, this.dtype, { padColsTo: 8 }),
@@ -61,7 +63,7 @@ export class WeightLoader {
    * when several are given. The transpose needs each whole tensor in host memory once.
    */
   async transposed(label: string, parts: readonly { name: string; cols: number }[], rows: number) {
-    for (const p of parts) this.checkpoint.expectTensor(p.name, [rows, p.cols]);
+    for (const p of parts) this.#expect(p.name, [rows, p.cols]);
     const total = parts.reduce((n, p) => n + p.cols, 0);
     const m = this.#own(
       GpuMatrix.create(this.ctx, label, total, rows, this.dtype, { padColsTo: 8 }),
@@ -82,7 +84,7 @@ export class WeightLoader {
 
   /** A `[1, cols]` matrix (norm weights) from a 1-D tensor. */
   async vector(name: string, cols: number): Promise<GpuMatrix> {
-    this.checkpoint.expectTensor(name, [cols]);
+    this.#expect(name, [cols]);
     const data = await this.checkpoint.readTensor(name, "f32");
     this.progress.advance(cols * this.#sourceBytes(name));
     return this.#own(GpuMatrix.fromArray(this.ctx, name, data, 1, cols, this.dtype));
@@ -90,7 +92,7 @@ export class WeightLoader {
 
   /** An f32 buffer holding 1-D tensors concatenated (biases; kept f32 for accuracy). */
   async bias(label: string, parts: readonly { name: string; size: number }[]): Promise<GPUBuffer> {
-    for (const p of parts) this.checkpoint.expectTensor(p.name, [p.size]);
+    for (const p of parts) this.#expect(p.name, [p.size]);
     const n = parts.reduce((s, p) => s + p.size, 0);
     const all = new Float32Array(n);
     let offset = 0;
@@ -103,6 +105,23 @@ export class WeightLoader {
     this.ctx.device.queue.writeBuffer(buffer, 0, all);
     this.#own(buffer);
     return buffer;
+  }
+
+  /**
+   * The checkpoint's weights no load read, but a tied model's stored copy of its head
+   * (`lm_head.weight`). Non-empty means the checkpoint holds weights the config does not
+   * declare (e.g. attention biases with `attention_bias` false): serving it would silently drop
+   * them, so the runner refuses it.
+   */
+  unusedWeights(tiedHead: boolean): string[] {
+    return [...this.checkpoint.tensors.keys()].filter((n) =>
+      !this.#used.has(n) && !(tiedHead && n === "lm_head.weight")
+    );
+  }
+
+  #expect(name: string, shape: readonly number[]): void {
+    this.checkpoint.expectTensor(name, shape);
+    this.#used.add(name);
   }
 
   /** Every GPU object this loader created (released by {@linkcode WeightLoader.destroy}). */
