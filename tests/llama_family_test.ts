@@ -202,3 +202,46 @@ Deno.test(
     }
   },
 );
+
+for (
+  const [setting, message] of [["attention_bias", /attention_bias true is not supported/], [
+    "mlp_bias",
+    /mlp_bias true is not supported/,
+  ]] as const
+) {
+  Deno.test(
+    `LLMEngine refuses a Llama checkpoint with ${setting} true, naming the setting`,
+    GPU_TEST,
+    async () => {
+      const dir = await Deno.makeTempDir();
+      try {
+        await rewriteConfig(dir, (l) => ({ ...l, [setting]: true }));
+        await assert.rejects(LLMEngine.create({ model: dir, showProgress: false }), message);
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  );
+}
+
+Deno.test(
+  "LLMEngine refuses a GPT-2 checkpoint with tie_word_embeddings false, naming the setting",
+  GPU_TEST,
+  async () => {
+    const dir = await Deno.makeTempDir();
+    try {
+      await makeModel({ out: dir, preset: "tiny-gpt2", dtype: "f32", seed: 3 });
+      const config = JSON.parse(await Deno.readTextFile(`${dir}/config.json`));
+      await Deno.writeTextFile(
+        `${dir}/config.json`,
+        JSON.stringify({ ...config, tie_word_embeddings: false }),
+      );
+      await assert.rejects(
+        LLMEngine.create({ model: dir, showProgress: false }),
+        /GPT2LMHeadModel with tie_word_embeddings false is not supported yet/,
+      );
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);

@@ -78,7 +78,7 @@ export interface ModelConfig {
   readonly tieWordEmbeddings: boolean;
   /** Q, K and V projections have biases (Qwen2 always; Llama/Qwen3 `attention_bias`; GPT-2). */
   readonly qkvBias: boolean;
-  /** The attention output projection has a bias (Llama `attention_bias`; GPT-2). */
+  /** The attention output projection has a bias (Llama / Qwen3 `attention_bias`; GPT-2). */
   readonly oProjBias: boolean;
   /** MLP projections have biases (Llama `mlp_bias`; GPT-2). */
   readonly mlpBias: boolean;
@@ -263,7 +263,8 @@ function decoderConfig(
     slidingWindow: arch === "MistralForCausalLM" ? raw.sliding_window ?? null : null,
     tieWordEmbeddings: raw.tie_word_embeddings ?? false,
     qkvBias: arch === "Qwen2ForCausalLM" ? true : attentionBias,
-    oProjBias: arch === "LlamaForCausalLM" ? attentionBias : false,
+    // transformers: Llama's and Qwen3's o_proj take attention_bias; Qwen2's and Mistral's never.
+    oProjBias: arch === "LlamaForCausalLM" || arch === "Qwen3ForCausalLM" ? attentionBias : false,
     mlpBias: arch === "LlamaForCausalLM" ? (raw.mlp_bias ?? false) : false,
     qkNorm: arch === "Qwen3ForCausalLM",
     // The gated MLP kernel is SiLU's: any other activation would give a wrong answer.

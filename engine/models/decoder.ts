@@ -25,6 +25,7 @@ import type { StepBuffers } from "../step_buffers.ts";
 import type { AttentionBlock, AttentionKernels, StepShape } from "./attention_block.ts";
 import type { KernelSet } from "./kernel_set.ts";
 import { BoundModel } from "./model.ts";
+import { ConfigError } from "../model/errors.ts";
 
 interface LayerWeights {
   inputNorm: GpuMatrix;
@@ -47,6 +48,15 @@ interface Weights {
 
 /** Loads the weights of a Llama / Qwen2 / Qwen3 checkpoint. */
 async function loadWeights(c: ModelConfig, w: WeightLoader): Promise<Weights> {
+  // Refused by name rather than run without them (a wrong answer).
+  if (c.oProjBias) {
+    throw new ConfigError(
+      `${c.arch} with attention_bias true is not supported yet (the o_proj bias is not implemented)`,
+    );
+  }
+  if (c.mlpBias) {
+    throw new ConfigError(`${c.arch} with mlp_bias true is not supported yet`);
+  }
   const H = c.hiddenSize;
   const D = c.headDim;
   const q = c.numHeads * D;

@@ -20,6 +20,7 @@ import type { StepBuffers } from "../step_buffers.ts";
 import type { AttentionKernels, StepShape } from "./attention_block.ts";
 import type { KernelSet } from "./kernel_set.ts";
 import { BoundModel } from "./model.ts";
+import { ConfigError } from "../model/errors.ts";
 
 /** A loaded GPT-2 model with its call sites bound. */
 export class Gpt2Model extends BoundModel {
@@ -34,6 +35,10 @@ export class Gpt2Model extends BoundModel {
     kv: KvCache,
   ): Promise<Gpt2Model> {
     const c = config;
+    if (!c.tieWordEmbeddings) {
+      // The head is wte here; an untied lm_head.weight would be ignored: a wrong answer.
+      throw new ConfigError("GPT2LMHeadModel with tie_word_embeddings false is not supported yet");
+    }
     const H = c.hiddenSize;
     const I = c.intermediateSize;
     const eps = c.normEps;
