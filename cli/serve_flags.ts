@@ -24,6 +24,7 @@ export const SERVE_FLAGS = {
   "allowed-hosts": { type: "string" },
   "request-read-timeout-s": { type: "string", default: "30" },
   "request-timeout-s": { type: "string", default: "0" },
+  "keep-alive-timeout-s": { type: "string", default: "5" },
 } as const;
 
 /** Usage lines of the server flags. */
@@ -41,7 +42,9 @@ export const SERVE_FLAGS_USAGE = `server flags:
   --allowed-origins LIST         CORS: comma-separated origins, or '*' (default: CORS off)
   --allowed-hosts LIST           accepted Host names, or '*' (default: loopback names when bound
                                  to a loopback address, any otherwise)
-  --request-read-timeout-s S     time a request body may take to arrive (default 30; 408 after)
+  --request-read-timeout-s S     time a request's headers, then its body, may take to arrive
+                                 (default 30; 408 after; 0: no bound, Deno.serve alone)
+  --keep-alive-timeout-s S       an idle keep-alive connection is closed after this (default 5)
   --request-timeout-s S          time a generation request may take in all (default 0: none;
                                  then 504, or an SSE error event, and its KV blocks are freed)`;
 
@@ -100,6 +103,8 @@ export function serveSettingsFromFlags(
   if (apiKey !== null && apiKey.trim() === "") {
     throw new TypeError(`--api-key (or ${API_KEY_ENV}) must not be empty`);
   }
+  const keepAliveS = seconds("keep-alive-timeout-s", str("keep-alive-timeout-s") ?? "5");
+  if (keepAliveS === 0) throw new TypeError(`--keep-alive-timeout-s expects seconds > 0, got 0`);
   return {
     port,
     graceS,
@@ -116,6 +121,7 @@ export function serveSettingsFromFlags(
         str("request-read-timeout-s") ?? "30",
       ),
       requestTimeoutMs: 1000 * seconds("request-timeout-s", str("request-timeout-s") ?? "0"),
+      keepAliveTimeoutMs: 1000 * keepAliveS,
     },
   };
 }

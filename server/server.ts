@@ -22,7 +22,7 @@
  *
  * Errors are OpenAI-style JSON bodies `{error: {message, type, param, code}}`: 400 invalid input
  * (and the engine's RangeError / TypeError), 401 missing or wrong API key, 403 host or origin
- * not allowed, 404 unknown path or model, 405 wrong method (with `Allow`), 408 body not in
+ * not allowed, 404 unknown path or model, 405 wrong method (with `Allow`), 408 head or body not in
  * within `requestReadTimeoutMs`, 413 body over `maxBodyBytes` (enforced while reading), 415 a
  * POST body that is not JSON, 429 engine overloaded (with `Retry-After`), 503 not ready /
  * draining / engine dead, 504 past `requestTimeoutMs`, 500 anything else (message only, the
@@ -54,6 +54,8 @@ import { ApiError, batchTestRequestSchema, errorResponse, parseBody } from "./pr
 import { readJson } from "./read_json.ts";
 import { checkJsonContentType, RequestGuard } from "./security.ts";
 import { detokenizeEndpoint, tokenizeEndpoint } from "./tokenize.ts";
+import type { ConnectionGuardStats } from "./connection_guard.ts";
+import { listen } from "./listener.ts";
 
 export type { BatchTestConfig, BatchTestFactory, BatchTestResult } from "./batch_test.ts";
 export { ApiError } from "./protocol.ts";
@@ -81,7 +83,10 @@ export interface ServerOptions {
   allowedHosts?: readonly string[] | "*" | null;
   /** The address the server is bound to (decides the default Host check). Default 127.0.0.1. */
   bindHost?: string;
-  /** Time a request body may take to arrive, ms (408 after; 0 = no limit). Default 30,000. */
+  /**
+   * Time a request head, and then its body, may take to arrive, ms (408 after; 0 = no limit, and
+   * {@linkcode startServer} serves without the connection guard). Default 30,000.
+   */
   requestReadTimeoutMs?: number;
   /** Time a whole generation request may take, ms (then aborted: 504 / SSE error; 0 = no limit). Default 0. */
   requestTimeoutMs?: number;
@@ -110,6 +115,7 @@ export interface ServerHandler {
 
 const DEFAULT_MAX_BODY = 1 << 20;
 const DEFAULT_READ_TIMEOUT_MS = 30_000;
+const DEFAULT_KEEP_ALIVE_MS = 5_000;
 
 const ROUTES: Readonly<Record<string, readonly string[]>> = {
   "/v1/completions": ["POST"],
@@ -271,6 +277,8 @@ export interface StartServerOptions extends ServerOptions {
   port?: number;
   /** Called once listening, with the base URL. */
   onListen?: (url: string) => void;
+  /** Idle time allowed between answered requests on one connection, ms. Default 5,000. */
+  keepAliveTimeoutMs?: number;
 }
 
 /** A listening server. */
@@ -280,6 +288,8 @@ export interface RunningServer {
   readonly port: number;
   /** The handler and its state (metrics, readiness). */
   readonly handle: ServerHandler;
+  /** What the connection guard has cut (null when `requestReadTimeoutMs` is 0: no guard). */
+  readonly guardStats: Readonly<ConnectionGuardStats> | null;
   /** Resolves when the listener has closed. */
   readonly finished: Promise<void>;
   /**
@@ -290,16 +300,17 @@ export interface RunningServer {
   shutdown(graceMs?: number): Promise<void>;
 }
 
-/** Serves {@linkcode createHandler}'s handler with `Deno.serve`. */
+/** Serves {@linkcode createHandler}'s handler (server/listener.ts: behind the connection guard). */
 export function startServer(engine: EngineClient, options: StartServerOptions = {}): RunningServer {
   const hostname = options.host ?? "127.0.0.1";
   const handle = createHandler(engine, { bindHost: hostname, ...options });
-  const server = Deno.serve({
+  const server = listen(handle.handler, {
     hostname,
     port: options.port ?? 8000,
-    onListen: () => {},
-  }, handle.handler);
-  const port = server.addr.port;
+    headerTimeoutMs: options.requestReadTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS,
+    keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? DEFAULT_KEEP_ALIVE_MS,
+  });
+  const port = server.port;
   const host = hostname.includes(":") ? `[${hostname}]` : hostname;
   const url = `http://${host}:${port}`;
   options.onListen?.(url);
@@ -308,6 +319,7 @@ export function startServer(engine: EngineClient, options: StartServerOptions = 
     url,
     port,
     handle,
+    guardStats: server.guardStats,
     finished: server.finished,
     shutdown(graceMs = 5000) {
       stopping ??= (async () => {

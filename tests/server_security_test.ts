@@ -268,11 +268,17 @@ Deno.test("serveSettingsFromFlags() reads the key from the flag or the environme
     "allowed-hosts": "*",
     "request-read-timeout-s": "2.5",
     "request-timeout-s": "60",
+    "keep-alive-timeout-s": "0.5",
   }, env(undefined));
   assert.deepEqual(s.server.allowedOrigins, ["https://a.example", "https://b.example"]);
   assert.equal(s.server.allowedHosts, "*");
   assert.equal(s.server.requestReadTimeoutMs, 2500);
   assert.equal(s.server.requestTimeoutMs, 60_000);
+  assert.equal(s.server.keepAliveTimeoutMs, 500);
+  assert.throws(
+    () => serveSettingsFromFlags({ "keep-alive-timeout-s": "0" }, env(undefined)),
+    /--keep-alive-timeout-s expects seconds > 0/,
+  );
   assert.equal(serveSettingsFromFlags({}, env(undefined)).server.requestReadTimeoutMs, 30_000);
   assert.throws(
     () => serveSettingsFromFlags({ "api-key": " " }, env(undefined)),
