@@ -1,13 +1,14 @@
 /**
  * Command-line entry point: `deno run -A main.ts <command> [flags]`.
  *
- * Commands: `info` (the GPU adapter, limits and features), `serve` (the HTTP server) and
- * `generate` (offline generation). Errors print one line (`error: ...`) and exit with status 2
+ * Commands: `info` (the GPU adapter, limits and features), `serve` (the HTTP server),
+ * `generate` (offline generation) and `cluster` (replicas of `serve` behind nginx). Errors print one line (`error: ...`) and exit with status 2
  * for bad command-line input (an unknown flag or command), 1 otherwise.
  *
  * @module
  */
 
+import { runCluster } from "./cli/cluster.ts";
 import { runGenerate } from "./cli/generate.ts";
 import { runInfo } from "./cli/info.ts";
 import { parseKernelProfileChoice } from "./gpu/kernel_profile.ts";
@@ -21,7 +22,8 @@ commands:
                        print the WebGPU adapter, the limits the engine requests, its features
                        and the kernel profile
   serve                start the OpenAI-compatible HTTP server (main.ts serve --help)
-  generate             offline generation (main.ts generate --help)`;
+  generate             offline generation (main.ts generate --help)
+  cluster              N replicas of serve behind nginx (main.ts cluster --help)`;
 
 const INFO_USAGE = `usage: main.ts info [--force-f32] [--kernel-profile auto|cpu|gpu]
   --force-f32                    report f32 weights even when shader-f16 exists
@@ -53,6 +55,8 @@ export async function main(argv: string[]): Promise<number> {
       return await runGenerate(rest);
     case "serve":
       return await runServe(rest);
+    case "cluster":
+      return await runCluster(rest);
     case undefined:
     case "help":
     case "--help":
@@ -60,7 +64,7 @@ export async function main(argv: string[]): Promise<number> {
       console.log(USAGE);
       return command === undefined ? 2 : 0;
     default:
-      throw new UsageError(`unknown command '${command}' (try: info, serve, generate)`);
+      throw new UsageError(`unknown command '${command}' (try: info, serve, generate, cluster)`);
   }
 }
 

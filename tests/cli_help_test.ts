@@ -12,6 +12,7 @@ const COMMANDS: readonly (readonly string[])[] = [
   ["main.ts", "info"],
   ["main.ts", "serve"],
   ["main.ts", "generate"],
+  ["main.ts", "cluster"],
   ["tools/make_model.ts"],
   ["bench/batching.ts"],
   ["bench/prefill_decode.ts"],
