@@ -43,6 +43,7 @@ import { AttentionKernels } from "../engine/models/attention_block.ts";
 import { KernelSet } from "../engine/models/kernel_set.ts";
 import { Matmul, type MatmulVariant } from "../kernels/matmul.ts";
 import { packSampleParams } from "../kernels/sample.ts";
+import { parseQuantization, type Quantization } from "../gpu/quant.ts";
 
 const USAGE = `usage: deno task bench:model [options]
   --model DIR                  checkpoint (default: the qwen3-0.6b preset, generated, bf16)
@@ -54,6 +55,8 @@ const USAGE = `usage: deno task bench:model [options]
   --matmul-variant V           force one matmul kernel (tiled, gemv, blocked, unrolled)
   --force-f32                  f32 weights even with shader-f16
   --kernel-profile auto|cpu|gpu   kernel variants (default auto: from the adapter)
+  --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
+                               (default none); ratios to the first are printed
   --json                       print one JSON report`;
 
 function parseModelBenchArgs(argv: string[]) {
@@ -70,6 +73,7 @@ function parseModelBenchArgs(argv: string[]) {
         "matmul-variant": { type: "string" },
         "force-f32": { type: "boolean", default: false },
         "kernel-profile": { type: "string" },
+        quantization: { type: "string", default: "none" },
         json: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
       },
@@ -85,6 +89,13 @@ function parseModelBenchArgs(argv: string[]) {
 }
 
 const args = parseModelBenchArgs(Deno.args);
+let QUANTIZATIONS: Quantization[];
+try {
+  QUANTIZATIONS = args.quantization.split(",").filter((q) => q !== "").map(parseQuantization);
+} catch (error) {
+  console.error(`error: ${error instanceof Error ? error.message : error}`);
+  Deno.exit(2);
+}
 const STEPS = Number(args.steps);
 const BATCHES = args.batches.split(",").filter((s) => s !== "").map(Number);
 const PREFILLS = args.prefill.split(",").filter((s) => s !== "").map(Number);
@@ -130,8 +141,8 @@ if (args["matmul-variant"] !== undefined && forced === undefined) {
 if (forced !== undefined) {
   // A/B runs: every matmul of the runner uses the named kernel instead of the policy's choice.
   const choose = Matmul.prototype.choose;
-  Matmul.prototype.choose = function (m, cols, rowStride) {
-    return choose.call(this, m, cols, rowStride, forced);
+  Matmul.prototype.choose = function (m, cols, rowStride, _variant, format) {
+    return choose.call(this, m, cols, rowStride, forced, format);
   };
 }
 
@@ -171,23 +182,9 @@ log(`model: ${report.model} (weights ${ctx.weightDtype})`);
 const maxSeqs = Math.max(1, ...BATCHES);
 const maxModelLen = Math.max(PROMPT, ...PREFILLS) + STEPS + 16;
 const blocksPerSeq = Math.ceil(maxModelLen / BLOCK);
-const t0 = performance.now();
-const runner = await ModelRunner.load(ctx, modelDir, {
-  maxTokens: Math.max(512, ...PREFILLS),
-  maxSeqs,
-  maxModelLen,
-  blockSize: BLOCK,
-  numKvBlocks: blocksPerSeq * (maxSeqs + 1),
-  showProgress: false,
-});
-log(`loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-const copyBandwidth = await measureCopyBandwidth(ctx);
-report.copyBandwidthGBs = copyBandwidth;
-log(`copy bandwidth ceiling (same run): ${copyBandwidth.toFixed(1)} GB/s`);
-
-const vocabTokens = Math.min(runner.config.vocabSize, 500);
+const vocabTokens = () => Math.min(runner.config.vocabSize, 500);
 const promptOf = (n: number, seed: number) =>
-  Uint32Array.from({ length: n }, (_, i) => (i * 7 + seed * 13 + 1) % vocabTokens);
+  Uint32Array.from({ length: n }, (_, i) => (i * 7 + seed * 13 + 1) % vocabTokens());
 
 /** Prefills `n` tokens of one sequence in blocks [base, base + ceil(n / BLOCK)); awaits it. */
 async function prefill(n: number, base: number): Promise<number> {
@@ -229,7 +226,7 @@ async function decode(batch: number, steps: number) {
     const input = {
       inputIds: Uint32Array.from(
         { length: batch },
-        (_, s) => i === 0 ? PROMPT % vocabTokens : runner.sampledRef(prev, s),
+        (_, s) => i === 0 ? PROMPT % vocabTokens() : runner.sampledRef(prev, s),
       ),
       positions: new Uint32Array(batch).fill(pos),
       slotMapping: Uint32Array.from({ length: batch }, (_, s) => slot(s)),
@@ -255,52 +252,111 @@ async function decode(batch: number, steps: number) {
   return { batch, steps, wallMs, cpuS, tokensPerS: (batch * steps) / (wallMs / 1000), cost };
 }
 
-// Warm-up: pipelines are compiled lazily by the driver on first use.
-await prefill(16, blocksPerSeq * maxSeqs);
-await decode(1, 2);
+let runner: ModelRunner;
+let c: ModelRunner["config"];
 
-const prefillResults: { tokens: number; ms: number; tokensPerS: number; cpuS: number }[] = [];
-for (const n of PREFILLS) {
-  const c0 = cpuSeconds();
-  const ms = await prefill(n, 0);
-  const r = { tokens: n, ms, tokensPerS: n / (ms / 1000), cpuS: cpuSeconds() - c0 };
-  prefillResults.push(r);
+/** Loads a runner with `quantization`, measures prefill and decode, and records them. */
+async function measure(quantization: Quantization) {
+  const t0 = performance.now();
+  runner = await ModelRunner.load(ctx, modelDir, {
+    maxTokens: Math.max(512, ...PREFILLS),
+    maxSeqs,
+    maxModelLen,
+    blockSize: BLOCK,
+    numKvBlocks: blocksPerSeq * (maxSeqs + 1),
+    showProgress: false,
+    quantization,
+  });
   log(
-    `prefill ${n} tokens: ${ms.toFixed(0)} ms, ${r.tokensPerS.toFixed(1)} tok/s ` +
-      `(CPU ${r.cpuS.toFixed(1)} s)`,
+    `loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s; weights ${quantization}: ` +
+      `${(runner.weights.device / 2 ** 20).toFixed(1)} MiB on the device` +
+      (quantization === "none"
+        ? ""
+        : ` (${
+          (runner.weights.device / runner.weights.unquantized).toFixed(3)
+        }x of ${ctx.weightDtype})`),
   );
-}
-report.prefill = prefillResults;
-// The decode prompt: 128 tokens in blocks [0, 8).
-if (!PREFILLS.includes(PROMPT) || PREFILLS.indexOf(PROMPT) !== PREFILLS.length - 1) {
-  await prefill(PROMPT, 0);
+  const copyBandwidth = await measureCopyBandwidth(ctx);
+  report.copyBandwidthGBs = copyBandwidth;
+  log(`copy bandwidth ceiling (same run): ${copyBandwidth.toFixed(1)} GB/s`);
+
+  // Warm-up: pipelines are compiled lazily by the driver on first use.
+  await prefill(16, blocksPerSeq * maxSeqs);
+  await decode(1, 2);
+
+  const prefillResults: { tokens: number; ms: number; tokensPerS: number; cpuS: number }[] = [];
+  for (const n of PREFILLS) {
+    const c0 = cpuSeconds();
+    const ms = await prefill(n, 0);
+    const r = { tokens: n, ms, tokensPerS: n / (ms / 1000), cpuS: cpuSeconds() - c0 };
+    prefillResults.push(r);
+    log(
+      `prefill ${n} tokens: ${ms.toFixed(0)} ms, ${r.tokensPerS.toFixed(1)} tok/s ` +
+        `(CPU ${r.cpuS.toFixed(1)} s)`,
+    );
+  }
+
+  // The decode prompt: 128 tokens in blocks [0, 8).
+  if (!PREFILLS.includes(PROMPT) || PREFILLS.indexOf(PROMPT) !== PREFILLS.length - 1) {
+    await prefill(PROMPT, 0);
+  }
+
+  c = runner.config;
+  // The projections and LM head one decode step reads, at the bytes they have on the device.
+  const stepWeightBytes = runner.weights.device -
+    c.vocabSize * c.hiddenSize * (c.tieWordEmbeddings ? 0 : (ctx.weightDtype === "f16" ? 2 : 4));
+  const decodeResults = [];
+  for (const batch of BATCHES) {
+    const r = await decode(batch, STEPS);
+    decodeResults.push(r);
+    const msPerStep = r.wallMs / r.steps;
+    log(
+      `decode batch ${batch}: ${r.tokensPerS.toFixed(2)} tok/s, ${msPerStep.toFixed(1)} ms/step ` +
+        `(${r.steps} steps, CPU ${(r.cpuS / r.steps * 1000).toFixed(0)} ms/step), weights ` +
+        `${(stepWeightBytes / (msPerStep * 1e6)).toFixed(2)} GB/s`,
+    );
+    const k = r.cost;
+    log(
+      `  host per step: ${k.dispatchesPerCall.toFixed(0)} dispatches ` +
+        `(${(k.dispatchesPerCall / c.numLayers).toFixed(1)} per layer, fixed ones included), ` +
+        `${k.hostMsPerCall.toFixed(2)} ms to prepare, encode and submit; blocked in WebGPU: ` +
+        `${k.submitMsPerCall.toFixed(1)} ms in queue.submit, ${
+          k.mapAsyncMsPerCall.toFixed(1)
+        } ms ` +
+        `in mapAsync (the device's work, where the adapter does it on this thread)`,
+    );
+  }
+  return {
+    quantization,
+    weightBytes: runner.weights.device,
+    unquantizedWeightBytes: runner.weights.unquantized,
+    prefill: prefillResults,
+    decode: decodeResults,
+  };
 }
 
-const weightBytes = runner.ctx.weightDtype === "f16" ? 2 : 4;
-const c = runner.config;
-const stepWeightBytes = weightBytes * c.hiddenSize *
-  (c.numLayers * ((c.numHeads + 2 * c.numKvHeads) * c.headDim + c.numHeads * c.headDim +
-        3 * c.intermediateSize) + c.vocabSize);
-const decodeResults = [];
-for (const batch of BATCHES) {
-  const r = await decode(batch, STEPS);
-  decodeResults.push(r);
-  const msPerStep = r.wallMs / r.steps;
-  log(
-    `decode batch ${batch}: ${r.tokensPerS.toFixed(2)} tok/s, ${msPerStep.toFixed(1)} ms/step ` +
-      `(${r.steps} steps, CPU ${(r.cpuS / r.steps * 1000).toFixed(0)} ms/step), weights ` +
-      `${(stepWeightBytes / (msPerStep * 1e6)).toFixed(2)} GB/s`,
-  );
-  const k = r.cost;
-  log(
-    `  host per step: ${k.dispatchesPerCall.toFixed(0)} dispatches ` +
-      `(${(k.dispatchesPerCall / c.numLayers).toFixed(1)} per layer, fixed ones included), ` +
-      `${k.hostMsPerCall.toFixed(2)} ms to prepare, encode and submit; blocked in WebGPU: ` +
-      `${k.submitMsPerCall.toFixed(1)} ms in queue.submit, ${k.mapAsyncMsPerCall.toFixed(1)} ms ` +
-      `in mapAsync (the device's work, where the adapter does it on this thread)`,
-  );
+const measured = [];
+for (const [i, quantization] of QUANTIZATIONS.entries()) {
+  if (i > 0) runner!.destroy();
+  measured.push(await measure(quantization));
 }
-report.decode = decodeResults;
+report.runs = measured;
+if (measured.length > 1) {
+  const [base] = measured;
+  log(`ratios to ${base!.quantization} (same run):`);
+  for (const r of measured.slice(1)) {
+    const decode = r.decode.map((d, j) =>
+      `batch ${d.batch} ${(d.tokensPerS / base!.decode[j]!.tokensPerS).toFixed(2)}x`
+    );
+    const prefill = r.prefill.map((p, j) =>
+      `prefill ${p.tokens} ${(p.tokensPerS / base!.prefill[j]!.tokensPerS).toFixed(2)}x`
+    );
+    log(
+      `  ${r.quantization}: weight bytes ${(r.weightBytes / base!.weightBytes).toFixed(3)}x; ` +
+        [...decode, ...prefill].join(", "),
+    );
+  }
+}
 
 // ---- Per-kernel breakdown of one decode step, at the model's exact shapes. ----
 

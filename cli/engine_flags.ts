@@ -6,6 +6,7 @@
  * @module
  */
 
+import { parseQuantization } from "../gpu/quant.ts";
 import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import { downloadToCache } from "../engine/model/hf_download.ts";
@@ -59,6 +60,7 @@ export const ENGINE_FLAGS = {
   "batch-wait-ms": { type: "string" },
   "force-f32": { type: "boolean" },
   "kernel-profile": { type: "string" },
+  quantization: { type: "string" },
   "mock-base-ms": { type: "string" },
   "mock-per-token-ms": { type: "string" },
   "mock-fail-at-step": { type: "string" },
@@ -93,6 +95,8 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --batch-wait-ms MS             wait window of the dynamic baseline (default 10)
   --force-f32                    f32 weights even when shader-f16 exists
   --kernel-profile auto|cpu|gpu  kernel variants (default auto: cpu on a software adapter, else gpu)
+  --quantization none|int8|int4  store projections and the LM head as int8 / int4 with an f16
+                                 scale per 32 weights, quantized while loading (default none)
   --mock-base-ms MS, --mock-per-token-ms MS   mock executor latency model
   --mock-fail-at-step N          mock executor: fail step N as a lost device would (testing)
   --max-in-flight N              engine steps in flight (default: executor maximum)
@@ -137,6 +141,9 @@ export function engineOptionsFromFlags(v: FlagValues): EngineOptions {
     batchWaitMs: num("batch-wait-ms", v["batch-wait-ms"]),
     forceF32: v["force-f32"] === true ? true : undefined,
     kernelProfile: parseKernelProfileChoice(str(v["kernel-profile"])),
+    quantization: v.quantization === undefined
+      ? undefined
+      : parseQuantization(str(v.quantization) ?? ""),
     mockBaseMs: num("mock-base-ms", v["mock-base-ms"]),
     mockPerTokenMs: num("mock-per-token-ms", v["mock-per-token-ms"]),
     mockFailAtStep: num("mock-fail-at-step", v["mock-fail-at-step"]),

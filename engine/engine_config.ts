@@ -60,6 +60,8 @@ export const engineOptionsSchema = z.object({
   forceF32: z.boolean().default(false),
   /** Kernel variants: `auto` (from the adapter), `cpu` or `gpu` (gpu/kernel_profile.ts). */
   kernelProfile: z.enum(["auto", "cpu", "gpu"]).default("auto"),
+  /** Weights of the projections and LM head: as loaded, or int8 / int4 (gpu/quant.ts). */
+  quantization: z.enum(["none", "int8", "int4"]).default("none"),
   /** Mock executor latency model: base ms per step. */
   mockBaseMs: z.number().nonnegative().default(8),
   /** Mock executor latency model: ms per batched token. */

@@ -7,6 +7,8 @@
  * @module
  */
 
+import type { Quantization } from "../gpu/quant.ts";
+import type { WeightBytes } from "./model_runner.ts";
 import { basename } from "node:path";
 import { type EngineConfig, type EngineOptions, resolveEngineConfig } from "./engine_config.ts";
 import type { ModelInfo } from "./engine_api.ts";
@@ -112,11 +114,13 @@ export async function setupEngine(
         blockSize: config.blockSize,
         numKvBlocks: kvBlocks,
         ...(config.showProgress !== undefined ? { showProgress: config.showProgress } : {}),
+        quantization: config.quantization,
       });
       log(
         `Model: ${mc.arch}, ${mc.numLayers} layers, hidden ${mc.hiddenSize}, vocab ${mc.vocabSize}, ` +
           `weights ${ctx.weightDtype}`,
       );
+      logWeights(log, runner.weights, config.quantization, ctx.weightDtype);
       logKv(log, kvBlocks, config.blockSize, maxModelLen);
       const gen = ck.generationConfig;
       const eos = [...new Set([...mc.eosTokenIds, ...(gen?.eosTokenIds ?? [])])];
@@ -270,4 +274,25 @@ function makeScheduler(
       maxBatchSize: batch,
       batchWaitMs: c.batchWaitMs,
     });
+}
+
+/** One line with the weights' device bytes (and, quantized, the unquantized bytes and ratio). */
+function logWeights(
+  log: (line: string) => void,
+  weights: WeightBytes,
+  quantization: Quantization,
+  dtype: string,
+): void {
+  const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+  if (quantization === "none") {
+    log(`Weights on the device: ${mib(weights.device)} (${dtype})`);
+    return;
+  }
+  log(
+    `Weights on the device: ${mib(weights.device)} with ${quantization} projections ` +
+      `(${mib(weights.unquantized)} in ${dtype}: ${
+        (weights.device / weights.unquantized).toFixed(3)
+      }x)`,
+  );
+  for (const note of weights.notes) log(`  ${note}`);
 }

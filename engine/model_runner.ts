@@ -12,6 +12,7 @@
  * @module
  */
 
+import type { Quantization } from "../gpu/quant.ts";
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
@@ -32,6 +33,16 @@ import type { TokenFeedOp } from "../kernels/token_feed.ts";
 
 export type { SampledRows, TopLogprob } from "./sampler.ts";
 
+/** The model's weight bytes on the device (see {@linkcode WeightLoader.bytes}). */
+export interface WeightBytes {
+  /** Bytes of every weight buffer on the device. */
+  readonly device: number;
+  /** The same weights in the device dtype, unquantized. */
+  readonly unquantized: number;
+  /** Load notes (e.g. a matrix left unquantized, and why). */
+  readonly notes: readonly string[];
+}
+
 /** Sizes fixed at load time. */
 export interface ModelRunnerOptions {
   /** Most new tokens in one step (max_num_batched_tokens). */
@@ -46,6 +57,8 @@ export interface ModelRunnerOptions {
   readonly numKvBlocks: number;
   /** Draw a load progress bar (default: when stderr is a terminal). */
   readonly showProgress?: boolean;
+  /** Projections and LM head as loaded, or int8 / int4 (gpu/quant.ts). Default none. */
+  readonly quantization?: Quantization;
 }
 
 /**
@@ -74,6 +87,8 @@ export class ModelRunner {
   readonly config: ModelConfig;
   readonly options: ModelRunnerOptions;
   readonly kv: KvCache;
+  /** The weights' bytes on the device, and what they would be unquantized. */
+  readonly weights: WeightBytes;
   readonly #model: Model;
   readonly #bufs: StepBuffers;
   readonly #arena: ParamArena;
@@ -103,8 +118,10 @@ export class ModelRunner {
       attention: AttentionKernels;
       kernels: KernelSet;
       own: { destroy(): void }[];
+      weights: WeightBytes;
     },
   ) {
+    this.weights = parts.weights;
     this.ctx = ctx;
     this.config = config;
     this.options = options;
@@ -212,7 +229,13 @@ export class ModelRunner {
       options.maxSeqs,
     );
     own.push(attention);
-    const loader = new WeightLoader(ctx, ck, dtype, options.showProgress);
+    const loader = new WeightLoader(
+      ctx,
+      ck,
+      dtype,
+      options.showProgress,
+      options.quantization ?? "none",
+    );
     let model: Model;
     try {
       if (isGpt2) {
@@ -240,9 +263,19 @@ export class ModelRunner {
       throw error;
     }
     loader.progress.finish();
+    const weights = { ...loader.bytes, notes: [...loader.notes] };
     own.push(model);
     ctx.check();
-    return new ModelRunner(ctx, c, options, { kv, model, bufs, arena, attention, kernels, own });
+    return new ModelRunner(ctx, c, options, {
+      kv,
+      model,
+      bufs,
+      arena,
+      attention,
+      kernels,
+      own,
+      weights,
+    });
   }
 
   /** Steps that may be in flight at once (the sampled-token ring's size minus one). */

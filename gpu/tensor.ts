@@ -11,17 +11,25 @@
  * is zero; f16 rows always have an even stride so rows start on 4-byte boundaries), `rows` rows,
  * element type `dtype`.
  *
+ * A quantized matrix ({@linkcode GpuMatrix.createQuantized}, `quant` int8 or int4, gpu/quant.ts)
+ * holds in each part the packed words of its rows (`rowStride = cols`, no padding) and, in the
+ * part's `scales` buffer, their f16 scales (`rows * cols / 32`, rounded up to whole u32); its
+ * `dtype` is f16, the type of the scales.
+ *
  * @module
  */
 
 import { type GpuContext, STORAGE_RW } from "./context.ts";
 import { bytesPerElement, type DType, toDType } from "./dtype.ts";
+import { GROUP, quantBits, type QuantFormat, quantizable, type QuantizedRows } from "./quant.ts";
 
 /** One buffer holding rows `[rowStart, rowStart + rows)` of a {@linkcode GpuMatrix}. */
 export interface MatrixPart {
   readonly buffer: GPUBuffer;
   readonly rowStart: number;
   readonly rows: number;
+  /** f16 scales of a quantized matrix's rows (u32 pairs); null otherwise. */
+  readonly scales: GPUBuffer | null;
 }
 
 /** Options for {@linkcode GpuMatrix.create}. */
@@ -41,6 +49,8 @@ export class GpuMatrix {
   readonly rowStride: number;
   readonly parts: readonly MatrixPart[];
   readonly label: string;
+  /** The low-bit format of a quantized matrix; null for plain f16 / f32. */
+  readonly quant: QuantFormat | null;
 
   private constructor(
     label: string,
@@ -49,6 +59,7 @@ export class GpuMatrix {
     dtype: DType,
     rowStride: number,
     parts: MatrixPart[],
+    quant: QuantFormat | null = null,
   ) {
     this.label = label;
     this.rows = rows;
@@ -56,6 +67,49 @@ export class GpuMatrix {
     this.dtype = dtype;
     this.rowStride = rowStride;
     this.parts = parts;
+    this.quant = quant;
+  }
+
+  /** The weight format kernels specialise on: the quantization, else the dtype. */
+  get format(): DType | QuantFormat {
+    return this.quant ?? this.dtype;
+  }
+
+  /**
+   * Allocates a quantized `[rows, cols]` matrix (`cols` a multiple of 32; contents zero), split
+   * by rows so that each part's words fit one binding.
+   */
+  static createQuantized(
+    ctx: GpuContext,
+    label: string,
+    rows: number,
+    cols: number,
+    quant: QuantFormat,
+    options: Pick<GpuMatrixOptions, "maxPartBytes"> = {},
+  ): GpuMatrix {
+    if (!Number.isInteger(rows) || rows < 1 || !quantizable(cols)) {
+      throw new RangeError(
+        `Cannot create ${quant} matrix ${label}: shape [${rows}, ${cols}] needs columns in groups of ${GROUP}`,
+      );
+    }
+    const rowBytes = (cols * quantBits(quant)) / 8;
+    const maxPart = Math.min(options.maxPartBytes ?? ctx.maxBindingBytes, ctx.maxBindingBytes);
+    const rowsPerPart = Math.min(rows, Math.floor(maxPart / rowBytes));
+    if (rowsPerPart < 1) {
+      throw new RangeError(
+        `Cannot create matrix ${label}: one row of ${rowBytes} bytes exceeds the binding limit of ${maxPart}`,
+      );
+    }
+    const parts: MatrixPart[] = [];
+    for (let rowStart = 0; rowStart < rows; rowStart += rowsPerPart) {
+      const n = Math.min(rowsPerPart, rows - rowStart);
+      const range = `${label}[${rowStart}..${rowStart + n})`;
+      const buffer = ctx.createBuffer(range, n * rowBytes, STORAGE_RW);
+      const scaleBytes = Math.ceil((n * cols) / GROUP / 2) * 4;
+      const scales = ctx.createBuffer(`${range} scales`, scaleBytes, STORAGE_RW);
+      parts.push({ buffer, rowStart, rows: n, scales });
+    }
+    return new GpuMatrix(label, rows, cols, "f16", cols, parts, quant);
   }
 
   /** Allocates an uninitialised matrix (contents are zero per WebGPU). */
@@ -91,7 +145,7 @@ export class GpuMatrix {
         n * rowBytes,
         STORAGE_RW,
       );
-      parts.push({ buffer, rowStart, rows: n });
+      parts.push({ buffer, rowStart, rows: n, scales: null });
     }
     return new GpuMatrix(label, rows, cols, dtype, rowStride, parts);
   }
@@ -111,9 +165,10 @@ export class GpuMatrix {
     return m;
   }
 
-  /** Total bytes on the GPU, padding included. */
+  /** Total bytes on the GPU, padding (and a quantized matrix's scales) included. */
   get byteSize(): number {
-    return this.rows * this.rowStride * bytesPerElement(this.dtype);
+    if (this.quant === null) return this.rows * this.rowStride * bytesPerElement(this.dtype);
+    return this.parts.reduce((n, p) => n + p.buffer.size + p.scales!.size, 0);
   }
 
   /**
@@ -172,8 +227,84 @@ export class GpuMatrix {
     }
   }
 
+  /**
+   * Writes the packed words of whole rows starting at `rowStart` (a quantized matrix only;
+   * `words` as {@linkcode quantizeRows} makes them). Scales go separately, all at once
+   * ({@linkcode GpuMatrix.writeScales}).
+   */
+  writeWords(queue: GPUQueue, rowStart: number, words: Uint32Array): void {
+    const quant = this.#quantOnly("words");
+    const wordsPerRow = (this.cols * quantBits(quant)) / 32;
+    const count = words.length / wordsPerRow;
+    if (!Number.isInteger(count) || rowStart < 0 || rowStart + count > this.rows) {
+      throw new RangeError(
+        `Cannot write ${words.length} words at row ${rowStart} of ${this.label}: ` +
+          `${this.rows} rows of ${wordsPerRow} words`,
+      );
+    }
+    for (const part of this.parts) {
+      const lo = Math.max(rowStart, part.rowStart);
+      const hi = Math.min(rowStart + count, part.rowStart + part.rows);
+      if (lo >= hi) continue;
+      const slice = words.subarray((lo - rowStart) * wordsPerRow, (hi - rowStart) * wordsPerRow);
+      queue.writeBuffer(
+        part.buffer,
+        (lo - part.rowStart) * wordsPerRow * 4,
+        slice.buffer as ArrayBuffer,
+        slice.byteOffset,
+        slice.byteLength,
+      );
+    }
+  }
+
+  /** Writes every scale of a quantized matrix (`rows * cols / 32` f16, row-major). */
+  writeScales(queue: GPUQueue, scales: Float16Array): void {
+    this.#quantOnly("scales");
+    const groupsPerRow = this.cols / GROUP;
+    if (scales.length !== this.rows * groupsPerRow) {
+      throw new RangeError(
+        `Cannot write ${scales.length} scales to ${this.label}: it has ${this.rows * groupsPerRow}`,
+      );
+    }
+    for (const part of this.parts) {
+      // Whole u32 words: an odd count gets a zero half at the end.
+      const n = part.rows * groupsPerRow;
+      const staged = new Float16Array(n + (n % 2));
+      staged.set(scales.subarray(part.rowStart * groupsPerRow, part.rowStart * groupsPerRow + n));
+      queue.writeBuffer(part.scales!, 0, staged.buffer as ArrayBuffer, 0, staged.byteLength);
+    }
+  }
+
+  /** Allocates a quantized matrix and uploads `data` ({@linkcode quantizeRows}'s output). */
+  static fromQuantized(
+    ctx: GpuContext,
+    label: string,
+    rows: number,
+    cols: number,
+    quant: QuantFormat,
+    data: QuantizedRows,
+    options: Pick<GpuMatrixOptions, "maxPartBytes"> = {},
+  ): GpuMatrix {
+    const m = GpuMatrix.createQuantized(ctx, label, rows, cols, quant, options);
+    m.writeWords(ctx.device.queue, 0, data.words);
+    m.writeScales(ctx.device.queue, data.scales);
+    return m;
+  }
+
+  #quantOnly(what: string): QuantFormat {
+    if (this.quant === null) {
+      throw new TypeError(
+        `Cannot write ${what} to ${this.label}: it is ${this.dtype}, not quantized`,
+      );
+    }
+    return this.quant;
+  }
+
   /** Releases the GPU buffers. */
   destroy(): void {
-    for (const part of this.parts) part.buffer.destroy();
+    for (const part of this.parts) {
+      part.buffer.destroy();
+      part.scales?.destroy();
+    }
   }
 }

@@ -12,11 +12,33 @@ import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
 
+/** The table binding and `table_at(i)` (element i of a part, as f32) for `table`'s format. */
+function tablePrelude(table: GpuMatrix): string {
+  if (table.quant === null) {
+    return weightPrelude(table.dtype) +
+      "@group(0) @binding(2) var<storage, read> table: array<WT>;\n" +
+      "fn table_at(i: u32) -> f32 {\n  return f32(table[i]);\n}\n";
+  }
+  // Value i sits in bits bits * (i % per) of word i / per (gpu/quant.ts); shifting it to the top
+  // and back (arithmetic shift on i32) sign-extends it.
+  const [bits, per] = table.quant === "int4" ? [4, 8] : [8, 4];
+  return "@group(0) @binding(2) var<storage, read> table: array<u32>;\n" +
+    "@group(0) @binding(4) var<storage, read> scales: array<u32>;\n" +
+    "fn table_at(i: u32) -> f32 {\n" +
+    `  let word = table[i / ${per}u];\n` +
+    `  let q = bitcast<i32>(word << (${32 - bits}u - ${bits}u * (i % ${per}u))) >> ${
+      32 - bits
+    }u;\n` +
+    "  let g = i / 32u;\n" +
+    "  let pair = unpack2x16float(scales[g >> 1u]);\n" +
+    "  return f32(q) * select(pair.x, pair.y, (g & 1u) == 1u);\n}\n";
+}
+
 /** Buffers of one `embedding` call site; fixed for the op's lifetime. */
 export interface EmbeddingBuffers {
   /** u32 `[tokens]`: row indices (token ids, or positions for position embeddings). */
   readonly ids: GPUBufferBinding;
-  /** WT (f16 or f32) `[vocab, hidden]`, in one or more parts. */
+  /** f16 / f32 or int8 / int4 `[vocab, hidden]`, in one or more parts. */
   readonly table: GpuMatrix;
   /** f32 `[tokens, hidden]`: the gathered rows. */
   readonly out: GPUBufferBinding;
@@ -55,8 +77,8 @@ export class Embedding {
     const accumulate = options.accumulate ?? false;
     const mode = accumulate ? "accumulate" : "gather";
     const pipeline = this.#ctx.pipeline(
-      `embedding/${mode}/${table.dtype}`,
-      () => weightPrelude(table.dtype) + source,
+      `embedding/${mode}/${table.format}`,
+      () => tablePrelude(table) + source,
       { ACCUMULATE: accumulate ? 1 : 0 },
     );
     const parts = table.parts.map((part, index) => {
@@ -69,6 +91,7 @@ export class Embedding {
           { binding: 1, resource: buffers.ids },
           { binding: 2, resource: { buffer: part.buffer } },
           { binding: 3, resource: buffers.out },
+          ...(part.scales === null ? [] : [{ binding: 4, resource: { buffer: part.scales } }]),
         ],
       });
       return { slot, bindGroup, rowStart: part.rowStart, rows: part.rows };

@@ -7,13 +7,17 @@
 // and writes only the tokens whose id falls in it. An id >= vocab yields a zero row, written
 // only by the dispatch with zero_writer = 1 (the first part), so together the dispatches write
 // every element exactly once (with ACCUMULATE such rows are left unchanged: += 0).
-// Table values are WT (f16 or f32, from weightPrelude), converted to f32.
+// Table values come from `fn table_at(i: u32) -> f32` (prelude, kernels/embedding.ts): element i
+// of the part converted to f32, from f16 / f32 storage or dequantized from int8 / int4
+// (gpu/quant.ts: w' = q * scale, the scales at binding 4).
 //
 // Bindings (group 0):
-//   0 p     : uniform       Params
-//   1 ids   : storage read  array<u32>  [tokens]
-//   2 table : storage read  array<WT>   [part_rows, row_stride] (one part; row_stride >= hidden)
-//   3 out   : storage rw    array<f32>  [tokens, hidden]
+//   0 p      : uniform       Params
+//   1 ids    : storage read  array<u32>  [tokens]
+//   2 table  : storage read  array<WT> [part_rows, row_stride] (one part; row_stride >= hidden),
+//                            or array<u32> of packed int8 / int4 values [part_rows, hidden]
+//   3 out    : storage rw    array<f32>  [tokens, hidden]
+//   4 scales : storage read  array<u32>  f16 pairs [part_rows * hidden / 32] (quantized only)
 // Override: ACCUMULATE (bool, default false).
 // Workgroup: 256 invocations, one output element each; a workgroup covers 256 columns of one
 //            token, so the id test is uniform across it.
@@ -34,7 +38,6 @@ override ACCUMULATE: bool = false;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
-@group(0) @binding(2) var<storage, read> table: array<WT>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 @compute @workgroup_size(256)
@@ -61,7 +64,7 @@ fn main(
   if (id < p.row_start || id - p.row_start >= p.part_rows) {
     return;
   }
-  let v = f32(table[(id - p.row_start) * p.row_stride + c]);
+  let v = table_at((id - p.row_start) * p.row_stride + c);
   if (ACCUMULATE) {
     out[i] += v;
   } else {

@@ -2,7 +2,8 @@
  * `matmul`: `Y = X W^T (+ bias)`, the projections of a transformer layer and the LM head.
  *
  * X is f32 `[M, K]`, W a {@linkcode GpuMatrix} `[N, K]` in the Hugging Face `[out, in]` layout
- * (f16 or f32, possibly split by rows across several buffers), Y f32 `[M, ldy]` of which columns
+ * (f16 or f32, or int8 / int4 with f16 scales per 32 columns, gpu/quant.ts, dequantized in
+ * registers; possibly split by rows across several buffers), Y f32 `[M, ldy]` of which columns
  * `[0, N)` are written. Every product is accumulated in f32.
  *
  * The kernels (`tiled` and `gemv` for the `gpu` kernel profile, `unrolled` / `blocked` for the
@@ -33,13 +34,23 @@ import {
   type MatmulVariant,
   ROW_BLOCKS,
   UNROLLED_BLOCKS,
+  type WeightFormat,
 } from "./matmul_kernels.ts";
 
-export { DECODE_MAX_ROWS, defaultMatmulPolicy, type MatmulPolicy, type MatmulVariant };
+export {
+  DECODE_MAX_ROWS,
+  defaultMatmulPolicy,
+  type MatmulPolicy,
+  type MatmulVariant,
+  type WeightFormat,
+};
 
 /** Options of {@linkcode Matmul}. */
 export interface MatmulOptions {
-  /** Element type of the weight matrices this instance multiplies. */
+  /**
+   * Element type of the plain weight matrices this instance multiplies (quantized ones, int8 /
+   * int4, are accepted whatever it is).
+   */
   readonly dtype: DType;
   /** Whether ops add a bias `[N]` (then `bias` must be given to {@linkcode Matmul.bind}). */
   readonly bias: boolean;
@@ -53,7 +64,10 @@ export interface MatmulOptions {
 export interface MatmulBuffers {
   /** f32 `[M, K]` (row stride K, K = `weight.cols`), for every M the op will be encoded with. */
   readonly x: GPUBufferBinding;
-  /** `[N, K]` f16 or f32 weight (`[out, in]`), created with `padColsTo: 4`. */
+  /**
+   * `[N, K]` weight (`[out, in]`): f16 or f32 created with `padColsTo: 4`, or quantized
+   * (`GpuMatrix.createQuantized`).
+   */
   readonly weight: GpuMatrix;
   /** f32 `[N]`; required exactly when the {@linkcode Matmul} was created with `bias: true`. */
   readonly bias?: GPUBufferBinding;
@@ -73,6 +87,8 @@ export interface MatmulEncodeOptions {
 interface KernelConfig {
   readonly key: string;
   readonly variant: MatmulVariant;
+  /** The weight format the kernel reads. */
+  readonly format: WeightFormat;
   readonly pipeline: GPUComputePipeline;
   /** Weight rows covered by one workgroup. */
   readonly rowsPerGroup: number;
@@ -113,11 +129,16 @@ export class Matmul {
     this.decodeMaxRows = decodeMaxRows;
     // Compile what the policy uses up front; forced variants (and `blocked`, the CPU fallback
     // for row strides that are not a multiple of 8) compile on first use.
+    this.#compilePolicy(this.dtype);
+  }
+
+  /** Compiles the policy's kernels for weights of `format`. */
+  #compilePolicy(format: WeightFormat): void {
     if (this.policy === "cpu") {
-      for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, true);
+      for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, true, format);
     } else {
-      for (const mb of ROW_BLOCKS) this.config("gemv", mb);
-      this.config("tiled", 0);
+      for (const mb of ROW_BLOCKS) this.config("gemv", mb, false, format);
+      this.config("tiled", 0, false, format);
     }
   }
 
@@ -126,8 +147,13 @@ export class Matmul {
    * ignores `mb`), compiled on first use.
    * @internal
    */
-  config(variant: MatmulVariant, mb: number, xVec4 = false): KernelConfig {
-    const tag = `matmul/${variant}/${this.dtype}/${this.bias ? "bias" : "nobias"}`;
+  config(
+    variant: MatmulVariant,
+    mb: number,
+    xVec4 = false,
+    format: WeightFormat = this.dtype,
+  ): KernelConfig {
+    const tag = `matmul/${variant}/${format}/${this.bias ? "bias" : "nobias"}`;
     const key = variant === "tiled"
       ? tag
       : variant === "unrolled"
@@ -138,12 +164,12 @@ export class Matmul {
     const { code, rowsPerGroup, mPerGroup } = kernelSource(
       variant,
       mb,
-      this.dtype,
+      format,
       this.bias,
       xVec4,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
-    config = { key, variant, pipeline, rowsPerGroup, mPerGroup };
+    config = { key, variant, format, pipeline, rowsPerGroup, mPerGroup };
     this.#configs.set(key, config);
     return config;
   }
@@ -152,7 +178,13 @@ export class Matmul {
    * The kernel configuration the policy (or `variant`) picks for `m` rows of X and a weight
    * of `cols` columns whose row stride is `rowStride` elements. @internal
    */
-  choose(m: number, cols: number, rowStride: number, variant?: MatmulVariant): KernelConfig {
+  choose(
+    m: number,
+    cols: number,
+    rowStride: number,
+    variant?: MatmulVariant,
+    format: WeightFormat = this.dtype,
+  ): KernelConfig {
     const decode = m <= this.decodeMaxRows;
     const v = variant ??
       (this.policy === "cpu"
@@ -165,18 +197,18 @@ export class Matmul {
         `Cannot encode matmul with ${v}: weight row stride ${rowStride} is not a multiple of 8`,
       );
     }
-    if (v === "tiled") return this.config("tiled", 0);
+    if (v === "tiled") return this.config("tiled", 0, false, format);
     if (v === "unrolled") {
       const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
-      return this.config(v, mb, cols % 4 === 0);
+      return this.config(v, mb, cols % 4 === 0, format);
     }
     if (v === "blocked" && !decode) {
-      return this.config(v, BLOCKED_PREFILL_MB);
+      return this.config(v, BLOCKED_PREFILL_MB, false, format);
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
     const mb = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
-    return this.config(v, mb);
+    return this.config(v, mb, false, format);
   }
 
   /**
@@ -189,7 +221,7 @@ export class Matmul {
    */
   bind(arena: ParamArena, buffers: MatmulBuffers): MatmulOp {
     const w = buffers.weight;
-    if (w.dtype !== this.dtype) {
+    if (w.quant === null && w.dtype !== this.dtype) {
       throw new TypeError(
         `Cannot bind matmul: weight ${w.label} is ${w.dtype}, kernel is ${this.dtype}`,
       );
@@ -233,9 +265,11 @@ export class Matmul {
         }`,
       );
     }
+    if (w.quant !== null) this.#compilePolicy(w.quant);
     const slots = w.parts.map(() => arena.allocate());
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, Math.min(xRows, yRows));
     for (const config of this.#configs.values()) {
+      if (config.format !== w.format) continue;
       // unrolled reads 8-element steps: only weights whose row stride allows it are
       // bound; unrolled's vec4 X loads need K % 4 == 0.
       const steps8 = config.variant === "unrolled";
@@ -288,6 +322,7 @@ export class MatmulOp {
         { binding: 4, resource: this.#slots[i]!.binding },
       ];
       if (b.bias !== undefined) entries.push({ binding: 2, resource: b.bias });
+      if (part.scales !== null) entries.push({ binding: 5, resource: { buffer: part.scales } });
       return this.#device.createBindGroup({ label: config.key, layout, entries });
     });
     this.#groups.set(config.key, groups);
@@ -309,7 +344,7 @@ export class MatmulOp {
       );
     }
     const w = this.#buffers.weight;
-    const config = this.#matmul.choose(m, w.cols, w.rowStride, options.variant);
+    const config = this.#matmul.choose(m, w.cols, w.rowStride, options.variant, w.format);
     const groups = this.bindGroups(config);
     const gz = Math.ceil(m / config.mPerGroup);
     if (gz > MAX_GROUPS_PER_DIM) {

@@ -28,11 +28,16 @@
 
 import blockedSource from "./matmul_blocked.wgsl" with { type: "text" };
 import unrolledSource from "./matmul_unrolled.wgsl" with { type: "text" };
+import unrolledQuantSource from "./matmul_unrolled_q.wgsl" with { type: "text" };
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
+import type { QuantFormat } from "../gpu/quant.ts";
 import { unrollTemplate } from "./unroll.ts";
+
+/** What a matmul's weights are: plain f16 / f32, or a low-bit format (gpu/quant.ts). */
+export type WeightFormat = DType | QuantFormat;
 
 /** The kernels behind `Matmul` (see the module documentation). */
 export type MatmulVariant = "tiled" | "gemv" | "blocked" | "unrolled";
@@ -88,26 +93,87 @@ export interface KernelSource {
   readonly mPerGroup: number;
 }
 
-function weightBinding(dtype: DType): string {
-  return dtype === "f16"
-    ? "@group(0) @binding(1) var<storage, read> w: array<vec2<u32>>;\n" +
-      "fn load_w4(i: u32) -> vec4<f32> {\n" +
-      "  let v = w[i];\n" +
-      "  return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));\n}\n"
-    : "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
-      "fn load_w4(i: u32) -> vec4<f32> {\n  return w[i];\n}\n";
+/**
+ * Bindings 1 (words) and 5 (f16 scales, u32 pairs) of a quantized weight, and `scale_at(g)`,
+ * the scale of group `g` counted from the start of the part (gpu/quant.ts).
+ */
+function quantBindings(wordType: string): string {
+  return `@group(0) @binding(1) var<storage, read> w: array<${wordType}>;\n` +
+    "@group(0) @binding(5) var<storage, read> w_scales: array<u32>;\n" +
+    "fn scale_at(g: u32) -> f32 {\n" +
+    "  let pair = unpack2x16float(w_scales[g >> 1u]);\n" +
+    "  return select(pair.x, pair.y, (g & 1u) == 1u);\n}\n";
 }
 
-/** Weight binding of `unrolled`: 8 weights per element of `w` (row stride a multiple of 8). */
-function weightBinding8(dtype: DType): string {
-  return dtype === "f16"
-    ? "@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;\n" +
-      "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
+/** WGSL: the 4 signed values of `word`'s low 16 bits (int4) or of `word` (int8), as f32. */
+const UNPACK4 = {
+  int4: "fn unpack4(word: u32) -> vec4<f32> {\n" +
+    "  return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(word) << vec4<u32>(28u, 24u, 20u, 16u)) >> vec4<u32>(28u));\n}\n",
+  int8: "fn unpack4(word: u32) -> vec4<f32> {\n" +
+    "  return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(word) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));\n}\n",
+} as const;
+
+/** `load_w4(i)`: elements 4i..4i+3 of the part (a group is 8 such steps). */
+function weightBinding(format: WeightFormat): string {
+  switch (format) {
+    case "f16":
+      return "@group(0) @binding(1) var<storage, read> w: array<vec2<u32>>;\n" +
+        "fn load_w4(i: u32) -> vec4<f32> {\n" +
+        "  let v = w[i];\n" +
+        "  return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));\n}\n";
+    case "f32":
+      return "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
+        "fn load_w4(i: u32) -> vec4<f32> {\n  return w[i];\n}\n";
+    case "int4":
+      return quantBindings("u32") + UNPACK4.int4 +
+        "fn load_w4(i: u32) -> vec4<f32> {\n" +
+        "  return unpack4(w[i >> 1u] >> ((i & 1u) * 16u)) * scale_at(i >> 3u);\n}\n";
+    case "int8":
+      return quantBindings("u32") + UNPACK4.int8 +
+        "fn load_w4(i: u32) -> vec4<f32> {\n" +
+        "  return unpack4(w[i]) * scale_at(i >> 3u);\n}\n";
+  }
+}
+
+/** Weight binding of `unrolled`: `load_w8(i)`, 8 weights per step (row stride a multiple of 8). */
+function weightBinding8(format: WeightFormat): string {
+  switch (format) {
+    case "f16":
+      return "@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;\n" +
+        "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
+        "  let v = w[i];\n" +
+        "  return mat2x4<f32>(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)),\n" +
+        "    vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)));\n}\n";
+    case "f32":
+      return "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
+        "fn load_w8(i: u32) -> mat2x4<f32> {\n  return mat2x4<f32>(w[2u * i], w[2u * i + 1u]);\n}\n";
+    case "int4":
+      return quantBindings("u32") + UNPACK4.int4 +
+        "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
+        "  let v = w[i];\n" +
+        "  return mat2x4<f32>(unpack4(v), unpack4(v >> 16u)) * scale_at(i >> 2u);\n}\n";
+    case "int8":
+      return quantBindings("vec2<u32>") + UNPACK4.int8 +
+        "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
+        "  let v = w[i];\n" +
+        "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y)) * scale_at(i >> 2u);\n}\n";
+  }
+}
+
+/**
+ * Weight bindings of `unrolled` on quantized weights (`matmul_unrolled_q.wgsl`): `load_q8(i)`,
+ * the 8 unscaled values of step i, and `scale_at(g)`.
+ */
+function quantWeightBinding8(format: QuantFormat): string {
+  return format === "int4"
+    ? quantBindings("u32") + UNPACK4.int4 +
+      "fn load_q8(i: u32) -> mat2x4<f32> {\n" +
       "  let v = w[i];\n" +
-      "  return mat2x4<f32>(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)),\n" +
-      "    vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)));\n}\n"
-    : "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
-      "fn load_w8(i: u32) -> mat2x4<f32> {\n  return mat2x4<f32>(w[2u * i], w[2u * i + 1u]);\n}\n";
+      "  return mat2x4<f32>(unpack4(v), unpack4(v >> 16u));\n}\n"
+    : quantBindings("vec2<u32>") + UNPACK4.int8 +
+      "fn load_q8(i: u32) -> mat2x4<f32> {\n" +
+      "  let v = w[i];\n" +
+      "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y));\n}\n";
 }
 
 /**
@@ -144,18 +210,23 @@ function biasBinding(bias: boolean): string {
 }
 
 /**
- * The WGSL source of `variant` for `mb` rows of X per invocation (`tiled` ignores `mb`), `dtype`
- * weights, with or without bias, X read as vec4s (`unrolled`, when K % 4 == 0); the bindings
+ * The WGSL source of `variant` for `mb` rows of X per invocation (`tiled` ignores `mb`), weights
+ * of `format` (f16 / f32, or int8 / int4 dequantized in registers: `w' = q * scale`), with or without bias, X read as vec4s (`unrolled`, when K % 4 == 0); the bindings
  * are prepended to the kernel file.
  */
 export function kernelSource(
   variant: MatmulVariant,
   mb: number,
-  dtype: DType,
+  format: WeightFormat,
   bias: boolean,
   xVec4: boolean,
 ): KernelSource {
-  const w = variant === "unrolled" ? weightBinding8(dtype) : weightBinding(dtype);
+  const quant = format === "int8" || format === "int4" ? format : null;
+  const w = variant !== "unrolled"
+    ? weightBinding(format)
+    : quant === null
+    ? weightBinding8(format)
+    : quantWeightBinding8(quant);
   const prelude = (variant === "unrolled" ? xBinding8(xVec4) : "") + w + biasBinding(bias);
   const kernel = (consts: Record<string, number>, source: string, rowsPerGroup: number) => ({
     code: prelude + Object.entries(consts).map(([k, v]) => `const ${k} = ${v}u;\n`).join("") +
@@ -165,7 +236,8 @@ export function kernelSource(
   });
   switch (variant) {
     case "unrolled": {
-      const source = unrollTemplate(unrolledSource, { i: mb, r: UNROLLED_RN });
+      const template = quant === null ? unrolledSource : unrolledQuantSource;
+      const source = unrollTemplate(template, { i: mb, r: UNROLLED_RN });
       return kernel(
         { MB: mb, RN: UNROLLED_RN, WG: UNROLLED_WG },
         source,

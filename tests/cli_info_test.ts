@@ -26,7 +26,10 @@ Deno.test("main.ts info fails with one line when no adapter exists", async () =>
 Deno.test("main.ts rejects an unknown command with one line", async () => {
   const { code, stderr } = await runMain(["frobnicate"]);
   assert.equal(code, 2);
-  assert.equal(stderr.trim(), "error: unknown command 'frobnicate' (try: info, serve, generate, cluster)");
+  assert.equal(
+    stderr.trim(),
+    "error: unknown command 'frobnicate' (try: info, serve, generate, cluster)",
+  );
 });
 
 Deno.test("main.ts info prints the kernel profile, forced by --kernel-profile or the environment", async () => {

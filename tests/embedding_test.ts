@@ -16,6 +16,8 @@ import {
 } from "./support/gpu.ts";
 import { type Rng, testSeed } from "./support/random.ts";
 import { embeddingRef } from "./reference/embedding.ts";
+import { quantizeRef } from "./reference/quant.ts";
+import { type QuantFormat, quantizeRows } from "../gpu/quant.ts";
 
 const DTYPES: DType[] = ["f32", "f16"];
 
@@ -38,14 +40,27 @@ async function checkGather(
   vocab: number,
   hidden: number,
   tokens: number,
-  dtype: DType,
+  dtype: DType | QuantFormat,
   options: { maxPartBytes?: number; minParts?: number; accumulate?: boolean } = {},
 ): Promise<void> {
   const { seed, rng } = testSeed(name);
   const values = rng.normals(vocab * hidden, 1);
-  const table = GpuMatrix.fromArray(ctx, "wte", values, vocab, hidden, dtype, {
-    maxPartBytes: options.maxPartBytes,
-  });
+  const quant = dtype === "int8" || dtype === "int4" ? dtype : null;
+  const table = quant === null
+    ? GpuMatrix.fromArray(ctx, "wte", values, vocab, hidden, dtype as DType, {
+      maxPartBytes: options.maxPartBytes,
+    })
+    : GpuMatrix.fromQuantized(
+      ctx,
+      "wte",
+      vocab,
+      hidden,
+      quant,
+      quantizeRows(values, hidden, quant),
+      {
+        maxPartBytes: options.maxPartBytes,
+      },
+    );
   ok(
     table.parts.length >= (options.minParts ?? 1),
     `seed ${seed} ${name}: expected a split table, got ${table.parts.length} parts`,
@@ -60,7 +75,10 @@ async function checkGather(
     { accumulate: options.accumulate },
   );
   await runPass(ctx, arena, (pass) => op.encode(pass, tokens));
-  const want = embeddingRef(ids, roundTo(values, dtype), vocab, hidden, base);
+  const stored = quant === null
+    ? roundTo(values, dtype as DType)
+    : quantizeRef(values, hidden, quant).dequantized;
+  const want = embeddingRef(ids, stored, vocab, hidden, base);
   // A gather is exact (f16 -> f32 is exact); accumulate adds one rounding.
   assertClose(
     await readF32(ctx, out),
@@ -129,6 +147,31 @@ Deno.test("embedding() accumulate adds position embeddings, split or not", GPU_T
     });
   }
 });
+
+Deno.test(
+  "embedding() gathers dequantized rows of int8 / int4 tables, split or not",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const format of ["int8", "int4"] as const) {
+      for (const [vocab, hidden, tokens] of [[5, 32, 1], [50, 96, 17], [30, 1024, 17]] as const) {
+        await checkGather(
+          ctx,
+          `embedding ${format} vocab ${vocab} hidden ${hidden}`,
+          vocab,
+          hidden,
+          tokens,
+          format,
+        );
+      }
+      // 96 columns: 96 (int8) or 48 (int4) bytes per row; 500-byte parts hold 5 or 10 rows.
+      await checkGather(ctx, `embedding ${format} split`, 50, 96, 17, format, {
+        maxPartBytes: 500,
+        minParts: 5,
+      });
+    }
+  },
+);
 
 Deno.test("embedding() rejects more tokens than the bound buffers hold", GPU_TEST, async () => {
   const ctx = await testContext();

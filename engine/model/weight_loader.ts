@@ -4,11 +4,18 @@
  * matrix, and transposing GPT-2's Conv1D `[in, out]` weights to the `[out, in]` layout the
  * kernels use. Shapes are checked against the config before anything is uploaded.
  *
+ * With a quantization (`int8` / `int4`, gpu/quant.ts) the matrices asked for as projections are
+ * quantized chunk by chunk on the way (from the checkpoint's own values, read as f32): the packed
+ * words are uploaded as they come, the f16 scales (1/16 of the f16 bytes) at the end of each
+ * matrix. A matrix whose width is not a multiple of 32 stays in the device dtype, and
+ * {@linkcode WeightLoader.notes} says so.
+ *
  * @module
  */
 
 import { type GpuContext, STORAGE_RW } from "../../gpu/context.ts";
-import type { DType } from "../../gpu/dtype.ts";
+import { bytesPerElement, type DType } from "../../gpu/dtype.ts";
+import { GROUP, quantizable, type Quantization, quantizeRows } from "../../gpu/quant.ts";
 import { GpuMatrix } from "../../gpu/tensor.ts";
 import type { Checkpoint } from "./checkpoint.ts";
 import { LoadProgress } from "./load_progress.ts";
@@ -22,14 +29,27 @@ export class WeightLoader {
   readonly checkpoint: Checkpoint;
   readonly dtype: DType;
   readonly progress: LoadProgress;
+  /** How projections are stored (`none`: in {@linkcode WeightLoader.dtype}). */
+  readonly quantization: Quantization;
+  /** Lines for the load log (e.g. a matrix left unquantized, and why). */
+  readonly notes: string[] = [];
+  /** Weight bytes on the device so far, and what they would be unquantized (device dtype). */
+  readonly bytes = { device: 0, unquantized: 0 };
   readonly #owned: { destroy(): void }[] = [];
   /** Canonical names of the weights loaded so far. */
   readonly #used = new Set<string>();
 
-  constructor(ctx: GpuContext, checkpoint: Checkpoint, dtype: DType, showProgress?: boolean) {
+  constructor(
+    ctx: GpuContext,
+    checkpoint: Checkpoint,
+    dtype: DType,
+    showProgress?: boolean,
+    quantization: Quantization = "none",
+  ) {
     this.ctx = ctx;
     this.checkpoint = checkpoint;
     this.dtype = dtype;
+    this.quantization = quantization;
     let total = 0;
     for (const t of checkpoint.tensors.values()) total += t.byteLength;
     this.progress = new LoadProgress(total, showProgress);
@@ -37,37 +57,47 @@ export class WeightLoader {
 
   /**
    * A `[sum of rows, cols]` matrix made of the given `[rows, cols]` tensors stacked by rows, in
-   * order (e.g. q, k, v projections into one fused projection).
+   * order (e.g. q, k, v projections into one fused projection). Quantized when the loader has a
+   * quantization and `options.quantize` is not false (pass false for tables that are not
+   * projections: an untied token embedding, position embeddings).
    */
-  async matrix(label: string, parts: readonly { name: string; rows: number }[], cols: number) {
+  async matrix(
+    label: string,
+    parts: readonly { name: string; rows: number }[],
+    cols: number,
+    options: { quantize?: boolean } = {},
+  ) {
     for (const p of parts) this.#expect(p.name, [p.rows, cols]);
     const rows = parts.reduce((n, p) => n + p.rows, 0);
-    const m = this.#own(
-      GpuMatrix.create(this.ctx, label, rows, cols, this.dtype, { padColsTo: 8 }),
-    );
+    const quantized = this.#quantizedMatrix(label, rows, cols, options.quantize);
+    const m = quantized?.matrix ??
+      this.#own(GpuMatrix.create(this.ctx, label, rows, cols, this.dtype, { padColsTo: 8 }));
+    const dtype = quantized === null ? this.dtype : "f32";
     let offset = 0;
     for (const p of parts) {
-      for await (
-        const chunk of this.checkpoint.tensorChunks(p.name, this.dtype, LOAD_CHUNK_BYTES)
-      ) {
-        m.writeRows(this.ctx.device.queue, offset + chunk.rowStart, chunk.data);
+      for await (const chunk of this.checkpoint.tensorChunks(p.name, dtype, LOAD_CHUNK_BYTES)) {
+        if (quantized === null) {
+          m.writeRows(this.ctx.device.queue, offset + chunk.rowStart, chunk.data);
+        } else quantized.write(offset + chunk.rowStart, chunk.data);
         this.progress.advance(chunk.data.length * this.#sourceBytes(p.name));
       }
       offset += p.rows;
     }
+    quantized?.finish();
     return m;
   }
 
   /**
    * A `[out, in]` matrix from GPT-2 Conv1D tensors stored `[in, out]`, stacked by output rows
-   * when several are given. The transpose needs each whole tensor in host memory once.
+   * when several are given (quantized along `in` like {@linkcode WeightLoader.matrix}). The
+   * transpose needs each whole tensor in host memory once.
    */
   async transposed(label: string, parts: readonly { name: string; cols: number }[], rows: number) {
     for (const p of parts) this.#expect(p.name, [rows, p.cols]);
     const total = parts.reduce((n, p) => n + p.cols, 0);
-    const m = this.#own(
-      GpuMatrix.create(this.ctx, label, total, rows, this.dtype, { padColsTo: 8 }),
-    );
+    const quantized = this.#quantizedMatrix(label, total, rows, true);
+    const m = quantized?.matrix ??
+      this.#own(GpuMatrix.create(this.ctx, label, total, rows, this.dtype, { padColsTo: 8 }));
     let offset = 0;
     for (const p of parts) {
       const src = await this.checkpoint.readTensor(p.name, "f32");
@@ -75,11 +105,42 @@ export class WeightLoader {
       for (let i = 0; i < rows; i++) {
         for (let o = 0; o < p.cols; o++) t[o * rows + i] = src[i * p.cols + o]!;
       }
-      m.writeRows(this.ctx.device.queue, offset, t);
+      if (quantized === null) m.writeRows(this.ctx.device.queue, offset, t);
+      else quantized.write(offset, t);
       this.progress.advance(src.length * this.#sourceBytes(p.name));
       offset += p.cols;
     }
+    quantized?.finish();
     return m;
+  }
+
+  /**
+   * A quantized `[rows, cols]` matrix and its writer (words uploaded per chunk, scales kept on
+   * the host until `finish`), or null when this matrix stays in the device dtype.
+   */
+  #quantizedMatrix(label: string, rows: number, cols: number, quantize: boolean | undefined) {
+    const format = this.quantization;
+    if (format === "none" || quantize === false) return null;
+    if (!quantizable(cols)) {
+      this.notes.push(
+        `${label} [${rows}, ${cols}] stays ${this.dtype}: ${cols} columns are not a multiple of ${GROUP}`,
+      );
+      return null;
+    }
+    const matrix = this.#own(GpuMatrix.createQuantized(this.ctx, label, rows, cols, format));
+    const scales = new Float16Array((rows * cols) / GROUP);
+    const queue = this.ctx.device.queue;
+    return {
+      matrix,
+      write(rowStart: number, data: ArrayLike<number>) {
+        const q = quantizeRows(data, cols, format);
+        matrix.writeWords(queue, rowStart, q.words);
+        scales.set(q.scales, (rowStart * cols) / GROUP);
+      },
+      finish() {
+        matrix.writeScales(queue, scales);
+      },
+    };
   }
 
   /** A `[1, cols]` matrix (norm weights) from a 1-D tensor. */
@@ -132,6 +193,16 @@ export class WeightLoader {
 
   #own<T extends { destroy(): void }>(o: T): T {
     this.#owned.push(o);
+    if (o instanceof GpuMatrix) {
+      this.bytes.device += o.byteSize;
+      // Unquantized: rows padded to 8 elements of the device dtype, as GpuMatrix.create does.
+      this.bytes.unquantized += o.quant === null
+        ? o.byteSize
+        : o.rows * Math.ceil(o.cols / 8) * 8 * bytesPerElement(this.dtype);
+    } else if (o instanceof GPUBuffer) {
+      this.bytes.device += o.size;
+      this.bytes.unquantized += o.size;
+    }
     return o;
   }
 

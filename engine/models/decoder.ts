@@ -62,10 +62,16 @@ async function loadWeights(c: ModelConfig, w: WeightLoader): Promise<Weights> {
   const q = c.numHeads * D;
   const kv = c.numKvHeads * D;
   const I = c.intermediateSize;
-  const embed = await w.matrix("embed_tokens", [{
-    name: "model.embed_tokens.weight",
-    rows: c.vocabSize,
-  }], H);
+  // Quantized only when it is also the LM head (tied): a lookup table is not a projection.
+  const embed = await w.matrix(
+    "embed_tokens",
+    [{
+      name: "model.embed_tokens.weight",
+      rows: c.vocabSize,
+    }],
+    H,
+    { quantize: c.tieWordEmbeddings },
+  );
   const layers: LayerWeights[] = [];
   for (let l = 0; l < c.numLayers; l++) {
     const p = `model.layers.${l}.`;

@@ -44,10 +44,12 @@ export class Gpt2Model extends BoundModel {
     const eps = c.normEps;
     const b = (buffer: GPUBuffer) => ({ buffer });
     const wte = await w.matrix("wte", [{ name: "transformer.wte.weight", rows: c.vocabSize }], H);
+    // wte is also the LM head (quantized with the projections); position embeddings are not.
     const wpe = await w.matrix(
       "wpe",
       [{ name: "transformer.wpe.weight", rows: c.maxPositionEmbeddings }],
       H,
+      { quantize: false },
     );
     const embed = kernels.embedding.bind(arena, {
       ids: b(bufs.ids),

@@ -5,12 +5,16 @@
  * generation is compared with, token for token.
  *
  * Weights are read from the checkpoint as stored (f32, f16 or bf16 values are exact in float64).
+ * With `quantize` (Qwen3, Qwen2, Llama), the projections, the LM head and a tied embedding are
+ * replaced by their dequantized int8 / int4 values `w'` (tests/reference/quant.ts, written from
+ * the format's text).
  *
  * @module
  */
 
 import { type Checkpoint, openCheckpoint } from "../../engine/model/checkpoint.ts";
 import { type ModelConfig, ropeInvFreq } from "../../engine/model/config.ts";
+import { quantizeRef } from "./quant.ts";
 
 /** A dense float64 matrix `[rows, cols]`, row-major. */
 interface Mat {
@@ -167,12 +171,33 @@ export class ReferenceModel {
     this.#w = weights;
   }
 
-  /** Loads every tensor of the checkpoint in `dir` into float64. */
-  static async load(dir: string): Promise<ReferenceModel> {
+  /**
+   * Loads every tensor of the checkpoint in `dir` into float64 (with `quantize`, the quantized
+   * ones as their dequantized values; Llama-like architectures only).
+   */
+  static async load(
+    dir: string,
+    options: { quantize?: "int8" | "int4" } = {},
+  ): Promise<ReferenceModel> {
     const ck = await openCheckpoint(dir);
     try {
       const weights = new Map<string, Mat>();
-      for (const name of ck.tensors.keys()) weights.set(name, await load(ck, name));
+      const format = options.quantize;
+      if (format !== undefined && ck.config.arch === "GPT2LMHeadModel") {
+        throw new RangeError("reference model: quantize covers the Llama-like architectures");
+      }
+      const quantized = (name: string) =>
+        /_proj\.weight$/.test(name) || name === "lm_head.weight" ||
+        (ck.config.tieWordEmbeddings && name === "model.embed_tokens.weight");
+      for (const name of ck.tensors.keys()) {
+        const m = await load(ck, name);
+        weights.set(
+          name,
+          format !== undefined && quantized(name) && m.cols % 32 === 0
+            ? { ...m, data: quantizeRef(m.data, m.cols, format).dequantized }
+            : m,
+        );
+      }
       return new ReferenceModel(ck.config, weights);
     } finally {
       ck.close();

@@ -1,0 +1,123 @@
+/**
+ * The 8-bit and 4-bit weight formats (`--quantization int8|int4`), exactly: any implementation
+ * following this text reproduces the bits.
+ *
+ * A weight `W[out][in]` is cut into groups of {@linkcode GROUP} = 32 consecutive elements along
+ * `in` (`in` must be a multiple of 32). Per group, in f32 arithmetic:
+ *
+ * - scale `s = f16(max|w| / Q)`, `Q = 7` (int4) or `127` (int8), the quotient rounded to f32 and
+ *   then to the nearest f16 (ties to even);
+ * - `q = clamp(roundHalfEven(f32(w / s)), -8, 7)` (int4) or `clamp(..., -127, 127)` (int8);
+ *   `q = 0` for the whole group where `s = 0`;
+ * - the kernels use `w' = q * s`.
+ *
+ * Storage (little-endian u32 words): int4 packs 8 values per u32, value `i` of a group in bits
+ * `4 * (i % 8) .. 4 * (i % 8) + 3` of the group's word `i / 8` (4 words per group), two's
+ * complement; int8 packs 4 per u32, value `i` in bits `8 * (i % 4) ..` of word `i / 4` (8 words
+ * per group). Groups follow each other along a row and rows follow each other, so the words of
+ * a `[rows, in]` matrix are `rows * in / (32 / bits)` u32 with no padding. The scales are a
+ * separate `[rows, in / 32]` array of f16 (row-major, no padding), read by kernels as u32 pairs
+ * (scale `g` in the low half of word `g / 2` when `g` is even, the high half when odd).
+ *
+ * @module
+ */
+
+/** A low-bit weight format. */
+export type QuantFormat = "int8" | "int4";
+
+/** `--quantization`: a format, or `none` (weights kept as loaded). */
+export type Quantization = QuantFormat | "none";
+
+/** Elements per group (one scale each). */
+export const GROUP = 32;
+
+/** Bits per value of `format`. */
+export function quantBits(format: QuantFormat): number {
+  return format === "int4" ? 4 : 8;
+}
+
+/** Largest magnitude `Q` of `format` (`s = max|w| / Q`). */
+export function quantMax(format: QuantFormat): number {
+  return format === "int4" ? 7 : 127;
+}
+
+/** u32 words holding one group of `format`. */
+export function wordsPerGroup(format: QuantFormat): number {
+  return (GROUP * quantBits(format)) / 32;
+}
+
+/** Parses a `--quantization` value. */
+export function parseQuantization(text: string): Quantization {
+  if (text === "none" || text === "int8" || text === "int4") return text;
+  throw new TypeError(`--quantization expects none, int8 or int4, got "${text}"`);
+}
+
+/** Whether a matrix of `cols` columns can be quantized (whole groups along each row). */
+export function quantizable(cols: number): boolean {
+  return cols % GROUP === 0;
+}
+
+/** Rounds to the nearest integer, ties to even. */
+function roundHalfEven(v: number): number {
+  const r = Math.round(v);
+  return Math.abs(v - Math.trunc(v)) === 0.5 && r % 2 !== 0 ? r - 1 : r;
+}
+
+/** The packed words and f16 scales of some rows of a quantized matrix. */
+export interface QuantizedRows {
+  /** `rows * cols / (32 / bits)` words (see the module documentation). */
+  readonly words: Uint32Array;
+  /** `rows * cols / 32` f16 scales. */
+  readonly scales: Float16Array;
+}
+
+/**
+ * Quantizes row-major `[rows, cols]` values (`cols` a multiple of 32) to `format`.
+ *
+ * @throws {RangeError} when `cols` is not a multiple of 32, or a scale overflows f16 (a weight
+ *   of magnitude above ~65504 * Q).
+ */
+export function quantizeRows(
+  values: ArrayLike<number>,
+  cols: number,
+  format: QuantFormat,
+): QuantizedRows {
+  if (!quantizable(cols) || values.length % cols !== 0) {
+    throw new RangeError(
+      `Cannot quantize ${values.length} values as rows of ${cols}: ${cols} is not a multiple of ${GROUP}`,
+    );
+  }
+  const bits = quantBits(format);
+  const q = quantMax(format);
+  const lo = format === "int4" ? -8 : -127;
+  const mask = (1 << bits) - 1;
+  const perWord = 32 / bits;
+  const groups = values.length / GROUP;
+  const words = new Uint32Array(groups * wordsPerGroup(format));
+  const scales = new Float16Array(groups);
+  for (let g = 0; g < groups; g++) {
+    const base = g * GROUP;
+    let max = 0;
+    for (let i = 0; i < GROUP; i++) {
+      const a = Math.abs(Math.fround(values[base + i]!));
+      if (a > max) max = a;
+    }
+    scales[g] = Math.fround(max / q);
+    const s = scales[g]!;
+    if (!Number.isFinite(s)) {
+      throw new RangeError(
+        `Cannot quantize: group ${g} has max |w| ${max}, its scale overflows f16`,
+      );
+    }
+    if (s === 0) continue;
+    for (let i = 0; i < GROUP; i++) {
+      const v = Math.min(
+        q,
+        Math.max(lo, roundHalfEven(Math.fround(Math.fround(values[base + i]!) / s))),
+      );
+      const w = g * wordsPerGroup(format) + Math.floor(i / perWord);
+      words[w] = (words[w]! | ((v & mask) << (bits * (i % perWord)))) >>> 0;
+    }
+  }
+  return { words, scales };
+}

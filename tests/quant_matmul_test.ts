@@ -1,0 +1,166 @@
+/**
+ * int8 / int4 weights (gpu/quant.ts): the packing matches the format as written
+ * (tests/reference/quant.ts), and every matmul kernel, under both kernel profiles, multiplies by
+ * the dequantized weights `w' = q * s` as a float64 reference does (odd M and N, K a multiple of
+ * 32, poisoned outputs, weights split across parts).
+ */
+
+import assert from "node:assert/strict";
+import type { GpuContext } from "../gpu/context.ts";
+import { GROUP, type QuantFormat, quantizeRows } from "../gpu/quant.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
+import { Matmul, type MatmulVariant } from "../kernels/matmul.ts";
+import { assertClose } from "./support/assert_close.ts";
+import {
+  GPU_TEST,
+  ParamArena,
+  poisonedF32,
+  readF32,
+  runPass,
+  testContext,
+  upload,
+  whole,
+} from "./support/gpu.ts";
+import { testSeed } from "./support/random.ts";
+import { matmulRef } from "./reference/matmul.ts";
+import { quantizeRef, unpackRef } from "./reference/quant.ts";
+
+const FORMATS: readonly QuantFormat[] = ["int8", "int4"];
+
+Deno.test("quantizeRows() packs the values and f16 scales the format's text defines", () => {
+  for (const format of FORMATS) {
+    const { seed, rng } = testSeed(`quantizeRows ${format}`);
+    const cols = 96;
+    const values = rng.array(5 * cols, -2, 2);
+    // Edge cases: an all-zero group, a group with exact ties (w / s = k + 0.5), a lone large
+    // value, tiny values that underflow the f16 scale.
+    values.fill(0, 0, 32);
+    for (let i = 32; i < 64; i++) values[i] = (i % 2 === 0 ? 1 : -1) * ((i % 8) + 0.5);
+    values[32] = format === "int4" ? 7 : 127;
+    values[100] = 1000;
+    for (let i = 128; i < 160; i++) values[i] = 1e-9 * (i - 140);
+    const got = quantizeRows(values, cols, format);
+    const ref = quantizeRef(values, cols, format);
+    assert.deepEqual([...got.scales], [...ref.scales], `seed ${seed} ${format}: scales`);
+    assert.deepEqual(
+      [...unpackRef(got.words, format === "int4" ? 4 : 8)],
+      [...ref.q],
+      `seed ${seed} ${format}: packed values`,
+    );
+    assert.equal(got.words.length, (values.length * (format === "int4" ? 4 : 8)) / 32);
+  }
+  assert.throws(() => quantizeRows(new Float32Array(40), 40, "int4"), /multiple of 32/);
+  assert.throws(() => quantizeRows([1e9, ...new Array(31).fill(0)], 32, "int4"), /overflows f16/);
+});
+
+type Shape = readonly [m: number, n: number, k: number];
+
+async function check(
+  ctx: GpuContext,
+  kernel: Matmul,
+  format: QuantFormat,
+  shape: Shape,
+  variant: MatmulVariant | undefined,
+  parts?: number,
+): Promise<void> {
+  const [m, n, k] = shape;
+  const label = `quant matmul ${format} [${m}, ${n}, ${k}] ${variant ?? `auto/${kernel.policy}`} ` +
+    `bias ${kernel.bias}`;
+  const { seed, rng } = testSeed(label);
+  const context = `seed ${seed} ${label}`;
+  const x = rng.array(m * k, -1, 1);
+  const w = rng.array(n * k, -1, 1);
+  const bias = kernel.bias ? rng.array(n, -1, 1) : undefined;
+  const weight = GpuMatrix.fromQuantized(ctx, "w", n, k, format, quantizeRows(w, k, format));
+  if (parts !== undefined) assert.equal(weight.parts.length, parts, context);
+  const xPadded = new Float32Array(m * k + 3).fill(NaN);
+  xPadded.set(x);
+  const xBuf = upload(ctx, xPadded);
+  const yBuf = poisonedF32(ctx, m * n);
+  const biasBuf = bias === undefined ? undefined : upload(ctx, bias);
+  const arena = new ParamArena(ctx, weight.parts.length);
+  try {
+    const op = kernel.bind(arena, {
+      x: whole(xBuf),
+      weight,
+      bias: biasBuf === undefined ? undefined : whole(biasBuf),
+      y: whole(yBuf),
+    });
+    await runPass(ctx, arena, (pass) => op.encode(pass, m, { variant }));
+    const got = await readF32(ctx, yBuf);
+    const expected = matmulRef(x, quantizeRef(w, k, format).dequantized, bias, m, n, k);
+    assertClose(got, expected, 1e-4, context);
+  } finally {
+    arena.destroy();
+    weight.destroy();
+    xBuf.destroy();
+    yBuf.destroy();
+    biasBuf?.destroy();
+  }
+}
+
+const SHAPES: readonly Shape[] = [[1, 1, 32], [3, 17, 96], [5, 67, 160], [40, 130, 256], [
+  17,
+  37,
+  64,
+]];
+const VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "blocked", "unrolled"];
+
+Deno.test(
+  "matmul() multiplies by dequantized int8 / int4 weights in every kernel",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const bias of [false, true]) {
+      // An f16 instance: quantized weights are accepted whatever the plain dtype.
+      const kernel = new Matmul(ctx, { dtype: "f16", bias });
+      for (const format of FORMATS) {
+        for (const shape of SHAPES) {
+          for (const variant of VARIANTS) await check(ctx, kernel, format, shape, variant);
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() picks a kernel for quantized weights under both policies, split across parts",
+  GPU_TEST,
+  async () => {
+    // 1 KiB bindings: a 70 x 128 int8 weight (128 bytes per row) splits into 9 parts.
+    const ctx = await testContext({ maxBindingBytes: 1024 });
+    for (const policy of ["cpu", "gpu"] as const) {
+      const kernel = new Matmul(ctx, { dtype: "f32", bias: true, policy });
+      for (const format of FORMATS) {
+        const parts = format === "int8" ? 9 : 5;
+        for (const m of [1, 7, 16, 33]) {
+          await check(
+            ctx,
+            kernel,
+            format,
+            [m, 70, 128],
+            undefined,
+            parts,
+          );
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "GpuMatrix.createQuantized() refuses widths that are not whole groups",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    assert.throws(() => GpuMatrix.createQuantized(ctx, "w", 4, GROUP + 8, "int4"), /groups of 32/);
+    const m = GpuMatrix.createQuantized(ctx, "w", 3, 64, "int4");
+    try {
+      assert.equal(m.byteSize, 3 * 32 + 4 * 3); // 32 bytes of words per row; 6 scales in 3 words
+      assert.throws(() => m.writeWords(ctx.device.queue, 2, new Uint32Array(16)), RangeError);
+      assert.throws(() => m.writeScales(ctx.device.queue, new Float16Array(5)), RangeError);
+    } finally {
+      m.destroy();
+    }
+  },
+);

@@ -1,0 +1,72 @@
+/**
+ * End to end with `--quantization int8|int4`: greedy tokens of the ModelRunner equal those of
+ * the float64 reference run on the dequantized weights `w'` (built by tests/reference/quant.ts
+ * from the format's text, independently of the engine), for Qwen3, Qwen2 and Llama checkpoints,
+ * up to the first step whose reference top-2 logit gap is a near-tie.
+ *
+ * With f32 activations and `w' = q * s` exact in f32, only the order of f32 additions differs
+ * from the reference, so near-ties are rare: the test requires 24 compared steps per model.
+ */
+
+import assert from "node:assert/strict";
+import { ModelRunner } from "../engine/model_runner.ts";
+import { makeModel } from "../tools/make_model.ts";
+import { ReferenceModel } from "./reference/model.ts";
+import { GPU_TEST, testContext } from "./support/gpu.ts";
+import { testSeed } from "./support/random.ts";
+import { SOLO_RUNNER_OPTIONS, soloGreedy } from "./support/solo_run.ts";
+
+const MAX_TOKENS = 24;
+/** Reference steps whose top-2 logits are closer than this are near-ties (not compared on). */
+const GAP_TOLERANCE = 1e-3;
+
+for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama"] as const) {
+  for (const format of ["int8", "int4"] as const) {
+    Deno.test(
+      `ModelRunner --quantization ${format} greedy generation equals the float64 reference on the dequantized weights for ${preset}`,
+      GPU_TEST,
+      async () => {
+        const dir = await Deno.makeTempDir();
+        try {
+          const { seed, rng } = testSeed(`quant runner ${preset} ${format}`);
+          await makeModel({ out: dir, preset, dtype: "f32", seed: seed % 1000, shards: 1 });
+          const ref = await ReferenceModel.load(dir, { quantize: format });
+          const plain = await ReferenceModel.load(dir);
+          const ctx = await testContext({ forceF32: true });
+          const runner = await ModelRunner.load(ctx, dir, {
+            ...SOLO_RUNNER_OPTIONS,
+            quantization: format,
+          });
+          try {
+            assert.deepEqual(runner.weights.notes, [], "every matrix of the preset is quantized");
+            assert.ok(runner.weights.device < 0.6 * runner.weights.unquantized);
+            let compared = 0;
+            let differsFromPlain = false;
+            for (const len of [1, 9, 33]) {
+              const prompt = Array.from({ length: len }, () => rng.int(0, 500));
+              const steps = ref.greedy(prompt, MAX_TOKENS);
+              const got = await soloGreedy(runner, prompt, MAX_TOKENS, {
+                blocks: rng.permutation(SOLO_RUNNER_OPTIONS.numKvBlocks),
+              });
+              for (let i = 0; i < steps.length && steps[i]!.gap >= GAP_TOLERANCE; i++, compared++) {
+                assert.equal(got[i], steps[i]!.token, `seed ${seed} prompt ${len}, step ${i}`);
+              }
+              const unquantized = plain.greedy(prompt, MAX_TOKENS).map((s) => s.token);
+              if (unquantized.some((t, i) => t !== steps[i]!.token)) differsFromPlain = true;
+            }
+            assert.ok(compared >= MAX_TOKENS, `seed ${seed}: only ${compared} steps compared`);
+            // The quantized reference is a different model: were its tokens always those of the
+            // unquantized one, the test could not tell a kernel that ignores quantization.
+            if (format === "int4") {
+              assert.ok(differsFromPlain, `seed ${seed}: int4 changed no token`);
+            }
+          } finally {
+            runner.destroy();
+          }
+        } finally {
+          await Deno.remove(dir, { recursive: true });
+        }
+      },
+    );
+  }
+}
