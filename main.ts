@@ -12,22 +12,26 @@ import { runCluster } from "./cli/cluster.ts";
 import { runGenerate } from "./cli/generate.ts";
 import { runInfo } from "./cli/info.ts";
 import { parseKernelProfileChoice } from "./gpu/kernel_profile.ts";
+import { parseQuantization } from "./gpu/quant.ts";
 import { runServe } from "./cli/serve.ts";
 import { parseCommandArgs, UsageError } from "./cli/usage.ts";
 
 const USAGE = `usage: main.ts <command> [flags]
 
 commands:
-  info [--force-f32] [--kernel-profile auto|cpu|gpu]
+  info [--force-f32] [--kernel-profile auto|cpu|gpu] [--model DIR] [--quantization Q]
                        print the WebGPU adapter, the limits the engine requests, its features
-                       and the kernel profile
+                       and the kernel profile; with --model, the weight bytes on the device
   serve                start the OpenAI-compatible HTTP server (main.ts serve --help)
   generate             offline generation (main.ts generate --help)
   cluster              N replicas of serve behind nginx (main.ts cluster --help)`;
 
-const INFO_USAGE = `usage: main.ts info [--force-f32] [--kernel-profile auto|cpu|gpu]
+const INFO_USAGE =
+  `usage: main.ts info [--force-f32] [--kernel-profile auto|cpu|gpu] [--model DIR] [--quantization Q]
   --force-f32                    report f32 weights even when shader-f16 exists
-  --kernel-profile auto|cpu|gpu  the kernel profile to report (default auto: from the adapter)`;
+  --kernel-profile auto|cpu|gpu  the kernel profile to report (default auto: from the adapter)
+  --model DIR|ORG/NAME           also load this model and print its weight bytes on the device
+  --quantization none|int8|int4  quantize its projections while loading (default none)`;
 
 /** Runs the CLI with `argv` and returns the process exit code. */
 export async function main(argv: string[]): Promise<number> {
@@ -39,6 +43,8 @@ export async function main(argv: string[]): Promise<number> {
         options: {
           "force-f32": { type: "boolean", default: false },
           "kernel-profile": { type: "string", default: "auto" },
+          model: { type: "string" },
+          quantization: { type: "string", default: "none" },
           help: { type: "boolean", default: false },
         },
       });
@@ -49,6 +55,8 @@ export async function main(argv: string[]): Promise<number> {
       return await runInfo({
         forceF32: values["force-f32"],
         kernelProfile: parseKernelProfileChoice(values["kernel-profile"]),
+        ...(values.model !== undefined ? { model: values.model } : {}),
+        quantization: parseQuantization(values.quantization),
       });
     }
     case "generate":

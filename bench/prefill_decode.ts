@@ -110,6 +110,7 @@ export async function runPrefillDecodeBench(
       },
       blockSize,
       o.kernelProfile,
+      o.quantization,
     );
     const ctx = runner.ctx;
     let machine: string;

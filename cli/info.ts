@@ -1,12 +1,17 @@
 /**
  * `main.ts info`: what the engine sees of the GPU — the adapter (name, vendor, fallback or
  * not), the limits it will request, the optional features, and the dtype weights will use.
+ * With `--model DIR` it also loads the model (with `--quantization`) and prints its weight bytes
+ * on the device, and what they would be unquantized.
  *
  * @module
  */
 
 import { GpuContext, REQUESTED_LIMITS } from "../gpu/context.ts";
 import type { KernelProfileChoice } from "../gpu/kernel_profile.ts";
+import type { Quantization } from "../gpu/quant.ts";
+import { ModelRunner } from "../engine/model_runner.ts";
+import { resolveModelDir } from "./engine_flags.ts";
 
 /** Formats a byte count as an exact integer plus MiB/GiB when large. */
 function formatLimit(name: string, value: number): string {
@@ -51,7 +56,12 @@ export function describeContext(ctx: GpuContext): string {
 
 /** Runs `info`: prints the report, returns the exit code. */
 export async function runInfo(
-  args: { forceF32: boolean; kernelProfile?: KernelProfileChoice },
+  args: {
+    forceF32: boolean;
+    kernelProfile?: KernelProfileChoice;
+    model?: string;
+    quantization?: Quantization;
+  },
 ): Promise<number> {
   const ctx = await GpuContext.create({
     forceF32: args.forceF32,
@@ -59,6 +69,33 @@ export async function runInfo(
   });
   try {
     console.log(describeContext(ctx));
+    if (args.model !== undefined) {
+      const dir = await resolveModelDir(args.model);
+      const quantization = args.quantization ?? "none";
+      const runner = await ModelRunner.load(ctx, dir, {
+        maxTokens: 16,
+        maxSeqs: 1,
+        maxModelLen: 16,
+        blockSize: 16,
+        numKvBlocks: 1,
+        showProgress: false,
+        quantization,
+      });
+      const { device, unquantized, notes } = runner.weights;
+      runner.destroy();
+      const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+      console.log(
+        `Model:     ${dir}\n` +
+          `Weights on the device: ${mib(device)} (${device.toLocaleString("en-US")} bytes), ` +
+          `quantization ${quantization}` +
+          (quantization === "none"
+            ? ""
+            : `; unquantized (${ctx.weightDtype}): ${mib(unquantized)}, ratio ${
+              (device / unquantized).toFixed(3)
+            }`),
+      );
+      for (const note of notes) console.log(`  ${note}`);
+    }
   } finally {
     ctx.destroy();
   }

@@ -77,6 +77,12 @@ const BLOCKED_WG = 64;
  */
 export const UNROLLED_BLOCKS = [1, 2, 4, 8, 16] as const;
 const UNROLLED_RN = 16;
+/**
+ * `unrolled` on int8 / int4 weights: weight rows per invocation. Tried 8, 16, 32 on lavapipe
+ * (Qwen3-0.6B shapes, M = 1, 2026-11-25): no difference beyond the machine's noise, the kernel
+ * being bound by its arithmetic (unpacking, scaling, dots: ~8 G weights/s on 2 cores).
+ */
+const QUANT_RN = 16;
 const UNROLLED_WG = 8;
 /** `gemv`: invocations per weight row and weight rows per workgroup. */
 const GEMV_TPR = 64;
@@ -237,12 +243,9 @@ export function kernelSource(
   switch (variant) {
     case "unrolled": {
       const template = quant === null ? unrolledSource : unrolledQuantSource;
-      const source = unrollTemplate(template, { i: mb, r: UNROLLED_RN });
-      return kernel(
-        { MB: mb, RN: UNROLLED_RN, WG: UNROLLED_WG },
-        source,
-        UNROLLED_RN * UNROLLED_WG,
-      );
+      const rn = quant === null ? UNROLLED_RN : QUANT_RN;
+      const source = unrollTemplate(template, { i: mb, r: rn });
+      return kernel({ MB: mb, RN: rn, WG: UNROLLED_WG }, source, rn * UNROLLED_WG);
     }
     case "blocked":
       return kernel(

@@ -49,3 +49,29 @@ Deno.test("main.ts info prints the kernel profile, forced by --kernel-profile or
   assert.equal(badGenerate.code, 1);
   assert.match(badGenerate.stderr, /^error: --kernel-profile expects auto, cpu, gpu, got "x"$/m);
 });
+
+Deno.test("main.ts info --model --quantization prints the weight bytes before and after", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const { makeModel } = await import("../tools/make_model.ts");
+    await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "bf16", seed: 1 });
+    const plain = await runMain(["info", "--model", dir]);
+    assert.equal(plain.code, 0, plain.stderr);
+    const bytes = (text: string) =>
+      Number(/\(([\d,]+) bytes\)/.exec(text)![1]!.replaceAll(",", ""));
+    const none = bytes(plain.stdout);
+    for (const [format, max] of [["int8", 0.55], ["int4", 0.3]] as const) {
+      const r = await runMain(["info", "--model", dir, "--quantization", format]);
+      assert.equal(r.code, 0, r.stderr);
+      const ratio = Number(/ratio ([\d.]+)/.exec(r.stdout)![1]);
+      assert.ok(ratio <= max, `${format}: ${ratio}`);
+      // The ratio is the device bytes over the unquantized ones, which `none` reports.
+      assert.ok(Math.abs(bytes(r.stdout) / none - ratio) < 2e-3, r.stdout);
+    }
+    const bad = await runMain(["info", "--quantization", "int5"]);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /^error: --quantization expects none, int8 or int4, got "int5"$/m);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

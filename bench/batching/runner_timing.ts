@@ -11,6 +11,7 @@
  * @module
  */
 
+import type { Quantization } from "../../gpu/quant.ts";
 import type { ForwardBatch, SequenceChunk } from "../../engine/forward_batch.ts";
 import { GpuContext } from "../../gpu/context.ts";
 import type { KernelProfileChoice } from "../../gpu/kernel_profile.ts";
@@ -31,6 +32,7 @@ export async function loadRunner(
   sizes: { maxTokens: number; maxSeqs: number; maxModelLen: number; numKvBlocks: number },
   blockSize = 16,
   kernelProfile: KernelProfileChoice = "auto",
+  quantization: Quantization = "none",
 ): Promise<ModelRunner> {
   const ctx = await GpuContext.create({ kernelProfile });
   try {
@@ -40,6 +42,7 @@ export async function loadRunner(
         ...sizes,
         blockSize,
         showProgress: false,
+        quantization,
       });
     } finally {
       ck.close();

@@ -258,5 +258,6 @@ export function reloadForSweep(dir: string, o: Options, blockSize: number): Prom
     },
     blockSize,
     o.kernelProfile,
+    o.quantization,
   );
 }

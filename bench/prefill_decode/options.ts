@@ -7,11 +7,13 @@
 
 import { parseArgs } from "node:util";
 import type { KernelProfileChoice } from "../../gpu/kernel_profile.ts";
+import { parseQuantization, type Quantization } from "../../gpu/quant.ts";
 import { kernelProfileOption, UsageError } from "../bench_io.ts";
 
 const USAGE = `usage: deno task bench:prefill-decode [options]
   --model DIR|tiny|qwen3-0.6b  model (default qwen3-0.6b: random weights in a temp dir)
   --kernel-profile auto|cpu|gpu  kernel variants (default auto: from the adapter)
+  --quantization none|int8|int4  weights of the projections and LM head (default none)
   --prompt-len N               prompt tokens (default 512)
   --gen N                      generated tokens (default 64)
   --batch-model tiny|main      model of the batch-size sweep (default tiny)
@@ -26,6 +28,7 @@ const USAGE = `usage: deno task bench:prefill-decode [options]
 export interface Options {
   model: string;
   kernelProfile: KernelProfileChoice;
+  quantization: Quantization;
   promptLen: number;
   gen: number;
   batchModel: "tiny" | "main";
@@ -45,6 +48,14 @@ function int(flag: string, text: string, least: number): number {
   return v;
 }
 
+function quantizationOption(text: string): Quantization {
+  try {
+    return parseQuantization(text);
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error));
+  }
+}
+
 /** Parses the command line (see USAGE). */
 export function parsePrefillDecodeArgs(argv: string[]): Options {
   let v;
@@ -56,6 +67,7 @@ export function parsePrefillDecodeArgs(argv: string[]): Options {
       options: {
         model: { type: "string", default: "qwen3-0.6b" },
         "kernel-profile": { type: "string" },
+        quantization: { type: "string", default: "none" },
         "prompt-len": { type: "string", default: "512" },
         gen: { type: "string", default: "64" },
         "batch-model": { type: "string", default: "tiny" },
@@ -79,6 +91,7 @@ export function parsePrefillDecodeArgs(argv: string[]): Options {
   return {
     model: v.model,
     kernelProfile: kernelProfileOption(v["kernel-profile"]),
+    quantization: quantizationOption(v.quantization),
     promptLen: int("prompt-len", v["prompt-len"], 1),
     gen: int("gen", v.gen, 2),
     batchModel: bm,
