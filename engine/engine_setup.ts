@@ -44,6 +44,8 @@ export interface EngineParts {
   readonly ctx: GpuContext | null;
   /** KV blocks in the pool. */
   readonly kvBlocks: number;
+  /** The model's end-of-sequence token ids (the scheduler's; grammars allow them at the end). */
+  readonly eosTokenIds: readonly number[];
 }
 
 /**
@@ -148,6 +150,7 @@ export async function setupEngine(
         executor: new WebGpuExecutor(runner, { numSwapBlocks, seedSource }),
         ctx,
         kvBlocks,
+        eosTokenIds: eos,
       };
     } finally {
       ck.close();
@@ -196,6 +199,7 @@ export function setupMockEngine(
     executor,
     ctx: null,
     kvBlocks,
+    eosTokenIds: [],
   };
 }
 

@@ -38,6 +38,13 @@ export interface SequenceChunk {
    * 0 to TOP_LOGPROBS_MAX (20); absent or 0: none. Only with `sample`.
    */
   readonly topLogprobs?: number;
+  /**
+   * Structured outputs: the tokens the sequence's grammar allows next, a bitmask of
+   * `ceil(vocab / 32)` u32 (bit v % 32 of word v / 32, xgrammar's layout); every other token's
+   * logit becomes MASKED_LOGIT before processing and sampling. Absent or null: unconstrained.
+   * Only with `sample`.
+   */
+  readonly tokenMask?: Uint32Array | null;
 }
 
 /** The whole step. */

@@ -29,7 +29,11 @@
  * @module
  */
 
-import { kernelSeed, type SamplingParams } from "../scheduler/sampling_params.ts";
+import {
+  kernelSeed,
+  type SamplingParams,
+  type StructuredOutputSpec,
+} from "../scheduler/sampling_params.ts";
 
 export { kernelSeed };
 
@@ -162,6 +166,67 @@ export function validateSamplingParams(params: SamplingParams, model: ModelLimit
       checkRange(`logit_bias.${token}`, value, -100, 100);
     }
   }
+  checkStructuredOutput(params.structuredOutput ?? null);
   const topK = params.topK < 0 || (vocab > 0 && params.topK >= vocab) ? 0 : params.topK;
-  return Object.freeze({ ...params, topK });
+  return Object.freeze({ ...params, topK, structuredOutput: params.structuredOutput ?? null });
+}
+
+/** Choices of a `choice` structured output: at most this many. */
+export const MAX_STRUCTURED_CHOICES = 1024;
+/** Characters of a regex or EBNF grammar, and of a serialised JSON schema: at most this many. */
+export const MAX_GRAMMAR_CHARS = 100_000;
+
+/** The shape checks of a structured-output spec (what it means is checked when compiled). */
+function checkStructuredOutput(spec: StructuredOutputSpec | null): void {
+  if (spec === null) return;
+  const text = (param: string, value: unknown) => {
+    if (typeof value !== "string" || value.length === 0) fail(param, "expected a non-empty string");
+    if (value.length > MAX_GRAMMAR_CHARS) {
+      fail(param, `${value.length} characters; at most ${MAX_GRAMMAR_CHARS}`);
+    }
+  };
+  switch (spec.kind) {
+    case "json_object":
+      return;
+    case "json_schema": {
+      const size = JSON.stringify(spec.schema ?? null).length;
+      if (
+        typeof spec.schema !== "boolean" &&
+        (typeof spec.schema !== "object" || spec.schema === null)
+      ) {
+        fail("response_format.json_schema.schema", "expected a JSON schema object");
+      }
+      if (size > MAX_GRAMMAR_CHARS) {
+        fail(
+          "response_format.json_schema.schema",
+          `${size} characters; at most ${MAX_GRAMMAR_CHARS}`,
+        );
+      }
+      if (typeof spec.strict !== "boolean") {
+        fail("response_format.json_schema.strict", "expected a boolean");
+      }
+      return;
+    }
+    case "regex":
+      return text("structured_outputs.regex", spec.pattern);
+    case "grammar":
+      return text("structured_outputs.grammar", spec.ebnf);
+    case "choice":
+      if (!Array.isArray(spec.choices) || spec.choices.length === 0) {
+        fail("structured_outputs.choice", "expected a non-empty list of strings");
+      }
+      if (spec.choices.length > MAX_STRUCTURED_CHOICES) {
+        fail(
+          "structured_outputs.choice",
+          `${spec.choices.length} choices; at most ${MAX_STRUCTURED_CHOICES}`,
+        );
+      }
+      spec.choices.forEach((c, i) => text(`structured_outputs.choice.${i}`, c));
+      return;
+    default:
+      fail(
+        "structured_outputs",
+        `unknown kind ${JSON.stringify((spec as { kind: unknown }).kind)}`,
+      );
+  }
 }

@@ -16,6 +16,8 @@
  * @module
  */
 
+import { StructuredOutputs } from "./structured_output/structured_outputs.ts";
+import type { StructuredOutputSpec } from "../scheduler/sampling_params.ts";
 import type { EngineConfig, EngineOptions } from "./engine_config.ts";
 import {
   type EngineClient,
@@ -32,7 +34,7 @@ import {
 import { type EngineParts, type Logger, setupEngine, setupMockEngine } from "./engine_setup.ts";
 import type { Executor, SampledToken } from "./executors/executor.ts";
 import type { GpuContext } from "../gpu/context.ts";
-import { checkTokenIds, validateSamplingParams } from "./input_processor.ts";
+import { checkTokenIds, InvalidParameterError, validateSamplingParams } from "./input_processor.ts";
 import { LiveRequest } from "./live_request.ts";
 import { RequestOutputState } from "./output_processor.ts";
 import type { Tokenizer } from "./tokenizer.ts";
@@ -42,6 +44,14 @@ import type { SamplingParams } from "../scheduler/sampling_params.ts";
 
 export { type Logger, resolveMaxModelLen } from "./engine_setup.ts";
 
+/** The OpenAI / vLLM parameter a structured-output error names, by kind. */
+const STRUCTURED_PARAM: Record<StructuredOutputSpec["kind"], string> = {
+  json_object: "response_format",
+  json_schema: "response_format",
+  regex: "structured_outputs.regex",
+  choice: "structured_outputs.choice",
+  grammar: "structured_outputs.grammar",
+};
 /** Submit time the engine queues ahead of the oldest step's readback, ms (`#effectiveDepth`). */
 const AHEAD_BUDGET_MS = 100;
 
@@ -87,6 +97,10 @@ export class LLMEngine implements EngineClient {
   #steps = 0;
   #promptTokens = 0;
   #generationTokens = 0;
+  /** Grammar matchers of the constrained requests (structured outputs). */
+  readonly #structured: StructuredOutputs;
+  /** Constrained requests whose grammar is compiling (not yet in the scheduler). */
+  readonly #admitting = new Set<string>();
 
   private constructor(parts: EngineParts) {
     this.config = parts.config;
@@ -97,6 +111,11 @@ export class LLMEngine implements EngineClient {
     this.#executor = parts.executor;
     this.#ctx = parts.ctx;
     this.#kvBlocks = parts.kvBlocks;
+    this.#structured = new StructuredOutputs(
+      parts.tokenizer,
+      parts.model.vocabSize,
+      parts.eosTokenIds,
+    );
     this.#depth = Math.max(
       1,
       Math.min(parts.config.maxInFlight ?? Infinity, parts.executor.maxInFlight),
@@ -145,16 +164,28 @@ export class LLMEngine implements EngineClient {
     // The executor validates what it must apply (penalties, logit bias, logprobs) and keeps the
     // prompt for the repetition penalty.
     this.#executor.addRequest?.(id, request.promptTokenIds, request.params);
-    try {
+    const admit = () =>
       this.#scheduler.addRequest({
         requestId: id,
         promptTokenIds: request.promptTokenIds,
         params: request.params,
         priority: request.priority ?? 0,
       });
-    } catch (error) {
+    const spec = request.params.structuredOutput;
+    if (spec !== null && this.#executor.kind !== "webgpu") {
       this.#executor.release(id);
-      throw error;
+      throw new InvalidParameterError(
+        STRUCTURED_PARAM[spec.kind],
+        "Structured outputs need the webgpu executor: the mock executor runs no model to constrain",
+      );
+    }
+    if (spec === null) {
+      try {
+        admit();
+      } catch (error) {
+        this.#executor.release(id);
+        throw error;
+      }
     }
     // One increment per step with new tokens, even when their text is held back or empty (as
     // vLLM streams): clients see every token arrive, e.g. for TTFT and ITL.
@@ -167,6 +198,9 @@ export class LLMEngine implements EngineClient {
     this.#live.set(id, live);
     this.#promptTokens += request.promptTokenIds.length;
     signal?.addEventListener("abort", () => this.abort(id), { once: true });
+    // A constrained request enters the scheduler once its grammar is compiled; a grammar that
+    // does not compile ends it with an InvalidParameterError (a 400 before any output).
+    if (spec !== null) this.#admitConstrained(id, live, spec, admit);
     this.#kick();
     // A consumer that stops early (client gone) frees the request at once.
     return live.stream(() => this.abort(id));
@@ -175,8 +209,34 @@ export class LLMEngine implements EngineClient {
   abort(requestId: string): void {
     const live = this.#live.get(requestId);
     if (live === undefined || live.finished) return;
-    this.#scheduler.abortRequest(requestId);
+    if (!this.#admitting.has(requestId)) this.#scheduler.abortRequest(requestId);
     this.#finish(requestId, live, "abort", null);
+  }
+
+  /** Compiles a constrained request's grammar, then hands it to the scheduler (see generate). */
+  #admitConstrained(
+    id: string,
+    live: LiveRequest,
+    spec: StructuredOutputSpec,
+    admit: () => void,
+  ): void {
+    this.#admitting.add(id);
+    this.#structured.admit(id, spec, STRUCTURED_PARAM[spec.kind]).then(() => {
+      this.#admitting.delete(id);
+      if (live.finished || this.#error !== null || this.#stopped) {
+        this.#structured.release(id);
+        return;
+      }
+      admit();
+      this.#kick();
+    }).catch((error) => {
+      this.#admitting.delete(id);
+      this.#structured.release(id);
+      if (live.finished) return;
+      live.fail(error instanceof Error ? error : new Error(String(error)));
+      this.#live.delete(id);
+      this.#executor.release(id);
+    });
   }
 
   stats(): EngineStats {
@@ -243,8 +303,9 @@ export class LLMEngine implements EngineClient {
           }
           const landing = this.#executor.swapInReady?.(output);
           if (landing !== undefined) await landing;
+          const masks = this.#structured.active ? await this.#structured.masks(output) : undefined;
           const t0 = performance.now();
-          const step = this.#executor.execute(output);
+          const step = this.#executor.execute(output, masks);
           this.#submitMs = 0.7 * this.#submitMs + 0.3 * (performance.now() - t0);
           for (const [id, error] of step.failed ?? []) this.#failRequest(id, error);
           // The loop awaits results in order; a step that fails before its turn must not be
@@ -331,6 +392,13 @@ export class LLMEngine implements EngineClient {
       this.#executor.tokensKnown?.(u.requestId, u.newTokenIds);
       const live = this.#live.get(u.requestId);
       if (live === undefined || live.finished) continue;
+      if (!this.#structured.accept(u.requestId, u.newTokenIds)) {
+        this.#failRequest(
+          u.requestId,
+          new Error(`The grammar rejected sampled token(s) ${u.newTokenIds.join(", ")}`),
+        );
+        continue;
+      }
       const s = sampled.get(u.requestId);
       const wantTop = (live.params.logprobs ?? 0) > 0;
       const logprobs: TokenLogprob[] | null = live.params.logprobs === null
@@ -348,6 +416,10 @@ export class LLMEngine implements EngineClient {
       if (stopString !== null && u.finishReason === null) {
         this.#scheduler.finishRequest(u.requestId, "stop", stopString);
         this.#finish(u.requestId, live, "stop", stopString);
+      } else if (u.finishReason === null && this.#structured.terminated(u.requestId)) {
+        // The grammar is complete (its stop token was sampled, e.g. under ignore_eos).
+        this.#scheduler.finishRequest(u.requestId, "stop", null);
+        this.#finish(u.requestId, live, "stop", null);
       } else if (u.finishReason !== null) {
         this.#finish(u.requestId, live, u.finishReason, u.stopReason);
       }
@@ -358,6 +430,7 @@ export class LLMEngine implements EngineClient {
     live.finish(reason, stop);
     this.#live.delete(id);
     this.#executor.release(id);
+    this.#structured.release(id);
   }
 
   /**
@@ -371,6 +444,7 @@ export class LLMEngine implements EngineClient {
     live.fail(new RequestFailedError(id, cause));
     this.#live.delete(id);
     this.#executor.release(id);
+    this.#structured.release(id);
   }
 
   /** A fatal error: every live request's stream throws, new requests are refused. */

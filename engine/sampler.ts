@@ -1,6 +1,7 @@
 /**
  * The sampling stage of a step, after the model's forward pass: the LM head over the sampled
- * rows only, then for those rows `top_logprobs` on the raw logits (only when some row asks for
+ * rows only, then `token_mask` on the rows of grammar-constrained sequences (structured
+ * outputs; only when some row has a mask), then for those rows `top_logprobs` on the raw logits (only when some row asks for
  * top logprobs), `logits_process` in place (only when some row has a penalty or a logit bias),
  * and GPU sampling into the step's slot of the sampled-token ring ({@linkcode StepBuffers.sampled}).
  * Every call site is bound once, at construction; {@linkcode Sampler.prepare} packs and uploads
@@ -33,6 +34,8 @@ import {
   type TopLogprobsOp,
 } from "../kernels/top_logprobs.ts";
 import type { MatmulOp } from "../kernels/matmul.ts";
+import { maskWords, type TokenMaskOp } from "../kernels/token_mask.ts";
+import { STORAGE_RW } from "../gpu/context.ts";
 
 /** One entry of a row's top log-probabilities. */
 export interface TopLogprob {
@@ -77,6 +80,8 @@ export interface SamplingPlan {
   readonly anyTop: boolean;
   /** The `logits_process` op to encode, or null when no row has a penalty or a bias. */
   readonly process: LogitsProcessOp | null;
+  /** Rows with a grammar mask (structured outputs); 0: no `token_mask` dispatch. */
+  readonly masked: number;
 }
 
 /** The LM head and sampling call sites of one model runner (see the module doc). */
@@ -90,6 +95,9 @@ export class Sampler {
   /** One per ring slot. */
   readonly #top: TopLogprobsOp[];
   readonly #lists: LogitsProcessLists;
+  readonly #mask: TokenMaskOp;
+  /** u32 `[maxSeqs, maskWords(vocab)]` grammar masks, then u32 `[maxSeqs]` their rows. */
+  readonly #maskBuffers: { readonly masks: GPUBuffer; readonly rows: GPUBuffer };
   readonly #host: {
     /** u32 `[maxSeqs]`: token index of each sampled row. */
     sampleIndices: Uint32Array<ArrayBuffer>;
@@ -97,6 +105,10 @@ export class Sampler {
     sampleParams: ArrayBuffer;
     /** u32 `[maxSeqs]`: top log-probabilities per row. */
     topCounts: Uint32Array<ArrayBuffer>;
+    /** u32 `[maxSeqs, maskWords(vocab)]`: the step's grammar masks, packed. */
+    masks: Uint32Array<ArrayBuffer>;
+    /** u32 `[maxSeqs]`: the row of each packed mask. */
+    maskRows: Uint32Array<ArrayBuffer>;
   };
 
   /**
@@ -146,10 +158,22 @@ export class Sampler {
     );
     this.#lists = new LogitsProcessLists(ctx, arena, bufs, limits);
     const S = limits.maxSeqs;
+    const words = maskWords(limits.vocab);
+    this.#maskBuffers = {
+      masks: ctx.createBuffer("sampler.tokenMasks", S * words * 4, STORAGE_RW),
+      rows: ctx.createBuffer("sampler.tokenMaskRows", S * 4, STORAGE_RW),
+    };
+    this.#mask = kernels.tokenMask.bind(arena, {
+      logits: b(bufs.logits),
+      masks: b(this.#maskBuffers.masks),
+      rows: b(this.#maskBuffers.rows),
+    });
     this.#host = {
       sampleIndices: new Uint32Array(S),
       sampleParams: new ArrayBuffer(S * SAMPLE_PARAMS_BYTES),
       topCounts: new Uint32Array(S),
+      masks: new Uint32Array(S * words),
+      maskRows: new Uint32Array(S),
     };
   }
 
@@ -169,9 +193,21 @@ export class Sampler {
     let anyTop = false;
     let tokens = 0;
     let rows = 0;
+    let masked = 0;
+    const words = maskWords(this.limits.vocab);
     for (const seq of seqs) {
       tokens += seq.queryLen;
       if (seq.sample !== null) {
+        const mask = seq.tokenMask ?? null;
+        if (mask !== null) {
+          if (mask.length < words) {
+            throw new RangeError(
+              `Cannot sample with a token mask of ${mask.length} words: ${this.limits.vocab} tokens need ${words}`,
+            );
+          }
+          h.masks.set(mask.subarray(0, words), masked * words);
+          h.maskRows[masked++] = rows;
+        }
         h.sampleIndices[rows++] = tokens - 1;
         samples.push(seq.sample);
         processes.push(seq.process ?? null);
@@ -190,8 +226,12 @@ export class Sampler {
       q.writeBuffer(bufs.sampleIndices, 0, h.sampleIndices, 0, rows);
       q.writeBuffer(bufs.sampleParams, 0, h.sampleParams, 0, rows * SAMPLE_PARAMS_BYTES);
       if (anyTop) q.writeBuffer(bufs.topCounts, 0, h.topCounts, 0, rows);
+      if (masked > 0) {
+        q.writeBuffer(this.#maskBuffers.masks, 0, h.masks, 0, masked * words);
+        q.writeBuffer(this.#maskBuffers.rows, 0, h.maskRows, 0, masked);
+      }
     }
-    return { rows, topCounts, anyTop, process };
+    return { rows, topCounts, anyTop, process, masked };
   }
 
   /**
@@ -203,6 +243,7 @@ export class Sampler {
     if (rows === 0) return;
     const vocab = this.limits.vocab;
     this.#lmHead.encode(pass, rows);
+    this.#mask.encode(pass, plan.masked, vocab, maskWords(vocab));
     // Raw logits first (vLLM's default logprobs), then processing in place, then sampling.
     if (plan.anyTop) this.#top[slot]!.encode(pass, rows, vocab, TOP_LOGPROBS_MAX);
     plan.process?.encode(pass, rows, vocab);
@@ -225,9 +266,11 @@ export class Sampler {
     };
   }
 
-  /** Releases the logits-processing list buffers (the step buffers belong to the runner). */
+  /** Releases the logits-processing lists and the mask buffers (the step buffers are the runner's). */
   destroy(): void {
     this.#lists.destroy();
+    this.#maskBuffers.masks.destroy();
+    this.#maskBuffers.rows.destroy();
   }
 }
 

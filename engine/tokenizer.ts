@@ -55,6 +55,44 @@ function isRecord(x: unknown): x is Json {
   return typeof x === "object" && x !== null && !Array.isArray(x);
 }
 
+/** See {@linkcode Tokenizer.grammarVocab}. */
+export interface GrammarVocab {
+  /** Token strings by id, as stored in tokenizer.json ("" for undefined ids). */
+  readonly encoded: readonly string[];
+  /** `byte_level` (GPT-2's byte-to-unicode map), `byte_fallback` (`<0x0A>` tokens) or `raw`. */
+  readonly vocabType: "byte_level" | "byte_fallback" | "raw";
+  /** Whether encoding prepends a space to the text (SentencePiece "▁" prefix). */
+  readonly prependSpace: boolean;
+}
+
+/** The grammar vocabulary of a tokenizer.json (xgrammar's `from_huggingface` detection rules). */
+function grammarVocabOf(
+  json: Json,
+  added: Map<number, { content: string }>,
+  size: number,
+): GrammarVocab {
+  const encoded = new Array<string>(size).fill("");
+  const model = json.model;
+  if (isRecord(model) && isRecord(model.vocab)) {
+    for (const [token, id] of Object.entries(model.vocab)) {
+      if (typeof id === "number" && id < size) encoded[id] = token;
+    }
+  }
+  for (const [id, token] of added) if (id < size) encoded[id] = token.content;
+  const text = JSON.stringify([json.decoder ?? null, json.pre_tokenizer ?? null]);
+  const vocabType = /"ByteLevel"/.test(text)
+    ? "byte_level"
+    : /"ByteFallback"/.test(text) || (isRecord(model) && model.byte_fallback === true)
+    ? "byte_fallback"
+    : "raw";
+  const normalizer = JSON.stringify(json.normalizer ?? null);
+  const prependSpace = /"Prepend","prepend":"▁"/.test(normalizer) ||
+    /"Metaspace"[^}]*"prepend_scheme":"(first|always)"/.test(
+      JSON.stringify(json.pre_tokenizer ?? null),
+    );
+  return { encoded, vocabType, prependSpace };
+}
+
 /** A special token in tokenizer_config.json: a string, `{ content }`, or null. */
 function tokenContent(x: unknown): string | undefined {
   if (typeof x === "string") return x;
@@ -116,6 +154,12 @@ export class Tokenizer {
   readonly chatTemplateSource?: string;
   /** Ids of all special added tokens. */
   readonly specialIds: ReadonlySet<number>;
+  /**
+   * What a grammar engine (xgrammar) needs of the vocabulary: every token's string as
+   * tokenizer.json stores it ("" for ids it does not define), how those strings encode bytes,
+   * and whether encoding prepends a space (SentencePiece's "▁").
+   */
+  readonly grammarVocab: GrammarVocab;
 
   readonly #hf: HfTokenizer;
   readonly #cleanUp: boolean;
@@ -147,6 +191,7 @@ export class Tokenizer {
     }
     this.size = size;
     this.specialIds = special;
+    this.grammarVocab = grammarVocabOf(tokenizerJson, this.#hf.get_added_tokens_decoder(), size);
     this.#cleanUp = config.clean_up_tokenization_spaces === true;
 
     const specials: Record<string, string> = {};

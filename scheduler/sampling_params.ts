@@ -43,7 +43,24 @@ export interface SamplingParams {
   readonly logitBias: ReadonlyMap<number, number> | null;
   /** Number of completions to return for the prompt (the edge expands n > 1 into requests). */
   readonly n: number;
+  /**
+   * Structured outputs: the grammar the output must follow (JSON, a JSON schema, a regex, a
+   * choice of strings, an EBNF grammar); null = free text. A constrained request is scheduled
+   * only when its previous token is known on the host (its next mask depends on it).
+   */
+  readonly structuredOutput: StructuredOutputSpec | null;
 }
+
+/**
+ * What a request's output must follow (vLLM's `structured_outputs`; OpenAI's `response_format`
+ * maps onto `json_object` and `json_schema`). Plain data, validated at the edge.
+ */
+export type StructuredOutputSpec =
+  | { readonly kind: "json_object" }
+  | { readonly kind: "json_schema"; readonly schema: unknown; readonly strict: boolean }
+  | { readonly kind: "regex"; readonly pattern: string }
+  | { readonly kind: "choice"; readonly choices: readonly string[] }
+  | { readonly kind: "grammar"; readonly ebnf: string };
 
 /** vLLM's defaults. */
 export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
@@ -63,6 +80,7 @@ export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
   logprobs: null,
   logitBias: null,
   n: 1,
+  structuredOutput: null,
 });
 
 /** `overrides` over {@linkcode DEFAULT_SAMPLING_PARAMS} (no validation). */

@@ -97,6 +97,8 @@ export function applySampledToken(
  */
 export function tokensToRun(seq: Sequence, maxModelLen: number): number {
   if (seq.numOutputTokens >= seq.maxTokens || seq.numTokens >= maxModelLen) return 0;
+  // A grammar-constrained request waits for its last sampled token: its next mask depends on it.
+  if ((seq.params.structuredOutput ?? null) !== null && seq.numPlaceholders > 0) return 0;
   return seq.numTokens - seq.numComputedTokens;
 }
 

@@ -48,24 +48,13 @@ function notSupported(param: string, what: string): ApiError {
 
 /**
  * Throws a 400 for a field this server accepts but cannot honour yet (never a silent plain-text
- * answer): `best_of` other than `n`, `response_format` other than `text`, `tools` /
- * `functions`, `tool_choice` other than `none`, vLLM's structured-output extras.
+ * answer): `best_of` other than `n`, `tools` / `functions`, `tool_choice` other than `none`.
  */
 function rejectUnsupported(body: CompletionRequest | ChatRequest): void {
   const has = (v: unknown) => v !== undefined && v !== null;
   if (has(body.best_of) && body.best_of !== (body.n ?? 1)) {
     throw notSupported("best_of", `best_of ${body.best_of} (other than n = ${body.n ?? 1})`);
   }
-  const format = body.response_format?.type;
-  if (format !== undefined && format !== "text") {
-    throw notSupported("response_format", `response_format "${format}" (structured output)`);
-  }
-  for (
-    const key of ["structured_outputs", "guided_json", "guided_regex", "guided_choice"] as const
-  ) {
-    if (has(body[key])) throw notSupported(key, `${key} (structured output)`);
-  }
-  if (has(body.guided_grammar)) throw notSupported("guided_grammar", "guided_grammar");
   if ("messages" in body) {
     if (has(body.tools) && body.tools!.length > 0) throw notSupported("tools", "Tool calling");
     if (has(body.functions) && body.functions!.length > 0) {

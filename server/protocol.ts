@@ -135,14 +135,35 @@ const samplingFields = {
   }).nullish(),
   max_tokens: int().nullish(),
   user: z.string().nullish(),
-  /** Only `{type: "text"}` is served until structured outputs land; others are a 400. */
-  response_format: z.looseObject({ type: z.string() }).nullish(),
-  /** vLLM's structured-output extras: a 400 until structured outputs land. */
-  structured_outputs: z.unknown().optional(),
-  guided_json: z.unknown().optional(),
-  guided_regex: z.unknown().optional(),
-  guided_choice: z.unknown().optional(),
-  guided_grammar: z.unknown().optional(),
+  /** OpenAI's: `text`, `json_object`, or `json_schema` with `{name, schema, strict}`. */
+  response_format: z.union([
+    z.object({ type: z.literal("text") }),
+    z.object({ type: z.literal("json_object") }),
+    z.object({
+      type: z.literal("json_schema"),
+      json_schema: z.object({
+        name: z.string().nullish(),
+        description: z.string().nullish(),
+        schema: z.union([z.record(z.string(), z.unknown()), z.boolean()]).nullish(),
+        strict: z.boolean().nullish(),
+      }),
+    }),
+  ]).nullish(),
+  /** vLLM's structured outputs: one of `json`, `regex`, `choice`, `grammar`, `json_object`. */
+  structured_outputs: z.object({
+    json: z.union([z.record(z.string(), z.unknown()), z.boolean(), z.string()]).nullish(),
+    regex: z.string().nullish(),
+    choice: z.array(z.string()).nullish(),
+    grammar: z.string().nullish(),
+    json_object: z.boolean().nullish(),
+    structural_tag: z.unknown().optional(),
+    disable_any_whitespace: z.boolean().nullish(),
+  }).nullish(),
+  /** vLLM's older spellings of `structured_outputs`. */
+  guided_json: z.union([z.record(z.string(), z.unknown()), z.boolean(), z.string()]).nullish(),
+  guided_regex: z.string().nullish(),
+  guided_choice: z.array(z.string()).nullish(),
+  guided_grammar: z.string().nullish(),
 };
 
 /** `POST /v1/completions`. */

@@ -12,6 +12,7 @@ import type { EngineClient } from "../engine/engine_api.ts";
 import { InvalidParameterError, validateSamplingParams } from "../engine/input_processor.ts";
 import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
 import { ApiError, type ChatRequest, type CompletionRequest } from "./protocol.ts";
+import { structuredOutputFor } from "./structured_output.ts";
 
 /** Where a request's prompt and output budget come from (for limits and error messages). */
 export interface SamplingRequestShape {
@@ -95,6 +96,7 @@ export function samplingFor(
     logprobs,
     logitBias,
     n: body.n ?? 1,
+    structuredOutput: structuredOutputFor(body),
   });
   try {
     return validateSamplingParams(params, engine.model);

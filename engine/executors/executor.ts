@@ -46,9 +46,11 @@ export interface Executor {
   /**
    * Submits `output` (which may be empty) and returns at once. Swap-outs do not hold later
    * steps back: the device copies the blocks before any later step can overwrite them, and the
-   * copies reach host memory in the background.
+   * copies reach host memory in the background. `tokenMasks` (structured outputs): request id
+   * -> the allowed-token bitmask of its sampled row this step (xgrammar's layout, see
+   * `SequenceChunk.tokenMask`); an executor that runs no model ignores them.
    */
-  execute(output: SchedulerOutput): ExecutedStep;
+  execute(output: SchedulerOutput, tokenMasks?: ReadonlyMap<string, Uint32Array>): ExecutedStep;
   /**
    * When `output` swaps in blocks whose swap-out has not reached host memory yet: a promise to
    * await before `execute(output)` (it rejects when that swap-out failed). Otherwise undefined,

@@ -161,7 +161,7 @@ export class WebGpuExecutor implements Executor {
    *   memory (await {@linkcode WebGpuExecutor.swapInReady} first), or moves blocks without swap
    *   space.
    */
-  execute(output: SchedulerOutput): ExecutedStep {
+  execute(output: SchedulerOutput, tokenMasks?: ReadonlyMap<string, Uint32Array>): ExecutedStep {
     this.#swap.copy(output);
     if (output.scheduled.length === 0) return { result: Promise.resolve(new Map()) };
     const n = output.totalTokens;
@@ -216,6 +216,7 @@ export class WebGpuExecutor implements Executor {
         sample: row.sample,
         process: row.process,
         topLogprobs: row.topLogprobs,
+        tokenMask: tokenMasks?.get(r.requestId) ?? null,
       });
       samplers.push(r.requestId);
     }

@@ -18,6 +18,7 @@ import { Rope } from "../../kernels/rope.ts";
 import { Sample } from "../../kernels/sample.ts";
 import { SiluMul } from "../../kernels/silu_mul.ts";
 import { TokenFeed } from "../../kernels/token_feed.ts";
+import { TokenMask } from "../../kernels/token_mask.ts";
 
 /** The kernels shared by every layer of a model. */
 export class KernelSet {
@@ -33,6 +34,7 @@ export class KernelSet {
   readonly sample: Sample;
   readonly siluMul: SiluMul;
   readonly tokenFeed: TokenFeed;
+  readonly tokenMask: TokenMask;
   readonly #matmul: Matmul;
   readonly #matmulBias: Matmul;
 
@@ -49,6 +51,7 @@ export class KernelSet {
     this.sample = new Sample(ctx);
     this.siluMul = new SiluMul(ctx);
     this.tokenFeed = new TokenFeed(ctx);
+    this.tokenMask = new TokenMask(ctx);
     this.#matmul = new Matmul(ctx, { dtype, bias: false });
     this.#matmulBias = new Matmul(ctx, { dtype, bias: true });
   }
