@@ -7,6 +7,7 @@
  * @module
  */
 
+import { REASONING_PARSERS, type ReasoningParserName } from "../server/reasoning.ts";
 import type { StartServerOptions } from "../server/server.ts";
 
 /** Environment variable holding the API key when `--api-key` is absent (as vLLM's `VLLM_API_KEY`). */
@@ -25,6 +26,7 @@ export const SERVE_FLAGS = {
   "request-read-timeout-s": { type: "string", default: "30" },
   "request-timeout-s": { type: "string", default: "0" },
   "keep-alive-timeout-s": { type: "string", default: "5" },
+  "reasoning-parser": { type: "string" },
 } as const;
 
 /** Usage lines of the server flags. */
@@ -45,6 +47,8 @@ export const SERVE_FLAGS_USAGE = `server flags:
   --request-read-timeout-s S     time a request's headers, then its body, may take to arrive
                                  (default 30; 408 after; 0: no bound, Deno.serve alone)
   --keep-alive-timeout-s S       an idle keep-alive connection is closed after this (default 5)
+  --reasoning-parser qwen3       return a chat answer's <think> block as reasoning_content
+                                 (message and stream deltas), as vLLM does (default: off)
   --request-timeout-s S          time a generation request may take in all (default 0: none;
                                  then 504, or an SSE error event, and its KV blocks are freed)`;
 
@@ -66,6 +70,17 @@ function seconds(flag: string, text: string): number {
     throw new TypeError(`--${flag} expects seconds >= 0, got "${text}"`);
   }
   return v;
+}
+
+function reasoningParserOf(text: string | undefined): ReasoningParserName | null {
+  if (text === undefined) return null;
+  const name = REASONING_PARSERS.find((p) => p === text);
+  if (name === undefined) {
+    throw new TypeError(
+      `--reasoning-parser expects one of ${REASONING_PARSERS.join(", ")}, got "${text}"`,
+    );
+  }
+  return name;
 }
 
 function list(flag: string, text: string | undefined): readonly string[] | "*" | null {
@@ -122,6 +137,7 @@ export function serveSettingsFromFlags(
       ),
       requestTimeoutMs: 1000 * seconds("request-timeout-s", str("request-timeout-s") ?? "0"),
       keepAliveTimeoutMs: 1000 * keepAliveS,
+      reasoningParser: reasoningParserOf(str("reasoning-parser")),
     },
   };
 }

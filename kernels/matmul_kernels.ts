@@ -90,6 +90,16 @@ const GEMV_RPW = 4;
 /** `tiled`: invocations (WX, WY), register block TM x TN, K tile BK. */
 const TILE = { wx: 16, wy: 16, tm: 4, tn: 4, bk: 16 } as const;
 
+/**
+ * matmul_unrolled.wgsl with its k loop (between the "K LOOP BEGIN" and "K LOOP END" lines)
+ * replaced by matmul_unrolled_q.wgsl's, for int8 / int4 weights.
+ */
+function withQuantLoop(source: string): string {
+  const loop = /^ *\/\/ K LOOP BEGIN.*\n[\s\S]*?^ *\/\/ K LOOP END\n/m;
+  if (!loop.test(source)) throw new Error("matmul_unrolled.wgsl has lost its K LOOP markers");
+  return source.replace(loop, () => unrolledQuantSource.replace(/^(\/\/.*\n)*\n*/, ""));
+}
+
 /** A kernel configuration's WGSL source and how to size its grid. */
 export interface KernelSource {
   readonly code: string;
@@ -242,7 +252,7 @@ export function kernelSource(
   });
   switch (variant) {
     case "unrolled": {
-      const template = quant === null ? unrolledSource : unrolledQuantSource;
+      const template = quant === null ? unrolledSource : withQuantLoop(unrolledSource);
       const rn = quant === null ? UNROLLED_RN : QUANT_RN;
       const source = unrollTemplate(template, { i: mb, r: rn });
       return kernel({ MB: mb, RN: rn, WG: UNROLLED_WG }, source, rn * UNROLLED_WG);

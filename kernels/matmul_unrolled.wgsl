@@ -61,6 +61,7 @@ fn main(
     return;
   }
   let m0 = wid.z * MB;
+  // K LOOP BEGIN (matmul_unrolled_q.wgsl replaces this part for int8 / int4 weights)
   let k8 = p.k4 / 2u;
   // Rows past the end are clamped to the last valid one (read, never stored): no masks inside
   // the k loop.
@@ -81,6 +82,7 @@ fn main(
     let tx$i = load_x8_tail(xr$i, full, rem);
     acc$i_$r += dot(tx$i[0], tw$r[0]) + dot(tx$i[1], tw$r[1]);
   }
+  // K LOOP END
   let n$r = row0 + $ru;
   if (m0 + $iu < p.m && n$r < p.rows) { y[(m0 + $iu) * p.ldy + p.n0 + n$r] = acc$i_$r + bias_at(p.n0 + n$r); }
 }

@@ -11,6 +11,11 @@
 // TEMPLATE (kernels/unroll.ts): lines with dollar-i repeat per X row i < MB, with dollar-r per
 // weight row r < RN, with both MB x RN times.
 //
+// FRAGMENT: this file is the k loop only. kernels/matmul_kernels.ts puts it in place of the part
+// of matmul_unrolled.wgsl between its "K LOOP BEGIN" and "K LOOP END" lines (the rest of that
+// kernel, its register tile and its stores, is shared); the loop leaves acc$i_$r holding the
+// sums.
+//
 // Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32`, `const RN: u32`,
 // `const WG: u32`; the x binding with `fn load_x8(row: u32, q: u32) -> mat2x4<f32>` (K % 4 == 0);
 // the weight bindings `w` and `w_scales` with `fn load_q8(i: u32) -> mat2x4<f32>` (the 8
@@ -29,34 +34,6 @@
 // Dispatch:  ceil(rows / (WG * RN)) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x,
 //            count p.groups_n), times ceil(M / MB) in z.
 
-struct Params {
-  m: u32,
-  rows: u32,
-  k: u32,
-  k4: u32,
-  ldy: u32,
-  n0: u32,
-  groups_n: u32,
-}
-
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
-
-@compute @workgroup_size(WG)
-fn main(
-  @builtin(workgroup_id) wid: vec3u,
-  @builtin(num_workgroups) nwg: vec3u,
-  @builtin(local_invocation_index) lid: u32,
-) {
-  let group = wid.x + wid.y * nwg.x;
-  if (group >= p.groups_n) {
-    return;
-  }
-  let row0 = (group * WG + lid) * RN;
-  if (row0 >= p.rows) {
-    return;
-  }
-  let m0 = wid.z * MB;
   let k8 = p.k / 8u;
   let groups = p.k / 32u;
   // Rows past the end are clamped to the last valid one (read, never stored): no masks inside
@@ -75,6 +52,3 @@ fn main(
       acc$i_$r += dot(x$i[0], w$r[0]) + dot(x$i[1], w$r[1]);
     }
   }
-  let n$r = row0 + $ru;
-  if (m0 + $iu < p.m && n$r < p.rows) { y[(m0 + $iu) * p.ldy + p.n0 + n$r] = acc$i_$r + bias_at(p.n0 + n$r); }
-}

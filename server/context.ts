@@ -13,11 +13,14 @@ import type { Tokenizer } from "../engine/tokenizer.ts";
 import type { Lifecycle } from "./lifecycle.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import { ApiError } from "./protocol.ts";
+import type { ReasoningParserName } from "./reasoning.ts";
 
 /** What the endpoints of one server share. */
 export interface ServerContext {
   /** The engine requests are sent to. */
   readonly engine: EngineClient;
+  /** `--reasoning-parser`: chat answers are split into reasoning and content; null: off. */
+  readonly reasoningParser: ReasoningParserName | null;
   /** Names requests may use in `model`; the first ({@linkcode modelName}) is reported. */
   readonly names: readonly string[];
   /** The reported model name. */

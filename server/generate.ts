@@ -16,6 +16,7 @@ import { chatLogprobs, completionLogprobs } from "./logprobs.ts";
 import { prepareChat, prepareCompletion, type Prepared } from "./prepare.ts";
 import { chatRequestSchema, completionRequestSchema, parseBody } from "./protocol.ts";
 import { readJson } from "./read_json.ts";
+import { splitReasoning } from "./reasoning.ts";
 import { completeStreaming } from "./sse.ts";
 
 /**
@@ -76,9 +77,12 @@ async function completeNonStreaming(
   const choices = runs.map((r) => {
     const finish = r.finishReason === "abort" ? null : r.finishReason;
     if (prep.kind === "chat") {
+      const split = prep.reasoning ? splitReasoning(r.text) : null;
       return {
         index: r.index,
-        message: { role: "assistant", content: r.text },
+        message: split === null
+          ? { role: "assistant", content: r.text }
+          : { role: "assistant", content: split.content, reasoning_content: split.reasoning },
         logprobs: r.logprobs ? chatLogprobs(engine, r.tokenLogprobs) : null,
         finish_reason: finish,
         stop_reason: r.stopReason,

@@ -36,6 +36,8 @@ export interface Prepared {
   params: SamplingParams[];
   priority: number;
   logprobs: boolean;
+  /** Chat with a reasoning parser: answers are split into `reasoning_content` and `content`. */
+  reasoning: boolean;
 }
 
 function randomId(prefix: string): string {
@@ -121,6 +123,7 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
     })
   );
   return {
+    reasoning: false,
     kind: "completion",
     id: randomId("cmpl"),
     created: Math.floor(Date.now() / 1000),
@@ -170,8 +173,21 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
     maxParam,
     logprobsParam: "top_logprobs",
   })];
+  const reasoning = ctx.reasoningParser !== null;
+  if (
+    reasoning && params[0]!.structuredOutput !== null &&
+    body.chat_template_kwargs?.enable_thinking !== false
+  ) {
+    // The grammar would constrain the reasoning too: it must start after `</think>`.
+    throw notSupported(
+      "response_format",
+      "Structured outputs with reasoning (--reasoning-parser) unless " +
+        "chat_template_kwargs.enable_thinking is false",
+    );
+  }
   return {
     kind: "chat",
+    reasoning,
     id: randomId("chatcmpl"),
     created: Math.floor(Date.now() / 1000),
     model,

@@ -56,6 +56,7 @@ import { checkJsonContentType, RequestGuard } from "./security.ts";
 import { detokenizeEndpoint, tokenizeEndpoint } from "./tokenize.ts";
 import type { ConnectionGuardStats } from "./connection_guard.ts";
 import { listen } from "./listener.ts";
+import type { ReasoningParserName } from "./reasoning.ts";
 
 export type { BatchTestConfig, BatchTestFactory, BatchTestResult } from "./batch_test.ts";
 export { ApiError } from "./protocol.ts";
@@ -90,6 +91,8 @@ export interface ServerOptions {
   requestReadTimeoutMs?: number;
   /** Time a whole generation request may take, ms (then aborted: 504 / SSE error; 0 = no limit). Default 0. */
   requestTimeoutMs?: number;
+  /** Splits chat answers into `reasoning_content` and `content` (server/reasoning.ts). Default off. */
+  reasoningParser?: ReasoningParserName | null;
 }
 
 /** The request handler plus its state. */
@@ -138,6 +141,7 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
   const modelName = names[0]!;
   const ctx: ServerContext = {
     engine,
+    reasoningParser: options.reasoningParser ?? null,
     names,
     modelName,
     maxBody: options.maxBodyBytes ?? DEFAULT_MAX_BODY,

@@ -9,6 +9,7 @@
  * @module
  */
 
+import { ReasoningStream } from "./reasoning.ts";
 import { type ChoiceRun, type Usage, usageOf } from "./choice_run.ts";
 import type { ServerContext } from "./context.ts";
 import { internalError, toApiError } from "./errors.ts";
@@ -81,6 +82,7 @@ export function completeStreaming(
       }
       const pump = async (r: ChoiceRun) => {
         let offset = 0;
+        const reasoning = prep.reasoning ? new ReasoningStream() : null;
         for (;;) {
           const out = await r.next();
           if (out === null || closed) break;
@@ -95,7 +97,9 @@ export function completeStreaming(
           const choice = prep.kind === "chat"
             ? {
               index: r.index,
-              delta: out.text === "" ? {} : { content: out.text },
+              delta: reasoning === null
+                ? (out.text === "" ? {} : { content: out.text })
+                : reasoningDelta(reasoning, out.text, out.finishReason !== null),
               logprobs: r.logprobs ? chatLogprobs(engine, lps) : null,
               finish_reason: reason,
               stop_reason: out.finishReason === null ? undefined : out.stopReason,
@@ -148,4 +152,23 @@ export function completeStreaming(
       "x-accel-buffering": "no",
     },
   });
+}
+
+/**
+ * A chat delta of `text` split by a reasoning parser: `reasoning_content` and / or `content`
+ * (what the parser holds back, a possible tag, comes with a later delta, or the last one).
+ */
+function reasoningDelta(
+  stream: ReasoningStream,
+  text: string,
+  last: boolean,
+): { reasoning_content?: string; content?: string } {
+  const a = stream.push(text);
+  const b = last ? stream.finish() : { reasoning: "", content: "" };
+  const reasoning = a.reasoning + b.reasoning;
+  const content = a.content + b.content;
+  return {
+    ...(reasoning === "" ? {} : { reasoning_content: reasoning }),
+    ...(content === "" ? {} : { content }),
+  };
 }

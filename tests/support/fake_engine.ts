@@ -3,7 +3,7 @@
  * loads a real tokenizer from a tiny generated checkpoint.
  *
  * Output tokens: with `temperature` 0 the fake echoes the prompt cyclically (token k is prompt
- * token k mod prompt length); otherwise token k is drawn from a hash of (seed, prompt, k), the
+ * token k mod prompt length), or the tokens of its `reply` option when it has one; otherwise token k is drawn from a hash of (seed, prompt, k), the
  * seed being `params.seed` or a fresh random one. It finishes with `length` after `maxTokens`
  * tokens, with `stop` on the tokenizer's EOS (unless `ignoreEos`, and only after `minTokens`),
  * on a `stopTokenIds` token (kept in the output), or on a stop string (matched on the decoded
@@ -43,6 +43,8 @@ export interface FakeEngineOptions {
   stepMs?: number;
   /** Most requests active at once; one more throws EngineOverloadedError (default Infinity). */
   maxActive?: number;
+  /** With `temperature` 0, answer this text's tokens (cyclically) instead of the prompt's. */
+  reply?: string;
 }
 
 const REPLACEMENT = "\uFFFD";
@@ -58,6 +60,7 @@ function mix(a: number, b: number): number {
 export class FakeEngine implements EngineClient {
   readonly model: ModelInfo;
   readonly tokenizer: Tokenizer | null;
+  readonly #reply: number[] | null;
   readonly stepMs: number;
   maxActive: number;
   /** Every request received by `generate` (also the rejected ones), in order. */
@@ -83,6 +86,9 @@ export class FakeEngine implements EngineClient {
   constructor(tokenizer: Tokenizer | null, options: FakeEngineOptions = {}) {
     this.tokenizer = tokenizer;
     this.stepMs = options.stepMs ?? 2;
+    this.#reply = options.reply === undefined || tokenizer === null
+      ? null
+      : tokenizer.encode(options.reply, { addSpecialTokens: false });
     this.maxActive = options.maxActive ?? Infinity;
     const vocabSize = options.vocabSize ?? tokenizer?.size ?? 512;
     this.model = {
@@ -238,6 +244,7 @@ export class FakeEngine implements EngineClient {
   #token(request: GenerateRequest, seed: number, k: number): number {
     const p = request.params;
     const prompt = request.promptTokenIds;
+    if (p.temperature === 0 && this.#reply !== null) return this.#reply[k % this.#reply.length]!;
     if (p.temperature === 0) return prompt[k % prompt.length]!;
     let h = mix(seed, k);
     for (const id of prompt) h = mix(h, id);
