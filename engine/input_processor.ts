@@ -211,6 +211,12 @@ function checkStructuredOutput(spec: StructuredOutputSpec | null): void {
       return text("structured_outputs.regex", spec.pattern);
     case "grammar":
       return text("structured_outputs.grammar", spec.ebnf);
+    case "tool_calls":
+      if (!Array.isArray(spec.tools) || spec.tools.length === 0) {
+        fail("tools", "expected a non-empty list of functions");
+      }
+      spec.tools.forEach((t, i) => text(`tools.${i}.function.name`, t.name));
+      return;
     case "choice":
       if (!Array.isArray(spec.choices) || spec.choices.length === 0) {
         fail("structured_outputs.choice", "expected a non-empty list of strings");

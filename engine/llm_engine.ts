@@ -51,6 +51,7 @@ const STRUCTURED_PARAM: Record<StructuredOutputSpec["kind"], string> = {
   regex: "structured_outputs.regex",
   choice: "structured_outputs.choice",
   grammar: "structured_outputs.grammar",
+  tool_calls: "tools",
 };
 /** Submit time the engine queues ahead of the oldest step's readback, ms (`#effectiveDepth`). */
 const AHEAD_BUDGET_MS = 100;

@@ -60,7 +60,15 @@ export type StructuredOutputSpec =
   | { readonly kind: "json_schema"; readonly schema: unknown; readonly strict: boolean }
   | { readonly kind: "regex"; readonly pattern: string }
   | { readonly kind: "choice"; readonly choices: readonly string[] }
-  | { readonly kind: "grammar"; readonly ebnf: string };
+  | { readonly kind: "grammar"; readonly ebnf: string }
+  | {
+    /** One or more calls in the Hermes / Qwen format: `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`. */
+    readonly kind: "tool_calls";
+    /** The functions a call may name, each with its parameters' JSON schema. */
+    readonly tools: readonly { readonly name: string; readonly parameters: unknown }[];
+    /** Several calls (separated by a newline) allowed; false: exactly one. */
+    readonly parallel: boolean;
+  };
 
 /** vLLM's defaults. */
 export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({

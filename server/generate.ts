@@ -17,6 +17,7 @@ import { prepareChat, prepareCompletion, type Prepared } from "./prepare.ts";
 import { chatRequestSchema, completionRequestSchema, parseBody } from "./protocol.ts";
 import { readJson } from "./read_json.ts";
 import { splitReasoning } from "./reasoning.ts";
+import { parseToolCalls } from "./tools.ts";
 import { completeStreaming } from "./sse.ts";
 
 /**
@@ -78,13 +79,19 @@ async function completeNonStreaming(
     const finish = r.finishReason === "abort" ? null : r.finishReason;
     if (prep.kind === "chat") {
       const split = prep.reasoning ? splitReasoning(r.text) : null;
+      const content = split === null ? r.text : split.content;
+      const tools = prep.toolCalls && content !== null ? parseToolCalls(content) : null;
+      const called = tools !== null && tools.calls.length > 0;
       return {
         index: r.index,
-        message: split === null
-          ? { role: "assistant", content: r.text }
-          : { role: "assistant", content: split.content, reasoning_content: split.reasoning },
+        message: {
+          role: "assistant",
+          content: called ? tools.content : content,
+          ...(split === null ? {} : { reasoning_content: split.reasoning }),
+          ...(called ? { tool_calls: tools.calls } : {}),
+        },
         logprobs: r.logprobs ? chatLogprobs(engine, r.tokenLogprobs) : null,
-        finish_reason: finish,
+        finish_reason: called && finish === "stop" ? "tool_calls" : finish,
         stop_reason: r.stopReason,
       };
     }

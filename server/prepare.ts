@@ -7,6 +7,7 @@
  * @module
  */
 
+import { templateMessage, toolPlanFor } from "./tools.ts";
 import { checkTokenIds } from "../engine/input_processor.ts";
 import type { ChatMessage } from "../engine/tokenizer.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
@@ -38,6 +39,8 @@ export interface Prepared {
   logprobs: boolean;
   /** Chat with a reasoning parser: answers are split into `reasoning_content` and `content`. */
   reasoning: boolean;
+  /** Chat with tools: answers are parsed for tool calls (server/tools.ts). */
+  toolCalls: boolean;
 }
 
 function randomId(prefix: string): string {
@@ -50,7 +53,7 @@ function notSupported(param: string, what: string): ApiError {
 
 /**
  * Throws a 400 for a field this server accepts but cannot honour yet (never a silent plain-text
- * answer): `best_of` other than `n`, `tools` / `functions`, `tool_choice` other than `none`.
+ * answer): `best_of` other than `n`, the legacy `functions` / `function_call`.
  */
 function rejectUnsupported(body: CompletionRequest | ChatRequest): void {
   const has = (v: unknown) => v !== undefined && v !== null;
@@ -58,12 +61,8 @@ function rejectUnsupported(body: CompletionRequest | ChatRequest): void {
     throw notSupported("best_of", `best_of ${body.best_of} (other than n = ${body.n ?? 1})`);
   }
   if ("messages" in body) {
-    if (has(body.tools) && body.tools!.length > 0) throw notSupported("tools", "Tool calling");
     if (has(body.functions) && body.functions!.length > 0) {
-      throw notSupported("functions", "Function calling");
-    }
-    if (has(body.tool_choice) && body.tool_choice !== "none") {
-      throw notSupported("tool_choice", `tool_choice ${JSON.stringify(body.tool_choice)}`);
+      throw notSupported("functions", "Function calling (the legacy functions; use tools)");
     }
     if (has(body.function_call) && body.function_call !== "none") {
       throw notSupported("function_call", "Function calling");
@@ -124,6 +123,7 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
   );
   return {
     reasoning: false,
+    toolCalls: false,
     kind: "completion",
     id: randomId("cmpl"),
     created: Math.floor(Date.now() / 1000),
@@ -148,9 +148,13 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
   const model = checkModel(ctx, body.model);
   rejectUnsupported(body);
   const tok = requireTokenizer(ctx.engine, "messages");
-  const text = tok.applyChatTemplate(chatMessages(body.messages), {
+  const tools = toolPlanFor(body);
+  const text = tok.applyChatTemplate(chatMessages(body.messages).map(templateMessage), {
     addGenerationPrompt: body.add_generation_prompt ?? true,
-    extra: body.chat_template_kwargs ?? {},
+    extra: {
+      ...(body.chat_template_kwargs ?? {}),
+      ...(tools.templateTools === null ? {} : { tools: tools.templateTools }),
+    },
   });
   const ids = tok.encode(text, { addSpecialTokens: false });
   if ((body.top_logprobs ?? 0) > 0 && body.logprobs !== true) {
@@ -172,6 +176,7 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
     promptParam: "messages",
     maxParam,
     logprobsParam: "top_logprobs",
+    toolSpec: tools.spec,
   })];
   const reasoning = ctx.reasoningParser !== null;
   if (
@@ -188,6 +193,7 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
   return {
     kind: "chat",
     reasoning,
+    toolCalls: tools.parse,
     id: randomId("chatcmpl"),
     created: Math.floor(Date.now() / 1000),
     model,

@@ -203,9 +203,10 @@ export const chatRequestSchema = z.object({
   max_completion_tokens: int().nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: int().nullish(),
-  /** Tool calling: a 400 until structured outputs land (never a plain-text answer to it). */
+  /** Tool calling (server/tools.ts validates the entries). */
   tools: z.array(z.unknown()).nullish(),
   tool_choice: z.unknown().optional(),
+  parallel_tool_calls: z.boolean().nullish(),
   functions: z.array(z.unknown()).nullish(),
   function_call: z.unknown().optional(),
   add_generation_prompt: z.boolean().nullish(),

@@ -10,7 +10,11 @@
 
 import type { EngineClient } from "../engine/engine_api.ts";
 import { InvalidParameterError, validateSamplingParams } from "../engine/input_processor.ts";
-import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
+import {
+  type SamplingParams,
+  samplingParams,
+  type StructuredOutputSpec,
+} from "../scheduler/sampling_params.ts";
 import { ApiError, type ChatRequest, type CompletionRequest } from "./protocol.ts";
 import { structuredOutputFor } from "./structured_output.ts";
 
@@ -30,6 +34,8 @@ export interface SamplingRequestShape {
   maxParam: string;
   /** The parameter errors about `logprobs` name (chat: `top_logprobs`); default `logprobs`. */
   logprobsParam?: string;
+  /** The grammar of `tool_choice` required / a named function (server/tools.ts), if any. */
+  toolSpec?: StructuredOutputSpec | null;
 }
 
 /**
@@ -96,7 +102,7 @@ export function samplingFor(
     logprobs,
     logitBias,
     n: body.n ?? 1,
-    structuredOutput: structuredOutputFor(body),
+    structuredOutput: structuredOutputOf(body, shape.toolSpec ?? null),
   });
   try {
     return validateSamplingParams(params, engine.model);
@@ -111,6 +117,22 @@ export function samplingFor(
     if (renamed === null || renamed === e.param) throw e;
     throw new InvalidParameterError(renamed, e.message.replaceAll(`'${e.param}'`, `'${renamed}'`));
   }
+}
+
+/** The request's one grammar: its tool calls' or its structured output's (both: a 400). */
+function structuredOutputOf(
+  body: CompletionRequest | ChatRequest,
+  toolSpec: StructuredOutputSpec | null,
+): StructuredOutputSpec | null {
+  const fromBody = structuredOutputFor(body);
+  if (toolSpec !== null && fromBody !== null) {
+    throw new ApiError(
+      400,
+      "tool_choice required or a named function cannot be combined with a structured output",
+      { param: "tool_choice", code: "invalid_value" },
+    );
+  }
+  return toolSpec ?? fromBody;
 }
 
 /**

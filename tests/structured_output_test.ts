@@ -244,3 +244,82 @@ Deno.test("LLMEngine refuses structured outputs on the mock executor, which runs
     await engine.shutdown();
   }
 });
+
+Deno.test(
+  "tool_choice required and a named function make a random-weight model call tools (openai SDK)",
+  GPU_TEST,
+  async () => {
+    await withServer(async (url) => {
+      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none" });
+      const model = (await client.models.list()).data[0]!.id;
+      const tools = [
+        {
+          type: "function" as const,
+          function: {
+            name: "get_weather",
+            parameters: {
+              type: "object",
+              properties: {
+                city: { type: "string", maxLength: 4 },
+                unit: { enum: ["c", "f"] },
+              },
+              required: ["city", "unit"],
+              additionalProperties: false,
+            },
+          },
+        },
+        {
+          type: "function" as const,
+          function: { name: "now", parameters: { type: "object", properties: {} } },
+        },
+      ];
+      for (
+        const tool_choice of ["required", {
+          type: "function",
+          function: { name: "get_weather" },
+        }] as const
+      ) {
+        const r = await client.chat.completions.create({
+          model,
+          messages: [{ role: "user", content: "What is the weather?" }],
+          tools,
+          tool_choice,
+          parallel_tool_calls: false,
+          max_tokens: 200,
+          temperature: 0,
+        });
+        const choice = r.choices[0]!;
+        assert.equal(
+          choice.finish_reason,
+          "tool_calls",
+          JSON.stringify(choice) + JSON.stringify(r.usage),
+        );
+        assert.equal(choice.message.tool_calls?.length, 1);
+        const call = choice.message.tool_calls![0]!;
+        assert.equal(call.type, "function");
+        if (call.type !== "function") continue;
+        if (typeof tool_choice === "object") assert.equal(call.function.name, "get_weather");
+        const args = JSON.parse(call.function.arguments);
+        if (call.function.name === "get_weather") {
+          assert.ok(["c", "f"].includes(args.unit));
+          assert.equal(typeof args.city, "string");
+        } else {
+          assert.deepEqual(args, {});
+        }
+        // The call round-trips through the history with the tool's answer.
+        const next = await client.chat.completions.create({
+          model,
+          messages: [
+            { role: "user", content: "What is the weather?" },
+            { role: "assistant", content: null, tool_calls: [call] },
+            { role: "tool", tool_call_id: call.id, content: "sunny" },
+          ],
+          tools,
+          tool_choice: "none",
+          max_tokens: 4,
+        });
+        assert.equal(next.choices[0]!.message.tool_calls, undefined);
+      }
+    });
+  },
+);

@@ -138,6 +138,59 @@ export async function jsonGrammar(schema: unknown, strict: boolean): Promise<str
   }
 }
 
+/**
+ * Prefixes every rule name of an EBNF grammar with `prefix` (in definitions and references,
+ * never inside string literals or character classes), so several grammars can be merged.
+ */
+export function prefixRules(ebnf: string, prefix: string): string {
+  const names = new Set([...ebnf.matchAll(/^([A-Za-z_][A-Za-z0-9_]*)\s*::=/gm)].map((m) => m[1]!));
+  let out = "";
+  for (let i = 0; i < ebnf.length;) {
+    const c = ebnf[i]!;
+    if (c === '"' || c === "[") {
+      const close = c === '"' ? '"' : "]";
+      let j = i + 1;
+      while (j < ebnf.length && ebnf[j] !== close) j += ebnf[j] === "\\" ? 2 : 1;
+      out += ebnf.slice(i, j + 1);
+      i = j + 1;
+    } else if (/[A-Za-z_]/.test(c)) {
+      let j = i;
+      while (j < ebnf.length && /[A-Za-z0-9_]/.test(ebnf[j]!)) j++;
+      const word = ebnf.slice(i, j);
+      out += names.has(word) ? prefix + word : word;
+      i = j;
+    } else {
+      out += c;
+      i++;
+    }
+  }
+  return out;
+}
+
+/**
+ * The grammar of tool calls in the Hermes / Qwen format, one or (with `parallel`) several
+ * separated by a newline: `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>`,
+ * ARGS following the tool's parameters schema (JSON on one line, as for `json_schema`).
+ */
+export async function toolCallGrammar(
+  tools: readonly { readonly name: string; readonly parameters: unknown }[],
+  parallel: boolean,
+): Promise<string> {
+  const rules: string[] = [];
+  const calls: string[] = [];
+  for (const [i, tool] of tools.entries()) {
+    const args = prefixRules(
+      await jsonGrammar(tool.parameters ?? { type: "object" }, true),
+      `t${i}_`,
+    );
+    rules.push(args);
+    const head = `<tool_call>\n{"name": ${JSON.stringify(tool.name)}, "arguments": `;
+    calls.push(`${ebnfString(head)} t${i}_root ${ebnfString("}\n</tool_call>")}`);
+  }
+  const root = parallel ? 'root ::= call ("\\n" call)*' : "root ::= call";
+  return [root, `call ::= ${calls.map((c) => `(${c})`).join(" | ")}`, ...rules].join("\n");
+}
+
 /** An EBNF string literal of `text` (xgrammar's escapes). */
 function ebnfString(text: string): string {
   return JSON.stringify(text);
@@ -188,6 +241,11 @@ export class StructuredOutputs {
       );
     }
     if (spec.kind === "json_schema") checkJsonSchema(spec.schema, param);
+    if (spec.kind === "tool_calls") {
+      spec.tools.forEach((t, i) =>
+        checkJsonSchema(t.parameters, `tools.${i}.function.parameters`, "parameters")
+      );
+    }
     const key = JSON.stringify(spec);
     let compiled = this.#cache.get(key);
     let own: XgCompiledGrammar | null = null;
@@ -310,6 +368,8 @@ export class StructuredOutputs {
         );
       case "grammar":
         return await compiler.compileGrammar(spec.ebnf);
+      case "tool_calls":
+        return await compiler.compileGrammar(await toolCallGrammar(spec.tools, spec.parallel));
     }
   }
 }
