@@ -10,6 +10,7 @@
  */
 
 import { ReasoningStream } from "./reasoning.ts";
+import { type ToolCallDelta, ToolCallStream } from "./tools.ts";
 import { type ChoiceRun, type Usage, usageOf } from "./choice_run.ts";
 import type { ServerContext } from "./context.ts";
 import { internalError, toApiError } from "./errors.ts";
@@ -83,6 +84,7 @@ export function completeStreaming(
       const pump = async (r: ChoiceRun) => {
         let offset = 0;
         const reasoning = prep.reasoning ? new ReasoningStream() : null;
+        const tools = prep.toolCalls ? new ToolCallStream() : null;
         for (;;) {
           const out = await r.next();
           if (out === null || closed) break;
@@ -94,14 +96,15 @@ export function completeStreaming(
             continue;
           }
           const lps = out.logprobs ?? [];
+          const delta = chatDelta(reasoning, tools, out.text, out.finishReason !== null);
           const choice = prep.kind === "chat"
             ? {
               index: r.index,
-              delta: reasoning === null
-                ? (out.text === "" ? {} : { content: out.text })
-                : reasoningDelta(reasoning, out.text, out.finishReason !== null),
+              delta,
               logprobs: r.logprobs ? chatLogprobs(engine, lps) : null,
-              finish_reason: reason,
+              finish_reason: tools !== null && tools.calls > 0 && reason === "stop"
+                ? "tool_calls"
+                : reason,
               stop_reason: out.finishReason === null ? undefined : out.stopReason,
             }
             : {
@@ -155,20 +158,33 @@ export function completeStreaming(
 }
 
 /**
- * A chat delta of `text` split by a reasoning parser: `reasoning_content` and / or `content`
- * (what the parser holds back, a possible tag, comes with a later delta, or the last one).
+ * A chat delta of `text`: split by the reasoning parser into `reasoning_content` and content,
+ * then the content by the tool-call parser into `content` and `tool_calls` (what the parsers
+ * hold back, a possible tag, comes with a later delta, or the last one).
  */
-function reasoningDelta(
-  stream: ReasoningStream,
+function chatDelta(
+  reasoning: ReasoningStream | null,
+  tools: ToolCallStream | null,
   text: string,
   last: boolean,
-): { reasoning_content?: string; content?: string } {
-  const a = stream.push(text);
-  const b = last ? stream.finish() : { reasoning: "", content: "" };
-  const reasoning = a.reasoning + b.reasoning;
-  const content = a.content + b.content;
+): { reasoning_content?: string; content?: string; tool_calls?: ToolCallDelta[] } {
+  let thought = "";
+  let content = text;
+  if (reasoning !== null) {
+    const a = reasoning.push(text);
+    const b = last ? reasoning.finish() : { reasoning: "", content: "" };
+    thought = a.reasoning + b.reasoning;
+    content = a.content + b.content;
+  }
+  let calls: ToolCallDelta[] = [];
+  if (tools !== null) {
+    const t = tools.push(content);
+    content = t.content + (last ? tools.finish() : "");
+    calls = t.toolCalls;
+  }
   return {
-    ...(reasoning === "" ? {} : { reasoning_content: reasoning }),
+    ...(thought === "" ? {} : { reasoning_content: thought }),
     ...(content === "" ? {} : { content }),
+    ...(calls.length === 0 ? {} : { tool_calls: calls }),
   };
 }

@@ -10,8 +10,8 @@
  * forces one call, or several separated by newlines unless `parallel_tool_calls` is false) and
  * a named function (a grammar forces exactly one call of it, with arguments following its
  * parameters schema). Assistant messages' `tool_calls` in the history have their arguments
- * parsed back into objects for the template, as vLLM does. Streaming with tools is a 400 for
- * now (its deltas are not implemented).
+ * parsed back into objects for the template, as vLLM does. Streamed, each call is sent as
+ * OpenAI's deltas ({@linkcode ToolCallStream}).
  *
  * @module
  */
@@ -77,12 +77,6 @@ export function toolPlanFor(body: ChatRequest): ToolPlan {
   if (choice === "none") return { templateTools: null, spec: null, parse: false };
   if (tools.length === 0) {
     throw invalid("tool_choice", `tool_choice ${JSON.stringify(choice)} needs tools`);
-  }
-  if (body.stream === true) {
-    throw new ApiError(400, "Streaming with tools is not supported yet", {
-      param: "stream",
-      code: "not_supported",
-    });
   }
   const all = tools.map((t) => ({
     name: t.function.name,
@@ -153,4 +147,101 @@ export function parseToolCalls(text: string): { content: string | null; calls: T
   if (calls.length === 0) return { content: text, calls };
   const before = text.slice(0, first).trim();
   return { content: before === "" ? null : before, calls };
+}
+
+/** One streamed tool-call delta entry (OpenAI's shape). */
+export interface ToolCallDelta {
+  readonly index: number;
+  readonly id?: string;
+  readonly type?: "function";
+  readonly function: { readonly name?: string; readonly arguments: string };
+}
+
+const OPEN_CALL = "<tool_call>";
+const CLOSE_CALL = "</tool_call>";
+
+/** The longest suffix of `text` that is a proper prefix of `tag`. */
+function heldTag(text: string, tag: string): number {
+  for (let n = Math.min(tag.length - 1, text.length); n > 0; n--) {
+    if (text.endsWith(tag.slice(0, n))) return n;
+  }
+  return 0;
+}
+
+/**
+ * The streaming side of {@linkcode parseToolCalls}: content passes through as it comes (a
+ * possible start of `<tool_call>` held back); each complete call becomes two deltas, the first
+ * with `index`, `id`, `type` and `function.name` (arguments ""), the second with the whole
+ * arguments string. A block that does not parse, or is cut short, is sent as content.
+ */
+export class ToolCallStream {
+  #buffer = "";
+  #inCall = false;
+  /** Calls sent so far. */
+  calls = 0;
+
+  /** The content and tool-call deltas `text` (the next piece of content) makes certain. */
+  push(text: string): { content: string; toolCalls: ToolCallDelta[] } {
+    let content = "";
+    const toolCalls: ToolCallDelta[] = [];
+    let rest = this.#buffer + text;
+    this.#buffer = "";
+    for (;;) {
+      if (!this.#inCall) {
+        const at = rest.indexOf(OPEN_CALL);
+        if (at < 0) {
+          const keep = heldTag(rest, OPEN_CALL);
+          const body = rest.slice(0, rest.length - keep);
+          // After a call, whitespace is held until it is known not to separate two calls.
+          if (this.calls > 0 && body.trim() === "") {
+            this.#buffer = rest;
+            break;
+          }
+          content += body;
+          this.#buffer = rest.slice(rest.length - keep);
+          break;
+        }
+        // Whitespace between calls is not content.
+        const before = rest.slice(0, at);
+        content += this.calls > 0 && before.trim() === "" ? "" : before;
+        this.#inCall = true;
+        rest = rest.slice(at);
+        continue;
+      }
+      const end = rest.indexOf(CLOSE_CALL);
+      if (end < 0) {
+        this.#buffer = rest;
+        break;
+      }
+      const block = rest.slice(0, end + CLOSE_CALL.length);
+      rest = rest.slice(end + CLOSE_CALL.length);
+      this.#inCall = false;
+      const parsed = parseToolCalls(block);
+      if (parsed.calls.length !== 1) {
+        content += block;
+        continue;
+      }
+      const call = parsed.calls[0]!;
+      const index = this.calls++;
+      toolCalls.push(
+        {
+          index,
+          id: call.id,
+          type: "function",
+          function: { name: call.function.name, arguments: "" },
+        },
+        { index, function: { arguments: call.function.arguments } },
+      );
+    }
+    return { content, toolCalls };
+  }
+
+  /** What is still held back once the answer is complete (as content). */
+  finish(): string {
+    const held = this.#buffer;
+    this.#buffer = "";
+    const inCall = this.#inCall;
+    this.#inCall = false;
+    return !inCall && this.calls > 0 && held.trim() === "" ? "" : held;
+  }
 }

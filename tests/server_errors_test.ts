@@ -248,13 +248,6 @@ Deno.test("invalid request bodies answer 400 with the offending parameter named"
       "invalid_value",
     ],
     [
-      "streaming with tools",
-      CH,
-      chat({ stream: true, tools: [{ type: "function", function: { name: "f" } }] }),
-      "stream",
-      "not_supported",
-    ],
-    [
       "guided_json that is not JSON",
       C,
       completion({ guided_json: "{not json" }),

@@ -320,6 +320,31 @@ Deno.test(
         });
         assert.equal(next.choices[0]!.message.tool_calls, undefined);
       }
+      // Streamed: OpenAI's deltas, name first, arguments concatenating to a JSON string.
+      const stream = await client.chat.completions.create({
+        model,
+        messages: [{ role: "user", content: "What is the weather?" }],
+        tools,
+        tool_choice: { type: "function", function: { name: "get_weather" } },
+        max_tokens: 200,
+        temperature: 0,
+        stream: true,
+      });
+      let name = "";
+      let args = "";
+      let finish: string | null = null;
+      for await (const chunk of stream) {
+        const c = chunk.choices[0];
+        for (const d of c?.delta.tool_calls ?? []) {
+          assert.equal(d.index, 0);
+          name += d.function?.name ?? "";
+          args += d.function?.arguments ?? "";
+        }
+        finish = c?.finish_reason ?? finish;
+      }
+      assert.equal(name, "get_weather");
+      assert.ok(["c", "f"].includes(JSON.parse(args).unit), args);
+      assert.equal(finish, "tool_calls");
     });
   },
 );
