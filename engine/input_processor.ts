@@ -168,7 +168,16 @@ export function validateSamplingParams(params: SamplingParams, model: ModelLimit
   }
   checkStructuredOutput(params.structuredOutput ?? null);
   const topK = params.topK < 0 || (vocab > 0 && params.topK >= vocab) ? 0 : params.topK;
-  return Object.freeze({ ...params, topK, structuredOutput: params.structuredOutput ?? null });
+  const after = params.structuredOutputAfter ?? null;
+  if (after !== null && (typeof after !== "string" || after.length === 0 || after.length > 64)) {
+    fail("structured_output_after", "expected a string of 1 to 64 characters");
+  }
+  return Object.freeze({
+    ...params,
+    topK,
+    structuredOutput: params.structuredOutput ?? null,
+    structuredOutputAfter: after,
+  });
 }
 
 /** Choices of a `choice` structured output: at most this many. */

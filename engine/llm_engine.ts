@@ -222,7 +222,8 @@ export class LLMEngine implements EngineClient {
     admit: () => void,
   ): void {
     this.#admitting.add(id);
-    this.#structured.admit(id, spec, STRUCTURED_PARAM[spec.kind]).then(() => {
+    const after = live.params.structuredOutputAfter;
+    this.#structured.admit(id, spec, STRUCTURED_PARAM[spec.kind], after).then(() => {
       this.#admitting.delete(id);
       if (live.finished || this.#error !== null || this.#stopped) {
         this.#structured.release(id);

@@ -49,6 +49,11 @@ export interface SamplingParams {
    * only when its previous token is known on the host (its next mask depends on it).
    */
   readonly structuredOutput: StructuredOutputSpec | null;
+  /**
+   * Text after which `structuredOutput` starts to apply (e.g. `</think>`: a reasoning model
+   * thinks freely first); null = from the first token.
+   */
+  readonly structuredOutputAfter: string | null;
 }
 
 /**
@@ -89,6 +94,7 @@ export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
   logitBias: null,
   n: 1,
   structuredOutput: null,
+  structuredOutputAfter: null,
 });
 
 /** `overrides` over {@linkcode DEFAULT_SAMPLING_PARAMS} (no validation). */

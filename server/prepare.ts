@@ -183,12 +183,8 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
     reasoning && params[0]!.structuredOutput !== null &&
     body.chat_template_kwargs?.enable_thinking !== false
   ) {
-    // The grammar would constrain the reasoning too: it must start after `</think>`.
-    throw notSupported(
-      "response_format",
-      "Structured outputs with reasoning (--reasoning-parser) unless " +
-        "chat_template_kwargs.enable_thinking is false",
-    );
+    // The model thinks freely first: the grammar applies from the end of its reasoning on.
+    params[0] = Object.freeze({ ...params[0]!, structuredOutputAfter: "</think>" });
   }
   return {
     kind: "chat",

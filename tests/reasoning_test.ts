@@ -78,10 +78,17 @@ Deno.test("--reasoning-parser qwen3 returns reasoning_content in the message and
     const join = (key: string) => deltas.map((d: Record<string, string>) => d[key] ?? "").join("");
     assert.equal(join("reasoning_content"), "weigh the options");
     assert.equal(join("content"), "the answer");
-    // A grammar would constrain the reasoning too: refused unless thinking is off.
-    const constrained = await post(url, body(false, { response_format: { type: "json_object" } }));
-    assert.equal(constrained.status, 400);
-    assert.equal((await constrained.json()).error.param, "response_format");
+    // With a grammar, the model thinks freely first: it applies after "</think>" (none when
+    // thinking is off).
+    for (const [kwargs, after] of [[{}, "</think>"], [{ enable_thinking: false }, null]] as const) {
+      const constrained = await post(
+        url,
+        body(false, { response_format: { type: "json_object" }, chat_template_kwargs: kwargs }),
+      );
+      assert.equal(constrained.status, 200);
+      await constrained.body?.cancel();
+      assert.equal(engine.requests.at(-1)!.params.structuredOutputAfter, after);
+    }
   });
   // Without the parser the text is returned as it is.
   await withServer(engine, {}, async (url) => {
@@ -102,4 +109,28 @@ Deno.test("serve --reasoning-parser accepts qwen3 and refuses other names in one
     () => serveSettingsFromFlags({ "reasoning-parser": "deepseek" }, env),
     /--reasoning-parser expects one of qwen3, got "deepseek"/,
   );
+});
+
+Deno.test("a grammar that starts after </think> leaves the reasoning free, then masks", async () => {
+  const { tinyTokenizer } = await import("./support/fake_engine.ts");
+  const { StructuredOutputs } = await import("../engine/structured_output/structured_outputs.ts");
+  const tok = await tinyTokenizer();
+  const so = new StructuredOutputs(tok, tok.size, [tok.eosTokenId ?? 0]);
+  await so.admit("r", { kind: "choice", choices: ["yes", "no"] }, "p", "</think>");
+  const step = { scheduled: [{ requestId: "r", samplesToken: true }] } as never;
+  assert.equal(await so.masks(step), undefined, "no mask while thinking");
+  // Free text, including what the grammar would refuse, then the closing tag in pieces.
+  assert.ok(so.accept("r", tok.encode("hmm, maybe </thi", { addSpecialTokens: false })));
+  assert.equal(await so.masks(step), undefined);
+  assert.ok(so.accept("r", tok.encode("nk>", { addSpecialTokens: false })));
+  const mask = (await so.masks(step))!.get("r")!;
+  const allowed = [...Array(tok.size).keys()].filter((t) => (mask[t >> 5]! >>> (t & 31)) & 1);
+  assert.ok(allowed.length > 0 && allowed.length < 10, `${allowed.length} tokens allowed`);
+  for (const t of allowed) {
+    assert.ok(
+      ["y", "n", "yes", "no", "ye"].some((w) => w.startsWith(tok.decode([t]))),
+      tok.decode([t]),
+    );
+  }
+  so.release("r");
 });

@@ -200,6 +200,10 @@ interface Entry {
   readonly matcher: XgGrammarMatcher;
   /** The compiled grammar, when not shared through the cache (disposed with the matcher). */
   readonly own: XgCompiledGrammar | null;
+  /** The text the grammar waits for (e.g. `</think>`); null once it applies. */
+  waitingFor: string | null;
+  /** The end of the output decoded so far, while waiting (to find the text across tokens). */
+  tail: string;
 }
 
 /** The structured-output state of one engine (see the module documentation). */
@@ -233,7 +237,12 @@ export class StructuredOutputs {
    * @throws {InvalidParameterError} when the model has no tokenizer, or the grammar is invalid
    *   or uses what the engine cannot enforce.
    */
-  async admit(requestId: string, spec: StructuredOutputSpec, param: string): Promise<void> {
+  async admit(
+    requestId: string,
+    spec: StructuredOutputSpec,
+    param: string,
+    after: string | null = null,
+  ): Promise<void> {
     if (this.#tokenizer === null) {
       throw new InvalidParameterError(
         param,
@@ -263,7 +272,7 @@ export class StructuredOutputs {
       }
       const grammar = await compiled;
       const matcher = await xgrammar().GrammarMatcher.createGrammarMatcher(grammar);
-      this.#matchers.set(requestId, { matcher, own });
+      this.#matchers.set(requestId, { matcher, own, waitingFor: after, tail: "" });
     } catch (error) {
       own?.dispose();
       if (error instanceof InvalidParameterError) throw error;
@@ -281,7 +290,7 @@ export class StructuredOutputs {
     for (const r of output.scheduled) {
       if (!r.samplesToken) continue;
       const entry = this.#matchers.get(r.requestId);
-      if (entry === undefined) continue;
+      if (entry === undefined || entry.waitingFor !== null) continue;
       const bits = await entry.matcher.getNextTokenBitmask();
       // A copy: the array may be a view of xgrammar's memory, reused by the next call.
       const mask = new Uint32Array(bits.length);
@@ -298,13 +307,23 @@ export class StructuredOutputs {
   accept(requestId: string, tokenIds: readonly number[]): boolean {
     const entry = this.#matchers.get(requestId);
     if (entry === undefined) return true;
-    for (const t of tokenIds) if (!entry.matcher.acceptToken(t)) return false;
+    for (const t of tokenIds) {
+      if (entry.waitingFor !== null) {
+        // Until the text is out, tokens are free (not the grammar's); it applies after them.
+        const marker = entry.waitingFor;
+        entry.tail = (entry.tail + this.#tokenizer!.decode([t])).slice(-4 * marker.length);
+        if (entry.tail.includes(marker)) entry.waitingFor = null;
+        continue;
+      }
+      if (!entry.matcher.acceptToken(t)) return false;
+    }
     return true;
   }
 
   /** Whether `requestId`'s grammar is complete (its stop token accepted). */
   terminated(requestId: string): boolean {
-    return this.#matchers.get(requestId)?.matcher.isTerminated() ?? false;
+    const entry = this.#matchers.get(requestId);
+    return entry !== undefined && entry.waitingFor === null && entry.matcher.isTerminated();
   }
 
   /** Ends `requestId`'s matcher. */
