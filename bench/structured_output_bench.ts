@@ -4,12 +4,16 @@
  *
  * - grammar compile time: a JSON schema and a regex, cold (first compile of the engine) and
  *   cached (the same specification again);
- * - mask time per token per sequence, p50 / p99: the matcher's `getNextTokenBitmask` and
- *   `acceptToken` over the tokens the engine generated under the grammar, replayed on a fresh
- *   matcher (the work the engine does on the CPU per constrained token);
+ * - mask time per token per sequence, p50 / p99: feeding a token to the request's matcher and
+ *   getting its next mask back from the grammar worker (the round trip the engine waits for
+ *   when it schedules the request next), over the tokens the engine generated under the
+ *   grammar, replayed on a fresh matcher;
  * - decode throughput of a batch of 16 requests of `--tokens` output tokens each, none
  *   constrained, against 4 of the 16 constrained (a regex allowing any lowercase text, so every
- *   request runs to its length), in the same run: output tokens / wall time.
+ *   request runs to its length), in the same run: output tokens / wall time until the last
+ *   request ends (the 4 constrained ones end last, alone);
+ * - the same two batches kept full for a few seconds (each finished request replaced at once, as
+ *   under continuous load): output tokens / s.
  *
  * Run: `deno run -A bench/structured_output_bench.ts [--tokens N] [--json]`.
  *
@@ -86,6 +90,37 @@ async function batch(engine: LLMEngine, constrained: number, tag: string): Promi
 /** Engine steps each batch took. */
 const steps = new Map<string, number>();
 
+/**
+ * Output tokens per second while 16 requests run at all times, `constrained` of them under TEXT:
+ * each of 16 slots issues requests of TOKENS tokens one after another for `ms`; tokens streamed
+ * after the first quarter (warm-up) are counted; requests still running at the end are aborted.
+ */
+async function steady(engine: LLMEngine, constrained: number, tag: string, ms: number) {
+  const t0 = performance.now();
+  const from = t0 + ms / 4;
+  const until = t0 + ms;
+  let counted = 0;
+  await Promise.all(Array.from({ length: 16 }, async (_, slot) => {
+    for (let n = 0; performance.now() < until; n++) {
+      const params = samplingParams({
+        temperature: 0,
+        maxTokens: TOKENS,
+        ignoreEos: true,
+        structuredOutput: slot < constrained ? TEXT : null,
+      });
+      const id = `${tag}-${slot}-${n}`;
+      for await (
+        const out of engine.generate({ requestId: id, promptTokenIds: [1, 2, 3], params })
+      ) {
+        const now = performance.now();
+        if (now >= until) break; // ends the request
+        if (now >= from) counted += out.tokenIds.length;
+      }
+    }
+  }));
+  return counted / ((until - from) / 1000);
+}
+
 const dir = await Deno.makeTempDir({ prefix: "structured_bench_" });
 try {
   await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "bf16", seed: 1 });
@@ -102,9 +137,10 @@ try {
     model: "tiny-qwen3 preset (random bf16 weights)",
     tokens: TOKENS,
   };
+  // Compile times, on a fresh manager (cold includes starting its worker and building the
+  // tokenizer info).
+  const so = new StructuredOutputs(tokenizer, engine.model.vocabSize, [511]);
   try {
-    // Compile times, on a fresh manager (cold includes building the tokenizer info).
-    const so = new StructuredOutputs(tokenizer, engine.model.vocabSize, [511]);
     const compile: Record<string, number> = {};
     for (
       const [name, spec] of [["schema cold", SCHEMA], ["schema cached", SCHEMA], [
@@ -138,8 +174,8 @@ try {
       await so.admit("replay", spec, "bench");
       for (const t of tokens) {
         const t0 = performance.now();
-        await so.masks({ scheduled: [{ requestId: "replay", samplesToken: true }] } as never);
         so.accept("replay", [t]);
+        await so.settled();
         times.push(performance.now() - t0);
       }
       so.release("replay");
@@ -151,7 +187,9 @@ try {
       p99: percentile(times, 0.99),
     };
     log(
-      `mask + accept per token per sequence: p50 ${percentile(times, 0.5).toFixed(3)} ms, ` +
+      `accept + next mask per token per sequence (worker round trip): p50 ${
+        percentile(times, 0.5).toFixed(3)
+      } ms, ` +
         `p99 ${
           percentile(times, 0.99).toFixed(3)
         } ms (${times.length} tokens, vocabulary ${engine.model.vocabSize})`,
@@ -169,7 +207,24 @@ try {
         `with 4 constrained (${((100 * free) / mixed).toFixed(0)}% of the free throughput; ` +
         `${steps.get("free")} and ${steps.get("mixed")} engine steps)`,
     );
+    // The same batches kept full: a finished request is replaced at once (continuous batching).
+    const WINDOW_MS = 4000;
+    const steadyFree = await steady(engine, 0, "steady-free", WINDOW_MS);
+    const steadyMixed = await steady(engine, 4, "steady-mixed", WINDOW_MS);
+    report.steady16 = {
+      freeTokS: steadyFree,
+      mixedTokS: steadyMixed,
+      ratio: steadyMixed / steadyFree,
+    };
+    log(
+      `16 requests at all times (${WINDOW_MS / 1000} s, first quarter not counted): ${
+        steadyFree.toFixed(0)
+      } tok/s free, ${steadyMixed.toFixed(0)} tok/s with 4 constrained (${
+        ((100 * steadyMixed) / steadyFree).toFixed(0)
+      }% of the free throughput)`,
+    );
   } finally {
+    so.close();
     await engine.shutdown();
   }
   if (args.json) console.log(JSON.stringify(report, null, 2));

@@ -65,6 +65,7 @@ export const ENGINE_FLAGS = {
   "mock-per-token-ms": { type: "string" },
   "mock-fail-at-step": { type: "string" },
   "max-in-flight": { type: "string" },
+  "grammar-compile-timeout-s": { type: "string" },
   "engine-seed": { type: "string" },
 } as const;
 
@@ -100,6 +101,8 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --mock-base-ms MS, --mock-per-token-ms MS   mock executor latency model
   --mock-fail-at-step N          mock executor: fail step N as a lost device would (testing)
   --max-in-flight N              engine steps in flight (default: executor maximum)
+  --grammar-compile-timeout-s S  time limit of one grammar compile (structured outputs, tools);
+                                 past it the request is a 400 (default 10)
   --engine-seed N                seed for requests without one`;
 
 type FlagValues = { [K in keyof typeof ENGINE_FLAGS]?: string | boolean };
@@ -148,6 +151,7 @@ export function engineOptionsFromFlags(v: FlagValues): EngineOptions {
     mockPerTokenMs: num("mock-per-token-ms", v["mock-per-token-ms"]),
     mockFailAtStep: num("mock-fail-at-step", v["mock-fail-at-step"]),
     maxInFlight: num("max-in-flight", v["max-in-flight"]),
+    grammarCompileTimeoutS: num("grammar-compile-timeout-s", v["grammar-compile-timeout-s"]),
     seed: num("engine-seed", v["engine-seed"]),
   };
   for (const k of Object.keys(o)) if (o[k] === undefined) delete o[k];

@@ -20,6 +20,9 @@ const positiveInt = z.number().int().positive();
  */
 export const DEFAULT_KV_WATERMARK = 0.1;
 
+/** Default time limit of one grammar compile, in seconds (structured outputs, tools). */
+export const DEFAULT_GRAMMAR_COMPILE_TIMEOUT_S = 10;
+
 /** The schema of {@linkcode EngineOptions}. */
 export const engineOptionsSchema = z.object({
   /** Model directory (Hugging Face layout); required for the WebGPU executor. */
@@ -70,6 +73,8 @@ export const engineOptionsSchema = z.object({
   mockFailAtStep: positiveInt.optional(),
   /** Mock executor: do each step's work inside submit, as lavapipe does (testing). */
   mockBlockingSubmit: z.boolean().default(false),
+  /** Time limit of one grammar compile (structured outputs, tools), seconds; past it a 400. */
+  grammarCompileTimeoutS: z.number().positive().default(DEFAULT_GRAMMAR_COMPILE_TIMEOUT_S),
   /** Steps in flight at once (default: the executor's maximum). */
   maxInFlight: positiveInt.optional(),
   /** Seed of the engine's generator (seeds of requests that give none). */

@@ -20,6 +20,7 @@ import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
 import { openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
 import { ModelRunner } from "./model_runner.ts";
+import { StructuredOutputs } from "./structured_output/structured_outputs.ts";
 import { Tokenizer } from "./tokenizer.ts";
 import { createScheduler } from "../scheduler/index.ts";
 import type { Scheduler } from "../scheduler/scheduler_api.ts";
@@ -46,6 +47,8 @@ export interface EngineParts {
   readonly kvBlocks: number;
   /** The model's end-of-sequence token ids (the scheduler's; grammars allow them at the end). */
   readonly eosTokenIds: readonly number[];
+  /** Grammar matchers of constrained requests (the scheduler waits for their masks). */
+  readonly structured: StructuredOutputs;
 }
 
 /**
@@ -135,6 +138,9 @@ export async function setupEngine(
           ? { repetitionPenalty: gen.repetitionPenalty }
           : {}),
       };
+      const structured = new StructuredOutputs(tokenizer, mc.vocabSize, eos, {
+        compileTimeoutS: config.grammarCompileTimeoutS,
+      });
       return {
         config,
         model: {
@@ -146,11 +152,12 @@ export async function setupEngine(
         },
         tokenizer,
         generationDefaults,
-        scheduler: makeScheduler(config, kvBlocks, maxModelLen, eos, numSwapBlocks),
+        scheduler: makeScheduler(config, kvBlocks, maxModelLen, eos, numSwapBlocks, structured),
         executor: new WebGpuExecutor(runner, { numSwapBlocks, seedSource }),
         ctx,
         kvBlocks,
         eosTokenIds: eos,
+        structured,
       };
     } finally {
       ck.close();
@@ -183,23 +190,28 @@ export function setupMockEngine(
     `Mock executor: step = ${config.mockBaseMs} ms + ${config.mockPerTokenMs} ms per batched token`,
   );
   logKv(log, kvBlocks, config.blockSize, maxModelLen);
+  // A bare mock accepts any token id below a nominal 32,000 (it never looks at them).
+  const vocabSize = tokenizer?.size ?? 32000;
+  const structured = new StructuredOutputs(tokenizer, vocabSize, [], {
+    compileTimeoutS: config.grammarCompileTimeoutS,
+  });
   return {
     config,
     model: {
       name: config.servedModelName ?? "mock",
       architecture: "mock",
       maxModelLen,
-      // A bare mock accepts any token id below a nominal 32,000 (it never looks at them).
-      vocabSize: tokenizer?.size ?? 32000,
+      vocabSize,
       dtype: "none",
     },
     tokenizer,
     generationDefaults: {},
-    scheduler: makeScheduler(config, kvBlocks, maxModelLen, [], 0),
+    scheduler: makeScheduler(config, kvBlocks, maxModelLen, [], 0, structured),
     executor,
     ctx: null,
     kvBlocks,
     eosTokenIds: [],
+    structured,
   };
 }
 
@@ -246,6 +258,7 @@ function makeScheduler(
   maxModelLen: number,
   eosTokenIds: readonly number[],
   numSwapBlocks: number,
+  structured: StructuredOutputs,
 ): Scheduler {
   const common = {
     maxModelLen,
@@ -253,6 +266,7 @@ function makeScheduler(
     numGpuBlocks,
     maxNumBatchedTokens: c.maxNumBatchedTokens,
     eosTokenIds,
+    hostReady: (requestId: string) => structured.ready(requestId),
   };
   if (c.scheduler === "continuous") {
     return createScheduler({

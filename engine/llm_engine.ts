@@ -16,7 +16,7 @@
  * @module
  */
 
-import { StructuredOutputs } from "./structured_output/structured_outputs.ts";
+import type { StructuredOutputs } from "./structured_output/structured_outputs.ts";
 import type { StructuredOutputSpec } from "../scheduler/sampling_params.ts";
 import type { EngineConfig, EngineOptions } from "./engine_config.ts";
 import {
@@ -112,11 +112,8 @@ export class LLMEngine implements EngineClient {
     this.#executor = parts.executor;
     this.#ctx = parts.ctx;
     this.#kvBlocks = parts.kvBlocks;
-    this.#structured = new StructuredOutputs(
-      parts.tokenizer,
-      parts.model.vocabSize,
-      parts.eosTokenIds,
-    );
+    this.#structured = parts.structured;
+    this.#structured.listen(() => this.#kick(), (id, error) => this.#failRequest(id, error));
     this.#depth = Math.max(
       1,
       Math.min(parts.config.maxInFlight ?? Infinity, parts.executor.maxInFlight),
@@ -270,6 +267,7 @@ export class LLMEngine implements EngineClient {
     this.#stopped = true;
     this.#kick();
     await this.#loop;
+    this.#structured.close();
     this.#executor.destroy();
     this.#ctx?.destroy();
   }
@@ -293,6 +291,9 @@ export class LLMEngine implements EngineClient {
         // 1. Schedule and run: fill the pipeline up to `depth` steps in flight.
         let idle = false;
         while (this.#inFlight.length < this.#effectiveDepth()) {
+          // The masks of the tokens just read back are computed in the grammar worker: wait
+          // for them (unless it is compiling a grammar first) so those requests run now.
+          if (this.#structured.active) await this.#structured.settled();
           const output = scheduler.schedule();
           if (
             output.scheduled.length === 0 && output.swappedIn.length === 0 &&
@@ -305,7 +306,7 @@ export class LLMEngine implements EngineClient {
           }
           const landing = this.#executor.swapInReady?.(output);
           if (landing !== undefined) await landing;
-          const masks = this.#structured.active ? await this.#structured.masks(output) : undefined;
+          const masks = this.#structured.active ? this.#structured.masks(output) : undefined;
           const t0 = performance.now();
           const step = this.#executor.execute(output, masks);
           this.#submitMs = 0.7 * this.#submitMs + 0.3 * (performance.now() - t0);
@@ -394,13 +395,7 @@ export class LLMEngine implements EngineClient {
       this.#executor.tokensKnown?.(u.requestId, u.newTokenIds);
       const live = this.#live.get(u.requestId);
       if (live === undefined || live.finished) continue;
-      if (!this.#structured.accept(u.requestId, u.newTokenIds)) {
-        this.#failRequest(
-          u.requestId,
-          new Error(`The grammar rejected sampled token(s) ${u.newTokenIds.join(", ")}`),
-        );
-        continue;
-      }
+      this.#structured.accept(u.requestId, u.newTokenIds);
       const s = sampled.get(u.requestId);
       const wantTop = (live.params.logprobs ?? 0) > 0;
       const logprobs: TokenLogprob[] | null = live.params.logprobs === null

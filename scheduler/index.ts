@@ -16,7 +16,7 @@ export { ContinuousScheduler, DynamicScheduler, StaticScheduler };
 export type { ContinuousSchedulerConfig, DynamicSchedulerConfig, StaticSchedulerConfig };
 export { DEFAULT_SAMPLING_PARAMS, samplingParams } from "./sampling_params.ts";
 export type { SamplingParams } from "./sampling_params.ts";
-export type { Clock, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
+export type { Clock, HostReady, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
 export { SAMPLED_TOKEN } from "./scheduler_output.ts";
 export type {
   RequestUpdate,

@@ -26,7 +26,7 @@
 import { BlockManager, type PrefixHit } from "./block_manager.ts";
 import { enqueueWaiting, pickVictim, type SchedulingPolicy } from "./policy.ts";
 import { RequestTable } from "./request_table.ts";
-import type { Clock, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
+import type { Clock, HostReady, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
 import type {
   RequestUpdate,
   ScheduledRequest,
@@ -67,6 +67,11 @@ export interface ContinuousSchedulerConfig {
   readonly preemptionMode?: "recompute" | "swap";
   /** The model's end-of-sequence token ids. */
   readonly eosTokenIds?: readonly number[];
+  /**
+   * Whether a grammar-constrained request's next mask is on the host (default: always): such a
+   * request is not scheduled until it is (the engine computes masks off its thread).
+   */
+  readonly hostReady?: HostReady;
   /** Time source in ms (default Date.now). */
   readonly now?: Clock;
 }
@@ -117,6 +122,7 @@ export class ContinuousScheduler implements Scheduler {
   readonly eosTokenIds: readonly number[];
 
   readonly #now: Clock;
+  readonly #hostReady: HostReady;
   readonly #requests = new RequestTable((seq) => this.#release(seq));
   #waiting: Sequence[] = [];
   #running: Sequence[] = [];
@@ -146,6 +152,7 @@ export class ContinuousScheduler implements Scheduler {
     this.preemptionMode = config.preemptionMode ?? "recompute";
     this.eosTokenIds = config.eosTokenIds ?? [];
     this.#now = config.now ?? Date.now;
+    this.#hostReady = config.hostReady ?? (() => true);
     this.blockManager = new BlockManager({
       numBlocks: positiveInt("numGpuBlocks", config.numGpuBlocks),
       blockSize: positiveInt("blockSize", config.blockSize),
@@ -197,7 +204,7 @@ export class ContinuousScheduler implements Scheduler {
     let i = 0;
     while (i < this.#running.length && st.budget > 0) {
       const seq = this.#running[i]!;
-      const n = Math.min(tokensToRun(seq, this.maxModelLen), st.budget);
+      const n = Math.min(tokensToRun(seq, this.maxModelLen, this.#hostReady), st.budget);
       if (n === 0) {
         i++;
         continue;
@@ -327,7 +334,7 @@ export class ContinuousScheduler implements Scheduler {
     const bm = this.blockManager;
     while (this.#swapped.length > 0 && this.#running.length < this.maxNumSeqs && st.budget > 0) {
       const seq = this.#swapped[0]!;
-      const n = Math.min(tokensToRun(seq, this.maxModelLen), st.budget);
+      const n = Math.min(tokensToRun(seq, this.maxModelLen, this.#hostReady), st.budget);
       if (!bm.canSwapIn(seq, n)) break;
       this.#swapped.shift();
       st.swappedIn.push({ requestId: seq.requestId, copies: bm.swapIn(seq) });

@@ -21,6 +21,12 @@ import { Sequence } from "./sequence.ts";
 import type { RequestUpdate, SchedulerOutput } from "./scheduler_output.ts";
 
 /** A time source in milliseconds (injectable so tests are deterministic). */
+/**
+ * Whether a request's host-side input for its next step is ready (a grammar-constrained
+ * request's next token mask); see `hostReady` in the scheduler configurations.
+ */
+export type HostReady = (requestId: string) => boolean;
+
 export type Clock = () => number;
 
 /** A request handed to a scheduler. */

@@ -16,7 +16,7 @@
  */
 
 import { RequestTable } from "./request_table.ts";
-import type { Clock, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
+import type { Clock, HostReady, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
 import type { RequestUpdate, ScheduledRequest, SchedulerOutput } from "./scheduler_output.ts";
 import type { Sequence } from "./sequence.ts";
 import { commitTokens, tokensToRun } from "./step_commit.ts";
@@ -35,6 +35,11 @@ export interface StaticSchedulerConfig {
   readonly maxNumBatchedTokens: number;
   /** The model's end-of-sequence token ids. */
   readonly eosTokenIds?: readonly number[];
+  /**
+   * Whether a grammar-constrained request's next mask is on the host (default: always): such a
+   * request is not scheduled until it is (the engine computes masks off its thread).
+   */
+  readonly hostReady?: HostReady;
   /** Time source in ms (default Date.now). */
   readonly now?: Clock;
 }
@@ -64,6 +69,7 @@ export class StaticScheduler implements Scheduler {
   /** Set by flush(): start a partial batch; cleared when the queue empties. */
   protected flushed = false;
 
+  readonly #hostReady: HostReady;
   readonly #requests = new RequestTable((seq) => this.#release(seq));
   #batch: Sequence[] = [];
   #step = 0;
@@ -91,6 +97,7 @@ export class StaticScheduler implements Scheduler {
     this.maxNumBatchedTokens = config.maxNumBatchedTokens;
     this.eosTokenIds = config.eosTokenIds ?? [];
     this.now = config.now ?? Date.now;
+    this.#hostReady = config.hostReady ?? (() => true);
     this.blocksPerSlot = Math.ceil(this.maxModelLen / this.blockSize);
     const need = this.batchSize * this.blocksPerSlot;
     if (need > this.numGpuBlocks) {
@@ -147,7 +154,7 @@ export class StaticScheduler implements Scheduler {
     let rows = 0;
     for (const seq of this.#batch) {
       if (seq.isFinished || budget === 0) continue;
-      const n = Math.min(tokensToRun(seq, this.maxModelLen), budget);
+      const n = Math.min(tokensToRun(seq, this.maxModelLen, this.#hostReady), budget);
       if (n === 0) continue;
       const isNew = seq.numComputedTokens === 0;
       const r = commitTokens(seq, n, this.blockSize, isNew, step, rows);

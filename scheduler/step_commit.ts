@@ -12,6 +12,7 @@ import {
   type ScheduledRequest,
   type SchedulerOutput,
 } from "./scheduler_output.ts";
+import type { HostReady } from "./scheduler_api.ts";
 import type { Sequence } from "./sequence.ts";
 import { checkStop, type StopDecision } from "./stop_checker.ts";
 
@@ -93,12 +94,21 @@ export function applySampledToken(
 
 /**
  * Tokens `seq` could run now, ignoring the budget: what it has not computed, or 0 while its
- * latest sampled token is its final one (max_tokens or maxModelLen reached).
+ * latest sampled token is its final one (max_tokens or maxModelLen reached), and for a
+ * grammar-constrained request while its latest token or its next mask is not on the host.
  */
-export function tokensToRun(seq: Sequence, maxModelLen: number): number {
+export function tokensToRun(
+  seq: Sequence,
+  maxModelLen: number,
+  hostReady: HostReady = () => true,
+): number {
   if (seq.numOutputTokens >= seq.maxTokens || seq.numTokens >= maxModelLen) return 0;
-  // A grammar-constrained request waits for its last sampled token: its next mask depends on it.
-  if ((seq.params.structuredOutput ?? null) !== null && seq.numPlaceholders > 0) return 0;
+  // A grammar-constrained request waits for its last sampled token and then for its next mask
+  // (which depends on it).
+  if (
+    (seq.params.structuredOutput ?? null) !== null &&
+    (seq.numPlaceholders > 0 || !hostReady(seq.requestId))
+  ) return 0;
   return seq.numTokens - seq.numComputedTokens;
 }
 

@@ -1,17 +1,19 @@
 /**
- * Structured outputs in the engine: one xgrammar matcher per constrained request, on the CPU.
- * For each step the engine asks {@linkcode StructuredOutputs.masks} for the allowed-token
- * bitmask of every constrained request that samples in it (the GPU sampler masks those rows
- * only, before logits processing and sampling: kernels/token_mask.ts); each token read back is
- * fed to the request's matcher ({@linkcode StructuredOutputs.accept}). The scheduler runs a
- * constrained request only once its previous token is known (scheduler/step_commit.ts), so
- * its mask always follows every token it has.
+ * Structured outputs in the engine: one xgrammar matcher per constrained request, kept in a
+ * grammar worker (grammar_worker.ts) off the engine's thread. Each token read back for a
+ * constrained request is sent to its matcher ({@linkcode StructuredOutputs.accept}), which
+ * replies with the request's next allowed-token bitmask while the engine goes on (with the
+ * GPU's step); the engine applies the masks of the constrained requests that sample in a step
+ * (the GPU sampler masks those rows only, before logits processing and sampling:
+ * kernels/token_mask.ts). The scheduler runs a constrained request only once its previous token
+ * is known and its next mask is back ({@linkcode StructuredOutputs.ready}), so its mask always
+ * follows every token it has.
  *
- * Grammars are compiled on admission, against the model's vocabulary over the whole logits
- * width (ids past the tokenizer's vocabulary, padding, are never allowed), and cached by their
- * specification (at most {@linkcode GRAMMAR_CACHE_SIZE}). JSON (`json_object`, `json_schema`)
- * is generated on one line with `", "` and `": "` separators: no free whitespace, so a model
- * cannot run into `max_tokens` on spaces. A JSON schema keyword the engine does not enforce is
+ * Grammars are compiled on admission, in the worker, against the model's vocabulary over the
+ * whole logits width (ids past the tokenizer's vocabulary, padding, are never allowed), and
+ * cached by their specification. A compile that runs longer than the time limit is a 400: the
+ * worker is terminated and a new one rebuilds the other requests' matchers (their grammars
+ * compiled again, their tokens replayed). A JSON schema keyword the engine does not enforce is
  * refused with a 400 naming it ({@linkcode checkJsonSchema}).
  *
  * @module
@@ -20,16 +22,9 @@
 import type { StructuredOutputSpec } from "../../scheduler/sampling_params.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 import { InvalidParameterError } from "../input_processor.ts";
+import { DEFAULT_GRAMMAR_COMPILE_TIMEOUT_S } from "../engine_config.ts";
 import type { Tokenizer } from "../tokenizer.ts";
-import {
-  type XgCompiledGrammar,
-  type XgGrammarCompiler,
-  type XgGrammarMatcher,
-  xgrammar,
-} from "./xgrammar.ts";
-
-/** Compiled grammars kept for reuse (by specification). */
-export const GRAMMAR_CACHE_SIZE = 256;
+import type { FromGrammarWorker, ToGrammarWorker } from "./grammar_protocol.ts";
 
 /**
  * JSON schema keywords enforced by the grammar (xgrammar's JSON schema converter), and the
@@ -116,94 +111,33 @@ export function checkJsonSchema(schema: unknown, param: string, path = "schema")
   }
 }
 
-/**
- * The EBNF of a JSON schema (one line, `", "` / `": "` separators), with xgrammar 0.1.27's
- * character class for strings with `minLength` / `maxLength`, `[^"\\\r\n]`, narrowed to
- * JSON's `[^\0-\x1f"\\]`: as generated it lets control characters into a string, which no
- * JSON parser accepts (measured 2026-11-25: a random-weight model wrote U+001E into a
- * `maxLength` string).
- */
-export async function jsonGrammar(schema: unknown, strict: boolean): Promise<string> {
-  const grammar = await xgrammar().Grammar.fromJSONSchema(
-    JSON.stringify(schema),
-    false,
-    -1,
-    [", ", ": "],
-    strict,
-  );
-  try {
-    return grammar.toString().replaceAll('[^\\"\\\\\\r\\n]', '[^\\0-\\x1f\\"\\\\]');
-  } finally {
-    grammar.dispose();
-  }
+/** Options of {@linkcode StructuredOutputs}. */
+export interface StructuredOutputsOptions {
+  /** Time limit of one grammar compile in seconds (default 10); past it, admission fails. */
+  readonly compileTimeoutS?: number;
 }
 
-/**
- * Prefixes every rule name of an EBNF grammar with `prefix` (in definitions and references,
- * never inside string literals or character classes), so several grammars can be merged.
- */
-export function prefixRules(ebnf: string, prefix: string): string {
-  const names = new Set([...ebnf.matchAll(/^([A-Za-z_][A-Za-z0-9_]*)\s*::=/gm)].map((m) => m[1]!));
-  let out = "";
-  for (let i = 0; i < ebnf.length;) {
-    const c = ebnf[i]!;
-    if (c === '"' || c === "[") {
-      const close = c === '"' ? '"' : "]";
-      let j = i + 1;
-      while (j < ebnf.length && ebnf[j] !== close) j += ebnf[j] === "\\" ? 2 : 1;
-      out += ebnf.slice(i, j + 1);
-      i = j + 1;
-    } else if (/[A-Za-z_]/.test(c)) {
-      let j = i;
-      while (j < ebnf.length && /[A-Za-z0-9_]/.test(ebnf[j]!)) j++;
-      const word = ebnf.slice(i, j);
-      out += names.has(word) ? prefix + word : word;
-      i = j;
-    } else {
-      out += c;
-      i++;
-    }
-  }
-  return out;
-}
-
-/**
- * The grammar of tool calls in the Hermes / Qwen format, one or (with `parallel`) several
- * separated by a newline: `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>`,
- * ARGS following the tool's parameters schema (JSON on one line, as for `json_schema`).
- */
-export async function toolCallGrammar(
-  tools: readonly { readonly name: string; readonly parameters: unknown }[],
-  parallel: boolean,
-): Promise<string> {
-  const rules: string[] = [];
-  const calls: string[] = [];
-  for (const [i, tool] of tools.entries()) {
-    const args = prefixRules(
-      await jsonGrammar(tool.parameters ?? { type: "object" }, true),
-      `t${i}_`,
-    );
-    rules.push(args);
-    const head = `<tool_call>\n{"name": ${JSON.stringify(tool.name)}, "arguments": `;
-    calls.push(`${ebnfString(head)} t${i}_root ${ebnfString("}\n</tool_call>")}`);
-  }
-  const root = parallel ? 'root ::= call ("\\n" call)*' : "root ::= call";
-  return [root, `call ::= ${calls.map((c) => `(${c})`).join(" | ")}`, ...rules].join("\n");
-}
-
-/** An EBNF string literal of `text` (xgrammar's escapes). */
-function ebnfString(text: string): string {
-  return JSON.stringify(text);
-}
-
+/** One constrained request, on the engine's side. */
 interface Entry {
-  readonly matcher: XgGrammarMatcher;
-  /** The compiled grammar, when not shared through the cache (disposed with the matcher). */
-  readonly own: XgCompiledGrammar | null;
+  readonly spec: StructuredOutputSpec;
+  readonly key: string;
   /** The text the grammar waits for (e.g. `</think>`); null once it applies. */
   waitingFor: string | null;
   /** The end of the output decoded so far, while waiting (to find the text across tokens). */
   tail: string;
+  /** Tokens the grammar accepted (replayed into a new worker's matcher). */
+  readonly history: number[];
+  /** The next token's mask once it is back from the worker; null while it is computed. */
+  mask: Uint32Array | null;
+  /** Whether a mask was asked for and is not back yet. */
+  asked: boolean;
+  /** While the grammar compiles: settles the admission. */
+  opening: {
+    readonly param: string;
+    readonly resolve: () => void;
+    readonly reject: (error: Error) => void;
+    timer: ReturnType<typeof setTimeout> | undefined;
+  } | null;
 }
 
 /** The structured-output state of one engine (see the module documentation). */
@@ -211,33 +145,54 @@ export class StructuredOutputs {
   readonly #tokenizer: Tokenizer | null;
   readonly #vocabSize: number;
   readonly #stopTokenIds: readonly number[];
-  #compiler: Promise<XgGrammarCompiler> | null = null;
-  readonly #cache = new Map<string, Promise<XgCompiledGrammar>>();
-  readonly #matchers = new Map<string, Entry>();
+  readonly #timeoutMs: number;
+  #onReady: () => void = () => {};
+  #onError: (requestId: string, error: Error) => void = () => {};
+  #worker: Worker | null = null;
+  readonly #entries = new Map<string, Entry>();
+  /** Waiters for the masks being computed ({@linkcode StructuredOutputs.settled}). */
+  #waiters: (() => void)[] = [];
 
   /**
    * @param tokenizer the model's tokenizer (structured outputs need one).
    * @param vocabSize the logits width (the model's `vocab_size`).
    * @param stopTokenIds the model's end-of-sequence ids (allowed once the grammar is complete).
    */
-  constructor(tokenizer: Tokenizer | null, vocabSize: number, stopTokenIds: readonly number[]) {
+  constructor(
+    tokenizer: Tokenizer | null,
+    vocabSize: number,
+    stopTokenIds: readonly number[],
+    options: StructuredOutputsOptions = {},
+  ) {
     this.#tokenizer = tokenizer;
     this.#vocabSize = vocabSize;
     this.#stopTokenIds = stopTokenIds;
+    this.#timeoutMs = 1000 * (options.compileTimeoutS ?? DEFAULT_GRAMMAR_COMPILE_TIMEOUT_S);
+  }
+
+  /**
+   * Sets what happens when a request's next mask arrives (`onReady`: it may run now) and when a
+   * running request's grammar fails (`onError`: it refused a token it was fed, a bug, or the
+   * worker died); the request is released first.
+   */
+  listen(onReady: () => void, onError: (requestId: string, error: Error) => void): void {
+    this.#onReady = onReady;
+    this.#onError = onError;
   }
 
   /** Whether some request is constrained now. */
   get active(): boolean {
-    return this.#matchers.size > 0;
+    return this.#entries.size > 0;
   }
 
   /**
-   * Compiles (or reuses) `spec`'s grammar and starts `requestId`'s matcher.
+   * Compiles (or reuses) `spec`'s grammar and starts `requestId`'s matcher; with `after`, the
+   * grammar applies once that text is out (e.g. `</think>`).
    *
-   * @throws {InvalidParameterError} when the model has no tokenizer, or the grammar is invalid
-   *   or uses what the engine cannot enforce.
+   * @throws {InvalidParameterError} when the model has no tokenizer, the grammar is invalid,
+   *   uses what the engine cannot enforce, or takes longer than the time limit to compile.
    */
-  async admit(
+  admit(
     requestId: string,
     spec: StructuredOutputSpec,
     param: string,
@@ -255,140 +210,261 @@ export class StructuredOutputs {
         checkJsonSchema(t.parameters, `tools.${i}.function.parameters`, "parameters")
       );
     }
-    const key = JSON.stringify(spec);
-    let compiled = this.#cache.get(key);
-    let own: XgCompiledGrammar | null = null;
-    try {
-      if (compiled === undefined) {
-        const fresh = this.#compile(spec);
-        if (this.#cache.size < GRAMMAR_CACHE_SIZE) {
-          this.#cache.set(key, fresh);
-          fresh.catch(() => this.#cache.delete(key));
-          compiled = fresh;
-        } else {
-          own = await fresh;
-          compiled = Promise.resolve(own);
-        }
-      }
-      const grammar = await compiled;
-      const matcher = await xgrammar().GrammarMatcher.createGrammarMatcher(grammar);
-      this.#matchers.set(requestId, { matcher, own, waitingFor: after, tail: "" });
-    } catch (error) {
-      own?.dispose();
-      if (error instanceof InvalidParameterError) throw error;
-      const why = error instanceof Error ? error.message : String(error);
-      throw new InvalidParameterError(param, `Invalid ${spec.kind} for structured outputs: ${why}`);
+    if (this.#entries.has(requestId)) {
+      throw new Error(`Request "${requestId}" is constrained twice`);
     }
+    return new Promise<void>((resolve, reject) => {
+      const entry: Entry = {
+        spec,
+        key: JSON.stringify(spec),
+        waitingFor: after,
+        tail: "",
+        history: [],
+        mask: null,
+        asked: false,
+        opening: { param, resolve, reject, timer: undefined },
+      };
+      this.#entries.set(requestId, entry);
+      this.#open(requestId, entry);
+    });
+  }
+
+  /**
+   * Whether `requestId` can run now: unconstrained, its grammar not applying yet, or its next
+   * mask back from the worker.
+   */
+  ready(requestId: string): boolean {
+    const entry = this.#entries.get(requestId);
+    return entry === undefined || entry.waitingFor !== null || entry.mask !== null;
+  }
+
+  /**
+   * Resolves once every mask asked for is back, or at once when the worker has a grammar to
+   * compile first (the requests waiting for those masks sit out the next step instead).
+   */
+  settled(): Promise<void> {
+    const busy = [...this.#entries.values()].some((e) => e.opening !== null);
+    if (busy || this.#pending() === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#waiters.push(resolve));
   }
 
   /**
    * The allowed-token bitmasks of the constrained requests that sample in `output` (request id
    * -> `ceil(vocabSize / 32)` words), or undefined when none does.
+   *
+   * @throws {Error} when one of them is not {@linkcode StructuredOutputs.ready} (a bug).
    */
-  async masks(output: SchedulerOutput): Promise<Map<string, Uint32Array> | undefined> {
+  masks(output: SchedulerOutput): Map<string, Uint32Array> | undefined {
     let masks: Map<string, Uint32Array> | undefined;
     for (const r of output.scheduled) {
       if (!r.samplesToken) continue;
-      const entry = this.#matchers.get(r.requestId);
+      const entry = this.#entries.get(r.requestId);
       if (entry === undefined || entry.waitingFor !== null) continue;
-      const bits = await entry.matcher.getNextTokenBitmask();
-      // A copy: the array may be a view of xgrammar's memory, reused by the next call.
-      const mask = new Uint32Array(bits.length);
-      mask.set(new Uint32Array(bits.buffer, bits.byteOffset, bits.length));
-      (masks ??= new Map()).set(r.requestId, mask);
+      if (entry.mask === null) {
+        throw new Error(`Request "${r.requestId}" was scheduled before its next mask was known`);
+      }
+      (masks ??= new Map()).set(r.requestId, entry.mask);
     }
     return masks;
   }
 
   /**
-   * Feeds tokens read back for `requestId` to its matcher (a no-op for unconstrained ones).
-   * Returns false when the grammar rejects one (a bug: the mask allowed it) and true otherwise.
+   * Feeds tokens read back for `requestId` to its matcher (a no-op for unconstrained ones) and
+   * asks for its next mask. A token the grammar refuses (a bug: the mask allowed it) is
+   * reported through `onError`.
    */
-  accept(requestId: string, tokenIds: readonly number[]): boolean {
-    const entry = this.#matchers.get(requestId);
-    if (entry === undefined) return true;
+  accept(requestId: string, tokenIds: readonly number[]): void {
+    const entry = this.#entries.get(requestId);
+    if (entry === undefined || entry.opening !== null) return;
+    const fed: number[] = [];
+    let started = false;
     for (const t of tokenIds) {
       if (entry.waitingFor !== null) {
         // Until the text is out, tokens are free (not the grammar's); it applies after them.
         const marker = entry.waitingFor;
         entry.tail = (entry.tail + this.#tokenizer!.decode([t])).slice(-4 * marker.length);
-        if (entry.tail.includes(marker)) entry.waitingFor = null;
+        if (entry.tail.includes(marker)) {
+          entry.waitingFor = null;
+          started = true;
+        }
         continue;
       }
-      if (!entry.matcher.acceptToken(t)) return false;
+      fed.push(t);
     }
-    return true;
+    if (fed.length === 0 && !started) return;
+    entry.history.push(...fed);
+    entry.mask = null;
+    entry.asked = !this.terminated(requestId);
+    this.#post({ type: "accept", id: requestId, tokens: fed, mask: entry.asked });
   }
 
   /** Whether `requestId`'s grammar is complete (its stop token accepted). */
   terminated(requestId: string): boolean {
-    const entry = this.#matchers.get(requestId);
-    return entry !== undefined && entry.waitingFor === null && entry.matcher.isTerminated();
+    const entry = this.#entries.get(requestId);
+    if (entry === undefined || entry.waitingFor !== null) return false;
+    const last = entry.history.at(-1);
+    // The mask allows a stop token only where the grammar may end.
+    return last !== undefined && this.#stopTokenIds.includes(last);
   }
 
   /** Ends `requestId`'s matcher. */
   release(requestId: string): void {
-    const entry = this.#matchers.get(requestId);
+    const entry = this.#entries.get(requestId);
     if (entry === undefined) return;
-    this.#matchers.delete(requestId);
-    entry.matcher.dispose();
-    entry.own?.dispose();
+    this.#entries.delete(requestId);
+    if (entry.opening !== null) clearTimeout(entry.opening.timer);
+    this.#post({ type: "close", id: requestId });
+    this.#wakeWaiters();
   }
 
-  #compilerFor(): Promise<XgGrammarCompiler> {
-    this.#compiler ??= (async () => {
-      const xg = xgrammar();
-      const v = this.#tokenizer!.grammarVocab;
-      const info = await xg.TokenizerInfo.createTokenizerInfo(
-        [...v.encoded],
-        v.vocabType,
-        v.prependSpace,
-        this.#vocabSize,
-        [...this.#stopTokenIds],
-      );
-      return await xg.GrammarCompiler.createGrammarCompiler(info, true);
-    })();
-    return this.#compiler;
-  }
-
-  /**
-   * Compiles `spec`. xgrammar reports a bad grammar by printing `[FATAL] <reason>` on stderr
-   * itself (through a `console.error` it bound at load, out of reach) and aborting the call
-   * with "Aborted()": that becomes a message pointing to the log.
-   */
-  async #compile(spec: StructuredOutputSpec): Promise<XgCompiledGrammar> {
-    const compiler = await this.#compilerFor();
-    try {
-      return await this.#compileWith(compiler, spec);
-    } catch (e) {
-      const message = e instanceof Error ? e.message : String(e);
-      if (!message.startsWith("Aborted(")) throw e;
-      throw new Error("xgrammar could not compile it (its reason is in the server's log)");
+  /** Stops the worker (matchers and compiled grammars with it). */
+  close(): void {
+    for (const entry of this.#entries.values()) {
+      if (entry.opening !== null) clearTimeout(entry.opening.timer);
     }
+    this.#entries.clear();
+    this.#stopWorker();
+    this.#wakeWaiters();
   }
 
-  async #compileWith(
-    compiler: XgGrammarCompiler,
-    spec: StructuredOutputSpec,
-  ): Promise<XgCompiledGrammar> {
-    switch (spec.kind) {
-      case "json_object":
-        return await compiler.compileGrammar(await jsonGrammar({ type: "object" }, false));
-      case "json_schema":
-        return await compiler.compileGrammar(await jsonGrammar(spec.schema, spec.strict));
-      case "regex":
-        return await compiler.compileStructuralTag({
-          type: "structural_tag",
-          format: { type: "regex", pattern: spec.pattern },
-        });
-      case "choice":
-        return await compiler.compileGrammar(
-          `root ::= ${spec.choices.map(ebnfString).join(" | ")}`,
+  /** Sends `id`'s grammar to the worker (again, in a new worker). */
+  #open(id: string, entry: Entry): void {
+    if (entry.opening !== null) clearTimeout(entry.opening.timer);
+    const mask = entry.waitingFor === null && !this.terminated(id);
+    entry.mask = null;
+    entry.asked = entry.opening === null && mask;
+    this.#post({ type: "open", id, key: entry.key, spec: entry.spec, replay: entry.history, mask });
+  }
+
+  #timedOut(id: string): void {
+    const entry = this.#entries.get(id);
+    if (entry?.opening == null) return;
+    const { param, reject } = entry.opening;
+    this.#entries.delete(id);
+    reject(
+      new InvalidParameterError(
+        param,
+        `Compiling the ${entry.spec.kind} grammar took longer than ${
+          this.#timeoutMs / 1000
+        } s (--grammar-compile-timeout-s)`,
+      ),
+    );
+    // The worker is stuck in that compile: a new one takes over every other request.
+    this.#stopWorker();
+    for (const [other, e] of this.#entries) this.#open(other, e);
+  }
+
+  #post(message: ToGrammarWorker): void {
+    if (this.#worker === null) {
+      if (message.type === "close") return;
+      this.#worker = this.#startWorker();
+    }
+    this.#worker.postMessage(message);
+  }
+
+  #startWorker(): Worker {
+    const worker = new Worker(new URL("./grammar_worker.ts", import.meta.url).href, {
+      type: "module",
+    });
+    worker.onmessage = (event: MessageEvent<FromGrammarWorker>) => this.#receive(event.data);
+    worker.onerror = (event) => {
+      event.preventDefault();
+      this.#crashed(new Error(`The grammar worker failed: ${event.message}`));
+    };
+    const v = this.#tokenizer!.grammarVocab;
+    worker.postMessage(
+      {
+        type: "init",
+        vocab: { encoded: v.encoded, vocabType: v.vocabType, prependSpace: v.prependSpace },
+        vocabSize: this.#vocabSize,
+        stopTokenIds: this.#stopTokenIds,
+      } satisfies ToGrammarWorker,
+    );
+    return worker;
+  }
+
+  #stopWorker(): void {
+    if (this.#worker === null) return;
+    this.#worker.onmessage = null;
+    this.#worker.onerror = null;
+    this.#worker.terminate();
+    this.#worker = null;
+  }
+
+  #receive(m: FromGrammarWorker): void {
+    const entry = this.#entries.get(m.id);
+    if (entry === undefined) return; // released meanwhile
+    if (m.type === "compiling") {
+      // The time limit counts the compile only, not the wait behind others.
+      if (entry.opening !== null) {
+        entry.opening.timer = setTimeout(() => this.#timedOut(m.id), this.#timeoutMs);
+      }
+      return;
+    }
+    if (m.type === "rejected") {
+      const error = new Error(`The grammar rejected sampled token ${m.token}`);
+      this.release(m.id);
+      if (entry.opening !== null) entry.opening.reject(error);
+      else this.#onError(m.id, error);
+      return;
+    }
+    if (m.type === "opened" && entry.opening !== null) {
+      const { param, resolve, reject, timer } = entry.opening;
+      clearTimeout(timer);
+      entry.opening = null;
+      if (m.error !== null) {
+        this.release(m.id);
+        reject(
+          new InvalidParameterError(
+            param,
+            `Invalid ${entry.spec.kind} for structured outputs: ${m.error}`,
+          ),
         );
-      case "grammar":
-        return await compiler.compileGrammar(spec.ebnf);
-      case "tool_calls":
-        return await compiler.compileGrammar(await toolCallGrammar(spec.tools, spec.parallel));
+        return;
+      }
+      entry.mask = m.mask;
+      entry.asked = false;
+      resolve();
+    } else if (m.type === "opened") {
+      // A matcher rebuilt in a new worker (its grammar compiled before: no error expected).
+      if (m.error !== null) {
+        this.release(m.id);
+        this.#onError(m.id, new Error(`The grammar could not be rebuilt: ${m.error}`));
+        return;
+      }
+      entry.mask = m.mask;
+      entry.asked = false;
+    } else {
+      entry.mask = m.mask;
+      entry.asked = false;
     }
+    this.#onReady();
+    this.#wakeWaiters();
+  }
+
+  /** The worker died: every constrained request fails (admissions with a 400-free error). */
+  #crashed(error: Error): void {
+    this.#stopWorker();
+    for (const [id, entry] of [...this.#entries]) {
+      this.release(id);
+      if (entry.opening !== null) entry.opening.reject(error);
+      else this.#onError(id, error);
+    }
+  }
+
+  /** Masks asked for and not back yet. */
+  #pending(): number {
+    let n = 0;
+    for (const e of this.#entries.values()) if (e.asked) n++;
+    return n;
+  }
+
+  #wakeWaiters(): void {
+    if (this.#waiters.length === 0) return;
+    const busy = [...this.#entries.values()].some((e) => e.opening !== null);
+    if (!busy && this.#pending() > 0) return;
+    const waiters = this.#waiters;
+    this.#waiters = [];
+    for (const w of waiters) w();
   }
 }
