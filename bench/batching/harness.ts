@@ -26,7 +26,6 @@
  * @module
  */
 
-import { mockTokenAt } from "../../scheduler/mock_executor.ts";
 import type { Scheduler } from "../../scheduler/scheduler_api.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 import { samplingParams } from "../../scheduler/sampling_params.ts";
@@ -35,6 +34,7 @@ import {
   checkMockLatency,
   type MockLatency,
   mockStepMs,
+  mockTokenAt,
 } from "../../engine/executors/mock_executor.ts";
 import type { KvSample } from "./kv_utilization.ts";
 import type { WorkloadRequest } from "./workload.ts";
