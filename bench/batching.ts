@@ -10,13 +10,15 @@
  * slots per batch member, so their batch is the largest that fits (16); continuous pages the
  * same pool in blocks with up to `--max-num-seqs` (256) requests.
  *
- * Executors: `mock` (default) simulates each step as `a + b * batchedTokens + s * sequences +
+ * Executors: `mock` (default), the engine's MockExecutor (engine/executors/mock_executor.ts) on
+ * its virtual clock, simulates each step as `a + b * batchedTokens + s * sequences +
  * c * attendedPairs / 1000` ms of virtual time, plus a fixed time per swapped-out request
- * (fast, exactly reproducible; the host is free and the device serial; `--clock wall` uses the engine's real
- * MockExecutor in real time instead, without the swap-out time), with the terms fitted from the
- * WebGPU runner's measured step times by `--calibrate` (the defaults in bench/batching/options.ts
- * are such a fit); `webgpu` runs the model (default: the tiny generated tiny-qwen3) in real time,
- * and also measures decode steps per second with one readback per step against pipelined steps.
+ * (fast, exactly reproducible; the host is free and the device serial; `--clock wall` runs the
+ * same executor on its wall clock instead, without the swap-out time), with the terms fitted
+ * from the WebGPU runner's measured step times by `--calibrate` (the defaults in
+ * bench/batching/options.ts are such a fit); `webgpu` runs the model (default: the tiny generated
+ * tiny-qwen3) in real time, and also measures decode steps per second with one readback per step
+ * against pipelined steps.
  *
  * Modes:
  * ```sh

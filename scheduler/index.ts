@@ -30,8 +30,6 @@ export type { FinishReason, RequestStatus } from "./sequence.ts";
 export { checkStop } from "./stop_checker.ts";
 export { enqueueWaiting, pickVictim, serviceOrder } from "./policy.ts";
 export type { SchedulingPolicy } from "./policy.ts";
-export { driveToCompletion, MockExecutor, mockTokenAt } from "./mock_executor.ts";
-export type { DriveOptions, MockExecutorOptions } from "./mock_executor.ts";
 export type { StopDecision } from "./stop_checker.ts";
 
 /** Configuration for {@linkcode createScheduler}, tagged by kind. */

@@ -3,10 +3,15 @@ import { z } from "zod";
 import { runBatchingBench } from "../bench/batching.ts";
 import { fitLinear } from "../bench/batching/fit.ts";
 import { fitLatency, shapePairs } from "../bench/batching/calibrate.ts";
-import { attendedPairs, type MockLatency, mockStepMs } from "../engine/executors/mock_executor.ts";
+import {
+  attendedPairs,
+  MockExecutor,
+  type MockLatency,
+  mockStepMs,
+} from "../engine/executors/mock_executor.ts";
 import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
 import { kvUtilization } from "../bench/batching/kv_utilization.ts";
-import { runHarness, SimulatedExecutor, VirtualTimeline } from "../bench/batching/harness.ts";
+import { runHarness, VirtualTimeline } from "../bench/batching/harness.ts";
 import { type RunSummary, summarizeRun } from "../bench/batching/run_summary.ts";
 import { baselineBatchSize, makeScheduler } from "../bench/batching/scheduler_choice.ts";
 import { makeWorkload } from "../bench/batching/workload.ts";
@@ -113,7 +118,7 @@ async function runOneRequest(
   latency: MockLatency,
 ): Promise<RunSummary> {
   const timeline = new VirtualTimeline();
-  const executor = new SimulatedExecutor(timeline, latency);
+  const executor = new MockExecutor({ latency, clock: "virtual", virtualClock: timeline });
   const scheduler = makeScheduler({
     kind,
     kvTokens: 256,
@@ -161,12 +166,12 @@ Deno.test("runHarness() with swap preemption charges each swap-out and finishes 
   let swaps = 0;
   for (const swapOutMs of [0, 100]) {
     const timeline = new VirtualTimeline();
-    const executor = new SimulatedExecutor(
-      timeline,
-      { baseMs: 1, perTokenMs: 0.01 },
-      4,
+    const executor = new MockExecutor({
+      latency: { baseMs: 1, perTokenMs: 0.01 },
+      clock: "virtual",
+      virtualClock: timeline,
       swapOutMs,
-    );
+    });
     // 6 blocks of 16 slots for 3 requests that each grow to 48 tokens (3 blocks): some must be
     // swapped out while the others finish.
     const scheduler = makeScheduler({

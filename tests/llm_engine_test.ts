@@ -3,8 +3,11 @@ import { EngineDeadError } from "../engine/engine_api.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import type { TokenLogprob } from "../engine/engine_api.ts";
-import { MOCK_FIRST_TOKEN, MOCK_TOKEN_COUNT } from "../engine/executors/mock_executor.ts";
-import { mockTokenAt } from "../scheduler/mock_executor.ts";
+import {
+  MOCK_FIRST_TOKEN,
+  MOCK_TOKEN_COUNT,
+  mockTokenAt,
+} from "../engine/executors/mock_executor.ts";
 import { kernelSeed, type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
 import { InvalidParameterError } from "../engine/input_processor.ts";
 import { makeModel } from "../tools/make_model.ts";

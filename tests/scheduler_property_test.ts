@@ -1,6 +1,6 @@
 import { AssertionError, deepStrictEqual as assertEquals } from "node:assert/strict";
 import { ContinuousScheduler, type ContinuousSchedulerConfig } from "../scheduler/scheduler.ts";
-import { MockExecutor, mockTokenAt } from "../scheduler/mock_executor.ts";
+import { MockExecutor, mockTokenAt } from "../engine/executors/mock_executor.ts";
 import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
 import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
 import { type Rng, testSeed } from "./support/random.ts";
@@ -81,13 +81,15 @@ function run(rng: Rng, seed: number, count: number, config: ContinuousSchedulerC
   const outputs = new Map<string, number[]>();
   const cut = new Set<string>(); // aborted or stopped by a "stop string"
   const exec = new MockExecutor({
-    numBlocks: config.numGpuBlocks,
-    blockSize: config.blockSize,
-    numSwapBlocks: config.numSwapBlocks ?? 0,
     tokenAt: mockTokenAt,
-    truth: (id, p) => {
-      const prompt = prompts.get(id)!;
-      return p < prompt.length ? prompt[p]! : mockTokenAt(id, p);
+    kv: {
+      numBlocks: config.numGpuBlocks,
+      blockSize: config.blockSize,
+      numSwapBlocks: config.numSwapBlocks ?? 0,
+      truth: (id, p) => {
+        const prompt = prompts.get(id)!;
+        return p < prompt.length ? prompt[p]! : mockTokenAt(id, p);
+      },
     },
   });
   const prefixes = Array.from(
@@ -131,7 +133,7 @@ function run(rng: Rng, seed: number, count: number, config: ContinuousSchedulerC
     const out = s.schedule();
     swaps += out.swappedOut.length;
     checkInvariants(s, out, ctx);
-    const sampled = exec.execute(out);
+    const sampled = exec.run(out);
     if (pending !== null) apply(pending);
     pending = { out, sampled };
     if (rng.next() < 0.3 || (!s.hasUnfinishedRequests() && added >= count)) {

@@ -2,7 +2,7 @@ import { deepStrictEqual as assertEquals, ok as assert, throws } from "node:asse
 import { ContinuousScheduler, type ContinuousSchedulerConfig } from "../scheduler/scheduler.ts";
 import { DynamicScheduler } from "../scheduler/dynamic_scheduler.ts";
 import { StaticScheduler } from "../scheduler/static_scheduler.ts";
-import { driveToCompletion, MockExecutor, mockTokenAt } from "../scheduler/mock_executor.ts";
+import { driveToCompletion, MockExecutor, mockTokenAt } from "../engine/executors/mock_executor.ts";
 import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
 import type { Scheduler } from "../scheduler/scheduler_api.ts";
 import { SAMPLED_TOKEN, type SchedulerOutput } from "../scheduler/scheduler_output.ts";
@@ -42,13 +42,15 @@ class Harness<S extends Scheduler> {
     readonly eos: number[] = [],
   ) {
     this.exec = new MockExecutor({
-      numBlocks,
-      blockSize,
-      numSwapBlocks,
       tokenAt,
-      truth: (id, p) => {
-        const prompt = this.prompts.get(id)!;
-        return p < prompt.length ? prompt[p]! : tokenAt(id, p);
+      kv: {
+        numBlocks,
+        blockSize,
+        numSwapBlocks,
+        truth: (id, p) => {
+          const prompt = this.prompts.get(id)!;
+          return p < prompt.length ? prompt[p]! : tokenAt(id, p);
+        },
       },
     });
   }
@@ -62,7 +64,7 @@ class Harness<S extends Scheduler> {
   /** One synchronous step: schedule, execute, update. */
   step(): SchedulerOutput {
     const out = this.sched.schedule();
-    this.sched.updateFromOutput(out, this.exec.execute(out));
+    this.sched.updateFromOutput(out, this.exec.run(out));
     return out;
   }
 
@@ -224,7 +226,7 @@ Deno.test("abortRequest() frees blocks at once, leaves every queue and drops in-
   h.add("b", range(1, 5), { maxTokens: 20 });
   h.add("w", range(1, 5), { maxTokens: 20 });
   const s1 = h.sched.schedule();
-  const t1 = h.exec.execute(s1);
+  const t1 = h.exec.run(s1);
   assert(h.sched.abortRequest("a"));
   assert(h.sched.abortRequest("w"));
   assertEquals(h.sched.abortRequest("a"), false);
@@ -245,9 +247,9 @@ Deno.test("async scheduling feeds placeholders and resolves them in step order",
   const h = new Harness(continuous(), 64, 4);
   h.add("a", range(1, 3), { maxTokens: 5 });
   const s1 = h.sched.schedule();
-  h.exec.execute(s1);
+  h.exec.run(s1);
   const s2 = h.sched.schedule();
-  const t2 = h.exec.execute(s2);
+  const t2 = h.exec.run(s2);
   assertEquals(summary(s2), [["a", 1, 3, true]]);
   assertEquals(s2.scheduled[0]!.tokenIds, [SAMPLED_TOKEN]);
   assertEquals([s2.scheduled[0]!.sampledFrom, s2.scheduled[0]!.sampleRow], [
@@ -261,9 +263,9 @@ Deno.test("async scheduling feeds placeholders and resolves them in step order",
   const h2 = new Harness(continuous(), 64, 4);
   h2.add("a", range(1, 3), { maxTokens: 5 });
   const u1 = h2.sched.schedule();
-  const v1 = h2.exec.execute(u1);
+  const v1 = h2.exec.run(u1);
   const u2 = h2.sched.schedule();
-  const v2 = h2.exec.execute(u2);
+  const v2 = h2.exec.run(u2);
   h2.sched.updateFromOutput(u1, v1);
   const a2 = h2.sched.getRequest("a")!;
   assertEquals([a2.numPlaceholders, [...a2.outputTokenIds]], [1, [tokenAt("a", 3)]]);
@@ -271,7 +273,7 @@ Deno.test("async scheduling feeds placeholders and resolves them in step order",
   assertEquals(summary(u3), [["a", 1, 4, true]]);
   assertEquals(u3.scheduled[0]!.tokenIds, [SAMPLED_TOKEN]);
   h2.sched.updateFromOutput(u2, v2);
-  h2.sched.updateFromOutput(u3, h2.exec.execute(u3));
+  h2.sched.updateFromOutput(u3, h2.exec.run(u3));
   h2.finish();
 });
 

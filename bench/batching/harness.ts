@@ -13,12 +13,13 @@
  * 4. when nothing runs: sleep until the next arrival or the dynamic baseline's wake time; once
  *    every request has arrived, `flush()` lets the baselines start a partial batch.
  *
- * Time comes from a {@linkcode Timeline}: wall-clock for the WebGPU executor (and the real
- * MockExecutor), or virtual for {@linkcode SimulatedExecutor}, a mock executor whose steps take
- * the mock latency model's time (`mockStepMs`: a fixed cost, a cost per batched token and one
- * per attended (query, key) pair) of *simulated* time, so a run of minutes of simulated
- * serving takes a fraction of a second and is exactly reproducible. The simulation models the
- * device as serial (one step after another) and the host as free (scheduling costs nothing).
+ * Time comes from a {@linkcode Timeline}: wall-clock for the WebGPU executor (and the
+ * `MockExecutor` of engine/executors/mock_executor.ts on its `"wall"` clock), or virtual for the
+ * `MockExecutor` on its `"virtual"` clock, whose steps take the mock latency model's time
+ * (`mockStepMs`: a fixed cost, a cost per batched token, one per sequence and one per attended
+ * (query, key) pair) of *simulated* time, so a run of minutes of simulated serving takes a
+ * fraction of a second and is exactly reproducible. The simulation models the device as serial
+ * (one step after another) and the host as free (scheduling costs nothing).
  *
  * The schedulers are built by scheduler_choice.ts and a run's figures summarised by
  * run_summary.ts.
@@ -26,16 +27,11 @@
  * @module
  */
 
-import { mockTokenAt } from "../../scheduler/mock_executor.ts";
 import type { Scheduler } from "../../scheduler/scheduler_api.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 import { samplingParams } from "../../scheduler/sampling_params.ts";
-import type { ExecutedStep, Executor, SampledToken } from "../../engine/executors/executor.ts";
-import {
-  checkMockLatency,
-  type MockLatency,
-  mockStepMs,
-} from "../../engine/executors/mock_executor.ts";
+import type { Executor, SampledToken } from "../../engine/executors/executor.ts";
+import { VirtualClock } from "../../engine/executors/mock_executor.ts";
 import type { KvSample } from "./kv_utilization.ts";
 import type { WorkloadRequest } from "./workload.ts";
 
@@ -64,93 +60,17 @@ export class WallTimeline implements Timeline {
   }
 }
 
-/** Simulated time, starting at 0, moved only by {@linkcode VirtualTimeline.advanceTo}. */
-export class VirtualTimeline implements Timeline {
+/**
+ * Simulated time, starting at 0, moved only by `advanceTo`: the {@linkcode VirtualClock} that a
+ * virtual-clock `MockExecutor` advances, as a {@linkcode Timeline}.
+ */
+export class VirtualTimeline extends VirtualClock implements Timeline {
   readonly virtual = true;
-  #t = 0;
-
-  now(): number {
-    return this.#t;
-  }
-
-  /** Moves time forward to `t` (never backwards). */
-  advanceTo(t: number): void {
-    if (t > this.#t) this.#t = t;
-  }
 
   waitUntil(t: number): Promise<void> {
     this.advanceTo(t);
     return Promise.resolve();
   }
-}
-
-/**
- * A mock executor in simulated time: the tokens of engine/executors/mock_executor.ts
- * (`mockTokenAt(requestId, position)`) and its latency model, but each step's completion time
- * is computed on a {@linkcode VirtualTimeline} (device serial: a step starts when the previous
- * one ends or when it is submitted, whichever is later) instead of waited for.
- */
-export class SimulatedExecutor implements Executor {
-  readonly kind = "mock" as const;
-  readonly maxInFlight: number;
-  readonly latency: MockLatency;
-  /** Simulated device ms each swapped-out request adds (the copies of its blocks). */
-  readonly swapOutMs: number;
-  readonly #timeline: VirtualTimeline;
-  readonly #doneAt = new Map<number, number>();
-  #busyUntil = 0;
-
-  constructor(
-    timeline: VirtualTimeline,
-    latency: MockLatency,
-    maxInFlight = 4,
-    swapOutMs = 0,
-  ) {
-    checkMockLatency(latency);
-    if (!(swapOutMs >= 0)) {
-      throw new RangeError(`Mock swap-out time must be >= 0: got ${swapOutMs}`);
-    }
-    this.#timeline = timeline;
-    this.latency = latency;
-    this.maxInFlight = maxInFlight;
-    this.swapOutMs = swapOutMs;
-  }
-
-  /** Simulated ms of `output` (engine/executors/mock_executor.ts mockStepMs). */
-  stepMs(output: SchedulerOutput): number {
-    return mockStepMs(this.latency, output);
-  }
-
-  execute(output: SchedulerOutput): ExecutedStep {
-    const sampled = new Map<string, SampledToken>();
-    for (const r of output.scheduled) {
-      if (!r.samplesToken) continue;
-      const position = r.positionStart + r.numTokens;
-      sampled.set(r.requestId, { tokenId: mockTokenAt(r.requestId, position), logprob: 0 });
-    }
-    const swapsOut = output.swappedOut.length;
-    if (output.scheduled.length > 0 || swapsOut > 0) {
-      const start = Math.max(this.#timeline.now(), this.#busyUntil);
-      // Each swapped-out request's copies take device time; their readback to the host runs in
-      // the background (the WebGPU executor does not hold the next step back).
-      this.#busyUntil = start + swapsOut * this.swapOutMs + this.stepMs(output);
-      this.#doneAt.set(output.step, this.#busyUntil);
-    }
-    return { result: Promise.resolve(sampled) };
-  }
-
-  /** Called once step `step`'s result was taken: time moves to its completion. */
-  settle(step: number): void {
-    const t = this.#doneAt.get(step);
-    if (t !== undefined) {
-      this.#doneAt.delete(step);
-      this.#timeline.advanceTo(t);
-    }
-  }
-
-  release(_requestId: string): void {}
-
-  destroy(): void {}
 }
 
 /** Per-request times of a run, ms since the start of the run. */
@@ -203,7 +123,7 @@ export interface HarnessOptions {
   readonly requests: readonly WorkloadRequest[];
   /** Steps in flight at once (capped by the executor's maximum). */
   readonly maxInFlight: number;
-  /** Called after a step's result was awaited (SimulatedExecutor.settle). */
+  /** Called after a step's result was awaited (a virtual-clock `MockExecutor.settle`). */
   readonly settle?: (step: number) => void;
 }
 

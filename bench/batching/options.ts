@@ -59,7 +59,7 @@ const USAGE = `usage: deno task bench:batching [options]
   --mock-per-seq-ms MS       mock latency s per scheduled sequence (default ${DEFAULT_MOCK_LATENCY.perSeqMs})
   --mock-per-kpair-ms MS     mock latency c per 1000 attended (query, key) pairs (default ${DEFAULT_MOCK_LATENCY.perKiloPairMs})
   --mock-swap-out-ms MS      mock (virtual clock): time a swap-out adds (default ${DEFAULT_MOCK_LATENCY.swapOutMs}, measured)
-  --clock virtual|wall       mock only: simulated time (default) or the real MockExecutor
+  --clock virtual|wall       mock only: simulated time (default) or real time (timers)
   --calibrate                measure WebGPU step times and fit the mock latency model
   --sweep                    the 004 experiment (mock; Poisson arrivals), files to --out-dir
   --rate R                   sweep: Poisson arrival rate in req/s (default 20)

@@ -10,13 +10,7 @@ import { MockExecutor, type MockLatency } from "../../engine/executors/mock_exec
 import { WebGpuExecutor } from "../../engine/executors/webgpu_executor.ts";
 import type { Executor } from "../../engine/executors/executor.ts";
 import type { ModelRunner } from "../../engine/model_runner.ts";
-import {
-  runHarness,
-  SimulatedExecutor,
-  type Timeline,
-  VirtualTimeline,
-  WallTimeline,
-} from "./harness.ts";
+import { runHarness, type Timeline, VirtualTimeline, WallTimeline } from "./harness.ts";
 import { type RunSummary, summarizeRun } from "./run_summary.ts";
 import { baselineBatchSize, makeScheduler, type SchedulerChoice } from "./scheduler_choice.ts";
 import type { Options } from "./options.ts";
@@ -98,7 +92,12 @@ export function mockBackend(o: Options): Backend {
   }
   return () => {
     const timeline = new VirtualTimeline();
-    const executor = new SimulatedExecutor(timeline, latency, undefined, o.swapOutMs);
+    const executor = new MockExecutor({
+      latency,
+      clock: "virtual",
+      virtualClock: timeline,
+      swapOutMs: o.swapOutMs,
+    });
     return { executor, timeline, settle: (step) => executor.settle(step) };
   };
 }

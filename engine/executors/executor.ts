@@ -1,8 +1,10 @@
 /**
  * What the engine loop needs from whatever computes steps: execute one scheduler output, i.e.
  * submit it without waiting, and later deliver the token sampled for each request that samples.
- * The WebGPU executor runs the real model; the mock executor fakes step times with a latency
- * model for scheduler studies and the `/batch/test` experiment.
+ * The WebGPU executor runs the real model; the mock executor (mock_executor.ts) fakes step times
+ * with a latency model, on the wall clock or a virtual one, for the engine's mock mode, the
+ * `/batch/test` experiment and the batching benchmarks, and checks the scheduler's contract on a
+ * simulated KV cache in the scheduler tests.
  *
  * @module
  */

@@ -1,51 +1,39 @@
 /**
- * A mock model runner for scheduler tests and for mock-model experiments (the `/batch/test`
- * style benchmarks): it executes a {@linkcode SchedulerOutput} against a simulated paged KV
- * cache on the CPU and samples deterministic tokens, `tokenAt(requestId, position)`.
+ * The simulated paged KV cache of the {@linkcode MockExecutor} (engine/executors/mock_executor.ts)
+ * and its checks of the scheduler's contract, for scheduler tests.
  *
- * The simulated cache stores, per slot, the token id and position written there. A
- * {@linkcode SAMPLED_TOKEN} marker is resolved like the GPU engine does it: from the previous
- * executed step's sampler rows (`sampledFrom`), which must be the request's latest token. With
- * `truth` given, every step checks the scheduler's contract: each fed token equals the
- * true token at its position, slot mappings agree with block tables, and after the step's
- * writes every position of every scheduled request's context is found in its block table's
- * slots. Block tables that share or reuse blocks wrongly, lost swaps and prefix-cache hits on
- * the wrong content all fail these checks.
+ * The cache stores, per slot, the token id and position written there, in a GPU pool and a host
+ * swap space. A {@linkcode SAMPLED_TOKEN} marker is resolved like the GPU engine does it: from the
+ * previous executed step's sampler rows (`sampledFrom`), which must be the request's latest token.
+ * With `truth` given, every step checks the scheduler's contract: each fed token equals the true
+ * token at its position, slot mappings agree with block tables, and after the step's writes every
+ * position of every scheduled request's context is found in its block table's slots. Block tables
+ * that share or reuse blocks wrongly, lost swaps and prefix-cache hits on the wrong content all
+ * fail these checks.
  *
  * @module
  */
 
-import { type RequestUpdate, SAMPLED_TOKEN, type SchedulerOutput } from "./scheduler_output.ts";
+import { SAMPLED_TOKEN, type SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 
-/**
- * A deterministic "model": a token id in [first, first + count) hashed from the request id and
- * the position of the token being sampled.
- */
-export function mockTokenAt(requestId: string, position: number, first = 100, count = 50): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < requestId.length; i++) h = Math.imul(h ^ requestId.charCodeAt(i), 0x01000193);
-  h = Math.imul(h ^ position, 0x01000193);
-  h = Math.imul(h ^ (h >>> 13), 0x5bd1e995);
-  return first + ((h ^ (h >>> 15)) >>> 0) % count;
-}
-
-/** Construction options of a {@linkcode MockExecutor}. */
-export interface MockExecutorOptions {
+/** The simulated KV cache of a {@linkcode MockExecutor} (its `kv` option). */
+export interface MockKvOptions {
   /** KV blocks in the simulated GPU pool. */
   readonly numBlocks: number;
   /** Token slots per block. */
   readonly blockSize: number;
   /** Host swap slots (default 0). */
   readonly numSwapBlocks?: number;
-  /** The token the "model" samples for `requestId` at `position` (the new token's position). */
-  readonly tokenAt: (requestId: string, position: number) => number;
   /** The true token at `position` of a request (prompt or generated); enables the checks. */
   readonly truth?: (requestId: string, position: number) => number;
 }
 
-/** Executes scheduler outputs on a simulated KV cache (see module doc). */
-export class MockExecutor {
-  readonly #opts: MockExecutorOptions;
+/**
+ * A paged KV cache on the CPU that executes a step's swaps and KV writes and checks the
+ * scheduler's contract (see the module documentation). Methods throw Error when a check fails.
+ */
+export class MockKvCache {
+  readonly #opts: MockKvOptions;
   readonly #kvToken: Int32Array;
   readonly #kvPos: Int32Array;
   readonly #hostToken: Int32Array;
@@ -53,13 +41,9 @@ export class MockExecutor {
   readonly #last = new Map<string, number>();
   #prevStep = -1;
   #prevRows: number[] = [];
-  /** Steps executed. */
-  steps = 0;
-  /** Tokens computed (sum of numTokens over steps). */
-  tokens = 0;
 
-  /** An empty simulated cache (every slot holds token -1). */
-  constructor(options: MockExecutorOptions) {
+  /** An empty cache (every slot holds token -1). */
+  constructor(options: MockKvOptions) {
     this.#opts = options;
     const slots = options.numBlocks * options.blockSize;
     const hostSlots = (options.numSwapBlocks ?? 0) * options.blockSize;
@@ -70,10 +54,10 @@ export class MockExecutor {
   }
 
   /**
-   * Runs one step: swap-out copies, swap-in copies, KV writes, checks, sampling. Returns the
-   * sampled token per request with `samplesToken`. Throws Error when a check fails.
+   * The first half of a step, before sampling: forgets finished and aborted requests, runs the
+   * swap-out copies, the swap-in copies and the KV writes of `output`, with the checks.
    */
-  execute(output: SchedulerOutput): Map<string, number> {
+  write(output: SchedulerOutput): void {
     const bs = this.#opts.blockSize;
     const truth = this.#opts.truth;
     for (const id of [...output.finished, ...output.aborted]) this.#last.delete(id);
@@ -165,23 +149,26 @@ export class MockExecutor {
         }
       }
     }
-    const sampled = new Map<string, number>();
+  }
+
+  /**
+   * The second half of a step: records the tokens sampled for `output` (request id -> token, for
+   * every scheduled request with `samplesToken`) as its sampler rows, which must be numbered in
+   * scheduling order, for the next step's {@linkcode SAMPLED_TOKEN} markers.
+   */
+  sampled(output: SchedulerOutput, tokens: ReadonlyMap<string, number>): void {
     const rows: number[] = [];
     for (const r of output.scheduled) {
       if (!r.samplesToken) continue;
       if (r.sampleRow !== rows.length) {
         this.#fail(output, r.requestId, `sample row ${r.sampleRow}, expected ${rows.length}`);
       }
-      const t = this.#opts.tokenAt(r.requestId, r.positionStart + r.numTokens);
+      const t = tokens.get(r.requestId)!;
       this.#last.set(r.requestId, t);
-      sampled.set(r.requestId, t);
       rows.push(t);
     }
     this.#prevStep = output.step;
     this.#prevRows = rows;
-    this.steps++;
-    this.tokens += output.totalTokens;
-    return sampled;
   }
 
   #copy(
@@ -200,58 +187,4 @@ export class MockExecutor {
   #fail(output: SchedulerOutput, requestId: string, what: string): never {
     throw new Error(`Mock executor, step ${output.step}, request "${requestId}": ${what}`);
   }
-}
-
-/** Options of {@linkcode driveToCompletion}. */
-export interface DriveOptions {
-  /** Schedule step n+1 before applying step n's tokens (default true), like the engine. */
-  readonly async?: boolean;
-  /** Throw after this many steps (default 1e6): a scheduler that stalls fails loudly. */
-  readonly maxSteps?: number;
-  /** Called with each output before it executes. */
-  readonly onStep?: (output: SchedulerOutput) => void;
-}
-
-/** The scheduler side `driveToCompletion` needs (any {@linkcode Scheduler} has it). */
-export interface Drivable {
-  schedule(): SchedulerOutput;
-  updateFromOutput(output: SchedulerOutput, sampled: ReadonlyMap<string, number>): RequestUpdate[];
-  hasUnfinishedRequests(): boolean;
-}
-
-/**
- * Runs `scheduler` with `executor` until no request is unfinished; returns every update in
- * order. Throws RangeError after `maxSteps` steps.
- */
-export function driveToCompletion(
-  scheduler: Drivable,
-  executor: MockExecutor,
-  options: DriveOptions = {},
-): RequestUpdate[] {
-  const { async = true, maxSteps = 1_000_000, onStep } = options;
-  const updates: RequestUpdate[] = [];
-  let pending: { output: SchedulerOutput; sampled: Map<string, number> } | null = null;
-  for (let steps = 0; scheduler.hasUnfinishedRequests() || pending !== null; steps++) {
-    if (steps >= maxSteps) {
-      throw new RangeError(
-        `Cannot drive scheduler: requests still unfinished after ${steps} steps`,
-      );
-    }
-    const output = scheduler.schedule();
-    onStep?.(output);
-    const sampled = executor.execute(output);
-    if (!async) {
-      updates.push(...scheduler.updateFromOutput(output, sampled));
-      continue;
-    }
-    if (pending !== null) {
-      updates.push(...scheduler.updateFromOutput(pending.output, pending.sampled));
-    }
-    pending = { output, sampled };
-    if (!scheduler.hasUnfinishedRequests()) {
-      updates.push(...scheduler.updateFromOutput(output, sampled));
-      pending = null;
-    }
-  }
-  return updates;
 }
