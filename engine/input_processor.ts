@@ -29,6 +29,7 @@
  * @module
  */
 
+import { TOP_LOGPROBS_MAX } from "../kernels/top_logprobs.ts";
 import {
   kernelSeed,
   type SamplingParams,
@@ -44,7 +45,7 @@ export const SAMPLING_LIMITS = Object.freeze({
   maxTemperature: 100,
   maxRepetitionPenalty: 100,
   /** Top log-probabilities per token (the top_logprobs kernel's maximum). */
-  maxLogprobs: 20,
+  maxLogprobs: TOP_LOGPROBS_MAX,
   /** Stop strings per request (each is checked against every new token's text). */
   maxStopStrings: 64,
   /** Characters per stop string. */

@@ -159,8 +159,7 @@ export class LLMEngine implements EngineClient {
     // Input processing: the one set of parameter rules (engine/input_processor.ts).
     checkTokenIds(request.promptTokenIds, this.model, "prompt");
     request = { ...request, params: validateSamplingParams(request.params, this.model) };
-    // The executor validates what it must apply (penalties, logit bias, logprobs) and keeps the
-    // prompt for the repetition penalty.
+    // The executor keeps the prompt for the repetition penalty.
     this.#executor.addRequest?.(id, request.promptTokenIds, request.params);
     const admit = () =>
       this.#scheduler.addRequest({

@@ -61,10 +61,7 @@ export interface Executor {
   swapInReady?(output: SchedulerOutput): Promise<void> | undefined;
   /**
    * Registers a request before it is scheduled: its prompt (for the repetition penalty) and
-   * parameters.
-   *
-   * @throws {RangeError} on sampling parameters the executor cannot honour (then nothing is
-   *   registered and the request must not be scheduled).
+   * parameters, validated by the engine's input processing (engine/input_processor.ts).
    */
   addRequest?(requestId: string, promptTokenIds: readonly number[], params: SamplingParams): void;
   /**

@@ -91,34 +91,10 @@ export class WebGpuExecutor implements Executor {
   }
 
   /**
-   * Validates `params` and, when a penalty is on, starts the request's output history.
-   *
-   * @throws {RangeError} on a penalty or logit bias the GPU kernels cannot apply, or a
-   *   `logprobs` count outside 0 to 20.
+   * Starts the request's output history when a penalty is on. `params` come validated by the
+   * engine's input processing (engine/input_processor.ts), the one place of the rules.
    */
   addRequest(requestId: string, promptTokenIds: readonly number[], params: SamplingParams): void {
-    const bad = (what: string) => {
-      throw new RangeError(`Cannot add request "${requestId}": ${what}`);
-    };
-    if (!(Number.isFinite(params.repetitionPenalty) && params.repetitionPenalty > 0)) {
-      bad(`repetition_penalty must be > 0, got ${params.repetitionPenalty}`);
-    }
-    if (!Number.isFinite(params.presencePenalty)) {
-      bad(`presence_penalty must be finite, got ${params.presencePenalty}`);
-    }
-    if (!Number.isFinite(params.frequencyPenalty)) {
-      bad(`frequency_penalty must be finite, got ${params.frequencyPenalty}`);
-    }
-    const lp = params.logprobs;
-    if (lp !== null && !(Number.isInteger(lp) && lp >= 0 && lp <= TOP_LOGPROBS_MAX)) {
-      bad(`logprobs must be an integer from 0 to ${TOP_LOGPROBS_MAX}, got ${lp}`);
-    }
-    for (const [token, bias] of params.logitBias ?? []) {
-      if (!Number.isInteger(token) || token < 0 || token > 0x7fffffff) {
-        bad(`logit_bias token ${token} is not a token id`);
-      }
-      if (!Number.isFinite(bias)) bad(`logit_bias for token ${token} must be finite, got ${bias}`);
-    }
     if (penalised(params)) {
       this.#history.set(requestId, { prompt: promptTokenIds, known: [], onGpu: new Map() });
     } else {
