@@ -71,6 +71,19 @@ Deno.test("StructuredOutputs rebuilds the other matchers when a compile runs pas
   }
 });
 
+Deno.test("StructuredOutputs.release() rejects an admission still compiling", async () => {
+  const tok = await tinyTokenizer();
+  const so = new StructuredOutputs(tok, tok.size, [tok.eosTokenId ?? 0]);
+  try {
+    const admission = so.admit("slow", { kind: "regex", pattern: SLOW_REGEX }, "p");
+    so.release("slow");
+    await assert.rejects(admission, RangeError, "ended while its grammar compiled");
+    assert.equal(so.active, false);
+  } finally {
+    so.close();
+  }
+});
+
 Deno.test(
   "a grammar that compiles past --grammar-compile-timeout-s is a 400; other requests go on",
   GPU_TEST,

@@ -307,24 +307,40 @@ export class StructuredOutputs {
     return last !== undefined && this.#stopTokenIds.includes(last);
   }
 
-  /** Ends `requestId`'s matcher. */
+  /** Ends `requestId`'s matcher (an admission still compiling is rejected). */
   release(requestId: string): void {
-    const entry = this.#entries.get(requestId);
-    if (entry === undefined) return;
-    this.#entries.delete(requestId);
-    if (entry.opening !== null) clearTimeout(entry.opening.timer);
-    this.#post({ type: "close", id: requestId });
-    this.#wakeWaiters();
+    this.#drop(
+      requestId,
+      new RangeError(`Request "${requestId}" ended while its grammar compiled`),
+    );
   }
 
-  /** Stops the worker (matchers and compiled grammars with it). */
+  /** Stops the worker (matchers and compiled grammars with it; admissions are rejected). */
   close(): void {
-    for (const entry of this.#entries.values()) {
-      if (entry.opening !== null) clearTimeout(entry.opening.timer);
+    for (const [id, entry] of this.#entries) {
+      if (entry.opening === null) continue;
+      clearTimeout(entry.opening.timer);
+      entry.opening.reject(new RangeError(`Request "${id}": structured outputs were stopped`));
     }
     this.#entries.clear();
     this.#stopWorker();
     this.#wakeWaiters();
+  }
+
+  /**
+   * Forgets `id` and closes its matcher; returns true when it was still being admitted (its
+   * admission is then rejected with `error`).
+   */
+  #drop(id: string, error: Error): boolean {
+    const entry = this.#entries.get(id);
+    if (entry === undefined) return false;
+    this.#entries.delete(id);
+    this.#post({ type: "close", id });
+    this.#wakeWaiters();
+    if (entry.opening === null) return false;
+    clearTimeout(entry.opening.timer);
+    entry.opening.reject(error);
+    return true;
   }
 
   /** Sends `id`'s grammar to the worker (again, in a new worker). */
@@ -403,33 +419,27 @@ export class StructuredOutputs {
     }
     if (m.type === "rejected") {
       const error = new Error(`The grammar rejected sampled token ${m.token}`);
-      this.release(m.id);
-      if (entry.opening !== null) entry.opening.reject(error);
-      else this.#onError(m.id, error);
+      if (!this.#drop(m.id, error)) this.#onError(m.id, error);
       return;
     }
     if (m.type === "opened" && entry.opening !== null) {
-      const { param, resolve, reject, timer } = entry.opening;
-      clearTimeout(timer);
-      entry.opening = null;
+      const { param, resolve, timer } = entry.opening;
       if (m.error !== null) {
-        this.release(m.id);
-        reject(
-          new InvalidParameterError(
-            param,
-            `Invalid ${entry.spec.kind} for structured outputs: ${m.error}`,
-          ),
-        );
+        const why = `Invalid ${entry.spec.kind} for structured outputs: ${m.error}`;
+        this.#drop(m.id, new InvalidParameterError(param, why));
         return;
       }
+      clearTimeout(timer);
+      entry.opening = null;
       entry.mask = m.mask;
       entry.asked = false;
       resolve();
     } else if (m.type === "opened") {
       // A matcher rebuilt in a new worker (its grammar compiled before: no error expected).
       if (m.error !== null) {
-        this.release(m.id);
-        this.#onError(m.id, new Error(`The grammar could not be rebuilt: ${m.error}`));
+        const error = new Error(`The grammar could not be rebuilt: ${m.error}`);
+        this.#drop(m.id, error);
+        this.#onError(m.id, error);
         return;
       }
       entry.mask = m.mask;
@@ -445,10 +455,8 @@ export class StructuredOutputs {
   /** The worker died: every constrained request fails (admissions with a 400-free error). */
   #crashed(error: Error): void {
     this.#stopWorker();
-    for (const [id, entry] of [...this.#entries]) {
-      this.release(id);
-      if (entry.opening !== null) entry.opening.reject(error);
-      else this.#onError(id, error);
+    for (const id of [...this.#entries.keys()]) {
+      if (!this.#drop(id, error)) this.#onError(id, error);
     }
   }
 
