@@ -5,7 +5,8 @@
  * up to the first step whose reference top-2 logit gap is a near-tie.
  *
  * With f32 activations and `w' = q * s` exact in f32, only the order of f32 additions differs
- * from the reference, so near-ties are rare: the test requires 24 compared steps per model.
+ * from the reference, so near-ties are rare: the test requires 24 compared steps per model (over
+ * three prompts, or up to six when near-ties come early).
  */
 
 import assert from "node:assert/strict";
@@ -42,7 +43,11 @@ for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama"] as const) {
             assert.ok(runner.weights.device < 0.6 * runner.weights.unquantized);
             let compared = 0;
             let differsFromPlain = false;
-            for (const len of [1, 9, 33]) {
+            // Three prompts, and up to three more while near-ties left fewer than MAX_TOKENS
+            // steps compared (a random tiny model sometimes has near-ties early: seed 3069971139
+            // gave 23 steps in three prompts).
+            for (const [k, len] of [1, 9, 33, 5, 17, 48].entries()) {
+              if (k >= 3 && compared >= MAX_TOKENS) break;
               const prompt = Array.from({ length: len }, () => rng.int(0, 500));
               const steps = ref.greedy(prompt, MAX_TOKENS);
               const got = await soloGreedy(runner, prompt, MAX_TOKENS, {
