@@ -243,8 +243,7 @@ export class StructuredOutputs {
    * compile first (the requests waiting for those masks sit out the next step instead).
    */
   settled(): Promise<void> {
-    const busy = [...this.#entries.values()].some((e) => e.opening !== null);
-    if (busy || this.#pending() === 0) return Promise.resolve();
+    if (this.#compiling() || this.#pending() === 0) return Promise.resolve();
     return new Promise((resolve) => this.#waiters.push(resolve));
   }
 
@@ -460,6 +459,12 @@ export class StructuredOutputs {
     }
   }
 
+  /** Whether some admission's grammar is still with the worker (masks may queue behind it). */
+  #compiling(): boolean {
+    for (const e of this.#entries.values()) if (e.opening !== null) return true;
+    return false;
+  }
+
   /** Masks asked for and not back yet. */
   #pending(): number {
     let n = 0;
@@ -469,8 +474,7 @@ export class StructuredOutputs {
 
   #wakeWaiters(): void {
     if (this.#waiters.length === 0) return;
-    const busy = [...this.#entries.values()].some((e) => e.opening !== null);
-    if (!busy && this.#pending() > 0) return;
+    if (!this.#compiling() && this.#pending() > 0) return;
     const waiters = this.#waiters;
     this.#waiters = [];
     for (const w of waiters) w();
