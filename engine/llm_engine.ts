@@ -159,8 +159,6 @@ export class LLMEngine implements EngineClient {
     // Input processing: the one set of parameter rules (engine/input_processor.ts).
     checkTokenIds(request.promptTokenIds, this.model, "prompt");
     request = { ...request, params: validateSamplingParams(request.params, this.model) };
-    // The executor keeps the prompt for the repetition penalty.
-    this.#executor.addRequest?.(id, request.promptTokenIds, request.params);
     const admit = () =>
       this.#scheduler.addRequest({
         requestId: id,
@@ -170,20 +168,12 @@ export class LLMEngine implements EngineClient {
       });
     const spec = request.params.structuredOutput;
     if (spec !== null && this.#executor.kind !== "webgpu") {
-      this.#executor.release(id);
       throw new InvalidParameterError(
         STRUCTURED_PARAM[spec.kind],
         "Structured outputs need the webgpu executor: the mock executor runs no model to constrain",
       );
     }
-    if (spec === null) {
-      try {
-        admit();
-      } catch (error) {
-        this.#executor.release(id);
-        throw error;
-      }
-    }
+    if (spec === null) admit();
     // One increment per step with new tokens, even when their text is held back or empty (as
     // vLLM streams): clients see every token arrive, e.g. for TTFT and ITL.
     const state = new RequestOutputState(this.tokenizer, {
@@ -233,8 +223,12 @@ export class LLMEngine implements EngineClient {
       if (live.finished) return;
       live.fail(error instanceof Error ? error : new Error(String(error)));
       this.#live.delete(id);
-      this.#executor.release(id);
     });
+  }
+
+  /** Requests the executor holds state for (see `Executor.numTracked`): for leak checks. */
+  get executorRequests(): number {
+    return this.#executor.numTracked;
   }
 
   stats(): EngineStats {
@@ -298,6 +292,10 @@ export class LLMEngine implements EngineClient {
             output.scheduled.length === 0 && output.swappedIn.length === 0 &&
             output.swappedOut.length === 0
           ) {
+            // The executor learns of ended requests from the outputs alone.
+            if (output.finished.length > 0 || output.aborted.length > 0) {
+              this.#executor.execute(output);
+            }
             // Empty steps are applied in order like any other.
             this.#inFlight.push({ output, result: Promise.resolve(new Map()), empty: true });
             idle = true;
@@ -337,6 +335,7 @@ export class LLMEngine implements EngineClient {
         // 3. Nothing to run now. Always wait on a timer or an arrival here: awaiting resolved
         // promises in a loop would starve Deno's event loop (no I/O, no timers).
         if (!scheduler.hasUnfinishedRequests()) {
+          this.#reportEnded();
           if (this.#live.size === 0) return; // idle: the next request restarts the loop
           await this.#sleep(null);
           continue;
@@ -349,6 +348,16 @@ export class LLMEngine implements EngineClient {
         this.#fail(error instanceof Error ? error : new Error(String(error)));
       }
     }
+  }
+
+  /**
+   * With nothing left to run: one more (empty) step, so the executor learns of the requests
+   * that ended since the last output (it knows the lifecycle from the outputs alone).
+   */
+  #reportEnded(): void {
+    const output = this.#scheduler.schedule();
+    if (output.finished.length > 0 || output.aborted.length > 0) this.#executor.execute(output);
+    this.#postprocess(output, new Map());
   }
 
   /**
@@ -390,8 +399,6 @@ export class LLMEngine implements EngineClient {
     for (const [id, s] of sampled) ids.set(id, s.tokenId);
     const updates = this.#scheduler.updateFromOutput(output, ids);
     for (const u of updates) {
-      // Penalties of later steps read these from the host from now on.
-      this.#executor.tokensKnown?.(u.requestId, u.newTokenIds);
       const live = this.#live.get(u.requestId);
       if (live === undefined || live.finished) continue;
       this.#structured.accept(u.requestId, u.newTokenIds);
@@ -425,7 +432,6 @@ export class LLMEngine implements EngineClient {
   #finish(id: string, live: LiveRequest, reason: FinishReason, stop: number | string | null): void {
     live.finish(reason, stop);
     this.#live.delete(id);
-    this.#executor.release(id);
     this.#structured.release(id);
   }
 
@@ -439,7 +445,6 @@ export class LLMEngine implements EngineClient {
     this.#scheduler.abortRequest(id);
     live.fail(new RequestFailedError(id, cause));
     this.#live.delete(id);
-    this.#executor.release(id);
     this.#structured.release(id);
   }
 

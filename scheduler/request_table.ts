@@ -1,7 +1,8 @@
 /**
  * The live requests of a scheduler and what every scheduler does with them alike: intake
  * (unique ids, arrival order), lookup, finishing (stop, length, abort) with the ids reported in
- * the next step's output, and applying a step's sampled tokens in step order. What a finish
+ * the next step's output, the lifecycle part of each output (requests scheduled for the first
+ * time, ids ended since), and applying a step's sampled tokens in step order. What a finish
  * releases (KV blocks, queue places) is the owning scheduler's business: it passes a `release`
  * callback.
  *
@@ -9,7 +10,7 @@
  */
 
 import { createSequence, type IntakeLimits, type NewRequest } from "./scheduler_api.ts";
-import type { RequestUpdate, SchedulerOutput } from "./scheduler_output.ts";
+import type { NewRequestData, RequestUpdate, SchedulerOutput } from "./scheduler_output.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { applyStepTokens } from "./step_commit.ts";
 
@@ -17,6 +18,8 @@ import { applyStepTokens } from "./step_commit.ts";
 export class RequestTable {
   readonly #requests = new Map<string, Sequence>();
   readonly #release: (seq: Sequence) => void;
+  /** Live requests already listed in some output's `newRequests`. */
+  readonly #announced = new Set<string>();
   #finished: string[] = [];
   #aborted: string[] = [];
   #lastUpdated = 0;
@@ -62,6 +65,7 @@ export class RequestTable {
     seq.finishReason = reason;
     seq.stopReason = stopReason;
     this.#requests.delete(seq.requestId);
+    this.#announced.delete(seq.requestId);
     (reason === "abort" ? this.#aborted : this.#finished).push(seq.requestId);
   }
 
@@ -79,6 +83,28 @@ export class RequestTable {
     this.#finished = [];
     this.#aborted = [];
     return ended;
+  }
+
+  /**
+   * A step's output: `parts`, the requests in `parts.scheduled` for the first time (listed
+   * once per request, whatever preemptions follow) and the ids ended since the previous output.
+   */
+  seal(parts: Omit<SchedulerOutput, "newRequests" | "finished" | "aborted">): SchedulerOutput {
+    const newRequests: NewRequestData[] = [];
+    for (const r of parts.scheduled) {
+      if (this.#announced.has(r.requestId)) continue;
+      const seq = this.#requests.get(r.requestId);
+      if (seq === undefined) {
+        throw new RangeError(`Cannot schedule request "${r.requestId}": it is not live`);
+      }
+      this.#announced.add(r.requestId);
+      newRequests.push({
+        requestId: r.requestId,
+        promptTokenIds: seq.promptTokenIds,
+        params: seq.params,
+      });
+    }
+    return { ...parts, newRequests, ...this.takeEnded() };
   }
 
   /**

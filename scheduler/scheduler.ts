@@ -25,10 +25,9 @@
 
 import { BlockManager, type PrefixHit } from "./block_manager.ts";
 import { enqueueWaiting, pickVictim, type SchedulingPolicy } from "./policy.ts";
-import { RequestTable } from "./request_table.ts";
-import type { Clock, HostReady, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
+import { BaseScheduler } from "./base_scheduler.ts";
+import type { Clock, HostReady, NewRequest, SchedulerStats } from "./scheduler_api.ts";
 import type {
-  RequestUpdate,
   ScheduledRequest,
   SchedulerOutput,
   SwappedInRequest,
@@ -99,7 +98,7 @@ function positiveInt(what: string, v: number): number {
 }
 
 /** vLLM-v1-style continuous batching scheduler over a paged {@linkcode BlockManager}. */
-export class ContinuousScheduler implements Scheduler {
+export class ContinuousScheduler extends BaseScheduler {
   /** Always "continuous". */
   readonly kind = "continuous";
   /** The KV block bookkeeping (exposed for metrics and tests). */
@@ -123,15 +122,14 @@ export class ContinuousScheduler implements Scheduler {
 
   readonly #now: Clock;
   readonly #hostReady: HostReady;
-  readonly #requests = new RequestTable((seq) => this.#release(seq));
   #waiting: Sequence[] = [];
   #running: Sequence[] = [];
   #swapped: Sequence[] = [];
-  #step = 0;
   #numPreemptions = 0;
 
   /** Throws RangeError on an invalid configuration. */
   constructor(config: ContinuousSchedulerConfig) {
+    super();
     this.maxNumBatchedTokens = positiveInt("maxNumBatchedTokens", config.maxNumBatchedTokens);
     this.maxNumSeqs = positiveInt("maxNumSeqs", config.maxNumSeqs);
     this.maxModelLen = positiveInt("maxModelLen", config.maxModelLen);
@@ -178,7 +176,7 @@ export class ContinuousScheduler implements Scheduler {
 
   addRequest(request: NewRequest): Sequence {
     const bm = this.blockManager;
-    const seq = this.#requests.add(
+    const seq = this.requests.add(
       request,
       { maxModelLen: this.maxModelLen, maxKvTokens: bm.numBlocks * bm.blockSize },
       this.#now(),
@@ -189,7 +187,7 @@ export class ContinuousScheduler implements Scheduler {
 
   schedule(): SchedulerOutput {
     const bm = this.blockManager;
-    const step = ++this.#step;
+    const step = this.nextStep();
     const st: StepState = {
       budget: this.maxNumBatchedTokens,
       picked: new Map(),
@@ -246,7 +244,7 @@ export class ContinuousScheduler implements Scheduler {
       totalTokens += n;
     }
     bm.endStep();
-    const output: SchedulerOutput = {
+    return this.seal({
       step,
       scheduled,
       totalTokens,
@@ -254,39 +252,7 @@ export class ContinuousScheduler implements Scheduler {
       preempted: st.preempted,
       swappedOut: st.swappedOut,
       swappedIn: st.swappedIn,
-      ...this.#requests.takeEnded(),
-    };
-    return output;
-  }
-
-  updateFromOutput(output: SchedulerOutput, sampled: ReadonlyMap<string, number>): RequestUpdate[] {
-    return this.#requests.applyStep(output, sampled, this.eosTokenIds, this.maxModelLen);
-  }
-
-  finishRequest(
-    requestId: string,
-    reason: "stop" | "length",
-    stopReason: string | null = null,
-  ): boolean {
-    return this.#requests.finishById(requestId, reason, stopReason);
-  }
-
-  abortRequest(requestId: string): boolean {
-    return this.#requests.finishById(requestId, "abort", null);
-  }
-
-  getRequest(requestId: string): Sequence | undefined {
-    return this.#requests.get(requestId);
-  }
-
-  hasUnfinishedRequests(): boolean {
-    return this.#requests.size > 0;
-  }
-
-  flush(): void {}
-
-  wakeTime(): number | null {
-    return null;
+    });
   }
 
   stats(): SchedulerStats {
@@ -401,7 +367,7 @@ export class ContinuousScheduler implements Scheduler {
   }
 
   /** A finishing request leaves its queue; its full blocks stay cached, the rest is freed. */
-  #release(seq: Sequence): void {
+  protected releaseSequence(seq: Sequence): void {
     for (const q of [this.#running, this.#waiting, this.#swapped]) {
       const at = q.indexOf(seq);
       if (at >= 0) q.splice(at, 1);

@@ -20,13 +20,13 @@ import { DEFAULT_SAMPLING_PARAMS, type SamplingParams } from "./sampling_params.
 import { Sequence } from "./sequence.ts";
 import type { RequestUpdate, SchedulerOutput } from "./scheduler_output.ts";
 
-/** A time source in milliseconds (injectable so tests are deterministic). */
 /**
  * Whether a request's host-side input for its next step is ready (a grammar-constrained
  * request's next token mask); see `hostReady` in the scheduler configurations.
  */
 export type HostReady = (requestId: string) => boolean;
 
+/** A time source in milliseconds (injectable so tests are deterministic). */
 export type Clock = () => number;
 
 /** A request handed to a scheduler. */

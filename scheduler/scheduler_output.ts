@@ -1,7 +1,11 @@
 /**
  * The plain-data contract between a scheduler and the model runner: what one step computes.
  *
- * The runner executes a {@linkcode SchedulerOutput} in this order:
+ * It is the executor's only source on the request lifecycle (as vLLM v1's `SchedulerOutput`):
+ * the executor first drops its per-request state of every id in `finished` and `aborted`, then
+ * registers each of `newRequests` (prompt and parameters, e.g. for the repetition penalty),
+ * which lists a request in the step that schedules it for the first time, before any step
+ * refers to it. It then executes the step in this order:
  * 1. every `swappedOut` copy (GPU block -> host slot), then every `swappedIn` copy (host slot
  *    -> GPU block), in list order: a block freed by a swap-out may be refilled by a swap-in or
  *    by this step's forward pass;
@@ -10,8 +14,6 @@
  *    of its request through its `blockTable`;
  * 3. one sampled token for every request with `samplesToken`, kept on the GPU per request (the
  *    next step's {@linkcode SAMPLED_TOKEN} entries read it) and read back to the host later.
- *
- * Per-request state of the ids in `finished` and `aborted` can be dropped.
  *
  * @module
  */
@@ -63,6 +65,16 @@ export interface ScheduledRequest {
   readonly sampledFrom: { readonly step: number; readonly row: number } | null;
 }
 
+/** A request scheduled for the first time: what the executor keeps about it until it ends. */
+export interface NewRequestData {
+  /** The request's id (unique among live requests; an ended id may come back as a new one). */
+  readonly requestId: string;
+  /** The prompt's token ids. */
+  readonly promptTokenIds: readonly number[];
+  /** The request's sampling parameters (the same object as in its `ScheduledRequest`s). */
+  readonly params: SamplingParams;
+}
+
 /** A request swapped out this step and its copies (GPU block -> host slot), in block order. */
 export interface SwappedOutRequest {
   readonly requestId: string;
@@ -79,6 +91,11 @@ export interface SwappedInRequest {
 export interface SchedulerOutput {
   /** Step number, 1, 2, ... (updates must be applied in this order). */
   readonly step: number;
+  /**
+   * Requests in `scheduled` for the first time since they were added, in `scheduled` order
+   * (a request resumed after a preemption is not new again).
+   */
+  readonly newRequests: readonly NewRequestData[];
   /** Requests computed this step, running decodes first, then resumed, then new prefills. */
   readonly scheduled: readonly ScheduledRequest[];
   /** Sum of scheduled[i].numTokens (<= maxNumBatchedTokens). */
@@ -91,9 +108,12 @@ export interface SchedulerOutput {
   readonly swappedOut: readonly SwappedOutRequest[];
   /** Requests swapped in this step, with their copies. */
   readonly swappedIn: readonly SwappedInRequest[];
-  /** Ids that finished (stop, length) since the previous step. */
+  /**
+   * Ids that finished (stop, length) since the previous step, including ids never scheduled;
+   * the executor drops their state before it registers `newRequests`.
+   */
   readonly finished: readonly string[];
-  /** Ids aborted since the previous step. */
+  /** Ids aborted since the previous step (likewise). */
   readonly aborted: readonly string[];
 }
 

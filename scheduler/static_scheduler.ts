@@ -15,9 +15,9 @@
  * @module
  */
 
-import { RequestTable } from "./request_table.ts";
-import type { Clock, HostReady, NewRequest, Scheduler, SchedulerStats } from "./scheduler_api.ts";
-import type { RequestUpdate, ScheduledRequest, SchedulerOutput } from "./scheduler_output.ts";
+import { BaseScheduler } from "./base_scheduler.ts";
+import type { Clock, HostReady, NewRequest, SchedulerStats } from "./scheduler_api.ts";
+import type { ScheduledRequest, SchedulerOutput } from "./scheduler_output.ts";
 import type { Sequence } from "./sequence.ts";
 import { commitTokens, tokensToRun } from "./step_commit.ts";
 
@@ -45,7 +45,7 @@ export interface StaticSchedulerConfig {
 }
 
 /** Static batching over contiguous per-request KV reservations. */
-export class StaticScheduler implements Scheduler {
+export class StaticScheduler extends BaseScheduler {
   /** "static", or "dynamic" for the subclass. */
   readonly kind: "static" | "dynamic" = "static";
   /** Requests per batch. */
@@ -70,13 +70,12 @@ export class StaticScheduler implements Scheduler {
   protected flushed = false;
 
   readonly #hostReady: HostReady;
-  readonly #requests = new RequestTable((seq) => this.#release(seq));
   #batch: Sequence[] = [];
-  #step = 0;
   #batchesStarted = 0;
 
   /** Throws RangeError when the pool cannot hold batchSize reservations. */
   constructor(config: StaticSchedulerConfig) {
+    super();
     for (
       const [k, v] of Object.entries({
         batchSize: config.batchSize,
@@ -118,7 +117,7 @@ export class StaticScheduler implements Scheduler {
   }
 
   addRequest(request: NewRequest): Sequence {
-    const seq = this.#requests.add(
+    const seq = this.requests.add(
       request,
       { maxModelLen: this.maxModelLen, maxKvTokens: this.blocksPerSlot * this.blockSize },
       this.now(),
@@ -133,7 +132,7 @@ export class StaticScheduler implements Scheduler {
   }
 
   schedule(): SchedulerOutput {
-    const step = ++this.#step;
+    const step = this.nextStep();
     if (this.#batch.every((s) => s.isFinished)) this.#batch = [];
     const fresh = new Set<Sequence>();
     if (this.#batch.length === 0 && this.queue.length > 0 && this.shouldStartBatch()) {
@@ -162,7 +161,7 @@ export class StaticScheduler implements Scheduler {
       scheduled.push(r);
       budget -= n;
     }
-    const output: SchedulerOutput = {
+    return this.seal({
       step,
       scheduled,
       totalTokens: this.maxNumBatchedTokens - budget,
@@ -170,41 +169,11 @@ export class StaticScheduler implements Scheduler {
       preempted: [],
       swappedOut: [],
       swappedIn: [],
-      ...this.#requests.takeEnded(),
-    };
-    return output;
+    });
   }
 
-  updateFromOutput(output: SchedulerOutput, sampled: ReadonlyMap<string, number>): RequestUpdate[] {
-    return this.#requests.applyStep(output, sampled, this.eosTokenIds, this.maxModelLen);
-  }
-
-  finishRequest(
-    requestId: string,
-    reason: "stop" | "length",
-    stopReason: string | null = null,
-  ): boolean {
-    return this.#requests.finishById(requestId, reason, stopReason);
-  }
-
-  abortRequest(requestId: string): boolean {
-    return this.#requests.finishById(requestId, "abort", null);
-  }
-
-  getRequest(requestId: string): Sequence | undefined {
-    return this.#requests.get(requestId);
-  }
-
-  hasUnfinishedRequests(): boolean {
-    return this.#requests.size > 0;
-  }
-
-  flush(): void {
+  override flush(): void {
     if (this.queue.length > 0) this.flushed = true;
-  }
-
-  wakeTime(): number | null {
-    return null;
   }
 
   stats(): SchedulerStats {
@@ -230,7 +199,7 @@ export class StaticScheduler implements Scheduler {
   }
 
   /** A finishing request leaves the queue; a batch member keeps its reservation to the end. */
-  #release(seq: Sequence): void {
+  protected releaseSequence(seq: Sequence): void {
     const at = this.queue.indexOf(seq);
     if (at >= 0) this.queue.splice(at, 1);
   }

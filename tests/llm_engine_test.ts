@@ -16,6 +16,8 @@ import { GPU_TEST } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 import { referenceRun } from "./support/solo_run.ts";
 
+const delay = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 /** Runs all requests concurrently; returns each one's token ids and finish reason. */
 async function runAll(
   engine: LLMEngine,
@@ -176,6 +178,10 @@ for (const c of ENGINE_CASES) {
           });
           c.check?.(engine);
           assert.equal(engine.stats().kvBlocksUsed, 0);
+          // The executor drops each request's seed and penalty history once an output lists
+          // it as ended (the engine runs one more, empty, step after the last finish).
+          for (let i = 0; i < 200 && engine.executorRequests > 0; i++) await delay(10);
+          assert.equal(engine.executorRequests, 0, "executor state left behind");
         } finally {
           await engine.shutdown();
         }
@@ -325,6 +331,10 @@ for (const c of MIXED_CASES) {
           });
           c.check?.(engine);
           assert.equal(engine.stats().kvBlocksUsed, 0);
+          // The executor drops each request's seed and penalty history once an output lists
+          // it as ended (the engine runs one more, empty, step after the last finish).
+          for (let i = 0; i < 200 && engine.executorRequests > 0; i++) await delay(10);
+          assert.equal(engine.executorRequests, 0, "executor state left behind");
         } finally {
           await engine.shutdown();
         }

@@ -58,23 +58,25 @@ Deno.test("MockExecutor on the virtual clock runs steps one after another and se
 
 Deno.test("MockExecutor with kv checks the scheduler's contract through execute() too", async () => {
   const prompt = [1, 2, 3, 4, 5];
-  const exec = new MockExecutor({
-    kv: {
-      numBlocks: 16,
-      blockSize: 4,
-      truth: (id, p) => p < 5 ? prompt[p]! : mockTokenAt(id, p, 10, 50),
-    },
-    failAtStep: 2,
-  });
+  const kv = {
+    numBlocks: 16,
+    blockSize: 4,
+    truth: (id: string, p: number) => p < 5 ? prompt[p]! : mockTokenAt(id, p, 10, 50),
+  };
+  const exec = new MockExecutor({ kv, failAtStep: 2 });
   const s = scheduler({ a: prompt });
   const step = s.schedule();
-  // The same step with one slot moved off its block table fails the check.
+  // The same step with one slot moved off its block table fails the check (on an executor of
+  // its own: a step that fails a check leaves the simulated cache half written).
   const r = step.scheduled[0]!;
   const bad: SchedulerOutput = {
     ...step,
     scheduled: [{ ...r, slotMapping: r.slotMapping.map((x, i) => i === 0 ? x + 1 : x) }],
   };
-  assert.throws(() => exec.execute(bad), /slot \d+ for position 0 disagrees with the block table/);
+  assert.throws(
+    () => new MockExecutor({ kv }).execute(bad),
+    /slot \d+ for position 0 disagrees with the block table/,
+  );
   const sampled = await exec.execute(step).result;
   assert.deepEqual([...sampled.keys()], ["a"]);
   // failAtStep counts the steps that reached the device: the second one fails as a lost device.
@@ -95,4 +97,41 @@ Deno.test("MockExecutor rejects options of the other clock and negative times", 
     /Mock latency must be >= 0/,
   );
   assert.equal(new MockExecutor().virtualClock, null);
+});
+
+Deno.test("MockExecutor with kv fails a step whose request lifecycle breaks the contract", () => {
+  const kv = { numBlocks: 16, blockSize: 4 };
+  const s = scheduler({ a: [1, 2, 3], b: [4, 5] });
+  const first = s.schedule();
+  assert.deepEqual(first.newRequests.map((n) => n.requestId), ["a", "b"]);
+  // Scheduled without having been listed as new.
+  assert.throws(
+    () => new MockExecutor({ kv }).execute({ ...first, newRequests: first.newRequests.slice(1) }),
+    /request "a": scheduled but never listed in newRequests/,
+  );
+  // Listed as new twice while live.
+  const exec = new MockExecutor({ kv });
+  exec.run(first);
+  assert.throws(
+    () => exec.run({ ...first, step: 2, scheduled: [], totalTokens: 0 }),
+    /request "a": listed as new while live/,
+  );
+  // Listed as new without being scheduled.
+  assert.throws(
+    () => new MockExecutor({ kv }).run({ ...first, scheduled: [], totalTokens: 0 }),
+    /request "a": listed as new but not scheduled/,
+  );
+  // An ended id may come back as a new request: ended ids are dropped first.
+  const again = new MockExecutor({ kv });
+  again.run(first);
+  again.run({ ...first, step: 2, scheduled: [], newRequests: [], totalTokens: 0, aborted: ["a"] });
+  const a = first.scheduled[0]!;
+  again.run({
+    ...first,
+    step: 3,
+    newRequests: [first.newRequests[0]!],
+    scheduled: [a],
+    totalTokens: a.numTokens,
+    aborted: [],
+  });
 });

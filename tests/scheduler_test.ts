@@ -243,6 +243,41 @@ Deno.test("abortRequest() frees blocks at once, leaves every queue and drops in-
   assertEquals(h.sched.hasUnfinishedRequests(), false);
 });
 
+Deno.test("schedule() lists a request in newRequests once, at its first step, not when it resumes", () => {
+  const h = tightPool({});
+  // tightPool ran two steps: all three were new in the first.
+  const s3 = h.step();
+  assertEquals([s3.preempted, s3.newRequests], [["c"], []]);
+  const seen: [number, string[]][] = [];
+  h.add("d", range(90, 3), { maxTokens: 2 });
+  h.finish(true, (o) => {
+    if (o.newRequests.length > 0) seen.push([o.step, o.newRequests.map((n) => n.requestId)]);
+    for (const n of o.newRequests) {
+      assertEquals(n.promptTokenIds, h.prompts.get(n.requestId));
+      assert(n.params === o.scheduled.find((r) => r.requestId === n.requestId)!.params);
+    }
+  });
+  // c resumes by recompute (isNew again) without being listed again; d is listed once.
+  assertEquals(seen.map(([, ids]) => ids), [["d"]]);
+});
+
+Deno.test("schedule() reports ended ids once, also of requests never scheduled", () => {
+  const cfg = { batchSize: 2, maxModelLen: 16, blockSize: 4, numGpuBlocks: 8 };
+  const h = new Harness(new StaticScheduler({ ...cfg, maxNumBatchedTokens: 64 }), 8, 4);
+  h.add("a", range(1, 3), { maxTokens: 2 });
+  h.add("b", range(1, 5), { maxTokens: 1 });
+  h.add("w", range(1, 4), { maxTokens: 2 });
+  const s1 = h.step();
+  assertEquals(s1.newRequests.map((n) => n.requestId), ["a", "b"]);
+  assert(h.sched.abortRequest("w"));
+  h.prompts.delete("w");
+  const s2 = h.step();
+  assertEquals([s2.newRequests, s2.finished, s2.aborted], [[], ["b"], ["w"]]);
+  const s3 = h.step();
+  assertEquals([s3.finished, s3.aborted], [["a"], []]);
+  assertEquals([h.step().finished, h.sched.hasUnfinishedRequests()], [[], false]);
+});
+
 Deno.test("async scheduling feeds placeholders and resolves them in step order", () => {
   const h = new Harness(continuous(), 64, 4);
   h.add("a", range(1, 3), { maxTokens: 5 });

@@ -28,6 +28,7 @@ function moveOnly(
     preempted: [],
     swappedOut: out.map((r) => ({ requestId: r.id, copies: r.copies })),
     swappedIn: back.map((r) => ({ requestId: r.id, copies: r.copies })),
+    newRequests: [],
     finished: [],
     aborted: [],
   };

@@ -169,6 +169,7 @@ export async function measureSwapOutMs(
     preempted: [],
     swappedOut: out.map((i) => ({ requestId: `swap-${i}`, copies: copiesOf(i) })),
     swappedIn: back.map((i) => ({ requestId: `swap-${i}`, copies: copiesOf(i) })),
+    newRequests: [],
     finished: [],
     aborted: [],
   });

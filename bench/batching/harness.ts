@@ -180,7 +180,6 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
       l.first ??= now;
       if (u.finishReason !== null) {
         live.delete(u.requestId);
-        executor.release(u.requestId);
         done.push({
           requestId: l.req.requestId,
           promptLen: l.req.promptTokenIds.length,
@@ -222,6 +221,8 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
         idleFlushes = 0;
         continue;
       }
+      // The executor learns of ended requests from the outputs alone.
+      if (output.finished.length > 0 || output.aborted.length > 0) executor.execute(output);
       if (busy()) {
         // Empty steps are applied in order like any other.
         inFlight.push({ output, result: Promise.resolve(new Map()) });

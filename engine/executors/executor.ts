@@ -9,7 +9,6 @@
  * @module
  */
 
-import type { SamplingParams } from "../../scheduler/sampling_params.ts";
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
 
 /** The token sampled for one request in one step. */
@@ -46,7 +45,10 @@ export interface Executor {
   /** Steps that may be submitted before the oldest one's result is awaited. */
   readonly maxInFlight: number;
   /**
-   * Submits `output` (which may be empty) and returns at once. Swap-outs do not hold later
+   * Submits `output` (which may be empty) and returns at once. The executor learns the request
+   * lifecycle from `output` alone (`newRequests`, `finished`, `aborted`: see
+   * scheduler/scheduler_output.ts), so the engine passes it every output that lists ended ids,
+   * even one that schedules nothing. Swap-outs do not hold later
    * steps back: the device copies the blocks before any later step can overwrite them, and the
    * copies reach host memory in the background. `tokenMasks` (structured outputs): request id
    * -> the allowed-token bitmask of its sampled row this step (xgrammar's layout, see
@@ -60,17 +62,10 @@ export interface Executor {
    */
   swapInReady?(output: SchedulerOutput): Promise<void> | undefined;
   /**
-   * Registers a request before it is scheduled: its prompt (for the repetition penalty) and
-   * parameters, validated by the engine's input processing (engine/input_processor.ts).
+   * Requests whose per-request state (seeds, penalty histories) the executor holds: 0 once
+   * every request has ended and an output listing it was executed. For leak checks.
    */
-  addRequest?(requestId: string, promptTokenIds: readonly number[], params: SamplingParams): void;
-  /**
-   * Reports output tokens of a request that became known on the host, in order (each step's
-   * `updateFromOutput` tokens), so penalties stop referring to their copies on the GPU.
-   */
-  tokensKnown?(requestId: string, tokenIds: readonly number[]): void;
-  /** Forgets per-request state (sampling seeds, penalty history, ...). */
-  release(requestId: string): void;
+  readonly numTracked: number;
   /** Releases the device. */
   destroy(): void;
 }

@@ -275,7 +275,10 @@ export class MockExecutor implements Executor {
     }
   }
 
-  release(_requestId: string): void {}
+  /** Always 0: the mock keeps no per-request state (its `kv` checks track the lifecycle). */
+  get numTracked(): number {
+    return 0;
+  }
 
   destroy(): void {
     for (const id of this.#timers) clearTimeout(id);

@@ -13,11 +13,15 @@
  * Logits processing (vLLM / OpenAI `repetition_penalty`, `presence_penalty`,
  * `frequency_penalty`, `logit_bias`) and `logprobs` / `top_logprobs` run on the GPU in the same
  * step. Penalties must see every output token so far, including those sampled by steps still in
- * flight: the executor keeps, per penalised request, the output tokens the engine reported known
- * ({@linkcode WebGpuExecutor.tokensKnown}) and, for the rest, where each was sampled (runner
- * step, row), passed to the runner as `sampledRef`s that the kernel resolves on the GPU. Output
+ * flight: the executor keeps, per penalised request, the output tokens its own steps have read
+ * back and, for the rest, where each was sampled (runner step, row), passed to the runner as
+ * `sampledRef`s that the kernel resolves on the GPU. Output
  * token i of a request is the one sampled by the step whose context length is
  * `promptLen + i`, whatever preemptions happened in between.
+ *
+ * Per-request state (seeds, penalty histories) follows the lifecycle in each
+ * {@linkcode SchedulerOutput}: created for its `newRequests`, dropped for its `finished` and
+ * `aborted` ids.
  *
  * @module
  */
@@ -90,26 +94,24 @@ export class WebGpuExecutor implements Executor {
     return this.runner.maxInFlight;
   }
 
-  /**
-   * Starts the request's output history when a penalty is on. `params` come validated by the
-   * engine's input processing (engine/input_processor.ts), the one place of the rules.
-   */
-  addRequest(requestId: string, promptTokenIds: readonly number[], params: SamplingParams): void {
-    if (penalised(params)) {
-      this.#history.set(requestId, { prompt: promptTokenIds, known: [], onGpu: new Map() });
-    } else {
-      this.#history.delete(requestId);
+  /** Drops the state of the ended requests, then starts that of the new ones (the contract's order). */
+  #track(output: SchedulerOutput): void {
+    for (const ids of [output.finished, output.aborted]) {
+      for (const id of ids) {
+        this.#seeds.delete(id);
+        this.#history.delete(id);
+      }
+    }
+    for (const r of output.newRequests) {
+      if (penalised(r.params)) {
+        this.#history.set(r.requestId, { prompt: r.promptTokenIds, known: [], onGpu: new Map() });
+      }
     }
   }
 
-  /** Records output tokens of `requestId` that became known on the host, in order. */
-  tokensKnown(requestId: string, tokenIds: readonly number[]): void {
-    const h = this.#history.get(requestId);
-    if (h === undefined) return;
-    for (const t of tokenIds) {
-      h.onGpu.delete(h.known.length);
-      h.known.push(t);
-    }
+  /** Requests whose state the executor holds (seeds, penalty histories): for leak checks. */
+  get numTracked(): number {
+    return new Set([...this.#seeds.keys(), ...this.#history.keys()]).size;
   }
 
   /** The output tokens before output index `count`: known ids, then `sampledRef`s. */
@@ -138,6 +140,7 @@ export class WebGpuExecutor implements Executor {
    *   space.
    */
   execute(output: SchedulerOutput, tokenMasks?: ReadonlyMap<string, Uint32Array>): ExecutedStep {
+    this.#track(output);
     this.#swap.copy(output);
     if (output.scheduled.length === 0) return { result: Promise.resolve(new Map()) };
     const n = output.totalTokens;
@@ -206,6 +209,12 @@ export class WebGpuExecutor implements Executor {
       if (handle.step - runnerStep > this.runner.maxInFlight) this.#runnerStep.delete(step);
     }
     const result = handle.result.then((rows) => {
+      // Penalties of later steps read these tokens from the host from now on.
+      for (const [row, { history, index }] of outputIndex) {
+        if (index !== history.known.length) continue;
+        history.known.push(rows.tokens[row]!);
+        history.onGpu.delete(index);
+      }
       const map = new Map<string, SampledToken>();
       samplers.forEach((id, row) => {
         const tokenId = rows.tokens[row]!;
@@ -242,7 +251,7 @@ export class WebGpuExecutor implements Executor {
     const history = penalised(p) ? this.#history.get(r.requestId) : undefined;
     if (penalised(p) && history === undefined) {
       throw new RangeError(
-        `Cannot penalise request "${r.requestId}": it was not registered with addRequest`,
+        `Cannot penalise request "${r.requestId}": it was never listed in newRequests`,
       );
     }
     let process: SequenceChunk["process"] = null;
@@ -278,11 +287,6 @@ export class WebGpuExecutor implements Executor {
       );
     }
     return { sample, process, topLogprobs, penalty };
-  }
-
-  release(requestId: string): void {
-    this.#seeds.delete(requestId);
-    this.#history.delete(requestId);
   }
 
   destroy(): void {
