@@ -6,7 +6,8 @@
  * @module
  */
 
-import type { FinishReason, RequestOutput } from "./engine_api.ts";
+import type { FinishReason, RequestOutput, TokenLogprob } from "./engine_api.ts";
+import type { SampledToken } from "./executors/executor.ts";
 import type { RequestOutputState } from "./output_processor.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
 
@@ -28,6 +29,30 @@ export class LiveRequest {
   /** Whether the request has ended (finished, aborted or failed). */
   get finished(): boolean {
     return this.#finished;
+  }
+
+  /**
+   * Takes the request's new tokens of a step (`sampled`: what the executor read back for it):
+   * detokenizes them, checks the stop strings, shapes the logprobs the request asked for and
+   * queues the increment, if any. Returns how many tokens count as generated (tokens after a
+   * matched stop string are dropped, not counted) and the stop string matched, if any.
+   */
+  accept(
+    tokenIds: readonly number[],
+    sampled: SampledToken | undefined,
+  ): { generated: number; stopString: string | null } {
+    const wantTop = (this.params.logprobs ?? 0) > 0;
+    const logprobs: TokenLogprob[] | null = this.params.logprobs === null
+      ? null
+      : tokenIds.map((tokenId) => ({
+        tokenId,
+        logprob: sampled?.logprob ?? 0,
+        ...(wantTop ? { top: sampled?.top ?? [] } : {}),
+      }));
+    const before = this.state.numOutputTokens;
+    const { output, stopString } = this.state.push(tokenIds, logprobs);
+    if (output !== null) this.emit(output);
+    return { generated: this.state.numOutputTokens - before, stopString };
   }
 
   /** Queues an increment for the consumer. */

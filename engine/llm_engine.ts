@@ -11,7 +11,10 @@
  * a request finished are dropped by the scheduler.
  *
  * Construction (options, model loading, KV cache sizing, the scheduler) is in engine_setup.ts;
- * `LLMEngine.create` and `LLMEngine.createMock` wrap it.
+ * `LLMEngine.create` and `LLMEngine.createMock` wrap it. The steps in flight are in
+ * step_pipeline.ts, a request's output queue in live_request.ts. This file stays a little over
+ * 400 lines: it is the one place of the request lifecycle (intake, admission, postprocess,
+ * finish, failure), which reads best whole.
  *
  * @module
  */
@@ -29,7 +32,6 @@ import {
   type ModelInfo,
   RequestFailedError,
   type RequestOutput,
-  type TokenLogprob,
 } from "./engine_api.ts";
 import { type EngineParts, type Logger, setupEngine, setupMockEngine } from "./engine_setup.ts";
 import type { Executor, SampledToken } from "./executors/executor.ts";
@@ -37,6 +39,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import { checkTokenIds, InvalidParameterError, validateSamplingParams } from "./input_processor.ts";
 import { LiveRequest } from "./live_request.ts";
 import { RequestOutputState } from "./output_processor.ts";
+import { StepPipeline } from "./step_pipeline.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 import type { Scheduler } from "../scheduler/scheduler_api.ts";
 import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
@@ -53,19 +56,6 @@ const STRUCTURED_PARAM: Record<StructuredOutputSpec["kind"], string> = {
   grammar: "structured_outputs.grammar",
   tool_calls: "tools",
 };
-/** Submit time the engine queues ahead of the oldest step's readback, ms (`#effectiveDepth`). */
-const AHEAD_BUDGET_MS = 100;
-
-/** Submissions slower than this (ms, moving average) do the device's work: yield after each. */
-const SYNC_SUBMIT_MS = 40;
-
-/** A submitted step awaiting its tokens. */
-interface InFlight {
-  readonly output: SchedulerOutput;
-  readonly result: Promise<ReadonlyMap<string, SampledToken>>;
-  /** Nothing was scheduled: no GPU work, nothing to wait for. */
-  readonly empty: boolean;
-}
 
 /** The engine (see the module documentation). */
 export class LLMEngine implements EngineClient {
@@ -77,12 +67,10 @@ export class LLMEngine implements EngineClient {
   readonly #scheduler: Scheduler;
   readonly #executor: Executor;
   readonly #ctx: GpuContext | null;
-  readonly #depth: number;
-  /** Moving average of the wall time `executor.execute` takes to return, ms. */
-  #submitMs = 0;
+  /** The steps in flight. */
+  readonly #pipeline: StepPipeline;
   readonly #kvBlocks: number;
   readonly #live = new Map<string, LiveRequest>();
-  readonly #inFlight: InFlight[] = [];
   #wake: (() => void) | null = null;
   #loop: Promise<void> | null = null;
   #accepting = true;
@@ -114,8 +102,7 @@ export class LLMEngine implements EngineClient {
     this.#kvBlocks = parts.kvBlocks;
     this.#structured = parts.structured;
     this.#structured.listen(() => this.#kick(), (id, error) => this.#failRequest(id, error));
-    this.#depth = Math.max(
-      1,
+    this.#pipeline = new StepPipeline(
       Math.min(parts.config.maxInFlight ?? Infinity, parts.executor.maxInFlight),
     );
     parts.ctx?.failed.then((error) => this.#fail(error));
@@ -278,72 +265,28 @@ export class LLMEngine implements EngineClient {
   }
 
   async #run(): Promise<void> {
-    const scheduler = this.#scheduler;
     while (!this.#stopped && this.#error === null) {
       try {
-        // 1. Schedule and run: fill the pipeline up to `depth` steps in flight.
-        let idle = false;
-        while (this.#inFlight.length < this.#effectiveDepth()) {
-          // The masks of the tokens just read back are computed in the grammar worker: wait
-          // for them (unless it is compiling a grammar first) so those requests run now.
-          if (this.#structured.active) await this.#structured.settled();
-          const output = scheduler.schedule();
-          if (
-            output.scheduled.length === 0 && output.swappedIn.length === 0 &&
-            output.swappedOut.length === 0
-          ) {
-            // The executor learns of ended requests from the outputs alone.
-            if (output.finished.length > 0 || output.aborted.length > 0) {
-              this.#executor.execute(output);
-            }
-            // Empty steps are applied in order like any other.
-            this.#inFlight.push({ output, result: Promise.resolve(new Map()), empty: true });
-            idle = true;
-            break;
-          }
-          const landing = this.#executor.swapInReady?.(output);
-          if (landing !== undefined) await landing;
-          const masks = this.#structured.active ? this.#structured.masks(output) : undefined;
-          const t0 = performance.now();
-          const step = this.#executor.execute(output, masks);
-          this.#submitMs = 0.7 * this.#submitMs + 0.3 * (performance.now() - t0);
-          for (const [id, error] of step.failed ?? []) this.#failRequest(id, error);
-          // The loop awaits results in order; a step that fails before its turn must not be
-          // reported as an unhandled rejection meanwhile (the await below still throws).
-          step.result.catch(() => {});
-          this.#inFlight.push({ output, result: step.result, empty: false });
-          this.#steps++;
-        }
+        // 1. Schedule and run: fill the pipeline.
+        const idle = await this.#fill();
         // 2. Postprocess the oldest step once its tokens are back, and the empty steps queued
         // behind it (they have nothing to wait for).
-        const oldest = this.#inFlight.shift();
+        const oldest = this.#pipeline.shift();
         if (oldest !== undefined) {
           const sampled = await oldest.result;
           if (this.#stopped) break;
           this.#postprocess(oldest.output, sampled);
-          while (this.#inFlight[0]?.empty === true) {
-            this.#postprocess(this.#inFlight.shift()!.output, new Map());
-          }
+          for (const empty of this.#pipeline.shiftEmpty()) this.#postprocess(empty, new Map());
           // With a synchronous device the next submit blocks for a whole step: first give the
           // event loop a turn, so the increments just emitted reach their consumers (and their
           // HTTP chunks are written) now rather than after that step.
-          if (this.#submitMs > SYNC_SUBMIT_MS) await new Promise((r) => setTimeout(r, 0));
+          if (this.#pipeline.synchronousDevice) await new Promise((r) => setTimeout(r, 0));
           // Progress is possible unless the last schedule was empty and nothing real is in
           // flight.
-          if (!idle || this.#inFlight.length > 0) continue;
+          if (!idle || this.#pipeline.length > 0) continue;
         }
-        // 3. Nothing to run now. Always wait on a timer or an arrival here: awaiting resolved
-        // promises in a loop would starve Deno's event loop (no I/O, no timers).
-        if (!scheduler.hasUnfinishedRequests()) {
-          this.#reportEnded();
-          if (this.#live.size === 0) return; // idle: the next request restarts the loop
-          await this.#sleep(null);
-          continue;
-        }
-        // A batching baseline is collecting a batch: wake at its deadline or on an arrival.
-        const wake = scheduler.wakeTime();
-        if (wake === null) scheduler.flush();
-        await this.#sleep(wake === null ? 1 : Math.max(0, wake - Date.now()));
+        // 3. Nothing to run now.
+        if (!(await this.#waitForWork())) return;
       } catch (error) {
         this.#fail(error instanceof Error ? error : new Error(String(error)));
       }
@@ -351,26 +294,62 @@ export class LLMEngine implements EngineClient {
   }
 
   /**
-   * With nothing left to run: one more (empty) step, so the executor learns of the requests
-   * that ended since the last output (it knows the lifecycle from the outputs alone).
+   * Schedules and submits steps while the pipeline has room; true when a schedule came back
+   * empty (then it is queued, to be applied in order like any other, and filling stops).
    */
-  #reportEnded(): void {
-    const output = this.#scheduler.schedule();
-    if (output.finished.length > 0 || output.aborted.length > 0) this.#executor.execute(output);
-    this.#postprocess(output, new Map());
+  async #fill(): Promise<boolean> {
+    while (this.#pipeline.hasRoom) {
+      // The masks of the tokens just read back are computed in the grammar worker: wait for
+      // them (unless it is compiling a grammar first) so those requests run now.
+      if (this.#structured.active) await this.#structured.settled();
+      const output = this.#scheduler.schedule();
+      if (
+        output.scheduled.length === 0 && output.swappedIn.length === 0 &&
+        output.swappedOut.length === 0
+      ) {
+        this.#reportEndedIn(output);
+        this.#pipeline.pushEmpty(output);
+        return true;
+      }
+      const landing = this.#executor.swapInReady?.(output);
+      if (landing !== undefined) await landing;
+      const masks = this.#structured.active ? this.#structured.masks(output) : undefined;
+      const step = this.#pipeline.submit(this.#executor, output, masks);
+      for (const [id, error] of step.failed ?? []) this.#failRequest(id, error);
+      this.#steps++;
+    }
+    return false;
   }
 
   /**
-   * Steps to keep in flight now. Pipelining hides Deno's ~10 ms readback latency. Some adapters
-   * (lavapipe, measured) do a step's work on the calling thread, inside the executor's
-   * `execute` (`queue.submit` and the readback's `mapAsync` call): then every step in flight ahead
-   * of a token delays it by a whole step while the event loop is blocked (no HTTP chunk goes
-   * out). So the work queued ahead is bounded in time: about {@linkcode AHEAD_BUDGET_MS} of
-   * submit time, and never fewer than two steps (the second submit covers the first readback).
+   * Waits on a timer or an arrival (awaiting resolved promises in a loop would starve Deno's
+   * event loop: no I/O, no timers). False when the engine is idle and the loop should end (the
+   * next request restarts it).
    */
-  #effectiveDepth(): number {
-    if (this.#submitMs <= 1) return this.#depth;
-    return Math.max(2, Math.min(this.#depth, Math.floor(AHEAD_BUDGET_MS / this.#submitMs)));
+  async #waitForWork(): Promise<boolean> {
+    const scheduler = this.#scheduler;
+    if (!scheduler.hasUnfinishedRequests()) {
+      // One more (empty) step, so the executor learns of the requests ended since the last.
+      const output = scheduler.schedule();
+      this.#reportEndedIn(output);
+      this.#postprocess(output, new Map());
+      if (this.#live.size === 0) return false;
+      await this.#sleep(null);
+      return true;
+    }
+    // A batching baseline is collecting a batch: wake at its deadline or on an arrival.
+    const wake = scheduler.wakeTime();
+    if (wake === null) scheduler.flush();
+    await this.#sleep(wake === null ? 1 : Math.max(0, wake - Date.now()));
+    return true;
+  }
+
+  /**
+   * Hands an output that schedules nothing to the executor when it lists ended requests: the
+   * executor learns the request lifecycle from the outputs alone.
+   */
+  #reportEndedIn(output: SchedulerOutput): void {
+    if (output.finished.length > 0 || output.aborted.length > 0) this.#executor.execute(output);
   }
 
   /** Waits for `ms` (null: until kicked). */
@@ -402,20 +381,8 @@ export class LLMEngine implements EngineClient {
       const live = this.#live.get(u.requestId);
       if (live === undefined || live.finished) continue;
       this.#structured.accept(u.requestId, u.newTokenIds);
-      const s = sampled.get(u.requestId);
-      const wantTop = (live.params.logprobs ?? 0) > 0;
-      const logprobs: TokenLogprob[] | null = live.params.logprobs === null
-        ? null
-        : u.newTokenIds.map((tokenId) => ({
-          tokenId,
-          logprob: s?.logprob ?? 0,
-          ...(wantTop ? { top: s?.top ?? [] } : {}),
-        }));
-      const before = live.state.numOutputTokens;
-      const { output: increment, stopString } = live.state.push(u.newTokenIds, logprobs);
-      // Tokens after a matched stop string are dropped, not counted.
-      this.#generationTokens += live.state.numOutputTokens - before;
-      if (increment !== null) live.emit(increment);
+      const { generated, stopString } = live.accept(u.newTokenIds, sampled.get(u.requestId));
+      this.#generationTokens += generated;
       if (stopString !== null && u.finishReason === null) {
         this.#scheduler.finishRequest(u.requestId, "stop", stopString);
         this.#finish(u.requestId, live, "stop", stopString);

@@ -138,49 +138,152 @@ interface Live {
  * outputLen) and returns the timings. The scheduler must use `options.timeline.now` as its
  * clock. Throws Error when the scheduler stops making progress.
  */
-export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
-  const { scheduler, executor, timeline } = options;
-  const depth = Math.max(1, Math.min(options.maxInFlight, executor.maxInFlight));
-  const pending = [...options.requests].sort((a, b) => a.arrivalMs - b.arrivalMs);
-  const live = new Map<string, Live>();
-  const done: RequestTiming[] = [];
-  const steps: StepRecord[] = [];
-  const inFlight: {
+export function runHarness(options: HarnessOptions): Promise<RunRecord> {
+  return new HarnessRun(options).run();
+}
+
+/** One run of the harness loop (see the module documentation). */
+class HarnessRun {
+  readonly #o: HarnessOptions;
+  readonly #pending: WorkloadRequest[];
+  readonly #live = new Map<string, Live>();
+  readonly #done: RequestTiming[] = [];
+  readonly #steps: StepRecord[] = [];
+  readonly #inFlight: {
     output: SchedulerOutput;
     result: Promise<ReadonlyMap<string, SampledToken>>;
   }[] = [];
-  let next = 0;
-  let idleFlushes = 0;
-  let schedulerMs = 0;
+  #next = 0;
+  #idleFlushes = 0;
+  #schedulerMs = 0;
 
-  const admit = () => {
-    const now = timeline.now();
-    while (next < pending.length && pending[next]!.arrivalMs <= now) {
-      const req = pending[next++]!;
-      scheduler.addRequest({
+  constructor(options: HarnessOptions) {
+    this.#o = options;
+    this.#pending = [...options.requests].sort((a, b) => a.arrivalMs - b.arrivalMs);
+  }
+
+  async run(): Promise<RunRecord> {
+    const { scheduler, executor } = this.#o;
+    const depth = Math.max(1, Math.min(this.#o.maxInFlight, executor.maxInFlight));
+    while (this.#next < this.#pending.length || scheduler.hasUnfinishedRequests() || this.#busy()) {
+      this.#admit();
+      if (this.#inFlight.length < depth) {
+        const t0 = performance.now();
+        const output = scheduler.schedule();
+        this.#schedulerMs += performance.now() - t0;
+        // A step that only moves blocks (swap-out / swap-in) is executed too, as by the engine.
+        if (
+          output.scheduled.length > 0 || output.swappedOut.length > 0 ||
+          output.swappedIn.length > 0
+        ) {
+          await this.#submit(output);
+          continue;
+        }
+        // The executor learns of ended requests from the outputs alone.
+        if (output.finished.length > 0 || output.aborted.length > 0) executor.execute(output);
+        if (this.#busy()) {
+          // Empty steps are applied in order like any other.
+          this.#inFlight.push({ output, result: Promise.resolve(new Map()) });
+        } else {
+          await this.#idle(output);
+          continue;
+        }
+      }
+      const oldest = this.#inFlight.shift()!;
+      const sampled = await oldest.result;
+      this.#o.settle?.(oldest.output.step);
+      const t0 = performance.now();
+      this.#apply(oldest.output, sampled);
+      this.#schedulerMs += performance.now() - t0;
+    }
+    const first = this.#pending[0]?.arrivalMs ?? 0;
+    const last = this.#done.reduce((m, r) => Math.max(m, r.finishMs), first);
+    return {
+      requests: this.#done,
+      steps: this.#steps,
+      durationMs: last - first,
+      preemptions: scheduler.stats().numPreemptions,
+      schedulerMs: this.#schedulerMs,
+    };
+  }
+
+  /** Empty steps in flight alone do not keep the loop going. */
+  #busy(): boolean {
+    return this.#inFlight.some((s) => s.output.scheduled.length > 0);
+  }
+
+  /** Adds the requests whose arrival time has come. */
+  #admit(): void {
+    const now = this.#o.timeline.now();
+    const pending = this.#pending;
+    while (this.#next < pending.length && pending[this.#next]!.arrivalMs <= now) {
+      const req = pending[this.#next++]!;
+      this.#o.scheduler.addRequest({
         requestId: req.requestId,
         promptTokenIds: req.promptTokenIds,
         params: samplingParams({ temperature: 0, maxTokens: req.outputLen, ignoreEos: true }),
         arrivalTime: req.arrivalMs,
       });
-      live.set(req.requestId, { req, first: null, tokens: 0 });
+      this.#live.set(req.requestId, { req, first: null, tokens: 0 });
     }
     // No more arrivals: the baselines may start a partial batch.
-    if (next === pending.length) scheduler.flush();
-  };
+    if (this.#next === pending.length) this.#o.scheduler.flush();
+  }
 
-  const apply = (output: SchedulerOutput, sampled: ReadonlyMap<string, SampledToken>) => {
+  /** Records the KV gauges of a step that computes or moves something, and submits it. */
+  async #submit(output: SchedulerOutput): Promise<void> {
+    const { scheduler, executor, timeline } = this.#o;
+    const s = scheduler.stats();
+    this.#steps.push({
+      step: output.step,
+      tokens: output.totalTokens,
+      seqs: output.scheduled.length,
+      allDecode: output.scheduled.every((r) => r.numTokens === 1),
+      submitMs: timeline.now(),
+      kv: { allocated: s.kvTokensAllocated, used: s.kvTokensUsed },
+    });
+    const landing = executor.swapInReady?.(output);
+    if (landing !== undefined) await landing;
+    const step = executor.execute(output);
+    this.#inFlight.push({ output, result: step.result });
+    this.#idleFlushes = 0;
+  }
+
+  /**
+   * Only empty steps in flight: applies them, then `output`, and waits for the next arrival
+   * or the dynamic baseline's window.
+   */
+  async #idle(output: SchedulerOutput): Promise<void> {
+    const scheduler = this.#o.scheduler;
+    for (const e of this.#inFlight.splice(0)) this.#apply(e.output, new Map());
+    this.#apply(output, new Map());
+    const wake = scheduler.wakeTime();
+    const arrival = this.#pending[this.#next]?.arrivalMs;
+    const t = Math.min(wake ?? Infinity, arrival ?? Infinity);
+    if (t === Infinity) {
+      if (scheduler.hasUnfinishedRequests() && ++this.#idleFlushes > 2) {
+        throw new Error(
+          `The ${scheduler.kind} scheduler stopped making progress with ${this.#live.size} requests unfinished`,
+        );
+      }
+      return;
+    }
+    await this.#o.timeline.waitUntil(t);
+  }
+
+  /** Applies a step's tokens, stamping first-token and finish times. */
+  #apply(output: SchedulerOutput, sampled: ReadonlyMap<string, SampledToken>): void {
     const ids = new Map<string, number>();
     for (const [id, s] of sampled) ids.set(id, s.tokenId);
-    const now = timeline.now();
-    for (const u of scheduler.updateFromOutput(output, ids)) {
-      const l = live.get(u.requestId);
+    const now = this.#o.timeline.now();
+    for (const u of this.#o.scheduler.updateFromOutput(output, ids)) {
+      const l = this.#live.get(u.requestId);
       if (l === undefined) continue;
       l.tokens += u.newTokenIds.length;
       l.first ??= now;
       if (u.finishReason !== null) {
-        live.delete(u.requestId);
-        done.push({
+        this.#live.delete(u.requestId);
+        this.#done.push({
           requestId: l.req.requestId,
           promptLen: l.req.promptTokenIds.length,
           arrivalMs: l.req.arrivalMs,
@@ -190,76 +293,5 @@ export async function runHarness(options: HarnessOptions): Promise<RunRecord> {
         });
       }
     }
-  };
-
-  // Empty steps in flight alone do not keep the loop going.
-  const busy = () => inFlight.some((s) => s.output.scheduled.length > 0);
-  while (next < pending.length || scheduler.hasUnfinishedRequests() || busy()) {
-    admit();
-    if (inFlight.length < depth) {
-      const t0 = performance.now();
-      const output = scheduler.schedule();
-      schedulerMs += performance.now() - t0;
-      // A step that only moves blocks (swap-out / swap-in) is executed too, as by the engine.
-      if (
-        output.scheduled.length > 0 || output.swappedOut.length > 0 ||
-        output.swappedIn.length > 0
-      ) {
-        const s = scheduler.stats();
-        steps.push({
-          step: output.step,
-          tokens: output.totalTokens,
-          seqs: output.scheduled.length,
-          allDecode: output.scheduled.every((r) => r.numTokens === 1),
-          submitMs: timeline.now(),
-          kv: { allocated: s.kvTokensAllocated, used: s.kvTokensUsed },
-        });
-        const landing = executor.swapInReady?.(output);
-        if (landing !== undefined) await landing;
-        const step = executor.execute(output);
-        inFlight.push({ output, result: step.result });
-        idleFlushes = 0;
-        continue;
-      }
-      // The executor learns of ended requests from the outputs alone.
-      if (output.finished.length > 0 || output.aborted.length > 0) executor.execute(output);
-      if (busy()) {
-        // Empty steps are applied in order like any other.
-        inFlight.push({ output, result: Promise.resolve(new Map()) });
-      } else {
-        // Only empty steps in flight: apply them, then this one, and idle.
-        for (const e of inFlight.splice(0)) apply(e.output, new Map());
-        apply(output, new Map());
-        // Idle: wait for the next arrival or the dynamic baseline's window.
-        const wake = scheduler.wakeTime();
-        const arrival = pending[next]?.arrivalMs;
-        const t = Math.min(wake ?? Infinity, arrival ?? Infinity);
-        if (t === Infinity) {
-          if (scheduler.hasUnfinishedRequests() && ++idleFlushes > 2) {
-            throw new Error(
-              `The ${scheduler.kind} scheduler stopped making progress with ${live.size} requests unfinished`,
-            );
-          }
-          continue;
-        }
-        await timeline.waitUntil(t);
-        continue;
-      }
-    }
-    const oldest = inFlight.shift()!;
-    const sampled = await oldest.result;
-    options.settle?.(oldest.output.step);
-    const t0 = performance.now();
-    apply(oldest.output, sampled);
-    schedulerMs += performance.now() - t0;
   }
-  const first = pending[0]?.arrivalMs ?? 0;
-  const last = done.reduce((m, r) => Math.max(m, r.finishMs), first);
-  return {
-    requests: done,
-    steps,
-    durationMs: last - first,
-    preemptions: scheduler.stats().numPreemptions,
-    schedulerMs,
-  };
 }

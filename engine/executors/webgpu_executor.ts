@@ -35,8 +35,8 @@ import {
 import { checkLogitsProcessParams } from "../../kernels/logits_process.ts";
 import { checkSampleParams } from "../../kernels/sample.ts";
 import { TOP_LOGPROBS_MAX } from "../../kernels/top_logprobs.ts";
-import type { SequenceChunk } from "../forward_batch.ts";
-import type { ModelRunner } from "../model_runner.ts";
+import type { ForwardBatch, SequenceChunk } from "../forward_batch.ts";
+import type { ModelRunner, SampledRows } from "../model_runner.ts";
 import type { ExecutedStep, Executor, SampledToken } from "./executor.ts";
 import { SwapSpace } from "./swap_space.ts";
 
@@ -64,6 +64,43 @@ export interface SampledRow {
   readonly topLogprobs: number;
   /** For a penalised request: its history and the output index of the token sampled here. */
   readonly penalty: { readonly history: PenaltyHistory; readonly index: number } | null;
+}
+
+/** One step's runner batch and what its sampled rows stand for. */
+interface StepPlan {
+  readonly batch: ForwardBatch;
+  /** Request id of each sampled row, in row order. */
+  readonly samplers: string[];
+  /** Output index each penalised sampler's token will have, by sampler row. */
+  readonly outputIndex: Map<number, { readonly history: PenaltyHistory; readonly index: number }>;
+  /** Requests that cannot be sampled this step: they fail alone (see `samplingOf`). */
+  readonly failed: Map<string, Error>;
+}
+
+/**
+ * The tokens of a step read back, by request id. Penalised requests' histories take their
+ * tokens now: penalties of later steps read them from the host from then on.
+ */
+function collect(rows: SampledRows, plan: StepPlan): Map<string, SampledToken> {
+  for (const [row, { history, index }] of plan.outputIndex) {
+    if (index !== history.known.length) continue;
+    history.known.push(rows.tokens[row]!);
+    history.onGpu.delete(index);
+  }
+  const map = new Map<string, SampledToken>();
+  plan.samplers.forEach((id, row) => {
+    const tokenId = rows.tokens[row]!;
+    const top = rows.top[row] ?? [];
+    // A processed row's own logprob is under the processed logits; the raw value is known when
+    // the token is among the raw top tokens.
+    const raw = top.find((e) => e.tokenId === tokenId);
+    map.set(id, {
+      tokenId,
+      logprob: raw?.logprob ?? rows.logprobs[row]!,
+      ...(top.length > 0 ? { top } : {}),
+    });
+  });
+  return map;
 }
 
 /** True when `p` needs the output so far (a penalty is on). */
@@ -143,94 +180,89 @@ export class WebGpuExecutor implements Executor {
     this.#track(output);
     this.#swap.copy(output);
     if (output.scheduled.length === 0) return { result: Promise.resolve(new Map()) };
-    const n = output.totalTokens;
-    const inputIds = new Uint32Array(n);
-    const positions = new Uint32Array(n);
-    const slotMapping = new Uint32Array(n);
-    const seqs: SequenceChunk[] = [];
-    const samplers: string[] = [];
-    /** Output index each penalised sampler's token will have, by sampler row. */
-    const outputIndex = new Map<number, { history: PenaltyHistory; index: number }>();
-    /** Requests that cannot be sampled this step: they fail alone (see {@linkcode samplingOf}). */
-    const failed = new Map<string, Error>();
-    let t = 0;
-    for (const r of output.scheduled) {
-      for (let i = 0; i < r.numTokens; i++, t++) {
-        const id = r.tokenIds[i]!;
-        if (id === SAMPLED_TOKEN) {
-          const from = r.sampledFrom;
-          const step = from === null ? undefined : this.#runnerStep.get(from.step);
-          if (from === null || step === undefined) {
-            throw new RangeError(
-              `Cannot feed request "${r.requestId}": its sampled token is no longer on the GPU`,
-            );
-          }
-          inputIds[t] = this.runner.sampledRef(step, from.row);
-        } else {
-          inputIds[t] = id;
-        }
-        positions[t] = r.positionStart + i;
-        slotMapping[t] = r.slotMapping[i]!;
-      }
-      const contextLen = r.positionStart + r.numTokens;
-      const chunk = { queryLen: r.numTokens, contextLen, blockTable: r.blockTable };
-      let row: SampledRow | null;
-      try {
-        row = this.samplingOf(r, contextLen);
-      } catch (error) {
-        // The step still runs for every request (same rows, same shapes); this one is sampled
-        // greedily and the engine ends it with the error.
-        failed.set(r.requestId, error instanceof Error ? error : new Error(String(error)));
-        row = r.samplesToken
-          ? { sample: { temperature: 0, counter: 0 }, process: null, topLogprobs: 0, penalty: null }
-          : null;
-      }
-      if (row === null) {
-        seqs.push({ ...chunk, sample: null });
-        continue;
-      }
-      if (row.penalty !== null) outputIndex.set(samplers.length, row.penalty);
-      seqs.push({
-        ...chunk,
-        sample: row.sample,
-        process: row.process,
-        topLogprobs: row.topLogprobs,
-        tokenMask: tokenMasks?.get(r.requestId) ?? null,
-      });
-      samplers.push(r.requestId);
-    }
-    const handle = this.runner.execute({ inputIds, positions, slotMapping, seqs });
+    const plan = this.#plan(output, tokenMasks);
+    const handle = this.runner.execute(plan.batch);
     this.#runnerStep.set(output.step, handle.step);
-    for (const [row, { history, index }] of outputIndex) {
+    for (const [row, { history, index }] of plan.outputIndex) {
       history.onGpu.set(index, { step: handle.step, row });
     }
     // Steps the ring has moved past can no longer be fed from.
     for (const [step, runnerStep] of this.#runnerStep) {
       if (handle.step - runnerStep > this.runner.maxInFlight) this.#runnerStep.delete(step);
     }
-    const result = handle.result.then((rows) => {
-      // Penalties of later steps read these tokens from the host from now on.
-      for (const [row, { history, index }] of outputIndex) {
-        if (index !== history.known.length) continue;
-        history.known.push(rows.tokens[row]!);
-        history.onGpu.delete(index);
+    const result = handle.result.then((rows) => collect(rows, plan));
+    return plan.failed.size > 0 ? { result, failed: plan.failed } : { result };
+  }
+
+  /** The runner's batch for `output` and what its sampled rows stand for. */
+  #plan(output: SchedulerOutput, tokenMasks?: ReadonlyMap<string, Uint32Array>): StepPlan {
+    const n = output.totalTokens;
+    const batch = {
+      inputIds: new Uint32Array(n),
+      positions: new Uint32Array(n),
+      slotMapping: new Uint32Array(n),
+      seqs: [] as SequenceChunk[],
+    };
+    const plan: StepPlan = { batch, samplers: [], outputIndex: new Map(), failed: new Map() };
+    let t = 0;
+    for (const r of output.scheduled) {
+      for (let i = 0; i < r.numTokens; i++, t++) {
+        batch.inputIds[t] = this.#inputId(r, i);
+        batch.positions[t] = r.positionStart + i;
+        batch.slotMapping[t] = r.slotMapping[i]!;
       }
-      const map = new Map<string, SampledToken>();
-      samplers.forEach((id, row) => {
-        const tokenId = rows.tokens[row]!;
-        const top = rows.top[row] ?? [];
-        // A processed row's own logprob is under the processed logits; the raw value is known
-        // when the token is among the raw top tokens.
-        const raw = top.find((e) => e.tokenId === tokenId);
-        map.set(id, {
-          tokenId,
-          logprob: raw?.logprob ?? rows.logprobs[row]!,
-          ...(top.length > 0 ? { top } : {}),
-        });
+      const contextLen = r.positionStart + r.numTokens;
+      const chunk = { queryLen: r.numTokens, contextLen, blockTable: r.blockTable };
+      const row = this.#rowOrFallback(r, contextLen, plan.failed);
+      if (row === null) {
+        batch.seqs.push({ ...chunk, sample: null });
+        continue;
+      }
+      if (row.penalty !== null) plan.outputIndex.set(plan.samplers.length, row.penalty);
+      batch.seqs.push({
+        ...chunk,
+        sample: row.sample,
+        process: row.process,
+        topLogprobs: row.topLogprobs,
+        tokenMask: tokenMasks?.get(r.requestId) ?? null,
       });
-      return map;
-    });
-    return failed.size > 0 ? { result, failed } : { result };
+      plan.samplers.push(r.requestId);
+    }
+    return plan;
+  }
+
+  /** The runner input id of fed token `i` of `r`: a vocabulary id or a sampled-token ref. */
+  #inputId(r: ScheduledRequest, i: number): number {
+    const id = r.tokenIds[i]!;
+    if (id !== SAMPLED_TOKEN) return id;
+    const from = r.sampledFrom;
+    const step = from === null ? undefined : this.#runnerStep.get(from.step);
+    if (from === null || step === undefined) {
+      throw new RangeError(
+        `Cannot feed request "${r.requestId}": its sampled token is no longer on the GPU`,
+      );
+    }
+    return this.runner.sampledRef(step, from.row);
+  }
+
+  /**
+   * {@linkcode samplingOf}, or for a request that cannot be sampled (recorded in `failed`) a
+   * greedy row: the step still runs for every request (same rows, same shapes) and the engine
+   * ends this one with the error.
+   */
+  #rowOrFallback(
+    r: ScheduledRequest,
+    contextLen: number,
+    failed: Map<string, Error>,
+  ): SampledRow | null {
+    try {
+      return this.samplingOf(r, contextLen);
+    } catch (error) {
+      failed.set(r.requestId, error instanceof Error ? error : new Error(String(error)));
+      return r.samplesToken
+        ? { sample: { temperature: 0, counter: 0 }, process: null, topLogprobs: 0, penalty: null }
+        : null;
+    }
   }
 
   /**
