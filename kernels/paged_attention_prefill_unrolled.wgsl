@@ -36,7 +36,7 @@
 // paged_attention_prefill.wgsl: w = wid.x + wid.y * nwg.x, kv head = w % num_kv_heads,
 // tile = w / num_kv_heads.
 
-// Params, the bindings, NEG_BIG and locate_tile: paged_attention_prefill_io.wgsl (prepended).
+// Params, the bindings, NEG_BIG and workgroup_tile: paged_attention_prefill_io.wgsl (prepended).
 
 @compute @workgroup_size(8)
 fn main(
@@ -44,21 +44,16 @@ fn main(
   @builtin(num_workgroups) nwg: vec3u,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let w = wid.x + wid.y * nwg.x;
-  let kvh = w % p.num_kv_heads;
-  let tile = w / p.num_kv_heads;
-  if (tile >= p.num_tiles) {
+  let tile = workgroup_tile(wid, nwg);
+  if (!tile.found) {
     return;
   }
-  let found = locate_tile(tile);
-  if (!found.found) {
-    return;
-  }
-  let seq = found.seq;
-  let q0 = found.q0;
-  let q_len = found.q_len;
-  let first = found.first;
-  let rows = min(p.tile_q, q_len - first);
+  let kvh = tile.kv_head;
+  let seq = tile.seq;
+  let q0 = tile.q0;
+  let q_len = tile.q_len;
+  let first = tile.first;
+  let rows = tile.rows;
   let live = lid < rows;
   let i = first + min(lid, rows - 1u);
   let t = q0 + i;
