@@ -32,7 +32,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-// row_sum, row_barrier and their workgroup memory: norm_rows.wgsl (prepended).
+// row_lane, row_sum, row_barrier and their workgroup memory: norm_rows.wgsl (prepended).
 
 @compute @workgroup_size(ROW_THREADS * ROWS_PER_WG)
 fn main(
@@ -40,12 +40,11 @@ fn main(
   @builtin(num_workgroups) nwg: vec3u,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let local_row = lid / ROW_THREADS;
-  let lane = lid - local_row * ROW_THREADS;
-  let row = (wid.x + wid.y * nwg.x) * ROWS_PER_WG + local_row;
+  let at = row_lane(wid, nwg, lid);
+  let lane = at.lane;
   // No early return: with ROW_THREADS > 1 every invocation must reach the barriers.
-  let in_range = row < p.rows;
-  let base = row * p.cols;
+  let in_range = at.row < p.rows;
+  let base = at.row * p.cols;
   let n = f32(p.cols);
 
   var s = 0.0;
@@ -54,7 +53,7 @@ fn main(
       s += x[base + c];
     }
   }
-  let mean = row_sum(s, lid, local_row, lane) / n;
+  let mean = row_sum(s, at) / n;
   row_barrier();
 
   var sq = 0.0;
@@ -64,7 +63,7 @@ fn main(
       sq += d * d;
     }
   }
-  let inv_std = inverseSqrt(row_sum(sq, lid, local_row, lane) / n + p.eps);
+  let inv_std = inverseSqrt(row_sum(sq, at) / n + p.eps);
   if (in_range) {
     for (var c = lane; c < p.cols; c += ROW_THREADS) {
       out[base + c] = (x[base + c] - mean) * inv_std * f32(w[c]) + f32(b[c]);

@@ -45,7 +45,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<WT>;
 
-// row_sum and its workgroup memory: norm_rows.wgsl (prepended).
+// row_lane, row_sum and their workgroup memory: norm_rows.wgsl (prepended).
 
 @compute @workgroup_size(ROW_THREADS * ROWS_PER_WG)
 fn main(
@@ -53,22 +53,21 @@ fn main(
   @builtin(num_workgroups) nwg: vec3u,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let local_row = lid / ROW_THREADS;
-  let lane = lid - local_row * ROW_THREADS;
-  let row = (wid.x + wid.y * nwg.x) * ROWS_PER_WG + local_row;
+  let at = row_lane(wid, nwg, lid);
+  let lane = at.lane;
   // No early return: with ROW_THREADS > 1 every invocation must reach the barriers.
-  let in_range = row < p.rows;
+  let in_range = at.row < p.rows;
   var base = 0u;
   var sum_sq = 0.0;
   if (in_range) {
-    let t = row / p.heads;
-    base = p.offset + t * p.token_stride + (row - t * p.heads) * p.cols;
+    let t = at.row / p.heads;
+    base = p.offset + t * p.token_stride + (at.row - t * p.heads) * p.cols;
     for (var c = lane; c < p.cols; c += ROW_THREADS) {
       let v = first_read(base + c);
       sum_sq += v * v;
     }
   }
-  let scale = inverseSqrt(row_sum(sum_sq, lid, local_row, lane) / f32(p.cols) + p.eps);
+  let scale = inverseSqrt(row_sum(sum_sq, at) / f32(p.cols) + p.eps);
   if (in_range) {
     for (var c = lane; c < p.cols; c += ROW_THREADS) {
       store_out(base + c, reread(base + c) * scale * f32(w[c]));
