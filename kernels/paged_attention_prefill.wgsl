@@ -59,24 +59,18 @@ fn main(
     return;
   }
   let kvh = tile.kv_head;
-  let seq = tile.seq;
-  let q0 = tile.q0;
-  let q_len = tile.q_len;
-  let first = tile.first;
   let rows = tile.rows;
-  let ctx_len = context_lens[seq];
-  let start_pos = ctx_len - q_len;
   // Keys 0..kv_end-1 cover every row of the tile (uniform across the workgroup).
-  let kv_end = start_pos + first + rows;
+  let kv_end = tile.start_pos + tile.first + rows;
 
   let group = p.num_q_heads / p.num_kv_heads;
   let live = lid < rows * group;
   // Idle rows compute a copy of the tile's last row and do not write.
   let r = select(rows * group - 1u, lid, live);
-  let i = first + r / group;
+  let i = tile.first + r / group;
   let h = kvh * group + r % group;
-  let t = q0 + i;
-  let pos = start_pos + i;
+  let t = tile.q0 + i;
+  let pos = tile.start_pos + i;
 
   var qv: array<vec4<f32>, D4>;
   let q_base = t * (p.q_stride / 4u) + h * D4;
@@ -90,7 +84,7 @@ fn main(
   var m = NEG_BIG;
   var l = 0.0;
   var s: array<f32, KC>;
-  let bt_row = seq * p.bt_stride;
+  let bt_row = tile.seq * p.bt_stride;
 
   for (var k0 = 0u; k0 < kv_end; k0 += KC) {
     let kn = min(KC, kv_end - k0);

@@ -41,9 +41,10 @@ struct Tile {
   found: bool,
   kv_head: u32,
   seq: u32,
-  // Packed index of the sequence's first new token, and its new-token count.
+  // Packed index of the sequence's first new token.
   q0: u32,
-  q_len: u32,
+  // Position of the sequence's first new token: context_lens[seq] - q_len.
+  start_pos: u32,
   // The tile's first query (counted within the sequence) and its query count.
   first: u32,
   rows: u32,
@@ -64,7 +65,8 @@ fn workgroup_tile(wid: vec3u, nwg: vec3u) -> Tile {
       let n = (q_len + p.tile_q - 1u) / p.tile_q;
       if (tile < n) {
         let first = tile * p.tile_q;
-        return Tile(true, kvh, seq, q0, q_len, first, min(p.tile_q, q_len - first));
+        let start_pos = context_lens[seq] - q_len;
+        return Tile(true, kvh, seq, q0, start_pos, first, min(p.tile_q, q_len - first));
       }
       tile -= n;
     }

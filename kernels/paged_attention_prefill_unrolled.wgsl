@@ -49,15 +49,10 @@ fn main(
     return;
   }
   let kvh = tile.kv_head;
-  let seq = tile.seq;
-  let q0 = tile.q0;
-  let q_len = tile.q_len;
-  let first = tile.first;
-  let rows = tile.rows;
-  let live = lid < rows;
-  let i = first + min(lid, rows - 1u);
-  let t = q0 + i;
-  let pos = context_lens[seq] - q_len + i;
+  let live = lid < tile.rows;
+  let i = tile.first + min(lid, tile.rows - 1u);
+  let t = tile.q0 + i;
+  let pos = tile.start_pos + i;
 
   let qb$i = t * (p.q_stride / 4u) + (kvh * GROUP + $iu) * D4;
   let q$i_$r_lo = q[qb$i + 2u * $ru] * p.scale_log2e;
@@ -66,7 +61,7 @@ fn main(
   var l$i = 0.0;
   var o$i_$r_lo = vec4<f32>(0.0);
   var o$i_$r_hi = vec4<f32>(0.0);
-  let bt_row = seq * p.bt_stride;
+  let bt_row = tile.seq * p.bt_stride;
   for (var j = 0u; j <= pos; j++) {
     let blk = j / p.block_size;
     let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + j - blk * p.block_size) * D8;
