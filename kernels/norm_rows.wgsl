@@ -1,7 +1,7 @@
-// norm_rows: the row reduction shared by the norm kernels (rms_norm.wgsl, layer_norm.wgsl),
-// prepended to both by kernels/rms_norm.ts (normShapePrelude) after the shape constants
-// ROW_THREADS and ROWS_PER_WG (powers of two): each of the workgroup's ROWS_PER_WG rows gets
-// ROW_THREADS invocations (lanes), invocation lid = local_row * ROW_THREADS + lane.
+// norm_rows: the row placement and reduction shared by the norm kernels (rms_norm.wgsl,
+// layer_norm.wgsl), prepended to both by kernels/rms_norm.ts (normShapePrelude) after the shape
+// constants ROW_THREADS and ROWS_PER_WG (powers of two): each of the workgroup's ROWS_PER_WG rows
+// gets ROW_THREADS invocations (lanes), invocation lid = local_row * ROW_THREADS + lane.
 // Bindings: none. Workgroup memory: partial [ROW_THREADS * ROWS_PER_WG] f32 (one per
 // invocation), row_value [ROWS_PER_WG] f32 (one per row).
 
