@@ -32,7 +32,10 @@ export interface InPlaceOperand<B> {
 
 /** What makes an element-wise op of buffers `B`. */
 export interface ElementwiseSpec<B> {
-  /** Kernel name: pipeline key (`<name>/in_place`, `<name>/out_of_place` with an in-place operand), labels, errors. */
+  /**
+   * Kernel name: pipeline key and label (`<name>/in_place`, `<name>/out_of_place` for kernels
+   * with an in-place operand), error messages.
+   */
   readonly name: string;
   /** The kernel file: Params `p`, bindings, `element_count()` and `element(i)`. */
   readonly source: string;
@@ -41,7 +44,10 @@ export interface ElementwiseSpec<B> {
    * slot binds after them.
    */
   readonly bindings: (buffers: B) => readonly (GPUBufferBinding | undefined)[];
-  /** The operand an in-place call site writes (add's `a`, gelu_new's input); none: always out of place. */
+  /**
+   * The operand an in-place call site writes (add's `a`, gelu_new's input); absent: always out
+   * of place.
+   */
   readonly inPlace?: InPlaceOperand<B>;
   /**
    * Whether {@linkcode ElementwiseOp.encode} checks the element count against the smallest bound
