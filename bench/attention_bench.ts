@@ -21,7 +21,15 @@ import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { bytesPerElement } from "../gpu/dtype.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
-import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
+import {
+  benchSubmission,
+  copyBandwidthText,
+  type KernelCase,
+  medianText,
+  openKernelBench,
+  timeCase,
+  uploadBuffer,
+} from "./lib/kernel_bench.ts";
 
 const HQ = 16;
 const HKV = 8;
@@ -29,12 +37,6 @@ const HEAD_DIM = 128;
 const BLOCK = 16;
 const CONTEXTS = [512, 2048];
 const BATCHES = [1, 16, 64];
-
-function upload(ctx: GpuContext, data: ArrayBufferView<ArrayBuffer>, label: string): GPUBuffer {
-  const b = ctx.createBuffer(label, data.byteLength, STORAGE_RW);
-  ctx.device.queue.writeBuffer(b, 0, data.buffer, data.byteOffset, data.byteLength);
-  return b;
-}
 
 /** A cache buffer of `bytes` filled with a repeated 1 MiB pattern of random f16/f32 values. */
 function randomCache(ctx: GpuContext, bytes: number, label: string): GPUBuffer {
@@ -49,7 +51,10 @@ function randomCache(ctx: GpuContext, bytes: number, label: string): GPUBuffer {
   return b;
 }
 
-/** Bound decode attention over `batch` sequences of `contextLen` tokens. */
+/**
+ * Bound decode attention over `batch` sequences of `contextLen` tokens: the call on the direct
+ * path or split-K (`call(split)`); `kvBytes` is what one call must read of K and V.
+ */
 function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize = 512) {
   const tokenBytes = HKV * HEAD_DIM * bytesPerElement(ctx.weightDtype);
   const blocksPer = Math.ceil(contextLen / BLOCK);
@@ -68,11 +73,11 @@ function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize
   );
   const qStride = (HQ + 2 * HKV) * HEAD_DIM;
   const buffers = {
-    q: upload(ctx, Float32Array.from({ length: batch * qStride }, () => Math.random()), "q"),
+    q: uploadBuffer(ctx, "q", Float32Array.from({ length: batch * qStride }, () => Math.random())),
     kCache: randomCache(ctx, poolBlocks * BLOCK * tokenBytes, "k_cache"),
     vCache: randomCache(ctx, poolBlocks * BLOCK * tokenBytes, "v_cache"),
-    blockTables: upload(ctx, blockTables, "block_tables"),
-    contextLens: upload(ctx, new Uint32Array(batch).fill(contextLen), "context_lens"),
+    blockTables: uploadBuffer(ctx, "block_tables", blockTables),
+    contextLens: uploadBuffer(ctx, "context_lens", new Uint32Array(batch).fill(contextLen)),
     out: ctx.createBuffer("out", batch * HQ * HEAD_DIM * 4, STORAGE_RW),
   };
   const kernel = new PagedAttentionDecode(ctx, {
@@ -94,11 +99,11 @@ function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize
     scratch,
   }, { qStride, btStride: blocksPer });
   return {
-    arena,
     kvBytes: 2 * batch * contextLen * tokenBytes,
-    encode: (split: boolean) => (pass: GPUComputePassEncoder) => {
-      op.encode(pass, batch, contextLen, split);
-    },
+    call: (split: boolean): KernelCase => ({
+      arena,
+      encode: (pass) => op.encode(pass, batch, contextLen, split),
+    }),
     destroy: () => {
       for (const b of Object.values(buffers)) b.destroy();
       scratch.destroy();
@@ -107,12 +112,12 @@ function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize
   };
 }
 
-const ctx = await benchContext();
-const copyGBs = await measureCopyBandwidth(ctx);
-console.log(`paged_attention decode, ${describeMachine(ctx)}; KV ${ctx.weightDtype}`);
+const { ctx, copyGBs } = await openKernelBench(
+  "paged_attention decode",
+  { detail: (c) => `; KV ${c.weightDtype}` },
+);
 console.log(
-  `Hq ${HQ}, Hkv ${HKV}, head_dim ${HEAD_DIM}, block ${BLOCK}; ` +
-    `copy bandwidth ${copyGBs.toFixed(1)} GB/s (read + write)`,
+  `Hq ${HQ}, Hkv ${HKV}, head_dim ${HEAD_DIM}, block ${BLOCK}; ${copyBandwidthText(copyGBs)}`,
 );
 const partitionSizes = (Deno.env.get("DECODE_PARTITIONS") ?? "512").split(",").map(Number);
 for (const contextLen of CONTEXTS) {
@@ -122,11 +127,11 @@ for (const contextLen of CONTEXTS) {
       try {
         for (const split of [false, true]) {
           const repeats = s.kvBytes > 64 << 20 ? 4 : 8;
-          const t = await timeGpu(ctx, s.encode(split), { arena: s.arena, warmup: 1, repeats });
+          const t = await timeCase(ctx, () => s.call(split), { warmup: 1, repeats });
           const path = split ? `split-K ${partitionSize}` : "direct";
           console.log(
-            `  context ${contextLen}, batch ${batch}, ${path}: ${t.medianMs.toFixed(3)} ms ` +
-              `median (min ${t.minMs.toFixed(3)}), KV ${(s.kvBytes / 1e6).toFixed(1)} MB, ` +
+            `  context ${contextLen}, batch ${batch}, ${path}: ${medianText(t, 3)}, ` +
+              `KV ${(s.kvBytes / 1e6).toFixed(1)} MB, ` +
               `${(s.kvBytes / (t.medianMs * 1e6)).toFixed(1)} GB/s effective vs copy ` +
               `${copyGBs.toFixed(1)} GB/s (${t.method})`,
           );
@@ -141,24 +146,13 @@ for (const contextLen of CONTEXTS) {
 for (const contextLen of CONTEXTS) {
   for (const batch of [1, 16]) {
     for (const split of [false, true]) {
-      const s = setup(ctx, batch, contextLen);
-      const encode = s.encode(split);
-      Deno.bench({
-        name: `paged_attention decode ctx ${contextLen} batch ${batch} ${
+      benchSubmission(
+        ctx,
+        `paged_attention decode ctx ${contextLen} batch ${batch} ${
           split ? "split-K" : "direct"
         } (host clock, one submission)`,
-        n: 3,
-        warmup: 1,
-        async fn() {
-          const encoder = ctx.device.createCommandEncoder();
-          const pass = encoder.beginComputePass();
-          encode(pass);
-          pass.end();
-          s.arena.flush();
-          ctx.device.queue.submit([encoder.finish()]);
-          await ctx.device.queue.onSubmittedWorkDone();
-        },
-      });
+        setup(ctx, batch, contextLen).call(split),
+      );
     }
   }
 }

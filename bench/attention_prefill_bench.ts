@@ -23,7 +23,14 @@ import {
   PagedAttentionPrefill,
   type PagedAttentionPrefillConfig,
 } from "../kernels/paged_attention_prefill.ts";
-import { benchContext, describeMachine, timeGpu } from "./support.ts";
+import {
+  benchSubmission,
+  type KernelCase,
+  medianText,
+  openKernelBench,
+  timeCase,
+  uploadBuffer,
+} from "./lib/kernel_bench.ts";
 
 const HQ = 16;
 const HKV = 8;
@@ -54,20 +61,12 @@ function causalPairs(shape: Shape): number {
   return pairs;
 }
 
-function buffer(ctx: GpuContext, data: ArrayBufferView, label: string): GPUBuffer {
-  const b = ctx.createBuffer(label, data.byteLength, STORAGE_RW);
-  const bytes = new Uint8Array(Math.ceil(data.byteLength / 4) * 4);
-  bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
-  ctx.device.queue.writeBuffer(b, 0, bytes);
-  return b;
-}
-
 /** A bound kernel over random data for `shape`, ready to encode. */
 function setup(
   ctx: GpuContext,
   shape: Shape,
   kernelOptions: Pick<PagedAttentionPrefillConfig, "workgroupSize" | "keyChunk" | "variant"> = {},
-) {
+): KernelCase & { readonly variant: string } {
   const numSeqs = shape.queryLens.length;
   const ctxLens = shape.queryLens.map((q, s) => q + shape.prefixLens[s]!);
   const blocksPer = ctxLens.map((n) => Math.ceil(n / BLOCK));
@@ -86,12 +85,12 @@ function setup(
   const cuQLens = new Uint32Array(numSeqs + 1);
   shape.queryLens.forEach((q, s) => (cuQLens[s + 1] = cuQLens[s]! + q));
   const buffers = {
-    q: { buffer: buffer(ctx, random(numTokens * qStride), "q") },
-    kCache: { buffer: buffer(ctx, toDType(random(cacheElems), ctx.weightDtype), "k") },
-    vCache: { buffer: buffer(ctx, toDType(random(cacheElems), ctx.weightDtype), "v") },
-    blockTables: { buffer: buffer(ctx, blockTables, "block_tables") },
-    cuQLens: { buffer: buffer(ctx, cuQLens, "cu_q_lens") },
-    contextLens: { buffer: buffer(ctx, Uint32Array.from(ctxLens), "context_lens") },
+    q: { buffer: uploadBuffer(ctx, "q", random(numTokens * qStride)) },
+    kCache: { buffer: uploadBuffer(ctx, "k", toDType(random(cacheElems), ctx.weightDtype)) },
+    vCache: { buffer: uploadBuffer(ctx, "v", toDType(random(cacheElems), ctx.weightDtype)) },
+    blockTables: { buffer: uploadBuffer(ctx, "block_tables", blockTables) },
+    cuQLens: { buffer: uploadBuffer(ctx, "cu_q_lens", cuQLens) },
+    contextLens: { buffer: uploadBuffer(ctx, "context_lens", Uint32Array.from(ctxLens)) },
     out: { buffer: ctx.createBuffer("out", numTokens * HQ * HEAD_DIM * 4, STORAGE_RW) },
   };
   const kernel = new PagedAttentionPrefill(ctx, {
@@ -114,26 +113,28 @@ function setup(
   };
 }
 
-const ctx = await benchContext();
-console.log(`paged_attention_prefill, ${describeMachine(ctx)}; KV ${ctx.weightDtype}`);
+const { ctx } = await openKernelBench("paged_attention_prefill", {
+  detail: (c) => `; KV ${c.weightDtype}`,
+  copyBandwidth: false,
+});
 console.log(`Hq ${HQ}, Hkv ${HKV}, head_dim ${HEAD_DIM}, block ${BLOCK}; FLOPs = 4*Hq*D*pairs`);
 
 async function report(shape: Shape, options: Parameters<typeof setup>[2] = {}, repeats = 5) {
-  const s = setup(ctx, shape, options);
-  try {
-    const t = await timeGpu(ctx, s.encode, { arena: s.arena, warmup: 1, repeats });
-    const flops = 4 * HQ * HEAD_DIM * causalPairs(shape);
-    const variant = s.variant === "unrolled"
+  let variant = "";
+  const make = () => {
+    const s = setup(ctx, shape, options);
+    variant = s.variant === "unrolled"
       ? "unrolled"
       : `workgroup, wg ${options.workgroupSize ?? 64}, kc ${options.keyChunk ?? 16}`;
-    console.log(
-      `  ${shape.name} [${variant}]: ${t.medianMs.toFixed(2)} ms median ` +
-        `(min ${t.minMs.toFixed(2)}), ${(flops / (t.medianMs * 1e6)).toFixed(2)} GFLOP/s ` +
-        `effective, ${causalPairs(shape)} causal pairs (${t.method})`,
-    );
-  } finally {
-    s.destroy();
-  }
+    return s;
+  };
+  const t = await timeCase(ctx, make, { warmup: 1, repeats });
+  const flops = 4 * HQ * HEAD_DIM * causalPairs(shape);
+  console.log(
+    `  ${shape.name} [${variant}]: ${medianText(t, 2)}, ` +
+      `${(flops / (t.medianMs * 1e6)).toFixed(2)} GFLOP/s ` +
+      `effective, ${causalPairs(shape)} causal pairs (${t.method})`,
+  );
 }
 
 for (const shape of SHAPES) {
@@ -150,19 +151,9 @@ if (Deno.env.get("PREFILL_SWEEP") === "1") {
 }
 
 for (const shape of SHAPES) {
-  const s = setup(ctx, shape);
-  Deno.bench({
-    name: `paged_attention_prefill ${shape.name} (host clock, one submission)`,
-    n: 3,
-    warmup: 1,
-    async fn() {
-      const encoder = ctx.device.createCommandEncoder();
-      const pass = encoder.beginComputePass();
-      s.encode(pass);
-      pass.end();
-      s.arena.flush();
-      ctx.device.queue.submit([encoder.finish()]);
-      await ctx.device.queue.onSubmittedWorkDone();
-    },
-  });
+  benchSubmission(
+    ctx,
+    `paged_attention_prefill ${shape.name} (host clock, one submission)`,
+    setup(ctx, shape),
+  );
 }

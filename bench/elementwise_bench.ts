@@ -14,7 +14,7 @@
  * @module
  */
 
-import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import { bytesPerElement } from "../gpu/dtype.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
@@ -24,7 +24,16 @@ import { GeluNew } from "../kernels/gelu_new.ts";
 import { LayerNorm } from "../kernels/layer_norm.ts";
 import { type NormShape, RmsNorm } from "../kernels/rms_norm.ts";
 import { Rope, ropeInvFreq } from "../kernels/rope.ts";
-import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
+import {
+  benchSubmission,
+  copyBandwidthText,
+  type KernelCase,
+  medianText,
+  openKernelBench,
+  randomF32,
+  timeCase,
+  uploadBuffer,
+} from "./lib/kernel_bench.ts";
 
 const TOKENS = 512;
 const HIDDEN = 1024;
@@ -45,60 +54,74 @@ const NORM_SHAPES: NormShape[] = (Deno.env.get("NORM_SHAPES") ?? "1x64,64x1").sp
 );
 const shapeName = (s: NormShape) => `${s.rowThreads} lanes x ${s.rowsPerWorkgroup} rows`;
 
-function random(ctx: GpuContext, count: number, label: string): GPUBuffer {
-  const data = Float32Array.from({ length: count }, () => Math.random() * 2 - 1);
-  const b = ctx.createBuffer(label, data.byteLength, STORAGE_RW);
-  ctx.device.queue.writeBuffer(b, 0, data);
-  return b;
-}
-
 function weight(ctx: GpuContext, cols: number, label: string): GpuMatrix {
   const data = Float32Array.from({ length: cols }, () => 0.5 + Math.random());
   return GpuMatrix.fromArray(ctx, label, data, 1, cols, ctx.weightDtype);
 }
 
-interface Case {
+interface Case extends KernelCase {
   readonly name: string;
+  /** The minimum bytes the kernel must move (inputs read once, outputs written once). */
   readonly bytes: number;
-  readonly arena: ParamArena;
-  readonly encode: (pass: GPUComputePassEncoder) => void;
 }
 
-function cases(ctx: GpuContext): Case[] {
+/** The activations every case reads or writes, f32, and the cases' shared parameter arena. */
+interface Inputs {
+  readonly n: number;
+  readonly x: GPUBufferBinding;
+  readonly y: GPUBufferBinding;
+  readonly res: GPUBufferBinding;
+  readonly out: GPUBufferBinding;
+  readonly qkv: GPUBufferBinding;
+  readonly arena: ParamArena;
+}
+
+function inputs(ctx: GpuContext): Inputs {
   const n = TOKENS * HIDDEN;
-  const wBytes = HIDDEN * bytesPerElement(ctx.weightDtype);
-  const x = { buffer: random(ctx, n, "x") };
-  const y = { buffer: random(ctx, n, "y") };
-  const res = { buffer: random(ctx, n, "residual") };
-  const out = { buffer: random(ctx, n, "out") };
-  const qkv = { buffer: random(ctx, TOKENS * QKV, "qkv") };
-  const arena = new ParamArena(ctx, 64);
-  const list: Case[] = [];
+  const buffer = (count: number, label: string) => ({
+    buffer: uploadBuffer(ctx, label, randomF32(count)),
+  });
+  return {
+    n,
+    x: buffer(n, "x"),
+    y: buffer(n, "y"),
+    res: buffer(n, "residual"),
+    out: buffer(n, "out"),
+    qkv: buffer(TOKENS * QKV, "qkv"),
+    arena: new ParamArena(ctx, 64),
+  };
+}
+
+/** add and gelu_new over the [TOKENS, HIDDEN] activations. */
+function activationCases(ctx: GpuContext, io: Inputs): Case[] {
+  const { n, x, y, out, arena } = io;
   const add = new Add(ctx).bind(arena, { a: x, b: y, out });
-  list.push({ name: "add out of place", bytes: 3 * n * 4, arena, encode: (p) => add.encode(p, n) });
   const gelu = new GeluNew(ctx).bind(arena, { input: x, out });
-  list.push({ name: "gelu_new", bytes: 2 * n * 4, arena, encode: (p) => gelu.encode(p, n) });
+  return [
+    { name: "add out of place", bytes: 3 * n * 4, arena, encode: (p) => add.encode(p, n) },
+    { name: "gelu_new", bytes: 2 * n * 4, arena, encode: (p) => gelu.encode(p, n) },
+  ];
+}
+
+/** rms_norm (plain, fused residual add, per-head q/k) and layer_norm for each norm shape. */
+function normCases(ctx: GpuContext, io: Inputs): Case[] {
+  const { n, x, res, out, qkv, arena } = io;
+  const wBytes = HIDDEN * bytesPerElement(ctx.weightDtype);
   const w = weight(ctx, HIDDEN, "norm.w");
+  const qw = weight(ctx, HEAD_DIM, "q_norm");
+  const kw = weight(ctx, HEAD_DIM, "k_norm");
+  const lnBias = weight(ctx, HIDDEN, "ln.b");
+  const list: Case[] = [];
+  const add = (name: string, shape: NormShape, bytes: number, encode: Case["encode"]) =>
+    list.push({ name: `${name}, ${shapeName(shape)}`, bytes, arena, encode });
   for (const shape of NORM_SHAPES) {
     const op = new RmsNorm(ctx, shape).bind(arena, { weight: w, x, out });
-    list.push({
-      name: `rms_norm, ${shapeName(shape)}`,
-      bytes: 2 * n * 4 + wBytes,
-      arena,
-      encode: (p) => op.encode(p, TOKENS),
-    });
+    add("rms_norm", shape, 2 * n * 4 + wBytes, (p) => op.encode(p, TOKENS));
   }
   for (const shape of NORM_SHAPES) {
     const fused = new RmsNorm(ctx, shape).bind(arena, { weight: w, x, residual: res, out });
-    list.push({
-      name: `rms_norm fused add, ${shapeName(shape)}`,
-      bytes: 4 * n * 4 + wBytes,
-      arena,
-      encode: (p) => fused.encode(p, TOKENS),
-    });
+    add("rms_norm fused add", shape, 4 * n * 4 + wBytes, (p) => fused.encode(p, TOKENS));
   }
-  const qw = weight(ctx, HEAD_DIM, "q_norm");
-  const kw = weight(ctx, HEAD_DIM, "k_norm");
   for (const shape of NORM_SHAPES) {
     const rms = new RmsNorm(ctx, shape);
     const qNorm = rms.bind(arena, { weight: qw, x: qkv }, { heads: HQ, tokenStride: QKV });
@@ -107,93 +130,75 @@ function cases(ctx: GpuContext): Case[] {
       tokenStride: QKV,
       offset: HQ * HEAD_DIM,
     });
-    list.push({
-      name: `rms_norm q + k per head (2 dispatches), ${shapeName(shape)}`,
-      bytes: 2 * TOKENS * (HQ + HKV) * HEAD_DIM * 4,
-      arena,
-      encode: (p) => {
+    add(
+      "rms_norm q + k per head (2 dispatches)",
+      shape,
+      2 * TOKENS * (HQ + HKV) * HEAD_DIM * 4,
+      (p) => {
         qNorm.encode(p, TOKENS);
         kNorm.encode(p, TOKENS);
       },
-    });
+    );
   }
-  const lnBias = weight(ctx, HIDDEN, "ln.b");
   for (const shape of NORM_SHAPES) {
-    const ln = new LayerNorm(ctx, shape).bind(arena, {
-      weight: w,
-      bias: lnBias,
-      x,
-      out,
-    });
-    list.push({
-      name: `layer_norm, ${shapeName(shape)}`,
-      bytes: 2 * n * 4 + 2 * wBytes,
-      arena,
-      encode: (p) => ln.encode(p, TOKENS),
-    });
+    const ln = new LayerNorm(ctx, shape).bind(arena, { weight: w, bias: lnBias, x, out });
+    add("layer_norm", shape, 2 * n * 4 + 2 * wBytes, (p) => ln.encode(p, TOKENS));
   }
-  const table = GpuMatrix.create(ctx, "wte", VOCAB, HIDDEN, ctx.weightDtype);
-  const ids = Uint32Array.from({ length: TOKENS }, () => Math.floor(Math.random() * VOCAB));
-  const idsBuf = ctx.createBuffer("ids", ids.byteLength, STORAGE_RW);
-  ctx.device.queue.writeBuffer(idsBuf, 0, ids);
-  const emb = new Embedding(ctx).bind(arena, { ids: { buffer: idsBuf }, table, out });
-  list.push({
-    name: `embedding gather (${VOCAB}-row table)`,
-    bytes: n * (4 + bytesPerElement(ctx.weightDtype)),
-    arena,
-    encode: (p) => emb.encode(p, TOKENS),
-  });
-  const positions = Uint32Array.from({ length: TOKENS }, (_, i) => 1000 + i);
-  const posBuf = ctx.createBuffer("positions", positions.byteLength, STORAGE_RW);
-  ctx.device.queue.writeBuffer(posBuf, 0, positions);
-  const inv = ropeInvFreq(HEAD_DIM, 1e6);
-  const invBuf = ctx.createBuffer("inv_freq", inv.byteLength, STORAGE_RW);
-  ctx.device.queue.writeBuffer(invBuf, 0, inv);
-  const rope = new Rope(ctx).bind(
-    arena,
-    { qkv, positions: { buffer: posBuf }, invFreq: { buffer: invBuf } },
-    { heads: HQ + HKV, headDim: HEAD_DIM, tokenStride: QKV },
-  );
-  list.push({
-    name: "rope q + k",
-    bytes: 2 * TOKENS * (HQ + HKV) * HEAD_DIM * 4,
-    arena,
-    encode: (p) => rope.encode(p, TOKENS),
-  });
   return list;
 }
 
-const ctx = await benchContext();
-const copyGBs = await measureCopyBandwidth(ctx);
-console.log(`element-wise kernels, ${describeMachine(ctx)}; weights ${ctx.weightDtype}`);
-console.log(
-  `${TOKENS} tokens x hidden ${HIDDEN} (qkv ${QKV}); copy bandwidth ${
-    copyGBs.toFixed(1)
-  } GB/s (read + write)`,
+/** Embedding gather from a VOCAB-row table and rope on the q and k heads. */
+function gatherCases(ctx: GpuContext, io: Inputs): Case[] {
+  const { n, out, qkv, arena } = io;
+  const table = GpuMatrix.create(ctx, "wte", VOCAB, HIDDEN, ctx.weightDtype);
+  const ids = Uint32Array.from({ length: TOKENS }, () => Math.floor(Math.random() * VOCAB));
+  const emb = new Embedding(ctx).bind(arena, {
+    ids: { buffer: uploadBuffer(ctx, "ids", ids) },
+    table,
+    out,
+  });
+  const positions = Uint32Array.from({ length: TOKENS }, (_, i) => 1000 + i);
+  const rope = new Rope(ctx).bind(
+    arena,
+    {
+      qkv,
+      positions: { buffer: uploadBuffer(ctx, "positions", positions) },
+      invFreq: { buffer: uploadBuffer(ctx, "inv_freq", ropeInvFreq(HEAD_DIM, 1e6)) },
+    },
+    { heads: HQ + HKV, headDim: HEAD_DIM, tokenStride: QKV },
+  );
+  return [
+    {
+      name: `embedding gather (${VOCAB}-row table)`,
+      bytes: n * (4 + bytesPerElement(ctx.weightDtype)),
+      arena,
+      encode: (p) => emb.encode(p, TOKENS),
+    },
+    {
+      name: "rope q + k",
+      bytes: 2 * TOKENS * (HQ + HKV) * HEAD_DIM * 4,
+      arena,
+      encode: (p) => rope.encode(p, TOKENS),
+    },
+  ];
+}
+
+const { ctx, copyGBs } = await openKernelBench(
+  "element-wise kernels",
+  { detail: (c) => `; weights ${c.weightDtype}` },
 );
-const all = cases(ctx);
+console.log(`${TOKENS} tokens x hidden ${HIDDEN} (qkv ${QKV}); ${copyBandwidthText(copyGBs)}`);
+const io = inputs(ctx);
+const all = [...activationCases(ctx, io), ...normCases(ctx, io), ...gatherCases(ctx, io)];
 for (const c of all) {
-  const t = await timeGpu(ctx, c.encode, { arena: c.arena, warmup: 2, repeats: 10 });
+  const t = await timeCase(ctx, () => c, { warmup: 2, repeats: 10 });
   console.log(
-    `  ${c.name}: ${t.medianMs.toFixed(3)} ms median (min ${t.minMs.toFixed(3)}), ` +
+    `  ${c.name}: ${medianText(t, 3)}, ` +
       `${(c.bytes / (t.medianMs * 1e6)).toFixed(1)} GB/s vs copy ${copyGBs.toFixed(1)} GB/s ` +
       `(${t.method})`,
   );
 }
 
 for (const c of all) {
-  Deno.bench({
-    name: `${c.name}, ${TOKENS} x ${HIDDEN} (host clock, one submission)`,
-    n: 3,
-    warmup: 1,
-    async fn() {
-      const encoder = ctx.device.createCommandEncoder();
-      const pass = encoder.beginComputePass();
-      c.encode(pass);
-      pass.end();
-      c.arena.flush();
-      ctx.device.queue.submit([encoder.finish()]);
-      await ctx.device.queue.onSubmittedWorkDone();
-    },
-  });
+  benchSubmission(ctx, `${c.name}, ${TOKENS} x ${HIDDEN} (host clock, one submission)`, c);
 }

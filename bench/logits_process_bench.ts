@@ -28,47 +28,28 @@ import {
   TopLogprobs,
   topLogprobsWorkgroupFor,
 } from "../kernels/top_logprobs.ts";
-import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
+import {
+  benchSubmission,
+  copyBandwidthText,
+  type KernelCase,
+  lcg,
+  medianText,
+  normalLogits,
+  openKernelBench,
+  timeCase,
+  uploadBuffer,
+} from "./lib/kernel_bench.ts";
 
 const VOCAB = 151936;
 const BATCH = 32;
 const PROMPT = 512;
 const OUTPUT = 256;
 
-let state = 12345;
-/** Deterministic uniform [0, 1). */
-function next(): number {
-  state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-  return (state + 0.5) / 4294967296;
-}
+/** Deterministic uniform (0, 1), shared by the logits and the token lists (in that order). */
+const next = lcg(12345);
 const token = () => Math.floor(next() * VOCAB);
 
-/** Deterministic N(0, 2) logits. */
-function makeLogits(rows: number): Float32Array<ArrayBuffer> {
-  const out = new Float32Array(rows * VOCAB);
-  for (let i = 0; i < out.length; i++) {
-    out[i] = 2 * Math.sqrt(-2 * Math.log(next())) * Math.cos(2 * Math.PI * next());
-  }
-  return out;
-}
-
-function storage(
-  ctx: GpuContext,
-  label: string,
-  data: Uint32Array<ArrayBuffer> | Float32Array<ArrayBuffer>,
-): GPUBuffer {
-  const buffer = ctx.createBuffer(label, Math.max(data.byteLength, 4), STORAGE_RW);
-  ctx.device.queue.writeBuffer(buffer, 0, data);
-  return buffer;
-}
-
-interface Case {
-  arena: ParamArena;
-  encode: (pass: GPUComputePassEncoder) => void;
-  destroy: () => void;
-}
-
-function processCase(ctx: GpuContext, logits: GPUBuffer, on: boolean): Case {
+function processCase(ctx: GpuContext, logits: GPUBuffer, on: boolean): KernelCase {
   const params: LogitsProcessParams[] = Array.from(
     { length: BATCH },
     (): LogitsProcessParams =>
@@ -88,10 +69,10 @@ function processCase(ctx: GpuContext, logits: GPUBuffer, on: boolean): Case {
   );
   const packed = packLogitsProcess(params);
   const buffers = [
-    storage(ctx, "params", packed.params),
-    storage(ctx, "tokens", packed.tokens),
-    storage(ctx, "bias", packed.bias),
-    storage(ctx, "sampled", Uint32Array.from({ length: BATCH }, token)),
+    uploadBuffer(ctx, "params", packed.params),
+    uploadBuffer(ctx, "tokens", packed.tokens),
+    uploadBuffer(ctx, "bias", packed.bias),
+    uploadBuffer(ctx, "sampled", Uint32Array.from({ length: BATCH }, token)),
     ctx.createBuffer("table", packed.tableWords * 4, STORAGE_RW),
   ] as const;
   const arena = new ParamArena(ctx, 1);
@@ -113,9 +94,9 @@ function processCase(ctx: GpuContext, logits: GPUBuffer, on: boolean): Case {
   };
 }
 
-function topCase(ctx: GpuContext, logits: GPUBuffer, workgroup: number): Case {
+function topCase(ctx: GpuContext, logits: GPUBuffer, workgroup: number): KernelCase {
   const buffers = [
-    storage(ctx, "counts", packTopLogprobCounts(Array(BATCH).fill(TOP_LOGPROBS_MAX))),
+    uploadBuffer(ctx, "counts", packTopLogprobCounts(Array(BATCH).fill(TOP_LOGPROBS_MAX))),
     ctx.createBuffer("ids", BATCH * TOP_LOGPROBS_MAX * 4, STORAGE_RW),
     ctx.createBuffer("logprobs", BATCH * TOP_LOGPROBS_MAX * 4, STORAGE_RW),
   ] as const;
@@ -136,67 +117,34 @@ function topCase(ctx: GpuContext, logits: GPUBuffer, workgroup: number): Case {
   };
 }
 
-const ctx = await benchContext();
-const bandwidth = await measureCopyBandwidth(ctx);
-console.log(`logits_process / top_logprobs, ${describeMachine(ctx)}`);
-console.log(
-  `vocab ${VOCAB}, batch ${BATCH}; copy bandwidth ${bandwidth.toFixed(1)} GB/s (read + write)`,
-);
-const logits = storage(ctx, "logits", makeLogits(BATCH));
+const { ctx, copyGBs } = await openKernelBench("logits_process / top_logprobs");
+console.log(`vocab ${VOCAB}, batch ${BATCH}; ${copyBandwidthText(copyGBs)}`);
+const logits = uploadBuffer(ctx, "logits", normalLogits(BATCH, VOCAB, next));
 
 for (const on of [true, false]) {
-  const c = processCase(ctx, logits, on);
-  try {
-    const t = await timeGpu(ctx, c.encode, { arena: c.arena, warmup: 1, repeats: 5 });
-    const what = on
-      ? `all penalties, ${PROMPT} prompt + ${OUTPUT} output tokens, 10 biases`
-      : "everything off (skip)";
-    console.log(
-      `  logits_process ${what}: ${t.medianMs.toFixed(3)} ms median ` +
-        `(min ${t.minMs.toFixed(3)}), ${
-          (t.medianMs * 1000 / BATCH).toFixed(1)
-        } us/seq (${t.method})`,
-    );
-  } finally {
-    c.destroy();
-  }
+  const t = await timeCase(ctx, () => processCase(ctx, logits, on), { warmup: 1, repeats: 5 });
+  const what = on
+    ? `all penalties, ${PROMPT} prompt + ${OUTPUT} output tokens, 10 biases`
+    : "everything off (skip)";
+  console.log(
+    `  logits_process ${what}: ${medianText(t, 3)}, ` +
+      `${(t.medianMs * 1000 / BATCH).toFixed(1)} us/seq (${t.method})`,
+  );
 }
 
 const chosen = topLogprobsWorkgroupFor(ctx);
 for (const wg of [chosen, ...[16, 32, 64, 128].filter((w) => w !== chosen)]) {
-  const c = topCase(ctx, logits, wg);
-  try {
-    const t = await timeGpu(ctx, c.encode, { arena: c.arena, warmup: 1, repeats: 3 });
-    const gbs = (BATCH * VOCAB * 4) / (t.medianMs * 1e6);
-    console.log(
-      `  top_logprobs n ${TOP_LOGPROBS_MAX} [wg ${wg}${wg === chosen ? ", chosen" : ""}]: ` +
-        `${t.medianMs.toFixed(2)} ms median (min ${t.minMs.toFixed(2)}), ` +
-        `${(t.medianMs / BATCH).toFixed(3)} ms/row, logits read once at ${
-          gbs.toFixed(1)
-        } GB/s (${t.method})`,
-    );
-  } finally {
-    c.destroy();
-  }
+  const t = await timeCase(ctx, () => topCase(ctx, logits, wg), { warmup: 1, repeats: 3 });
+  const gbs = (BATCH * VOCAB * 4) / (t.medianMs * 1e6);
+  console.log(
+    `  top_logprobs n ${TOP_LOGPROBS_MAX} [wg ${wg}${wg === chosen ? ", chosen" : ""}]: ` +
+      `${medianText(t, 2)}, ${(t.medianMs / BATCH).toFixed(3)} ms/row, ` +
+      `logits read once at ${gbs.toFixed(1)} GB/s (${t.method})`,
+  );
 }
 
-const benches: [string, Case][] = [
+const benches: [string, KernelCase][] = [
   ["logits_process batch 32, all penalties", processCase(ctx, logits, true)],
   ["top_logprobs batch 32, n 20", topCase(ctx, logits, chosen)],
 ];
-for (const [name, c] of benches) {
-  Deno.bench({
-    name: `${name} (host clock, one submission)`,
-    n: 3,
-    warmup: 1,
-    async fn() {
-      const encoder = ctx.device.createCommandEncoder();
-      const pass = encoder.beginComputePass();
-      c.encode(pass);
-      pass.end();
-      c.arena.flush();
-      ctx.device.queue.submit([encoder.finish()]);
-      await ctx.device.queue.onSubmittedWorkDone();
-    },
-  });
-}
+for (const [name, c] of benches) benchSubmission(ctx, `${name} (host clock, one submission)`, c);

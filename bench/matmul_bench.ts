@@ -18,6 +18,7 @@
  * @module
  */
 
+import { benchSubmission } from "./lib/kernel_bench.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 import { STORAGE_RW } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
@@ -131,17 +132,11 @@ for (const dtype of DTYPES) {
     const y = ctx.createBuffer("y", shape.n * 4, STORAGE_RW);
     const arena = new ParamArena(ctx, weight.parts.length);
     const op = matmul.bind(arena, { x: { buffer: x }, weight, y: { buffer: y } });
-    Deno.bench({
-      name: `matmul decode M=1 ${shape.name} ${dtype} (host time, incl. ~10 ms wait)`,
-      fn: async () => {
-        const encoder = ctx.device.createCommandEncoder();
-        const pass = encoder.beginComputePass();
-        op.encode(pass, 1);
-        pass.end();
-        arena.flush();
-        ctx.device.queue.submit([encoder.finish()]);
-        await ctx.device.queue.onSubmittedWorkDone();
-      },
-    });
+    benchSubmission(
+      ctx,
+      `matmul decode M=1 ${shape.name} ${dtype} (host time, incl. ~10 ms wait)`,
+      { arena, encode: (pass) => op.encode(pass, 1) },
+      {},
+    );
   }
 }

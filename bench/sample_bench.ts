@@ -26,7 +26,17 @@ import {
   type SampleVariant,
   sampleVariantFor,
 } from "../kernels/sample.ts";
-import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
+import {
+  benchSubmission,
+  copyBandwidthText,
+  type KernelCase,
+  lcg,
+  medianText,
+  normalLogits,
+  openKernelBench,
+  timeCase,
+  uploadBuffer,
+} from "./lib/kernel_bench.ts";
 
 const VOCAB = 151936;
 const BATCHES = [1, 8, 32] as const;
@@ -39,15 +49,8 @@ const MODES: readonly { name: string; params: SampleParams; peaked: boolean }[] 
 
 /** Deterministic N(0, 2) logits (plus 16 spikes per row when `peaked`). */
 function makeLogits(rows: number, peaked: boolean): Float32Array<ArrayBuffer> {
-  let state = 12345;
-  const next = () => {
-    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-    return (state + 0.5) / 4294967296;
-  };
-  const out = new Float32Array(rows * VOCAB);
-  for (let i = 0; i < out.length; i++) {
-    out[i] = 2 * Math.sqrt(-2 * Math.log(next())) * Math.cos(2 * Math.PI * next());
-  }
+  const next = lcg(12345);
+  const out = normalLogits(rows, VOCAB, next);
   if (peaked) {
     for (let r = 0; r < rows; r++) {
       for (let j = 0; j < 16; j++) out[r * VOCAB + Math.floor(next() * VOCAB)] = 12 + j / 4;
@@ -61,19 +64,16 @@ function setup(
   rows: number,
   mode: typeof MODES[number],
   variant: SampleVariant,
-) {
-  const logits = makeLogits(rows, mode.peaked);
+): KernelCase {
   const params = packSampleParams(
     Array.from({ length: rows }, (_, s) => ({ ...mode.params, seed: 7, counter: s })),
   );
   const buffers = [
-    ctx.createBuffer("logits", logits.byteLength, STORAGE_RW),
-    ctx.createBuffer("params", params.byteLength, STORAGE_RW),
+    uploadBuffer(ctx, "logits", makeLogits(rows, mode.peaked)),
+    uploadBuffer(ctx, "params", new Uint8Array(params)),
     ctx.createBuffer("tokens", rows * 4, STORAGE_RW),
     ctx.createBuffer("logprobs", rows * 4, STORAGE_RW),
   ] as const;
-  ctx.device.queue.writeBuffer(buffers[0], 0, logits);
-  ctx.device.queue.writeBuffer(buffers[1], 0, params);
   const arena = new ParamArena(ctx, 1);
   const op = new Sample(ctx, variant).bind(arena, {
     logits: { buffer: buffers[0] },
@@ -83,7 +83,7 @@ function setup(
   });
   return {
     arena,
-    encode: (pass: GPUComputePassEncoder) => op.encode(pass, rows, VOCAB),
+    encode: (pass) => op.encode(pass, rows, VOCAB),
     destroy: () => {
       for (const b of buffers) b.destroy();
       arena.destroy();
@@ -91,26 +91,19 @@ function setup(
   };
 }
 
-const ctx = await benchContext();
-const bandwidth = await measureCopyBandwidth(ctx);
+const { ctx, copyGBs } = await openKernelBench("sample");
 const chosen = sampleVariantFor(ctx);
-console.log(`sample, ${describeMachine(ctx)}`);
-console.log(`vocab ${VOCAB}; copy bandwidth ${bandwidth.toFixed(1)} GB/s (read + write)`);
+console.log(`vocab ${VOCAB}; ${copyBandwidthText(copyGBs)}`);
 
 async function report(rows: number, mode: typeof MODES[number], variant: SampleVariant) {
-  const s = setup(ctx, rows, mode, variant);
-  try {
-    const t = await timeGpu(ctx, s.encode, { arena: s.arena, warmup: 1, repeats: 3 });
-    const gbs = (rows * VOCAB * 4) / (t.medianMs * 1e6);
-    console.log(
-      `  batch ${String(rows).padStart(2)} ${mode.name.padEnd(16)} ` +
-        `[wg ${variant.workgroup}, nb ${variant.buckets}]: ${t.medianMs.toFixed(2)} ms median ` +
-        `(min ${t.minMs.toFixed(2)}), ${(t.medianMs / rows).toFixed(3)} ms/row, ` +
-        `logits read once at ${gbs.toFixed(1)} GB/s (${t.method})`,
-    );
-  } finally {
-    s.destroy();
-  }
+  const t = await timeCase(ctx, () => setup(ctx, rows, mode, variant), { warmup: 1, repeats: 3 });
+  const gbs = (rows * VOCAB * 4) / (t.medianMs * 1e6);
+  console.log(
+    `  batch ${String(rows).padStart(2)} ${mode.name.padEnd(16)} ` +
+      `[wg ${variant.workgroup}, nb ${variant.buckets}]: ${medianText(t, 2)}, ` +
+      `${(t.medianMs / rows).toFixed(3)} ms/row, ` +
+      `logits read once at ${gbs.toFixed(1)} GB/s (${t.method})`,
+  );
 }
 
 for (const rows of BATCHES) {
@@ -126,19 +119,6 @@ if (Deno.env.get("SAMPLE_SWEEP") === "1") {
 }
 
 for (const mode of MODES) {
-  const s = setup(ctx, 8, mode, chosen);
-  Deno.bench({
-    name: `sample batch 8 ${mode.name} (host clock, one submission)`,
-    n: 3,
-    warmup: 1,
-    async fn() {
-      const encoder = ctx.device.createCommandEncoder();
-      const pass = encoder.beginComputePass();
-      s.encode(pass);
-      pass.end();
-      s.arena.flush();
-      ctx.device.queue.submit([encoder.finish()]);
-      await ctx.device.queue.onSubmittedWorkDone();
-    },
-  });
+  const name = `sample batch 8 ${mode.name} (host clock, one submission)`;
+  benchSubmission(ctx, name, setup(ctx, 8, mode, chosen));
 }

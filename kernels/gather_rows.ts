@@ -1,15 +1,13 @@
 /**
- * `gather_rows`: `out[i] = src[indices[i]]` row by row. See `gather_rows.wgsl` for bindings and
- * grid.
+ * `gather_rows`: `out[i] = src[indices[i]]` row by row: an {@linkcode Elementwise} op (one
+ * invocation per output element). See `gather_rows.wgsl` for bindings and grid.
  *
  * @module
  */
 
 import source from "./gather_rows.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
-import type { ParamArena } from "../gpu/params.ts";
-import { CallSite } from "./call_site.ts";
-import { groupsFor } from "./dispatch.ts";
+import { Elementwise, type ElementwiseOp, type ElementwiseSpec } from "./elementwise.ts";
 
 /** Buffers of one `gather_rows` call site; fixed for the op's lifetime. */
 export interface GatherRowsBuffers {
@@ -21,35 +19,21 @@ export interface GatherRowsBuffers {
   readonly out: GPUBufferBinding;
 }
 
-/** The compiled `gather_rows` pipeline; {@linkcode GatherRows.bind} makes call sites. */
-export class GatherRows {
-  readonly #ctx: GpuContext;
-  readonly #pipeline: GPUComputePipeline;
+const SPEC: ElementwiseSpec<GatherRowsBuffers> = {
+  name: "gather_rows",
+  source,
+  bindings: (b) => [b.src, b.indices, b.out],
+};
 
+/**
+ * The compiled `gather_rows` pipeline; `bind` makes call sites, whose
+ * `encode(pass, rows, cols)` copies `rows` rows of width `cols`.
+ */
+export class GatherRows extends Elementwise<GatherRowsBuffers, [rows: number, cols: number]> {
   constructor(ctx: GpuContext) {
-    this.#ctx = ctx;
-    this.#pipeline = ctx.pipeline("gather_rows", () => source);
-  }
-
-  /** Creates a call site: its bind group and parameter slot are made once, here. */
-  bind(arena: ParamArena, buffers: GatherRowsBuffers): GatherRowsOp {
-    return new GatherRowsOp(
-      new CallSite(this.#ctx, arena, this.#pipeline, "gather_rows", [
-        buffers.src,
-        buffers.indices,
-        buffers.out,
-      ]),
-    );
+    super(ctx, SPEC);
   }
 }
 
-/** One `gather_rows` call site. */
-export class GatherRowsOp {
-  constructor(private readonly site: CallSite) {}
-
-  /** Encodes the copy of `rows` rows of width `cols`. */
-  encode(pass: GPUComputePassEncoder, rows: number, cols: number): void {
-    this.site.slot.setU32(0, rows, cols);
-    this.site.dispatch(pass, groupsFor(rows * cols, 256));
-  }
-}
+/** One `gather_rows` call site: `encode(pass, rows, cols)`. */
+export type GatherRowsOp = ElementwiseOp<[rows: number, cols: number]>;

@@ -2,14 +2,15 @@
 //   out[i, c] = src[indices[i] * cols + c]      for i < rows, c < cols
 // The engine uses it to pick the last token of each sequence that samples this step out of the
 // [tokens, hidden] residual stream before the final norm and the LM head (logits are computed
-// only for rows that are sampled).
+// only for rows that are sampled). kernels/elementwise.ts appends elementwise.wgsl, the entry
+// point `main` that calls element(i) for i < rows * cols.
 //
 // Bindings (group 0):
 //   0 src     : storage read   array<f32>  [src_rows, cols]
 //   1 indices : storage read   array<u32>  [rows]   (each < src_rows)
 //   2 out     : storage rw     array<f32>  [rows, cols]
 //   3 p       : uniform        Params
-// Workgroup: 256 invocations, one output element each.
+// Workgroup: 256 invocations, one output element each (elementwise.wgsl).
 // Dispatch:  ceil(rows * cols / 256) workgroups as a 1-D grid folded into (x, y)
 //            (kernels/dispatch.ts dispatch1d).
 
@@ -23,16 +24,11 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
-@compute @workgroup_size(256)
-fn main(
-  @builtin(workgroup_id) wid: vec3u,
-  @builtin(num_workgroups) nwg: vec3u,
-  @builtin(local_invocation_index) lid: u32,
-) {
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
-  if (i >= p.rows * p.cols) {
-    return;
-  }
+fn element_count() -> u32 {
+  return p.rows * p.cols;
+}
+
+fn element(i: u32) {
   let r = i / p.cols;
   let c = i - r * p.cols;
   out[i] = src[indices[r] * p.cols + c];

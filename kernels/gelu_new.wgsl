@@ -2,16 +2,17 @@
 //   out[i] = 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))),  x = inp[i]
 // The tanh argument is clamped to [-15, 15] (tanh is +-1 in f32 there) so implementations that
 // compute tanh through exp() cannot overflow to inf / inf = NaN.
-// Out of place or in place; the TS wrapper (kernels/gelu_new.ts) prepends ONE of these
-// preludes, which declare the bindings and `store_out`:
+// Out of place or in place. kernels/elementwise.ts prepends ONE of two preludes, which declare
+// the bindings and `store_out`:
 //   out of place: 0 inp : storage read array<f32> [count]; 1 out : storage rw array<f32> [count]
 //   in place:     0 inp : storage rw   array<f32> [count], also the output
+// and appends elementwise.wgsl, the entry point `main` that calls element(i) for i < count.
 //
 // Bindings (group 0):
 //   0 inp : storage read (rw in place)  array<f32>  [count]
 //   1 out : storage rw (out of place)   array<f32>  [count]
 //   2 p   : uniform                     Params
-// Workgroup: 256 invocations, one element each.
+// Workgroup: 256 invocations, one element each (elementwise.wgsl).
 // Dispatch:  ceil(count / 256) workgroups as a 1-D grid folded into (x, y)
 //            (kernels/dispatch.ts dispatch1d).
 
@@ -23,16 +24,11 @@ struct Params {
 
 const SQRT_2_OVER_PI: f32 = 0.7978845608028654;
 
-@compute @workgroup_size(256)
-fn main(
-  @builtin(workgroup_id) wid: vec3u,
-  @builtin(num_workgroups) nwg: vec3u,
-  @builtin(local_invocation_index) lid: u32,
-) {
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
-  if (i >= p.count) {
-    return;
-  }
+fn element_count() -> u32 {
+  return p.count;
+}
+
+fn element(i: u32) {
   let x = inp[i];
   let u = clamp(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), -15.0, 15.0);
   store_out(i, 0.5 * x * (1.0 + tanh(u)));

@@ -2,8 +2,9 @@
 //   y[t, j] = (x[t, j] - mean_t) / sqrt(var_t + eps) * w[j] + b[j],  j in [0, cols)
 // mean and the (biased) variance are computed in two passes over the row in f32:
 // mean = sum(x) / cols, var = sum((x - mean)^2) / cols. Weights are WT (f16 or f32, from
-// weightPrelude), converted to f32. The prelude also defines the shape constants ROW_THREADS
-// and ROWS_PER_WG (see Workgroup).
+// weightPrelude), converted to f32. The prelude (kernels/layer_norm.ts) also defines the shape
+// constants ROW_THREADS and ROWS_PER_WG (see Workgroup) and norm_rows.wgsl (row_sum, the
+// reduction across a row's lanes, and its workgroup memory).
 //
 // Bindings (group 0):
 //   0 p   : uniform       Params
@@ -13,9 +14,9 @@
 //   4 out : storage rw    array<f32>  [rows, cols]
 // Workgroup: ROW_THREADS * ROWS_PER_WG invocations (powers of two): each of ROWS_PER_WG rows
 //            gets ROW_THREADS invocations, lane l handling columns l, l + ROW_THREADS, ...;
-//            partial sums meet in workgroup memory (three barriers per reduction). With
-//            ROW_THREADS = 1 (the choice on CPU adapters) an invocation owns a whole row and
-//            there is no barrier.
+//            partial sums meet in workgroup memory (two barriers per reduction, one between
+//            them). With ROW_THREADS = 1 (the choice on CPU adapters) an invocation owns a whole
+//            row and there is no barrier.
 // Dispatch:  ceil(rows / ROWS_PER_WG) workgroups as a 1-D grid folded into (x, y)
 //            (kernels/dispatch.ts dispatch1d).
 
@@ -31,31 +32,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-var<workgroup> partial: array<f32, ROW_THREADS * ROWS_PER_WG>;
-var<workgroup> row_value: array<f32, ROWS_PER_WG>;
-
-// Sum over the ROW_THREADS lanes of one row, returned to all of them: lane 0 adds the partials
-// (O(ROW_THREADS), where every lane summing would be O(ROW_THREADS^2), slow on CPU adapters).
-// Must be called in uniform control flow; with ROW_THREADS = 1 it is the identity.
-fn row_sum(v: f32, lid: u32, local_row: u32, lane: u32) -> f32 {
-  if (ROW_THREADS == 1u) {
-    return v;
-  }
-  partial[lid] = v;
-  workgroupBarrier();
-  if (lane == 0u) {
-    var total = 0.0;
-    for (var j = 0u; j < ROW_THREADS; j++) {
-      total += partial[lid + j];
-    }
-    row_value[local_row] = total;
-  }
-  workgroupBarrier();
-  let total = row_value[local_row];
-  // The next call overwrites partial / row_value: wait until every lane has read them.
-  workgroupBarrier();
-  return total;
-}
+// row_lane, row_sum, row_barrier and their workgroup memory: norm_rows.wgsl (prepended).
 
 @compute @workgroup_size(ROW_THREADS * ROWS_PER_WG)
 fn main(
@@ -63,12 +40,11 @@ fn main(
   @builtin(num_workgroups) nwg: vec3u,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let local_row = lid / ROW_THREADS;
-  let lane = lid - local_row * ROW_THREADS;
-  let row = (wid.x + wid.y * nwg.x) * ROWS_PER_WG + local_row;
+  let at = row_lane(wid, nwg, lid);
+  let lane = at.lane;
   // No early return: with ROW_THREADS > 1 every invocation must reach the barriers.
-  let in_range = row < p.rows;
-  let base = row * p.cols;
+  let in_range = at.row < p.rows;
+  let base = at.row * p.cols;
   let n = f32(p.cols);
 
   var s = 0.0;
@@ -77,7 +53,8 @@ fn main(
       s += x[base + c];
     }
   }
-  let mean = row_sum(s, lid, local_row, lane) / n;
+  let mean = row_sum(s, at) / n;
+  row_barrier();
 
   var sq = 0.0;
   if (in_range) {
@@ -86,7 +63,7 @@ fn main(
       sq += d * d;
     }
   }
-  let inv_std = inverseSqrt(row_sum(sq, lid, local_row, lane) / n + p.eps);
+  let inv_std = inverseSqrt(row_sum(sq, at) / n + p.eps);
   if (in_range) {
     for (var c = lane; c < p.cols; c += ROW_THREADS) {
       out[base + c] = (x[base + c] - mean) * inv_std * f32(w[c]) + f32(b[c]);

@@ -30,6 +30,7 @@
  */
 
 import source from "./logits_process.wgsl" with { type: "text" };
+import { logitRowSource } from "./logit_row.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { CallSite } from "./call_site.ts";
@@ -253,7 +254,7 @@ export class LogitsProcess {
 
   constructor(ctx: GpuContext) {
     this.#ctx = ctx;
-    this.#pipeline = ctx.pipeline("logits_process", () => source);
+    this.#pipeline = ctx.pipeline("logits_process", () => logitRowSource(source));
   }
 
   /** Creates a call site: its bind group and parameter slot are made once, here. */

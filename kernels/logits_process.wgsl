@@ -37,6 +37,8 @@
 // Limits: an invocation runs about 8 * (prompt_len + output_len) / WG loop iterations; Mesa
 // lavapipe silently ends loops after 65535 iterations per invocation, so lists stay below ~500k
 // tokens there.
+// Prelude (kernels/logits_process.ts): logit_row.wgsl (mix32, which spreads token ids over the
+// table).
 // Workgroup: WG (64) invocations, one workgroup per sequence; threads stride over the lists.
 // Dispatch:  num_seqs workgroups as a 1-D grid folded into (x, y) (kernels/dispatch.ts dispatch1d).
 
@@ -73,17 +75,6 @@ const IN_PROMPT: u32 = 0x80000000u;
 @group(0) @binding(4) var<storage, read> sampled: array<u32>;
 @group(0) @binding(5) var<storage, read_write> table: array<atomic<u32>>;
 @group(0) @binding(6) var<uniform> p: Params;
-
-/// 32-bit integer finaliser (bijective): spreads token ids over the table.
-fn mix32(x: u32) -> u32 {
-  var h = x;
-  h ^= h >> 16u;
-  h *= 0x7feb352du;
-  h ^= h >> 15u;
-  h *= 0x846ca68bu;
-  h ^= h >> 16u;
-  return h;
-}
 
 /// The token id of a list entry, resolving references to `sampled`.
 fn resolve(entry: u32) -> u32 {

@@ -7,10 +7,11 @@
 // barriers are costly, which is why this kernel has neither shared memory nor barriers; it is
 // the CPU policy's kernel for decode and prefill (see kernels/matmul.ts).
 //
-// Prelude (prepended by kernels/matmul.ts): `const MB: u32` (X rows per invocation),
+// Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32` (X rows per invocation),
 // `const RN: u32` (W rows per invocation, 4), `const WG: u32` (workgroup size), the weight
-// binding `w` with `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are read as packed u32 pairs)
-// and `fn bias_at(n: u32) -> f32` (with the bias binding when there is one).
+// binding `w` with `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are read as packed u32 pairs),
+// `fn bias_at(n: u32) -> f32` (with the bias binding when there is one), matmul_x.wgsl (binding
+// x, load_x4, load_x4_tail) and matmul_io.wgsl (Params, bindings y and p, store_y).
 //
 // Bindings (group 0):
 //   0 x    : storage read  array<f32>               [M, K], row stride K
@@ -23,23 +24,8 @@
 // Dispatch:  ceil(rows / (WG * RN)) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x,
 //            count p.groups_n), times ceil(M / MB) in z.
 
-struct Params {
-  m: u32,
-  rows: u32,
-  k: u32,
-  k4: u32,
-  ldy: u32,
-  n0: u32,
-  groups_n: u32,
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
-
-fn load_x4(base: u32) -> vec4<f32> {
-  return vec4<f32>(x[base], x[base + 1u], x[base + 2u], x[base + 3u]);
-}
+// Params, the bindings x, y, p, load_x4(_tail) and store_y: matmul_x.wgsl, matmul_io.wgsl
+// (prepended).
 
 @compute @workgroup_size(WG)
 fn main(
@@ -88,13 +74,7 @@ fn main(
       wv[r] = load_w4(wbase[r] + full);
     }
     for (var i = 0u; i < MB; i++) {
-      let b = xbase[i] + full * 4u;
-      let xv = vec4<f32>(
-        x[b],
-        select(0.0, x[b + 1u], rem > 1u),
-        select(0.0, x[b + 2u], rem > 2u),
-        0.0,
-      );
+      let xv = load_x4_tail(xbase[i] + full * 4u, rem);
       for (var r = 0u; r < RN; r++) {
         acc[i][r] += dot(xv, wv[r]);
       }
@@ -108,7 +88,7 @@ fn main(
     for (var r = 0u; r < RN; r++) {
       let n = row0 + r;
       if (n < p.rows) {
-        y[m * p.ldy + p.n0 + n] = acc[i][r] + bias_at(p.n0 + n);
+        store_y(m, n, acc[i][r]);
       }
     }
   }

@@ -7,9 +7,11 @@
 // decode kernel; on a CPU (lavapipe) its barriers make it several times slower than
 // matmul_blocked (see kernels/matmul.ts).
 //
-// Prelude (prepended by kernels/matmul.ts): `const MB: u32` (X rows per workgroup),
+// Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32` (X rows per workgroup),
 // `const TPR: u32` (invocations per row, a power of two), `const RPW: u32` (rows per workgroup),
-// the weight binding `w` with `fn load_w4(i: u32) -> vec4<f32>` and `fn bias_at(n: u32) -> f32`.
+// the weight binding `w` with `fn load_w4(i: u32) -> vec4<f32>`, `fn bias_at(n: u32) -> f32`,
+// matmul_x.wgsl (binding x, load_x4, load_x4_tail) and matmul_io.wgsl (Params, bindings y and
+// p, store_y).
 //
 // Bindings (group 0):
 //   0 x    : storage read  array<f32>               [M, K], row stride K
@@ -22,19 +24,8 @@
 // Dispatch:  ceil(rows / RPW) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
 //            p.groups_n), times ceil(M / MB) in z.
 
-struct Params {
-  m: u32,
-  rows: u32,
-  k: u32,
-  k4: u32,
-  ldy: u32,
-  n0: u32,
-  groups_n: u32,
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
+// Params, the bindings x, y, p, load_x4(_tail) and store_y: matmul_x.wgsl, matmul_io.wgsl
+// (prepended).
 
 var<workgroup> partial: array<array<f32, TPR * RPW>, MB>;
 
@@ -63,8 +54,7 @@ fn main(
   for (var q = t; q < full; q += TPR) {
     let wv = load_w4(row * p.k4 + q);
     for (var i = 0u; i < MB; i++) {
-      let b = xbase[i] + q * 4u;
-      acc[i] += dot(vec4<f32>(x[b], x[b + 1u], x[b + 2u], x[b + 3u]), wv);
+      acc[i] += dot(load_x4(xbase[i] + q * 4u), wv);
     }
   }
   // K tail (one partial vec4): weight padding is zero, X past K is masked to zero.
@@ -72,14 +62,7 @@ fn main(
     let rem = p.k - full * 4u;
     let wv = load_w4(row * p.k4 + full);
     for (var i = 0u; i < MB; i++) {
-      let b = xbase[i] + full * 4u;
-      let xv = vec4<f32>(
-        x[b],
-        select(0.0, x[b + 1u], rem > 1u),
-        select(0.0, x[b + 2u], rem > 2u),
-        0.0,
-      );
-      acc[i] += dot(xv, wv);
+      acc[i] += dot(load_x4_tail(xbase[i] + full * 4u, rem), wv);
     }
   }
   for (var i = 0u; i < MB; i++) {
@@ -98,7 +81,7 @@ fn main(
     for (var i = 0u; i < MB; i++) {
       let m = m0 + i;
       if (m < p.m) {
-        y[m * p.ldy + p.n0 + n] = partial[i][slot] + bias_at(p.n0 + n);
+        store_y(m, n, partial[i][slot]);
       }
     }
   }

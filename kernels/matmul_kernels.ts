@@ -30,6 +30,8 @@ import blockedSource from "./matmul_blocked.wgsl" with { type: "text" };
 import unrolledSource from "./matmul_unrolled.wgsl" with { type: "text" };
 import unrolledQuantSource from "./matmul_unrolled_q.wgsl" with { type: "text" };
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
+import ioSource from "./matmul_io.wgsl" with { type: "text" };
+import xSource from "./matmul_x.wgsl" with { type: "text" };
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
@@ -227,8 +229,10 @@ function biasBinding(bias: boolean): string {
 
 /**
  * The WGSL source of `variant` for `mb` rows of X per invocation (`tiled` ignores `mb`), weights
- * of `format` (f16 / f32, or int8 / int4 dequantized in registers: `w' = q * scale`), with or without bias, X read as vec4s (`unrolled`, when K % 4 == 0); the bindings
- * are prepended to the kernel file.
+ * of `format` (f16 / f32, or int8 / int4 dequantized in registers: `w' = q * scale`), with or
+ * without bias, X read as vec4s (`unrolled`, when K % 4 == 0). Prepended to the kernel file: the
+ * X binding (`matmul_x.wgsl`, or `unrolled`'s own), the weight and bias bindings, the constants,
+ * and `matmul_io.wgsl` (Params, the Y and parameter bindings, `store_y`), shared by every kernel.
  */
 export function kernelSource(
   variant: MatmulVariant,
@@ -243,10 +247,10 @@ export function kernelSource(
     : quant === null
     ? weightBinding8(format)
     : quantWeightBinding8(quant);
-  const prelude = (variant === "unrolled" ? xBinding8(xVec4) : "") + w + biasBinding(bias);
+  const prelude = (variant === "unrolled" ? xBinding8(xVec4) : xSource) + w + biasBinding(bias);
   const kernel = (consts: Record<string, number>, source: string, rowsPerGroup: number) => ({
     code: prelude + Object.entries(consts).map(([k, v]) => `const ${k} = ${v}u;\n`).join("") +
-      source,
+      ioSource + source,
     rowsPerGroup,
     mPerGroup: consts.MB ?? consts.WY! * consts.TM!,
   });

@@ -7,9 +7,10 @@
 // columns tx + j * WX of the tile (strided, so neighbouring invocations read neighbouring
 // workgroup words). Out-of-range rows, columns and the K tail load zeros.
 //
-// Prelude (prepended by kernels/matmul.ts): `const TM, TN, WX, WY, BK: u32` (BK % 4 == 0), the
-// weight binding `w` with `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are read as packed u32
-// pairs) and `fn bias_at(n: u32) -> f32` (with the bias binding when there is one).
+// Prelude (prepended by kernels/matmul_kernels.ts): `const TM, TN, WX, WY, BK: u32`
+// (BK % 4 == 0), the weight binding `w` with `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are
+// read as packed u32 pairs), `fn bias_at(n: u32) -> f32` (with the bias binding when there is
+// one), matmul_x.wgsl (binding x) and matmul_io.wgsl (Params, bindings y and p, store_y).
 //
 // Bindings (group 0):
 //   0 x    : storage read  array<f32>               [M, K], row stride K
@@ -22,23 +23,11 @@
 // Dispatch:  ceil(rows / BN) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
 //            p.groups_n), times ceil(M / BM) in z.
 
-struct Params {
-  m: u32,
-  rows: u32,
-  k: u32,
-  k4: u32,
-  ldy: u32,
-  n0: u32,
-  groups_n: u32,
-}
+// Params, the bindings x, y, p and store_y: matmul_x.wgsl, matmul_io.wgsl (prepended).
 
 const BM = WY * TM;
 const BN = WX * TN;
 const THREADS = WX * WY;
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
 
 var<workgroup> xs: array<f32, BK * BM>;
 var<workgroup> ws: array<f32, BK * BN>;
@@ -114,7 +103,7 @@ fn main(
     for (var j = 0u; j < TN; j++) {
       let n = bn + tx + j * WX;
       if (n < p.rows) {
-        y[m * p.ldy + p.n0 + n] = acc[i][j] + bias_at(p.n0 + n);
+        store_y(m, n, acc[i][j]);
       }
     }
   }

@@ -15,12 +15,14 @@
 // as much again; written out this way the same tile runs 2-3x faster than matmul_blocked8.wgsl.
 // Requires rowStride % 8 == 0 (whole 8-element steps inside every row; the padding is zero).
 //
-// Prelude (prepended by kernels/matmul.ts): `const MB: u32`, `const RN: u32`, `const WG: u32`;
+// Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32`, `const RN: u32`,
+// `const WG: u32`;
 // the x binding with `fn load_x8(row: u32, q: u32) -> mat2x4<f32>` (elements 8q..8q+7 of X row
 // `row`, columns 0 and 1 = elements 0..3 and 4..7) and `fn load_x8_tail(row: u32, q: u32,
 // rem: u32) -> mat2x4<f32>` (the same with elements >= rem of the step zeroed); the weight
 // binding `w` with `fn load_w8(i: u32) -> mat2x4<f32>` (8-element step i counted from the start
-// of the part); `fn bias_at(n: u32) -> f32` (with the bias binding when there is one).
+// of the part); `fn bias_at(n: u32) -> f32` (with the bias binding when there is one);
+// matmul_io.wgsl (Params, bindings y and p, store_y).
 //
 // Bindings (group 0):
 //   0 x    : storage read  array<vec4<f32>> (K % 4 == 0) or array<f32>   [M, K], row stride K
@@ -33,18 +35,7 @@
 // Dispatch:  ceil(rows / (WG * RN)) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x,
 //            count p.groups_n), times ceil(M / MB) in z.
 
-struct Params {
-  m: u32,
-  rows: u32,
-  k: u32,
-  k4: u32,
-  ldy: u32,
-  n0: u32,
-  groups_n: u32,
-}
-
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
+// Params, the bindings y, p and store_y: matmul_io.wgsl (prepended).
 
 @compute @workgroup_size(WG)
 fn main(
@@ -84,5 +75,5 @@ fn main(
   }
   // K LOOP END
   let n$r = row0 + $ru;
-  if (m0 + $iu < p.m && n$r < p.rows) { y[(m0 + $iu) * p.ldy + p.n0 + n$r] = acc$i_$r + bias_at(p.n0 + n$r); }
+  if (m0 + $iu < p.m && n$r < p.rows) { store_y(m0 + $iu, n$r, acc$i_$r); }
 }

@@ -20,7 +20,8 @@
 // `const WG: u32`; the x binding with `fn load_x8(row: u32, q: u32) -> mat2x4<f32>` (K % 4 == 0);
 // the weight bindings `w` and `w_scales` with `fn load_q8(i: u32) -> mat2x4<f32>` (the 8
 // unscaled values of step i counted from the start of the part) and `fn scale_at(g: u32) -> f32`
-// (scale of group g counted from the start of the part); `fn bias_at(n: u32) -> f32`.
+// (scale of group g counted from the start of the part); `fn bias_at(n: u32) -> f32`;
+// matmul_io.wgsl (Params, bindings y and p, store_y).
 //
 // Bindings (group 0):
 //   0 x        : storage read  array<vec4<f32>>          [M, K], row stride K, K % 32 == 0

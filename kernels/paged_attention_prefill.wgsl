@@ -41,7 +41,7 @@
 // workgroups exit), as a 1-D grid folded into (x, y) (kernels/dispatch.ts dispatch1d); linear
 // workgroup index w = wid.x + wid.y * nwg.x, kv head = w % num_kv_heads, tile = w / num_kv_heads.
 
-// Params, the bindings, NEG_BIG and locate_tile: paged_attention_prefill_io.wgsl (prepended).
+// Params, the bindings, NEG_BIG and workgroup_tile: paged_attention_prefill_io.wgsl (prepended).
 
 override WG: u32 = 64u;
 
@@ -54,34 +54,23 @@ fn main(
   @builtin(num_workgroups) nwg: vec3u,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let w = wid.x + wid.y * nwg.x;
-  let kvh = w % p.num_kv_heads;
-  let tile = w / p.num_kv_heads;
-  if (tile >= p.num_tiles) {
+  let tile = workgroup_tile(wid, nwg);
+  if (!tile.found) {
     return;
   }
-  let found = locate_tile(tile);
-  if (!found.found) {
-    return;
-  }
-  let seq = found.seq;
-  let q0 = found.q0;
-  let q_len = found.q_len;
-  let first = found.first;
-  let rows = min(p.tile_q, q_len - first);
-  let ctx_len = context_lens[seq];
-  let start_pos = ctx_len - q_len;
+  let kvh = tile.kv_head;
+  let rows = tile.rows;
   // Keys 0..kv_end-1 cover every row of the tile (uniform across the workgroup).
-  let kv_end = start_pos + first + rows;
+  let kv_end = tile.start_pos + tile.first + rows;
 
   let group = p.num_q_heads / p.num_kv_heads;
   let live = lid < rows * group;
   // Idle rows compute a copy of the tile's last row and do not write.
   let r = select(rows * group - 1u, lid, live);
-  let i = first + r / group;
+  let i = tile.first + r / group;
   let h = kvh * group + r % group;
-  let t = q0 + i;
-  let pos = start_pos + i;
+  let t = tile.q0 + i;
+  let pos = tile.start_pos + i;
 
   var qv: array<vec4<f32>, D4>;
   let q_base = t * (p.q_stride / 4u) + h * D4;
@@ -95,7 +84,7 @@ fn main(
   var m = NEG_BIG;
   var l = 0.0;
   var s: array<f32, KC>;
-  let bt_row = seq * p.bt_stride;
+  let bt_row = tile.seq * p.bt_stride;
 
   for (var k0 = 0u; k0 < kv_end; k0 += KC) {
     let kn = min(KC, kv_end - k0);

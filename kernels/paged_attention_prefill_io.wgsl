@@ -1,4 +1,4 @@
-// paged_attention_prefill_io: the parameters, bindings and tile lookup shared by the two
+// paged_attention_prefill_io: the parameters, bindings and work lookup shared by the two
 // prefill attention kernels (paged_attention_prefill.wgsl, paged_attention_prefill_unrolled.wgsl),
 // prepended to both by kernels/paged_attention_prefill.ts, which writes Params. Shapes are
 // listed in the kernels' headers. Needs the alias KVT, the
@@ -34,30 +34,42 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
 @group(0) @binding(7) var<uniform> p: Params;
 
-// One tile of up to tile_q consecutive query tokens of one sequence.
+// The work of one workgroup: one tile of up to tile_q consecutive query tokens of one
+// sequence, for one kv head.
 struct Tile {
-  // False when the tile index is past the last sequence's tiles.
+  // False when the tile index is past the last sequence's tiles (the workgroup exits).
   found: bool,
+  kv_head: u32,
   seq: u32,
-  // Packed index of the sequence's first new token, and its new-token count.
+  // Packed index of the sequence's first new token.
   q0: u32,
-  q_len: u32,
-  // The tile's first query (counted within the sequence).
+  // Position of the sequence's first new token: context_lens[seq] - q_len.
+  start_pos: u32,
+  // The tile's first query (counted within the sequence) and its query count.
   first: u32,
+  rows: u32,
 }
 
-// Tiles are numbered sequence by sequence (ceil(q_len / tile_q) each): walks cu_q_lens to find
-// tile `index`, so no host-built tile table is needed.
-fn locate_tile(index: u32) -> Tile {
-  var tile = index;
-  for (var seq = 0u; seq < p.num_seqs; seq++) {
-    let q0 = cu_q_lens[seq];
-    let q_len = cu_q_lens[seq + 1u] - q0;
-    let n = (q_len + p.tile_q - 1u) / p.tile_q;
-    if (tile < n) {
-      return Tile(true, seq, q0, q_len, tile * p.tile_q);
+// The tile of workgroup w = wid.x + wid.y * nwg.x: kv head w % num_kv_heads, tile index
+// w / num_kv_heads. Tiles are numbered sequence by sequence (ceil(q_len / tile_q) each): walks
+// cu_q_lens to find the tile, so no host-built tile table is needed. Uniform across the
+// workgroup.
+fn workgroup_tile(wid: vec3u, nwg: vec3u) -> Tile {
+  let w = wid.x + wid.y * nwg.x;
+  let kvh = w % p.num_kv_heads;
+  var tile = w / p.num_kv_heads;
+  if (tile < p.num_tiles) {
+    for (var seq = 0u; seq < p.num_seqs; seq++) {
+      let q0 = cu_q_lens[seq];
+      let q_len = cu_q_lens[seq + 1u] - q0;
+      let n = (q_len + p.tile_q - 1u) / p.tile_q;
+      if (tile < n) {
+        let first = tile * p.tile_q;
+        let start_pos = context_lens[seq] - q_len;
+        return Tile(true, kvh, seq, q0, start_pos, first, min(p.tile_q, q_len - first));
+      }
+      tile -= n;
     }
-    tile -= n;
   }
-  return Tile(false, 0u, 0u, 0u, 0u);
+  return Tile(false, kvh, 0u, 0u, 0u, 0u, 0u);
 }

@@ -36,7 +36,7 @@
 // paged_attention_prefill.wgsl: w = wid.x + wid.y * nwg.x, kv head = w % num_kv_heads,
 // tile = w / num_kv_heads.
 
-// Params, the bindings, NEG_BIG and locate_tile: paged_attention_prefill_io.wgsl (prepended).
+// Params, the bindings, NEG_BIG and workgroup_tile: paged_attention_prefill_io.wgsl (prepended).
 
 @compute @workgroup_size(8)
 fn main(
@@ -44,25 +44,15 @@ fn main(
   @builtin(num_workgroups) nwg: vec3u,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let w = wid.x + wid.y * nwg.x;
-  let kvh = w % p.num_kv_heads;
-  let tile = w / p.num_kv_heads;
-  if (tile >= p.num_tiles) {
+  let tile = workgroup_tile(wid, nwg);
+  if (!tile.found) {
     return;
   }
-  let found = locate_tile(tile);
-  if (!found.found) {
-    return;
-  }
-  let seq = found.seq;
-  let q0 = found.q0;
-  let q_len = found.q_len;
-  let first = found.first;
-  let rows = min(p.tile_q, q_len - first);
-  let live = lid < rows;
-  let i = first + min(lid, rows - 1u);
-  let t = q0 + i;
-  let pos = context_lens[seq] - q_len + i;
+  let kvh = tile.kv_head;
+  let live = lid < tile.rows;
+  let i = tile.first + min(lid, tile.rows - 1u);
+  let t = tile.q0 + i;
+  let pos = tile.start_pos + i;
 
   let qb$i = t * (p.q_stride / 4u) + (kvh * GROUP + $iu) * D4;
   let q$i_$r_lo = q[qb$i + 2u * $ru] * p.scale_log2e;
@@ -71,7 +61,7 @@ fn main(
   var l$i = 0.0;
   var o$i_$r_lo = vec4<f32>(0.0);
   var o$i_$r_hi = vec4<f32>(0.0);
-  let bt_row = seq * p.bt_stride;
+  let bt_row = tile.seq * p.bt_stride;
   for (var j = 0u; j <= pos; j++) {
     let blk = j / p.block_size;
     let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + j - blk * p.block_size) * D8;

@@ -8,6 +8,7 @@
  */
 
 import source from "./rms_norm.wgsl" with { type: "text" };
+import normRows from "./norm_rows.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import { weightPrelude } from "../gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../gpu/params.ts";
@@ -75,7 +76,10 @@ export function defaultNormShape(ctx: GpuContext): Required<NormShape> {
     : { rowThreads: 64, rowsPerWorkgroup: 1 };
 }
 
-/** Validates `shape` (filling defaults) and returns its WGSL constant prelude and key suffix. */
+/**
+ * Validates `shape` (filling defaults) and returns its WGSL prelude (the shape constants and
+ * `norm_rows.wgsl`, the row reduction both norm kernels use) and key suffix.
+ */
 export function normShapePrelude(
   ctx: GpuContext,
   kernel: string,
@@ -91,7 +95,7 @@ export function normShapePrelude(
     );
   }
   return {
-    prelude: `const ROW_THREADS: u32 = ${t}u;\nconst ROWS_PER_WG: u32 = ${r}u;\n`,
+    prelude: `const ROW_THREADS: u32 = ${t}u;\nconst ROWS_PER_WG: u32 = ${r}u;\n` + normRows,
     key: `t${t}r${r}`,
     rowsPerWorkgroup: r,
   };

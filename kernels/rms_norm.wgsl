@@ -9,8 +9,9 @@
 // x, residual and y all use this addressing.
 //
 // Variants, by the prelude the TS wrapper (kernels/rms_norm.ts) prepends; the prelude declares
-// bindings 2..4, the accessors `first_read`, `reread`, `store_out` and the shape constants
-// ROW_THREADS and ROWS_PER_WG (see Workgroup):
+// bindings 2..4, the accessors `first_read`, `reread`, `store_out`, the shape constants
+// ROW_THREADS and ROWS_PER_WG (see Workgroup) and norm_rows.wgsl (row_sum, the reduction across
+// a row's lanes, and its workgroup memory):
 //   plain:         x read;                     y = norm(x) * w   -> out
 //   in place:      x read_write (also y);      x = norm(x) * w
 //   fused add:     x read, residual rw;        residual += x; out = norm(residual) * w
@@ -44,8 +45,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<WT>;
 
-var<workgroup> partial: array<f32, ROW_THREADS * ROWS_PER_WG>;
-var<workgroup> row_scale: array<f32, ROWS_PER_WG>;
+// row_lane, row_sum and their workgroup memory: norm_rows.wgsl (prepended).
 
 @compute @workgroup_size(ROW_THREADS * ROWS_PER_WG)
 fn main(
@@ -53,39 +53,21 @@ fn main(
   @builtin(num_workgroups) nwg: vec3u,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let local_row = lid / ROW_THREADS;
-  let lane = lid - local_row * ROW_THREADS;
-  let row = (wid.x + wid.y * nwg.x) * ROWS_PER_WG + local_row;
+  let at = row_lane(wid, nwg, lid);
+  let lane = at.lane;
   // No early return: with ROW_THREADS > 1 every invocation must reach the barriers.
-  let in_range = row < p.rows;
+  let in_range = at.row < p.rows;
   var base = 0u;
   var sum_sq = 0.0;
   if (in_range) {
-    let t = row / p.heads;
-    base = p.offset + t * p.token_stride + (row - t * p.heads) * p.cols;
+    let t = at.row / p.heads;
+    base = p.offset + t * p.token_stride + (at.row - t * p.heads) * p.cols;
     for (var c = lane; c < p.cols; c += ROW_THREADS) {
       let v = first_read(base + c);
       sum_sq += v * v;
     }
   }
-  var scale: f32;
-  if (ROW_THREADS == 1u) {
-    scale = inverseSqrt(sum_sq / f32(p.cols) + p.eps);
-  } else {
-    // Lane 0 of each row adds that row's partials (O(ROW_THREADS) work; every lane summing them
-    // would be O(ROW_THREADS^2), slow on CPU adapters) and shares the scale.
-    partial[lid] = sum_sq;
-    workgroupBarrier();
-    if (lane == 0u) {
-      var total = 0.0;
-      for (var j = 0u; j < ROW_THREADS; j++) {
-        total += partial[lid + j];
-      }
-      row_scale[local_row] = inverseSqrt(total / f32(p.cols) + p.eps);
-    }
-    workgroupBarrier();
-    scale = row_scale[local_row];
-  }
+  let scale = inverseSqrt(row_sum(sum_sq, at) / f32(p.cols) + p.eps);
   if (in_range) {
     for (var c = lane; c < p.cols; c += ROW_THREADS) {
       store_out(base + c, reread(base + c) * scale * f32(w[c]));

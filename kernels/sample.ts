@@ -21,6 +21,7 @@
  */
 
 import source from "./sample.wgsl" with { type: "text" };
+import { logitRowSource } from "./logit_row.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { CallSite } from "./call_site.ts";
@@ -175,7 +176,10 @@ export class Sample {
     this.#ctx = ctx;
     const prelude = `const WG: u32 = ${workgroup}u;\nconst NB: u32 = ${buckets}u;\n` +
       `const NB_LOG2: u32 = ${Math.log2(buckets)}u;\n`;
-    this.#pipeline = ctx.pipeline(`sample/wg${workgroup}/nb${buckets}`, () => prelude + source);
+    this.#pipeline = ctx.pipeline(
+      `sample/wg${workgroup}/nb${buckets}`,
+      () => prelude + logitRowSource(source),
+    );
   }
 
   /** Creates a call site: its bind group and parameter slot are made once, here. */

@@ -33,7 +33,9 @@
 //   3 logprobs : storage rw     array<f32>        [num_seqs]  raw logprob of the chosen token
 //   4 p        : uniform        Params
 // Prelude (kernels/sample.ts): `const WG` (invocations per workgroup), `const NB` (buckets per
-// search pass) and `const NB_LOG2`; workgroup memory ~ 8 * NB * WG + 8 * CAP + 16 * WG bytes.
+// search pass) and `const NB_LOG2`; logit_row.wgsl (NEG_INF, POS_INF, order_key, mix32);
+// workgroup memory ~ 8 * NB * WG + 8 * CAP + 16 * WG bytes. Each `ROW_SCAN(visit)` line becomes
+// the loop of kernels/logit_row.ts: visit($logit, $index) for every logit of the row.
 // Workgroup: WG invocations, one workgroup per sequence; each thread strides the row, 4 loads
 // in flight.
 // Dispatch:  num_seqs workgroups as a 1-D grid folded into (x, y) (kernels/dispatch.ts dispatch1d).
@@ -76,9 +78,6 @@ struct Stats {
 
 const CAP: u32 = 1024u; // candidate list capacity
 const FAN: u32 = 8u; // entries combined per thread in the first level of a reduction
-// Finite sentinels (WGSL constants cannot be infinite): -inf logits compare below NEG_INF.
-const NEG_INF: f32 = -0x1.fffffep+127f;
-const POS_INF: f32 = 0x1.fffffep+127f;
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read> seq: array<SeqParams>;
@@ -103,23 +102,6 @@ var<private> t_m: f32;
 var<private> t_arg: u32;
 var<private> t_sum: f32;
 var<private> t_mn: f32;
-
-/// Order-preserving map f32 -> u32 (a < b  <=>  key(a) < key(b)); -0 maps like +0.
-fn order_key(x: f32) -> u32 {
-  let b = select(bitcast<u32>(x), 0u, x == 0.0);
-  return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
-}
-
-/// 32-bit integer finaliser (bijective), used for the counter-based RNG.
-fn mix32(x: u32) -> u32 {
-  var h = x;
-  h ^= h >> 16u;
-  h *= 0x7feb352du;
-  h ^= h >> 15u;
-  h *= 0x846ca68bu;
-  h ^= h >> 16u;
-  return h;
-}
 
 fn stats_visit(l: f32, i: u32) {
   if (l > t_m) {
@@ -242,20 +224,7 @@ fn search(
         search_visit(cand_v[i], cand_i[i], s, shift, mass, m, inv_t, lid);
       }
     } else {
-      var i = lid;
-      for (; i + 3u * WG < vocab; i += 4u * WG) {
-        let a0 = logits[base + i];
-        let a1 = logits[base + i + WG];
-        let a2 = logits[base + i + 2u * WG];
-        let a3 = logits[base + i + 3u * WG];
-        search_visit(a0, i, s, shift, mass, m, inv_t, lid);
-        search_visit(a1, i + WG, s, shift, mass, m, inv_t, lid);
-        search_visit(a2, i + 2u * WG, s, shift, mass, m, inv_t, lid);
-        search_visit(a3, i + 3u * WG, s, shift, mass, m, inv_t, lid);
-      }
-      for (; i < vocab; i += WG) {
-        search_visit(logits[base + i], i, s, shift, mass, m, inv_t, lid);
-      }
+      ROW_SCAN(search_visit($logit, $index, s, shift, mass, m, inv_t, lid));
     }
     workgroupBarrier();
     // Bucket totals: thread t sums the WG columns of buckets t, t + WG, ... into column 0.
@@ -358,20 +327,7 @@ fn main(
   t_arg = 0xffffffffu;
   t_sum = 0.0;
   t_mn = POS_INF;
-  var i = lid;
-  for (; i + 3u * WG < vocab; i += 4u * WG) {
-    let a0 = logits[base + i];
-    let a1 = logits[base + i + WG];
-    let a2 = logits[base + i + 2u * WG];
-    let a3 = logits[base + i + 3u * WG];
-    stats_visit(a0, i);
-    stats_visit(a1, i + WG);
-    stats_visit(a2, i + 2u * WG);
-    stats_visit(a3, i + 3u * WG);
-  }
-  for (; i < vocab; i += WG) {
-    stats_visit(logits[base + i], i);
-  }
+  ROW_SCAN(stats_visit($logit, $index));
   red_h[lid] = t_sum;
   hist_w[lid] = t_mn;
   reduce_argmax(lid); // keeps red_f[j] = thread j's max, red_h and hist_w intact
@@ -426,20 +382,7 @@ fn main(
       gumbel_visit(cand_v[j], cand_i[j], lo, m, inv_t, k1, k2);
     }
   } else {
-    i = lid;
-    for (; i + 3u * WG < vocab; i += 4u * WG) {
-      let a0 = logits[base + i];
-      let a1 = logits[base + i + WG];
-      let a2 = logits[base + i + 2u * WG];
-      let a3 = logits[base + i + 3u * WG];
-      gumbel_visit(a0, i, lo, m, inv_t, k1, k2);
-      gumbel_visit(a1, i + WG, lo, m, inv_t, k1, k2);
-      gumbel_visit(a2, i + 2u * WG, lo, m, inv_t, k1, k2);
-      gumbel_visit(a3, i + 3u * WG, lo, m, inv_t, k1, k2);
-    }
-    for (; i < vocab; i += WG) {
-      gumbel_visit(logits[base + i], i, lo, m, inv_t, k1, k2);
-    }
+    ROW_SCAN(gumbel_visit($logit, $index, lo, m, inv_t, k1, k2));
   }
   reduce_argmax(lid);
   if (lid == 0u) {

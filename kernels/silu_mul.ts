@@ -1,15 +1,13 @@
 /**
  * `silu_mul`: SwiGLU activation, `out = silu(gate) * up` over a fused `[tokens, 2 * inter]`
- * gate/up projection. See `silu_mul.wgsl` for bindings and grid.
+ * gate/up projection: an {@linkcode Elementwise} op. See `silu_mul.wgsl` for bindings and grid.
  *
  * @module
  */
 
 import source from "./silu_mul.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
-import type { ParamArena } from "../gpu/params.ts";
-import { CallSite } from "./call_site.ts";
-import { groupsFor } from "./dispatch.ts";
+import { Elementwise, type ElementwiseOp, type ElementwiseSpec } from "./elementwise.ts";
 
 /** Buffers of one `silu_mul` call site; fixed for the op's lifetime. */
 export interface SiluMulBuffers {
@@ -19,31 +17,22 @@ export interface SiluMulBuffers {
   readonly out: GPUBufferBinding;
 }
 
-/** The compiled `silu_mul` pipeline; {@linkcode SiluMul.bind} makes call sites. */
-export class SiluMul {
-  readonly #ctx: GpuContext;
-  readonly #pipeline: GPUComputePipeline;
+const SPEC: ElementwiseSpec<SiluMulBuffers> = {
+  name: "silu_mul",
+  source,
+  bindings: (b) => [b.gateUp, b.out],
+};
 
+/**
+ * The compiled `silu_mul` pipeline; `bind` makes call sites, whose
+ * `encode(pass, tokens, inter)` computes `out = silu(gate) * up` for `tokens` rows of width
+ * `inter`.
+ */
+export class SiluMul extends Elementwise<SiluMulBuffers, [tokens: number, inter: number]> {
   constructor(ctx: GpuContext) {
-    this.#ctx = ctx;
-    this.#pipeline = ctx.pipeline("silu_mul", () => source);
-  }
-
-  /** Creates a call site: its bind group and parameter slot are made once, here. */
-  bind(arena: ParamArena, buffers: SiluMulBuffers): SiluMulOp {
-    return new SiluMulOp(
-      new CallSite(this.#ctx, arena, this.#pipeline, "silu_mul", [buffers.gateUp, buffers.out]),
-    );
+    super(ctx, SPEC);
   }
 }
 
-/** One `silu_mul` call site. */
-export class SiluMulOp {
-  constructor(private readonly site: CallSite) {}
-
-  /** Encodes `out = silu(gate) * up` for `tokens` rows of width `inter`. */
-  encode(pass: GPUComputePassEncoder, tokens: number, inter: number): void {
-    this.site.slot.setU32(0, tokens, inter);
-    this.site.dispatch(pass, groupsFor(tokens * inter, 256));
-  }
-}
+/** One `silu_mul` call site: `encode(pass, tokens, inter)`. */
+export type SiluMulOp = ElementwiseOp<[tokens: number, inter: number]>;

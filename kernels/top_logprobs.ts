@@ -11,6 +11,7 @@
  */
 
 import source from "./top_logprobs.wgsl" with { type: "text" };
+import { logitRowSource } from "./logit_row.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { dispatch1d } from "./dispatch.ts";
@@ -85,7 +86,7 @@ export class TopLogprobs {
     this.#ctx = ctx;
     this.#pipeline = ctx.pipeline(
       `top_logprobs/wg${workgroup}`,
-      () => `const WG: u32 = ${workgroup}u;\n` + source,
+      () => `const WG: u32 = ${workgroup}u;\n` + logitRowSource(source),
     );
   }
 

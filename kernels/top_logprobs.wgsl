@@ -29,8 +29,10 @@
 //   2 ids      : storage rw     array<u32>  [num_seqs, k] (row stride k) token ids (output)
 //   3 logprobs : storage rw     array<f32>  [num_seqs, k] (row stride k) log-probs (output)
 //   4 p        : uniform        Params
-// Prelude (kernels/top_logprobs.ts): `const WG` (invocations per workgroup, 16 to 128); KMAX
-// (20) is the largest k. Workgroup memory: 8 * WG * KMAX + 8 * CAP + 16 * WG + 16 bytes.
+// Prelude (kernels/top_logprobs.ts): `const WG` (invocations per workgroup, 16 to 128) and
+// logit_row.wgsl (NEG_INF, order_key); KMAX (20) is the largest k. Each `ROW_SCAN(visit)` line
+// becomes the loop of kernels/logit_row.ts: visit($logit, $index) for every logit of the row.
+// Workgroup memory: 8 * WG * KMAX + 8 * CAP + 16 * WG + 16 bytes.
 // Limits: an invocation runs about 3 * vocab / (4 * WG) + CAP * CAP / WG loop iterations;
 // Mesa lavapipe silently ends loops after 65535 iterations per invocation (vocab <~ 1M at WG 16).
 // Workgroup: WG invocations, one workgroup per row; threads stride the row, 4 loads in flight.
@@ -51,8 +53,6 @@ struct Stats {
 const KMAX: u32 = 20u;
 const CAP: u32 = 256u;
 const EMPTY: u32 = 0xffffffffu;
-// Finite sentinel (WGSL constants cannot be infinite): -inf logits compare below it.
-const NEG_INF: f32 = -0x1.fffffep+127f;
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read> counts: array<u32>;
@@ -78,13 +78,6 @@ var<private> t_k1: u32;
 var<private> t_k2: u32;
 var<private> t_key: array<u32, KMAX>;
 var<private> t_id: array<u32, KMAX>;
-
-/// Order-preserving map f32 -> u32 (a < b  <=>  key(a) < key(b)); -0 maps like +0. Finite and
-/// infinite values map to keys > 0.
-fn order_key(x: f32) -> u32 {
-  let b = select(bitcast<u32>(x), 0u, x == 0.0);
-  return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
-}
 
 /// Whether (ka, ia) ranks before (kb, ib): larger key, or equal key and lower id.
 fn beats(ka: u32, ia: u32, kb: u32, ib: u32) -> bool {
@@ -155,20 +148,7 @@ fn main(
   t_sum = 0.0;
   t_k1 = 0u;
   t_k2 = 0u;
-  var i = lid;
-  for (; i + 3u * WG < vocab; i += 4u * WG) {
-    let a0 = logits[base + i];
-    let a1 = logits[base + i + WG];
-    let a2 = logits[base + i + 2u * WG];
-    let a3 = logits[base + i + 3u * WG];
-    stats_visit(a0);
-    stats_visit(a1);
-    stats_visit(a2);
-    stats_visit(a3);
-  }
-  for (; i < vocab; i += WG) {
-    stats_visit(logits[base + i]);
-  }
+  ROW_SCAN(stats_visit($logit));
   sh_m[lid] = t_m;
   sh_sum[lid] = t_sum;
   sh_top2[2u * lid] = t_k1;
@@ -209,20 +189,7 @@ fn main(
 
   // Pass 2: candidates with key >= tau.
   let tau = atomicLoad(&sh_tau);
-  i = lid;
-  for (; i + 3u * WG < vocab; i += 4u * WG) {
-    let a0 = logits[base + i];
-    let a1 = logits[base + i + WG];
-    let a2 = logits[base + i + 2u * WG];
-    let a3 = logits[base + i + 3u * WG];
-    collect_visit(a0, i, tau);
-    collect_visit(a1, i + WG, tau);
-    collect_visit(a2, i + 2u * WG, tau);
-    collect_visit(a3, i + 3u * WG, tau);
-  }
-  for (; i < vocab; i += WG) {
-    collect_visit(logits[base + i], i, tau);
-  }
+  ROW_SCAN(collect_visit($logit, $index, tau));
   workgroupBarrier();
   if (lid == 0u) {
     sh_stats.count = atomicLoad(&cand_n);
@@ -251,20 +218,7 @@ fn main(
     t_key[j] = 0u;
     t_id[j] = EMPTY;
   }
-  i = lid;
-  for (; i + 3u * WG < vocab; i += 4u * WG) {
-    let a0 = logits[base + i];
-    let a1 = logits[base + i + WG];
-    let a2 = logits[base + i + 2u * WG];
-    let a3 = logits[base + i + 3u * WG];
-    list_visit(a0, i);
-    list_visit(a1, i + WG);
-    list_visit(a2, i + 2u * WG);
-    list_visit(a3, i + 3u * WG);
-  }
-  for (; i < vocab; i += WG) {
-    list_visit(logits[base + i], i);
-  }
+  ROW_SCAN(list_visit($logit, $index));
   for (var j = 0u; j < n; j++) {
     sh_key[lid * KMAX + j] = t_key[j];
     sh_id[lid * KMAX + j] = t_id[j];
