@@ -62,9 +62,6 @@ import {
   type RooflineRow,
 } from "./prefill_decode/report.ts";
 
-export { parsePrefillDecodeArgs } from "./prefill_decode/options.ts";
-export type { PrefillDecodeReport } from "./prefill_decode/report.ts";
-
 /** A100 SXM 80 GB datasheet figures, for comparison (not measured). */
 const A100 = { bandwidthGBs: 2039, f16Gflops: 312_000 } as const;
 

@@ -127,6 +127,19 @@ export function latencyText(o: Options): string {
     (o.preemptionMode === "swap" ? `; swap-out ${o.swapOutMs} ms` : "");
 }
 
+/** The KV budget and step limits every scheduler of a run gets from the options. */
+export function schedulerLimits(
+  o: Options,
+): Omit<SchedulerChoice, "kind" | "batchSize" | "batchWaitMs" | "preemptionMode" | "swapBlocks"> {
+  return {
+    kvTokens: o.kvSlots,
+    blockSize: o.blockSize,
+    maxModelLen: o.maxModelLen,
+    maxNumSeqs: o.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens,
+  };
+}
+
 /** Host swap blocks of the swap space (whole blocks of `--block-size` token slots). */
 export function swapBlocks(o: Options): number {
   return Math.floor(o.swapSlots / o.blockSize);
