@@ -5,7 +5,7 @@
  * @module
  */
 
-import { lineChart } from "../serve/report_svg.ts";
+import { lineChart } from "../serve/line_chart.ts";
 import type { BatchRow } from "./measure.ts";
 
 /** decode_steps.svg: each awaited decode step's ms and their mean. */
