@@ -54,6 +54,10 @@ type Backend = () => {
   settle?: (step: number) => void;
 };
 
+/**
+ * Runs `requests` through the scheduler of `choice` on a fresh executor and timeline of
+ * `backend`, at most `maxInFlight` steps in flight (default: the executor's maximum).
+ */
 export async function runOne(
   choice: SchedulerChoice,
   requests: readonly WorkloadRequest[],
@@ -85,6 +89,7 @@ export async function runOne(
   };
 }
 
+/** The mock executor with the options' latency model, on the virtual clock or the wall clock. */
 export function mockBackend(o: Options): Backend {
   const latency = mockLatency(o);
   if (o.clock === "wall") {
@@ -102,6 +107,7 @@ export function mockBackend(o: Options): Backend {
   };
 }
 
+/** The WebGPU executor on `runner` (host swap space in swap mode), on the wall clock. */
 export function webgpuBackend(runner: ModelRunner, o: Options): Backend {
   const numSwapBlocks = o.preemptionMode === "swap" ? swapBlocks(o) : 0;
   return () => ({
@@ -145,6 +151,7 @@ export function swapBlocks(o: Options): number {
   return Math.floor(o.swapSlots / o.blockSize);
 }
 
+/** The options' workload (count, seed, length ranges) over `vocabSize` token ids. */
 export function workloadOf(o: Options, vocabSize: number, arrival: Arrival): WorkloadRequest[] {
   return makeWorkload({
     requests: o.requests,
