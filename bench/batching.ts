@@ -44,9 +44,6 @@ import { type BenchIo, reportUsage, runMain, UsageError } from "./bench_io.ts";
 import { type Options, parseBatchingArgs } from "./batching/options.ts";
 import { runSweep } from "./batching/sweep.ts";
 
-export { DEFAULT_MOCK_LATENCY, parseBatchingArgs } from "./batching/options.ts";
-export type { SchedulerResult } from "./batching/scheduler_run.ts";
-
 const defaultIo: BenchIo = {
   log: (l) => console.log(l),
   err: (l) => console.error(l),

@@ -1,10 +1,12 @@
 /**
  * What the benchmark commands (`bench:batching`, `bench:prefill-decode`, `bench:serve`) share at
- * their edge: the error for bad command-line input and the line sinks tests capture.
+ * their edge: the error for bad command-line input, the strict flag parser and its checks, the
+ * default output folder, and the line sinks tests capture.
  *
  * @module
  */
 
+import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import { type KernelProfileChoice, parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 
 /** Bad command-line input: reported as one line, exit status 2. */
@@ -41,13 +43,45 @@ export async function runMain(run: () => Promise<number>): Promise<number> {
   }
 }
 
-/** The value of a benchmark's `--kernel-profile` flag; a {@linkcode UsageError} when invalid. */
-export function kernelProfileOption(value: string | undefined): KernelProfileChoice {
+/** What `parse` returns; anything it throws becomes a {@linkcode UsageError} with its message. */
+export function orUsageError<T>(parse: () => T): T {
   try {
-    return parseKernelProfileChoice(value);
+    return parse();
   } catch (error) {
     throw new UsageError(error instanceof Error ? error.message : String(error));
   }
+}
+
+/**
+ * The flag values of `argv` (strict: unknown flags and positionals are a {@linkcode UsageError}
+ * carrying parseArgs' message).
+ */
+export function parseFlags<const T extends ParseArgsOptionsConfig>(argv: string[], options: T) {
+  return orUsageError(() =>
+    parseArgs({ args: argv, strict: true, allowPositionals: false, options }).values
+  );
+}
+
+/** `value` when it is one of `allowed`; else a {@linkcode UsageError} naming `--flag`. */
+export function oneOf<const T extends readonly string[]>(
+  flag: string,
+  value: string,
+  allowed: T,
+): T[number] {
+  if (!allowed.includes(value)) {
+    throw new UsageError(`--${flag} must be ${allowed.join(" or ")}, got '${value}'`);
+  }
+  return value as T[number];
+}
+
+/** The default output folder of a run named `name`: bench/results/NAME-<time>/ (git-ignored). */
+export function resultsDir(name: string): string {
+  return `bench/results/${name}-${new Date().toISOString().replace(/[:.]/g, "-")}`;
+}
+
+/** The value of a benchmark's `--kernel-profile` flag; a {@linkcode UsageError} when invalid. */
+export function kernelProfileOption(value: string | undefined): KernelProfileChoice {
+  return orUsageError(() => parseKernelProfileChoice(value));
 }
 
 /** Where a benchmark's lines go (tests capture them). */

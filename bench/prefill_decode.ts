@@ -31,42 +31,135 @@
 import { resolveModelDir } from "../cli/engine_flags.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { describeMachine, measureCopyBandwidth } from "./support.ts";
-import { loadRunner } from "./batching/runner_timing.ts";
-import {
-  decodeCost,
-  type ModelShape,
-  type Precision,
-  prefillCost,
-  rooflineMs,
-  STANDARD_SHAPES,
-  totalParams,
-} from "./lib/roofline.ts";
+import { destroyRunner, loadRunner } from "./batching/runner_timing.ts";
 import {
   type BatchRow,
   batchSweep,
   measureMatmulGflops,
   measurePhases,
-  type PhaseTiming,
   reloadForSweep,
   shapeOf,
-  SWEEP_PROMPT,
-  sweepOutputLen,
 } from "./prefill_decode/measure.ts";
-import { type BenchIo, reportUsage, runMain, UsageError } from "./bench_io.ts";
+import { type BenchIo, reportUsage, resultsDir, runMain, UsageError } from "./bench_io.ts";
 import { type Options, parsePrefillDecodeArgs } from "./prefill_decode/options.ts";
 import {
-  batchCharts,
-  decodeChart,
+  buildReport,
+  type Measurements,
   type PrefillDecodeReport,
-  render,
-  type RooflineRow,
 } from "./prefill_decode/report.ts";
+import { render } from "./prefill_decode/report_render.ts";
+import { batchCharts, decodeChart } from "./prefill_decode/report_svg.ts";
 
-export { parsePrefillDecodeArgs } from "./prefill_decode/options.ts";
-export type { PrefillDecodeReport } from "./prefill_decode/report.ts";
+/** KV block size of every runner this benchmark loads. */
+const BLOCK_SIZE = 16;
 
-/** A100 SXM 80 GB datasheet figures, for comparison (not measured). */
-const A100 = { bandwidthGBs: 2039, f16Gflops: 312_000 } as const;
+/** The model measured: its directory, its name in the report, and a folder to delete after. */
+interface MainModel {
+  readonly dir: string;
+  readonly note: string;
+  /** The generated model's temporary folder (`qwen3-0.6b`), else null. */
+  readonly tempDir: string | null;
+}
+
+/** Resolves `--model`, generating the `qwen3-0.6b` preset into a temporary folder. */
+async function prepareModel(model: string): Promise<MainModel> {
+  if (model === "tiny") {
+    return {
+      dir: await resolveModelDir(undefined),
+      note: "tiny-qwen3 (random weights)",
+      tempDir: null,
+    };
+  }
+  if (model !== "qwen3-0.6b") {
+    const dir = await resolveModelDir(model);
+    return { dir, note: dir, tempDir: null };
+  }
+  const tempDir = await Deno.makeTempDir({ prefix: "prefill-decode-qwen3-" });
+  try {
+    await makeModel({ out: tempDir, preset: "qwen3-0.6b", dtype: "f16", seed: 0 });
+  } catch (error) {
+    await Deno.remove(tempDir, { recursive: true });
+    throw error;
+  }
+  return {
+    dir: tempDir,
+    note: `qwen3-0.6b preset (Qwen3-0.6B shapes, random f16 weights generated into a temp dir)`,
+    tempDir,
+  };
+}
+
+/** Sections 1-3 on the main model: step times, bandwidth, matmul peak and the model's shape. */
+async function measureMain(
+  model: MainModel,
+  o: Options,
+  io: BenchIo,
+): Promise<Omit<Measurements, "batchRows">> {
+  const maxModelLen = Math.ceil((o.promptLen + o.gen + 1) / BLOCK_SIZE) * BLOCK_SIZE;
+  if (!o.json) io.err(`loading ${model.note} ...`);
+  const runner = await loadRunner(
+    model.dir,
+    {
+      maxTokens: Math.max(o.promptLen, 64),
+      maxSeqs: 16,
+      maxModelLen,
+      numKvBlocks: maxModelLen / BLOCK_SIZE,
+    },
+    BLOCK_SIZE,
+    o.kernelProfile,
+    o.quantization,
+  );
+  const ctx = runner.ctx;
+  try {
+    const machine = describeMachine(ctx);
+    if (!o.json) io.err("measuring prefill and decode ...");
+    const phases = await measurePhases(runner, o);
+    if (!o.json) io.err("measuring bandwidth and matmul peak ...");
+    const bandwidthGBs = await measureCopyBandwidth(ctx);
+    const matmulGflops = await measureMatmulGflops(runner);
+    const shape = shapeOf(runner, model.note);
+    return {
+      machine,
+      model: model.note,
+      weightDtype: ctx.weightDtype,
+      hasTimestamps: ctx.hasTimestamps,
+      phases,
+      bandwidthGBs,
+      matmulGflops,
+      shape,
+    };
+  } finally {
+    destroyRunner(runner);
+  }
+}
+
+/** Section 4 on the tiny model (or the main one with `--batch-model main`); null when skipped. */
+async function measureBatchSizes(
+  model: MainModel,
+  o: Options,
+  io: BenchIo,
+): Promise<BatchRow[] | null> {
+  if (!o.batchSweep) return null;
+  if (!o.json) io.err("batch-size sweep ...");
+  const dir = o.batchModel === "main" ? model.dir : await resolveModelDir(undefined);
+  const runner = await reloadForSweep(dir, o, BLOCK_SIZE);
+  try {
+    return await batchSweep(runner, o);
+  } finally {
+    destroyRunner(runner);
+  }
+}
+
+/** Writes report.md, report.json and the three charts to the report's folder. */
+async function writeReport(report: PrefillDecodeReport, markdown: string): Promise<void> {
+  const outDir = report.out_dir;
+  await Deno.mkdir(outDir, { recursive: true });
+  await Deno.writeTextFile(`${outDir}/report.md`, markdown);
+  await Deno.writeTextFile(`${outDir}/report.json`, JSON.stringify(report, null, 2));
+  await Deno.writeTextFile(`${outDir}/decode_steps.svg`, decodeChart(report.decode_step_ms));
+  const charts = batchCharts(report.batch_sweep?.rows ?? []);
+  await Deno.writeTextFile(`${outDir}/batch_throughput.svg`, charts.throughput);
+  await Deno.writeTextFile(`${outDir}/batch_latency.svg`, charts.latency);
+}
 
 /** Runs the benchmark with `argv`; returns the exit status. */
 export async function runPrefillDecodeBench(
@@ -80,186 +173,26 @@ export async function runPrefillDecodeBench(
     if (error instanceof UsageError) return reportUsage(error, io, "bench:prefill-decode");
     throw error;
   }
-  let tempDir: string | null = null;
+  const model = await prepareModel(o.model);
   try {
-    let modelDir: string;
-    let modelNote: string;
-    if (o.model === "qwen3-0.6b") {
-      tempDir = await Deno.makeTempDir({ prefix: "prefill-decode-qwen3-" });
-      await makeModel({ out: tempDir, preset: "qwen3-0.6b", dtype: "f16", seed: 0 });
-      modelDir = tempDir;
-      modelNote =
-        `qwen3-0.6b preset (Qwen3-0.6B shapes, random f16 weights generated into a temp dir)`;
-    } else if (o.model === "tiny") {
-      modelDir = await resolveModelDir(undefined);
-      modelNote = "tiny-qwen3 (random weights)";
-    } else {
-      modelDir = await resolveModelDir(o.model);
-      modelNote = modelDir;
-    }
-    const blockSize = 16;
-    const maxModelLen = Math.ceil((o.promptLen + o.gen + 1) / blockSize) * blockSize;
-    if (!o.json) io.err(`loading ${modelNote} ...`);
-    const runner = await loadRunner(
-      modelDir,
-      {
-        maxTokens: Math.max(o.promptLen, 64),
-        maxSeqs: 16,
-        maxModelLen,
-        numKvBlocks: maxModelLen / blockSize,
-      },
-      blockSize,
-      o.kernelProfile,
-      o.quantization,
+    const measured = await measureMain(model, o, io);
+    const batchRows = await measureBatchSizes(model, o, io);
+    const report = buildReport(
+      o,
+      { ...measured, batchRows },
+      o.outDir ?? resultsDir("prefill-decode"),
     );
-    const ctx = runner.ctx;
-    let machine: string;
-    let phases: PhaseTiming;
-    let bandwidth: number;
-    let peak: number;
-    let shape: ModelShape;
-    const weightDtype = ctx.weightDtype;
-    try {
-      machine = describeMachine(ctx);
-      if (!o.json) io.err("measuring prefill and decode ...");
-      phases = await measurePhases(runner, o);
-      if (!o.json) io.err("measuring bandwidth and matmul peak ...");
-      bandwidth = await measureCopyBandwidth(ctx);
-      peak = await measureMatmulGflops(runner);
-      shape = shapeOf(runner, modelNote);
-    } finally {
-      runner.destroy();
-      ctx.destroy();
-    }
-    let batchRows: BatchRow[] | null = null;
-    if (o.batchSweep) {
-      if (!o.json) io.err("batch-size sweep ...");
-      const dir = o.batchModel === "main" ? modelDir : await resolveModelDir(undefined);
-      const sweepRunner = await reloadForSweep(dir, o, blockSize);
-      try {
-        batchRows = await batchSweep(sweepRunner, o);
-      } finally {
-        const c = sweepRunner.ctx;
-        sweepRunner.destroy();
-        c.destroy();
-      }
-    }
-    const stepMs = phases.decodeStepMs;
-    const decodeMs = stepMs.reduce((a, b) => a + b, 0);
-    const total = phases.prefillMs + decodeMs;
-    const sorted = [...stepMs].sort((a, b) => a - b);
-    const bytes = weightDtype === "f16" ? 2 : 4;
-    const precision: Precision = { weightBytes: bytes, kvBytes: bytes };
-    const pre = prefillCost(shape, precision, o.promptLen);
-    const midContext = o.promptLen + Math.floor(o.gen / 2);
-    const dec = decodeCost(shape, precision, midContext);
-    const f16: Precision = { weightBytes: 2, kvBytes: 2 };
-    const rows: RooflineRow[] = STANDARD_SHAPES.map((m) => {
-      const p = prefillCost(m, f16, o.promptLen);
-      const d = decodeCost(m, f16, midContext);
-      const here = rooflineMs(d, peak, bandwidth);
-      const a100 = rooflineMs(d, A100.f16Gflops, A100.bandwidthGBs);
-      const preHere = rooflineMs(p, peak, bandwidth);
-      return {
-        model: m.name,
-        params_b: totalParams(m) / 1e9,
-        weight_gb: (totalParams(m) * 2) / 1e9,
-        prefill_flop_per_byte: p.flops / p.bytes,
-        decode_flop_per_byte: d.flops / d.bytes,
-        prefill_ms_here: preHere.ms,
-        prefill_bound_here: preHere.bound,
-        decode_ms_here: here.ms,
-        decode_bound_here: here.bound,
-        decode_tok_s_here: 1000 / here.ms,
-        decode_ms_a100: a100.ms,
-        decode_tok_s_a100: 1000 / a100.ms,
-      };
-    });
-    const outDir = o.outDir ??
-      `bench/results/prefill-decode-${new Date().toISOString().replace(/[:.]/g, "-")}`;
-    const report: PrefillDecodeReport = {
-      bench: "prefill-decode",
-      machine,
-      model: modelNote,
-      weight_dtype: weightDtype,
-      prompt_len: o.promptLen,
-      gen: o.gen,
-      timing_method: (ctx.hasTimestamps
-        ? "GPU time of each step's compute pass (timestamp-query), each step submitted and " +
-          "awaited on its own"
-        : "host wall time per step, each step submitted and awaited (maxInFlight 1, Deno's " +
-          "~10 ms readback floor included: this adapter has no timestamp-query)") +
-        "; pipelined = host wall time of the same generation with steps kept in flight, " +
-        "total / steps",
-      prefill_ms: phases.prefillMs,
-      decode_ms: decodeMs,
-      decode_steps: stepMs.length,
-      prefill_pct: (100 * phases.prefillMs) / total,
-      decode_pct: (100 * decodeMs) / total,
-      decode_ms_per_step: {
-        mean: decodeMs / stepMs.length,
-        p50: sorted[Math.floor(sorted.length / 2)] ?? NaN,
-        min: sorted[0] ?? NaN,
-        max: sorted[sorted.length - 1] ?? NaN,
-      },
-      decode_pipelined_ms_per_step: phases.pipelinedDecodeStepMs,
-      decode_step_ms: stepMs,
-      intensity: {
-        counted: "linear layers, attention, LM head on the sampled row; weights read once per " +
-          "step, KV read and written; not norms, RoPE, activations",
-        prefill: { flops: pre.flops, bytes: pre.bytes, flop_per_byte: pre.flops / pre.bytes },
-        decode: {
-          context: midContext,
-          flops: dec.flops,
-          bytes: dec.bytes,
-          flop_per_byte: dec.flops / dec.bytes,
-        },
-      },
-      ceilings: {
-        copy_bandwidth_gb_s: bandwidth,
-        matmul_gflops: peak,
-        matmul_source: `engine Matmul kernel, M=256 N=K=1024, ${weightDtype} weights, GPU ` +
-          "timestamps (bench/support.ts timeGpu)",
-        ridge_flop_per_byte: peak / bandwidth,
-        a100: {
-          bandwidth_gb_s: A100.bandwidthGBs,
-          f16_gflops: A100.f16Gflops,
-          source: "NVIDIA A100 SXM 80GB datasheet",
-        },
-      },
-      roofline: {
-        shapes: "Qwen3-0.6B (28 layers, hidden 1024, 16/8 heads x 128, MLP 3072, vocab 151936, " +
-          "tied); LLaMA-2 7B (32, 4096, 32/32, 11008, 32000), 13B (40, 5120, 40/40, 13824), " +
-          "70B (80, 8192, 64/8, 28672); f16 weights and KV",
-        decode_context: midContext,
-        rows,
-      },
-      batch_sweep: batchRows === null ? null : {
-        model: o.batchModel === "main" ? modelNote : "tiny-qwen3 (random weights)",
-        requests: o.batchRequests,
-        prompt_len: SWEEP_PROMPT,
-        output_len: sweepOutputLen(o),
-        rows: batchRows,
-      },
-      out_dir: outDir,
-    };
-    await Deno.mkdir(outDir, { recursive: true });
     const rendered = render(report);
-    await Deno.writeTextFile(`${outDir}/report.md`, rendered.markdown);
-    await Deno.writeTextFile(`${outDir}/report.json`, JSON.stringify(report, null, 2));
-    await Deno.writeTextFile(`${outDir}/decode_steps.svg`, decodeChart(stepMs));
-    const charts = batchCharts(batchRows ?? []);
-    await Deno.writeTextFile(`${outDir}/batch_throughput.svg`, charts.throughput);
-    await Deno.writeTextFile(`${outDir}/batch_latency.svg`, charts.latency);
+    await writeReport(report, rendered.markdown);
     if (o.json) {
       io.log(JSON.stringify(report));
     } else {
       io.log(rendered.text);
-      io.log(`wrote ${outDir}/report.md, report.json, decode_steps.svg, batch_*.svg`);
+      io.log(`wrote ${report.out_dir}/report.md, report.json, decode_steps.svg, batch_*.svg`);
     }
     return 0;
   } finally {
-    if (tempDir !== null) await Deno.remove(tempDir, { recursive: true });
+    if (model.tempDir !== null) await Deno.remove(model.tempDir, { recursive: true });
   }
 }
 

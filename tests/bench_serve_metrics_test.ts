@@ -7,7 +7,8 @@ import {
   summarize,
   tpotMs,
 } from "../bench/serve/metrics.ts";
-import { analyze, type LevelReport } from "../bench/serve/report.ts";
+import { analyze } from "../bench/serve/analysis.ts";
+import type { LevelReport } from "../bench/serve/report.ts";
 
 /** Asserts |a - b| <= 1e-9 * max(1, |b|). */
 function near(actual: number | null | undefined, expected: number, what: string): void {

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { defaultVocabRange } from "../bench/serve.ts";
+import { defaultVocabRange } from "../bench/serve/server_models.ts";
 import { arrivalTimesMs, parseRange, planRequests, Rng } from "../bench/serve/workload.ts";
 
 /** Mean and coefficient of variation (std / mean) of the gaps between `times`. */

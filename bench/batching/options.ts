@@ -6,9 +6,8 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import type { KernelProfileChoice } from "../../gpu/kernel_profile.ts";
-import { kernelProfileOption, UsageError } from "../bench_io.ts";
+import { kernelProfileOption, oneOf, parseFlags, UsageError } from "../bench_io.ts";
 
 /**
  * The mock executor's default latency model, fitted by `--calibrate` from the WebGPU runner's
@@ -117,64 +116,45 @@ function parseRange(flag: string, text: string): [number, number] {
   return [lo, hi];
 }
 
+/** The flags of `deno task bench:batching` and their defaults (see USAGE). */
+const FLAGS = {
+  executor: { type: "string", default: "mock" },
+  model: { type: "string" },
+  "kernel-profile": { type: "string" },
+  json: { type: "boolean", default: false },
+  requests: { type: "string", default: "256" },
+  seed: { type: "string", default: "0" },
+  "prompt-len": { type: "string" },
+  "output-len": { type: "string" },
+  "kv-slots": { type: "string", default: "16384" },
+  "max-model-len": { type: "string", default: "1024" },
+  "block-size": { type: "string", default: "16" },
+  "max-num-seqs": { type: "string", default: "256" },
+  "max-num-batched-tokens": { type: "string", default: "2048" },
+  "preemption-mode": { type: "string", default: "recompute" },
+  "swap-slots": { type: "string" },
+  "batch-wait-ms": { type: "string", default: "10" },
+  "max-in-flight": { type: "string" },
+  "mock-base-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.baseMs) },
+  "mock-per-token-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.perTokenMs) },
+  "mock-per-seq-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.perSeqMs) },
+  "mock-per-kpair-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.perKiloPairMs) },
+  "mock-swap-out-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.swapOutMs) },
+  clock: { type: "string", default: "virtual" },
+  calibrate: { type: "boolean", default: false },
+  sweep: { type: "boolean", default: false },
+  rate: { type: "string", default: "20" },
+  "out-dir": { type: "string" },
+  help: { type: "boolean", default: false },
+} as const;
+
 /** Parses the command line (see USAGE). */
 export function parseBatchingArgs(argv: string[]): Options {
-  let v;
-  try {
-    ({ values: v } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        executor: { type: "string", default: "mock" },
-        model: { type: "string" },
-        "kernel-profile": { type: "string" },
-        json: { type: "boolean", default: false },
-        requests: { type: "string", default: "256" },
-        seed: { type: "string", default: "0" },
-        "prompt-len": { type: "string" },
-        "output-len": { type: "string" },
-        "kv-slots": { type: "string", default: "16384" },
-        "max-model-len": { type: "string", default: "1024" },
-        "block-size": { type: "string", default: "16" },
-        "max-num-seqs": { type: "string", default: "256" },
-        "max-num-batched-tokens": { type: "string", default: "2048" },
-        "preemption-mode": { type: "string", default: "recompute" },
-        "swap-slots": { type: "string" },
-        "batch-wait-ms": { type: "string", default: "10" },
-        "max-in-flight": { type: "string" },
-        "mock-base-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.baseMs) },
-        "mock-per-token-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.perTokenMs) },
-        "mock-per-seq-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.perSeqMs) },
-        "mock-per-kpair-ms": {
-          type: "string",
-          default: String(DEFAULT_MOCK_LATENCY.perKiloPairMs),
-        },
-        "mock-swap-out-ms": { type: "string", default: String(DEFAULT_MOCK_LATENCY.swapOutMs) },
-        clock: { type: "string", default: "virtual" },
-        calibrate: { type: "boolean", default: false },
-        sweep: { type: "boolean", default: false },
-        rate: { type: "string", default: "20" },
-        "out-dir": { type: "string" },
-        help: { type: "boolean", default: false },
-      },
-    }));
-  } catch (error) {
-    throw new UsageError(error instanceof Error ? error.message : String(error));
-  }
+  const v = parseFlags(argv, FLAGS);
   if (v.help) throw new UsageError(USAGE);
-  const executor = v.executor;
-  if (executor !== "mock" && executor !== "webgpu") {
-    throw new UsageError(`--executor must be mock or webgpu, got '${executor}'`);
-  }
-  const clock = v.clock;
-  if (clock !== "virtual" && clock !== "wall") {
-    throw new UsageError(`--clock must be virtual or wall, got '${clock}'`);
-  }
-  const preemptionMode = v["preemption-mode"];
-  if (preemptionMode !== "recompute" && preemptionMode !== "swap") {
-    throw new UsageError(`--preemption-mode must be recompute or swap, got '${preemptionMode}'`);
-  }
+  const executor = oneOf("executor", v.executor, ["mock", "webgpu"]);
+  const clock = oneOf("clock", v.clock, ["virtual", "wall"]);
+  const preemptionMode = oneOf("preemption-mode", v["preemption-mode"], ["recompute", "swap"]);
   const o: Options = {
     executor,
     model: v.model,
@@ -209,6 +189,12 @@ export function parseBatchingArgs(argv: string[]): Options {
     rate: parseNum("rate", v.rate, 0, false),
     outDir: v["out-dir"],
   };
+  checkCombination(o);
+  return o;
+}
+
+/** Rejects flags that are valid alone but not together. */
+function checkCombination(o: Options): void {
   if (o.promptLen[1] + o.outputLen[1] > o.maxModelLen) {
     throw new UsageError(
       `--prompt-len max ${o.promptLen[1]} + --output-len max ${
@@ -218,5 +204,4 @@ export function parseBatchingArgs(argv: string[]): Options {
   }
   if (o.sweep && !(o.rate > 0)) throw new UsageError(`--rate must be > 0, got ${o.rate}`);
   if (o.sweep && o.executor !== "mock") throw new UsageError("--sweep runs on the mock executor");
-  return o;
 }

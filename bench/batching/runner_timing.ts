@@ -53,6 +53,13 @@ export async function loadRunner(
   }
 }
 
+/** Destroys `runner` and the GPU context {@linkcode loadRunner} made for it. */
+export function destroyRunner(runner: ModelRunner): void {
+  const ctx = runner.ctx;
+  runner.destroy();
+  ctx.destroy();
+}
+
 /**
  * A batch of `shape` (prompt-like token ids 1, 2, ...), sequence i owning the consecutive KV
  * blocks from `i * ceil(contextLen / blockSize)`; greedy sampling of every sequence.

@@ -54,6 +54,10 @@ type Backend = () => {
   settle?: (step: number) => void;
 };
 
+/**
+ * Runs `requests` through the scheduler of `choice` on a fresh executor and timeline of
+ * `backend`, at most `maxInFlight` steps in flight (default: the executor's maximum).
+ */
 export async function runOne(
   choice: SchedulerChoice,
   requests: readonly WorkloadRequest[],
@@ -85,6 +89,7 @@ export async function runOne(
   };
 }
 
+/** The mock executor with the options' latency model, on the virtual clock or the wall clock. */
 export function mockBackend(o: Options): Backend {
   const latency = mockLatency(o);
   if (o.clock === "wall") {
@@ -102,6 +107,7 @@ export function mockBackend(o: Options): Backend {
   };
 }
 
+/** The WebGPU executor on `runner` (host swap space in swap mode), on the wall clock. */
 export function webgpuBackend(runner: ModelRunner, o: Options): Backend {
   const numSwapBlocks = o.preemptionMode === "swap" ? swapBlocks(o) : 0;
   return () => ({
@@ -127,11 +133,25 @@ export function latencyText(o: Options): string {
     (o.preemptionMode === "swap" ? `; swap-out ${o.swapOutMs} ms` : "");
 }
 
+/** The KV budget and step limits every scheduler of a run gets from the options. */
+export function schedulerLimits(
+  o: Options,
+): Omit<SchedulerChoice, "kind" | "batchSize" | "batchWaitMs" | "preemptionMode" | "swapBlocks"> {
+  return {
+    kvTokens: o.kvSlots,
+    blockSize: o.blockSize,
+    maxModelLen: o.maxModelLen,
+    maxNumSeqs: o.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens,
+  };
+}
+
 /** Host swap blocks of the swap space (whole blocks of `--block-size` token slots). */
 export function swapBlocks(o: Options): number {
   return Math.floor(o.swapSlots / o.blockSize);
 }
 
+/** The options' workload (count, seed, length ranges) over `vocabSize` token ids. */
 export function workloadOf(o: Options, vocabSize: number, arrival: Arrival): WorkloadRequest[] {
   return makeWorkload({
     requests: o.requests,

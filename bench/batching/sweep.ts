@@ -11,24 +11,21 @@ import {
   latencyText,
   mockBackend,
   runOne,
+  schedulerLimits,
   type SchedulerResult,
   workloadOf,
 } from "./scheduler_run.ts";
-import type { BenchIo } from "../bench_io.ts";
+import { type BenchIo, resultsDir } from "../bench_io.ts";
 import type { Options } from "./options.ts";
 import { fmt, markdownTable, textTable } from "./table.ts";
-import { lineChart } from "../serve/report_svg.ts";
+import { lineChart } from "../serve/line_chart.ts";
 
-/** `--sweep`: the 004 experiment. */
-export async function runSweep(o: Options, io: BenchIo): Promise<number> {
-  const requests = workloadOf(o, 50_000, { kind: "poisson", ratePerS: o.rate });
-  const common = {
-    kvTokens: o.kvSlots,
-    blockSize: o.blockSize,
-    maxModelLen: o.maxModelLen,
-    maxNumSeqs: o.maxNumSeqs,
-    maxNumBatchedTokens: o.maxNumBatchedTokens,
-  };
+/**
+ * The runs of the sweep: static batch 1, 4, 8; dynamic 1, 4, 8 at each wait window 0, 10,
+ * 50 ms; continuous max_num_seqs 1, 4, 8 and `--max-num-seqs`.
+ */
+function sweepChoices(o: Options): SchedulerChoice[] {
+  const common = schedulerLimits(o);
   const runs: SchedulerChoice[] = [];
   for (const b of [1, 4, 8]) runs.push({ kind: "static", ...common, batchSize: b });
   for (const w of [0, 10, 50]) {
@@ -39,25 +36,22 @@ export async function runSweep(o: Options, io: BenchIo): Promise<number> {
   for (const b of [1, 4, 8, o.maxNumSeqs]) {
     runs.push({ kind: "continuous", ...common, maxNumSeqs: b });
   }
-  const results: SchedulerResult[] = [];
-  for (const c of runs) results.push(await runOne(c, requests, mockBackend(o), o.maxInFlight));
+  return runs;
+}
 
-  const outDir = o.outDir ??
-    `bench/results/batching-${new Date().toISOString().replace(/[:.]/g, "-")}`;
-  await Deno.mkdir(outDir, { recursive: true });
-  const label = (r: SchedulerResult) =>
-    r.scheduler === "dynamic" ? `dynamic, wait ${r.batch_wait_ms} ms` : r.scheduler;
-  const header = [
-    "scheduler",
-    "batch",
-    "wait ms",
-    "avg latency ms",
-    "p95 latency ms",
-    "avg TTFT ms",
-    "out tok/s",
-    "req/s",
-  ];
-  const rows = results.map((r) => [
+const HEADER = [
+  "scheduler",
+  "batch",
+  "wait ms",
+  "avg latency ms",
+  "p95 latency ms",
+  "avg TTFT ms",
+  "out tok/s",
+  "req/s",
+];
+
+function sweepRows(results: readonly SchedulerResult[]): string[][] {
+  return results.map((r) => [
     r.scheduler,
     String(r.batch_size),
     r.batch_wait_ms === null ? "-" : String(r.batch_wait_ms),
@@ -67,6 +61,18 @@ export async function runSweep(o: Options, io: BenchIo): Promise<number> {
     fmt(r.output_tokens_per_s, 1),
     fmt(r.requests_per_s, 3),
   ]);
+}
+
+/**
+ * sweep_latency.svg and sweep_throughput.svg: a line per scheduler (per wait window for
+ * dynamic) over the batch size; continuous at a `--max-num-seqs` above 8 is left out.
+ */
+function sweepCharts(
+  o: Options,
+  results: readonly SchedulerResult[],
+): { latency: string; throughput: string } {
+  const label = (r: SchedulerResult) =>
+    r.scheduler === "dynamic" ? `dynamic, wait ${r.batch_wait_ms} ms` : r.scheduler;
   const series = new Map<string, SchedulerResult[]>();
   for (const r of results) {
     if (r.scheduler === "continuous" && r.batch_size === o.maxNumSeqs && o.maxNumSeqs > 8) continue;
@@ -85,17 +91,23 @@ export async function runSweep(o: Options, io: BenchIo): Promise<number> {
         dashed: name === "static",
       })),
     });
-  const latencySvg = chart(
-    "Average request latency (mock executor)",
-    "avg E2E latency (ms)",
-    (r) => r.e2e_ms.mean,
-  );
-  const throughputSvg = chart(
-    "Output throughput (mock executor)",
-    "output tokens/s",
-    (r) => r.output_tokens_per_s,
-  );
-  const meta = {
+  return {
+    latency: chart(
+      "Average request latency (mock executor)",
+      "avg E2E latency (ms)",
+      (r) => r.e2e_ms.mean,
+    ),
+    throughput: chart(
+      "Output throughput (mock executor)",
+      "output tokens/s",
+      (r) => r.output_tokens_per_s,
+    ),
+  };
+}
+
+/** The sweep's settings, as written at the top of the JSON. */
+function sweepMeta(o: Options) {
+  return {
     bench: "batching-sweep",
     executor: "mock",
     latency_model: {
@@ -115,7 +127,11 @@ export async function runSweep(o: Options, io: BenchIo): Promise<number> {
     kv_slots: o.kvSlots,
     max_model_len: o.maxModelLen,
   };
-  const md = [
+}
+
+/** sweep.md: the setting (lines 3-5, also printed), the table and the charts. */
+function sweepMarkdown(o: Options, rows: readonly string[][]): string {
+  return [
     "# Batching sweep (004): static vs dynamic vs continuous",
     "",
     `Mock executor, step = ${latencyText(o)} (${o.clock} clock). ` +
@@ -125,22 +141,37 @@ export async function runSweep(o: Options, io: BenchIo): Promise<number> {
     `outputs ${o.outputLen.join("..")} tokens, seed ${o.seed}; KV ${o.kvSlots} slots, ` +
     `max_model_len ${o.maxModelLen}. Latency = arrival to last token.`,
     "",
-    markdownTable(header, rows),
+    markdownTable(HEADER, rows),
     "",
     "![latency](sweep_latency.svg)",
     "",
     "![throughput](sweep_throughput.svg)",
     "",
   ].join("\n");
+}
+
+/** `--sweep`: the 004 experiment. */
+export async function runSweep(o: Options, io: BenchIo): Promise<number> {
+  const requests = workloadOf(o, 50_000, { kind: "poisson", ratePerS: o.rate });
+  const results: SchedulerResult[] = [];
+  for (const c of sweepChoices(o)) {
+    results.push(await runOne(c, requests, mockBackend(o), o.maxInFlight));
+  }
+  const outDir = o.outDir ?? resultsDir("batching");
+  await Deno.mkdir(outDir, { recursive: true });
+  const rows = sweepRows(results);
+  const charts = sweepCharts(o, results);
+  const meta = sweepMeta(o);
+  const md = sweepMarkdown(o, rows);
   await Deno.writeTextFile(`${outDir}/sweep.md`, md);
   await Deno.writeTextFile(`${outDir}/sweep.json`, JSON.stringify({ ...meta, results }, null, 2));
-  await Deno.writeTextFile(`${outDir}/sweep_latency.svg`, latencySvg);
-  await Deno.writeTextFile(`${outDir}/sweep_throughput.svg`, throughputSvg);
+  await Deno.writeTextFile(`${outDir}/sweep_latency.svg`, charts.latency);
+  await Deno.writeTextFile(`${outDir}/sweep_throughput.svg`, charts.throughput);
   if (o.json) {
     io.log(JSON.stringify({ ...meta, out_dir: outDir, results }));
   } else {
     io.log(md.split("\n").slice(2, 5).join("\n"));
-    io.log(textTable(header, rows));
+    io.log(textTable(HEADER, rows));
     io.log(`wrote ${outDir}/sweep.md, sweep.json, sweep_latency.svg, sweep_throughput.svg`);
   }
   return 0;

@@ -5,10 +5,9 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import type { KernelProfileChoice } from "../../gpu/kernel_profile.ts";
 import { parseQuantization, type Quantization } from "../../gpu/quant.ts";
-import { kernelProfileOption, UsageError } from "../bench_io.ts";
+import { kernelProfileOption, oneOf, orUsageError, parseFlags, UsageError } from "../bench_io.ts";
 
 const USAGE = `usage: deno task bench:prefill-decode [options]
   --model DIR|tiny|qwen3-0.6b  model (default qwen3-0.6b: random weights in a temp dir)
@@ -48,53 +47,35 @@ function int(flag: string, text: string, least: number): number {
   return v;
 }
 
-function quantizationOption(text: string): Quantization {
-  try {
-    return parseQuantization(text);
-  } catch (error) {
-    throw new UsageError(error instanceof Error ? error.message : String(error));
-  }
-}
+/** The flags of `deno task bench:prefill-decode` and their defaults (see USAGE). */
+const FLAGS = {
+  model: { type: "string", default: "qwen3-0.6b" },
+  "kernel-profile": { type: "string" },
+  quantization: { type: "string", default: "none" },
+  "prompt-len": { type: "string", default: "512" },
+  gen: { type: "string", default: "64" },
+  "batch-model": { type: "string", default: "tiny" },
+  "batch-sizes": { type: "string", default: "1,2,4,8,16" },
+  "batch-requests": { type: "string", default: "16" },
+  "batch-gen": { type: "string", default: "32" },
+  "no-batch-sweep": { type: "boolean", default: false },
+  json: { type: "boolean", default: false },
+  "out-dir": { type: "string" },
+  help: { type: "boolean", default: false },
+} as const;
 
 /** Parses the command line (see USAGE). */
 export function parsePrefillDecodeArgs(argv: string[]): Options {
-  let v;
-  try {
-    ({ values: v } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        model: { type: "string", default: "qwen3-0.6b" },
-        "kernel-profile": { type: "string" },
-        quantization: { type: "string", default: "none" },
-        "prompt-len": { type: "string", default: "512" },
-        gen: { type: "string", default: "64" },
-        "batch-model": { type: "string", default: "tiny" },
-        "batch-sizes": { type: "string", default: "1,2,4,8,16" },
-        "batch-requests": { type: "string", default: "16" },
-        "batch-gen": { type: "string", default: "32" },
-        "no-batch-sweep": { type: "boolean", default: false },
-        json: { type: "boolean", default: false },
-        "out-dir": { type: "string" },
-        help: { type: "boolean", default: false },
-      },
-    }));
-  } catch (error) {
-    throw new UsageError(error instanceof Error ? error.message : String(error));
-  }
+  const v = parseFlags(argv, FLAGS);
   if (v.help) throw new UsageError(USAGE);
-  const bm = v["batch-model"];
-  if (bm !== "tiny" && bm !== "main") {
-    throw new UsageError(`--batch-model must be tiny or main, got '${bm}'`);
-  }
+  const batchModel = oneOf("batch-model", v["batch-model"], ["tiny", "main"]);
   return {
     model: v.model,
     kernelProfile: kernelProfileOption(v["kernel-profile"]),
-    quantization: quantizationOption(v.quantization),
+    quantization: orUsageError(() => parseQuantization(v.quantization)),
     promptLen: int("prompt-len", v["prompt-len"], 1),
     gen: int("gen", v.gen, 2),
-    batchModel: bm,
+    batchModel,
     batchSizes: v["batch-sizes"].split(",").map((s) => int("batch-sizes", s, 1)),
     batchRequests: int("batch-requests", v["batch-requests"], 1),
     batchGen: int("batch-gen", v["batch-gen"], 4),

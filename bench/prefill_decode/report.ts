@@ -1,13 +1,22 @@
 /**
- * The prefill / decode benchmark's report: the JSON document (report.json, `--json`), its
- * Markdown and plain-text rendering, and the SVG charts of decode steps and the batch sweep.
+ * The prefill / decode benchmark's report: the JSON document (report.json, `--json`) and how it
+ * is worked out from the measurements (intensity, ceilings, roofline rows). Its Markdown and
+ * plain-text rendering are in report_render.ts, its charts in report_svg.ts.
  *
  * @module
  */
 
-import { fmt, markdownTable, textTable } from "../batching/table.ts";
-import { lineChart } from "../serve/report_svg.ts";
-import type { BatchRow } from "./measure.ts";
+import {
+  decodeCost,
+  type ModelShape,
+  type Precision,
+  prefillCost,
+  rooflineMs,
+  STANDARD_SHAPES,
+  totalParams,
+} from "../lib/roofline.ts";
+import { type BatchRow, type PhaseTiming, SWEEP_PROMPT, sweepOutputLen } from "./measure.ts";
+import type { Options } from "./options.ts";
 
 /** One row of the roofline table. */
 export interface RooflineRow {
@@ -87,198 +96,158 @@ export interface PrefillDecodeReport {
   readonly out_dir: string;
 }
 
-/** decode_steps.svg: each awaited decode step's ms and their mean. */
-export function decodeChart(stepMs: readonly number[]): string {
-  const mean = stepMs.reduce((a, b) => a + b, 0) / Math.max(1, stepMs.length);
-  return lineChart({
-    title: "Decode step time (each step awaited; GPU time where timestamp-query exists)",
-    xLabel: "decode step",
-    yLabel: "wall ms",
-    series: [
-      { name: "step", points: stepMs.map((y, i) => ({ x: i + 1, y })) },
-      {
-        name: `mean ${mean.toFixed(1)} ms`,
-        points: [{ x: 1, y: mean }, { x: stepMs.length, y: mean }],
-        dashed: true,
-      },
-    ],
-  });
+/** A100 SXM 80 GB datasheet figures, for comparison (not measured). */
+const A100 = { bandwidthGBs: 2039, f16Gflops: 312_000 } as const;
+
+/** What one run measured, the input of {@linkcode buildReport}. */
+export interface Measurements {
+  readonly machine: string;
+  /** The model as named in the report. */
+  readonly model: string;
+  readonly weightDtype: string;
+  /** Whether the adapter timed steps with timestamp queries. */
+  readonly hasTimestamps: boolean;
+  readonly phases: PhaseTiming;
+  /** Measured copy bandwidth, GB/s. */
+  readonly bandwidthGBs: number;
+  /** Measured matmul GFLOP/s. */
+  readonly matmulGflops: number;
+  readonly shape: ModelShape;
+  /** The batch-size sweep; null when skipped. */
+  readonly batchRows: BatchRow[] | null;
 }
 
-/** batch_throughput.svg and batch_latency.svg: static vs continuous by batch size. */
-export function batchCharts(rows: readonly BatchRow[]): { throughput: string; latency: string } {
-  const series = (y: (r: BatchRow) => number) =>
-    (["static", "continuous"] as const).map((k) => ({
-      name: k === "static" ? "naive static" : "continuous",
-      points: rows.filter((r) => r.scheduler === k).map((r) => ({ x: r.batchSize, y: y(r) })),
-      dashed: k === "static",
-    }));
+/** The step-time fields of the report: prefill vs decode, per-step statistics. */
+function phaseFigures(phases: PhaseTiming) {
+  const stepMs = phases.decodeStepMs;
+  const decodeMs = stepMs.reduce((a, b) => a + b, 0);
+  const total = phases.prefillMs + decodeMs;
+  const sorted = [...stepMs].sort((a, b) => a - b);
   return {
-    throughput: lineChart({
-      title: "Batch size vs throughput",
-      xLabel: "batch size",
-      yLabel: "output tokens/s",
-      xLog: true,
-      series: series((r) => r.outputTokensPerS),
-    }),
-    latency: lineChart({
-      title: "Batch size vs latency",
-      xLabel: "batch size",
-      yLabel: "mean request latency (ms)",
-      xLog: true,
-      series: series((r) => r.meanLatencyMs),
-    }),
+    prefill_ms: phases.prefillMs,
+    decode_ms: decodeMs,
+    decode_steps: stepMs.length,
+    prefill_pct: (100 * phases.prefillMs) / total,
+    decode_pct: (100 * decodeMs) / total,
+    decode_ms_per_step: {
+      mean: decodeMs / stepMs.length,
+      p50: sorted[Math.floor(sorted.length / 2)] ?? NaN,
+      min: sorted[0] ?? NaN,
+      max: sorted[sorted.length - 1] ?? NaN,
+    },
+    decode_pipelined_ms_per_step: phases.pipelinedDecodeStepMs,
+    decode_step_ms: stepMs,
   };
 }
 
-function sci(v: number): string {
-  if (!Number.isFinite(v)) return "n/a";
-  if (v >= 1e12) return `${(v / 1e12).toFixed(2)} T`;
-  if (v >= 1e9) return `${(v / 1e9).toFixed(2)} G`;
-  if (v >= 1e6) return `${(v / 1e6).toFixed(2)} M`;
-  return v.toFixed(0);
+/** How the step times were taken. */
+function timingMethod(hasTimestamps: boolean): string {
+  return (hasTimestamps
+    ? "GPU time of each step's compute pass (timestamp-query), each step submitted and " +
+      "awaited on its own"
+    : "host wall time per step, each step submitted and awaited (maxInFlight 1, Deno's " +
+      "~10 ms readback floor included: this adapter has no timestamp-query)") +
+    "; pipelined = host wall time of the same generation with steps kept in flight, " +
+    "total / steps";
 }
 
-/** The report as Markdown (report.md) and plain text (console). */
-export function render(r: PrefillDecodeReport): { markdown: string; text: string } {
-  const phaseHeader = ["phase", "steps", "ms", "% of total"];
-  const phaseRows = [
-    ["prefill", "1", fmt(r.prefill_ms), fmt(r.prefill_pct)],
-    ["decode", String(r.decode_steps), fmt(r.decode_ms), fmt(r.decode_pct)],
-  ];
-  const d = r.decode_ms_per_step;
-  const stepLine = `decode ms/step, awaited: mean ${fmt(d.mean, 2)}, p50 ${fmt(d.p50, 2)}, ` +
-    `min ${fmt(d.min, 2)}, max ${fmt(d.max, 2)}; pipelined: ${
-      fmt(r.decode_pipelined_ms_per_step, 2)
-    } ms/step`;
-  const intHeader = ["step", "new tokens", "FLOPs", "bytes", "FLOP/byte"];
-  const i = r.intensity;
-  const intRows = [
-    [
-      "prefill",
-      String(r.prompt_len),
-      sci(i.prefill.flops),
-      sci(i.prefill.bytes),
-      fmt(i.prefill.flop_per_byte, 2),
-    ],
-    [
-      `decode (context ${i.decode.context})`,
-      "1",
-      sci(i.decode.flops),
-      sci(i.decode.bytes),
-      fmt(i.decode.flop_per_byte, 2),
-    ],
-  ];
-  const c = r.ceilings;
-  const ceil =
-    `ceilings measured in this run: copy bandwidth ${fmt(c.copy_bandwidth_gb_s)} GB/s, ` +
-    `matmul ${fmt(c.matmul_gflops)} GFLOP/s (${c.matmul_source}); ridge point ${
-      fmt(c.ridge_flop_per_byte, 2)
-    } FLOP/byte. Counted: ${i.counted}`;
-  const roofHeader = [
-    "model",
-    "params (B)",
-    "weights (GB)",
-    "prefill FLOP/B",
-    "decode FLOP/B",
-    "prefill ms here",
-    "decode ms/token here",
-    "tok/s here",
-    "decode ms A100",
-    "tok/s A100",
-  ];
-  const roofRows = r.roofline.rows.map((x) => [
-    x.model,
-    fmt(x.params_b, 2),
-    fmt(x.weight_gb, 1),
-    fmt(x.prefill_flop_per_byte, 1),
-    fmt(x.decode_flop_per_byte, 2),
-    `${fmt(x.prefill_ms_here, 0)} (${x.prefill_bound_here})`,
-    `${fmt(x.decode_ms_here, 1)} (${x.decode_bound_here})`,
-    fmt(x.decode_tok_s_here, 2),
-    fmt(x.decode_ms_a100, 2),
-    fmt(x.decode_tok_s_a100, 0),
-  ]);
-  const roofNote =
-    `roofline (time >= max(FLOPs / peak, bytes / bandwidth)), prefill of ${r.prompt_len} ` +
-    `tokens, decode at context ${r.roofline.decode_context}, batch 1; shapes: ${r.roofline.shapes}; ` +
-    `A100: ${c.a100.bandwidth_gb_s} GB/s, ${
-      c.a100.f16_gflops / 1000
-    } TFLOP/s f16 (${c.a100.source})`;
-  const batchHeader = [
-    "batching",
-    "batch",
-    "out tok/s",
-    "mean latency ms",
-    "p95 ms",
-    "mean TTFT ms",
-  ];
-  const sw = r.batch_sweep;
-  const bRows = (sw?.rows ?? []).map((b) => [
-    b.scheduler === "static" ? "naive static" : "continuous",
-    String(b.batchSize),
-    fmt(b.outputTokensPerS),
-    fmt(b.meanLatencyMs, 0),
-    fmt(b.p95LatencyMs, 0),
-    fmt(b.meanTtftMs, 0),
-  ]);
-  const sweepNote = sw === null
-    ? "batch sweep: skipped"
-    : `batch sweep: ${sw.model}, ${sw.requests} ` +
-      `requests at once (prompt ${sw.prompt_len}, outputs uniform ${
-        sw.output_len.join("..")
-      }), WebGPU ` +
-      "executor, pipelined; naive static = a batch runs until its longest request ends; latency = " +
-      "arrival (t = 0) to last token";
-  const head = [
-    `model: ${r.model}, weights ${r.weight_dtype}; prompt ${r.prompt_len} tokens, ${r.gen} generated`,
-    r.machine,
-    `timing: ${r.timing_method}`,
-  ];
-  const markdown = [
-    "# Prefill vs decode (003)",
-    "",
-    ...head.map((l) => `${l}  `),
-    "",
-    "## Prefill vs decode time",
-    "",
-    markdownTable(phaseHeader, phaseRows),
-    "",
-    stepLine,
-    "",
-    "![decode steps](decode_steps.svg)",
-    "",
-    "## Arithmetic intensity (this model's shapes and dtype)",
-    "",
-    markdownTable(intHeader, intRows),
-    "",
-    ceil,
-    "",
-    "## Roofline",
-    "",
-    roofNote,
-    "",
-    markdownTable(roofHeader, roofRows),
-    "",
-    "## Batch size: throughput vs latency",
-    "",
-    sweepNote,
-    "",
-    markdownTable(batchHeader, bRows),
-    "",
-    "![throughput](batch_throughput.svg) ![latency](batch_latency.svg)",
-    "",
-  ].join("\n");
-  const text = [
-    ...head,
-    textTable(phaseHeader, phaseRows),
-    stepLine,
-    textTable(intHeader, intRows),
-    ceil,
-    roofNote,
-    textTable(roofHeader, roofRows),
-    sweepNote,
-    textTable(batchHeader, bRows),
-  ].join("\n");
-  return { markdown, text };
+/** Arithmetic intensity of this model's prefill and of a decode step at `midContext`. */
+function intensity(
+  m: Measurements,
+  promptLen: number,
+  midContext: number,
+): PrefillDecodeReport["intensity"] {
+  const bytes = m.weightDtype === "f16" ? 2 : 4;
+  const precision: Precision = { weightBytes: bytes, kvBytes: bytes };
+  const pre = prefillCost(m.shape, precision, promptLen);
+  const dec = decodeCost(m.shape, precision, midContext);
+  return {
+    counted: "linear layers, attention, LM head on the sampled row; weights read once per " +
+      "step, KV read and written; not norms, RoPE, activations",
+    prefill: { flops: pre.flops, bytes: pre.bytes, flop_per_byte: pre.flops / pre.bytes },
+    decode: {
+      context: midContext,
+      flops: dec.flops,
+      bytes: dec.bytes,
+      flop_per_byte: dec.flops / dec.bytes,
+    },
+  };
+}
+
+/** The measured ceilings, beside the A100's datasheet figures. */
+function ceilings(m: Measurements): PrefillDecodeReport["ceilings"] {
+  return {
+    copy_bandwidth_gb_s: m.bandwidthGBs,
+    matmul_gflops: m.matmulGflops,
+    matmul_source: `engine Matmul kernel, M=256 N=K=1024, ${m.weightDtype} weights, GPU ` +
+      "timestamps (bench/support.ts timeGpu)",
+    ridge_flop_per_byte: m.matmulGflops / m.bandwidthGBs,
+    a100: {
+      bandwidth_gb_s: A100.bandwidthGBs,
+      f16_gflops: A100.f16Gflops,
+      source: "NVIDIA A100 SXM 80GB datasheet",
+    },
+  };
+}
+
+/** The roofline of every standard shape (f16) at this machine's ceilings and an A100's. */
+function rooflineRows(
+  m: Measurements,
+  promptLen: number,
+  midContext: number,
+): RooflineRow[] {
+  const f16: Precision = { weightBytes: 2, kvBytes: 2 };
+  return STANDARD_SHAPES.map((s) => {
+    const p = prefillCost(s, f16, promptLen);
+    const d = decodeCost(s, f16, midContext);
+    const here = rooflineMs(d, m.matmulGflops, m.bandwidthGBs);
+    const a100 = rooflineMs(d, A100.f16Gflops, A100.bandwidthGBs);
+    const preHere = rooflineMs(p, m.matmulGflops, m.bandwidthGBs);
+    return {
+      model: s.name,
+      params_b: totalParams(s) / 1e9,
+      weight_gb: (totalParams(s) * 2) / 1e9,
+      prefill_flop_per_byte: p.flops / p.bytes,
+      decode_flop_per_byte: d.flops / d.bytes,
+      prefill_ms_here: preHere.ms,
+      prefill_bound_here: preHere.bound,
+      decode_ms_here: here.ms,
+      decode_bound_here: here.bound,
+      decode_tok_s_here: 1000 / here.ms,
+      decode_ms_a100: a100.ms,
+      decode_tok_s_a100: 1000 / a100.ms,
+    };
+  });
+}
+
+/** The report of a run with options `o` that measured `m` and writes to `outDir`. */
+export function buildReport(o: Options, m: Measurements, outDir: string): PrefillDecodeReport {
+  const midContext = o.promptLen + Math.floor(o.gen / 2);
+  return {
+    bench: "prefill-decode",
+    machine: m.machine,
+    model: m.model,
+    weight_dtype: m.weightDtype,
+    prompt_len: o.promptLen,
+    gen: o.gen,
+    timing_method: timingMethod(m.hasTimestamps),
+    ...phaseFigures(m.phases),
+    intensity: intensity(m, o.promptLen, midContext),
+    ceilings: ceilings(m),
+    roofline: {
+      shapes: "Qwen3-0.6B (28 layers, hidden 1024, 16/8 heads x 128, MLP 3072, vocab 151936, " +
+        "tied); LLaMA-2 7B (32, 4096, 32/32, 11008, 32000), 13B (40, 5120, 40/40, 13824), " +
+        "70B (80, 8192, 64/8, 28672); f16 weights and KV",
+      decode_context: midContext,
+      rows: rooflineRows(m, o.promptLen, midContext),
+    },
+    batch_sweep: m.batchRows === null ? null : {
+      model: o.batchModel === "main" ? m.model : "tiny-qwen3 (random weights)",
+      requests: o.batchRequests,
+      prompt_len: SWEEP_PROMPT,
+      output_len: sweepOutputLen(o),
+      rows: m.batchRows,
+    },
+    out_dir: outDir,
+  };
 }

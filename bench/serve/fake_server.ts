@@ -38,98 +38,164 @@ export interface FakeServer {
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+const encoder = new TextEncoder();
+
+/** An OpenAI-style error response. */
+function errorResponse(status: number, message: string): Response {
+  return Response.json({ error: { message, type: "invalid_request_error", code: status } }, {
+    status,
+  });
+}
+
+/** The server's slots: at most `size` requests generate at once, the rest wait in order. */
+class Slots {
+  /** Requests generating now. */
+  active = 0;
+  #waiting: (() => void)[] = [];
+
+  constructor(readonly size: number) {}
+
+  /** Waits for a free slot and takes it. */
+  async acquire(): Promise<void> {
+    while (this.active >= this.size) {
+      await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    }
+    this.active++;
+  }
+
+  /** Gives a slot back to the first waiter. */
+  release(): void {
+    this.active--;
+    this.#waiting.shift()?.();
+  }
+}
+
+/** What a completion request asks for. */
+interface CompletionAsk {
+  readonly maxTokens: number;
+  /** Prompt length: array items, or whitespace-separated words of a string. */
+  readonly promptTokens: number;
+  /** `stream_options.include_usage`. */
+  readonly includeUsage: boolean;
+}
+
+/** The request body's fields, or the error response for a bad body or an unknown model. */
+async function readCompletionAsk(req: Request, modelId: string): Promise<CompletionAsk | Response> {
+  let body: unknown;
+  try {
+    body = await req.json();
+  } catch {
+    return errorResponse(400, "body is not JSON");
+  }
+  if (typeof body !== "object" || body === null) return errorResponse(400, "body is not an object");
+  const b: Record<string, unknown> = { ...body };
+  if (b.model !== modelId) {
+    return errorResponse(404, `The model '${String(b.model)}' does not exist.`);
+  }
+  const prompt = b.prompt;
+  const so = b.stream_options;
+  return {
+    maxTokens: typeof b.max_tokens === "number" ? b.max_tokens : 16,
+    promptTokens: Array.isArray(prompt)
+      ? prompt.length
+      : typeof prompt === "string"
+      ? prompt.split(/\s+/).filter((w) => w !== "").length
+      : 0,
+    includeUsage: typeof so === "object" && so !== null && "include_usage" in so &&
+      so.include_usage === true,
+  };
+}
+
+/** One streamed completion: its id, what was asked, and the simulated timing. */
+interface Generation {
+  readonly id: string;
+  readonly modelId: string;
+  readonly ask: CompletionAsk;
+  readonly slots: Slots;
+  readonly ttftMs: number;
+  readonly itlMs: number;
+  readonly itlPerActiveMs: number;
+  /** Whether the client went away. */
+  readonly cancelled: () => boolean;
+}
+
+/** Streams `g`'s chunks into `controller`: a slot, the tokens, the usage chunk, `[DONE]`. */
+async function generate(
+  g: Generation,
+  controller: ReadableStreamDefaultController<Uint8Array>,
+): Promise<void> {
+  const { id, modelId, ask, slots } = g;
+  const chunk = (payload: unknown) => encoder.encode(`data: ${JSON.stringify(payload)}\n\n`);
+  await slots.acquire();
+  try {
+    await sleep(g.ttftMs);
+    for (let i = 0; i < ask.maxTokens && !g.cancelled(); i++) {
+      if (i > 0) await sleep(g.itlMs + g.itlPerActiveMs * (slots.active - 1));
+      controller.enqueue(chunk({
+        id,
+        object: "text_completion",
+        model: modelId,
+        choices: [{
+          index: 0,
+          text: ` t${i}`,
+          finish_reason: i === ask.maxTokens - 1 ? "length" : null,
+        }],
+      }));
+    }
+    if (ask.includeUsage && !g.cancelled()) {
+      controller.enqueue(chunk({
+        id,
+        object: "text_completion",
+        model: modelId,
+        choices: [],
+        usage: {
+          prompt_tokens: ask.promptTokens,
+          completion_tokens: ask.maxTokens,
+          total_tokens: ask.promptTokens + ask.maxTokens,
+        },
+      }));
+    }
+    if (!g.cancelled()) {
+      controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+      controller.close();
+    }
+  } catch {
+    // The client went away (enqueue on a cancelled stream).
+  } finally {
+    slots.release();
+  }
+}
 
 /** Starts the fake server on 127.0.0.1. */
 export function startFakeServer(options: FakeServerOptions = {}): FakeServer {
   const modelId = options.modelId ?? "fake-model";
-  const slots = options.slots ?? Infinity;
-  const ttft = options.ttftMs ?? 5;
-  const itl = options.itlMs ?? 2;
-  const perActive = options.itlPerActiveMs ?? 0;
-  let active = 0;
+  const slots = new Slots(options.slots ?? Infinity);
   let received = 0;
-  const waiting: (() => void)[] = [];
-  const encoder = new TextEncoder();
-  const error = (status: number, message: string) =>
-    Response.json({ error: { message, type: "invalid_request_error", code: status } }, {
-      status,
-    });
 
   const completions = async (req: Request): Promise<Response> => {
-    let body: unknown;
-    try {
-      body = await req.json();
-    } catch {
-      return error(400, "body is not JSON");
-    }
-    if (typeof body !== "object" || body === null) return error(400, "body is not an object");
-    const b: Record<string, unknown> = { ...body };
-    if (b.model !== modelId) return error(404, `The model '${String(b.model)}' does not exist.`);
-    const maxTokens = typeof b.max_tokens === "number" ? b.max_tokens : 16;
-    const prompt = b.prompt;
-    const promptTokens = Array.isArray(prompt)
-      ? prompt.length
-      : typeof prompt === "string"
-      ? prompt.split(/\s+/).filter((w) => w !== "").length
-      : 0;
-    const so = b.stream_options;
-    const includeUsage = typeof so === "object" && so !== null && "include_usage" in so &&
-      so.include_usage === true;
+    const ask = await readCompletionAsk(req, modelId);
+    if (ask instanceof Response) return ask;
     received++;
-    const id = `cmpl-${received}`;
-    const chunk = (payload: unknown) => encoder.encode(`data: ${JSON.stringify(payload)}\n\n`);
     let cancelled = false;
+    const generation: Generation = {
+      id: `cmpl-${received}`,
+      modelId,
+      ask,
+      slots,
+      ttftMs: options.ttftMs ?? 5,
+      itlMs: options.itlMs ?? 2,
+      itlPerActiveMs: options.itlPerActiveMs ?? 0,
+      cancelled: () => cancelled,
+    };
     const stream = new ReadableStream<Uint8Array>({
       start(controller) {
         // Not awaited: chunks must flow while the simulated generation runs.
-        void generate(controller);
+        void generate(generation, controller);
       },
       cancel() {
         cancelled = true;
       },
     });
-    async function generate(controller: ReadableStreamDefaultController<Uint8Array>) {
-      while (active >= slots) await new Promise<void>((resolve) => waiting.push(resolve));
-      active++;
-      try {
-        await sleep(ttft);
-        for (let i = 0; i < maxTokens && !cancelled; i++) {
-          if (i > 0) await sleep(itl + perActive * (active - 1));
-          controller.enqueue(chunk({
-            id,
-            object: "text_completion",
-            model: modelId,
-            choices: [{
-              index: 0,
-              text: ` t${i}`,
-              finish_reason: i === maxTokens - 1 ? "length" : null,
-            }],
-          }));
-        }
-        if (includeUsage && !cancelled) {
-          controller.enqueue(chunk({
-            id,
-            object: "text_completion",
-            model: modelId,
-            choices: [],
-            usage: {
-              prompt_tokens: promptTokens,
-              completion_tokens: maxTokens,
-              total_tokens: promptTokens + maxTokens,
-            },
-          }));
-        }
-        if (!cancelled) {
-          controller.enqueue(encoder.encode("data: [DONE]\n\n"));
-          controller.close();
-        }
-      } catch {
-        // The client went away (enqueue on a cancelled stream).
-      } finally {
-        active--;
-        waiting.shift()?.();
-      }
-    }
     return new Response(stream, { headers: { "content-type": "text/event-stream" } });
   };
 
@@ -144,7 +210,7 @@ export function startFakeServer(options: FakeServerOptions = {}): FakeServer {
         });
       }
       if (req.method === "POST" && path === "/v1/completions") return completions(req);
-      return error(404, `no route ${req.method} ${path}`);
+      return errorResponse(404, `no route ${req.method} ${path}`);
     },
   );
   const url = `http://127.0.0.1:${server.addr.port}`;

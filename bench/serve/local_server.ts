@@ -52,13 +52,23 @@ async function drainLines(
   if (rest !== "") onLine(rest);
 }
 
-/**
- * Spawns `options.command`, waits for its `Listening on URL` line and a 200 from `URL/health`,
- * and returns the URL. Throws Error (after stopping the process) when the process exits first
- * or the deadline passes; the message quotes the last lines of its stderr.
- */
-export async function startLocalServer(options: LocalServerOptions): Promise<LocalServer> {
-  const [exe, ...args] = options.command;
+/** A spawned server process, its output drained. */
+interface ServerProcess {
+  /** The URL of its `Listening on` line, once printed. */
+  readonly urlSeen: Promise<string>;
+  /** Its exit. */
+  readonly status: Promise<Deno.CommandStatus>;
+  /** Whether it has exited. */
+  exited(): boolean;
+  /** Its last three non-blank lines of output, joined with " | ". */
+  lastOutput(): string;
+  /** Stops it (SIGTERM, then SIGKILL after 5 s) and waits for it and its output to end. */
+  close(): Promise<void>;
+}
+
+/** Spawns `command`, watching its stdout for the `Listening on` line. */
+function spawnServer(command: readonly string[]): ServerProcess {
+  const [exe, ...args] = command;
   if (exe === undefined) throw new TypeError("Cannot start a server: empty command");
   const child = new Deno.Command(exe, {
     args,
@@ -86,63 +96,97 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
     exited = true;
     return s;
   });
+  const kill = (signal: Deno.Signal) => {
+    try {
+      child.kill(signal);
+    } catch {
+      // Already gone.
+    }
+  };
   const close = async () => {
     if (!exited) {
-      try {
-        child.kill("SIGTERM");
-      } catch {
-        // Already gone.
-      }
-      const timer = setTimeout(() => {
-        try {
-          child.kill("SIGKILL");
-        } catch {
-          // Already gone.
-        }
-      }, 5000);
+      kill("SIGTERM");
+      const timer = setTimeout(() => kill("SIGKILL"), 5000);
       await status;
       clearTimeout(timer);
     }
     await drained;
   };
-  const deadline = performance.now() + options.startupTimeoutMs;
-  const fail = async (why: string): Promise<never> => {
-    await close();
-    const last = tail.filter((l) => l.trim() !== "").slice(-3).join(" | ");
-    throw new Error(`Local server ${why}${last ? `; last output: ${last}` : ""}`);
+  return {
+    urlSeen,
+    status,
+    exited: () => exited,
+    lastOutput: () => tail.filter((l) => l.trim() !== "").slice(-3).join(" | "),
+    close,
   };
+}
+
+/** Stops the process and throws the start-up failure `why`, quoting its last output. */
+type Fail = (why: string) => Promise<never>;
+
+/** The URL of the `Listening on` line; fails when the process exits first or time runs out. */
+async function waitForUrl(proc: ServerProcess, timeoutMs: number, fail: Fail): Promise<string> {
   let timeoutId: ReturnType<typeof setTimeout> | undefined;
   const timedOut = new Promise<"timeout">((resolve) => {
-    timeoutId = setTimeout(() => resolve("timeout"), options.startupTimeoutMs);
+    timeoutId = setTimeout(() => resolve("timeout"), timeoutMs);
   });
+  let first: string | Deno.CommandStatus | "timeout";
   try {
-    const first = await Promise.race([urlSeen, status, timedOut]);
-    if (first === "timeout") {
-      return await fail(
-        `printed no 'Listening on http://...' line within ${options.startupTimeoutMs / 1000} s`,
-      );
-    }
-    if (typeof first !== "string") {
-      return await fail(`exited with code ${first.code} before printing 'Listening on'`);
-    }
-    const url = first;
-    for (;;) {
-      if (exited) return await fail(`exited with code ${(await status).code} during start-up`);
-      try {
-        const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) });
-        await res.body?.cancel();
-        if (res.status === 200) return { url, close };
-      } catch {
-        // Not accepting connections yet.
-      }
-      if (performance.now() > deadline) {
-        return await fail(
-          `${url}/health did not answer 200 within ${options.startupTimeoutMs / 1000} s`,
-        );
-      }
-      await new Promise((r) => setTimeout(r, options.pollMs ?? 250));
-    }
+    first = await Promise.race([proc.urlSeen, proc.status, timedOut]);
   } finally {
     clearTimeout(timeoutId);
   }
+  if (first === "timeout") {
+    return await fail(`printed no 'Listening on http://...' line within ${timeoutMs / 1000} s`);
+  }
+  if (typeof first !== "string") {
+    return await fail(`exited with code ${first.code} before printing 'Listening on'`);
+  }
+  return first;
+}
+
+/** Polls `url/health` every `pollMs` until it answers 200; fails on exit or after `deadline`. */
+async function waitForHealth(
+  proc: ServerProcess,
+  url: string,
+  deadline: number,
+  options: LocalServerOptions,
+  fail: Fail,
+): Promise<void> {
+  for (;;) {
+    if (proc.exited()) {
+      return await fail(`exited with code ${(await proc.status).code} during start-up`);
+    }
+    try {
+      const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) });
+      await res.body?.cancel();
+      if (res.status === 200) return;
+    } catch {
+      // Not accepting connections yet.
+    }
+    if (performance.now() > deadline) {
+      return await fail(
+        `${url}/health did not answer 200 within ${options.startupTimeoutMs / 1000} s`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, options.pollMs ?? 250));
+  }
+}
+
+/**
+ * Spawns `options.command`, waits for its `Listening on URL` line and a 200 from `URL/health`,
+ * and returns the URL. Throws Error (after stopping the process) when the process exits first
+ * or the deadline passes; the message quotes the last lines of its stderr.
+ */
+export async function startLocalServer(options: LocalServerOptions): Promise<LocalServer> {
+  const proc = spawnServer(options.command);
+  const deadline = performance.now() + options.startupTimeoutMs;
+  const fail: Fail = async (why) => {
+    await proc.close();
+    const last = proc.lastOutput();
+    throw new Error(`Local server ${why}${last ? `; last output: ${last}` : ""}`);
+  };
+  const url = await waitForUrl(proc, options.startupTimeoutMs, fail);
+  await waitForHealth(proc, url, deadline, options, fail);
+  return { url, close: () => proc.close() };
 }

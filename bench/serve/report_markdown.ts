@@ -8,6 +8,7 @@
 
 import type { Summary } from "./metrics.ts";
 import { type BenchReport, type LevelReport, num } from "./report.ts";
+import { CHART_FILES } from "./report_svg.ts";
 import type { IntRange } from "./workload.ts";
 
 function range(r: IntRange): string {
@@ -75,15 +76,8 @@ function levelSection(l: LevelReport): string {
   return parts.join("\n\n");
 }
 
-/** File names of the charts written beside the report (see report_svg.ts). */
-export const CHART_FILES = {
-  throughput: "throughput_vs_concurrency.svg",
-  ttft: "ttft_vs_concurrency.svg",
-  latency: "latency_vs_throughput.svg",
-} as const;
-
-/** The Markdown report. */
-export function renderMarkdown(report: BenchReport): string {
+/** The header table: the command, the server and the workload. */
+function settingsTable(report: BenchReport): string {
   const c = report.config;
   const slo = [
     c.slo.ttftMs !== undefined ? `TTFT <= ${c.slo.ttftMs} ms` : "",
@@ -96,7 +90,7 @@ export function renderMarkdown(report: BenchReport): string {
     ? `closed loop, concurrency ${c.concurrency.join(", ")}`
     : `open loop, request rate ${c.requestRates.join(", ")} req/s, burstiness ${c.burstiness}` +
       (c.concurrency.length > 0 ? `, max concurrency ${c.concurrency[0]}` : "");
-  const header = table(["Setting", "Value"], [
+  return table(["Setting", "Value"], [
     ["Command", `\`${report.command}\``],
     ["Date", report.date],
     [
@@ -118,11 +112,15 @@ export function renderMarkdown(report: BenchReport): string {
     ["Per-request timeout", `${c.timeoutS} s`],
     ["Warm-up requests", `${c.warmupRequests} (not counted)`],
   ]);
-  const first = report.levels[0];
+}
+
+/** The analysis table: one row of headline figures per level. */
+function analysisTable(levels: readonly LevelReport[]): string {
+  const first = levels[0];
   const loadHead = first?.requestRate !== null && first !== undefined
     ? "Rate (req/s)"
     : "Concurrency";
-  const analysisRows = report.levels.map((l) => {
+  const rows = levels.map((l) => {
     const m = l.metrics;
     return [
       l.requestRate === null ? `${l.concurrency}` : `${l.requestRate}`,
@@ -139,7 +137,7 @@ export function renderMarkdown(report: BenchReport): string {
       m.goodput === null ? "-" : num(m.goodput),
     ];
   });
-  const analysis = table([
+  return table([
     loadHead,
     "OK/Total",
     "QPS",
@@ -152,14 +150,30 @@ export function renderMarkdown(report: BenchReport): string {
     "E2E p50 (ms)",
     "E2E p95 (ms)",
     "Goodput (req/s)",
-  ], analysisRows);
+  ], rows);
+}
+
+/** How every metric of the report is defined. */
+const DEFINITIONS = [
+  "- TTFT: send to the first streamed chunk carrying a choice (client side; its text may be empty, as in `vllm bench serve`).",
+  "- TPOT: (E2E - TTFT) / (output tokens - 1), per request; 1-token requests have none.",
+  "- ITL: every gap between consecutive chunks carrying a choice, pooled over the level's requests.",
+  "- E2E: send to the end of the stream (`data: [DONE]`), client side.",
+  "- Throughputs count successful requests only, over the level's wall time (first send " +
+  "to last completion).",
+  "- Goodput: successful requests meeting every SLO given, per second.",
+  "- Percentiles interpolate linearly between order statistics (numpy's default).",
+].join("\n");
+
+/** The Markdown report. */
+export function renderMarkdown(report: BenchReport): string {
   const observations = report.observations.map((o, i) => `${i + 1}. ${o}`).join("\n");
   return [
     `# Serving benchmark: ${report.servedModelName}`,
-    header,
+    settingsTable(report),
     ...report.levels.map(levelSection),
     "# Analysis",
-    analysis,
+    analysisTable(report.levels),
     "### Observations",
     observations || "(no levels ran)",
     "### Charts",
@@ -169,16 +183,7 @@ export function renderMarkdown(report: BenchReport): string {
       `![Latency vs throughput](${CHART_FILES.latency})`,
     ].join("\n\n"),
     "### Definitions",
-    [
-      "- TTFT: send to the first streamed chunk carrying a choice (client side; its text may be empty, as in `vllm bench serve`).",
-      "- TPOT: (E2E - TTFT) / (output tokens - 1), per request; 1-token requests have none.",
-      "- ITL: every gap between consecutive chunks carrying a choice, pooled over the level's requests.",
-      "- E2E: send to the end of the stream (`data: [DONE]`), client side.",
-      "- Throughputs count successful requests only, over the level's wall time (first send " +
-      "to last completion).",
-      "- Goodput: successful requests meeting every SLO given, per second.",
-      "- Percentiles interpolate linearly between order statistics (numpy's default).",
-    ].join("\n"),
+    DEFINITIONS,
     "",
   ].join("\n\n");
 }

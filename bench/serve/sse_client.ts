@@ -120,6 +120,128 @@ function oneLine(s: string, max = 300): string {
   return flat.length > max ? `${flat.slice(0, max)}...` : flat;
 }
 
+/** The message of a non-200 answer: the status and the server's message (or body). */
+async function httpError(res: Response): Promise<string> {
+  const body = await res.text();
+  let message: string | undefined;
+  try {
+    message = errorMessage(JSON.parse(body));
+  } catch {
+    message = undefined;
+  }
+  return `HTTP ${res.status}: ${oneLine(message ?? (body || res.statusText))}`;
+}
+
+/** A stream's chunks as they arrive: their times, the text, the usage chunk, `[DONE]`. */
+class StreamRecord {
+  /** Send time, a `performance.now()` value. */
+  readonly t0: number;
+  /** Send to the first chunk carrying a choice; null until one arrives. */
+  ttft: number | null = null;
+  /** Gaps between consecutive chunks carrying a choice. */
+  readonly itl: number[] = [];
+  text = "";
+  /** Chunks carrying a choice. */
+  chunks = 0;
+  usage: { prompt: number; completion: number } | undefined;
+  /** Whether `data: [DONE]` arrived. */
+  done = false;
+  #last = 0;
+  readonly #promptTokens: number;
+
+  constructor(t0: number, promptTokens: number) {
+    this.t0 = t0;
+    this.#promptTokens = promptTokens;
+  }
+
+  /** Takes one event's payload; returns why it fails the request, if it does. */
+  take(payload: string): string | undefined {
+    if (payload.trim() === "[DONE]") {
+      this.done = true;
+      return undefined;
+    }
+    let chunk: unknown;
+    try {
+      chunk = JSON.parse(payload);
+    } catch {
+      return `invalid JSON in stream: ${oneLine(payload, 80)}`;
+    }
+    const err = isRecord(chunk) && "error" in chunk ? errorMessage(chunk) : undefined;
+    if (err !== undefined) return `stream error: ${oneLine(err)}`;
+    if (!isRecord(chunk)) return `unexpected chunk: ${oneLine(payload, 80)}`;
+    const u = chunk.usage;
+    if (isRecord(u) && typeof u.completion_tokens === "number") {
+      this.usage = {
+        completion: u.completion_tokens,
+        prompt: typeof u.prompt_tokens === "number" ? u.prompt_tokens : this.#promptTokens,
+      };
+    }
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    const first: unknown = choices[0];
+    const piece = isRecord(first) && typeof first.text === "string" ? first.text : "";
+    // As `vllm bench serve`: every chunk carrying a choice marks token arrival, even when its
+    // text is empty (special tokens, ids past a padded vocabulary, a partial UTF-8 character).
+    if (isRecord(first)) {
+      const now = performance.now();
+      if (this.ttft === null) this.ttft = now - this.t0;
+      else this.itl.push(now - this.#last);
+      this.#last = now;
+      this.chunks++;
+      this.text += piece;
+    }
+    return undefined;
+  }
+
+  /** The outcome now: failed with `error`, or ok without one. */
+  outcome(index: number, epochMs: number, error?: string): StreamOutcome {
+    const e2e = performance.now() - this.t0;
+    const ok = error === undefined;
+    return {
+      index,
+      ok,
+      ...(ok ? {} : { error }),
+      startMs: this.t0 - epochMs,
+      ttftMs: this.ttft,
+      e2eMs: e2e,
+      itlMs: this.itl,
+      promptTokens: this.usage?.prompt ?? this.#promptTokens,
+      outputTokens: this.usage?.completion ?? this.chunks,
+      usageReported: this.usage !== undefined,
+      text: this.text,
+    };
+  }
+}
+
+/**
+ * Reads `body`'s events into `record` until `[DONE]` or the end of the stream; returns
+ * `fail(why)` for the first event that fails the request (taken before the reader is
+ * cancelled), else undefined.
+ */
+async function readEvents(
+  body: ReadableStream<Uint8Array>,
+  record: StreamRecord,
+  fail: (why: string) => StreamOutcome,
+): Promise<StreamOutcome | undefined> {
+  const parser = new SseParser();
+  const decoder = new TextDecoder();
+  const reader = body.getReader();
+  try {
+    while (!record.done) {
+      const { value, done: eof } = await reader.read();
+      const payloads = eof ? parser.end() : parser.push(decoder.decode(value, { stream: true }));
+      for (const p of payloads) {
+        const err = record.take(p);
+        if (err !== undefined) return fail(err);
+        if (record.done) break;
+      }
+      if (eof) break;
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
+  return undefined;
+}
+
 /**
  * Sends `req` with `stream: true` and times the stream. Never throws for server or network
  * problems: they come back as `ok: false` with `error`. `startMs` is relative to `epochMs`
@@ -131,30 +253,8 @@ export async function streamCompletion(
   epochMs = 0,
 ): Promise<StreamOutcome> {
   const timeout = AbortSignal.timeout(req.timeoutMs);
-  const t0 = performance.now();
-  let ttft: number | null = null;
-  let last = 0;
-  const itl: number[] = [];
-  let text = "";
-  let chunks = 0;
-  let usage: { prompt: number; completion: number } | undefined;
-  const finish = (error?: string): StreamOutcome => {
-    const e2e = performance.now() - t0;
-    const ok = error === undefined;
-    return {
-      index,
-      ok,
-      ...(ok ? {} : { error }),
-      startMs: t0 - epochMs,
-      ttftMs: ttft,
-      e2eMs: e2e,
-      itlMs: itl,
-      promptTokens: usage?.prompt ?? req.promptTokens,
-      outputTokens: usage?.completion ?? chunks,
-      usageReported: usage !== undefined,
-      text,
-    };
-  };
+  const record = new StreamRecord(performance.now(), req.promptTokens);
+  const finish = (error?: string) => record.outcome(index, epochMs, error);
   try {
     const url = `${req.baseUrl.replace(/\/+$/, "")}/v1/completions`;
     const res = await fetch(url, {
@@ -163,73 +263,12 @@ export async function streamCompletion(
       body: JSON.stringify(completionBody(req)),
       signal: timeout,
     });
-    if (res.status !== 200) {
-      const body = await res.text();
-      let message: string | undefined;
-      try {
-        message = errorMessage(JSON.parse(body));
-      } catch {
-        message = undefined;
-      }
-      return finish(`HTTP ${res.status}: ${oneLine(message ?? (body || res.statusText))}`);
-    }
+    if (res.status !== 200) return finish(await httpError(res));
     if (res.body === null) return finish("HTTP 200 with no body");
-    const parser = new SseParser();
-    const decoder = new TextDecoder();
-    let done = false;
-    const handle = (payload: string): string | undefined => {
-      if (payload.trim() === "[DONE]") {
-        done = true;
-        return undefined;
-      }
-      let chunk: unknown;
-      try {
-        chunk = JSON.parse(payload);
-      } catch {
-        return `invalid JSON in stream: ${oneLine(payload, 80)}`;
-      }
-      const err = isRecord(chunk) && "error" in chunk ? errorMessage(chunk) : undefined;
-      if (err !== undefined) return `stream error: ${oneLine(err)}`;
-      if (!isRecord(chunk)) return `unexpected chunk: ${oneLine(payload, 80)}`;
-      const u = chunk.usage;
-      if (isRecord(u) && typeof u.completion_tokens === "number") {
-        usage = {
-          completion: u.completion_tokens,
-          prompt: typeof u.prompt_tokens === "number" ? u.prompt_tokens : req.promptTokens,
-        };
-      }
-      const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
-      const first: unknown = choices[0];
-      const piece = isRecord(first) && typeof first.text === "string" ? first.text : "";
-      // As `vllm bench serve`: every chunk carrying a choice marks token arrival, even when its
-      // text is empty (special tokens, ids past a padded vocabulary, a partial UTF-8 character).
-      if (isRecord(first)) {
-        const now = performance.now();
-        if (ttft === null) ttft = now - t0;
-        else itl.push(now - last);
-        last = now;
-        chunks++;
-        text += piece;
-      }
-      return undefined;
-    };
-    const reader = res.body.getReader();
-    try {
-      while (!done) {
-        const { value, done: eof } = await reader.read();
-        const payloads = eof ? parser.end() : parser.push(decoder.decode(value, { stream: true }));
-        for (const p of payloads) {
-          const err = handle(p);
-          if (err !== undefined) return finish(err);
-          if (done) break;
-        }
-        if (eof) break;
-      }
-    } finally {
-      await reader.cancel().catch(() => {});
-    }
-    if (!done) return finish("stream ended without data: [DONE]");
-    if (ttft === null) return finish("no tokens streamed");
+    const failed = await readEvents(res.body, record, finish);
+    if (failed !== undefined) return failed;
+    if (!record.done) return finish("stream ended without data: [DONE]");
+    if (record.ttft === null) return finish("no tokens streamed");
     return finish();
   } catch (e) {
     if (timeout.aborted) return finish(`timed out after ${req.timeoutMs / 1000} s`);
