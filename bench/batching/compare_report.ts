@@ -9,7 +9,7 @@ import { type BenchIo, resultsDir } from "../bench_io.ts";
 import type { Options } from "./options.ts";
 import { latencyText, type SchedulerResult } from "./scheduler_run.ts";
 import { fmt, markdownTable, textTable } from "./table.ts";
-import { lineChart } from "../serve/line_chart.ts";
+import { lineChart } from "../lib/line_chart.ts";
 
 /** The run's settings and executor facts, as written at the top of the JSON. */
 export type ComparisonMeta = Record<string, unknown>;

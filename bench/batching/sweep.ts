@@ -18,7 +18,7 @@ import {
 import { type BenchIo, resultsDir } from "../bench_io.ts";
 import type { Options } from "./options.ts";
 import { fmt, markdownTable, textTable } from "./table.ts";
-import { lineChart } from "../serve/line_chart.ts";
+import { lineChart } from "../lib/line_chart.ts";
 
 /**
  * The runs of the sweep: static batch 1, 4, 8; dynamic 1, 4, 8 at each wait window 0, 10,

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { lineChart } from "../serve/line_chart.ts";
+import { lineChart } from "../lib/line_chart.ts";
 import type { BatchRow } from "./measure.ts";
 
 /** decode_steps.svg: each awaited decode step's ms and their mean. */

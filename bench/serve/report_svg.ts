@@ -1,11 +1,11 @@
 /**
  * The serving report's three SVG charts (throughput and TTFT against the load, latency against
- * throughput), drawn with line_chart.ts, and the file names they are written under.
+ * throughput), drawn with bench/lib/line_chart.ts, and the file names they are written under.
  *
  * @module
  */
 
-import { lineChart } from "./line_chart.ts";
+import { lineChart } from "../lib/line_chart.ts";
 import type { BenchReport } from "./report.ts";
 
 /** File names of the charts written beside the report (and linked from report.md). */
