@@ -168,7 +168,7 @@ function usageWarning(ok: readonly LevelReport[]): string[] {
   if (!ok.some((l) => !l.metrics.usageReported)) return [];
   return [
     "The server sent no usage chunk for some requests: their output lengths count streamed " +
-    "streamed chunks, which undercounts tokens when a chunk carries several.",
+    "chunks, which undercounts tokens when a chunk carries several.",
   ];
 }
 
