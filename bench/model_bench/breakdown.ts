@@ -24,7 +24,7 @@ export interface Group {
 }
 
 /** Records the decode step of `batch` sequences at position PROMPT by kernel group. */
-export async function recordDecodeStep(
+async function recordDecodeStep(
   work: BenchWorkload,
   batch: number,
 ): Promise<KernelGroupRecorder> {

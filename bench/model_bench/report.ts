@@ -65,6 +65,7 @@ export function loadLine(
       : ` (${(weights.device / weights.unquantized).toFixed(3)}x of ${dtype})`);
 }
 
+/** One prefill's time and rate. */
 export function prefillLine(r: PrefillResult): string {
   return `prefill ${r.tokens} tokens: ${r.ms.toFixed(0)} ms, ${r.tokensPerS.toFixed(1)} tok/s ` +
     `(CPU ${r.cpuS.toFixed(1)} s)`;
