@@ -14,21 +14,23 @@
 
 import type { Quantization } from "../gpu/quant.ts";
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
-import { ParamArena } from "../gpu/params.ts";
+import type { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
 import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.ts";
-import { KvCache } from "./kv_cache.ts";
+import type { KvCache } from "./kv_cache.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import { type ModelConfig, ropeInvFreq } from "./model/config.ts";
 import { CheckpointError } from "./model/errors.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
 import { type SampledRows, Sampler } from "./sampler.ts";
-import { StepBuffers } from "./step_buffers.ts";
-import { AttentionKernels, type StepShape } from "./models/attention_block.ts";
+import type { StepBuffers } from "./step_buffers.ts";
+import type { StepShape } from "./models/attention_block.ts";
+import { allocateBindTargets, type BindTargets } from "./models/bind_targets.ts";
 import { DecoderModel } from "./models/decoder.ts";
 import { Gpt2Model } from "./models/gpt2.ts";
-import { KernelSet } from "./models/kernel_set.ts";
 import type { Model } from "./models/model.ts";
+import type { KernelGroupRecorder } from "./models/kernel_group_recorder.ts";
+import { KERNEL_GROUPS, SinglePass } from "./models/step_passes.ts";
 import type { TokenFeedOp } from "../kernels/token_feed.ts";
 
 export type { SampledRows, TopLogprob } from "./sampler.ts";
@@ -64,11 +66,14 @@ export interface ModelRunnerOptions {
 /**
  * GPU timing of one step (benchmarks): the step's single compute pass is opened with
  * `descriptor` (e.g. {@linkcode GpuTimer.passDescriptor}, timestamp writes) and `resolve` is
- * called on the step's encoder after the pass (e.g. `GpuTimer.resolve`).
+ * called on the step's encoder after the pass (e.g. `GpuTimer.resolve`); with `groups`, the
+ * step's dispatches are also recorded by kernel group, for a per-group breakdown
+ * ({@linkcode KernelGroupRecorder.replay}). Without a timing, a step costs nothing of this.
  */
 export interface StepTiming {
-  readonly descriptor: GPUComputePassDescriptor;
-  resolve(encoder: GPUCommandEncoder): void;
+  readonly descriptor?: GPUComputePassDescriptor;
+  resolve?(encoder: GPUCommandEncoder): void;
+  readonly groups?: KernelGroupRecorder;
 }
 
 /** A submitted step. */
@@ -94,6 +99,8 @@ export class ModelRunner {
   readonly #arena: ParamArena;
   readonly #feed: TokenFeedOp;
   readonly #sampler: Sampler;
+  /** Every dispatch of a step in its one pass (the path without `timing.groups`). */
+  readonly #single = new SinglePass();
   #step = 0;
   readonly #ring: ReadbackRing;
   readonly #own: { destroy(): void }[];
@@ -110,13 +117,8 @@ export class ModelRunner {
     ctx: GpuContext,
     config: ModelConfig,
     options: ModelRunnerOptions,
-    parts: {
-      kv: KvCache;
+    parts: BindTargets & {
       model: Model;
-      bufs: StepBuffers;
-      arena: ParamArena;
-      attention: AttentionKernels;
-      kernels: KernelSet;
       own: { destroy(): void }[];
       weights: WeightBytes;
     },
@@ -178,85 +180,26 @@ export class ModelRunner {
     ck: Checkpoint,
     options: ModelRunnerOptions,
   ): Promise<ModelRunner> {
+    checkOptions(options);
     const c = ck.config;
-    for (const [name, v] of Object.entries(options)) {
-      if (typeof v === "number" && (!Number.isInteger(v) || v < 1)) {
-        throw new RangeError(`Model runner option ${name} must be a positive integer: got ${v}`);
-      }
-    }
-    const dtype = ctx.weightDtype;
-    const D = c.headDim;
-    const isGpt2 = c.arch === "GPT2LMHeadModel";
-    const own: { destroy(): void }[] = [];
-    const kv = new KvCache(ctx, {
-      numLayers: c.numLayers,
-      numKvHeads: c.numKvHeads,
-      headDim: D,
-      blockSize: options.blockSize,
-      dtype,
-    }, options.numKvBlocks);
-    own.push(kv);
-    const qkvWidth = (c.numHeads + 2 * c.numKvHeads) * D;
-    const bufs = new StepBuffers(ctx, {
-      maxTokens: options.maxTokens,
-      maxSeqs: options.maxSeqs,
-      maxBlocksPerSeq: Math.ceil(options.maxModelLen / options.blockSize),
-    }, {
-      hidden: c.hiddenSize,
-      qkv: qkvWidth,
-      attn: c.numHeads * D,
-      mlp: isGpt2 ? c.intermediateSize : 2 * c.intermediateSize,
-      vocab: c.vocabSize,
-    });
-    own.push(bufs);
-    // 64 for the step's own kernels (feed, LM head, a sample and a top_logprobs per ring slot,
-    // logits_process and its re-bindings when its lists grow) and the model's final layers.
-    const arena = new ParamArena(ctx, 128 + 40 * c.numLayers);
-    own.push(arena);
-    const kernels = new KernelSet(ctx, dtype);
-    const attention = new AttentionKernels(
-      ctx,
-      {
-        numHeads: c.numHeads,
-        numKvHeads: c.numKvHeads,
-        headDim: D,
-        qkvWidth,
-        kOffset: c.numHeads * D,
-        vOffset: (c.numHeads + c.numKvHeads) * D,
-        maxModelLen: options.maxModelLen,
-      },
-      kv,
-      options.maxSeqs,
-    );
-    own.push(attention);
+    const targets = allocateBindTargets(ctx, c, options);
+    // What to destroy on failure or at the end, in allocation order.
+    const own: { destroy(): void }[] = [
+      targets.kv,
+      targets.bufs,
+      targets.arena,
+      targets.attention,
+    ];
     const loader = new WeightLoader(
       ctx,
       ck,
-      dtype,
+      ctx.weightDtype,
       options.showProgress,
       options.quantization ?? "none",
     );
     let model: Model;
     try {
-      if (isGpt2) {
-        model = await Gpt2Model.load(c, loader, kernels, attention, arena, bufs, kv);
-      } else {
-        const inv = Float32Array.from(ropeInvFreq(c));
-        const invFreq = ctx.createBuffer("rope.invFreq", inv.byteLength, STORAGE_RW);
-        ctx.device.queue.writeBuffer(invFreq, 0, inv);
-        own.push(invFreq);
-        model = await DecoderModel.load(c, loader, kernels, attention, arena, bufs, kv, invFreq);
-      }
-      const unused = loader.unusedWeights(c.tieWordEmbeddings);
-      if (unused.length > 0) {
-        model.destroy();
-        throw new CheckpointError(
-          `${ck.dir}: ${unused.length} weight(s) the ${c.arch} config does not account for: ${
-            unused.slice(0, 4).join(", ")
-          }${unused.length > 4 ? ", ..." : ""} (a setting such as attention_bias missing from ` +
-            `config.json, or another model's file); refusing to run without them`,
-        );
-      }
+      model = await loadModel(ctx, ck, loader, targets, own);
     } catch (error) {
       loader.destroy();
       for (const o of own) o.destroy();
@@ -266,16 +209,7 @@ export class ModelRunner {
     const weights = { ...loader.bytes, notes: [...loader.notes] };
     own.push(model);
     ctx.check();
-    return new ModelRunner(ctx, c, options, {
-      kv,
-      model,
-      bufs,
-      arena,
-      attention,
-      kernels,
-      own,
-      weights,
-    });
+    return new ModelRunner(ctx, c, options, { ...targets, model, own, weights });
   }
 
   /** Steps that may be in flight at once (the sampled-token ring's size minus one). */
@@ -361,11 +295,12 @@ export class ModelRunner {
     };
     const encoder = this.ctx.device.createCommandEncoder({ label: "step" });
     const pass = encoder.beginComputePass(timing?.descriptor);
-    this.#feed.encode(pass, T);
-    this.#model.encode(pass, step);
-    this.#sampler.encode(pass, plan, slot);
+    const passes = timing?.groups?.use(pass) ?? this.#single.use(pass);
+    this.#feed.encode(passes.at(KERNEL_GROUPS.embedding), T);
+    this.#model.encode(passes, step);
+    this.#sampler.encode(passes.at(KERNEL_GROUPS.sampling), plan, slot);
     pass.end();
-    timing?.resolve(encoder);
+    timing?.resolve?.(encoder);
     const readback = rows > 0
       ? this.#ring.encode(
         encoder,
@@ -392,4 +327,48 @@ export class ModelRunner {
     this.#sampler.destroy();
     for (const o of this.#own.reverse()) o.destroy();
   }
+}
+
+/** @throws {RangeError} when a numeric option is not a positive integer. */
+function checkOptions(options: ModelRunnerOptions): void {
+  for (const [name, v] of Object.entries(options)) {
+    if (typeof v === "number" && (!Number.isInteger(v) || v < 1)) {
+      throw new RangeError(`Model runner option ${name} must be a positive integer: got ${v}`);
+    }
+  }
+}
+
+/**
+ * Loads the checkpoint's architecture (GPT-2 or the Llama-family decoder, whose RoPE table is
+ * added to `own`) and refuses a checkpoint with weights the config does not account for.
+ */
+async function loadModel(
+  ctx: GpuContext,
+  ck: Checkpoint,
+  loader: WeightLoader,
+  targets: BindTargets,
+  own: { destroy(): void }[],
+): Promise<Model> {
+  const c = ck.config;
+  let model: Model;
+  if (c.arch === "GPT2LMHeadModel") {
+    model = await Gpt2Model.load(c, loader, targets);
+  } else {
+    const inv = Float32Array.from(ropeInvFreq(c));
+    const invFreq = ctx.createBuffer("rope.invFreq", inv.byteLength, STORAGE_RW);
+    ctx.device.queue.writeBuffer(invFreq, 0, inv);
+    own.push(invFreq);
+    model = await DecoderModel.load(c, loader, targets, invFreq);
+  }
+  const unused = loader.unusedWeights(c.tieWordEmbeddings);
+  if (unused.length > 0) {
+    model.destroy();
+    throw new CheckpointError(
+      `${ck.dir}: ${unused.length} weight(s) the ${c.arch} config does not account for: ${
+        unused.slice(0, 4).join(", ")
+      }${unused.length > 4 ? ", ..." : ""} (a setting such as attention_bias missing from ` +
+        `config.json, or another model's file); refusing to run without them`,
+    );
+  }
+  return model;
 }

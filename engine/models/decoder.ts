@@ -16,16 +16,15 @@
  * @module
  */
 
-import type { ParamArena } from "../../gpu/params.ts";
 import type { GpuMatrix } from "../../gpu/tensor.ts";
-import type { KvCache } from "../kv_cache.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { WeightLoader } from "../model/weight_loader.ts";
-import type { StepBuffers } from "../step_buffers.ts";
-import type { AttentionBlock, AttentionKernels, StepShape } from "./attention_block.ts";
-import type { KernelSet } from "./kernel_set.ts";
-import { BoundModel } from "./model.ts";
+import type { AttentionBlock } from "./attention_block.ts";
+import type { BindTargets } from "./bind_targets.ts";
+import { BoundModel, type EncodeForward } from "./model.ts";
+import { KERNEL_GROUPS } from "./step_passes.ts";
 import { ConfigError } from "../model/errors.ts";
+import type { SiluMulOp } from "../../kernels/silu_mul.ts";
 
 interface LayerWeights {
   inputNorm: GpuMatrix;
@@ -109,132 +108,190 @@ async function loadWeights(c: ModelConfig, w: WeightLoader): Promise<Weights> {
   return { embed, layers, finalNorm, lmHead };
 }
 
+/** The decoder's kernel groups (see step_passes.ts), as the model bench prints them. */
+const GROUPS = {
+  ...KERNEL_GROUPS,
+  norm: "rms_norm (2 per layer, fused residual)",
+  qkNorm: "q/k head norm",
+  rope: "rope",
+  gateUp: "matmul gate_up",
+  act: "silu_mul",
+  down: "matmul down",
+  final: "final add + gather + norm",
+} as const;
+
 type Op = { encode(pass: GPUComputePassEncoder, n: number): void };
+
+/** One layer's call sites, in the order they run. */
+interface DecoderLayer {
+  inputNorm: Op;
+  qkv: Op;
+  /** q and k head norms (Qwen3), or none. */
+  qkNorm: Op[];
+  rope: Op;
+  attn: AttentionBlock;
+  o: Op;
+  postNorm: Op;
+  gateUp: Op;
+  act: SiluMulOp;
+  down: Op;
+}
+
+const b = (buffer: GPUBuffer) => ({ buffer });
+
+/** Binds layer `l`'s attention half: input norm, qkv, q/k norms, RoPE, attention, o. */
+function bindAttention(
+  c: ModelConfig,
+  t: BindTargets,
+  lw: LayerWeights,
+  l: number,
+  invFreq: GPUBuffer,
+): Pick<DecoderLayer, "inputNorm" | "qkv" | "qkNorm" | "rope" | "attn" | "o"> {
+  const { kernels, arena, bufs } = t;
+  const D = c.headDim;
+  const qkvWidth = (c.numHeads + 2 * c.numKvHeads) * D;
+  const eps = c.normEps;
+  // Layer 0 normalises the embedding; later layers first add the previous MLP output.
+  const inputNorm = kernels.rmsNorm.bind(
+    arena,
+    l === 0 ? { weight: lw.inputNorm, x: b(bufs.hidden), out: b(bufs.normed) } : {
+      weight: lw.inputNorm,
+      x: b(bufs.delta),
+      residual: b(bufs.hidden),
+      out: b(bufs.normed),
+    },
+    { eps },
+  );
+  const qkv = kernels.matmul(lw.qkvBias !== null).bind(arena, {
+    x: b(bufs.normed),
+    weight: lw.qkv,
+    ...(lw.qkvBias !== null ? { bias: b(lw.qkvBias) } : {}),
+    y: b(bufs.qkv),
+  });
+  const headNorm = (weight: GpuMatrix, heads: number, offset: number) =>
+    kernels.rmsNorm.bind(arena, { weight, x: b(bufs.qkv) }, {
+      heads,
+      tokenStride: qkvWidth,
+      offset,
+      eps,
+    });
+  const qkNorm = lw.qNorm !== null && lw.kNorm !== null
+    ? [headNorm(lw.qNorm, c.numHeads, 0), headNorm(lw.kNorm, c.numKvHeads, c.numHeads * D)]
+    : [];
+  const rope = kernels.rope.bind(
+    arena,
+    { qkv: b(bufs.qkv), positions: b(bufs.positions), invFreq: b(invFreq) },
+    { heads: c.numHeads + c.numKvHeads, headDim: D, tokenStride: qkvWidth },
+  );
+  const attn = t.attention.bind(arena, bufs, t.kv, l);
+  const o = kernels.matmul(false).bind(arena, {
+    x: b(bufs.attnOut),
+    weight: lw.o,
+    y: b(bufs.delta),
+  });
+  return { inputNorm, qkv, qkNorm, rope, attn, o };
+}
+
+/** Binds a layer's MLP half: post-attention norm (residual fused), gate/up, SiLU * up, down. */
+function bindMlp(
+  c: ModelConfig,
+  t: BindTargets,
+  lw: LayerWeights,
+): Pick<DecoderLayer, "postNorm" | "gateUp" | "act" | "down"> {
+  const { kernels, arena, bufs } = t;
+  const postNorm = kernels.rmsNorm.bind(
+    arena,
+    { weight: lw.postNorm, x: b(bufs.delta), residual: b(bufs.hidden), out: b(bufs.normed) },
+    { eps: c.normEps },
+  );
+  const gateUp = kernels.matmul(false).bind(arena, {
+    x: b(bufs.normed),
+    weight: lw.gateUp,
+    y: b(bufs.mlpUp),
+  });
+  const act = kernels.siluMul.bind(arena, { gateUp: b(bufs.mlpUp), out: b(bufs.mlpAct) });
+  const down = kernels.matmul(false).bind(arena, {
+    x: b(bufs.mlpAct),
+    weight: lw.down,
+    y: b(bufs.delta),
+  });
+  return { postNorm, gateUp, act, down };
+}
+
+/**
+ * Binds the model's last call sites and returns the forward pass: `embed`, then each layer's
+ * call sites, then (when a row samples) the last residual add, the gather of the sampled rows
+ * and the final norm.
+ */
+function forward(
+  c: ModelConfig,
+  t: BindTargets,
+  w: Weights,
+  embed: Op,
+  layers: DecoderLayer[],
+): EncodeForward {
+  const { kernels, arena, bufs } = t;
+  const H = c.hiddenSize;
+  const I = c.intermediateSize;
+  const finalAdd = kernels.add.bind(arena, { a: b(bufs.hidden), b: b(bufs.delta) });
+  const gather = kernels.gatherRows.bind(arena, {
+    src: b(bufs.hidden),
+    indices: b(bufs.sampleIndices),
+    out: b(bufs.lastHidden),
+  });
+  const finalNorm = kernels.rmsNorm.bind(
+    arena,
+    { weight: w.finalNorm, x: b(bufs.lastHidden), out: b(bufs.lastNormed) },
+    { eps: c.normEps },
+  );
+  return (passes, step) => {
+    const T = step.numTokens;
+    embed.encode(passes.at(GROUPS.embedding), T);
+    for (const L of layers) {
+      L.inputNorm.encode(passes.at(GROUPS.norm), T);
+      L.qkv.encode(passes.at(GROUPS.qkv), T);
+      for (const op of L.qkNorm) op.encode(passes.at(GROUPS.qkNorm), T);
+      L.rope.encode(passes.at(GROUPS.rope), T);
+      L.attn.encode(passes.at(GROUPS.attention), step);
+      L.o.encode(passes.at(GROUPS.o), T);
+      L.postNorm.encode(passes.at(GROUPS.norm), T);
+      L.gateUp.encode(passes.at(GROUPS.gateUp), T);
+      L.act.encode(passes.at(GROUPS.act), T, I);
+      L.down.encode(passes.at(GROUPS.down), T);
+    }
+    if (step.numSampled > 0) {
+      const pass = passes.at(GROUPS.final);
+      finalAdd.encode(pass, T * H);
+      gather.encode(pass, step.numSampled, H);
+      finalNorm.encode(pass, step.numSampled);
+    }
+  };
+}
 
 /** A loaded Llama-family model with its call sites bound. */
 export class DecoderModel extends BoundModel {
-  /** Loads the weights and binds every call site against the step buffers and KV cache. */
+  /**
+   * Loads the weights and binds every call site against the step buffers and KV cache of
+   * `targets`; `invFreq` is the f32 `[headDim / 2]` RoPE inverse frequencies.
+   */
   static async load(
     config: ModelConfig,
     loader: WeightLoader,
-    kernels: KernelSet,
-    attention: AttentionKernels,
-    arena: ParamArena,
-    bufs: StepBuffers,
-    kv: KvCache,
+    targets: BindTargets,
     invFreq: GPUBuffer,
   ): Promise<DecoderModel> {
-    const c = config;
-    const w = await loadWeights(c, loader);
-    const H = c.hiddenSize;
-    const D = c.headDim;
-    const qkvWidth = (c.numHeads + 2 * c.numKvHeads) * D;
-    const eps = c.normEps;
-    const b = (buffer: GPUBuffer) => ({ buffer });
-
+    const w = await loadWeights(config, loader);
+    const { kernels, arena, bufs } = targets;
     const embed = kernels.embedding.bind(arena, {
       ids: b(bufs.ids),
       table: w.embed,
       out: b(bufs.hidden),
     });
-    const layers = w.layers.map((lw, l) => {
-      // Layer 0 normalises the embedding; later layers first add the previous MLP output.
-      const inputNorm = kernels.rmsNorm.bind(
-        arena,
-        l === 0 ? { weight: lw.inputNorm, x: b(bufs.hidden), out: b(bufs.normed) } : {
-          weight: lw.inputNorm,
-          x: b(bufs.delta),
-          residual: b(bufs.hidden),
-          out: b(bufs.normed),
-        },
-        { eps },
-      );
-      const qkv = kernels.matmul(lw.qkvBias !== null).bind(arena, {
-        x: b(bufs.normed),
-        weight: lw.qkv,
-        ...(lw.qkvBias !== null ? { bias: b(lw.qkvBias) } : {}),
-        y: b(bufs.qkv),
-      });
-      const qkNorm: Op[] = [];
-      if (lw.qNorm !== null && lw.kNorm !== null) {
-        qkNorm.push(
-          kernels.rmsNorm.bind(arena, { weight: lw.qNorm, x: b(bufs.qkv) }, {
-            heads: c.numHeads,
-            tokenStride: qkvWidth,
-            offset: 0,
-            eps,
-          }),
-          kernels.rmsNorm.bind(arena, { weight: lw.kNorm, x: b(bufs.qkv) }, {
-            heads: c.numKvHeads,
-            tokenStride: qkvWidth,
-            offset: c.numHeads * D,
-            eps,
-          }),
-        );
-      }
-      const rope = kernels.rope.bind(
-        arena,
-        { qkv: b(bufs.qkv), positions: b(bufs.positions), invFreq: b(invFreq) },
-        { heads: c.numHeads + c.numKvHeads, headDim: D, tokenStride: qkvWidth },
-      );
-      const attn: AttentionBlock = attention.bind(arena, bufs, kv, l);
-      const o = kernels.matmul(false).bind(arena, {
-        x: b(bufs.attnOut),
-        weight: lw.o,
-        y: b(bufs.delta),
-      });
-      const postNorm = kernels.rmsNorm.bind(
-        arena,
-        { weight: lw.postNorm, x: b(bufs.delta), residual: b(bufs.hidden), out: b(bufs.normed) },
-        { eps },
-      );
-      const gateUp = kernels.matmul(false).bind(arena, {
-        x: b(bufs.normed),
-        weight: lw.gateUp,
-        y: b(bufs.mlpUp),
-      });
-      const act = kernels.siluMul.bind(arena, { gateUp: b(bufs.mlpUp), out: b(bufs.mlpAct) });
-      const down = kernels.matmul(false).bind(arena, {
-        x: b(bufs.mlpAct),
-        weight: lw.down,
-        y: b(bufs.delta),
-      });
-      return { inputNorm, qkv, qkNorm, rope, attn, o, postNorm, gateUp, act, down };
-    });
-    const finalAdd = kernels.add.bind(arena, { a: b(bufs.hidden), b: b(bufs.delta) });
-    const gather = kernels.gatherRows.bind(arena, {
-      src: b(bufs.hidden),
-      indices: b(bufs.sampleIndices),
-      out: b(bufs.lastHidden),
-    });
-    const finalNorm = kernels.rmsNorm.bind(
-      arena,
-      { weight: w.finalNorm, x: b(bufs.lastHidden), out: b(bufs.lastNormed) },
-      { eps },
-    );
-    const I = c.intermediateSize;
-
-    const encode = (pass: GPUComputePassEncoder, step: StepShape) => {
-      const T = step.numTokens;
-      embed.encode(pass, T);
-      for (const L of layers) {
-        L.inputNorm.encode(pass, T);
-        L.qkv.encode(pass, T);
-        for (const op of L.qkNorm) op.encode(pass, T);
-        L.rope.encode(pass, T);
-        L.attn.encode(pass, step);
-        L.o.encode(pass, T);
-        L.postNorm.encode(pass, T);
-        L.gateUp.encode(pass, T);
-        L.act.encode(pass, T, I);
-        L.down.encode(pass, T);
-      }
-      if (step.numSampled > 0) {
-        finalAdd.encode(pass, T * H);
-        gather.encode(pass, step.numSampled, H);
-        finalNorm.encode(pass, step.numSampled);
-      }
-    };
-    return new DecoderModel(c, w.lmHead, encode, loader);
+    const layers = w.layers.map((lw, l) => ({
+      ...bindAttention(config, targets, lw, l, invFreq),
+      ...bindMlp(config, targets, lw),
+    }));
+    const encode = forward(config, targets, w, embed, layers);
+    return new DecoderModel(config, w.lmHead, encode, loader);
   }
 }

@@ -12,37 +12,118 @@
  * @module
  */
 
-import type { ParamArena } from "../../gpu/params.ts";
-import type { KvCache } from "../kv_cache.ts";
+import type { GpuMatrix } from "../../gpu/tensor.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { WeightLoader } from "../model/weight_loader.ts";
-import type { StepBuffers } from "../step_buffers.ts";
-import type { AttentionKernels, StepShape } from "./attention_block.ts";
-import type { KernelSet } from "./kernel_set.ts";
-import { BoundModel } from "./model.ts";
+import type { AttentionBlock } from "./attention_block.ts";
+import type { BindTargets } from "./bind_targets.ts";
+import { BoundModel, type EncodeForward } from "./model.ts";
+import { KERNEL_GROUPS } from "./step_passes.ts";
 import { ConfigError } from "../model/errors.ts";
+import type { EmbeddingOp } from "../../kernels/embedding.ts";
+import type { LayerNormOp } from "../../kernels/layer_norm.ts";
+import type { MatmulOp } from "../../kernels/matmul.ts";
+import type { GeluNewOp } from "../../kernels/gelu_new.ts";
+import type { AddOp } from "../../kernels/add.ts";
+import type { GatherRowsOp } from "../../kernels/gather_rows.ts";
 
-/** A loaded GPT-2 model with its call sites bound. */
-export class Gpt2Model extends BoundModel {
-  /** Loads the weights and binds every call site against the step buffers and KV cache. */
-  static async load(
-    config: ModelConfig,
-    w: WeightLoader,
-    kernels: KernelSet,
-    attention: AttentionKernels,
-    arena: ParamArena,
-    bufs: StepBuffers,
-    kv: KvCache,
-  ): Promise<Gpt2Model> {
-    const c = config;
-    if (!c.tieWordEmbeddings) {
-      // The head is wte here; an untied lm_head.weight would be ignored: a wrong answer.
-      throw new ConfigError("GPT2LMHeadModel with tie_word_embeddings false is not supported yet");
-    }
+/** GPT-2's kernel groups (see step_passes.ts), as the model bench prints them. */
+const GROUPS = {
+  ...KERNEL_GROUPS,
+  norm: "layer_norm (2 per layer)",
+  residual: "add residual (2 per layer)",
+  fc: "matmul fc",
+  act: "gelu_new",
+  proj: "matmul mlp proj",
+  final: "final gather + norm",
+} as const;
+
+/** One layer's call sites, in the order they run. */
+interface Gpt2Layer {
+  ln1: LayerNormOp;
+  qkv: MatmulOp;
+  attn: AttentionBlock;
+  proj: MatmulOp;
+  ln2: LayerNormOp;
+  fc: MatmulOp;
+  gelu: GeluNewOp;
+  proj2: MatmulOp;
+}
+
+/** The call sites outside the layers. */
+interface Gpt2Ends {
+  embed: EmbeddingOp;
+  embedPos: EmbeddingOp;
+  /** `hidden += delta`, twice per layer. */
+  addDelta: AddOp;
+  gather: GatherRowsOp;
+  lnF: LayerNormOp;
+}
+
+const b = (buffer: GPUBuffer) => ({ buffer });
+
+/** Loads and binds GPT-2's call sites, reading the checkpoint in its order. */
+class Gpt2Binder {
+  constructor(
+    readonly c: ModelConfig,
+    readonly w: WeightLoader,
+    readonly t: BindTargets,
+  ) {}
+
+  /** LayerNorm `name` (weight and bias) from `x` to `out`. */
+  async norm(name: string, x: GPUBuffer, out: GPUBuffer): Promise<LayerNormOp> {
+    const H = this.c.hiddenSize;
+    return this.t.kernels.layerNorm.bind(this.t.arena, {
+      weight: await this.w.vector(`${name}.weight`, H),
+      bias: await this.w.vector(`${name}.bias`, H),
+      x: b(x),
+      out: b(out),
+    }, this.c.normEps);
+  }
+
+  /** Conv1D `name` (`[in, out]` weight, transposed at load, and bias) from `x` to `y`. */
+  async linear(
+    name: string,
+    inDim: number,
+    outDim: number,
+    x: GPUBuffer,
+    y: GPUBuffer,
+  ): Promise<MatmulOp> {
+    const w = this.w;
+    return this.t.kernels.matmul(true).bind(this.t.arena, {
+      x: b(x),
+      weight: await w.transposed(name, [{ name: `${name}.weight`, cols: outDim }], inDim),
+      bias: b(await w.bias(`${name}.bias`, [{ name: `${name}.bias`, size: outDim }])),
+      y: b(y),
+    });
+  }
+
+  /** Layer `l`'s call sites. */
+  async layer(l: number): Promise<Gpt2Layer> {
+    const { c, t } = this;
+    const { bufs, arena } = t;
     const H = c.hiddenSize;
     const I = c.intermediateSize;
-    const eps = c.normEps;
-    const b = (buffer: GPUBuffer) => ({ buffer });
+    const p = `transformer.h.${l}`;
+    return {
+      ln1: await this.norm(`${p}.ln_1`, bufs.hidden, bufs.normed),
+      qkv: await this.linear(`${p}.attn.c_attn`, H, 3 * H, bufs.normed, bufs.qkv),
+      attn: t.attention.bind(arena, bufs, t.kv, l),
+      proj: await this.linear(`${p}.attn.c_proj`, H, H, bufs.attnOut, bufs.delta),
+      ln2: await this.norm(`${p}.ln_2`, bufs.hidden, bufs.normed),
+      fc: await this.linear(`${p}.mlp.c_fc`, H, I, bufs.normed, bufs.mlpUp),
+      gelu: t.kernels.geluNew.bind(arena, { input: b(bufs.mlpUp) }),
+      proj2: await this.linear(`${p}.mlp.c_proj`, I, H, bufs.mlpUp, bufs.delta),
+    };
+  }
+
+  /** The token and position embeddings (wte is also the LM head) and the residual add. */
+  async embeddings(): Promise<
+    { wte: GpuMatrix } & Pick<Gpt2Ends, "embed" | "embedPos" | "addDelta">
+  > {
+    const { c, w, t } = this;
+    const { kernels, arena, bufs } = t;
+    const H = c.hiddenSize;
     const wte = await w.matrix("wte", [{ name: "transformer.wte.weight", rows: c.vocabSize }], H);
     // wte is also the LM head (quantized with the projections); position embeddings are not.
     const wpe = await w.matrix(
@@ -61,70 +142,64 @@ export class Gpt2Model extends BoundModel {
       { ids: b(bufs.positions), table: wpe, out: b(bufs.hidden) },
       { accumulate: true },
     );
-    const norm = async (name: string, x: GPUBuffer, out: GPUBuffer) =>
-      kernels.layerNorm.bind(arena, {
-        weight: await w.vector(`${name}.weight`, H),
-        bias: await w.vector(`${name}.bias`, H),
-        x: b(x),
-        out: b(out),
-      }, eps);
-    const linear = async (
-      name: string,
-      inDim: number,
-      outDim: number,
-      x: GPUBuffer,
-      y: GPUBuffer,
-    ) =>
-      kernels.matmul(true).bind(arena, {
-        x: b(x),
-        weight: await w.transposed(name, [{ name: `${name}.weight`, cols: outDim }], inDim),
-        bias: b(await w.bias(`${name}.bias`, [{ name: `${name}.bias`, size: outDim }])),
-        y: b(y),
-      });
     const addDelta = kernels.add.bind(arena, { a: b(bufs.hidden), b: b(bufs.delta) });
-    const bindLayer = async (l: number) => {
-      const p = `transformer.h.${l}`;
-      return {
-        ln1: await norm(`${p}.ln_1`, bufs.hidden, bufs.normed),
-        qkv: await linear(`${p}.attn.c_attn`, H, 3 * H, bufs.normed, bufs.qkv),
-        attn: attention.bind(arena, bufs, kv, l),
-        proj: await linear(`${p}.attn.c_proj`, H, H, bufs.attnOut, bufs.delta),
-        ln2: await norm(`${p}.ln_2`, bufs.hidden, bufs.normed),
-        fc: await linear(`${p}.mlp.c_fc`, H, I, bufs.normed, bufs.mlpUp),
-        gelu: kernels.geluNew.bind(arena, { input: b(bufs.mlpUp) }),
-        proj2: await linear(`${p}.mlp.c_proj`, I, H, bufs.mlpUp, bufs.delta),
-      };
-    };
-    const layers: Awaited<ReturnType<typeof bindLayer>>[] = [];
-    for (let l = 0; l < c.numLayers; l++) layers.push(await bindLayer(l));
+    return { wte, embed, embedPos, addDelta };
+  }
+}
+
+/** The forward pass over GPT-2's bound call sites. */
+function forward(c: ModelConfig, ends: Gpt2Ends, layers: Gpt2Layer[]): EncodeForward {
+  const H = c.hiddenSize;
+  const I = c.intermediateSize;
+  const { embed, embedPos, addDelta, gather, lnF } = ends;
+  return (passes, step) => {
+    const T = step.numTokens;
+    embed.encode(passes.at(GROUPS.embedding), T);
+    embedPos.encode(passes.at(GROUPS.embedding), T);
+    for (const L of layers) {
+      L.ln1.encode(passes.at(GROUPS.norm), T);
+      L.qkv.encode(passes.at(GROUPS.qkv), T);
+      L.attn.encode(passes.at(GROUPS.attention), step);
+      L.proj.encode(passes.at(GROUPS.o), T);
+      addDelta.encode(passes.at(GROUPS.residual), T * H);
+      L.ln2.encode(passes.at(GROUPS.norm), T);
+      L.fc.encode(passes.at(GROUPS.fc), T);
+      L.gelu.encode(passes.at(GROUPS.act), T * I);
+      L.proj2.encode(passes.at(GROUPS.proj), T);
+      addDelta.encode(passes.at(GROUPS.residual), T * H);
+    }
+    if (step.numSampled > 0) {
+      const pass = passes.at(GROUPS.final);
+      gather.encode(pass, step.numSampled, H);
+      lnF.encode(pass, step.numSampled);
+    }
+  };
+}
+
+/** A loaded GPT-2 model with its call sites bound. */
+export class Gpt2Model extends BoundModel {
+  /** Loads the weights and binds every call site against the buffers of `targets`. */
+  static async load(
+    config: ModelConfig,
+    loader: WeightLoader,
+    targets: BindTargets,
+  ): Promise<Gpt2Model> {
+    if (!config.tieWordEmbeddings) {
+      // The head is wte here; an untied lm_head.weight would be ignored: a wrong answer.
+      throw new ConfigError("GPT2LMHeadModel with tie_word_embeddings false is not supported yet");
+    }
+    const binder = new Gpt2Binder(config, loader, targets);
+    const { wte, ...embeddings } = await binder.embeddings();
+    const layers: Gpt2Layer[] = [];
+    for (let l = 0; l < config.numLayers; l++) layers.push(await binder.layer(l));
+    const { kernels, arena, bufs } = targets;
     const gather = kernels.gatherRows.bind(arena, {
       src: b(bufs.hidden),
       indices: b(bufs.sampleIndices),
       out: b(bufs.lastHidden),
     });
-    const lnF = await norm("transformer.ln_f", bufs.lastHidden, bufs.lastNormed);
-
-    const encode = (pass: GPUComputePassEncoder, step: StepShape) => {
-      const T = step.numTokens;
-      embed.encode(pass, T);
-      embedPos.encode(pass, T);
-      for (const L of layers) {
-        L.ln1.encode(pass, T);
-        L.qkv.encode(pass, T);
-        L.attn.encode(pass, step);
-        L.proj.encode(pass, T);
-        addDelta.encode(pass, T * H);
-        L.ln2.encode(pass, T);
-        L.fc.encode(pass, T);
-        L.gelu.encode(pass, T * I);
-        L.proj2.encode(pass, T);
-        addDelta.encode(pass, T * H);
-      }
-      if (step.numSampled > 0) {
-        gather.encode(pass, step.numSampled, H);
-        lnF.encode(pass, step.numSampled);
-      }
-    };
-    return new Gpt2Model(c, wte, encode, w);
+    const lnF = await binder.norm("transformer.ln_f", bufs.lastHidden, bufs.lastNormed);
+    const encode = forward(config, { ...embeddings, gather, lnF }, layers);
+    return new Gpt2Model(config, wte, encode, loader);
   }
 }

@@ -1,7 +1,8 @@
 /**
  * What the model runner needs from an architecture: load its weights, bind its call sites once,
  * and encode the forward pass of a step up to the final hidden state of the rows that sample
- * (in `StepBuffers.lastNormed`). The LM head and the sampler are shared (engine/sampler.ts).
+ * (in `StepBuffers.lastNormed`), each call site into the pass of its kernel group
+ * (step_passes.ts). The LM head and the sampler are shared (engine/sampler.ts).
  *
  * @module
  */
@@ -9,14 +10,21 @@
 import type { ModelConfig } from "../model/config.ts";
 import type { GpuMatrix } from "../../gpu/tensor.ts";
 import type { StepShape } from "./attention_block.ts";
+import type { StepPasses } from "./step_passes.ts";
+
+/** Encodes one step's forward pass over bound call sites. */
+export type EncodeForward = (passes: StepPasses, step: StepShape) => void;
 
 /** A model ready to encode steps. */
 export interface Model {
   readonly config: ModelConfig;
   /** `[vocab, hidden]` weight of the LM head (the embedding table when tied). */
   readonly lmHead: GpuMatrix;
-  /** Encodes the forward pass up to `lastNormed` (final norm applied to the sampled rows). */
-  encode(pass: GPUComputePassEncoder, step: StepShape): void;
+  /**
+   * Encodes the forward pass up to `lastNormed` (final norm applied to the sampled rows), each
+   * call site into `passes.at(its kernel group)`.
+   */
+  encode(passes: StepPasses, step: StepShape): void;
   /** Releases weights and scratch buffers. */
   destroy(): void;
 }
@@ -28,7 +36,7 @@ export interface Model {
 export class BoundModel implements Model {
   readonly config: ModelConfig;
   readonly lmHead: GpuMatrix;
-  readonly #encode: (pass: GPUComputePassEncoder, step: StepShape) => void;
+  readonly #encode: EncodeForward;
   readonly #weights: { destroy(): void };
 
   /**
@@ -38,7 +46,7 @@ export class BoundModel implements Model {
   constructor(
     config: ModelConfig,
     lmHead: GpuMatrix,
-    encode: (pass: GPUComputePassEncoder, step: StepShape) => void,
+    encode: EncodeForward,
     weights: { destroy(): void },
   ) {
     this.config = config;
@@ -47,8 +55,8 @@ export class BoundModel implements Model {
     this.#weights = weights;
   }
 
-  encode(pass: GPUComputePassEncoder, step: StepShape): void {
-    this.#encode(pass, step);
+  encode(passes: StepPasses, step: StepShape): void {
+    this.#encode(passes, step);
   }
 
   destroy(): void {

@@ -1,0 +1,102 @@
+/**
+ * One runner's measurements in the model bench: load it with a weight format, measure the copy
+ * bandwidth ceiling, warm up, then prefill tokens/s at each `--prefill` length and decode
+ * tokens/s at each `--batches` size (bench/model_bench/workload.ts), printing each figure.
+ *
+ * @module
+ */
+
+import type { GpuContext } from "../../gpu/context.ts";
+import type { Quantization } from "../../gpu/quant.ts";
+import { ModelRunner } from "../../engine/model_runner.ts";
+import { measureCopyBandwidth } from "../support.ts";
+import { type ModelBenchOptions, PROMPT, runnerSizes } from "./options.ts";
+import {
+  decodeLines,
+  loadLine,
+  type ModelBenchReport,
+  prefillLine,
+  type PrefillResult,
+  type RunResult,
+} from "./report.ts";
+import { BenchWorkload, cpuSeconds, type DecodeResult } from "./workload.ts";
+
+/** What the measurements need from the entry point. */
+export interface BenchEnv {
+  readonly ctx: GpuContext;
+  readonly options: ModelBenchOptions;
+  readonly modelDir: string;
+  readonly report: ModelBenchReport;
+  /** Prints a line (nothing with `--json`). */
+  readonly log: (line: string) => void;
+}
+
+/** Loads a runner with `quantization` weights, sized for every measurement. */
+export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
+  const t0 = performance.now();
+  const { blocksPerSeq, ...sizes } = runnerSizes(env.options);
+  const runner = await ModelRunner.load(env.ctx, env.modelDir, {
+    ...sizes,
+    showProgress: false,
+    quantization,
+  });
+  const seconds = (performance.now() - t0) / 1000;
+  env.log(loadLine(seconds, quantization, runner.weights, env.ctx.weightDtype));
+  return new BenchWorkload(runner, blocksPerSeq);
+}
+
+async function measurePrefills(env: BenchEnv, work: BenchWorkload): Promise<PrefillResult[]> {
+  const out: PrefillResult[] = [];
+  for (const n of env.options.prefills) {
+    const c0 = cpuSeconds();
+    const ms = await work.prefill(n, 0);
+    const r = { tokens: n, ms, tokensPerS: n / (ms / 1000), cpuS: cpuSeconds() - c0 };
+    out.push(r);
+    env.log(prefillLine(r));
+  }
+  return out;
+}
+
+async function measureDecodes(e: BenchEnv, work: BenchWorkload): Promise<DecodeResult[]> {
+  const c = work.runner.config;
+  // The projections and LM head one decode step reads, at the bytes they have on the device.
+  const untiedEmbed = c.tieWordEmbeddings ? 0 : (e.ctx.weightDtype === "f16" ? 2 : 4);
+  const stepWeightBytes = work.runner.weights.device - c.vocabSize * c.hiddenSize * untiedEmbed;
+  const out: DecodeResult[] = [];
+  for (const batch of e.options.batches) {
+    const r = await work.decode(batch, e.options.steps);
+    out.push(r);
+    for (const line of decodeLines(r, stepWeightBytes, c.numLayers)) e.log(line);
+  }
+  return out;
+}
+
+/** Measures prefill and decode with the runner of `work` (weights `quantization`). */
+export async function measure(
+  env: BenchEnv,
+  work: BenchWorkload,
+  quantization: Quantization,
+): Promise<RunResult> {
+  const copyBandwidth = await measureCopyBandwidth(env.ctx);
+  env.report.copyBandwidthGBs = copyBandwidth;
+  env.log(`copy bandwidth ceiling (same run): ${copyBandwidth.toFixed(1)} GB/s`);
+
+  // Warm-up: pipelines are compiled lazily by the driver on first use.
+  await work.prefill(16, work.blocksPerSeq * work.runner.options.maxSeqs);
+  await work.decode(1, 2);
+
+  const prefill = await measurePrefills(env, work);
+  // The decode prompt: PROMPT tokens in blocks [0, PROMPT / BLOCK), unless prefilled last.
+  const prefills = env.options.prefills;
+  if (!prefills.includes(PROMPT) || prefills.indexOf(PROMPT) !== prefills.length - 1) {
+    await work.prefill(PROMPT, 0);
+  }
+  const decode = await measureDecodes(env, work);
+  return {
+    quantization,
+    weightBytes: work.runner.weights.device,
+    unquantizedWeightBytes: work.runner.weights.unquantized,
+    prefill,
+    decode,
+  };
+}

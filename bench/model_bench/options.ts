@@ -1,0 +1,124 @@
+/**
+ * Command-line options of `deno task bench:model` (bench/model_bench.ts): the usage text, the
+ * parser, and the runner sizes the options imply.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { parseQuantization, type Quantization } from "../../gpu/quant.ts";
+import type { MatmulVariant } from "../../kernels/matmul.ts";
+import { reportUsage, UsageError } from "../bench_io.ts";
+
+const USAGE = `usage: deno task bench:model [options]
+  --model DIR                  checkpoint (default: the qwen3-0.6b preset, generated, bf16)
+  --steps N                    decode steps per batch size (default 8)
+  --batches LIST               decode batch sizes (default 1,8,32)
+  --prefill LIST               prefill lengths (default 128,512)
+  --no-breakdown               skip the per-kernel breakdown
+  --breakdown-batches LIST     batch sizes of the breakdown (default 1,8)
+  --matmul-variant V           force one matmul kernel (tiled, gemv, blocked, unrolled)
+  --force-f32                  f32 weights even with shader-f16
+  --kernel-profile auto|cpu|gpu   kernel variants (default auto: from the adapter)
+  --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
+                               (default none); ratios to the first are printed
+  --json                       print one JSON report`;
+
+/** Tokens of the prompt every decode sequence holds in the KV cache. */
+export const PROMPT = 128;
+/** Tokens per KV block. */
+export const BLOCK = 16;
+
+/** The parsed command line. */
+export interface ModelBenchOptions {
+  /** Checkpoint directory; undefined: generate the qwen3-0.6b preset. */
+  readonly model: string | undefined;
+  readonly steps: number;
+  readonly batches: readonly number[];
+  readonly prefills: readonly number[];
+  /** Batch sizes of the per-kernel breakdown; empty with `--no-breakdown`. */
+  readonly breakdownBatches: readonly number[];
+  /** `--matmul-variant`, as given (checked by the entry point). */
+  readonly matmulVariant: string | undefined;
+  readonly forceF32: boolean;
+  readonly kernelProfile: string | undefined;
+  readonly quantizations: readonly Quantization[];
+  readonly json: boolean;
+}
+
+const list = (text: string) => text.split(",").filter((s) => s !== "");
+
+function parseFlags(argv: string[]) {
+  try {
+    const { values } = parseArgs({
+      args: argv,
+      options: {
+        model: { type: "string" },
+        steps: { type: "string", default: "8" },
+        batches: { type: "string", default: "1,8,32" },
+        prefill: { type: "string", default: "128,512" },
+        "no-breakdown": { type: "boolean", default: false },
+        "breakdown-batches": { type: "string", default: "1,8" },
+        "matmul-variant": { type: "string" },
+        "force-f32": { type: "boolean", default: false },
+        "kernel-profile": { type: "string" },
+        quantization: { type: "string", default: "none" },
+        json: { type: "boolean", default: false },
+        help: { type: "boolean", default: false },
+      },
+    });
+    if (values.help) throw new UsageError(USAGE);
+    return values;
+  } catch (error) {
+    const usage = error instanceof UsageError
+      ? error
+      : new UsageError(error instanceof Error ? error.message : String(error));
+    Deno.exit(reportUsage(usage, { log: console.log, err: console.error }, "bench:model"));
+  }
+}
+
+/**
+ * Parses the command line (see USAGE). Exits with the usage (0) for `--help`, one line (2) for
+ * an unknown flag or a bad `--quantization`.
+ */
+export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
+  const values = parseFlags(argv);
+  let quantizations: Quantization[];
+  try {
+    quantizations = list(values.quantization).map(parseQuantization);
+  } catch (error) {
+    console.error(`error: ${error instanceof Error ? error.message : error}`);
+    Deno.exit(2);
+  }
+  return {
+    model: values.model,
+    steps: Number(values.steps),
+    batches: list(values.batches).map(Number),
+    prefills: list(values.prefill).map(Number),
+    breakdownBatches: values["no-breakdown"] ? [] : list(values["breakdown-batches"]).map(Number),
+    matmulVariant: values["matmul-variant"],
+    forceF32: values["force-f32"],
+    kernelProfile: values["kernel-profile"],
+    quantizations,
+    json: values.json,
+  };
+}
+
+/** The matmul kernels `--matmul-variant` may force. */
+export const MATMUL_VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "blocked", "unrolled"];
+
+/** The runner's sizes: every measured batch (breakdown included) and length fits. */
+export function runnerSizes(o: ModelBenchOptions) {
+  const maxSeqs = Math.max(1, ...o.batches, ...o.breakdownBatches);
+  const maxModelLen = Math.max(PROMPT, ...o.prefills) + o.steps + 16;
+  const blocksPerSeq = Math.ceil(maxModelLen / BLOCK);
+  return {
+    maxTokens: Math.max(512, ...o.prefills),
+    maxSeqs,
+    maxModelLen,
+    blockSize: BLOCK,
+    // Each sequence's own blocks, plus one sequence's worth for the warm-up prefill.
+    numKvBlocks: blocksPerSeq * (maxSeqs + 1),
+    blocksPerSeq,
+  };
+}

@@ -1,0 +1,131 @@
+/**
+ * The model bench's printed lines and JSON report: the header, each runner's load, prefill and
+ * decode figures, the ratios between weight formats, and the per-kernel breakdown table.
+ *
+ * @module
+ */
+
+import type { Quantization } from "../../gpu/quant.ts";
+import type { WeightBytes } from "../../engine/model_runner.ts";
+import type { Group } from "./breakdown.ts";
+import type { DecodeResult } from "./workload.ts";
+
+/** The JSON report (`--json`), filled as the bench goes. */
+export interface ModelBenchReport {
+  machine: string;
+  date: string;
+  command: string;
+  model: string;
+  weightDtype: string;
+  lpNumThreads: string;
+  matmulVariant: string;
+  copyBandwidthGBs?: number;
+  runs?: RunResult[];
+  breakdown?: Record<string, Group[]>;
+}
+
+/** One prefill's figures. */
+export interface PrefillResult {
+  readonly tokens: number;
+  readonly ms: number;
+  readonly tokensPerS: number;
+  readonly cpuS: number;
+}
+
+/** One runner's (one weight format's) figures. */
+export interface RunResult {
+  readonly quantization: Quantization;
+  readonly weightBytes: number;
+  readonly unquantizedWeightBytes: number;
+  readonly prefill: PrefillResult[];
+  readonly decode: DecodeResult[];
+}
+
+/** The header: machine, command, model. */
+export function headerLines(r: ModelBenchReport): string[] {
+  return [
+    `model_bench: ${r.machine}`,
+    `command: ${r.command}; date ${r.date}; LP_NUM_THREADS ${r.lpNumThreads}; ` +
+    `matmul kernel ${r.matmulVariant}`,
+    `model: ${r.model} (weights ${r.weightDtype})`,
+  ];
+}
+
+/** The load time and weight bytes of a runner. */
+export function loadLine(
+  seconds: number,
+  quantization: Quantization,
+  weights: WeightBytes,
+  dtype: string,
+): string {
+  return `loaded in ${seconds.toFixed(1)} s; weights ${quantization}: ` +
+    `${(weights.device / 2 ** 20).toFixed(1)} MiB on the device` +
+    (quantization === "none"
+      ? ""
+      : ` (${(weights.device / weights.unquantized).toFixed(3)}x of ${dtype})`);
+}
+
+/** One prefill's time and rate. */
+export function prefillLine(r: PrefillResult): string {
+  return `prefill ${r.tokens} tokens: ${r.ms.toFixed(0)} ms, ${r.tokensPerS.toFixed(1)} tok/s ` +
+    `(CPU ${r.cpuS.toFixed(1)} s)`;
+}
+
+/** A batch size's decode rate, and its host cost per step. */
+export function decodeLines(r: DecodeResult, stepWeightBytes: number, layers: number): string[] {
+  const msPerStep = r.wallMs / r.steps;
+  const k = r.cost;
+  return [
+    `decode batch ${r.batch}: ${r.tokensPerS.toFixed(2)} tok/s, ${msPerStep.toFixed(1)} ms/step ` +
+    `(${r.steps} steps, CPU ${(r.cpuS / r.steps * 1000).toFixed(0)} ms/step), weights ` +
+    `${(stepWeightBytes / (msPerStep * 1e6)).toFixed(2)} GB/s`,
+    `  host per step: ${k.dispatchesPerCall.toFixed(0)} dispatches ` +
+    `(${(k.dispatchesPerCall / layers).toFixed(1)} per layer, fixed ones included), ` +
+    `${k.hostMsPerCall.toFixed(2)} ms to prepare, encode and submit; blocked in WebGPU: ` +
+    `${k.submitMsPerCall.toFixed(1)} ms in queue.submit, ${k.mapAsyncMsPerCall.toFixed(1)} ms ` +
+    `in mapAsync (the device's work, where the adapter does it on this thread)`,
+  ];
+}
+
+/** Each weight format's figures as ratios to the first one's (nothing for one format). */
+export function ratioLines(runs: readonly RunResult[]): string[] {
+  const [base, ...rest] = runs;
+  if (base === undefined || rest.length === 0) return [];
+  return [
+    `ratios to ${base.quantization} (same run):`,
+    ...rest.map((r) => {
+      const decode = r.decode.map((d, j) =>
+        `batch ${d.batch} ${(d.tokensPerS / base.decode[j]!.tokensPerS).toFixed(2)}x`
+      );
+      const prefill = r.prefill.map((p, j) =>
+        `prefill ${p.tokens} ${(p.tokensPerS / base.prefill[j]!.tokensPerS).toFixed(2)}x`
+      );
+      return `  ${r.quantization}: weight bytes ${
+        (r.weightBytes / base.weightBytes).toFixed(3)
+      }x; ` +
+        [...decode, ...prefill].join(", ");
+    }),
+  ];
+}
+
+/**
+ * The breakdown table of one batch size: groups by time, their share, and the sum. `method`
+ * says how groups were timed; `quantization` is named unless it is "none".
+ */
+export function breakdownLines(
+  batch: number,
+  groups: readonly Group[],
+  method: string,
+  quantization: Quantization,
+): string[] {
+  const total = groups.reduce((s, g) => s + g.ms, 0);
+  const weights = quantization === "none" ? "" : `, weights ${quantization}`;
+  return [
+    `decode step breakdown, batch ${batch}${weights} (${method}, one pass per group):`,
+    ...[...groups].sort((a, b) => b.ms - a.ms).map((g) =>
+      `  ${g.name.padEnd(40)} ${g.ms.toFixed(2).padStart(8)} ms ` +
+      `${((100 * g.ms) / total).toFixed(1).padStart(5)}%`
+    ),
+    `  ${"sum".padEnd(40)} ${total.toFixed(2).padStart(8)} ms`,
+  ];
+}

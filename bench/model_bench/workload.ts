@@ -1,0 +1,138 @@
+/**
+ * The steps the model bench runs through the {@linkcode ModelRunner}: prefills of one sequence,
+ * and decode steps of a batch of sequences that share a {@linkcode PROMPT}-token prompt in KV
+ * blocks [0, PROMPT / BLOCK) (prefix caching: the prompt is prefilled once) and each write their
+ * own blocks from position PROMPT on. Decode steps are submitted back to back, each fed from
+ * the previous step's samples on the GPU (`runner.sampledRef`), at most `runner.maxInFlight` in
+ * flight.
+ *
+ * @module
+ */
+
+import type { ForwardBatch } from "../../engine/forward_batch.ts";
+import type { ModelRunner } from "../../engine/model_runner.ts";
+import { type StepCost, StepCostProbe } from "../lib/step_cost.ts";
+import { BLOCK, PROMPT } from "./options.ts";
+
+/** Process CPU seconds (user + system, all threads; lavapipe's workers included). */
+export function cpuSeconds(): number {
+  try {
+    const stat = Deno.readTextFileSync("/proc/self/stat");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/** One batch size's decode figures. */
+export interface DecodeResult {
+  readonly batch: number;
+  readonly steps: number;
+  /** First decode submit to last readback. */
+  readonly wallMs: number;
+  readonly cpuS: number;
+  readonly tokensPerS: number;
+  /** Host cost of the steps after the first. */
+  readonly cost: StepCost;
+}
+
+/** Prefill and decode steps of one runner (see the module doc). */
+export class BenchWorkload {
+  /**
+   * @param blocksPerSeq KV blocks of one sequence of the longest length; sequence `s` owns
+   * blocks from `blocksPerSeq * (s + 1)` on.
+   */
+  constructor(readonly runner: ModelRunner, readonly blocksPerSeq: number) {}
+
+  /** Token ids the prompts use (the first 500 of the vocabulary at most). */
+  get vocabTokens(): number {
+    return Math.min(this.runner.config.vocabSize, 500);
+  }
+
+  /** Prefills `n` tokens of one sequence in blocks [base, base + ceil(n / BLOCK)); awaits it. */
+  async prefill(n: number, base: number): Promise<number> {
+    const positions = Uint32Array.from({ length: n }, (_, i) => i);
+    const table = Array.from({ length: Math.ceil(n / BLOCK) }, (_, j) => base + j);
+    const start = performance.now();
+    const step = this.runner.execute({
+      inputIds: Uint32Array.from(
+        { length: n },
+        (_, i) => (i * 7 + base * 13 + 1) % this.vocabTokens,
+      ),
+      positions,
+      slotMapping: positions.map((p) => table[Math.floor(p / BLOCK)]! * BLOCK + (p % BLOCK)),
+      seqs: [{ queryLen: n, contextLen: n, blockTable: table, sample: { temperature: 0 } }],
+    });
+    await step.result;
+    return performance.now() - start;
+  }
+
+  /** Block tables of `batch` sequences: the prompt's blocks, then each sequence's own. */
+  tables(batch: number): number[][] {
+    const promptBlocks = Array.from({ length: PROMPT / BLOCK }, (_, j) => j);
+    const own = (s: number) => this.blocksPerSeq * (s + 1);
+    return Array.from({ length: batch }, (_, s) => {
+      const extra = Array.from(
+        { length: this.blocksPerSeq - promptBlocks.length },
+        (_, j) => own(s) + j,
+      );
+      return [...promptBlocks, ...extra];
+    });
+  }
+
+  /** The greedy decode step at position `pos` of the sequences of `tables`, fed `id(s)`. */
+  decodeStep(tables: number[][], pos: number, id: (s: number) => number): ForwardBatch {
+    const batch = tables.length;
+    const slot = (s: number) => tables[s]![Math.floor(pos / BLOCK)]! * BLOCK + (pos % BLOCK);
+    return {
+      inputIds: Uint32Array.from({ length: batch }, (_, s) => id(s)),
+      positions: new Uint32Array(batch).fill(pos),
+      slotMapping: Uint32Array.from({ length: batch }, (_, s) => slot(s)),
+      seqs: tables.map((t) => ({
+        queryLen: 1,
+        contextLen: pos + 1,
+        blockTable: t.slice(0, Math.ceil((pos + 1) / BLOCK)),
+        sample: { temperature: 0 },
+      })),
+    };
+  }
+
+  /**
+   * Decodes `steps` steps of `batch` sequences sharing the prompt, after a step 0 that
+   * recomputes each sequence's last prompt token (position PROMPT - 1) and is not timed.
+   */
+  async decode(batch: number, steps: number): Promise<DecodeResult> {
+    const runner = this.runner;
+    const tables = this.tables(batch);
+    const pending: Promise<unknown>[] = [];
+    const probe = new StepCostProbe();
+    let prev = -1;
+    let start = 0;
+    let cpu0 = 0;
+    for (let i = 0; i <= steps; i++) {
+      if (i === 1) {
+        await pending[0];
+        start = performance.now();
+        cpu0 = cpuSeconds();
+      }
+      const input = this.decodeStep(
+        tables,
+        PROMPT - 1 + i,
+        (s) => i === 0 ? PROMPT % this.vocabTokens : runner.sampledRef(prev, s),
+      );
+      // Steps after the first are timed for their host cost (dispatches, encode + submit).
+      const h = i === 0 ? runner.execute(input) : probe.measure(() => runner.execute(input));
+      prev = h.step;
+      pending.push(h.result);
+      if (i >= 1 && pending.length - 1 >= runner.maxInFlight + 1) {
+        await pending[pending.length - 1 - runner.maxInFlight];
+      }
+    }
+    await Promise.all(pending);
+    const wallMs = performance.now() - start;
+    const cpuS = cpuSeconds() - cpu0;
+    const tokensPerS = (batch * steps) / (wallMs / 1000);
+    return { batch, steps, wallMs, cpuS, tokensPerS, cost: probe.result() };
+  }
+}
