@@ -298,7 +298,7 @@ export class ModelRunner {
     const passes = timing?.groups?.use(pass) ?? this.#single.use(pass);
     this.#feed.encode(passes.at(KERNEL_GROUPS.embedding), T);
     this.#model.encode(passes, step);
-    this.#sampler.encode(passes.at(KERNEL_GROUPS.sampling), plan, slot);
+    this.#sampler.encode(passes, plan, slot);
     pass.end();
     timing?.resolve?.(encoder);
     const readback = rows > 0

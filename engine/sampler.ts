@@ -13,6 +13,7 @@
  * @module
  */
 
+import { KERNEL_GROUPS, type StepPasses } from "./models/step_passes.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
@@ -236,13 +237,15 @@ export class Sampler {
 
   /**
    * Encodes the stage for a prepared step into ring slot `slot` of `bufs.sampled` (nothing when
-   * no row samples): LM head, then raw-logit top logprobs, processing in place, sampling.
+   * no row samples): LM head, then raw-logit top logprobs, processing in place, sampling, each
+   * into its kernel group's pass (models/step_passes.ts).
    */
-  encode(pass: GPUComputePassEncoder, plan: SamplingPlan, slot: number): void {
+  encode(passes: StepPasses, plan: SamplingPlan, slot: number): void {
     const { rows } = plan;
     if (rows === 0) return;
     const vocab = this.limits.vocab;
-    this.#lmHead.encode(pass, rows);
+    this.#lmHead.encode(passes.at(KERNEL_GROUPS.lmHead), rows);
+    const pass = passes.at(KERNEL_GROUPS.sample);
     this.#mask.encode(pass, plan.masked, vocab, maskWords(vocab));
     // Raw logits first (vLLM's default logprobs), then processing in place, then sampling.
     if (plan.anyTop) this.#top[slot]!.encode(pass, rows, vocab, TOP_LOGPROBS_MAX);

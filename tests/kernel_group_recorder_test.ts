@@ -31,7 +31,8 @@ const QWEN3_GROUPS = [
   "silu_mul",
   "matmul down",
   "final add + gather + norm",
-  "matmul lm_head + sample",
+  "matmul lm_head",
+  "sample",
 ];
 
 const GPT2_GROUPS = [
@@ -45,7 +46,8 @@ const GPT2_GROUPS = [
   "gelu_new",
   "matmul mlp proj",
   "final gather + norm",
-  "matmul lm_head + sample",
+  "matmul lm_head",
+  "sample",
 ];
 
 /** A pass that logs the calls the recorder forwards or replays into it. */

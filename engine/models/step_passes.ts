@@ -13,8 +13,8 @@
 export type KernelGroup = string;
 
 /**
- * The groups every architecture has. The sampling stage (engine/sampler.ts: LM head over the
- * sampled rows, then masks, top logprobs, logits processing, sampling) is one group.
+ * The groups every architecture has. The sampling stage (engine/sampler.ts) is two: the LM head
+ * over the sampled rows, then the rest (masks, top logprobs, logits processing, sampling).
  */
 export const KERNEL_GROUPS = {
   /** The runner's token feed and the model's embedding lookups. */
@@ -24,7 +24,10 @@ export const KERNEL_GROUPS = {
   attention: "reshape_and_cache + attention",
   /** The attention output projection. */
   o: "matmul o",
-  sampling: "matmul lm_head + sample",
+  /** The LM head over the rows that sample. */
+  lmHead: "matmul lm_head",
+  /** Token masks, top logprobs, logits processing and sampling. */
+  sample: "sample",
 } as const;
 
 /** Hands out the compute pass for each call site of a step. */
