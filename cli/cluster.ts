@@ -193,7 +193,7 @@ function startReplica(settings: ClusterSettings, index: number, host: string): R
   };
   void relay(child.stdout, `[replica ${index}] `, console.log, onLine);
   void relay(child.stderr, `[replica ${index}] `, console.error, onLine);
-  const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
+  const url = `http://${hostPort(host, port)}`;
   return { index, url, child, listening, exited: false };
 }
 
@@ -232,6 +232,138 @@ async function announceReady(replicas: readonly Replica[], stopping: () => boole
   if (!stopping()) console.log(`[cluster] ready: ${replicas.length} replicas healthy`);
 }
 
+/** `replica I URL (pid P)` for each replica, comma-separated. */
+function replicaList(replicas: readonly Replica[]): string {
+  return replicas.map((r) => `replica ${r.index} ${r.url} (pid ${r.child.pid})`).join(", ");
+}
+
+/** `host:port`, with an IPv6 host in brackets. */
+function hostPort(host: string, port: number): string {
+  return `${host.includes(":") ? `[${host}]` : host}:${port}`;
+}
+
+/**
+ * The nginx binary to start, or null for replicas only: `--no-nginx`, or no nginx found where
+ * `--nginx` did not name one (said on stdout).
+ *
+ * @throws {Error} when the binary `--nginx` named does not run.
+ */
+async function nginxToRun(settings: ClusterSettings): Promise<string | null> {
+  const nginx = settings.nginx;
+  if (nginx === null || await nginxAvailable(nginx)) return nginx;
+  if (settings.nginxExplicit) throw new Error(`Cannot run nginx at ${nginx}`);
+  console.log(
+    "[cluster] nginx not found: starting the replicas only (install Debian's nginx package " +
+      "to balance them)",
+  );
+  return null;
+}
+
+/**
+ * The processes of one `cluster` run: its replicas and nginx, and the exit code they settle on
+ * ({@linkcode Cluster.stopped}: 0 after a signal, 1 when every replica or nginx died).
+ */
+class Cluster {
+  readonly replicas: readonly Replica[];
+  /** Resolves with the launcher's exit code once it should stop. */
+  readonly stopped: Promise<number>;
+  /** Settles {@linkcode Cluster.stopped} (the first call wins). */
+  readonly stop: (code: number) => void;
+  /** Whether the launcher is stopping (exits are expected then, not reported). */
+  stopping = false;
+  #settings: ClusterSettings;
+  #nginx: Deno.ChildProcess | null = null;
+  /** nginx's prefix directory (its configuration), removed at the end. */
+  #dir: string | null = null;
+
+  /** Starts the replicas, listening on `replicaHost`. */
+  constructor(settings: ClusterSettings, replicaHost: string) {
+    this.#settings = settings;
+    let resolveStop: (code: number) => void = () => {};
+    this.stopped = new Promise<number>((r) => resolveStop = r);
+    this.stop = resolveStop;
+    this.replicas = Array.from(
+      { length: settings.replicas },
+      (_, i) => startReplica(settings, i, replicaHost),
+    );
+    for (const replica of this.replicas) {
+      replica.child.status.then((status) => {
+        replica.exited = true;
+        if (this.stopping) return;
+        const left = this.#alive().length;
+        console.error(
+          `[cluster] replica ${replica.index} (${replica.url}) exited with status ${status.code}` +
+            (left > 0 ? `; ${left} left` : "; none left"),
+        );
+        if (left === 0) this.stop(1);
+      });
+    }
+  }
+
+  /** Whether every replica printed its `Listening on` line before the startup timeout. */
+  started(): Promise<boolean> {
+    return Promise.race([
+      Promise.all(this.replicas.map((r) => r.listening)).then(() => true),
+      new Promise<false>((r) =>
+        Deno.unrefTimer(setTimeout(() => r(false), this.#settings.startupTimeoutMs))
+      ),
+      this.stopped.then(() => false),
+    ]);
+  }
+
+  /**
+   * Writes nginx's configuration into a new prefix directory and starts `nginx` in front of the
+   * replicas; prints `Listening on ...` once its port accepts connections (within 10 s).
+   */
+  async startNginx(nginx: string): Promise<void> {
+    const settings = this.#settings;
+    const dir = this.#dir = await Deno.makeTempDir({ prefix: "webgpu-llm-nginx-" });
+    await Deno.chmod(dir, 0o755);
+    const listen = hostPort(settings.host, settings.port);
+    await Deno.writeTextFile(
+      `${dir}/nginx.conf`,
+      nginxConfig({ listen, replicas: this.replicas.map((r) => new URL(r.url).host) }),
+    );
+    const child = this.#nginx = new Deno.Command(nginx, {
+      args: ["-p", `${dir}/`, "-c", `${dir}/nginx.conf`],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    void relay(child.stdout, "[nginx] ", console.log);
+    void relay(child.stderr, "[nginx] ", console.error);
+    child.status.then((status) => {
+      if (this.stopping) return;
+      console.error(`[cluster] nginx exited with status ${status.code}`);
+      this.stop(1);
+    });
+    if (await waitPort(settings.host, settings.port, 10_000)) {
+      console.log(
+        `Listening on http://${listen} (nginx: least_conn; X-Session-Id: consistent hash) -> ` +
+          replicaList(this.replicas),
+      );
+    }
+  }
+
+  /**
+   * Stops everything: nginx finishes its open connections (SIGQUIT), the replicas drain
+   * (SIGTERM); resolves once all have exited and nginx's directory is removed.
+   */
+  async shutdown(): Promise<void> {
+    this.stopping = true;
+    console.log("[cluster] stopping");
+    const nginx = this.#nginx;
+    if (nginx !== null) kill(nginx, "SIGQUIT");
+    for (const replica of this.#alive()) kill(replica.child, "SIGTERM");
+    await Promise.all([...this.replicas.map((r) => r.child.status), nginx?.status]);
+    if (this.#dir !== null) await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
+  }
+
+  #alive(): Replica[] {
+    return this.replicas.filter((r) => !r.exited);
+  }
+}
+
 /** Runs `cluster` with `args`; resolves with the exit code once everything has stopped. */
 export async function runCluster(args: string[]): Promise<number> {
   const settings = clusterSettingsFromArgs(args);
@@ -239,97 +371,27 @@ export async function runCluster(args: string[]): Promise<number> {
     console.log(CLUSTER_USAGE);
     return 0;
   }
-  let nginx = settings.nginx;
-  if (nginx !== null && !(await nginxAvailable(nginx))) {
-    if (settings.nginxExplicit) throw new Error(`Cannot run nginx at ${nginx}`);
-    console.log(
-      "[cluster] nginx not found: starting the replicas only (install Debian's nginx package " +
-        "to balance them)",
-    );
-    nginx = null;
-  }
-  const replicaHost = nginx === null ? settings.host : "127.0.0.1";
-  const replicas = Array.from(
-    { length: settings.replicas },
-    (_, i) => startReplica(settings, i, replicaHost),
-  );
-  let nginxChild: Deno.ChildProcess | null = null;
-  let dir: string | null = null;
-  let resolveStop: (code: number) => void = () => {};
-  const stopped = new Promise<number>((r) => resolveStop = r);
-  const alive = () => replicas.filter((r) => !r.exited);
-  let stopping = false;
-  for (const replica of replicas) {
-    replica.child.status.then((status) => {
-      replica.exited = true;
-      if (stopping) return;
-      console.error(
-        `[cluster] replica ${replica.index} (${replica.url}) exited with status ${status.code}` +
-          (alive().length > 0 ? `; ${alive().length} left` : "; none left"),
-      );
-      if (alive().length === 0) resolveStop(1);
-    });
-  }
-  const onSignal = () => resolveStop(0);
+  const nginx = await nginxToRun(settings);
+  const cluster = new Cluster(settings, nginx === null ? settings.host : "127.0.0.1");
+  const onSignal = () => cluster.stop(0);
   Deno.addSignalListener("SIGINT", onSignal);
   Deno.addSignalListener("SIGTERM", onSignal);
   try {
-    const started = await Promise.race([
-      Promise.all(replicas.map((r) => r.listening)).then(() => true),
-      new Promise<false>((r) =>
-        Deno.unrefTimer(setTimeout(() => r(false), settings.startupTimeoutMs))
-      ),
-      stopped.then(() => false),
-    ]);
+    const started = await cluster.started();
     if (!started) {
       console.error("[cluster] error: the replicas did not all start; stopping");
-      resolveStop(1);
+      cluster.stop(1);
     } else if (nginx !== null) {
-      dir = await Deno.makeTempDir({ prefix: "webgpu-llm-nginx-" });
-      await Deno.chmod(dir, 0o755);
-      const listen = `${
-        settings.host.includes(":") ? `[${settings.host}]` : settings.host
-      }:${settings.port}`;
-      await Deno.writeTextFile(
-        `${dir}/nginx.conf`,
-        nginxConfig({ listen, replicas: replicas.map((r) => new URL(r.url).host) }),
-      );
-      nginxChild = new Deno.Command(nginx, {
-        args: ["-p", `${dir}/`, "-c", `${dir}/nginx.conf`],
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-      }).spawn();
-      void relay(nginxChild.stdout, "[nginx] ", console.log);
-      void relay(nginxChild.stderr, "[nginx] ", console.error);
-      nginxChild.status.then((status) => {
-        if (stopping) return;
-        console.error(`[cluster] nginx exited with status ${status.code}`);
-        resolveStop(1);
-      });
-      if (await waitPort(settings.host, settings.port, 10_000)) {
-        console.log(
-          `Listening on http://${listen} (nginx: least_conn; X-Session-Id: consistent hash) -> ` +
-            replicas.map((r) => `replica ${r.index} ${r.url} (pid ${r.child.pid})`).join(", "),
-        );
-      }
+      await cluster.startNginx(nginx);
     } else {
-      console.log(
-        `Replicas: ${
-          replicas.map((r) => `replica ${r.index} ${r.url} (pid ${r.child.pid})`).join(", ")
-        }`,
-      );
+      console.log(`Replicas: ${replicaList(cluster.replicas)}`);
     }
-    if (started) void announceReady(replicas, () => stopping);
-    return await stopped;
+    if (started) void announceReady(cluster.replicas, () => cluster.stopping);
+    return await cluster.stopped;
   } finally {
-    stopping = true;
+    cluster.stopping = true;
     Deno.removeSignalListener("SIGINT", onSignal);
     Deno.removeSignalListener("SIGTERM", onSignal);
-    console.log("[cluster] stopping");
-    if (nginxChild !== null) kill(nginxChild, "SIGQUIT");
-    for (const replica of alive()) kill(replica.child, "SIGTERM");
-    await Promise.all([...replicas.map((r) => r.child.status), nginxChild?.status]);
-    if (dir !== null) await Deno.remove(dir, { recursive: true }).catch(() => {});
+    await cluster.shutdown();
   }
 }
