@@ -64,20 +64,9 @@ interface Replica {
 
 function startReplica(settings: ClusterSettings, index: number, host: string): Replica {
   const port = settings.port + 1 + index;
+  const serve = ["serve", "--host", host, "--port", String(port), ...settings.serveArgs];
   const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      "--config",
-      CONFIG,
-      MAIN,
-      "serve",
-      "--host",
-      host,
-      "--port",
-      String(port),
-      ...settings.serveArgs,
-    ],
+    args: ["run", "-A", "--config", CONFIG, MAIN, ...serve],
     env: settings.replicaEnv[index] ?? {},
     stdin: "null",
     stdout: "piped",
