@@ -16,7 +16,7 @@ import { checkJsonContentType } from "./security.ts";
 import { detokenizeEndpoint, tokenizeEndpoint } from "./tokenize.ts";
 
 /** The served paths and the methods each accepts (405 with `Allow` for the others). */
-export const ROUTES: Readonly<Record<string, readonly string[]>> = {
+const ROUTES: Readonly<Record<string, readonly string[]>> = {
   "/v1/completions": ["POST"],
   "/v1/chat/completions": ["POST"],
   "/v1/models": ["GET"],
