@@ -36,38 +36,62 @@ export async function checkModelDir(dir: string): Promise<void> {
   }
 }
 
-/** parseArgs option specs of the engine flags. */
-export const ENGINE_FLAGS = {
-  model: { type: "string" },
-  "served-model-name": { type: "string" },
-  revision: { type: "string" },
-  executor: { type: "string" },
-  scheduler: { type: "string" },
-  "max-num-seqs": { type: "string" },
-  "max-num-batched-tokens": { type: "string" },
-  "max-model-len": { type: "string" },
-  "block-size": { type: "string" },
-  "kv-cache-memory": { type: "string" },
-  "num-kv-blocks": { type: "string" },
-  "swap-space": { type: "string" },
-  "preemption-mode": { type: "string" },
-  "scheduling-policy": { type: "string" },
-  "no-prefix-caching": { type: "boolean" },
-  "no-chunked-prefill": { type: "boolean" },
-  "kv-watermark": { type: "string" },
-  "max-waiting-requests": { type: "string" },
-  "max-batch-size": { type: "string" },
-  "batch-wait-ms": { type: "string" },
-  "force-f32": { type: "boolean" },
-  "kernel-profile": { type: "string" },
-  quantization: { type: "string" },
-  "mock-base-ms": { type: "string" },
-  "mock-per-token-ms": { type: "string" },
-  "mock-fail-at-step": { type: "string" },
-  "max-in-flight": { type: "string" },
-  "grammar-compile-timeout-s": { type: "string" },
-  "engine-seed": { type: "string" },
-} as const;
+/**
+ * How a flag's value becomes its engine option: `string` and `number` as given (a number
+ * checked here), `on` / `off` a boolean flag that sets true / false when given, `profile` and
+ * `quantization` parsed into their choices.
+ */
+type FlagKind = "string" | "number" | "on" | "off" | "profile" | "quantization";
+
+/**
+ * Every engine flag, in the order values are read (the first bad one is reported): the engine
+ * option it sets (null: read elsewhere) and how.
+ */
+const ENGINE_FLAG_OPTIONS = {
+  model: ["model", "string"],
+  "served-model-name": ["servedModelName", "string"],
+  revision: [null, "string"],
+  executor: ["executor", "string"],
+  scheduler: ["scheduler", "string"],
+  "max-num-seqs": ["maxNumSeqs", "number"],
+  "max-num-batched-tokens": ["maxNumBatchedTokens", "number"],
+  "max-model-len": ["maxModelLen", "number"],
+  "block-size": ["blockSize", "number"],
+  "kv-cache-memory": ["kvCacheMemory", "number"],
+  "num-kv-blocks": ["numKvBlocks", "number"],
+  "swap-space": ["swapSpace", "number"],
+  "preemption-mode": ["preemptionMode", "string"],
+  "scheduling-policy": ["schedulingPolicy", "string"],
+  "no-prefix-caching": ["enablePrefixCaching", "off"],
+  "no-chunked-prefill": ["enableChunkedPrefill", "off"],
+  "kv-watermark": ["kvWatermark", "number"],
+  "max-waiting-requests": ["maxWaitingRequests", "number"],
+  "max-batch-size": ["maxBatchSize", "number"],
+  "batch-wait-ms": ["batchWaitMs", "number"],
+  "force-f32": ["forceF32", "on"],
+  "kernel-profile": ["kernelProfile", "profile"],
+  quantization: ["quantization", "quantization"],
+  "mock-base-ms": ["mockBaseMs", "number"],
+  "mock-per-token-ms": ["mockPerTokenMs", "number"],
+  "mock-fail-at-step": ["mockFailAtStep", "number"],
+  "max-in-flight": ["maxInFlight", "number"],
+  "grammar-compile-timeout-s": ["grammarCompileTimeoutS", "number"],
+  "engine-seed": ["seed", "number"],
+} as const satisfies Record<string, readonly [keyof EngineOptions | null, FlagKind]>;
+
+type EngineFlag = keyof typeof ENGINE_FLAG_OPTIONS;
+
+/** parseArgs option specs of the engine flags (`on` / `off` ones are booleans). */
+export const ENGINE_FLAGS = Object.fromEntries(
+  Object.entries(ENGINE_FLAG_OPTIONS).map((
+    [flag, [, kind]],
+  ) => [flag, { type: kind === "on" || kind === "off" ? "boolean" : "string" }]),
+) as {
+  readonly [F in EngineFlag]: {
+    readonly type: (typeof ENGINE_FLAG_OPTIONS)[F][1] extends "on" | "off" ? "boolean"
+      : "string";
+  };
+};
 
 /** Usage lines of the engine flags. */
 export const ENGINE_FLAGS_USAGE = `engine flags:
@@ -105,7 +129,7 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
                                  past it the request is a 400 (default 10)
   --engine-seed N                seed for requests without one`;
 
-type FlagValues = { [K in keyof typeof ENGINE_FLAGS]?: string | boolean };
+type FlagValues = { [K in EngineFlag]?: string | boolean };
 
 function num(flag: string, value: string | boolean | undefined): number | undefined {
   if (value === undefined || typeof value === "boolean") return undefined;
@@ -122,41 +146,32 @@ function str(value: string | boolean | undefined): string | undefined {
 
 /** Engine options from parsed flag values (undefined flags are left out). */
 export function engineOptionsFromFlags(v: FlagValues): EngineOptions {
-  const o: Record<string, unknown> = {
-    model: str(v.model),
-    servedModelName: str(v["served-model-name"]),
-    executor: str(v.executor),
-    scheduler: str(v.scheduler),
-    maxNumSeqs: num("max-num-seqs", v["max-num-seqs"]),
-    maxNumBatchedTokens: num("max-num-batched-tokens", v["max-num-batched-tokens"]),
-    maxModelLen: num("max-model-len", v["max-model-len"]),
-    blockSize: num("block-size", v["block-size"]),
-    kvCacheMemory: num("kv-cache-memory", v["kv-cache-memory"]),
-    numKvBlocks: num("num-kv-blocks", v["num-kv-blocks"]),
-    swapSpace: num("swap-space", v["swap-space"]),
-    preemptionMode: str(v["preemption-mode"]),
-    schedulingPolicy: str(v["scheduling-policy"]),
-    enablePrefixCaching: v["no-prefix-caching"] === true ? false : undefined,
-    enableChunkedPrefill: v["no-chunked-prefill"] === true ? false : undefined,
-    kvWatermark: num("kv-watermark", v["kv-watermark"]),
-    maxWaitingRequests: num("max-waiting-requests", v["max-waiting-requests"]),
-    maxBatchSize: num("max-batch-size", v["max-batch-size"]),
-    batchWaitMs: num("batch-wait-ms", v["batch-wait-ms"]),
-    forceF32: v["force-f32"] === true ? true : undefined,
-    kernelProfile: parseKernelProfileChoice(str(v["kernel-profile"])),
-    quantization: v.quantization === undefined
-      ? undefined
-      : parseQuantization(str(v.quantization) ?? ""),
-    mockBaseMs: num("mock-base-ms", v["mock-base-ms"]),
-    mockPerTokenMs: num("mock-per-token-ms", v["mock-per-token-ms"]),
-    mockFailAtStep: num("mock-fail-at-step", v["mock-fail-at-step"]),
-    maxInFlight: num("max-in-flight", v["max-in-flight"]),
-    grammarCompileTimeoutS: num("grammar-compile-timeout-s", v["grammar-compile-timeout-s"]),
-    seed: num("engine-seed", v["engine-seed"]),
-  };
-  for (const k of Object.keys(o)) if (o[k] === undefined) delete o[k];
+  const o: Record<string, unknown> = {};
+  for (const [flag, [option, kind]] of Object.entries(ENGINE_FLAG_OPTIONS)) {
+    if (option === null) continue;
+    const value = optionValue(flag, kind, v[flag as EngineFlag]);
+    if (value !== undefined) o[option] = value;
+  }
   // The zod schema in engine_config.ts validates names, ranges and enums.
   return o as EngineOptions;
+}
+
+/** The engine option value of `flag`'s `value` read as `kind` (undefined: not set). */
+function optionValue(flag: string, kind: FlagKind, value: string | boolean | undefined): unknown {
+  switch (kind) {
+    case "string":
+      return str(value);
+    case "number":
+      return num(flag, value);
+    case "on":
+      return value === true ? true : undefined;
+    case "off":
+      return value === true ? false : undefined;
+    case "profile":
+      return parseKernelProfileChoice(str(value));
+    case "quantization":
+      return value === undefined ? undefined : parseQuantization(str(value) ?? "");
+  }
 }
 
 /** Where the default tiny model lives (git-ignored). */

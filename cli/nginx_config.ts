@@ -66,24 +66,7 @@ http {
   uwsgi_temp_path uwsgi;
   scgi_temp_path scgi;
 
-  # Keyless requests: the replica with the fewest open connections.
-  upstream llm_least_conn {
-    least_conn;
-${servers}
-    keepalive 64;
-    # Below the replicas' --keep-alive-timeout-s (5 s), so nginx never reuses a connection
-    # that a replica is closing.
-    keepalive_timeout 4s;
-  }
-
-  # Requests with a session key: the same replica for the same key (its prefix cache).
-  upstream llm_session {
-    hash $http_x_session_id consistent;
-${servers}
-    keepalive 64;
-    keepalive_timeout 4s;
-  }
-
+${upstreams(servers)}
   map $http_x_session_id $llm_pool {
     "" llm_least_conn;
     default llm_session;
@@ -116,5 +99,27 @@ ${servers}
 ${metrics}
   }
 }
+`;
+}
+
+/** The two upstreams over the replicas' `server` lines: least connections, and by session. */
+function upstreams(servers: string): string {
+  return `  # Keyless requests: the replica with the fewest open connections.
+  upstream llm_least_conn {
+    least_conn;
+${servers}
+    keepalive 64;
+    # Below the replicas' --keep-alive-timeout-s (5 s), so nginx never reuses a connection
+    # that a replica is closing.
+    keepalive_timeout 4s;
+  }
+
+  # Requests with a session key: the same replica for the same key (its prefix cache).
+  upstream llm_session {
+    hash $http_x_session_id consistent;
+${servers}
+    keepalive 64;
+    keepalive_timeout 4s;
+  }
 `;
 }

@@ -6,26 +6,20 @@
  * (`[engine] fatal: ...`), fails the in-flight requests, and exits with status 1 within 5 s so
  * that a supervisor restarts the process; `--keep-alive-on-fatal` keeps it answering 503
  * instead. The line `Listening on http://HOST:PORT` is printed once the socket is bound
- * (benchmarks that start the server parse it).
+ * (benchmarks that start the server parse it). What the server answers while the model loads is
+ * cli/loading_engine.ts.
  *
  * @module
  */
 
-import {
-  type EngineClient,
-  EngineDeadError,
-  type EngineStats,
-  type GenerateRequest,
-  type ModelInfo,
-  type RequestOutput,
-} from "../engine/engine_api.ts";
+import type { ModelInfo } from "../engine/engine_api.ts";
+import type { EngineOptions } from "../engine/engine_config.ts";
 import { LLMEngine, resolveMaxModelLen } from "../engine/llm_engine.ts";
 import { parseModelConfig } from "../engine/model/config.ts";
-import type { Tokenizer } from "../engine/tokenizer.ts";
-import type { SamplingParams } from "../scheduler/sampling_params.ts";
 import { mockBatchTestFactory } from "../server/batch_test.ts";
 import { isLoopbackHost } from "../server/security.ts";
-import { startServer } from "../server/server.ts";
+import { type RunningServer, startServer } from "../server/server.ts";
+import { LoadingEngine } from "./loading_engine.ts";
 import {
   defaultServedName,
   ENGINE_FLAGS,
@@ -38,6 +32,7 @@ import {
   API_KEY_ENV,
   SERVE_FLAGS,
   SERVE_FLAGS_USAGE,
+  type ServeSettings,
   serveSettingsFromFlags,
 } from "./serve_flags.ts";
 
@@ -50,78 +45,6 @@ ${ENGINE_FLAGS_USAGE}`;
 /** A fatal engine error ends the process within this many ms (status 1). */
 const FATAL_EXIT_MS = 4500;
 
-const IDLE_STATS: EngineStats = {
-  numRunning: 0,
-  numWaiting: 0,
-  kvCacheUsage: 0,
-  kvBlocksUsed: 0,
-  kvBlocksTotal: 0,
-  promptTokensTotal: 0,
-  generationTokensTotal: 0,
-  prefixCacheQueries: 0,
-  prefixCacheHits: 0,
-  numPreemptions: 0,
-  steps: 0,
-};
-
-/**
- * Stands in for the engine while it loads: requests get 503 (EngineDeadError) until
- * {@linkcode LoadingEngine.resolve} hands over the real one.
- */
-export class LoadingEngine implements EngineClient {
-  readonly #info: ModelInfo;
-  #engine: LLMEngine | null = null;
-  #error: Error | null = null;
-
-  /** @param info what is known before loading (name, architecture, max_model_len). */
-  constructor(info: ModelInfo) {
-    this.#info = info;
-  }
-
-  /** Hands over the loaded engine. */
-  resolve(engine: LLMEngine): void {
-    this.#engine = engine;
-  }
-
-  /** Records a failed load (`/health` turns 503 for good). */
-  reject(error: Error): void {
-    this.#error = error;
-  }
-
-  get model(): ModelInfo {
-    return this.#engine?.model ?? this.#info;
-  }
-
-  get tokenizer(): Tokenizer | null {
-    return this.#engine?.tokenizer ?? null;
-  }
-
-  get generationDefaults(): Partial<SamplingParams> {
-    return this.#engine?.generationDefaults ?? {};
-  }
-
-  get error(): Error | null {
-    return this.#error ?? this.#engine?.error ?? null;
-  }
-
-  generate(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<RequestOutput> {
-    if (this.#engine === null) throw new EngineDeadError("The model is still loading");
-    return this.#engine.generate(request, signal);
-  }
-
-  abort(requestId: string): void {
-    this.#engine?.abort(requestId);
-  }
-
-  stats(): EngineStats {
-    return this.#engine?.stats() ?? IDLE_STATS;
-  }
-
-  async shutdown(graceMs?: number): Promise<void> {
-    await this.#engine?.shutdown(graceMs);
-  }
-}
-
 /** Runs `serve` with `args`; resolves with the exit code once the server has stopped. */
 export async function runServe(args: string[]): Promise<number> {
   const { values } = parseCommandArgs("serve", {
@@ -133,8 +56,6 @@ export async function runServe(args: string[]): Promise<number> {
     return 0;
   }
   const settings = serveSettingsFromFlags(values);
-  const { graceS } = settings;
-  const log = (line: string) => console.log(line);
   const mock = values.executor === "mock";
   const model = mock && values.model === undefined
     ? undefined
@@ -142,89 +63,142 @@ export async function runServe(args: string[]): Promise<number> {
   const options = engineOptionsFromFlags({ ...values, ...(model !== undefined ? { model } : {}) });
   const servedName = values["served-model-name"] ??
     (model !== undefined ? await defaultServedName(values.model ?? model, model) : "mock");
-
-  // What clients may see before the weights are loaded: the model's name and context length.
-  let info: ModelInfo = {
-    name: servedName,
-    architecture: "mock",
-    maxModelLen: options.maxModelLen ?? 4096,
-    vocabSize: 0,
-    dtype: "none",
-  };
-  if (!mock && model !== undefined) {
-    const config = parseModelConfig(JSON.parse(await Deno.readTextFile(`${model}/config.json`)));
-    info = {
-      name: servedName,
-      architecture: config.arch,
-      maxModelLen: resolveMaxModelLen(options.maxModelLen, config),
-      vocabSize: config.vocabSize,
-      dtype: "none",
-    };
-  }
-  const loading = new LoadingEngine(info);
-  const server = startServer(loading, {
-    ...settings.server,
-    ready: false,
-    servedModelNames: [servedName],
-    batchTest: mockBatchTestFactory,
-  });
-  log(`Listening on ${server.url} (loading the model: /health answers 503 until it is ready)`);
-  const host = settings.server.host ?? "127.0.0.1";
-  if (!isLoopbackHost(host) && settings.server.apiKey === null) {
-    console.error(
-      `warning: listening on ${host} without an API key: anyone who can reach this address ` +
-        `can use the server (set --api-key or ${API_KEY_ENV})`,
-    );
-  }
-
-  let stopping = false;
-  let exitCode = 0;
-  const stop = async (why: string, graceSeconds = graceS) => {
-    if (stopping) return;
-    stopping = true;
-    log(`${why}: finishing in-flight requests (up to ${graceSeconds} s), then exiting`);
-    await server.shutdown(graceSeconds * 1000);
-    await loading.shutdown(0);
-  };
-  const onInt = () => void stop("SIGINT");
-  const onTerm = () => void stop("SIGTERM");
+  const loading = new LoadingEngine(
+    await infoBeforeLoading(servedName, mock ? undefined : model, options),
+  );
+  const run = new ServeRun(settings, loading, servedName);
+  const onInt = () => void run.stop("SIGINT");
+  const onTerm = () => void run.stop("SIGTERM");
   Deno.addSignalListener("SIGINT", onInt);
   Deno.addSignalListener("SIGTERM", onTerm);
   try {
-    try {
-      const engine = await LLMEngine.create({ ...options, servedModelName: servedName }, log);
-      if (stopping) {
-        await engine.shutdown(0);
-      } else {
-        loading.resolve(engine);
-        server.handle.setReady(true);
-        void engine.failed.then((error) => {
-          if (stopping) return;
-          console.error(`[engine] fatal: ${error.message.split("\n")[0]}`);
-          if (settings.keepAliveOnFatal) {
-            log("The engine stopped: answering 503 until restarted (--keep-alive-on-fatal)");
-            return;
-          }
-          exitCode = 1;
-          // In-flight requests already ended with the error; give their responses a moment,
-          // and exit within 5 s whatever happens so a supervisor restarts the process.
-          Deno.unrefTimer(setTimeout(() => Deno.exit(1), FATAL_EXIT_MS));
-          void stop("fatal error", 1);
-        });
-        const m = engine.model;
-        log(
-          `Serving ${m.name} (${m.architecture}, ${m.dtype}, max_model_len ${m.maxModelLen}) at ${server.url}/v1`,
-        );
-      }
-    } catch (error) {
-      loading.reject(error instanceof Error ? error : new Error(String(error)));
-      await server.shutdown(0);
-      throw error;
-    }
-    await server.finished;
+    await run.load(options);
+    await run.server.finished;
   } finally {
     Deno.removeSignalListener("SIGINT", onInt);
     Deno.removeSignalListener("SIGTERM", onTerm);
   }
-  return exitCode;
+  return run.exitCode;
+}
+
+/**
+ * What clients may see before the weights are loaded: the model's name and context length (from
+ * its config.json; `model` undefined: the mock's).
+ */
+async function infoBeforeLoading(
+  name: string,
+  model: string | undefined,
+  options: EngineOptions,
+): Promise<ModelInfo> {
+  if (model === undefined) {
+    return {
+      name,
+      architecture: "mock",
+      maxModelLen: options.maxModelLen ?? 4096,
+      vocabSize: 0,
+      dtype: "none",
+    };
+  }
+  const config = parseModelConfig(JSON.parse(await Deno.readTextFile(`${model}/config.json`)));
+  return {
+    name,
+    architecture: config.arch,
+    maxModelLen: resolveMaxModelLen(options.maxModelLen, config),
+    vocabSize: config.vocabSize,
+    dtype: "none",
+  };
+}
+
+/**
+ * One `serve` run: the server, listening from the start (not ready while the model loads), the
+ * engine it hands over once loaded, and how the run stops (a signal, or a fatal engine error).
+ */
+class ServeRun {
+  readonly server: RunningServer;
+  /** The process's exit status: 1 after a fatal engine error, else 0. */
+  exitCode = 0;
+  readonly #settings: ServeSettings;
+  readonly #loading: LoadingEngine;
+  readonly #servedName: string;
+  #stopping = false;
+
+  /** Starts the server in front of `loading`, and says so. */
+  constructor(settings: ServeSettings, loading: LoadingEngine, servedName: string) {
+    this.#settings = settings;
+    this.#loading = loading;
+    this.#servedName = servedName;
+    this.server = startServer(loading, {
+      ...settings.server,
+      ready: false,
+      servedModelNames: [servedName],
+      batchTest: mockBatchTestFactory,
+    });
+    log(
+      `Listening on ${this.server.url} (loading the model: /health answers 503 until it is ready)`,
+    );
+    const host = settings.server.host ?? "127.0.0.1";
+    if (!isLoopbackHost(host) && settings.server.apiKey === null) {
+      console.error(
+        `warning: listening on ${host} without an API key: anyone who can reach this address ` +
+          `can use the server (set --api-key or ${API_KEY_ENV})`,
+      );
+    }
+  }
+
+  /**
+   * Loads the engine and hands it to the server (ready from then on); a load that fails stops
+   * the server and is rethrown.
+   */
+  async load(options: EngineOptions): Promise<void> {
+    try {
+      const engine = await LLMEngine.create(
+        { ...options, servedModelName: this.#servedName },
+        log,
+      );
+      if (this.#stopping) {
+        await engine.shutdown(0);
+        return;
+      }
+      this.#loading.resolve(engine);
+      this.server.handle.setReady(true);
+      void engine.failed.then((error) => this.#fatal(error));
+      const m = engine.model;
+      log(
+        `Serving ${m.name} (${m.architecture}, ${m.dtype}, max_model_len ${m.maxModelLen}) at ${this.server.url}/v1`,
+      );
+    } catch (error) {
+      this.#loading.reject(error instanceof Error ? error : new Error(String(error)));
+      await this.server.shutdown(0);
+      throw error;
+    }
+  }
+
+  /** Stops once: in-flight requests get `graceSeconds`, then the server and engine stop. */
+  async stop(why: string, graceSeconds = this.#settings.graceS): Promise<void> {
+    if (this.#stopping) return;
+    this.#stopping = true;
+    log(`${why}: finishing in-flight requests (up to ${graceSeconds} s), then exiting`);
+    await this.server.shutdown(graceSeconds * 1000);
+    await this.#loading.shutdown(0);
+  }
+
+  /** A fatal engine error: exit with status 1 within 5 s, or keep answering 503. */
+  #fatal(error: Error): void {
+    if (this.#stopping) return;
+    console.error(`[engine] fatal: ${error.message.split("\n")[0]}`);
+    if (this.#settings.keepAliveOnFatal) {
+      log("The engine stopped: answering 503 until restarted (--keep-alive-on-fatal)");
+      return;
+    }
+    this.exitCode = 1;
+    // In-flight requests already ended with the error; give their responses a moment,
+    // and exit within 5 s whatever happens so a supervisor restarts the process.
+    Deno.unrefTimer(setTimeout(() => Deno.exit(1), FATAL_EXIT_MS));
+    void this.stop("fatal error", 1);
+  }
+}
+
+/** `serve`'s log lines go to stdout. */
+function log(line: string): void {
+  console.log(line);
 }

@@ -17,8 +17,9 @@ import { MockExecutor } from "./executors/mock_executor.ts";
 import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
-import { openCheckpoint } from "./model/checkpoint.ts";
+import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
+import type { GenerationConfig } from "./model/generation_config.ts";
 import { ModelRunner } from "./model_runner.ts";
 import { StructuredOutputs } from "./structured_output/structured_outputs.ts";
 import { Tokenizer } from "./tokenizer.ts";
@@ -63,20 +64,9 @@ export async function setupEngine(
   const tokenizer = config.model !== undefined ? await Tokenizer.fromDir(config.model) : null;
   const name = config.servedModelName ??
     (config.model !== undefined ? basename(config.model.replace(/\/+$/, "")) : "mock");
-  let seed = config.seed >>> 0;
-  const seedSource = () => {
-    // splitmix32: seeds for requests that bring none.
-    seed = (seed + 0x9e3779b9) >>> 0;
-    let z = seed;
-    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
-    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-    return (z ^ (z >>> 16)) >>> 0;
-  };
-
   if (config.executor === "mock") {
     return setupMockEngine({ ...config, servedModelName: name }, tokenizer, log);
   }
-
   const ctx = await GpuContext.create({
     forceF32: config.forceF32,
     kernelProfile: config.kernelProfile,
@@ -90,75 +80,7 @@ export async function setupEngine(
     );
     const ck = await openCheckpoint(config.model!);
     try {
-      const mc = ck.config;
-      const maxModelLen = resolveMaxModelLen(config.maxModelLen, mc);
-      const shape: KvCacheShape = {
-        numLayers: mc.numLayers,
-        numKvHeads: mc.numKvHeads,
-        headDim: mc.headDim,
-        blockSize: config.blockSize,
-        dtype: ctx.weightDtype,
-      };
-      const perBlock = blockBytes(shape);
-      const limit = maxBlocks(ctx, shape);
-      // By default: kvCacheMemory (1 GiB), but no more than max_num_seqs requests of
-      // max_model_len tokens could ever hold.
-      const useful = config.maxNumSeqs * Math.ceil(maxModelLen / config.blockSize);
-      const wanted = config.numKvBlocks ??
-        Math.min(Math.floor(((config.kvCacheMemory ?? 1024) * 2 ** 20) / perBlock), useful);
-      const kvBlocks = Math.min(wanted, limit);
-      if (kvBlocks < wanted) {
-        log(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
-      }
-      const swapMiB = config.swapSpace ?? (config.preemptionMode === "swap" ? 256 : 0);
-      const numSwapBlocks = Math.floor((swapMiB * 2 ** 20) / perBlock);
-      const runner = await ModelRunner.fromCheckpoint(ctx, ck, {
-        maxTokens: config.maxNumBatchedTokens,
-        maxSeqs: config.maxNumSeqs,
-        maxModelLen,
-        blockSize: config.blockSize,
-        numKvBlocks: kvBlocks,
-        ...(config.showProgress !== undefined ? { showProgress: config.showProgress } : {}),
-        quantization: config.quantization,
-      });
-      log(
-        `Model: ${mc.arch}, ${mc.numLayers} layers, hidden ${mc.hiddenSize}, vocab ${mc.vocabSize}, ` +
-          `weights ${ctx.weightDtype}`,
-      );
-      logWeights(log, runner.weights, config.quantization, ctx.weightDtype);
-      logKv(log, kvBlocks, config.blockSize, maxModelLen);
-      const gen = ck.generationConfig;
-      const eos = [...new Set([...mc.eosTokenIds, ...(gen?.eosTokenIds ?? [])])];
-      const generationDefaults: Partial<SamplingParams> = {
-        ...(gen?.temperature !== undefined ? { temperature: gen.temperature } : {}),
-        ...(gen?.topP !== undefined ? { topP: gen.topP } : {}),
-        ...(gen?.topK !== undefined ? { topK: gen.topK } : {}),
-        ...(gen?.minP !== undefined ? { minP: gen.minP } : {}),
-        ...(gen?.repetitionPenalty !== undefined
-          ? { repetitionPenalty: gen.repetitionPenalty }
-          : {}),
-      };
-      const structured = new StructuredOutputs(tokenizer, mc.vocabSize, eos, {
-        compileTimeoutS: config.grammarCompileTimeoutS,
-      });
-      return {
-        config,
-        model: {
-          name,
-          architecture: mc.arch,
-          maxModelLen,
-          vocabSize: mc.vocabSize,
-          dtype: ctx.weightDtype,
-        },
-        tokenizer,
-        generationDefaults,
-        scheduler: makeScheduler(config, kvBlocks, maxModelLen, eos, numSwapBlocks, structured),
-        executor: new WebGpuExecutor(runner, { numSwapBlocks, seedSource }),
-        ctx,
-        kvBlocks,
-        eosTokenIds: eos,
-        structured,
-      };
+      return await webGpuParts(config, name, tokenizer, ctx, ck, log);
     } finally {
       ck.close();
     }
@@ -166,6 +88,113 @@ export async function setupEngine(
     ctx.destroy();
     throw error;
   }
+}
+
+/** The parts of a WebGPU engine serving checkpoint `ck` as `name` on `ctx`. */
+async function webGpuParts(
+  config: EngineConfig,
+  name: string,
+  tokenizer: Tokenizer | null,
+  ctx: GpuContext,
+  ck: Checkpoint,
+  log: Logger,
+): Promise<EngineParts> {
+  const mc = ck.config;
+  const maxModelLen = resolveMaxModelLen(config.maxModelLen, mc);
+  const { kvBlocks, numSwapBlocks } = kvCacheSize(config, ctx, mc, maxModelLen, log);
+  const runner = await ModelRunner.fromCheckpoint(ctx, ck, {
+    maxTokens: config.maxNumBatchedTokens,
+    maxSeqs: config.maxNumSeqs,
+    maxModelLen,
+    blockSize: config.blockSize,
+    numKvBlocks: kvBlocks,
+    ...(config.showProgress !== undefined ? { showProgress: config.showProgress } : {}),
+    quantization: config.quantization,
+  });
+  log(
+    `Model: ${mc.arch}, ${mc.numLayers} layers, hidden ${mc.hiddenSize}, vocab ${mc.vocabSize}, ` +
+      `weights ${ctx.weightDtype}`,
+  );
+  logWeights(log, runner.weights, config.quantization, ctx.weightDtype);
+  logKv(log, kvBlocks, config.blockSize, maxModelLen);
+  const gen = ck.generationConfig;
+  const eos = [...new Set([...mc.eosTokenIds, ...(gen?.eosTokenIds ?? [])])];
+  const structured = new StructuredOutputs(tokenizer, mc.vocabSize, eos, {
+    compileTimeoutS: config.grammarCompileTimeoutS,
+  });
+  return {
+    config,
+    model: {
+      name,
+      architecture: mc.arch,
+      maxModelLen,
+      vocabSize: mc.vocabSize,
+      dtype: ctx.weightDtype,
+    },
+    tokenizer,
+    generationDefaults: generationDefaultsOf(gen),
+    scheduler: makeScheduler(config, kvBlocks, maxModelLen, eos, numSwapBlocks, structured),
+    executor: new WebGpuExecutor(runner, { numSwapBlocks, seedSource: requestSeeds(config.seed) }),
+    ctx,
+    kvBlocks,
+    eosTokenIds: eos,
+    structured,
+  };
+}
+
+/**
+ * KV blocks on the device and swap blocks on the host. By default: `kvCacheMemory` (1 GiB), but
+ * no more than `max_num_seqs` requests of `max_model_len` tokens could ever hold, and no more
+ * than one binding holds (said in the log when it caps).
+ */
+function kvCacheSize(
+  config: EngineConfig,
+  ctx: GpuContext,
+  mc: ModelConfig,
+  maxModelLen: number,
+  log: Logger,
+): { kvBlocks: number; numSwapBlocks: number } {
+  const shape: KvCacheShape = {
+    numLayers: mc.numLayers,
+    numKvHeads: mc.numKvHeads,
+    headDim: mc.headDim,
+    blockSize: config.blockSize,
+    dtype: ctx.weightDtype,
+  };
+  const perBlock = blockBytes(shape);
+  const limit = maxBlocks(ctx, shape);
+  const useful = config.maxNumSeqs * Math.ceil(maxModelLen / config.blockSize);
+  const wanted = config.numKvBlocks ??
+    Math.min(Math.floor(((config.kvCacheMemory ?? 1024) * 2 ** 20) / perBlock), useful);
+  const kvBlocks = Math.min(wanted, limit);
+  if (kvBlocks < wanted) {
+    log(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
+  }
+  const swapMiB = config.swapSpace ?? (config.preemptionMode === "swap" ? 256 : 0);
+  return { kvBlocks, numSwapBlocks: Math.floor((swapMiB * 2 ** 20) / perBlock) };
+}
+
+/** The sampling defaults generation_config.json sets (requests override them). */
+function generationDefaultsOf(gen: GenerationConfig | null): Partial<SamplingParams> {
+  return {
+    ...(gen?.temperature !== undefined ? { temperature: gen.temperature } : {}),
+    ...(gen?.topP !== undefined ? { topP: gen.topP } : {}),
+    ...(gen?.topK !== undefined ? { topK: gen.topK } : {}),
+    ...(gen?.minP !== undefined ? { minP: gen.minP } : {}),
+    ...(gen?.repetitionPenalty !== undefined ? { repetitionPenalty: gen.repetitionPenalty } : {}),
+  };
+}
+
+/** Seeds for requests that bring none: splitmix32 from `seed`. */
+function requestSeeds(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x9e3779b9) >>> 0;
+    let z = state;
+    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
+    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
+    return (z ^ (z >>> 16)) >>> 0;
+  };
 }
 
 /**

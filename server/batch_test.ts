@@ -2,7 +2,8 @@
  * `POST /batch/test`: the user's batching experiment (seed 000). A mock engine is built for the
  * requested scheduler, batch size and per-step latency, `num_requests` requests are fired at it
  * at once, and each request's server-side latency (submission to its last output) is reported
- * with the same fields as the user's original endpoint, plus `scheduler`.
+ * with the same fields as the user's original endpoint, plus `scheduler`
+ * ({@linkcode batchTestEndpoint}; without a {@linkcode BatchTestFactory} the endpoint answers 501).
  *
  * @module
  */
@@ -10,7 +11,9 @@
 import type { EngineClient } from "../engine/engine_api.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
-import { ApiError, type BatchTestRequest } from "./protocol.ts";
+import type { ServerContext } from "./context.ts";
+import { ApiError, type BatchTestRequest, batchTestRequestSchema, parseBody } from "./protocol.ts";
+import { readJson } from "./read_json.ts";
 
 /** What the `/batch/test` hook receives to build its mock engine. */
 export interface BatchTestConfig {
@@ -69,6 +72,36 @@ export function percentile(sorted: readonly number[], p: number): number {
   const lo = Math.floor(pos);
   const hi = Math.min(lo + 1, sorted.length - 1);
   return sorted[lo]! + (sorted[hi]! - sorted[lo]!) * (pos - lo);
+}
+
+/**
+ * `POST /batch/test`: runs the experiment with the engine `factory` builds (501 without one, 503
+ * while the server drains); the response counts as in flight until it is answered.
+ */
+export async function batchTestEndpoint(
+  ctx: ServerContext,
+  factory: BatchTestFactory | undefined,
+  req: Request,
+): Promise<Response> {
+  if (factory === undefined) {
+    throw new ApiError(501, "/batch/test is not enabled on this server", {
+      code: "not_implemented",
+    });
+  }
+  const { lifecycle } = ctx;
+  if (lifecycle.draining) {
+    throw new ApiError(503, "The server is shutting down", { code: "server_shutting_down" });
+  }
+  const body = parseBody(
+    batchTestRequestSchema,
+    await readJson(req, ctx.maxBody, ctx.readTimeoutMs),
+  );
+  const { ac, done } = lifecycle.track(req);
+  try {
+    return Response.json(await runBatchTest(factory, body, ac.signal));
+  } finally {
+    done();
+  }
 }
 
 /**

@@ -44,6 +44,49 @@ export function buckets125(max: number): number[] {
 /** Finish reasons counted by `vllm:request_success_total` (series created up front). */
 const FINISH_REASONS: readonly FinishReason[] = ["stop", "length", "abort"];
 
+/** A metric's name and help text. */
+type MetricSpec = readonly [name: string, help: string];
+
+/** vLLM's metric names and help texts, by {@linkcode ServerMetrics} field (registered in this order). */
+const METRICS = {
+  running: ["vllm:num_requests_running", "Number of requests in model execution batches."],
+  waiting: ["vllm:num_requests_waiting", "Number of requests waiting to be processed."],
+  kvCacheUsage: ["vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."],
+  promptTokens: ["vllm:prompt_tokens", "Number of prefill tokens processed."],
+  generationTokens: ["vllm:generation_tokens", "Number of generation tokens processed."],
+  requestSuccess: ["vllm:request_success", "Count of successfully processed requests."],
+  prefixCacheQueries: [
+    "vllm:prefix_cache_queries",
+    "Prefix cache queries, in terms of number of queried tokens.",
+  ],
+  prefixCacheHits: [
+    "vllm:prefix_cache_hits",
+    "Prefix cache hits, in terms of number of cached tokens.",
+  ],
+  preemptions: ["vllm:num_preemptions", "Cumulative number of preemption from the engine."],
+  ttft: ["vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."],
+  itl: ["vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."],
+  e2e: ["vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."],
+  queueTime: [
+    "vllm:request_queue_time_seconds",
+    "Histogram of time spent waiting in the queue in seconds (approximated: arrival to first output).",
+  ],
+  requestPromptTokens: ["vllm:request_prompt_tokens", "Number of prefill tokens processed."],
+  requestGenerationTokens: [
+    "vllm:request_generation_tokens",
+    "Number of generation tokens processed.",
+  ],
+} as const satisfies Record<string, MetricSpec>;
+
+/** `metric` with its series for `labels` created (0). */
+function touched<M extends { touch(values: readonly string[]): void }>(
+  metric: M,
+  labels: readonly string[],
+): M {
+  metric.touch(labels);
+  return metric;
+}
+
 /** What the server observed of one engine request, for the histograms. */
 export interface RequestTimings {
   /** Prompt length in tokens. */
@@ -95,99 +138,29 @@ export class ServerMetrics {
     this.modelName = modelName;
     const r = this.registry;
     const L = ["model_name"];
-    this.running = r.gauge(
-      "vllm:num_requests_running",
-      "Number of requests in model execution batches.",
-      L,
-    );
-    this.waiting = r.gauge(
-      "vllm:num_requests_waiting",
-      "Number of requests waiting to be processed.",
-      L,
-    );
-    this.kvCacheUsage = r.gauge(
-      "vllm:kv_cache_usage_perc",
-      "KV-cache usage. 1 means 100 percent usage.",
-      L,
-    );
-    this.promptTokens = r.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", L);
-    this.generationTokens = r.counter(
-      "vllm:generation_tokens",
-      "Number of generation tokens processed.",
-      L,
-    );
-    this.requestSuccess = r.counter(
-      "vllm:request_success",
-      "Count of successfully processed requests.",
-      ["model_name", "finished_reason"],
-    );
-    this.prefixCacheQueries = r.counter(
-      "vllm:prefix_cache_queries",
-      "Prefix cache queries, in terms of number of queried tokens.",
-      L,
-    );
-    this.prefixCacheHits = r.counter(
-      "vllm:prefix_cache_hits",
-      "Prefix cache hits, in terms of number of cached tokens.",
-      L,
-    );
-    this.preemptions = r.counter(
-      "vllm:num_preemptions",
-      "Cumulative number of preemption from the engine.",
-      L,
-    );
-    this.ttft = r.histogram(
-      "vllm:time_to_first_token_seconds",
-      "Histogram of time to first token in seconds.",
-      L,
-      TTFT_BUCKETS,
-    );
-    this.itl = r.histogram(
-      "vllm:inter_token_latency_seconds",
-      "Histogram of inter-token latency in seconds.",
-      L,
-      ITL_BUCKETS,
-    );
-    this.e2e = r.histogram(
-      "vllm:e2e_request_latency_seconds",
-      "Histogram of e2e request latency in seconds.",
-      L,
-      REQUEST_LATENCY_BUCKETS,
-    );
-    this.queueTime = r.histogram(
-      "vllm:request_queue_time_seconds",
-      "Histogram of time spent waiting in the queue in seconds (approximated: arrival to first output).",
-      L,
-      REQUEST_LATENCY_BUCKETS,
-    );
-    const tokenBuckets = buckets125(Math.max(1, maxModelLen));
-    this.requestPromptTokens = r.histogram(
-      "vllm:request_prompt_tokens",
-      "Number of prefill tokens processed.",
-      L,
-      tokenBuckets,
-    );
-    this.requestGenerationTokens = r.histogram(
-      "vllm:request_generation_tokens",
-      "Number of generation tokens processed.",
-      L,
-      tokenBuckets,
-    );
     const m = [modelName];
-    for (const g of [this.running, this.waiting, this.kvCacheUsage]) g.touch(m);
-    for (const c of [this.promptTokens, this.generationTokens]) c.touch(m);
+    // Every series exists from the start (0), as vLLM's do.
+    const gauge = (spec: MetricSpec) => touched(r.gauge(...spec, L), m);
+    const counter = (spec: MetricSpec) => touched(r.counter(...spec, L), m);
+    const histogram = (spec: MetricSpec, buckets: number[]) =>
+      touched(r.histogram(...spec, L, buckets), m);
+    this.running = gauge(METRICS.running);
+    this.waiting = gauge(METRICS.waiting);
+    this.kvCacheUsage = gauge(METRICS.kvCacheUsage);
+    this.promptTokens = counter(METRICS.promptTokens);
+    this.generationTokens = counter(METRICS.generationTokens);
+    this.requestSuccess = r.counter(...METRICS.requestSuccess, ["model_name", "finished_reason"]);
     for (const reason of FINISH_REASONS) this.requestSuccess.touch([modelName, reason]);
-    for (const c of [this.prefixCacheQueries, this.prefixCacheHits, this.preemptions]) c.touch(m);
-    for (
-      const h of [
-        this.ttft,
-        this.itl,
-        this.e2e,
-        this.queueTime,
-        this.requestPromptTokens,
-        this.requestGenerationTokens,
-      ]
-    ) h.touch(m);
+    this.prefixCacheQueries = counter(METRICS.prefixCacheQueries);
+    this.prefixCacheHits = counter(METRICS.prefixCacheHits);
+    this.preemptions = counter(METRICS.preemptions);
+    this.ttft = histogram(METRICS.ttft, TTFT_BUCKETS);
+    this.itl = histogram(METRICS.itl, ITL_BUCKETS);
+    this.e2e = histogram(METRICS.e2e, REQUEST_LATENCY_BUCKETS);
+    this.queueTime = histogram(METRICS.queueTime, REQUEST_LATENCY_BUCKETS);
+    const tokenBuckets = buckets125(Math.max(1, maxModelLen));
+    this.requestPromptTokens = histogram(METRICS.requestPromptTokens, tokenBuckets);
+    this.requestGenerationTokens = histogram(METRICS.requestGenerationTokens, tokenBuckets);
   }
 
   /** Records one finished (or aborted) engine request. */

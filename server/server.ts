@@ -33,7 +33,8 @@
  * A client disconnect (request signal, or the SSE stream cancelled) aborts every engine request
  * of the response at once.
  *
- * Layout: this file routes and serves; server/generate.ts answers the two generation endpoints
+ * Layout: this file builds the handler and serves it; server/routes.ts routes (and answers
+ * `/v1/models`, `/health`, `/metrics`); server/generate.ts answers the two generation endpoints
  * (request preparation in server/prepare.ts and server/sampling.ts, one engine request per choice
  * in server/choice_run.ts, streaming in server/sse.ts, logprobs shapes in server/logprobs.ts);
  * server/tokenize.ts the tokenizer endpoints; server/lifecycle.ts readiness and drain;
@@ -43,17 +44,14 @@
  */
 
 import type { EngineClient } from "../engine/engine_api.ts";
-import { type BatchTestFactory, runBatchTest } from "./batch_test.ts";
+import type { BatchTestFactory } from "./batch_test.ts";
 import type { ServerContext } from "./context.ts";
 import { internalError, toApiError } from "./errors.ts";
-import { generateEndpoint } from "./generate.ts";
 import { Lifecycle } from "./lifecycle.ts";
 import { ServerMetrics } from "./metrics.ts";
-import { PROMETHEUS_CONTENT_TYPE } from "./prometheus.ts";
-import { ApiError, batchTestRequestSchema, errorResponse, parseBody } from "./protocol.ts";
-import { readJson } from "./read_json.ts";
-import { checkJsonContentType, RequestGuard } from "./security.ts";
-import { detokenizeEndpoint, tokenizeEndpoint } from "./tokenize.ts";
+import { errorResponse } from "./protocol.ts";
+import { route, type RouteSettings } from "./routes.ts";
+import { RequestGuard } from "./security.ts";
 import type { ConnectionGuardStats } from "./connection_guard.ts";
 import { listen } from "./listener.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
@@ -120,26 +118,12 @@ const DEFAULT_MAX_BODY = 1 << 20;
 const DEFAULT_READ_TIMEOUT_MS = 30_000;
 const DEFAULT_KEEP_ALIVE_MS = 5_000;
 
-const ROUTES: Readonly<Record<string, readonly string[]>> = {
-  "/v1/completions": ["POST"],
-  "/v1/chat/completions": ["POST"],
-  "/v1/models": ["GET"],
-  "/health": ["GET"],
-  "/metrics": ["GET"],
-  "/tokenize": ["POST"],
-  "/detokenize": ["POST"],
-  "/batch/test": ["POST"],
-};
-
-/**
- * Builds the request handler for `engine` (see the module doc for the endpoints). Use
- * {@linkcode startServer} to serve it, or pass `handler` to `Deno.serve` yourself.
- */
-export function createHandler(engine: EngineClient, options: ServerOptions = {}): ServerHandler {
+/** The state the endpoints share, from `options` (their defaults filled in). */
+function serverContext(engine: EngineClient, options: ServerOptions): ServerContext {
   const names = options.servedModelNames ?? [engine.model.name];
   if (names.length === 0) throw new RangeError("Cannot serve: servedModelNames is empty");
   const modelName = names[0]!;
-  const ctx: ServerContext = {
+  return {
     engine,
     reasoningParser: options.reasoningParser ?? null,
     names,
@@ -151,6 +135,14 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
     metrics: new ServerMetrics(modelName, engine.model.maxModelLen),
     lifecycle: new Lifecycle(options.ready ?? true, options.requestTimeoutMs ?? 0),
   };
+}
+
+/**
+ * Builds the request handler for `engine` (see the module doc for the endpoints). Use
+ * {@linkcode startServer} to serve it, or pass `handler` to `Deno.serve` yourself.
+ */
+export function createHandler(engine: EngineClient, options: ServerOptions = {}): ServerHandler {
+  const ctx = serverContext(engine, options);
   const guard = new RequestGuard({
     apiKey: options.apiKey ?? null,
     allowedOrigins: options.allowedOrigins ?? null,
@@ -158,94 +150,16 @@ export function createHandler(engine: EngineClient, options: ServerOptions = {})
     bindHost: options.bindHost ?? "127.0.0.1",
   });
   const { metrics, lifecycle } = ctx;
-  const startedAt = Math.floor(Date.now() / 1000);
-
-  async function batchTestEndpoint(req: Request): Promise<Response> {
-    if (options.batchTest === undefined) {
-      throw new ApiError(501, "/batch/test is not enabled on this server", {
-        code: "not_implemented",
-      });
-    }
-    if (lifecycle.draining) {
-      throw new ApiError(503, "The server is shutting down", { code: "server_shutting_down" });
-    }
-    const body = parseBody(
-      batchTestRequestSchema,
-      await readJson(req, ctx.maxBody, ctx.readTimeoutMs),
-    );
-    const { ac, done } = lifecycle.track(req);
-    try {
-      return Response.json(await runBatchTest(options.batchTest, body, ac.signal));
-    } finally {
-      done();
-    }
-  }
-
-  function modelsEndpoint(): Response {
-    return Response.json({
-      object: "list",
-      data: names.map((id) => ({
-        id,
-        object: "model",
-        created: startedAt,
-        owned_by: "webgpu-llm",
-        root: engine.model.name,
-        parent: null,
-        max_model_len: engine.model.maxModelLen,
-        // An extension (like max_model_len): benchmarks draw prompt ids below it.
-        ...(engine.model.vocabSize > 0 ? { vocab_size: engine.model.vocabSize } : {}),
-        permission: [],
-      })),
-    });
-  }
-
-  function metricsEndpoint(): Response {
-    let text: string;
-    try {
-      text = metrics.render(engine.stats());
-    } catch {
-      text = metrics.registry.format();
-    }
-    return new Response(text, { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
-  }
-
-  async function route(req: Request, path: string): Promise<Response> {
-    const methods = ROUTES[path];
-    if (methods === undefined) {
-      throw new ApiError(404, `Not found: ${req.method} ${path}`, { code: "not_found" });
-    }
-    if (!methods.includes(req.method)) {
-      throw new ApiError(405, `Method ${req.method} is not allowed on ${path}`, {
-        code: "method_not_allowed",
-        headers: { allow: methods.join(", ") },
-      });
-    }
-    if (req.method === "POST") checkJsonContentType(req);
-    switch (path) {
-      case "/v1/completions":
-        return await generateEndpoint(ctx, req, "completion");
-      case "/v1/chat/completions":
-        return await generateEndpoint(ctx, req, "chat");
-      case "/v1/models":
-        return modelsEndpoint();
-      case "/health":
-        return new Response(null, { status: lifecycle.healthy(engine) ? 200 : 503 });
-      case "/metrics":
-        return metricsEndpoint();
-      case "/tokenize":
-        return await tokenizeEndpoint(ctx, req);
-      case "/detokenize":
-        return await detokenizeEndpoint(ctx, req);
-      default:
-        return await batchTestEndpoint(req);
-    }
-  }
+  const settings: RouteSettings = {
+    batchTest: options.batchTest,
+    startedAt: Math.floor(Date.now() / 1000),
+  };
 
   async function handler(req: Request): Promise<Response> {
     let res: Response;
     try {
       const path = new URL(req.url).pathname;
-      res = guard.check(req, path) ?? await route(req, path);
+      res = guard.check(req, path) ?? await route(ctx, settings, req, path);
     } catch (e) {
       res = errorResponse(toApiError(e, ctx.retryAfter) ?? internalError(e, ctx.onError));
     }

@@ -9,6 +9,7 @@
  * @module
  */
 
+import type { RequestOutput } from "../engine/engine_api.ts";
 import { ReasoningStream } from "./reasoning.ts";
 import { type ToolCallDelta, ToolCallStream } from "./tools.ts";
 import { type ChoiceRun, type Usage, usageOf } from "./choice_run.ts";
@@ -24,6 +25,12 @@ export function sseEvent(data: unknown): Uint8Array {
   return encoder.encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`);
 }
 
+const SSE_HEADERS = {
+  "content-type": "text/event-stream; charset=utf-8",
+  "cache-control": "no-cache",
+  "x-accel-buffering": "no",
+};
+
 /**
  * The streaming response of `prep` over its primed `runs`. `done` is called once the stream has
  * ended (finished, failed or cancelled) and every run is recorded in the metrics; `ac` is
@@ -36,125 +43,198 @@ export function completeStreaming(
   ac: AbortController,
   done: () => void,
 ): Response {
-  const { engine, metrics } = ctx;
-  const object = prep.kind === "chat" ? "chat.completion.chunk" : "text_completion";
-  const head = { id: prep.id, object, created: prep.created, model: prep.model };
-  let closed = false;
+  const events = new ChunkEvents(ctx, prep, runs);
   let finished = false;
   const finish = () => {
     if (finished) return;
     finished = true;
-    for (const r of runs) r.observe(metrics);
+    for (const r of runs) r.observe(ctx.metrics);
     done();
   };
   const stopAll = () => {
     if (!ac.signal.aborted) ac.abort();
-    void Promise.all(runs.map((r) => r.cancel(engine))).finally(finish);
+    void Promise.all(runs.map((r) => r.cancel(ctx.engine))).finally(finish);
   };
   const body = new ReadableStream<Uint8Array>({
     start(controller) {
-      const send = (data: unknown) => {
-        if (closed) return;
-        try {
-          controller.enqueue(sseEvent(data));
-        } catch {
-          closed = true;
-        }
-      };
-      const usageField = (): { usage?: Usage | null } =>
-        prep.continuousUsage
-          ? { usage: usageOf(prep, runs) }
-          : prep.includeUsage
-          ? { usage: null }
-          : {};
-      if (prep.kind === "chat") {
-        for (const r of runs) {
-          send({
-            ...head,
-            choices: [{
-              index: r.index,
-              delta: { role: "assistant", content: "" },
-              logprobs: null,
-              finish_reason: null,
-            }],
-            ...usageField(),
-          });
-        }
-      }
-      const pump = async (r: ChoiceRun) => {
-        let offset = 0;
-        const reasoning = prep.reasoning ? new ReasoningStream() : null;
-        const tools = prep.toolCalls ? new ToolCallStream() : null;
-        for (;;) {
-          const out = await r.next();
-          if (out === null || closed) break;
-          const reason = out.finishReason === "abort" ? null : out.finishReason;
-          const hasLogprobs = r.logprobs && out.logprobs !== null && out.logprobs.length > 0;
-          // As vLLM: an increment with new tokens is streamed even when its text is empty
-          // (held back, a partial character, special tokens, ids past a padded vocabulary).
-          if (out.tokenIds.length === 0 && out.text === "" && reason === null && !hasLogprobs) {
-            continue;
-          }
-          const lps = out.logprobs ?? [];
-          const delta = chatDelta(reasoning, tools, out.text, out.finishReason !== null);
-          const choice = prep.kind === "chat"
-            ? {
-              index: r.index,
-              delta,
-              logprobs: r.logprobs ? chatLogprobs(engine, lps) : null,
-              finish_reason: tools !== null && tools.calls > 0 && reason === "stop"
-                ? "tool_calls"
-                : reason,
-              stop_reason: out.finishReason === null ? undefined : out.stopReason,
-            }
-            : {
-              index: r.index,
-              text: out.text,
-              logprobs: r.logprobs ? completionLogprobs(engine, lps, offset) : null,
-              finish_reason: reason,
-              stop_reason: out.finishReason === null ? undefined : out.stopReason,
-            };
-          offset += out.text.length;
-          send({ ...head, choices: [choice], ...usageField() });
-        }
-      };
-      Promise.all(runs.map(pump)).then(
-        () => {
-          if (runs.some((r) => r.finishReason === "abort" || r.finishReason === null)) {
-            send(ctx.lifecycle.aborted(ac).body());
-          } else if (prep.includeUsage) {
-            send({ ...head, choices: [], usage: usageOf(prep, runs) });
-          }
-          send("[DONE]");
-        },
+      events.attach(controller);
+      events.sendRoles();
+      Promise.all(runs.map((r) => events.pump(r))).then(
+        () => events.sendEnd(ac),
         (e: unknown) => {
-          const err = toApiError(e, ctx.retryAfter) ?? internalError(e, ctx.onError);
-          send(err.body());
-          send("[DONE]");
+          events.sendError(e);
           stopAll();
         },
       ).finally(() => {
-        if (!closed) {
-          closed = true;
-          try {
-            controller.close();
-          } catch { /* already closed */ }
-        }
+        events.close();
         finish();
       });
     },
     cancel() {
-      closed = true;
+      events.closed = true;
       stopAll();
     },
   });
-  return new Response(body, {
-    headers: {
-      "content-type": "text/event-stream; charset=utf-8",
-      "cache-control": "no-cache",
-      "x-accel-buffering": "no",
-    },
-  });
+  return new Response(body, { headers: SSE_HEADERS });
+}
+
+/**
+ * The events of one streaming response, written to its stream's controller: the chat role
+ * chunks, each choice's increments, the usage chunk and `[DONE]` (or an error event). Nothing
+ * is sent once the stream is closed.
+ */
+class ChunkEvents {
+  readonly #ctx: ServerContext;
+  readonly #prep: Prepared;
+  readonly #runs: readonly ChoiceRun[];
+  /** The fields every chunk starts with. */
+  readonly #head: { id: string; object: string; created: number; model: string };
+  #controller: ReadableStreamDefaultController<Uint8Array> | null = null;
+  /** Whether the stream is closed (ended, cancelled, or the controller refused an event). */
+  closed = false;
+
+  constructor(ctx: ServerContext, prep: Prepared, runs: readonly ChoiceRun[]) {
+    this.#ctx = ctx;
+    this.#prep = prep;
+    this.#runs = runs;
+    const object = prep.kind === "chat" ? "chat.completion.chunk" : "text_completion";
+    this.#head = { id: prep.id, object, created: prep.created, model: prep.model };
+  }
+
+  /** Sets the controller events are written to. */
+  attach(controller: ReadableStreamDefaultController<Uint8Array>): void {
+    this.#controller = controller;
+  }
+
+  /** Sends `data` as one event (nothing once closed; a refused event closes the stream). */
+  send(data: unknown): void {
+    if (this.closed) return;
+    try {
+      this.#controller!.enqueue(sseEvent(data));
+    } catch {
+      this.closed = true;
+    }
+  }
+
+  /** Closes the stream (once). */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      this.#controller!.close();
+    } catch { /* already closed */ }
+  }
+
+  /** A chat stream's opening chunk per choice: `delta: {role: "assistant", content: ""}`. */
+  sendRoles(): void {
+    if (this.#prep.kind !== "chat") return;
+    for (const r of this.#runs) {
+      this.send({
+        ...this.#head,
+        choices: [{
+          index: r.index,
+          delta: { role: "assistant", content: "" },
+          logprobs: null,
+          finish_reason: null,
+        }],
+        ...this.#usageField(),
+      });
+    }
+  }
+
+  /** Sends `r`'s increments, one chunk each, until it ends or the stream closes. */
+  async pump(r: ChoiceRun): Promise<void> {
+    const prep = this.#prep;
+    const state: ChoiceState = {
+      offset: 0,
+      reasoning: prep.reasoning ? new ReasoningStream() : null,
+      tools: prep.toolCalls ? new ToolCallStream() : null,
+    };
+    for (;;) {
+      const out = await r.next();
+      if (out === null || this.closed) break;
+      const choice = streamedChoice(this.#ctx, prep, r, out, state);
+      if (choice === null) continue;
+      this.send({ ...this.#head, choices: [choice], ...this.#usageField() });
+    }
+  }
+
+  /** After every choice ended: an abort error event, or the usage chunk; then `[DONE]`. */
+  sendEnd(ac: AbortController): void {
+    const runs = this.#runs;
+    if (runs.some((r) => r.finishReason === "abort" || r.finishReason === null)) {
+      this.send(this.#ctx.lifecycle.aborted(ac).body());
+    } else if (this.#prep.includeUsage) {
+      this.send({ ...this.#head, choices: [], usage: usageOf(this.#prep, runs) });
+    }
+    this.send("[DONE]");
+  }
+
+  /** `e` as an error event, then `[DONE]`. */
+  sendError(e: unknown): void {
+    const ctx = this.#ctx;
+    const err = toApiError(e, ctx.retryAfter) ?? internalError(e, ctx.onError);
+    this.send(err.body());
+    this.send("[DONE]");
+  }
+
+  /** The `usage` field of a chunk: the usage so far, null, or none (`stream_options`). */
+  #usageField(): { usage?: Usage | null } {
+    const prep = this.#prep;
+    return prep.continuousUsage
+      ? { usage: usageOf(prep, this.#runs) }
+      : prep.includeUsage
+      ? { usage: null }
+      : {};
+  }
+}
+
+/** What one streamed choice carries from one increment to the next. */
+interface ChoiceState {
+  /** Characters of text streamed so far (completion logprobs' `text_offset`). */
+  offset: number;
+  readonly reasoning: ReasoningStream | null;
+  readonly tools: ToolCallStream | null;
+}
+
+/**
+ * The `choices` entry of one increment `out` of `r`, or null when it carries nothing to send.
+ * As vLLM, an increment with new tokens is streamed even when its text is empty (held back, a
+ * partial character, special tokens, ids past a padded vocabulary).
+ */
+function streamedChoice(
+  ctx: ServerContext,
+  prep: Prepared,
+  r: ChoiceRun,
+  out: RequestOutput,
+  state: ChoiceState,
+): Record<string, unknown> | null {
+  const { engine } = ctx;
+  const reason = out.finishReason === "abort" ? null : out.finishReason;
+  const hasLogprobs = r.logprobs && out.logprobs !== null && out.logprobs.length > 0;
+  if (out.tokenIds.length === 0 && out.text === "" && reason === null && !hasLogprobs) {
+    return null;
+  }
+  const lps = out.logprobs ?? [];
+  const { reasoning, tools } = state;
+  const delta = chatDelta(reasoning, tools, out.text, out.finishReason !== null);
+  const choice = prep.kind === "chat"
+    ? {
+      index: r.index,
+      delta,
+      logprobs: r.logprobs ? chatLogprobs(engine, lps) : null,
+      finish_reason: tools !== null && tools.calls > 0 && reason === "stop" ? "tool_calls" : reason,
+      stop_reason: out.finishReason === null ? undefined : out.stopReason,
+    }
+    : {
+      index: r.index,
+      text: out.text,
+      logprobs: r.logprobs ? completionLogprobs(engine, lps, state.offset) : null,
+      finish_reason: reason,
+      stop_reason: out.finishReason === null ? undefined : out.stopReason,
+    };
+  state.offset += out.text.length;
+  return choice;
 }
 
 /**

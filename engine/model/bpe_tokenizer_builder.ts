@@ -262,65 +262,12 @@ export function buildBpeTokenizer(options: BpeTokenizerOptions): BuiltTokenizer 
   // GPT-2 also lists its special token in the model vocabulary; Qwen and Llama 3 do not.
   if (flavor === "gpt2") { for (const [content, id] of specialIds) vocab[content] = id; }
 
-  const byteLevel = (addPrefixSpace: boolean, trimOffsets: boolean, useRegex: boolean) => ({
-    type: "ByteLevel",
-    add_prefix_space: addPrefixSpace,
-    trim_offsets: trimOffsets,
-    use_regex: useRegex,
-  });
-  const split = {
-    type: "Split",
-    pattern: { Regex: SPLIT_PATTERNS[flavor] },
-    behavior: "Isolated",
-    invert: false,
-  };
-
-  let normalizer: unknown = null;
-  let preTokenizer: unknown;
-  let postProcessor: unknown;
-  if (flavor === "gpt2") {
-    preTokenizer = byteLevel(false, true, true);
-    postProcessor = byteLevel(true, false, true);
-  } else if (flavor === "qwen") {
-    normalizer = { type: "NFC" };
-    preTokenizer = { type: "Sequence", pretokenizers: [split, byteLevel(false, false, false)] };
-    postProcessor = byteLevel(false, false, false);
-  } else {
-    preTokenizer = { type: "Sequence", pretokenizers: [split, byteLevel(false, true, false)] };
-    const bos = options.bosToken;
-    const bosId = bos === undefined ? undefined : specialIds.get(bos);
-    if (bos !== undefined && bosId === undefined) {
-      throw new RangeError(`Cannot build a tokenizer: bosToken ${bos} is not a special token`);
-    }
-    postProcessor = bos === undefined ? byteLevel(true, false, true) : {
-      type: "Sequence",
-      processors: [
-        byteLevel(true, false, true),
-        {
-          type: "TemplateProcessing",
-          single: [{ SpecialToken: { id: bos, type_id: 0 } }, {
-            Sequence: { id: "A", type_id: 0 },
-          }],
-          pair: [
-            { SpecialToken: { id: bos, type_id: 0 } },
-            { Sequence: { id: "A", type_id: 0 } },
-            { SpecialToken: { id: bos, type_id: 1 } },
-            { Sequence: { id: "B", type_id: 1 } },
-          ],
-          special_tokens: { [bos]: { id: bos, ids: [bosId], tokens: [bos] } },
-        },
-      ],
-    };
-  }
-
   const json = {
     version: "1.0",
     truncation: null,
     padding: null,
     added_tokens: added,
-    normalizer,
-    pre_tokenizer: preTokenizer,
-    post_processor: postProcessor,
+    ...pipelineOf(flavor, specialIds, options.bosToken),
     decoder: byteLevel(true, true, true),
     model: {
       type: "BPE",
@@ -336,4 +283,74 @@ export function buildBpeTokenizer(options: BpeTokenizerOptions): BuiltTokenizer 
     },
   };
   return { json, size: next, specialIds };
+}
+
+/** A `ByteLevel` pre-tokenizer, post-processor or decoder. */
+function byteLevel(addPrefixSpace: boolean, trimOffsets: boolean, useRegex: boolean) {
+  return {
+    type: "ByteLevel",
+    add_prefix_space: addPrefixSpace,
+    trim_offsets: trimOffsets,
+    use_regex: useRegex,
+  };
+}
+
+/**
+ * The `normalizer`, `pre_tokenizer` and `post_processor` of the flavour's real tokenizer (Llama
+ * 3's prepends `bosToken` when given).
+ *
+ * @throws {RangeError} when `bosToken` is not one of `specialIds`.
+ */
+function pipelineOf(
+  flavor: TokenizerFlavor,
+  specialIds: ReadonlyMap<string, number>,
+  bosToken: string | undefined,
+): { normalizer: unknown; pre_tokenizer: unknown; post_processor: unknown } {
+  const split = {
+    type: "Split",
+    pattern: { Regex: SPLIT_PATTERNS[flavor] },
+    behavior: "Isolated",
+    invert: false,
+  };
+  if (flavor === "gpt2") {
+    return {
+      normalizer: null,
+      pre_tokenizer: byteLevel(false, true, true),
+      post_processor: byteLevel(true, false, true),
+    };
+  }
+  if (flavor === "qwen") {
+    return {
+      normalizer: { type: "NFC" },
+      pre_tokenizer: { type: "Sequence", pretokenizers: [split, byteLevel(false, false, false)] },
+      post_processor: byteLevel(false, false, false),
+    };
+  }
+  const bosId = bosToken === undefined ? undefined : specialIds.get(bosToken);
+  if (bosToken !== undefined && bosId === undefined) {
+    throw new RangeError(`Cannot build a tokenizer: bosToken ${bosToken} is not a special token`);
+  }
+  return {
+    normalizer: null,
+    pre_tokenizer: { type: "Sequence", pretokenizers: [split, byteLevel(false, true, false)] },
+    post_processor: bosToken === undefined || bosId === undefined ? byteLevel(true, false, true) : {
+      type: "Sequence",
+      processors: [byteLevel(true, false, true), bosTemplate(bosToken, bosId)],
+    },
+  };
+}
+
+/** Llama 3's `TemplateProcessing`: `bos` (id `bosId`) before each sequence. */
+function bosTemplate(bos: string, bosId: number) {
+  return {
+    type: "TemplateProcessing",
+    single: [{ SpecialToken: { id: bos, type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
+    pair: [
+      { SpecialToken: { id: bos, type_id: 0 } },
+      { Sequence: { id: "A", type_id: 0 } },
+      { SpecialToken: { id: bos, type_id: 1 } },
+      { Sequence: { id: "B", type_id: 1 } },
+    ],
+    special_tokens: { [bos]: { id: bos, ids: [bosId], tokens: [bos] } },
+  };
 }

@@ -7,6 +7,7 @@
  */
 
 import {
+  type Architecture,
   type CheckpointDtype,
   ENDOFTEXT,
   IM_END,
@@ -67,9 +68,13 @@ export function specialIdsOf(preset: ModelPreset, ids: ReadonlyMap<string, numbe
   return { bos: endoftext, eos, endoftext };
 }
 
+/** The `transformers_version` the generated JSON files carry. */
+const TRANSFORMERS_VERSION = "4.51.3";
+
 /**
  * `config.json` as `transformers` writes it for the preset's architecture (field names, order
- * and defaults of `Qwen3Config`, `Qwen2Config`, `LlamaConfig`, `GPT2Config`).
+ * and defaults of `Qwen3Config`, `Qwen2Config`, `LlamaConfig`, `GPT2Config`; keys sorted, as
+ * `transformers` writes them).
  */
 export function presetConfig(
   preset: ModelPreset,
@@ -77,177 +82,146 @@ export function presetConfig(
   ids: SpecialIds,
 ): Record<string, unknown> {
   const p = preset;
-  const torchDtype = DTYPE_NAMES[dtype];
-  const version = "4.51.3";
-  const vocab = vocabSizeOf(p);
   switch (p.architecture) {
     case "qwen3":
-      return {
+      return sortedKeys({
+        ...decoderConfig(p, dtype, ids),
         architectures: ["Qwen3ForCausalLM"],
         attention_bias: false,
-        attention_dropout: 0.0,
-        bos_token_id: ids.bos,
-        eos_token_id: ids.eos,
         head_dim: p.headDim,
-        hidden_act: "silu",
-        hidden_size: p.hiddenSize,
-        initializer_range: 0.02,
-        intermediate_size: intermediateSizeOf(p),
-        max_position_embeddings: p.maxPositions,
         max_window_layers: p.numLayers,
-        model_type: "qwen3",
-        num_attention_heads: p.numHeads,
-        num_hidden_layers: p.numLayers,
-        num_key_value_heads: p.numKvHeads,
-        rms_norm_eps: p.normEps,
-        rope_scaling: p.ropeScaling,
-        rope_theta: p.ropeTheta,
         sliding_window: null,
-        tie_word_embeddings: p.tieWordEmbeddings,
-        torch_dtype: torchDtype,
-        transformers_version: version,
-        use_cache: true,
         use_sliding_window: false,
-        vocab_size: vocab,
-      };
+      });
     case "qwen2":
-      return {
+      return sortedKeys({
+        ...decoderConfig(p, dtype, ids),
         architectures: ["Qwen2ForCausalLM"],
-        attention_dropout: 0.0,
-        bos_token_id: ids.bos,
-        eos_token_id: ids.eos,
-        hidden_act: "silu",
-        hidden_size: p.hiddenSize,
-        initializer_range: 0.02,
-        intermediate_size: intermediateSizeOf(p),
-        max_position_embeddings: p.maxPositions,
         max_window_layers: p.numLayers,
-        model_type: "qwen2",
-        num_attention_heads: p.numHeads,
-        num_hidden_layers: p.numLayers,
-        num_key_value_heads: p.numKvHeads,
-        rms_norm_eps: p.normEps,
-        rope_scaling: p.ropeScaling,
-        rope_theta: p.ropeTheta,
         sliding_window: p.maxPositions,
-        tie_word_embeddings: p.tieWordEmbeddings,
-        torch_dtype: torchDtype,
-        transformers_version: version,
-        use_cache: true,
         use_sliding_window: false,
-        vocab_size: vocab,
-      };
+      });
     case "llama":
-      return {
+      return sortedKeys({
+        ...decoderConfig(p, dtype, ids),
         architectures: ["LlamaForCausalLM"],
         attention_bias: false,
-        attention_dropout: 0.0,
-        bos_token_id: ids.bos,
-        eos_token_id: ids.eos,
         head_dim: p.headDim,
-        hidden_act: "silu",
-        hidden_size: p.hiddenSize,
-        initializer_range: 0.02,
-        intermediate_size: intermediateSizeOf(p),
-        max_position_embeddings: p.maxPositions,
         mlp_bias: false,
-        model_type: "llama",
-        num_attention_heads: p.numHeads,
-        num_hidden_layers: p.numLayers,
-        num_key_value_heads: p.numKvHeads,
         pretraining_tp: 1,
-        rms_norm_eps: p.normEps,
-        rope_scaling: p.ropeScaling,
-        rope_theta: p.ropeTheta,
-        tie_word_embeddings: p.tieWordEmbeddings,
-        torch_dtype: torchDtype,
-        transformers_version: version,
-        use_cache: true,
-        vocab_size: vocab,
-      };
+      });
     case "gpt2":
-      return {
-        activation_function: "gelu_new",
-        architectures: ["GPT2LMHeadModel"],
-        attn_pdrop: 0.1,
-        bos_token_id: ids.bos,
-        embd_pdrop: 0.1,
-        eos_token_id: ids.eos,
-        initializer_range: 0.02,
-        layer_norm_epsilon: p.normEps,
-        model_type: "gpt2",
-        n_ctx: p.maxPositions,
-        n_embd: p.hiddenSize,
-        n_head: p.numHeads,
-        n_inner: p.intermediateSize,
-        n_layer: p.numLayers,
-        n_positions: p.maxPositions,
-        reorder_and_upcast_attn: false,
-        resid_pdrop: 0.1,
-        scale_attn_by_inverse_layer_idx: false,
-        scale_attn_weights: true,
-        summary_activation: null,
-        summary_first_dropout: 0.1,
-        summary_proj_to_labels: true,
-        summary_type: "cls_index",
-        summary_use_proj: true,
-        task_specific_params: { "text-generation": { do_sample: true, max_length: 50 } },
-        tie_word_embeddings: true,
-        torch_dtype: torchDtype,
-        transformers_version: version,
-        use_cache: true,
-        vocab_size: vocab,
-      };
+      return gpt2Config(p, dtype, ids);
   }
 }
+
+/** The fields the Qwen3, Qwen2 and Llama configs share (unsorted). */
+function decoderConfig(
+  p: ModelPreset,
+  dtype: CheckpointDtype,
+  ids: SpecialIds,
+): Record<string, unknown> {
+  return {
+    attention_dropout: 0.0,
+    bos_token_id: ids.bos,
+    eos_token_id: ids.eos,
+    hidden_act: "silu",
+    hidden_size: p.hiddenSize,
+    initializer_range: 0.02,
+    intermediate_size: intermediateSizeOf(p),
+    max_position_embeddings: p.maxPositions,
+    model_type: p.architecture,
+    num_attention_heads: p.numHeads,
+    num_hidden_layers: p.numLayers,
+    num_key_value_heads: p.numKvHeads,
+    rms_norm_eps: p.normEps,
+    rope_scaling: p.ropeScaling,
+    rope_theta: p.ropeTheta,
+    tie_word_embeddings: p.tieWordEmbeddings,
+    torch_dtype: DTYPE_NAMES[dtype],
+    transformers_version: TRANSFORMERS_VERSION,
+    use_cache: true,
+    vocab_size: vocabSizeOf(p),
+  };
+}
+
+/** `GPT2Config`'s `config.json`. */
+function gpt2Config(
+  p: ModelPreset,
+  dtype: CheckpointDtype,
+  ids: SpecialIds,
+): Record<string, unknown> {
+  return {
+    activation_function: "gelu_new",
+    architectures: ["GPT2LMHeadModel"],
+    attn_pdrop: 0.1,
+    bos_token_id: ids.bos,
+    embd_pdrop: 0.1,
+    eos_token_id: ids.eos,
+    initializer_range: 0.02,
+    layer_norm_epsilon: p.normEps,
+    model_type: "gpt2",
+    n_ctx: p.maxPositions,
+    n_embd: p.hiddenSize,
+    n_head: p.numHeads,
+    n_inner: p.intermediateSize,
+    n_layer: p.numLayers,
+    n_positions: p.maxPositions,
+    reorder_and_upcast_attn: false,
+    resid_pdrop: 0.1,
+    scale_attn_by_inverse_layer_idx: false,
+    scale_attn_weights: true,
+    summary_activation: null,
+    summary_first_dropout: 0.1,
+    summary_proj_to_labels: true,
+    summary_type: "cls_index",
+    summary_use_proj: true,
+    task_specific_params: { "text-generation": { do_sample: true, max_length: 50 } },
+    tie_word_embeddings: true,
+    torch_dtype: DTYPE_NAMES[dtype],
+    transformers_version: TRANSFORMERS_VERSION,
+    use_cache: true,
+    vocab_size: vocabSizeOf(p),
+  };
+}
+
+/** `o` with its keys in code-point order (Python's `json.dumps(..., sort_keys=True)`). */
+function sortedKeys(o: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(
+    Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+  );
+}
+
+/** Sampling defaults of the real models' `generation_config.json`, by architecture. */
+const SAMPLING_DEFAULTS: Readonly<Record<Exclude<Architecture, "gpt2">, Record<string, number>>> = {
+  qwen3: { temperature: 0.6, top_k: 20, top_p: 0.95 },
+  qwen2: { repetition_penalty: 1.1, temperature: 0.7, top_k: 20, top_p: 0.8 },
+  llama: { temperature: 0.6, top_p: 0.9 },
+};
 
 /** `generation_config.json` for the preset (sampling defaults of the real model). */
 export function presetGenerationConfig(
   preset: ModelPreset,
   ids: SpecialIds,
 ): Record<string, unknown> {
-  const version = "4.51.3";
-  switch (preset.architecture) {
-    case "qwen3":
-      return {
-        bos_token_id: ids.bos,
-        do_sample: true,
-        eos_token_id: [ids.eos, ids.endoftext],
-        pad_token_id: ids.endoftext,
-        temperature: 0.6,
-        top_k: 20,
-        top_p: 0.95,
-        transformers_version: version,
-      };
-    case "qwen2":
-      return {
-        bos_token_id: ids.bos,
-        do_sample: true,
-        eos_token_id: [ids.eos, ids.endoftext],
-        pad_token_id: ids.endoftext,
-        repetition_penalty: 1.1,
-        temperature: 0.7,
-        top_k: 20,
-        top_p: 0.8,
-        transformers_version: version,
-      };
-    case "llama":
-      return {
-        bos_token_id: ids.bos,
-        do_sample: true,
-        eos_token_id: [ids.eos, ids.endoftext],
-        temperature: 0.6,
-        top_p: 0.9,
-        transformers_version: version,
-      };
-    case "gpt2":
-      return {
-        _from_model_config: true,
-        bos_token_id: ids.bos,
-        eos_token_id: ids.eos,
-        transformers_version: version,
-      };
+  const arch = preset.architecture;
+  if (arch === "gpt2") {
+    return {
+      _from_model_config: true,
+      bos_token_id: ids.bos,
+      eos_token_id: ids.eos,
+      transformers_version: TRANSFORMERS_VERSION,
+    };
   }
+  return sortedKeys({
+    bos_token_id: ids.bos,
+    do_sample: true,
+    eos_token_id: [ids.eos, ids.endoftext],
+    // Qwen's pad token; Llama 3 has none.
+    ...(arch === "llama" ? {} : { pad_token_id: ids.endoftext }),
+    ...SAMPLING_DEFAULTS[arch],
+    transformers_version: TRANSFORMERS_VERSION,
+  });
 }
 
 function addedTokensDecoder(ids: ReadonlyMap<string, number>): Record<string, unknown> {

@@ -122,6 +122,13 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
+/** Where one tensor's data lies in the data section (to check for overlaps). */
+interface Span {
+  readonly name: string;
+  readonly begin: number;
+  readonly end: number;
+}
+
 /**
  * Parses and validates the JSON header `bytes` of the file at `path`, whose data section starts
  * at byte `dataStart` and holds `dataLength` bytes.
@@ -144,58 +151,89 @@ function parseHeader(
   if (!isRecord(json)) {
     throw new CheckpointError(`${path}: corrupt safetensors header (not a JSON object)`);
   }
-  const metadata: Record<string, string> = {};
-  const spans: { name: string; begin: number; end: number }[] = [];
+  let metadata: Record<string, string> = {};
+  const spans: Span[] = [];
   const tensors = new Map<string, TensorInfo>();
   for (const [name, entry] of Object.entries(json)) {
     if (name === "__metadata__") {
-      if (!isRecord(entry)) {
-        throw new CheckpointError(
-          `${path}: corrupt safetensors header (__metadata__ not an object)`,
-        );
-      }
-      for (const [k, v] of Object.entries(entry)) {
-        if (typeof v !== "string") {
-          throw new CheckpointError(
-            `${path}: corrupt safetensors header (__metadata__.${k} is not a string)`,
-          );
-        }
-        metadata[k] = v;
-      }
+      metadata = parseMetadata(path, entry);
       continue;
     }
-    const bad = (why: string) =>
-      new CheckpointError(`${path}: corrupt safetensors header: tensor "${name}" ${why}`);
-    if (!isRecord(entry)) throw bad("is not an object");
-    const { dtype, shape, data_offsets: offsets } = entry;
-    if (typeof dtype !== "string") throw bad("has no dtype");
-    const esize = DTYPE_BYTES[dtype];
-    if (esize === undefined) throw bad(`has unknown dtype ${JSON.stringify(dtype)}`);
-    if (!Array.isArray(shape) || !validShape(shape)) throw bad("has an invalid shape");
-    if (
-      !Array.isArray(offsets) || offsets.length !== 2 ||
-      !offsets.every((o) => typeof o === "number" && Number.isSafeInteger(o) && o >= 0)
-    ) {
-      throw bad("has invalid data_offsets");
-    }
-    const begin: number = offsets[0];
-    const end: number = offsets[1];
-    if (begin > end || end > dataLength) {
-      throw bad(
-        `has data_offsets [${begin}, ${end}] outside the data section of ${dataLength} bytes`,
-      );
-    }
-    const expected = product(shape) * esize;
-    if (end - begin !== expected) {
-      throw bad(
-        `has ${end - begin} bytes of data, but shape [${
-          shape.join(", ")
-        }] ${dtype} needs ${expected}`,
-      );
-    }
-    spans.push({ name, begin, end });
-    tensors.set(name, { name, dtype, shape, fileOffset: dataStart + begin, byteLength: expected });
+    const info = parseTensor(path, name, entry, dataLength);
+    spans.push({ name, begin: info.begin, end: info.begin + info.byteLength });
+    tensors.set(name, {
+      name,
+      dtype: info.dtype,
+      shape: info.shape,
+      fileOffset: dataStart + info.begin,
+      byteLength: info.byteLength,
+    });
   }
+  checkNoOverlap(path, spans);
+  return { metadata, tensors };
+}
+
+/** The `__metadata__` entry: a map of strings. */
+function parseMetadata(path: string, entry: unknown): Record<string, string> {
+  if (!isRecord(entry)) {
+    throw new CheckpointError(`${path}: corrupt safetensors header (__metadata__ not an object)`);
+  }
+  const metadata: Record<string, string> = {};
+  for (const [k, v] of Object.entries(entry)) {
+    if (typeof v !== "string") {
+      throw new CheckpointError(
+        `${path}: corrupt safetensors header (__metadata__.${k} is not a string)`,
+      );
+    }
+    metadata[k] = v;
+  }
+  return metadata;
+}
+
+/**
+ * One tensor's entry, validated: a known dtype, a valid shape, and `data_offsets` inside the
+ * data section of `dataLength` bytes spanning exactly the bytes the shape needs.
+ */
+function parseTensor(
+  path: string,
+  name: string,
+  entry: unknown,
+  dataLength: number,
+): { dtype: string; shape: number[]; begin: number; byteLength: number } {
+  const bad = (why: string) =>
+    new CheckpointError(`${path}: corrupt safetensors header: tensor "${name}" ${why}`);
+  if (!isRecord(entry)) throw bad("is not an object");
+  const { dtype, shape, data_offsets: offsets } = entry;
+  if (typeof dtype !== "string") throw bad("has no dtype");
+  const esize = DTYPE_BYTES[dtype];
+  if (esize === undefined) throw bad(`has unknown dtype ${JSON.stringify(dtype)}`);
+  if (!Array.isArray(shape) || !validShape(shape)) throw bad("has an invalid shape");
+  if (
+    !Array.isArray(offsets) || offsets.length !== 2 ||
+    !offsets.every((o) => typeof o === "number" && Number.isSafeInteger(o) && o >= 0)
+  ) {
+    throw bad("has invalid data_offsets");
+  }
+  const begin: number = offsets[0];
+  const end: number = offsets[1];
+  if (begin > end || end > dataLength) {
+    throw bad(
+      `has data_offsets [${begin}, ${end}] outside the data section of ${dataLength} bytes`,
+    );
+  }
+  const expected = product(shape) * esize;
+  if (end - begin !== expected) {
+    throw bad(
+      `has ${end - begin} bytes of data, but shape [${
+        shape.join(", ")
+      }] ${dtype} needs ${expected}`,
+    );
+  }
+  return { dtype, shape, begin, byteLength: expected };
+}
+
+/** Throws when two tensors' data overlap (`spans` is sorted in place). */
+function checkNoOverlap(path: string, spans: Span[]): void {
   spans.sort((a, b) => a.begin - b.begin || a.end - b.end);
   for (let i = 1; i < spans.length; i++) {
     const prev = spans[i - 1]!;
@@ -206,5 +244,4 @@ function parseHeader(
       );
     }
   }
-  return { metadata, tensors };
 }

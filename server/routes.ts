@@ -1,0 +1,110 @@
+/**
+ * The route table of the HTTP server ({@linkcode ROUTES}: path -> allowed methods) and
+ * {@linkcode route}, which answers 404 / 405 / 415 and dispatches a request to its endpoint; with
+ * the small read-only endpoints `GET /v1/models`, `GET /health` and `GET /metrics`. The other
+ * endpoints live in server/generate.ts, server/tokenize.ts and server/batch_test.ts.
+ *
+ * @module
+ */
+
+import { batchTestEndpoint, type BatchTestFactory } from "./batch_test.ts";
+import type { ServerContext } from "./context.ts";
+import { generateEndpoint } from "./generate.ts";
+import { PROMETHEUS_CONTENT_TYPE } from "./prometheus.ts";
+import { ApiError } from "./protocol.ts";
+import { checkJsonContentType } from "./security.ts";
+import { detokenizeEndpoint, tokenizeEndpoint } from "./tokenize.ts";
+
+/** The served paths and the methods each accepts (405 with `Allow` for the others). */
+const ROUTES: Readonly<Record<string, readonly string[]>> = {
+  "/v1/completions": ["POST"],
+  "/v1/chat/completions": ["POST"],
+  "/v1/models": ["GET"],
+  "/health": ["GET"],
+  "/metrics": ["GET"],
+  "/tokenize": ["POST"],
+  "/detokenize": ["POST"],
+  "/batch/test": ["POST"],
+};
+
+/** What the routes need beyond the {@linkcode ServerContext}. */
+export interface RouteSettings {
+  /** Builds the mock engine of `POST /batch/test`; undefined: that endpoint answers 501. */
+  readonly batchTest: BatchTestFactory | undefined;
+  /** When the handler was created, Unix seconds (`created` of `/v1/models`). */
+  readonly startedAt: number;
+}
+
+/**
+ * Answers `req` (whose URL path is `path`) with its endpoint.
+ *
+ * @throws {ApiError} 404 for an unknown path, 405 for a method the path does not accept, 415 for
+ *   a POST body that is not JSON, and whatever the endpoint throws.
+ */
+export async function route(
+  ctx: ServerContext,
+  settings: RouteSettings,
+  req: Request,
+  path: string,
+): Promise<Response> {
+  const methods = ROUTES[path];
+  if (methods === undefined) {
+    throw new ApiError(404, `Not found: ${req.method} ${path}`, { code: "not_found" });
+  }
+  if (!methods.includes(req.method)) {
+    throw new ApiError(405, `Method ${req.method} is not allowed on ${path}`, {
+      code: "method_not_allowed",
+      headers: { allow: methods.join(", ") },
+    });
+  }
+  if (req.method === "POST") checkJsonContentType(req);
+  switch (path) {
+    case "/v1/completions":
+      return await generateEndpoint(ctx, req, "completion");
+    case "/v1/chat/completions":
+      return await generateEndpoint(ctx, req, "chat");
+    case "/v1/models":
+      return modelsEndpoint(ctx, settings.startedAt);
+    case "/health":
+      return new Response(null, { status: ctx.lifecycle.healthy(ctx.engine) ? 200 : 503 });
+    case "/metrics":
+      return metricsEndpoint(ctx);
+    case "/tokenize":
+      return await tokenizeEndpoint(ctx, req);
+    case "/detokenize":
+      return await detokenizeEndpoint(ctx, req);
+    default:
+      return await batchTestEndpoint(ctx, settings.batchTest, req);
+  }
+}
+
+/** `GET /v1/models`: the served names, with `max_model_len` (and `vocab_size` when known). */
+function modelsEndpoint(ctx: ServerContext, startedAt: number): Response {
+  const { engine } = ctx;
+  return Response.json({
+    object: "list",
+    data: ctx.names.map((id) => ({
+      id,
+      object: "model",
+      created: startedAt,
+      owned_by: "webgpu-llm",
+      root: engine.model.name,
+      parent: null,
+      max_model_len: engine.model.maxModelLen,
+      // An extension (like max_model_len): benchmarks draw prompt ids below it.
+      ...(engine.model.vocabSize > 0 ? { vocab_size: engine.model.vocabSize } : {}),
+      permission: [],
+    })),
+  });
+}
+
+/** `GET /metrics`: the metric set with the engine's stats (without them if `stats()` throws). */
+function metricsEndpoint(ctx: ServerContext): Response {
+  let text: string;
+  try {
+    text = ctx.metrics.render(ctx.engine.stats());
+  } catch {
+    text = ctx.metrics.registry.format();
+  }
+  return new Response(text, { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
+}
