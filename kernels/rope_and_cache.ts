@@ -1,0 +1,198 @@
+/**
+ * `rope_and_cache`: the per-head work between the qkv projection and attention, fused into one
+ * dispatch: Qwen3's q/k head RMSNorm (when the model has it), rotary position embedding of q and
+ * k (rotate-half convention of GPT-NeoX and Hugging Face Llama / Qwen), the rotated q written
+ * back in place, and the rotated k and the v of each token written to its paged KV cache slot
+ * (the layout of `reshape_and_cache`). See `rope_and_cache.wgsl` for the formulas, precision,
+ * bindings and grid.
+ *
+ * The frequencies are computed on the host (`ropeInvFreq` in engine/model/config.ts, with any
+ * `rope_scaling` variant such as llama3's) and uploaded once; the kernel only forms
+ * `position * inv_freq`. `head_dim` need not equal `hidden / heads` (Qwen3-0.6B: head_dim 128,
+ * hidden 1024, 16 heads).
+ *
+ * @module
+ */
+
+import source from "./rope_and_cache.wgsl" with { type: "text" };
+import type { GpuContext } from "../gpu/context.ts";
+import type { DType } from "../gpu/dtype.ts";
+import type { ParamArena } from "../gpu/params.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
+import { CallSite, f32Capacity } from "./call_site.ts";
+import { groupsFor } from "./dispatch.ts";
+import { type NormShape, normShapePrelude } from "./rms_norm.ts";
+
+/** Buffers of one `rope_and_cache` call site (one layer); fixed for the op's lifetime. */
+export interface RopeAndCacheBuffers {
+  /** f32 `[tokens, (Hq + 2 Hkv) * headDim]` fused `[q | k | v]`; the q heads are rewritten. */
+  readonly qkv: GPUBufferBinding;
+  /** u32 `[tokens]`: the position of each token. */
+  readonly positions: GPUBufferBinding;
+  /** f32 `[headDim / 2]`: RoPE inverse frequencies (rope scaling applied). */
+  readonly invFreq: GPUBufferBinding;
+  /** u32 `[tokens]`: cache slot `block * blockSize + offset` of each token, or SKIP_SLOT. */
+  readonly slotMapping: GPUBufferBinding;
+  /** `cacheDtype` `[num_blocks, Hkv, blockSize, headDim]`. */
+  readonly kCache: GPUBufferBinding;
+  /** `cacheDtype`, same shape as `kCache`. */
+  readonly vCache: GPUBufferBinding;
+  /**
+   * f16/f32 `[1, headDim]` q and k head-norm weights (Qwen3's `q_norm`, `k_norm`), both or
+   * neither; without them q and k are only rotated.
+   */
+  readonly qkNorm?: { readonly q: GpuMatrix; readonly k: GpuMatrix };
+}
+
+/** Fixed shape of one `rope_and_cache` call site. */
+export interface RopeAndCacheShape {
+  readonly numHeads: number;
+  readonly numKvHeads: number;
+  /** Elements per head; even. */
+  readonly headDim: number;
+  /** Tokens per cache block. */
+  readonly blockSize: number;
+  /** Element type of the KV cache. */
+  readonly cacheDtype: DType;
+  /** Epsilon of the q/k head norms. Default 1e-6. */
+  readonly eps?: number;
+}
+
+/** The `rope_and_cache` kernel; {@linkcode RopeAndCache.bind} makes call sites. */
+export class RopeAndCache {
+  readonly #ctx: GpuContext;
+  readonly #shape: { prelude: string; key: string; rowsPerWorkgroup: number };
+
+  /**
+   * Pipelines are compiled through `ctx.pipeline` on the first bind of each variant (norm or
+   * not, weight and cache dtypes), once per context, never per step.
+   *
+   * @param shape workgroup shape; default the norm kernels' shape for the adapter
+   *   (rms_norm.ts `defaultNormShape`).
+   */
+  constructor(ctx: GpuContext, shape: NormShape = {}) {
+    this.#ctx = ctx;
+    this.#shape = normShapePrelude(ctx, "rope_and_cache", shape);
+  }
+
+  /**
+   * Creates a call site: its bind group and parameter slot are made once, here.
+   *
+   * @throws {RangeError} on an invalid shape, an `invFreq` shorter than `headDim / 2` or norm
+   *   weights that are not `[1, headDim]`.
+   */
+  bind(arena: ParamArena, buffers: RopeAndCacheBuffers, shape: RopeAndCacheShape): RopeAndCacheOp {
+    const { numHeads, numKvHeads, headDim, blockSize, cacheDtype } = shape;
+    const eps = shape.eps ?? 1e-6;
+    const positive = (n: number) => Number.isInteger(n) && n >= 1;
+    if (
+      !positive(numHeads) || !positive(numKvHeads) || !positive(blockSize) ||
+      !positive(headDim) || headDim % 2 !== 0
+    ) {
+      throw new RangeError(
+        `Cannot bind rope_and_cache: invalid shape (Hq ${numHeads}, Hkv ${numKvHeads}, head dim ${headDim}, block ${blockSize})`,
+      );
+    }
+    if (f32Capacity(buffers.invFreq) < headDim / 2) {
+      throw new RangeError(
+        `Cannot bind rope_and_cache: invFreq holds ${
+          f32Capacity(buffers.invFreq)
+        } values, head dim ${headDim} needs ${headDim / 2}`,
+      );
+    }
+    const norm = buffers.qkNorm;
+    for (const w of norm === undefined ? [] : [norm.q, norm.k]) {
+      if (w.rows !== 1 || w.cols !== headDim || w.parts.length !== 1) {
+        throw new RangeError(
+          `Cannot bind rope_and_cache: norm weight ${w.label} must be one [1, ${headDim}] part`,
+        );
+      }
+    }
+    const normDtype = norm === undefined ? null : norm.q.dtype;
+    if (norm !== undefined && norm.k.dtype !== normDtype) {
+      throw new RangeError(`Cannot bind rope_and_cache: q and k norm weights differ in dtype`);
+    }
+    const pipeline = this.#ctx.pipeline(
+      `rope_and_cache/${normDtype ?? "no_norm"}/${cacheDtype}/${this.#shape.key}`,
+      () => prelude(cacheDtype, normDtype) + this.#shape.prelude + source,
+    );
+    const site = new CallSite(this.#ctx, arena, pipeline, "rope_and_cache", [
+      buffers.qkv,
+      buffers.positions,
+      buffers.invFreq,
+      buffers.slotMapping,
+      buffers.kCache,
+      buffers.vCache,
+      norm === undefined ? undefined : { buffer: norm.q.parts[0]!.buffer },
+      norm === undefined ? undefined : { buffer: norm.k.parts[0]!.buffer },
+    ]);
+    const stride = (numHeads + 2 * numKvHeads) * headDim;
+    site.slot.setU32(1, numHeads, numKvHeads, headDim, stride, blockSize).setF32(6, eps);
+    return new RopeAndCacheOp(site, {
+      heads: numHeads + 2 * numKvHeads,
+      stride,
+      rowsPerWorkgroup: this.#shape.rowsPerWorkgroup,
+      qkvCapacity: f32Capacity(buffers.qkv),
+      tokenCapacity: Math.min(f32Capacity(buffers.positions), f32Capacity(buffers.slotMapping)),
+    });
+  }
+}
+
+/**
+ * The variant prelude: the cache type `CT`, and either the norm weights (type `NT`, bindings 6
+ * and 7) or a weight of 1.
+ */
+function prelude(cacheDtype: DType, normDtype: DType | null): string {
+  const f16 = cacheDtype === "f16" || normDtype === "f16" ? "enable f16;\n" : "";
+  const types = `alias CT = ${cacheDtype};\n`;
+  if (normDtype === null) {
+    return f16 + types +
+      "const HAS_NORM = false;\nfn norm_weight(is_q: bool, i: u32) -> f32 { return 1.0; }\n";
+  }
+  return f16 + types + `alias NT = ${normDtype};
+const HAS_NORM = true;
+@group(0) @binding(6) var<storage, read> q_norm: array<NT>;
+@group(0) @binding(7) var<storage, read> k_norm: array<NT>;
+fn norm_weight(is_q: bool, i: u32) -> f32 {
+  if (is_q) {
+    return f32(q_norm[i]);
+  }
+  return f32(k_norm[i]);
+}
+`;
+}
+
+interface BoundShape {
+  /** Rows per token: Hq + 2 Hkv. */
+  readonly heads: number;
+  /** f32 elements per token row of qkv. */
+  readonly stride: number;
+  readonly rowsPerWorkgroup: number;
+  readonly qkvCapacity: number;
+  /** Entries `positions` and `slotMapping` both hold. */
+  readonly tokenCapacity: number;
+}
+
+/** One `rope_and_cache` call site. */
+export class RopeAndCacheOp {
+  constructor(private readonly site: CallSite, private readonly shape: BoundShape) {}
+
+  /**
+   * Encodes the norm, rotation and cache write of `tokens` tokens (0 encodes nothing).
+   *
+   * @throws {RangeError} when `tokens` rows exceed `qkv`, `positions` or `slotMapping`.
+   */
+  encode(pass: GPUComputePassEncoder, tokens: number): void {
+    const { heads, stride, rowsPerWorkgroup, qkvCapacity, tokenCapacity } = this.shape;
+    if (tokens <= 0) return;
+    if (tokens * stride > qkvCapacity || tokens > tokenCapacity) {
+      throw new RangeError(
+        `Cannot encode rope_and_cache for ${tokens} tokens: qkv holds ${
+          qkvCapacity / stride
+        } rows, positions / slots ${tokenCapacity}`,
+      );
+    }
+    this.site.slot.setU32(0, tokens);
+    this.site.dispatch(pass, groupsFor(tokens * heads, rowsPerWorkgroup));
+  }
+}

@@ -1,0 +1,160 @@
+// rope_and_cache: one step's q/k head RMSNorm (Qwen3, optional), rotary position embedding of
+// q and k, and the K/V cache write (what reshape_and_cache does), in one dispatch over the fused
+// qkv activations [q | k | v]. Row (t, h), h in [0, Hq + 2 Hkv), is head h of token t:
+//   x   = qkv[base .. base + head_dim),  base = t * token_stride + h * head_dim
+//   norm (NORM variant, q and k heads): x[j] = x[j] / sqrt(mean(x^2) + eps) * w[j], w = q_norm
+//        or k_norm [head_dim] (rounded as rms_norm.wgsl rounds: x * scale * w, f32 sums)
+//   rope (q and k heads), rotate-half (GPT-NeoX, Hugging Face Llama / Qwen), i in [0, half):
+//        a = positions[t] * inv_freq[i], half = head_dim / 2
+//        y[i] = x[i] cos(a) - x[i + half] sin(a),  y[i + half] = x[i + half] cos(a) + x[i] sin(a)
+//   q heads: y written back IN PLACE into qkv (the attention kernels read q there);
+//   k heads: y, and v heads: x, written as CT to the cache slot s = slot_mapping[t]
+//        (skipped when s = 0xFFFFFFFF), head kh in [0, Hkv), d in [0, head_dim):
+//        k_cache[((block * Hkv + kh) * block_size + o) * head_dim + d],
+//        block = s / block_size, o = s % block_size   (the layout of reshape_and_cache.wgsl)
+// The k and v heads of qkv are read only. The angle is formed and reduced to [-pi, pi] exactly as
+// the former rope.wgsl did (see rope_angle below): inv_freq already holds any rope_scaling
+// variant (linear, llama3), computed on the host.
+//
+// Precision of the angle: pos and inv_freq are each split into two 12-bit halves, the four
+// partial products are exact in f32, and each is reduced modulo 2 pi = TWO_PI_HI + TWO_PI_LO
+// (TWO_PI_HI has 8 significant bits, so k * TWO_PI_HI is exact for k < 2^16). The reduced
+// angle is accurate to a few 1e-6 rad for pos < 2^24 with inv_freq <= 1; cos and sin only see
+// arguments in [-pi, pi]. Rounding pos * inv_freq to f32 first would cost up to 2^-10 rad at
+// a = 32768.
+//
+// Prelude (kernels/rope_and_cache.ts): `alias CT` (cache type, f16 or f32) and, in the NORM
+// variant, `alias NT` (norm weight type) with bindings 6 and 7; `HAS_NORM`, `norm_weight`;
+// the shape constants ROW_THREADS, ROWS_PER_WG and norm_rows.wgsl (row_lane, row_sum and its
+// workgroup memory, (ROW_THREADS * ROWS_PER_WG + ROWS_PER_WG) f32).
+//
+// Bindings (group 0):
+//   0 qkv          : storage rw    array<f32>  [tokens, token_stride]; q heads rewritten
+//   1 positions    : storage read  array<u32>  [tokens]
+//   2 inv_freq     : storage read  array<f32>  [half]
+//   3 slot_mapping : storage read  array<u32>  [tokens]; 0xFFFFFFFF = no cache write
+//   4 k_cache      : storage rw    array<CT>   [num_blocks, Hkv, block_size, head_dim]
+//   5 v_cache      : storage rw    array<CT>   same shape as k_cache
+//   6 q_norm       : storage read  array<NT>   [head_dim]   (NORM variant only)
+//   7 k_norm       : storage read  array<NT>   [head_dim]   (NORM variant only)
+//   8 p            : uniform       Params
+// Workgroup: ROW_THREADS * ROWS_PER_WG invocations: ROW_THREADS lanes per row (lane l handles
+//            columns / pairs l, l + ROW_THREADS, ...), ROWS_PER_WG rows; the cpu profile uses
+//            1 x 64 (no barrier), the gpu profile 64 x 1 (see rms_norm.ts defaultNormShape).
+// Dispatch:  ceil(tokens * (Hq + 2 Hkv) / ROWS_PER_WG) workgroups as a 1-D grid folded into
+//            (x, y) (kernels/dispatch.ts dispatch1d).
+
+struct Params {
+  tokens: u32,
+  hq: u32,
+  hkv: u32,
+  head_dim: u32,
+  token_stride: u32,
+  block_size: u32,
+  eps: f32,
+}
+
+@group(0) @binding(0) var<storage, read_write> qkv: array<f32>;
+@group(0) @binding(1) var<storage, read> positions: array<u32>;
+@group(0) @binding(2) var<storage, read> inv_freq: array<f32>;
+@group(0) @binding(3) var<storage, read> slot_mapping: array<u32>;
+@group(0) @binding(4) var<storage, read_write> k_cache: array<CT>;
+@group(0) @binding(5) var<storage, read_write> v_cache: array<CT>;
+@group(0) @binding(8) var<uniform> p: Params;
+
+const SKIP_SLOT: u32 = 0xFFFFFFFFu;
+const INV_TWO_PI: f32 = 0.15915494309189535;
+const TWO_PI_HI: f32 = 6.28125;
+const TWO_PI_LO: f32 = 0.0019353071795864769;
+
+// v minus the nearest multiple of 2 pi; v - k * TWO_PI_HI is exact (Sterbenz) for large v.
+fn reduce(v: f32) -> f32 {
+  let k = round(v * INV_TWO_PI);
+  return (v - k * TWO_PI_HI) - k * TWO_PI_LO;
+}
+
+// pos * f reduced to [-pi, pi] (see Precision above).
+fn rope_angle(pos: u32, f: f32) -> f32 {
+  let p_hi = f32(pos & 0xfffff000u);
+  let p_lo = f32(pos & 0xfffu);
+  let f_hi = bitcast<f32>(bitcast<u32>(f) & 0xfffff000u);
+  let f_lo = f - f_hi;
+  let r = reduce(p_hi * f_hi) + reduce(p_hi * f_lo) + reduce(p_lo * f_hi) + p_lo * f_lo;
+  return reduce(r);
+}
+
+// First element of kv head kh's vector for cache slot s.
+fn cache_base(s: u32, kh: u32) -> u32 {
+  let block = s / p.block_size;
+  let o = s - block * p.block_size;
+  return ((block * p.hkv + kh) * p.block_size + o) * p.head_dim;
+}
+
+@compute @workgroup_size(ROW_THREADS * ROWS_PER_WG)
+fn main(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let at = row_lane(wid, nwg, lid);
+  let lane = at.lane;
+  let heads = p.hq + 2u * p.hkv;
+  // No early return before row_sum: with ROW_THREADS > 1 every invocation reaches its barriers.
+  let in_range = at.row < p.tokens * heads;
+  var t = 0u;
+  var h = 0u;
+  var base = 0u;
+  var sum_sq = 0.0;
+  if (in_range) {
+    t = at.row / heads;
+    h = at.row - t * heads;
+    base = t * p.token_stride + h * p.head_dim;
+    if (HAS_NORM && h < p.hq + p.hkv) {
+      for (var c = lane; c < p.head_dim; c += ROW_THREADS) {
+        let v = qkv[base + c];
+        sum_sq += v * v;
+      }
+    }
+  }
+  var scale = 1.0;
+  if (HAS_NORM) {
+    scale = inverseSqrt(row_sum(sum_sq, at) / f32(p.head_dim) + p.eps);
+  }
+  if (!in_range) {
+    return;
+  }
+  let slot = slot_mapping[t];
+  let is_q = h < p.hq;
+  if (!is_q && slot == SKIP_SLOT) {
+    return;
+  }
+  if (h >= p.hq + p.hkv) {
+    let dst = cache_base(slot, h - p.hq - p.hkv);
+    for (var c = lane; c < p.head_dim; c += ROW_THREADS) {
+      v_cache[dst + c] = CT(qkv[base + c]);
+    }
+    return;
+  }
+  var dst = 0u;
+  if (!is_q) {
+    dst = cache_base(slot, h - p.hq);
+  }
+  let half = p.head_dim / 2u;
+  let pos = positions[t];
+  for (var i = lane; i < half; i += ROW_THREADS) {
+    let a = rope_angle(pos, inv_freq[i]);
+    let cs = cos(a);
+    let sn = sin(a);
+    let x0 = qkv[base + i] * scale * norm_weight(is_q, i);
+    let x1 = qkv[base + i + half] * scale * norm_weight(is_q, i + half);
+    let y0 = x0 * cs - x1 * sn;
+    let y1 = x1 * cs + x0 * sn;
+    if (is_q) {
+      qkv[base + i] = y0;
+      qkv[base + i + half] = y1;
+    } else {
+      k_cache[dst + i] = CT(y0);
+      k_cache[dst + i + half] = CT(y1);
+    }
+  }
+}
