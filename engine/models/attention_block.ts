@@ -1,6 +1,6 @@
 /**
  * One layer's attention over the paged KV cache: write this step's K and V into the cache
- * (`reshape_and_cache`), then attend. Steps where every sequence decodes one token use the
+ * (`reshape_and_cache`, unless the model's `rope_and_cache` already did), then attend. Steps where every sequence decodes one token use the
  * decode kernel (one query per sequence, split-K for long contexts); steps with any multi-token
  * chunk use the varlen prefill kernel for all sequences (it handles single-token sequences too).
  *
@@ -75,14 +75,23 @@ export class AttentionKernels {
     this.#scratch = this.#decode.createScratch(maxSeqs, geometry.maxModelLen);
   }
 
-  /** Binds layer `layer`'s call sites. */
-  bind(arena: ParamArena, bufs: StepBuffers, kv: KvCache, layer: number): AttentionBlock {
+  /**
+   * Binds layer `layer`'s call sites. With `writeCache` false the block does not write K and V
+   * (the model writes them before it, e.g. with `rope_and_cache`).
+   */
+  bind(
+    arena: ParamArena,
+    bufs: StepBuffers,
+    kv: KvCache,
+    layer: number,
+    { writeCache = true }: { writeCache?: boolean } = {},
+  ): AttentionBlock {
     const g = this.geometry;
     const kCache = { buffer: kv.k[layer]! };
     const vCache = { buffer: kv.v[layer]! };
     const q = { buffer: bufs.qkv };
     const btStride = bufs.capacity.maxBlocksPerSeq;
-    const reshape = this.#reshape.bind(
+    const reshape = writeCache && this.#reshape.bind(
       arena,
       { src: q, slotMapping: { buffer: bufs.slotMapping }, kCache, vCache },
       {
@@ -123,14 +132,15 @@ export class AttentionKernels {
 /** One layer's attention call sites. */
 export class AttentionBlock {
   constructor(
-    private readonly reshape: ReshapeAndCacheOp,
+    /** The K/V cache write, or false when the model writes the cache itself. */
+    private readonly reshape: ReshapeAndCacheOp | false,
     private readonly decode: PagedAttentionDecodeOp,
     private readonly prefill: PagedAttentionPrefillOp,
   ) {}
 
-  /** Encodes cache writes and attention for this step; output in `attnOut`. */
+  /** Encodes cache writes (when bound with them) and attention for this step; output in `attnOut`. */
   encode(pass: GPUComputePassEncoder, step: StepShape): void {
-    this.reshape.encode(pass, step.numTokens);
+    if (this.reshape) this.reshape.encode(pass, step.numTokens);
     if (step.allDecode) {
       this.decode.encode(pass, step.numSeqs, step.maxContextLen);
     } else {

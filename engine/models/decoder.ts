@@ -10,8 +10,9 @@
  *               x = rms(h);  h += (silu(x Wg) * (x Wu)) Wd
  *   logits = rms(h) Wlm       (Wlm = embed when tied)
  *
- * The residual add is fused into the next RMSNorm (`h += delta; x = rms(h)`), and q/k/v and
- * gate/up are fused projections.
+ * The residual add is fused into the next RMSNorm (`h += delta; x = rms(h)`), q/k/v and
+ * gate/up are fused projections, and the q/k head norms, RoPE and the K/V cache write are one
+ * kernel (`rope_and_cache`), so attention runs without its own cache write.
  *
  * @module
  */
@@ -111,9 +112,10 @@ async function loadWeights(c: ModelConfig, w: WeightLoader): Promise<Weights> {
 /** The decoder's kernel groups (see step_passes.ts), as the model bench prints them. */
 const GROUPS = {
   ...KERNEL_GROUPS,
+  /** Attention alone: `rope_and_cache` wrote K and V. */
+  attention: "attention",
   norm: "rms_norm (2 per layer, fused residual)",
-  qkNorm: "q/k head norm",
-  rope: "rope",
+  ropeAndCache: "q/k norm + rope + kv write",
   gateUp: "matmul gate_up",
   act: "silu_mul",
   down: "matmul down",
@@ -126,9 +128,8 @@ type Op = { encode(pass: GPUComputePassEncoder, n: number): void };
 interface DecoderLayer {
   inputNorm: Op;
   qkv: Op;
-  /** q and k head norms (Qwen3), or none. */
-  qkNorm: Op[];
-  rope: Op;
+  /** q/k head norms (Qwen3), RoPE of q and k, K/V cache write. */
+  ropeAndCache: Op;
   attn: AttentionBlock;
   o: Op;
   postNorm: Op;
@@ -139,17 +140,18 @@ interface DecoderLayer {
 
 const b = (buffer: GPUBuffer) => ({ buffer });
 
-/** Binds layer `l`'s attention half: input norm, qkv, q/k norms, RoPE, attention, o. */
+/**
+ * Binds layer `l`'s attention half: input norm, qkv, q/k norms + RoPE + cache write, attention,
+ * o.
+ */
 function bindAttention(
   c: ModelConfig,
   t: BindTargets,
   lw: LayerWeights,
   l: number,
   invFreq: GPUBuffer,
-): Pick<DecoderLayer, "inputNorm" | "qkv" | "qkNorm" | "rope" | "attn" | "o"> {
+): Pick<DecoderLayer, "inputNorm" | "qkv" | "ropeAndCache" | "attn" | "o"> {
   const { kernels, arena, bufs } = t;
-  const D = c.headDim;
-  const qkvWidth = (c.numHeads + 2 * c.numKvHeads) * D;
   const eps = c.normEps;
   // Layer 0 normalises the embedding; later layers first add the previous MLP output.
   const inputNorm = kernels.rmsNorm.bind(
@@ -168,28 +170,29 @@ function bindAttention(
     ...(lw.qkvBias !== null ? { bias: b(lw.qkvBias) } : {}),
     y: b(bufs.qkv),
   });
-  const headNorm = (weight: GpuMatrix, heads: number, offset: number) =>
-    kernels.rmsNorm.bind(arena, { weight, x: b(bufs.qkv) }, {
-      heads,
-      tokenStride: qkvWidth,
-      offset,
-      eps,
-    });
-  const qkNorm = lw.qNorm !== null && lw.kNorm !== null
-    ? [headNorm(lw.qNorm, c.numHeads, 0), headNorm(lw.kNorm, c.numKvHeads, c.numHeads * D)]
-    : [];
-  const rope = kernels.rope.bind(
-    arena,
-    { qkv: b(bufs.qkv), positions: b(bufs.positions), invFreq: b(invFreq) },
-    { heads: c.numHeads + c.numKvHeads, headDim: D, tokenStride: qkvWidth },
-  );
-  const attn = t.attention.bind(arena, bufs, t.kv, l);
+  const ropeAndCache = kernels.ropeAndCache.bind(arena, {
+    qkv: b(bufs.qkv),
+    positions: b(bufs.positions),
+    invFreq: b(invFreq),
+    slotMapping: b(bufs.slotMapping),
+    kCache: b(t.kv.k[l]!),
+    vCache: b(t.kv.v[l]!),
+    ...(lw.qNorm !== null && lw.kNorm !== null ? { qkNorm: { q: lw.qNorm, k: lw.kNorm } } : {}),
+  }, {
+    numHeads: c.numHeads,
+    numKvHeads: c.numKvHeads,
+    headDim: c.headDim,
+    blockSize: t.kv.shape.blockSize,
+    cacheDtype: t.kv.shape.dtype,
+    eps,
+  });
+  const attn = t.attention.bind(arena, bufs, t.kv, l, { writeCache: false });
   const o = kernels.matmul(false).bind(arena, {
     x: b(bufs.attnOut),
     weight: lw.o,
     y: b(bufs.delta),
   });
-  return { inputNorm, qkv, qkNorm, rope, attn, o };
+  return { inputNorm, qkv, ropeAndCache, attn, o };
 }
 
 /** Binds a layer's MLP half: post-attention norm (residual fused), gate/up, SiLU * up, down. */
@@ -250,8 +253,7 @@ function forward(
     for (const L of layers) {
       L.inputNorm.encode(passes.at(GROUPS.norm), T);
       L.qkv.encode(passes.at(GROUPS.qkv), T);
-      for (const op of L.qkNorm) op.encode(passes.at(GROUPS.qkNorm), T);
-      L.rope.encode(passes.at(GROUPS.rope), T);
+      L.ropeAndCache.encode(passes.at(GROUPS.ropeAndCache), T);
       L.attn.encode(passes.at(GROUPS.attention), step);
       L.o.encode(passes.at(GROUPS.o), T);
       L.postNorm.encode(passes.at(GROUPS.norm), T);

@@ -14,7 +14,7 @@ import { GeluNew } from "../../kernels/gelu_new.ts";
 import { LayerNorm } from "../../kernels/layer_norm.ts";
 import { Matmul } from "../../kernels/matmul.ts";
 import { RmsNorm } from "../../kernels/rms_norm.ts";
-import { Rope } from "../../kernels/rope.ts";
+import { RopeAndCache } from "../../kernels/rope_and_cache.ts";
 import { Sample } from "../../kernels/sample.ts";
 import { SiluMul } from "../../kernels/silu_mul.ts";
 import { TokenFeed } from "../../kernels/token_feed.ts";
@@ -30,7 +30,8 @@ export class KernelSet {
   readonly geluNew: GeluNew;
   readonly layerNorm: LayerNorm;
   readonly rmsNorm: RmsNorm;
-  readonly rope: Rope;
+  /** q/k head norm, RoPE and the K/V cache write of the RoPE architectures. */
+  readonly ropeAndCache: RopeAndCache;
   readonly sample: Sample;
   readonly siluMul: SiluMul;
   readonly tokenFeed: TokenFeed;
@@ -47,7 +48,7 @@ export class KernelSet {
     this.geluNew = new GeluNew(ctx);
     this.layerNorm = new LayerNorm(ctx);
     this.rmsNorm = new RmsNorm(ctx);
-    this.rope = new Rope(ctx);
+    this.ropeAndCache = new RopeAndCache(ctx);
     this.sample = new Sample(ctx);
     this.siluMul = new SiluMul(ctx);
     this.tokenFeed = new TokenFeed(ctx);
