@@ -2,7 +2,8 @@
  * Benchmarks the element-wise and normalisation kernels at 512 tokens of hidden 1024 (Qwen3-0.6B
  * widths: 16 q heads, 8 kv heads, head_dim 128, fused qkv width 4096), f32 activations, weights
  * in the context's dtype: add, gelu_new, rms_norm (plain, fused residual add, per-head q/k
- * norm) and layer_norm for several workgroup shapes, embedding gather (32768-row table) and rope.
+ * norm) and layer_norm for several workgroup shapes, rope_and_cache (q/k norm, RoPE and the K/V
+ * cache write of Qwen3, same shapes) and embedding gather (32768-row table).
  *
  * Run: `deno bench -A bench/elementwise_bench.ts` (norm shapes to compare:
  * `NORM_SHAPES=1x64,8x8,64x1`, lanes per row x rows per workgroup). Printed lines are GPU times from timestamp
@@ -14,7 +15,7 @@
  * @module
  */
 
-import type { GpuContext } from "../gpu/context.ts";
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { bytesPerElement } from "../gpu/dtype.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
@@ -23,7 +24,7 @@ import { Embedding } from "../kernels/embedding.ts";
 import { GeluNew } from "../kernels/gelu_new.ts";
 import { LayerNorm } from "../kernels/layer_norm.ts";
 import { type NormShape, RmsNorm } from "../kernels/rms_norm.ts";
-import { Rope, ropeInvFreq } from "../kernels/rope.ts";
+import { RopeAndCache } from "../kernels/rope_and_cache.ts";
 import {
   benchSubmission,
   copyBandwidthText,
@@ -147,9 +148,9 @@ function normCases(ctx: GpuContext, io: Inputs): Case[] {
   return list;
 }
 
-/** Embedding gather from a VOCAB-row table and rope on the q and k heads. */
+/** Embedding gather from a VOCAB-row table. */
 function gatherCases(ctx: GpuContext, io: Inputs): Case[] {
-  const { n, out, qkv, arena } = io;
+  const { n, out, arena } = io;
   const table = GpuMatrix.create(ctx, "wte", VOCAB, HIDDEN, ctx.weightDtype);
   const ids = Uint32Array.from({ length: TOKENS }, () => Math.floor(Math.random() * VOCAB));
   const emb = new Embedding(ctx).bind(arena, {
@@ -157,30 +158,50 @@ function gatherCases(ctx: GpuContext, io: Inputs): Case[] {
     table,
     out,
   });
-  const positions = Uint32Array.from({ length: TOKENS }, (_, i) => 1000 + i);
-  const rope = new Rope(ctx).bind(
+  return [{
+    name: `embedding gather (${VOCAB}-row table)`,
+    bytes: n * (4 + bytesPerElement(ctx.weightDtype)),
     arena,
-    {
-      qkv,
-      positions: { buffer: uploadBuffer(ctx, "positions", positions) },
-      invFreq: { buffer: uploadBuffer(ctx, "inv_freq", ropeInvFreq(HEAD_DIM, 1e6)) },
-    },
-    { heads: HQ + HKV, headDim: HEAD_DIM, tokenStride: QKV },
-  );
-  return [
-    {
-      name: `embedding gather (${VOCAB}-row table)`,
-      bytes: n * (4 + bytesPerElement(ctx.weightDtype)),
+    encode: (p) => emb.encode(p, TOKENS),
+  }];
+}
+
+/**
+ * rope_and_cache with Qwen3's q/k norms for each norm shape: the TOKENS tokens go to distinct
+ * slots of a cache of the weight dtype (16-token blocks). Its bytes: qkv read, q written, k and v
+ * written to the cache.
+ */
+function ropeAndCacheCases(ctx: GpuContext, io: Inputs): Case[] {
+  const { qkv, arena } = io;
+  const dtype = ctx.weightDtype;
+  const positions = Uint32Array.from({ length: TOKENS }, (_, i) => 1000 + i);
+  const invFreq = Float32Array.from({ length: HEAD_DIM / 2 }, (_, i) => 1e6 ** (-2 * i / HEAD_DIM));
+  const slots = Uint32Array.from({ length: TOKENS }, (_, i) => i);
+  const cacheBytes = TOKENS * HKV * HEAD_DIM * bytesPerElement(dtype);
+  const buffers = {
+    qkv,
+    positions: { buffer: uploadBuffer(ctx, "positions", positions) },
+    invFreq: { buffer: uploadBuffer(ctx, "inv_freq", invFreq) },
+    slotMapping: { buffer: uploadBuffer(ctx, "slots", slots) },
+    kCache: { buffer: ctx.createBuffer("k_cache", cacheBytes, STORAGE_RW) },
+    vCache: { buffer: ctx.createBuffer("v_cache", cacheBytes, STORAGE_RW) },
+    qkNorm: { q: weight(ctx, HEAD_DIM, "q_norm"), k: weight(ctx, HEAD_DIM, "k_norm") },
+  };
+  return NORM_SHAPES.map((shape) => {
+    const op = new RopeAndCache(ctx, shape).bind(arena, buffers, {
+      numHeads: HQ,
+      numKvHeads: HKV,
+      headDim: HEAD_DIM,
+      blockSize: 16,
+      cacheDtype: dtype,
+    });
+    return {
+      name: `rope_and_cache (q/k norm, rope, kv write), ${shapeName(shape)}`,
+      bytes: TOKENS * (QKV + HQ * HEAD_DIM) * 4 + 2 * cacheBytes,
       arena,
-      encode: (p) => emb.encode(p, TOKENS),
-    },
-    {
-      name: "rope q + k",
-      bytes: 2 * TOKENS * (HQ + HKV) * HEAD_DIM * 4,
-      arena,
-      encode: (p) => rope.encode(p, TOKENS),
-    },
-  ];
+      encode: (p: GPUComputePassEncoder) => op.encode(p, TOKENS),
+    };
+  });
 }
 
 const { ctx, copyGBs } = await openKernelBench(
@@ -189,7 +210,12 @@ const { ctx, copyGBs } = await openKernelBench(
 );
 console.log(`${TOKENS} tokens x hidden ${HIDDEN} (qkv ${QKV}); ${copyBandwidthText(copyGBs)}`);
 const io = inputs(ctx);
-const all = [...activationCases(ctx, io), ...normCases(ctx, io), ...gatherCases(ctx, io)];
+const all = [
+  ...activationCases(ctx, io),
+  ...normCases(ctx, io),
+  ...ropeAndCacheCases(ctx, io),
+  ...gatherCases(ctx, io),
+];
 for (const c of all) {
   const t = await timeCase(ctx, () => c, { warmup: 2, repeats: 10 });
   console.log(

@@ -13,7 +13,7 @@
 //        k_cache[((block * Hkv + kh) * block_size + o) * head_dim + d],
 //        block = s / block_size, o = s % block_size   (the layout of reshape_and_cache.wgsl)
 // The k and v heads of qkv are read only. The angle is formed and reduced to [-pi, pi] exactly as
-// the former rope.wgsl did (see rope_angle below): inv_freq already holds any rope_scaling
+// the former rope kernel did (see rope_angle below): inv_freq already holds any rope_scaling
 // variant (linear, llama3), computed on the host.
 //
 // Precision of the angle: pos and inv_freq are each split into two 12-bit halves, the four

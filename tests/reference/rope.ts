@@ -1,5 +1,6 @@
 /**
- * Float64 reference of rotate-half rotary position embedding (GPT-NeoX / Hugging Face Llama).
+ * Float64 reference of rotate-half rotary position embedding (GPT-NeoX / Hugging Face Llama),
+ * and of `kernels/rope_and_cache.ts` (q/k head norm, RoPE, K/V cache write).
  *
  * @module
  */
@@ -7,7 +8,7 @@
 import type { DType } from "../../gpu/dtype.ts";
 import { reshapeAndCacheRef } from "./attention.ts";
 
-/** Head addressing shared with `kernels/rope.ts`. */
+/** Head addressing: head `h` of token `t` starts at `offset + t * tokenStride + h * headDim`. */
 export interface RopeRefLayout {
   readonly tokens: number;
   readonly heads: number;
