@@ -13,6 +13,10 @@
  * {@linkcode defaultMatmulPolicy}): `M <= decodeMaxRows` (default {@linkcode DECODE_MAX_ROWS})
  * is decode, larger M is prefill. Tests and benchmarks may force a kernel per call.
  *
+ * X may instead be the f32 `[M, 2K]` output of a fused gate/up projection, read as its SwiGLU
+ * activation `silu(gate) * up` ({@linkcode XForm} `"swiglu"`, chosen per call site), which
+ * spares the MLP its `silu_mul` dispatch.
+ *
  * Weights must be created with `padColsTo: 4` (row stride a multiple of 4, zero padding), so
  * kernels read whole vec4s of W; f16 weights are read as pairs of packed halves
  * (`unpack2x16float`), which needs no `shader-f16`.
@@ -35,6 +39,7 @@ import {
   ROW_BLOCKS,
   UNROLLED_BLOCKS,
   type WeightFormat,
+  type XForm,
 } from "./matmul_kernels.ts";
 
 export {
@@ -43,6 +48,7 @@ export {
   type MatmulPolicy,
   type MatmulVariant,
   type WeightFormat,
+  type XForm,
 };
 
 /** Options of {@linkcode Matmul}. */
@@ -62,8 +68,13 @@ export interface MatmulOptions {
 
 /** Buffers of one matmul call site; fixed for the op's lifetime. */
 export interface MatmulBuffers {
-  /** f32 `[M, K]` (row stride K, K = `weight.cols`), for every M the op will be encoded with. */
+  /**
+   * f32 `[M, K]` (row stride K, K = `weight.cols`), for every M the op will be encoded with; with
+   * `xForm: "swiglu"`, f32 `[M, 2K]` (per row K gate values then K up values).
+   */
   readonly x: GPUBufferBinding;
+  /** How X is read (see {@linkcode XForm}); default `"plain"`. */
+  readonly xForm?: XForm;
   /**
    * `[N, K]` weight (`[out, in]`): f16 or f32 created with `padColsTo: 4`, or quantized
    * (`GpuMatrix.createQuantized`).
@@ -89,6 +100,10 @@ interface KernelConfig {
   readonly variant: MatmulVariant;
   /** The weight format the kernel reads. */
   readonly format: WeightFormat;
+  /** How the kernel reads X. */
+  readonly xForm: XForm;
+  /** Whether the kernel reads X as vec4s (`unrolled` only; needs K % 4 == 0). */
+  readonly xVec4: boolean;
   readonly pipeline: GPUComputePipeline;
   /** Weight rows covered by one workgroup. */
   readonly rowsPerGroup: number;
@@ -132,13 +147,13 @@ export class Matmul {
     this.#compilePolicy(this.dtype);
   }
 
-  /** Compiles the policy's kernels for weights of `format`. */
-  #compilePolicy(format: WeightFormat): void {
+  /** Compiles the policy's kernels for weights of `format` and X read as `xForm`. */
+  #compilePolicy(format: WeightFormat, xForm: XForm = "plain"): void {
     if (this.policy === "cpu") {
-      for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, true, format);
+      for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, true, format, xForm);
     } else {
-      for (const mb of ROW_BLOCKS) this.config("gemv", mb, false, format);
-      this.config("tiled", 0, false, format);
+      for (const mb of ROW_BLOCKS) this.config("gemv", mb, false, format, xForm);
+      this.config("tiled", 0, false, format, xForm);
     }
   }
 
@@ -152,8 +167,10 @@ export class Matmul {
     mb: number,
     xVec4 = false,
     format: WeightFormat = this.dtype,
+    xForm: XForm = "plain",
   ): KernelConfig {
-    const tag = `matmul/${variant}/${format}/${this.bias ? "bias" : "nobias"}`;
+    const x = xForm === "plain" ? "" : `/${xForm}`;
+    const tag = `matmul/${variant}/${format}/${this.bias ? "bias" : "nobias"}${x}`;
     const key = variant === "tiled"
       ? tag
       : variant === "unrolled"
@@ -167,16 +184,17 @@ export class Matmul {
       format,
       this.bias,
       xVec4,
+      xForm,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
-    config = { key, variant, format, pipeline, rowsPerGroup, mPerGroup };
+    config = { key, variant, format, xForm, xVec4, pipeline, rowsPerGroup, mPerGroup };
     this.#configs.set(key, config);
     return config;
   }
 
   /**
    * The kernel configuration the policy (or `variant`) picks for `m` rows of X and a weight
-   * of `cols` columns whose row stride is `rowStride` elements. @internal
+   * of `cols` columns whose row stride is `rowStride` elements, X read as `xForm`. @internal
    */
   choose(
     m: number,
@@ -184,6 +202,7 @@ export class Matmul {
     rowStride: number,
     variant?: MatmulVariant,
     format: WeightFormat = this.dtype,
+    xForm: XForm = "plain",
   ): KernelConfig {
     const decode = m <= this.decodeMaxRows;
     const v = variant ??
@@ -197,18 +216,18 @@ export class Matmul {
         `Cannot encode matmul with ${v}: weight row stride ${rowStride} is not a multiple of 8`,
       );
     }
-    if (v === "tiled") return this.config("tiled", 0, false, format);
+    if (v === "tiled") return this.config("tiled", 0, false, format, xForm);
     if (v === "unrolled") {
       const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
-      return this.config(v, mb, cols % 4 === 0, format);
+      return this.config(v, mb, cols % 4 === 0, format, xForm);
     }
     if (v === "blocked" && !decode) {
-      return this.config(v, BLOCKED_PREFILL_MB, false, format);
+      return this.config(v, BLOCKED_PREFILL_MB, false, format, xForm);
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
     const mb = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
-    return this.config(v, mb, false, format);
+    return this.config(v, mb, false, format, xForm);
   }
 
   /**
@@ -242,13 +261,16 @@ export class Matmul {
     if (!Number.isInteger(ldy) || ldy < w.rows) {
       throw new RangeError(`Cannot bind matmul: ldy ${ldy} is less than N = ${w.rows}`);
     }
-    const xRows = Math.floor(bindingBytes(buffers.x) / (4 * w.cols));
+    const xForm = buffers.xForm ?? "plain";
+    // A SwiGLU X row holds gate and up: 2K values.
+    const xCols = xForm === "swiglu" ? 2 * w.cols : w.cols;
+    const xRows = Math.floor(bindingBytes(buffers.x) / (4 * xCols));
     const yRows = Math.floor((bindingBytes(buffers.y) / 4 - w.rows) / ldy) + 1;
     if (xRows < 1) {
       throw new RangeError(
         `Cannot bind matmul: x holds ${
           bindingBytes(buffers.x)
-        } bytes, less than one row of K = ${w.cols}`,
+        } bytes, less than one row of ${xCols} values (K = ${w.cols}, X ${xForm})`,
       );
     }
     if (bindingBytes(buffers.y) < 4 * w.rows) {
@@ -265,15 +287,16 @@ export class Matmul {
         }`,
       );
     }
-    if (w.quant !== null) this.#compilePolicy(w.quant);
+    // The constructor compiled the policy's kernels for plain X and weights of this dtype.
+    this.#compilePolicy(w.format, xForm);
     const slots = w.parts.map(() => arena.allocate());
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, Math.min(xRows, yRows));
     for (const config of this.#configs.values()) {
-      if (config.format !== w.format) continue;
+      if (config.format !== w.format || config.xForm !== xForm) continue;
       // unrolled reads 8-element steps: only weights whose row stride allows it are
       // bound; unrolled's vec4 X loads need K % 4 == 0.
       const steps8 = config.variant === "unrolled";
-      const xOk = config.variant !== "unrolled" || config.key.endsWith("/x1") || w.cols % 4 === 0;
+      const xOk = !config.xVec4 || w.cols % 4 === 0;
       if ((!steps8 || w.rowStride % 8 === 0) && xOk) op.bindGroups(config);
     }
     return op;
@@ -344,7 +367,14 @@ export class MatmulOp {
       );
     }
     const w = this.#buffers.weight;
-    const config = this.#matmul.choose(m, w.cols, w.rowStride, options.variant, w.format);
+    const config = this.#matmul.choose(
+      m,
+      w.cols,
+      w.rowStride,
+      options.variant,
+      w.format,
+      this.#buffers.xForm ?? "plain",
+    );
     const groups = this.bindGroups(config);
     const gz = Math.ceil(m / config.mPerGroup);
     if (gz > MAX_GROUPS_PER_DIM) {

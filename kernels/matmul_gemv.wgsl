@@ -10,11 +10,12 @@
 // Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32` (X rows per workgroup),
 // `const TPR: u32` (invocations per row, a power of two), `const RPW: u32` (rows per workgroup),
 // the weight binding `w` with `fn load_w4(i: u32) -> vec4<f32>`, `fn bias_at(n: u32) -> f32`,
-// matmul_x.wgsl (binding x, load_x4, load_x4_tail) and matmul_io.wgsl (Params, bindings y and
-// p, store_y).
+// matmul_x.wgsl (binding x, x_row, load_x4, load_x4_tail; or matmul_x_swiglu.wgsl) and
+// matmul_io.wgsl (Params, bindings y and p, store_y).
 //
 // Bindings (group 0):
-//   0 x    : storage read  array<f32>               [M, K], row stride K
+//   0 x    : storage read  array<f32>               [M, K], row stride K (matmul_x.wgsl), or
+//            [M, 2K] gate|up read as its SwiGLU (matmul_x_swiglu.wgsl)
 //   1 w    : storage read  vec4 of f32 / 2 x u32 (f16 pairs)  [rows, rowStride] one GpuMatrix
 //            part, rowStride % 4 == 0, padding zero; index = row * k4 + k / 4
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
@@ -24,7 +25,7 @@
 // Dispatch:  ceil(rows / RPW) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
 //            p.groups_n), times ceil(M / MB) in z.
 
-// Params, the bindings x, y, p, load_x4(_tail) and store_y: matmul_x.wgsl, matmul_io.wgsl
+// Params, the bindings x, y, p, x_row, load_x4(_tail) and store_y: matmul_x.wgsl, matmul_io.wgsl
 // (prepended).
 
 var<workgroup> partial: array<array<f32, TPR * RPW>, MB>;
@@ -47,7 +48,7 @@ fn main(
   let m0 = wid.z * MB;
   var xbase: array<u32, MB>;
   for (var i = 0u; i < MB; i++) {
-    xbase[i] = min(m0 + i, p.m - 1u) * p.k;
+    xbase[i] = x_row(min(m0 + i, p.m - 1u));
   }
   var acc: array<f32, MB>;
   let full = p.k / 4u;

@@ -32,6 +32,7 @@ import unrolledQuantSource from "./matmul_unrolled_q.wgsl" with { type: "text" }
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
 import ioSource from "./matmul_io.wgsl" with { type: "text" };
 import xSource from "./matmul_x.wgsl" with { type: "text" };
+import xSwigluSource from "./matmul_x_swiglu.wgsl" with { type: "text" };
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
@@ -40,6 +41,14 @@ import { unrollTemplate } from "./unroll.ts";
 
 /** What a matmul's weights are: plain f16 / f32, or a low-bit format (gpu/quant.ts). */
 export type WeightFormat = DType | QuantFormat;
+
+/**
+ * What a matmul reads as X: `"plain"`, f32 `[M, K]`; or `"swiglu"`, the f32 `[M, 2K]` output of
+ * a fused gate/up projection (per row K gate values then K up values) read as its SwiGLU
+ * activation `X[m, k] = silu(gate[m, k]) * up[m, k]`, computed as `silu_mul.wgsl` does (no
+ * separate activation dispatch).
+ */
+export type XForm = "plain" | "swiglu";
 
 /** The kernels behind `Matmul` (see the module documentation). */
 export type MatmulVariant = "tiled" | "gemv" | "blocked" | "unrolled";
@@ -194,6 +203,42 @@ function quantWeightBinding8(format: QuantFormat): string {
       "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y));\n}\n";
 }
 
+/** WGSL: SwiGLU of gate `g` and up `u`, as silu_mul.wgsl computes it. */
+const SILU_MUL4 = "fn silu_mul4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {\n" +
+  "  return g / (1.0 + exp(-g)) * u;\n}\n";
+
+/**
+ * X binding of `unrolled` on a SwiGLU gate|up buffer (`[M, 2K]`, see {@linkcode XForm}): the
+ * interface of {@linkcode xBinding8}, each X value `silu_mul4(gate, up)`.
+ */
+function xBinding8Swiglu(vec4: boolean): string {
+  return SILU_MUL4 + (vec4
+    ? "@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;\n" +
+      "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
+      "  let b = row * (p.k / 2u) + 2u * q;\n" +
+      "  let u = b + p.k / 4u;\n" +
+      "  return mat2x4<f32>(silu_mul4(x[b], x[u]), silu_mul4(x[b + 1u], x[u + 1u]));\n}\n" +
+      "fn load_x8_tail(row: u32, q: u32, rem: u32) -> mat2x4<f32> {\n" +
+      "  let b = row * (p.k / 2u) + 2u * q;\n" +
+      "  let u = b + p.k / 4u;\n" +
+      "  let hi = select(vec4<f32>(0.0), silu_mul4(x[b + 1u], x[u + 1u]), rem > 4u);\n" +
+      "  return mat2x4<f32>(silu_mul4(x[b], x[u]), hi);\n}\n"
+    : "@group(0) @binding(0) var<storage, read> x: array<f32>;\n" +
+      "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
+      "  let b = row * 2u * p.k + 8u * q;\n" +
+      "  let u = b + p.k;\n" +
+      "  return mat2x4<f32>(\n" +
+      "    silu_mul4(vec4<f32>(x[b], x[b + 1u], x[b + 2u], x[b + 3u]),\n" +
+      "      vec4<f32>(x[u], x[u + 1u], x[u + 2u], x[u + 3u])),\n" +
+      "    silu_mul4(vec4<f32>(x[b + 4u], x[b + 5u], x[b + 6u], x[b + 7u]),\n" +
+      "      vec4<f32>(x[u + 4u], x[u + 5u], x[u + 6u], x[u + 7u])));\n}\n" +
+      "fn load_x8_tail(row: u32, q: u32, rem: u32) -> mat2x4<f32> {\n" +
+      "  let v = load_x8(row, q);\n" +
+      "  let r = vec4<u32>(rem);\n" +
+      "  return mat2x4<f32>(select(vec4<f32>(0.0), v[0], vec4<u32>(0u, 1u, 2u, 3u) < r),\n" +
+      "    select(vec4<f32>(0.0), v[1], vec4<u32>(4u, 5u, 6u, 7u) < r));\n}\n");
+}
+
 /**
  * X binding of `unrolled`: `load_x8` / `load_x8_tail` over vec4s when every row starts on a
  * vec4 (K % 4 == 0), else over scalars.
@@ -230,9 +275,11 @@ function biasBinding(bias: boolean): string {
 /**
  * The WGSL source of `variant` for `mb` rows of X per invocation (`tiled` ignores `mb`), weights
  * of `format` (f16 / f32, or int8 / int4 dequantized in registers: `w' = q * scale`), with or
- * without bias, X read as vec4s (`unrolled`, when K % 4 == 0). Prepended to the kernel file: the
- * X binding (`matmul_x.wgsl`, or `unrolled`'s own), the weight and bias bindings, the constants,
- * and `matmul_io.wgsl` (Params, the Y and parameter bindings, `store_y`), shared by every kernel.
+ * without bias, X read as vec4s (`unrolled`, when K % 4 == 0), X plain or the SwiGLU of a
+ * gate|up buffer ({@linkcode XForm}). Prepended to the kernel file: the X binding
+ * (`matmul_x.wgsl` / `matmul_x_swiglu.wgsl`, or `unrolled`'s own), the weight and bias bindings,
+ * the constants, and `matmul_io.wgsl` (Params, the Y and parameter bindings, `store_y`), shared
+ * by every kernel.
  */
 export function kernelSource(
   variant: MatmulVariant,
@@ -240,6 +287,7 @@ export function kernelSource(
   format: WeightFormat,
   bias: boolean,
   xVec4: boolean,
+  xForm: XForm = "plain",
 ): KernelSource {
   const quant = format === "int8" || format === "int4" ? format : null;
   const w = variant !== "unrolled"
@@ -247,7 +295,11 @@ export function kernelSource(
     : quant === null
     ? weightBinding8(format)
     : quantWeightBinding8(quant);
-  const prelude = (variant === "unrolled" ? xBinding8(xVec4) : xSource) + w + biasBinding(bias);
+  const swiglu = xForm === "swiglu";
+  const x = variant === "unrolled"
+    ? (swiglu ? xBinding8Swiglu(xVec4) : xBinding8(xVec4))
+    : (swiglu ? xSwigluSource : xSource);
+  const prelude = x + w + biasBinding(bias);
   const kernel = (consts: Record<string, number>, source: string, rowsPerGroup: number) => ({
     code: prelude + Object.entries(consts).map(([k, v]) => `const ${k} = ${v}u;\n`).join("") +
       ioSource + source,

@@ -10,10 +10,11 @@
 // Prelude (prepended by kernels/matmul_kernels.ts): `const TM, TN, WX, WY, BK: u32`
 // (BK % 4 == 0), the weight binding `w` with `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are
 // read as packed u32 pairs), `fn bias_at(n: u32) -> f32` (with the bias binding when there is
-// one), matmul_x.wgsl (binding x) and matmul_io.wgsl (Params, bindings y and p, store_y).
+// one), matmul_x.wgsl (binding x, x_row, load_x1; or matmul_x_swiglu.wgsl) and matmul_io.wgsl (Params, bindings y and p, store_y).
 //
 // Bindings (group 0):
-//   0 x    : storage read  array<f32>               [M, K], row stride K
+//   0 x    : storage read  array<f32>               [M, K], row stride K (matmul_x.wgsl), or
+//            [M, 2K] gate|up read as its SwiGLU (matmul_x_swiglu.wgsl)
 //   1 w    : storage read  vec4 of f32 / 2 x u32 (f16 pairs)  [rows, rowStride] one GpuMatrix
 //            part, rowStride % 4 == 0, padding zero; index = row * k4 + k / 4
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
@@ -23,7 +24,8 @@
 // Dispatch:  ceil(rows / BN) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
 //            p.groups_n), times ceil(M / BM) in z.
 
-// Params, the bindings x, y, p and store_y: matmul_x.wgsl, matmul_io.wgsl (prepended).
+// Params, the bindings x, y, p, x_row, load_x1 and store_y: matmul_x.wgsl, matmul_io.wgsl
+// (prepended).
 
 const BM = WY * TM;
 const BN = WX * TN;
@@ -57,7 +59,7 @@ fn main(
       let k = k0 + kk;
       var v = 0.0;
       if (m < p.m && k < p.k) {
-        v = x[m * p.k + k];
+        v = load_x1(x_row(m) + k);
       }
       xs[kk * BM + mm] = v;
     }

@@ -1,11 +1,22 @@
 // matmul_x: the X binding of the matmul kernels that read it as f32 scalars (matmul_tiled.wgsl,
 // matmul_gemv.wgsl, matmul_blocked.wgsl), prepended by kernels/matmul_kernels.ts (kernelSource);
-// matmul_unrolled.wgsl has its own (vec4 loads when K % 4 == 0).
+// matmul_unrolled.wgsl has its own (vec4 loads when K % 4 == 0). matmul_x_swiglu.wgsl is the
+// same interface over a SwiGLU gate|up buffer.
 //
 // Bindings (group 0):
 //   0 x : storage read  array<f32>  [M, K], row stride K
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
+
+// Index of element 0 of X row m; element k of the row is at x_row(m) + k.
+fn x_row(m: u32) -> u32 {
+  return m * p.k;
+}
+
+// Element i of x.
+fn load_x1(i: u32) -> f32 {
+  return x[i];
+}
 
 // Elements base .. base + 3 of x.
 fn load_x4(base: u32) -> vec4<f32> {

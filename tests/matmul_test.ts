@@ -1,9 +1,9 @@
-import { throws as assertThrows } from "node:assert/strict";
+import { deepEqual as assertEqual, throws as assertThrows } from "node:assert/strict";
 import { AssertionError } from "node:assert";
 import type { GpuContext } from "../gpu/context.ts";
 import { type DType, roundTo } from "../gpu/dtype.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
-import { Matmul, type MatmulPolicy, type MatmulVariant } from "../kernels/matmul.ts";
+import { Matmul, type MatmulPolicy, type MatmulVariant, type XForm } from "../kernels/matmul.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -17,6 +17,7 @@ import {
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 import { matmulRef } from "./reference/matmul.ts";
+import { siluMulRef } from "./reference/activations.ts";
 
 type Shape = readonly [m: number, n: number, k: number];
 
@@ -31,6 +32,8 @@ interface Case {
   readonly ldy?: number;
   /** Expected number of weight parts (checks that the split really happens). */
   readonly parts?: number;
+  /** How the kernel reads X (default plain); "swiglu" binds a `[M, 2K]` gate|up buffer. */
+  readonly xForm?: XForm;
 }
 
 const kernels = new Map<string, Matmul>();
@@ -50,10 +53,15 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
   const [m, n, k] = c.shape;
   const ldy = c.ldy ?? n;
   const label = `${name} [${m}, ${n}, ${k}] ${c.dtype} ${c.bias ? "bias" : "no bias"} ` +
-    `${c.variant ?? `auto/${c.policy ?? "default"}`} ldy ${ldy}`;
+    `${c.variant ?? `auto/${c.policy ?? "default"}`} ldy ${ldy}` +
+    (c.xForm === "swiglu" ? " x swiglu" : "");
   const { seed, rng } = testSeed(label);
   const context = `seed ${seed} ${label}`;
-  const x = rng.array(m * k, -1, 1);
+  // The buffer the kernel reads, and the X it stands for (SwiGLU: gate and up in [-3, 3], where
+  // silu is far from linear).
+  const swiglu = c.xForm === "swiglu";
+  const xIn = swiglu ? rng.array(m * 2 * k, -3, 3) : rng.array(m * k, -1, 1);
+  const x = swiglu ? siluMulRef(xIn, m, k) : xIn;
   const w = rng.array(n * k, -1, 1);
   const bias = c.bias ? rng.array(n, -1, 1) : undefined;
   // unrolled needs a row stride that is a multiple of 8; every other kernel gets 4.
@@ -65,8 +73,8 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
     });
   }
   // Three NaNs after X: a kernel that reads past K in the last row without masking fails.
-  const xPadded = new Float32Array(m * k + 3).fill(NaN);
-  xPadded.set(x);
+  const xPadded = new Float32Array(xIn.length + 3).fill(NaN);
+  xPadded.set(xIn);
   const xBuf = upload(ctx, xPadded);
   const yBuf = poisonedF32(ctx, m * ldy);
   const biasBuf = bias === undefined ? undefined : upload(ctx, bias);
@@ -78,6 +86,7 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
       bias: biasBuf === undefined ? undefined : whole(biasBuf),
       y: whole(yBuf),
       ldy,
+      xForm: c.xForm,
     });
     await runPass(ctx, arena, (pass) => op.encode(pass, m, { variant: c.variant }));
     const got = await readF32(ctx, yBuf);
@@ -146,6 +155,34 @@ Deno.test(
   },
 );
 
+const SWIGLU_SHAPES: readonly Shape[] = [
+  [1, 1, 1],
+  [3, 17, 33],
+  [17, 67, 129],
+  [1, 40, 64],
+  [70, 30, 36],
+  [13, 30, 255],
+];
+
+Deno.test(
+  "matmul() reads X as silu(gate) * up of a [M, 2K] gate|up buffer in every kernel when xForm is swiglu",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const shape of SWIGLU_SHAPES) {
+      for (const dtype of DTYPES) {
+        for (const variant of VARIANTS) {
+          const bias = (VARIANTS.indexOf(variant) + DTYPES.indexOf(dtype)) % 2 === 1;
+          await check(ctx, "forced", { shape, dtype, bias, variant, xForm: "swiglu" });
+        }
+        for (const policy of ["cpu", "gpu"] as const) {
+          await check(ctx, "auto", { shape, dtype, bias: false, policy, xForm: "swiglu" });
+        }
+      }
+    }
+  },
+);
+
 Deno.test(
   "matmul() covers every column of a weight split across several parts, into a wider y",
   GPU_TEST,
@@ -167,6 +204,14 @@ Deno.test(
         variant,
         parts: 3,
         ldy: 97,
+      });
+      await check(ctx, "split", {
+        shape: [5, 90, 36],
+        dtype: "f32",
+        bias: false,
+        variant,
+        parts: 4,
+        xForm: "swiglu",
       });
     }
   },
@@ -196,10 +241,14 @@ Deno.test("matmul() rejects mismatched buffers and row counts", GPU_TEST, async 
       RangeError,
     );
     const op = kernel.bind(arena, { x: whole(x), weight: good, y: whole(y) });
+    // A SwiGLU X row is 2K = 20 values: x holds one.
+    const swiglu = kernel.bind(arena, { x: whole(x), weight: good, y: whole(y), xForm: "swiglu" });
+    assertEqual([op.maxRows, swiglu.maxRows], [2, 1]);
     const encoder = ctx.device.createCommandEncoder();
     const pass = encoder.beginComputePass();
     assertThrows(() => op.encode(pass, 3), RangeError);
     assertThrows(() => op.encode(pass, 0), RangeError);
+    assertThrows(() => swiglu.encode(pass, 2), RangeError);
     // Row stride 12: unrolled needs whole 8-element steps.
     assertThrows(() => op.encode(pass, 1, { variant: "unrolled" }), RangeError);
     pass.end();
