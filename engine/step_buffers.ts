@@ -71,10 +71,11 @@ export class StepBuffers {
   readonly qkv: GPUBuffer;
   /** f32 `[maxTokens, attn]`: attention output. */
   readonly attnOut: GPUBuffer;
-  /** f32 `[maxTokens, mlp]`: MLP up-projection (SwiGLU: gate then up). */
+  /**
+   * f32 `[maxTokens, mlp]`: MLP up-projection (SwiGLU: gate then up, read by the down
+   * projection as `silu(gate) * up`).
+   */
   readonly mlpUp: GPUBuffer;
-  /** f32 `[maxTokens, mlp / 2]` (SwiGLU only): the activation. */
-  readonly mlpAct: GPUBuffer;
   /** f32 `[maxSeqs, hidden]`: hidden state of each sampled row. */
   readonly lastHidden: GPUBuffer;
   /** f32 `[maxSeqs, hidden]`: the same after the final norm. */
@@ -136,7 +137,6 @@ export class StepBuffers {
     this.qkv = make("qkv", T * widths.qkv * 4);
     this.attnOut = make("attnOut", T * widths.attn * 4);
     this.mlpUp = make("mlpUp", T * widths.mlp * 4);
-    this.mlpAct = make("mlpAct", T * Math.max(1, Math.floor(widths.mlp / 2)) * 4);
     this.lastHidden = make("lastHidden", S * widths.hidden * 4);
     this.lastNormed = make("lastNormed", S * widths.hidden * 4);
     this.logits = make("logits", S * widths.vocab * 4);

@@ -11,8 +11,10 @@
  *   logits = rms(h) Wlm       (Wlm = embed when tied)
  *
  * The residual add is fused into the next RMSNorm (`h += delta; x = rms(h)`), q/k/v and
- * gate/up are fused projections, and the q/k head norms, RoPE and the K/V cache write are one
- * kernel (`rope_and_cache`), so attention runs without its own cache write.
+ * gate/up are fused projections, the q/k head norms, RoPE and the K/V cache write are one
+ * kernel (`rope_and_cache`), so attention runs without its own cache write, and the down
+ * projection reads its X as `silu(gate) * up` straight from the gate/up output (matmul
+ * `xForm: "swiglu"`), so SwiGLU has no dispatch of its own.
  *
  * @module
  */
@@ -25,7 +27,6 @@ import type { BindTargets } from "./bind_targets.ts";
 import { BoundModel, type EncodeForward } from "./model.ts";
 import { KERNEL_GROUPS } from "./step_passes.ts";
 import { ConfigError } from "../model/errors.ts";
-import type { SiluMulOp } from "../../kernels/silu_mul.ts";
 
 interface LayerWeights {
   inputNorm: GpuMatrix;
@@ -117,8 +118,8 @@ const GROUPS = {
   norm: "rms_norm (2 per layer, fused residual)",
   ropeAndCache: "q/k norm + rope + kv write",
   gateUp: "matmul gate_up",
-  act: "silu_mul",
-  down: "matmul down",
+  /** The down projection with SwiGLU fused into its X loads. */
+  down: "matmul down (+ silu_mul)",
   final: "final add + gather + norm",
 } as const;
 
@@ -134,7 +135,7 @@ interface DecoderLayer {
   o: Op;
   postNorm: Op;
   gateUp: Op;
-  act: SiluMulOp;
+  /** Reads X as silu(gate) * up of gateUp's output. */
   down: Op;
 }
 
@@ -195,12 +196,15 @@ function bindAttention(
   return { inputNorm, qkv, ropeAndCache, attn, o };
 }
 
-/** Binds a layer's MLP half: post-attention norm (residual fused), gate/up, SiLU * up, down. */
+/**
+ * Binds a layer's MLP half: post-attention norm (residual fused), gate/up, down (reading
+ * SiLU(gate) * up).
+ */
 function bindMlp(
   c: ModelConfig,
   t: BindTargets,
   lw: LayerWeights,
-): Pick<DecoderLayer, "postNorm" | "gateUp" | "act" | "down"> {
+): Pick<DecoderLayer, "postNorm" | "gateUp" | "down"> {
   const { kernels, arena, bufs } = t;
   const postNorm = kernels.rmsNorm.bind(
     arena,
@@ -212,13 +216,13 @@ function bindMlp(
     weight: lw.gateUp,
     y: b(bufs.mlpUp),
   });
-  const act = kernels.siluMul.bind(arena, { gateUp: b(bufs.mlpUp), out: b(bufs.mlpAct) });
   const down = kernels.matmul(false).bind(arena, {
-    x: b(bufs.mlpAct),
+    x: b(bufs.mlpUp),
+    xForm: "swiglu",
     weight: lw.down,
     y: b(bufs.delta),
   });
-  return { postNorm, gateUp, act, down };
+  return { postNorm, gateUp, down };
 }
 
 /**
@@ -235,7 +239,6 @@ function forward(
 ): EncodeForward {
   const { kernels, arena, bufs } = t;
   const H = c.hiddenSize;
-  const I = c.intermediateSize;
   const finalAdd = kernels.add.bind(arena, { a: b(bufs.hidden), b: b(bufs.delta) });
   const gather = kernels.gatherRows.bind(arena, {
     src: b(bufs.hidden),
@@ -258,7 +261,6 @@ function forward(
       L.o.encode(passes.at(GROUPS.o), T);
       L.postNorm.encode(passes.at(GROUPS.norm), T);
       L.gateUp.encode(passes.at(GROUPS.gateUp), T);
-      L.act.encode(passes.at(GROUPS.act), T, I);
       L.down.encode(passes.at(GROUPS.down), T);
     }
     if (step.numSampled > 0) {

@@ -16,7 +16,6 @@ import { Matmul } from "../../kernels/matmul.ts";
 import { RmsNorm } from "../../kernels/rms_norm.ts";
 import { RopeAndCache } from "../../kernels/rope_and_cache.ts";
 import { Sample } from "../../kernels/sample.ts";
-import { SiluMul } from "../../kernels/silu_mul.ts";
 import { TokenFeed } from "../../kernels/token_feed.ts";
 import { TokenMask } from "../../kernels/token_mask.ts";
 
@@ -33,7 +32,6 @@ export class KernelSet {
   /** q/k head norm, RoPE and the K/V cache write of the RoPE architectures. */
   readonly ropeAndCache: RopeAndCache;
   readonly sample: Sample;
-  readonly siluMul: SiluMul;
   readonly tokenFeed: TokenFeed;
   readonly tokenMask: TokenMask;
   readonly #matmul: Matmul;
@@ -50,7 +48,6 @@ export class KernelSet {
     this.rmsNorm = new RmsNorm(ctx);
     this.ropeAndCache = new RopeAndCache(ctx);
     this.sample = new Sample(ctx);
-    this.siluMul = new SiluMul(ctx);
     this.tokenFeed = new TokenFeed(ctx);
     this.tokenMask = new TokenMask(ctx);
     this.#matmul = new Matmul(ctx, { dtype, bias: false });
