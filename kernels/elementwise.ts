@@ -1,5 +1,5 @@
 /**
- * The one generic element-wise op behind `add`, `gelu_new`, `silu_mul` and `gather_rows`: a
+ * The one generic element-wise op behind `add`, `gelu_new` and `gather_rows`: a
  * kernel file that defines `element_count()` and `element(i)` (see `elementwise.wgsl`, the shared
  * entry point appended to it), compiled once, bound per call site, and dispatched with one
  * invocation per element. A kernel may also run in place: then an operand binding is declared
@@ -127,7 +127,7 @@ export class ElementwiseOp<Dims extends readonly number[]> {
 
   /**
    * Encodes the kernel over the elements `dims` describe (e.g. `count` for add and gelu_new,
-   * `tokens, inter` for silu_mul, `rows, cols` for gather_rows): one invocation per element of
+   * `rows, cols` for gather_rows): one invocation per element of
    * their product.
    *
    * @throws {RangeError} when the kernel checks capacity and a bound buffer holds fewer f32

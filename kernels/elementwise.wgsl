@@ -1,5 +1,5 @@
 // elementwise: the entry point of the one-invocation-per-element kernels (add.wgsl,
-// gelu_new.wgsl, silu_mul.wgsl, gather_rows.wgsl), appended to each kernel file by
+// gelu_new.wgsl, gather_rows.wgsl), appended to each kernel file by
 // kernels/elementwise.ts. The kernel file declares its Params `p`, its bindings and
 //   fn element_count() -> u32   elements of this dispatch (read from p)
 //   fn element(i: u32)          computes and stores element i (i < element_count())

@@ -15,7 +15,7 @@
  *
  * X may instead be the f32 `[M, 2K]` output of a fused gate/up projection, read as its SwiGLU
  * activation `silu(gate) * up` ({@linkcode XForm} `"swiglu"`, chosen per call site), which
- * spares the MLP its `silu_mul` dispatch.
+ * spares the MLP a separate activation dispatch.
  *
  * Weights must be created with `padColsTo: 4` (row stride a multiple of 4, zero padding), so
  * kernels read whole vec4s of W; f16 weights are read as pairs of packed halves

@@ -45,7 +45,7 @@ export type WeightFormat = DType | QuantFormat;
 /**
  * What a matmul reads as X: `"plain"`, f32 `[M, K]`; or `"swiglu"`, the f32 `[M, 2K]` output of
  * a fused gate/up projection (per row K gate values then K up values) read as its SwiGLU
- * activation `X[m, k] = silu(gate[m, k]) * up[m, k]`, computed as `silu_mul.wgsl` does (no
+ * activation `X[m, k] = silu(gate[m, k]) * up[m, k]`, `silu(g) = g / (1 + exp(-g))` (no
  * separate activation dispatch).
  */
 export type XForm = "plain" | "swiglu";
@@ -203,7 +203,7 @@ function quantWeightBinding8(format: QuantFormat): string {
       "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y));\n}\n";
 }
 
-/** WGSL: SwiGLU of gate `g` and up `u`, as silu_mul.wgsl computes it. */
+/** WGSL: SwiGLU of gate `g` and up `u`, as matmul_x_swiglu.wgsl computes it. */
 const SILU_MUL4 = "fn silu_mul4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {\n" +
   "  return g / (1.0 + exp(-g)) * u;\n}\n";
 

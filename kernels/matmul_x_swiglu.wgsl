@@ -2,15 +2,16 @@
 // output of a fused gate/up projection, so a matmul reads its X as the SwiGLU activation
 // without a silu_mul dispatch:
 //   X[m, k] = silu(x[m, k]) * x[m, K + k],  silu(g) = g / (1 + exp(-g))
-// computed exactly as silu_mul.wgsl does. Prepended by kernels/matmul_kernels.ts (kernelSource)
-// instead of matmul_x.wgsl when a call site binds `xForm: "swiglu"`.
+// (in that order of operations, as the separate silu_mul kernel it replaced).
+// Prepended by kernels/matmul_kernels.ts (kernelSource) instead of matmul_x.wgsl when a call site
+// binds `xForm: "swiglu"`.
 //
 // Bindings (group 0):
 //   0 x : storage read  array<f32>  [M, 2K]: per row K gate values then K up values
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 
-// SwiGLU of gate g and up u, as silu_mul.wgsl.
+// SwiGLU of gate g and up u: g / (1 + exp(-g)) * u.
 fn silu_mul4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {
   return g / (1.0 + exp(-g)) * u;
 }
