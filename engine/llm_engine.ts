@@ -42,7 +42,11 @@ import { RequestOutputState } from "./output_processor.ts";
 import { StepPipeline } from "./step_pipeline.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 import type { Scheduler } from "../scheduler/scheduler_api.ts";
-import type { SchedulerOutput } from "../scheduler/scheduler_output.ts";
+import {
+  endsRequests,
+  hasDeviceWork,
+  type SchedulerOutput,
+} from "../scheduler/scheduler_output.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
 
 export { type Logger, resolveMaxModelLen } from "./engine_setup.ts";
@@ -303,10 +307,7 @@ export class LLMEngine implements EngineClient {
       // them (unless it is compiling a grammar first) so those requests run now.
       if (this.#structured.active) await this.#structured.settled();
       const output = this.#scheduler.schedule();
-      if (
-        output.scheduled.length === 0 && output.swappedIn.length === 0 &&
-        output.swappedOut.length === 0
-      ) {
+      if (!hasDeviceWork(output)) {
         this.#reportEndedIn(output);
         this.#pipeline.pushEmpty(output);
         return true;
@@ -349,7 +350,7 @@ export class LLMEngine implements EngineClient {
    * executor learns the request lifecycle from the outputs alone.
    */
   #reportEndedIn(output: SchedulerOutput): void {
-    if (output.finished.length > 0 || output.aborted.length > 0) this.#executor.execute(output);
+    if (endsRequests(output)) this.#executor.execute(output);
   }
 
   /** Waits for `ms` (null: until kicked). */

@@ -117,6 +117,20 @@ export interface SchedulerOutput {
   readonly aborted: readonly string[];
 }
 
+/** Whether `output` has device work: tokens to compute or blocks to swap. */
+export function hasDeviceWork(output: SchedulerOutput): boolean {
+  return output.scheduled.length > 0 || output.swappedOut.length > 0 ||
+    output.swappedIn.length > 0;
+}
+
+/**
+ * Whether `output` lists ended requests: an executor must see it even when it has no device
+ * work, as it learns the request lifecycle from the outputs alone.
+ */
+export function endsRequests(output: SchedulerOutput): boolean {
+  return output.finished.length > 0 || output.aborted.length > 0;
+}
+
 /** What a step's results did to one request (returned by `updateFromOutput`). */
 export interface RequestUpdate {
   /** The request's id. */

@@ -28,7 +28,11 @@
  */
 
 import type { Scheduler } from "../../scheduler/scheduler_api.ts";
-import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
+import {
+  endsRequests,
+  hasDeviceWork,
+  type SchedulerOutput,
+} from "../../scheduler/scheduler_output.ts";
 import { samplingParams } from "../../scheduler/sampling_params.ts";
 import type { Executor, SampledToken } from "../../engine/executors/executor.ts";
 import { VirtualClock } from "../../engine/executors/mock_executor.ts";
@@ -172,15 +176,12 @@ class HarnessRun {
         const output = scheduler.schedule();
         this.#schedulerMs += performance.now() - t0;
         // A step that only moves blocks (swap-out / swap-in) is executed too, as by the engine.
-        if (
-          output.scheduled.length > 0 || output.swappedOut.length > 0 ||
-          output.swappedIn.length > 0
-        ) {
+        if (hasDeviceWork(output)) {
           await this.#submit(output);
           continue;
         }
         // The executor learns of ended requests from the outputs alone.
-        if (output.finished.length > 0 || output.aborted.length > 0) executor.execute(output);
+        if (endsRequests(output)) executor.execute(output);
         if (this.#busy()) {
           // Empty steps are applied in order like any other.
           this.#inFlight.push({ output, result: Promise.resolve(new Map()) });
