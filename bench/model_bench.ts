@@ -64,6 +64,8 @@ const report: ModelBenchReport = {
   weightDtype: ctx.weightDtype,
   lpNumThreads: Deno.env.get("LP_NUM_THREADS") ?? "(default)",
   matmulVariant: forced ?? "(policy)",
+  kernelProfile: `${ctx.profile} (${ctx.profileReason})`,
+  overlap: options.overlap ?? !ctx.isCpuProfile,
 };
 for (const line of headerLines(report)) log(line);
 const env: BenchEnv = { ctx, options, modelDir: model.dir, report, log };

@@ -76,6 +76,23 @@ export interface StepTiming {
   readonly groups?: KernelGroupRecorder;
 }
 
+/**
+ * How to run one step: its GPU timing (benchmarks), and whether its readback may wait for the
+ * next step (`overlap`).
+ *
+ * Deno's `mapAsync` (and `onSubmittedWorkDone`) blocks the calling thread, in the call itself,
+ * until the GPU has finished every submitted step (deno ext/webgpu polls the device with a
+ * blocking wait first). Started right after a step's submit, it keeps the host from encoding
+ * the next step while the GPU runs this one. With `overlap`, the step's readback starts only
+ * when the next `execute` has encoded and finished its command buffer, just before submitting
+ * it (or at {@linkcode ModelRunner.flush}): the host encodes step N+1 while the GPU runs step
+ * N, and the GPU waits for the host only for that submit. The caller must then call `execute`
+ * again or `flush()` before it waits on this step's result.
+ */
+export interface StepOptions extends StepTiming {
+  readonly overlap?: boolean;
+}
+
 /** A submitted step. */
 export interface StepHandle {
   /** The runner's number for this step (0, 1, ...): name its samples with `sampledRef`. */
@@ -103,6 +120,8 @@ export class ModelRunner {
   readonly #single = new SinglePass();
   #step = 0;
   readonly #ring: ReadbackRing;
+  /** Starts the newest step's readback when it was deferred (`overlap`), else null. */
+  #deferred: (() => void) | null = null;
   readonly #own: { destroy(): void }[];
   readonly #host: {
     cuQLens: Uint32Array<ArrayBuffer>;
@@ -240,11 +259,23 @@ export class ModelRunner {
   }
 
   /**
-   * Encodes and submits one step; does not wait for the GPU.
+   * Starts the readback of the newest step if it was deferred ({@linkcode StepOptions.overlap}):
+   * blocks until the GPU has finished every submitted step. Call it before waiting on the
+   * result of a step submitted with `overlap` when no later step will be executed first.
+   */
+  flush(): void {
+    const start = this.#deferred;
+    this.#deferred = null;
+    start?.();
+  }
+
+  /**
+   * Encodes and submits one step; does not wait for the GPU. Starts the previous step's
+   * deferred readback (see {@linkcode StepOptions.overlap}) once this step is encoded.
    *
    * @throws {RangeError} when the batch does not fit the runner (see {@linkcode validateBatch}).
    */
-  execute(batch: ForwardBatch, timing?: StepTiming): StepHandle {
+  execute(batch: ForwardBatch, options: StepOptions = {}): StepHandle {
     this.ctx.check();
     const B = this.#bufs.capacity.maxBlocksPerSeq;
     validateBatch(batch, {
@@ -294,13 +325,13 @@ export class ModelRunner {
       numSampled: rows,
     };
     const encoder = this.ctx.device.createCommandEncoder({ label: "step" });
-    const pass = encoder.beginComputePass(timing?.descriptor);
-    const passes = timing?.groups?.use(pass) ?? this.#single.use(pass);
+    const pass = encoder.beginComputePass(options.descriptor);
+    const passes = options.groups?.use(pass) ?? this.#single.use(pass);
     this.#feed.encode(passes.at(KERNEL_GROUPS.embedding), T);
     this.#model.encode(passes, step);
     this.#sampler.encode(passes, plan, slot);
     pass.end();
-    timing?.resolve?.(encoder);
+    options.resolve?.(encoder);
     const readback = rows > 0
       ? this.#ring.encode(
         encoder,
@@ -310,19 +341,28 @@ export class ModelRunner {
       )
       : undefined;
     this.#arena.flush();
-    q.submit([encoder.finish()]);
-    const result = readback === undefined
-      ? q.onSubmittedWorkDone().then(() => ({
-        tokens: new Uint32Array(0),
-        logprobs: new Float32Array(0),
-        top: [],
-      }))
-      : readback.start().data.then((bytes) => this.#sampler.read(bytes, plan));
-    return { step: stepIndex, rows, result };
+    const commands = encoder.finish();
+    // The previous step's readback, if deferred: waits for the GPU to finish that step, so the
+    // submit below follows at once.
+    this.flush();
+    q.submit([commands]);
+    const complete = (): Promise<SampledRows> =>
+      readback === undefined
+        ? q.onSubmittedWorkDone().then(() => ({
+          tokens: new Uint32Array(0),
+          logprobs: new Float32Array(0),
+          top: [],
+        }))
+        : readback.start().data.then((bytes) => this.#sampler.read(bytes, plan));
+    if (options.overlap !== true) return { step: stepIndex, rows, result: complete() };
+    const deferred = Promise.withResolvers<SampledRows>();
+    this.#deferred = () => complete().then(deferred.resolve, deferred.reject);
+    return { step: stepIndex, rows, result: deferred.promise };
   }
 
   /** Releases every GPU buffer of the model. */
   destroy(): void {
+    this.flush();
     this.#ring.destroy();
     this.#sampler.destroy();
     for (const o of this.#own.reverse()) o.destroy();

@@ -81,6 +81,11 @@ export class StepPipeline {
     this.#queue.push({ output, result: Promise.resolve(new Map()), empty: true });
   }
 
+  /** Whether a step that scheduled work is queued. */
+  get hasSubmitted(): boolean {
+    return this.#queue.some((s) => !s.empty);
+  }
+
   /** Takes the oldest step. */
   shift(): InFlight | undefined {
     return this.#queue.shift();

@@ -57,12 +57,24 @@ export class GpuTimer {
 
   /** After submission: the duration in milliseconds of each of the first `passes` passes. */
   async read(passes: number): Promise<number[]> {
+    return (await this.readSpans(passes)).map((s) => s.end - s.start);
+  }
+
+  /**
+   * After submission: the start and end of each of the first `passes` passes, in milliseconds
+   * from the first one's start (the passes may come from several submissions: e.g. the idle
+   * time between two steps is `spans[i + 1].start - spans[i].end`).
+   */
+  async readSpans(passes: number): Promise<{ start: number; end: number }[]> {
     await this.#staging.mapAsync(GPUMapMode.READ, 0, passes * 16);
     const t = new BigUint64Array(this.#staging.getMappedRange(0, passes * 16).slice(0));
     this.#staging.unmap();
-    const out: number[] = [];
-    for (let i = 0; i < passes; i++) out.push(Number(t[2 * i + 1]! - t[2 * i]!) / 1e6);
-    return out;
+    const t0 = t[0] ?? 0n;
+    const ms = (v: bigint) => Number(v - t0) / 1e6;
+    return Array.from({ length: passes }, (_, i) => ({
+      start: ms(t[2 * i]!),
+      end: ms(t[2 * i + 1]!),
+    }));
   }
 
   /** Releases the query set and buffers. */

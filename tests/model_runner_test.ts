@@ -32,8 +32,14 @@ for (const preset of PRESETS) {
           for (const len of [1, 7, 33]) {
             const prompt = Array.from({ length: len }, () => rng.int(0, 500));
             const expected = ref.greedy(prompt, MAX_TOKENS).map((s) => s.token);
-            const got = await soloGreedy(runner, prompt, MAX_TOKENS, { blocks });
-            assert.deepEqual(got, expected, `seed ${seed} prompt length ${len}: ${prompt}`);
+            // Steps overlapped with the next step's encoding (the gpu profile's engine) or not.
+            const overlap = len !== 7;
+            const got = await soloGreedy(runner, prompt, MAX_TOKENS, { blocks, overlap });
+            assert.deepEqual(
+              got,
+              expected,
+              `seed ${seed} prompt length ${len}, overlap ${overlap}: ${prompt}`,
+            );
           }
         } finally {
           runner.destroy();
@@ -161,6 +167,7 @@ Deno.test(
             blocks: rng.permutation(SOLO_RUNNER_OPTIONS.numKvBlocks),
             penalties: c.penalties,
             depth: 6,
+            overlap: len === 19,
           });
           assert.deepEqual(
             got.tokens,
@@ -239,5 +246,45 @@ Deno.test(
       // Rows that ask for none get none.
       const plain = await soloRun(runner, [1, 2, 3], 3);
       assert.deepEqual(plain.top, [[], [], []], `seed ${seed}`);
+    }),
+);
+
+Deno.test(
+  "ModelRunner.execute() with overlap starts a step's readback only at the next execute or flush()",
+  GPU_TEST,
+  () =>
+    withRunner("runner overlap", async (runner, _ref, seed, rng) => {
+      const prompt = Array.from({ length: 6 }, () => rng.int(0, 500));
+      const settled = (p: Promise<unknown>, ms: number) =>
+        Promise.race([
+          p.then(() => true),
+          new Promise<boolean>((r) => setTimeout(() => r(false), ms)),
+        ]);
+      const positions = Uint32Array.from(prompt, (_, i) => i);
+      const step = (ids: Uint32Array, at: Uint32Array) =>
+        runner.execute({
+          inputIds: ids,
+          positions: at,
+          slotMapping: at,
+          seqs: [{
+            queryLen: ids.length,
+            contextLen: at.at(-1)! + 1,
+            blockTable: [0],
+            sample: { temperature: 0 },
+          }],
+        }, { overlap: true });
+      const first = step(Uint32Array.from(prompt), positions);
+      // A readback started at once resolves ~10 ms after the step (Deno's poll); this one waits.
+      assert.equal(await settled(first.result, 300), false, `seed ${seed}: resolved early`);
+      const second = step(
+        Uint32Array.of(runner.sampledRef(first.step, 0)),
+        Uint32Array.of(prompt.length),
+      );
+      assert.equal(await settled(first.result, 5000), true, `seed ${seed}: next execute`);
+      assert.equal(await settled(second.result, 300), false, `seed ${seed}: second early`);
+      runner.flush();
+      const [a, b] = [await first.result, await second.result];
+      const expected = await soloGreedy(runner, prompt, 2, { blocks: [1] });
+      assert.deepEqual([a.tokens[0], b.tokens[0]], expected, `seed ${seed}`);
     }),
 );

@@ -42,7 +42,10 @@ export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
   });
   const seconds = (performance.now() - t0) / 1000;
   env.log(loadLine(seconds, quantization, runner.weights, env.ctx.weightDtype));
-  return new BenchWorkload(runner, blocksPerSeq);
+  const work = new BenchWorkload(runner, blocksPerSeq);
+  // As the engine runs them (engine/engine_setup.ts), unless --overlap says otherwise.
+  work.overlap = env.options.overlap ?? !env.ctx.isCpuProfile;
+  return work;
 }
 
 async function measurePrefills(env: BenchEnv, work: BenchWorkload): Promise<PrefillResult[]> {

@@ -20,6 +20,8 @@ const USAGE = `usage: deno task bench:model [options]
   --matmul-variant V           force one matmul kernel (tiled, gemv, blocked, unrolled)
   --force-f32                  f32 weights even with shader-f16
   --kernel-profile auto|cpu|gpu   kernel variants (default auto: from the adapter)
+  --overlap auto|on|off         decode steps overlapped with the host's encoding of the next
+                               (default auto: as the engine runs them, on under the gpu profile)
   --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
                                (default none); ratios to the first are printed
   --json                       print one JSON report`;
@@ -43,6 +45,8 @@ export interface ModelBenchOptions {
   readonly forceF32: boolean;
   readonly kernelProfile: string | undefined;
   readonly quantizations: readonly Quantization[];
+  /** `--overlap`: undefined for auto. */
+  readonly overlap: boolean | undefined;
   readonly json: boolean;
 }
 
@@ -63,6 +67,7 @@ function parseFlags(argv: string[]) {
         "force-f32": { type: "boolean", default: false },
         "kernel-profile": { type: "string" },
         quantization: { type: "string", default: "none" },
+        overlap: { type: "string", default: "auto" },
         json: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
       },
@@ -86,6 +91,9 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
   let quantizations: Quantization[];
   try {
     quantizations = list(values.quantization).map(parseQuantization);
+    if (!["auto", "on", "off"].includes(values.overlap)) {
+      throw new TypeError(`--overlap expects auto, on or off, got "${values.overlap}"`);
+    }
   } catch (error) {
     console.error(`error: ${error instanceof Error ? error.message : error}`);
     Deno.exit(2);
@@ -100,6 +108,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     forceF32: values["force-f32"],
     kernelProfile: values["kernel-profile"],
     quantizations,
+    overlap: values.overlap === "auto" ? undefined : values.overlap === "on",
     json: values.json,
   };
 }

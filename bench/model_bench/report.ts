@@ -19,6 +19,9 @@ export interface ModelBenchReport {
   weightDtype: string;
   lpNumThreads: string;
   matmulVariant: string;
+  /** Kernel profile, and whether decode steps overlap the host's encoding of the next. */
+  kernelProfile: string;
+  overlap: boolean;
   copyBandwidthGBs?: number;
   runs?: RunResult[];
   breakdown?: Record<string, Group[]>;
@@ -46,7 +49,8 @@ export function headerLines(r: ModelBenchReport): string[] {
   return [
     `model_bench: ${r.machine}`,
     `command: ${r.command}; date ${r.date}; LP_NUM_THREADS ${r.lpNumThreads}; ` +
-    `matmul kernel ${r.matmulVariant}`,
+    `matmul kernel ${r.matmulVariant}; kernel profile ${r.kernelProfile}; decode steps ` +
+    (r.overlap ? "overlapped (readback at the next submit)" : "not overlapped"),
     `model: ${r.model} (weights ${r.weightDtype})`,
   ];
 }
@@ -83,7 +87,11 @@ export function decodeLines(r: DecodeResult, stepWeightBytes: number, layers: nu
     `(${(k.dispatchesPerCall / layers).toFixed(1)} per layer, fixed ones included), ` +
     `${k.hostMsPerCall.toFixed(2)} ms to prepare, encode and submit; blocked in WebGPU: ` +
     `${k.submitMsPerCall.toFixed(1)} ms in queue.submit, ${k.mapAsyncMsPerCall.toFixed(1)} ms ` +
-    `in mapAsync (the device's work, where the adapter does it on this thread)`,
+    `in mapAsync (Deno waits there for the GPU to finish the steps submitted so far)`,
+    ...(r.gpu === null ? [] : [
+      `  GPU per step (timestamps): ${r.gpu.busyMsPerStep.toFixed(2)} ms computing, ` +
+      `${r.gpu.idleMsPerStep.toFixed(3)} ms idle between steps (waiting for the host)`,
+    ]),
   ];
 }
 

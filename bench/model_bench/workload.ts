@@ -11,6 +11,7 @@
 
 import type { ForwardBatch } from "../../engine/forward_batch.ts";
 import type { ModelRunner } from "../../engine/model_runner.ts";
+import { GpuTimer } from "../../gpu/timer.ts";
 import { type StepCost, StepCostProbe } from "../lib/step_cost.ts";
 import { BLOCK, PROMPT } from "./options.ts";
 
@@ -35,6 +36,34 @@ export interface DecodeResult {
   readonly tokensPerS: number;
   /** Host cost of the steps after the first. */
   readonly cost: StepCost;
+  /** The GPU's timeline of those steps (with `timestamp-query`), else null. */
+  readonly gpu: GpuTimeline | null;
+}
+
+/**
+ * The GPU's timeline of the timed decode steps, from timestamps written at the start and end of
+ * each step's compute pass: the time it computes and the time it waits between two steps (for
+ * the host to submit the next one), averaged per step.
+ */
+export interface GpuTimeline {
+  readonly busyMsPerStep: number;
+  /** Mean gap between one step's end and the next one's start. */
+  readonly idleMsPerStep: number;
+}
+
+/** Reads the timeline of the `steps` passes `timer` timed. */
+async function readTimeline(runner: ModelRunner, timer: GpuTimer, steps: number) {
+  const encoder = runner.ctx.device.createCommandEncoder();
+  timer.resolve(encoder, steps);
+  runner.ctx.device.queue.submit([encoder.finish()]);
+  const spans = await timer.readSpans(steps);
+  let busy = 0;
+  let idle = 0;
+  spans.forEach((s, i) => {
+    busy += s.end - s.start;
+    if (i > 0) idle += s.start - spans[i - 1]!.end;
+  });
+  return { busyMsPerStep: busy / steps, idleMsPerStep: steps > 1 ? idle / (steps - 1) : 0 };
 }
 
 /** Prefill and decode steps of one runner (see the module doc). */
@@ -44,6 +73,12 @@ export class BenchWorkload {
    * blocks from `blocksPerSeq * (s + 1)` on.
    */
   constructor(readonly runner: ModelRunner, readonly blocksPerSeq: number) {}
+
+  /**
+   * Decode steps defer their readback to the next step's submit, as the engine runs them
+   * (`StepOptions.overlap`); false starts each readback right after its submit.
+   */
+  overlap = true;
 
   /** Token ids the prompts use (the first 500 of the vocabulary at most). */
   get vocabTokens(): number {
@@ -107,11 +142,13 @@ export class BenchWorkload {
     const tables = this.tables(batch);
     const pending: Promise<unknown>[] = [];
     const probe = new StepCostProbe();
+    const timer = runner.ctx.hasTimestamps ? new GpuTimer(runner.ctx, steps) : null;
     let prev = -1;
     let start = 0;
     let cpu0 = 0;
     for (let i = 0; i <= steps; i++) {
       if (i === 1) {
+        runner.flush();
         await pending[0];
         start = performance.now();
         cpu0 = cpuSeconds();
@@ -122,17 +159,22 @@ export class BenchWorkload {
         (s) => i === 0 ? PROMPT % this.vocabTokens : runner.sampledRef(prev, s),
       );
       // Steps after the first are timed for their host cost (dispatches, encode + submit).
-      const h = i === 0 ? runner.execute(input) : probe.measure(() => runner.execute(input));
+      const descriptor = i === 0 ? undefined : timer?.passDescriptor(i - 1);
+      const run = () => runner.execute(input, { overlap: this.overlap, descriptor });
+      const h = i === 0 ? run() : probe.measure(run);
       prev = h.step;
       pending.push(h.result);
       if (i >= 1 && pending.length - 1 >= runner.maxInFlight + 1) {
         await pending[pending.length - 1 - runner.maxInFlight];
       }
     }
+    runner.flush();
     await Promise.all(pending);
     const wallMs = performance.now() - start;
     const cpuS = cpuSeconds() - cpu0;
     const tokensPerS = (batch * steps) / (wallMs / 1000);
-    return { batch, steps, wallMs, cpuS, tokensPerS, cost: probe.result() };
+    const gpu = timer === null ? null : await readTimeline(runner, timer, steps);
+    timer?.destroy();
+    return { batch, steps, wallMs, cpuS, tokensPerS, cost: probe.result(), gpu };
   }
 }

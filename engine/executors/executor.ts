@@ -62,6 +62,12 @@ export interface Executor {
    */
   swapInReady?(output: SchedulerOutput): Promise<void> | undefined;
   /**
+   * When a step's result may wait for the next `execute` (the WebGPU executor's overlapped
+   * steps): starts it now. The engine calls it before awaiting a step that no later submitted
+   * step follows.
+   */
+  flush?(): void;
+  /**
    * Requests whose per-request state (seeds, penalty histories) the executor holds: 0 once
    * every request has ended and an output listing it was executed. For leak checks.
    */

@@ -46,6 +46,12 @@ export interface WebGpuExecutorOptions {
   readonly numSwapBlocks: number;
   /** Seeds for requests without one. */
   readonly seedSource: () => number;
+  /**
+   * Defer each step's readback to the next step's submit (`StepOptions.overlap`), so the host
+   * encodes a step while the GPU runs the previous one; the engine then calls
+   * {@linkcode WebGpuExecutor.flush} before it waits on the newest step. Default false.
+   */
+  readonly overlapSteps?: boolean;
 }
 
 /** A penalised request's output so far: known ids, then samples still on the GPU. */
@@ -120,10 +126,12 @@ export class WebGpuExecutor implements Executor {
   readonly #history = new Map<string, PenaltyHistory>();
   /** The host swap pool and the copies to and from it. */
   readonly #swap: SwapSpace;
+  readonly #overlap: boolean;
 
   constructor(runner: ModelRunner, options: WebGpuExecutorOptions) {
     this.runner = runner;
     this.#seedSource = options.seedSource;
+    this.#overlap = options.overlapSteps ?? false;
     this.#swap = new SwapSpace(runner.ctx, runner.kv, options.numSwapBlocks);
   }
 
@@ -167,6 +175,11 @@ export class WebGpuExecutor implements Executor {
     return out;
   }
 
+  /** Starts the newest step's deferred readback (see `overlapSteps`). */
+  flush(): void {
+    this.runner.flush();
+  }
+
   swapInReady(output: SchedulerOutput): Promise<void> | undefined {
     return this.#swap.ready(output);
   }
@@ -179,9 +192,14 @@ export class WebGpuExecutor implements Executor {
   execute(output: SchedulerOutput, tokenMasks?: ReadonlyMap<string, Uint32Array>): ExecutedStep {
     this.#track(output);
     this.#swap.copy(output);
-    if (output.scheduled.length === 0) return { result: Promise.resolve(new Map()) };
+    if (output.scheduled.length === 0) {
+      // No runner step to start the previous one's deferred readback: start it here, so every
+      // step the engine submitted before this one has its readback under way.
+      this.runner.flush();
+      return { result: Promise.resolve(new Map()) };
+    }
     const plan = this.#plan(output, tokenMasks);
-    const handle = this.runner.execute(plan.batch);
+    const handle = this.runner.execute(plan.batch, { overlap: this.#overlap });
     this.#runnerStep.set(output.step, handle.step);
     for (const [row, { history, index }] of plan.outputIndex) {
       history.onGpu.set(index, { step: handle.step, row });

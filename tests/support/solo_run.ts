@@ -47,6 +47,8 @@ export interface SoloOptions {
   readonly topLogprobs?: number;
   /** Decode steps in flight before the oldest is awaited (default 6, at most maxInFlight). */
   readonly depth?: number;
+  /** Run steps with `overlap` (readback at the next submit; `flush()` before the newest). */
+  readonly overlap?: boolean;
 }
 
 /** The outcome of a run: per output token, its id, logprob and top logprobs. */
@@ -61,7 +63,7 @@ export async function soloGreedy(
   runner: ModelRunner,
   prompt: readonly number[],
   maxTokens: number,
-  options: { chunk?: number; blocks?: readonly number[] } = {},
+  options: { chunk?: number; blocks?: readonly number[]; overlap?: boolean } = {},
 ): Promise<number[]> {
   return (await soloRun(runner, prompt, maxTokens, options)).tokens;
 }
@@ -103,7 +105,10 @@ export async function soloRun(
     process: processing(),
     topLogprobs: options.topLogprobs ?? 0,
   });
+  const overlap = options.overlap === true;
   const collect = async () => {
+    // An overlapped step's readback starts with the next execute: none comes before this await.
+    if (overlap && out.length === pending.length - 1) runner.flush();
     const r = await pending[out.length]!;
     out.push(r.tokens[0]!);
     result.logprobs.push(r.logprobs[0]!);
@@ -124,7 +129,7 @@ export async function soloRun(
         blockTable: table(done + n),
         ...(last ? sample() : { sample: null }),
       }],
-    });
+    }, { overlap });
     done += n;
     if (last) {
       pending.push(step.result);
@@ -139,7 +144,7 @@ export async function soloRun(
       positions: Uint32Array.of(pos),
       slotMapping: Uint32Array.of(slot(pos)),
       seqs: [{ queryLen: 1, contextLen: pos + 1, blockTable: table(pos + 1), ...sample() }],
-    });
+    }, { overlap });
     pending.push(step.result);
     steps.push(step.step);
     if (pending.length - out.length >= depth) await collect();
