@@ -85,7 +85,9 @@ export function decodeLines(r: DecodeResult, stepWeightBytes: number, layers: nu
     `${(stepWeightBytes / (msPerStep * 1e6)).toFixed(2)} GB/s`,
     `  host per step: ${k.dispatchesPerCall.toFixed(0)} dispatches ` +
     `(${(k.dispatchesPerCall / layers).toFixed(1)} per layer, fixed ones included), ` +
-    `${k.hostMsPerCall.toFixed(2)} ms to prepare, encode and submit; blocked in WebGPU: ` +
+    `${k.hostMsPerCall.toFixed(2)} ms to prepare, encode and submit (prepare ` +
+    `${k.phases.prepare.toFixed(2)}, record ${k.phases.encode.toFixed(2)}, finish ` +
+    `${k.phases.finish.toFixed(2)}, rest ${k.phases.rest.toFixed(2)}); blocked in WebGPU: ` +
     `${k.submitMsPerCall.toFixed(1)} ms in queue.submit, ${k.mapAsyncMsPerCall.toFixed(1)} ms ` +
     `in mapAsync (Deno waits there for the GPU to finish the steps submitted so far)`,
     ...(r.gpu === null ? [] : [
