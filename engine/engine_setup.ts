@@ -138,7 +138,7 @@ async function webGpuParts(
       numSwapBlocks,
       seedSource: requestSeeds(config.seed),
       // Where the device has its own cores (the gpu profile), the host encodes a step while it
-      // runs the previous one; lavapipe shares the host's cores (measured: 5% slower overlapped).
+      // runs the previous one; lavapipe's device is the host's own cores (no gain measured).
       overlapSteps: !ctx.isCpuProfile,
     }),
     ctx,
