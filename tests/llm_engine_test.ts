@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { EngineDeadError } from "../engine/engine_api.ts";
+import { WebGpuExecutor } from "../engine/executors/webgpu_executor.ts";
+import type { ModelRunner } from "../engine/model_runner.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import type { TokenLogprob } from "../engine/engine_api.ts";
@@ -228,6 +230,49 @@ Deno.test(
   },
 );
 
+/** What the WebGPU executors saw of the engine's scheduler outputs (see `watchExecutors`). */
+interface ExecutorWatch {
+  /** The executors' runners (to check their penalty histories). */
+  readonly runners: Set<ModelRunner>;
+  /** Penalised requests preempted by recompute after they had sampled. */
+  readonly penalisedRecomputed: Set<string>;
+  /** Penalised requests swapped out after they had sampled. */
+  readonly penalisedSwapped: Set<string>;
+  /** Penalised requests prefilled in more than one chunk. */
+  readonly penalisedChunked: Set<string>;
+  restore(): void;
+}
+
+/** Watches every `WebGpuExecutor.execute` call until `restore()`. */
+function watchExecutors(): ExecutorWatch {
+  const execute = WebGpuExecutor.prototype.execute;
+  const sampled = new Set<string>();
+  const watch: ExecutorWatch = {
+    runners: new Set(),
+    penalisedRecomputed: new Set(),
+    penalisedSwapped: new Set(),
+    penalisedChunked: new Set(),
+    restore: () => (WebGpuExecutor.prototype.execute = execute),
+  };
+  WebGpuExecutor.prototype.execute = function (this: WebGpuExecutor, output, masks) {
+    watch.runners.add(this.runner);
+    const p = (r: { params: SamplingParams }) =>
+      r.params.repetitionPenalty !== 1 || r.params.presencePenalty !== 0 ||
+      r.params.frequencyPenalty !== 0;
+    const penalised = new Set(output.scheduled.filter(p).map((r) => r.requestId));
+    for (const id of output.preempted) if (sampled.has(id)) watch.penalisedRecomputed.add(id);
+    for (const { requestId: id } of output.swappedOut) {
+      if (sampled.has(id)) watch.penalisedSwapped.add(id);
+    }
+    for (const r of output.scheduled) {
+      if (r.samplesToken && penalised.has(r.requestId)) sampled.add(r.requestId);
+      if (!r.samplesToken && penalised.has(r.requestId)) watch.penalisedChunked.add(r.requestId);
+    }
+    return execute.call(this, output, masks);
+  };
+  return watch;
+}
+
 /** Penalties, bias and logprobs of the mixed batch below (request i gets MIXED[i % 5]). */
 const MIXED: Partial<SamplingParams>[] = [
   {},
@@ -268,6 +313,7 @@ for (const c of MIXED_CASES) {
           showProgress: false,
           ...c.options,
         });
+        const watch = watchExecutors();
         const maxTokens = 12;
         try {
           const prompts = [3, 17, 9, 30, 6, 21, 12].map((len) =>
@@ -335,7 +381,113 @@ for (const c of MIXED_CASES) {
           // it as ended (the engine runs one more, empty, step after the last finish).
           for (let i = 0; i < 200 && engine.executorRequests > 0; i++) await delay(10);
           assert.equal(engine.executorRequests, 0, "executor state left behind");
+          const runners = [...watch.runners];
+          assert.equal(runners.length, 1);
+          assert.equal(runners[0]!.penaltyHistories.inUse, 0, `seed ${seed}: histories left`);
         } finally {
+          watch.restore();
+          await engine.shutdown();
+        }
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  );
+}
+
+/** Penalties of every request of the test below (request i gets PENALISED[i % 4]). */
+const PENALISED: Partial<SamplingParams>[] = [
+  { repetitionPenalty: 1.6, presencePenalty: 0.8 },
+  { frequencyPenalty: 1.0, logitBias: new Map([[3, 1.5], [200, -2]]) },
+  { repetitionPenalty: 1.3, frequencyPenalty: 0.3 },
+  { repetitionPenalty: 0.8, presencePenalty: -0.5 },
+];
+
+const PENALISED_CASES: {
+  name: string;
+  options: EngineOptions;
+  watched: (w: ExecutorWatch) => boolean;
+}[] = [
+  {
+    name: "preemption by recompute",
+    options: { numKvBlocks: 7, maxNumSeqs: 6 },
+    watched: (w) => w.penalisedRecomputed.size > 0,
+  },
+  {
+    name: "preemption by swap",
+    options: { numKvBlocks: 7, maxNumSeqs: 6, preemptionMode: "swap", swapSpace: 1 },
+    watched: (w) => w.penalisedSwapped.size > 0,
+  },
+  {
+    name: "chunked prefill (8-token budget)",
+    options: { maxNumBatchedTokens: 8, maxNumSeqs: 6 },
+    watched: (w) => w.penalisedChunked.size > 0,
+  },
+];
+
+for (const c of PENALISED_CASES) {
+  Deno.test(
+    `LLMEngine penalised greedy outputs equal the float64 reference under ${c.name}, and every penalty history is freed`,
+    GPU_TEST,
+    async () => {
+      const dir = await Deno.makeTempDir();
+      try {
+        const { seed, rng } = testSeed(`engine penalised ${c.name}`);
+        await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: seed % 997 });
+        const ref = await ReferenceModel.load(dir);
+        const engine = await LLMEngine.create({
+          model: dir,
+          forceF32: true,
+          numKvBlocks: 64,
+          showProgress: false,
+          ...c.options,
+        });
+        const watch = watchExecutors();
+        const maxTokens = 12;
+        try {
+          // 15-token prompts fill a block once their first output is fed: the next decode step
+          // needs a second block for every request, more than the tiny pools have.
+          const prompts = [15, 15, 15, 15, 14].map((len) =>
+            Array.from({ length: len }, () => rng.int(0, 500))
+          );
+          const results = await Promise.all(prompts.map(async (prompt, i) => {
+            const params = samplingParams({
+              temperature: 0,
+              maxTokens,
+              ignoreEos: true,
+              ...PENALISED[i % PENALISED.length],
+            });
+            const tokens: number[] = [];
+            for await (
+              const o of engine.generate({ requestId: `p${i}`, promptTokenIds: prompt, params })
+            ) {
+              tokens.push(...o.tokenIds);
+            }
+            return { params, tokens };
+          }));
+          results.forEach((r, i) => {
+            const expected = referenceRun(ref, prompts[i]!, maxTokens, r.params);
+            assert.deepEqual(
+              r.tokens,
+              expected.map((s) => s.token),
+              `seed ${seed} request ${i} (${JSON.stringify(PENALISED[i % PENALISED.length])})`,
+            );
+          });
+          assert.ok(
+            c.watched(watch),
+            `seed ${seed}: ${c.name} did not happen to a penalised request`,
+          );
+          for (let i = 0; i < 200 && engine.executorRequests > 0; i++) await delay(10);
+          assert.equal(engine.executorRequests, 0, `seed ${seed}: executor state left behind`);
+          const runners = [...watch.runners];
+          assert.equal(runners.length, 1);
+          assert.equal(
+            runners[0]!.penaltyHistories.inUse,
+            0,
+            `seed ${seed}: histories left behind`,
+          );
+        } finally {
+          watch.restore();
           await engine.shutdown();
         }
       } finally {
