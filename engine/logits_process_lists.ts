@@ -60,7 +60,7 @@ export interface PenaltyHistorySlots {
   free(key: string): void;
 }
 
-/** Slots the history buffer holds at least, once created. */
+/** Least slots, scratch words and bias pairs of a buffer, once created. */
 const MIN_SLOTS = 4;
 const MIN_TABLE_WORDS = 16384;
 const MIN_BIAS_PAIRS = 1024;
@@ -108,9 +108,7 @@ export class PenaltyHistories implements PenaltyHistorySlots {
 
   free(key: string): void {
     const s = this.#slots.get(key);
-    if (s === undefined) return;
-    this.#slots.delete(key);
-    this.#free.push(s.slot);
+    if (s !== undefined && this.#slots.delete(key)) this.#free.push(s.slot);
   }
 
   /**
@@ -159,17 +157,6 @@ export class PenaltyHistories implements PenaltyHistorySlots {
 type CheckedRow =
   & Pick<LogitsProcessRecord, "repetition" | "presence" | "frequency" | "promptLen" | "outputLen">
   & { readonly key: string | null; readonly bias: readonly (readonly [number, number])[] };
-
-/** One step's rows, checked (see {@linkcode LogitsProcessLists.upload}). */
-interface CheckedStep {
-  readonly rows: readonly CheckedRow[];
-  /** Prompts of the keys that need a slot. */
-  readonly fresh: ReadonlyMap<string, readonly number[]>;
-  /** Rows with a penalty or a bias. */
-  readonly active: number;
-  readonly tableWords: number;
-  readonly numPairs: number;
-}
 
 /**
  * The op and what it is bound to: u32 `[tableWords]` hash-table scratch, `[biasCap]` (token u32,
@@ -267,8 +254,12 @@ export class LogitsProcessLists {
     return l.op;
   }
 
-  /** Validates a step's rows (nothing changes): see {@linkcode upload}. */
-  #check(rows: readonly ProcessRow[]): CheckedStep {
+  /**
+   * Validates a step's rows (nothing changes; see {@linkcode upload}): each row checked, the
+   * prompts of the keys that need a slot (`fresh`), the rows with a penalty or a bias
+   * (`active`), the scratch words and bias pairs the step needs.
+   */
+  #check(rows: readonly ProcessRow[]) {
     const h = this.histories;
     const checked: CheckedRow[] = [];
     const fresh = new Map<string, readonly number[]>();
@@ -293,7 +284,8 @@ export class LogitsProcessLists {
         );
       }
       if (history !== null && !h.has(history.key) && !fresh.has(history.key)) {
-        checkPrompt(history.promptTokens, row);
+        // A new history holds the prompt only: its first row must sample the first output.
+        checkPrompt(history.promptTokens, contextLen, row);
         fresh.set(history.key, history.promptTokens);
       }
       if (penalised || bias.length > 0) active++;
@@ -391,8 +383,16 @@ function tableWordsOf(r: CheckedRow): number {
   return TABLE_WORDS_PER_TOKEN * ((r.repetition !== 1 ? r.promptLen : 0) + r.outputLen);
 }
 
-/** Checks that every prompt token is a u32 (its slot is written once, when created). */
-function checkPrompt(prompt: readonly number[], row: number): void {
+/**
+ * Checks a new history's prompt: every token a u32 (its slot is written once, when created), and
+ * the row sampling the first output token (the history would miss the earlier ones).
+ */
+function checkPrompt(prompt: readonly number[], contextLen: number, row: number): void {
+  if (contextLen !== prompt.length) {
+    throw new RangeError(
+      `Cannot process logits: sampled row ${row} starts a penalty history at ${contextLen} tokens, past its prompt of ${prompt.length}`,
+    );
+  }
   for (const t of prompt) {
     if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) {
       throw new RangeError(`Cannot process logits: sampled row ${row} has prompt token ${t}`);

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import type { LogitsProcessing } from "../engine/forward_batch.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
@@ -248,6 +249,35 @@ Deno.test(
       assert.equal(steps[0]!.get("process.history"), 4 * prompt.length, context);
       assert.ok(steps.slice(1).every((s) => !s.has("process.history")), context);
       assert.equal(runner.penaltyHistories.inUse, 0, `${context}: history left behind`);
+    }),
+);
+
+Deno.test(
+  "ModelRunner.execute() refuses a penalised row without a history, or whose history would miss tokens, and creates nothing",
+  GPU_TEST,
+  () =>
+    withRunner("runner penalty checks", (runner) => {
+      const at = Uint32Array.of(0, 1, 2);
+      const step = (process: LogitsProcessing) => () =>
+        runner.execute({
+          inputIds: Uint32Array.of(5, 6, 7),
+          positions: at,
+          slotMapping: at,
+          seqs: [{
+            queryLen: 3,
+            contextLen: 3,
+            blockTable: [0],
+            sample: { temperature: 0 },
+            process,
+          }],
+        });
+      assert.throws(step({ repetitionPenalty: 1.2 }), /no history/);
+      const history = (promptTokens: number[]) => ({ key: "x", promptTokens });
+      // A new history at 3 tokens for a 2-token prompt would miss output token 0.
+      assert.throws(step({ presencePenalty: 1, history: history([5, 6]) }), /past its prompt/);
+      assert.throws(step({ frequencyPenalty: 1, history: history([5, 6, 7, 8]) }), /prompt of 4/);
+      assert.equal(runner.penaltyHistories.inUse, 0);
+      return Promise.resolve();
     }),
 );
 
