@@ -9,7 +9,6 @@
  * @module
  */
 
-import type { LogitsProcessParams } from "../kernels/logits_process.ts";
 import type { SampleParams } from "../kernels/sample.ts";
 import { FROM_SAMPLED } from "../kernels/token_feed.ts";
 
@@ -28,11 +27,10 @@ export interface SequenceChunk {
   readonly sample: SampleParams | null;
   /**
    * Logits processing of the sampled row before `sample` (logit bias, repetition / presence /
-   * frequency penalties; see kernels/logits_process.ts). `outputTokens` lists every output token
-   * so far: host ids, or `runner.sampledRef(step, row)` for tokens still on the GPU. Absent,
-   * `null` or all off: the row's logits are sampled as computed. Only with `sample`.
+   * frequency penalties; see {@linkcode LogitsProcessing}). Absent, `null` or all off: the row's
+   * logits are sampled as computed. Only with `sample`.
    */
-  readonly process?: LogitsProcessParams | null;
+  readonly process?: LogitsProcessing | null;
   /**
    * Top log-probabilities (of the raw logits, before processing) to return for the sampled row,
    * 0 to TOP_LOGPROBS_MAX (20); absent or 0: none. Only with `sample`.
@@ -45,6 +43,43 @@ export interface SequenceChunk {
    * Only with `sample`.
    */
   readonly tokenMask?: Uint32Array | null;
+}
+
+/**
+ * The logits processing of one sampled row (kernels/logits_process.ts; vLLM / OpenAI meanings).
+ *
+ * Penalties read the sequence's token history, which the runner keeps on the GPU for the
+ * sequence's lifetime (engine/logits_process_lists.ts), under {@linkcode PenaltyHistoryKey.key}:
+ * the prompt, uploaded once when the history is created, then the output tokens, appended on
+ * the GPU. The row's context (positions `[0, contextLen)`) is the prompt followed by the output
+ * so far, so the row has `contextLen - promptLen` output tokens before the one it samples, and
+ * its last fed token, when at or past the prompt, is the newest of them: each step appends that
+ * token (as resolved on the GPU) to the history. So every output token but the newest must have
+ * been the last fed token of an earlier sampled row with the same key (decode steps are; so is
+ * the end of a recompute after a preemption, whose earlier tokens the history kept).
+ */
+export interface LogitsProcessing {
+  /** vLLM / HF repetition penalty over prompt and output tokens; `> 0`, default 1 = off. */
+  readonly repetitionPenalty?: number;
+  /** Subtracted once from every token present in the output; default 0 = off. */
+  readonly presencePenalty?: number;
+  /** Subtracted per occurrence of a token in the output; default 0 = off. */
+  readonly frequencyPenalty?: number;
+  /** `logit_bias`: (token id, bias) pairs with distinct tokens, added before the penalties. */
+  readonly logitBias?: Iterable<readonly [number, number]>;
+  /** The sequence's penalty history: required when a penalty is on. */
+  readonly history?: PenaltyHistoryKey;
+}
+
+/** Which penalty history a row reads and grows (see {@linkcode LogitsProcessing}). */
+export interface PenaltyHistoryKey {
+  /**
+   * Names the history (the engine: the request id). It lives until the caller frees it
+   * (`ModelRunner.penaltyHistories.free(key)`), which it must when the sequence ends.
+   */
+  readonly key: string;
+  /** The prompt's token ids: read only when the history is created (the key's first row). */
+  readonly promptTokens: readonly number[];
 }
 
 /** The whole step. */

@@ -18,6 +18,7 @@ import type { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
 import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.ts";
 import type { KvCache } from "./kv_cache.ts";
+import type { PenaltyHistorySlots } from "./logits_process_lists.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import { type ModelConfig, ropeInvFreq } from "./model/config.ts";
 import { CheckpointError } from "./model/errors.ts";
@@ -234,6 +235,14 @@ export class ModelRunner {
   /** Steps that may be in flight at once (the sampled-token ring's size minus one). */
   get maxInFlight(): number {
     return this.#bufs.ringSlots - 1;
+  }
+
+  /**
+   * The penalty histories kept on the GPU, by key (`LogitsProcessing.history`): free a
+   * sequence's when it ends; `inUse` for leak checks.
+   */
+  get penaltyHistories(): PenaltyHistorySlots {
+    return this.#sampler.penaltyHistories;
   }
 
   /**

@@ -7,8 +7,8 @@
  * Every call site is bound once, at construction; {@linkcode Sampler.prepare} packs and uploads
  * one step's per-row records, {@linkcode Sampler.encode} dispatches, {@linkcode Sampler.read}
  * decodes the read-back slot. The model runner owns the pass, the submission and the readback.
- * The logits-processing records and lists, and their bounds, live in
- * {@linkcode LogitsProcessLists} (logits_process_lists.ts).
+ * The logits-processing records, the penalty histories kept on the GPU per sequence, and their
+ * bounds, live in {@linkcode LogitsProcessLists} (logits_process_lists.ts).
  *
  * @module
  */
@@ -18,10 +18,14 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
 import type { SequenceChunk } from "./forward_batch.ts";
-import { LogitsProcessLists } from "./logits_process_lists.ts";
+import {
+  LogitsProcessLists,
+  type PenaltyHistorySlots,
+  type ProcessRow,
+} from "./logits_process_lists.ts";
 import type { KernelSet } from "./models/kernel_set.ts";
 import type { StepBuffers } from "./step_buffers.ts";
-import type { LogitsProcessOp, LogitsProcessParams } from "../kernels/logits_process.ts";
+import type { LogitsProcessOp } from "../kernels/logits_process.ts";
 import {
   packSampleParams,
   SAMPLE_PARAMS_BYTES,
@@ -181,15 +185,16 @@ export class Sampler {
   /**
    * Packs the sampled rows of a (validated) step's sequences, validating their parameters, and
    * uploads the sample indices, sampling records, top-logprob counts and logits-processing
-   * records and lists. Nothing is uploaded when a check fails.
+   * records (creating the penalty histories of sequences penalised for the first time). Nothing
+   * is uploaded when a check fails.
    *
-   * @throws {RangeError} on an invalid sampling parameter, logit bias or listed token, or lists
-   * beyond the bounds of the module doc.
+   * @throws {RangeError} on an invalid sampling parameter, logit bias, penalty or prompt, or
+   * beyond the bounds of {@linkcode LogitsProcessLists}.
    */
   prepare(seqs: readonly SequenceChunk[]): SamplingPlan {
     const h = this.#host;
     const samples: SampleParams[] = [];
-    const processes: (LogitsProcessParams | null)[] = [];
+    const processes: ProcessRow[] = [];
     const topCounts: number[] = [];
     let anyTop = false;
     let tokens = 0;
@@ -211,7 +216,11 @@ export class Sampler {
         }
         h.sampleIndices[rows++] = tokens - 1;
         samples.push(seq.sample);
-        processes.push(seq.process ?? null);
+        processes.push({
+          process: seq.process ?? null,
+          contextLen: seq.contextLen,
+          lastIndex: tokens - 1,
+        });
         const n = seq.topLogprobs ?? 0;
         topCounts.push(n);
         if (n !== 0) anyTop = true;
@@ -219,7 +228,7 @@ export class Sampler {
     }
     packSampleParams(samples, h.sampleParams);
     if (anyTop) packTopLogprobCounts(topCounts, h.topCounts);
-    // Packs and uploads the lists (validating them) before anything else is uploaded.
+    // Packs and uploads the records (validating them) before anything else is uploaded.
     const process = rows > 0 ? this.#lists.upload(processes) : null;
     if (rows > 0) {
       const q = this.ctx.device.queue;
@@ -267,6 +276,11 @@ export class Sampler {
         ? readTop(bytes, bufs, topCounts, this.limits.vocab)
         : topCounts.map(() => []),
     };
+  }
+
+  /** The penalty histories kept on the GPU, by key (see `LogitsProcessing.history`). */
+  get penaltyHistories(): PenaltyHistorySlots {
+    return this.#lists.histories;
   }
 
   /** Releases the logits-processing lists and the mask buffers (the step buffers are the runner's). */

@@ -8,7 +8,8 @@
  *
  * Per-sequence records ({@linkcode LOGITS_PROCESS_PARAMS_BYTES} bytes each), packed on the host
  * with {@linkcode packLogitsProcess} (whole lists) or {@linkcode packLogitsProcessRecords}
- * (records only, for an engine that keeps the token lists in a persistent buffer):
+ * (records only, for an engine that keeps the token lists in a persistent buffer: the engine's
+ * penalty histories, engine/logits_process_lists.ts, which grow on the GPU by the append):
  *
  * | byte | field           | type | meaning                                               |
  * | ---- | --------------- | ---- | ----------------------------------------------------- |
@@ -18,13 +19,17 @@
  * | 12   | `prompt_offset` | u32  | first prompt token in the `tokens` buffer             |
  * | 16   | `prompt_len`    | u32  | prompt tokens                                         |
  * | 20   | `output_offset` | u32  | first output token in the `tokens` buffer             |
- * | 24   | `output_len`    | u32  | output tokens so far (ids or `sampledRef`s)           |
+ * | 24   | `output_len`    | u32  | output tokens so far (ids or references)              |
  * | 28   | `bias_offset`   | u32  | first (token, bias) pair in the `bias` buffer         |
  * | 32   | `bias_len`      | u32  | bias pairs (distinct tokens)                          |
  * | 36   | `table_offset`  | u32  | hash-table region in `table`: 4 * (prompt_len +       |
  * |      |                 |      | output_len) u32 words, not shared with another row    |
+ * | 40   | `append`        | u32  | entry (id or reference) written to the last output    |
+ * |      |                 |      | token of the list, `tokens[output_offset + output_len |
+ * |      |                 |      | - 1]`, before anything is counted                     |
+ * | 44   | `append_len`    | u32  | 1: append (when `output_len >= 1`); 0: none           |
  *
- * A record with every penalty off and no bias costs one early return.
+ * A record with every penalty off and no bias costs one early return (after its append).
  *
  * @module
  */
@@ -35,8 +40,8 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { CallSite } from "./call_site.ts";
 
-/** Bytes of one sequence's record in the `params` buffer (10 words). */
-export const LOGITS_PROCESS_PARAMS_BYTES = 40;
+/** Bytes of one sequence's record in the `params` buffer (12 words). */
+export const LOGITS_PROCESS_PARAMS_BYTES = 48;
 
 /** u32 words of hash table per listed (prompt or output) token of a sequence. */
 export const TABLE_WORDS_PER_TOKEN = 4;
@@ -79,6 +84,12 @@ export interface LogitsProcessRecord {
   biasLen: number;
   /** u32 word index of the sequence's hash table in `table`: 4 * (promptLen + outputLen) words. */
   tableOffset: number;
+  /**
+   * A list entry (token id, or reference into `sampled`) the kernel resolves and writes as the
+   * last output token, `tokens[outputOffset + outputLen - 1]`, before counting (only when
+   * `outputLen >= 1`); absent or null: the lists are only read.
+   */
+  append?: number | null;
 }
 
 /** The host arrays of one step, ready for upload (see {@linkcode packLogitsProcess}). */
@@ -169,6 +180,9 @@ export function packLogitsProcessRecords(
     out[w + 7] = checkU32("biasOffset", r.biasOffset, s);
     out[w + 8] = checkU32("biasLen", r.biasLen, s);
     out[w + 9] = checkU32("tableOffset", r.tableOffset, s);
+    const append = r.append ?? null;
+    out[w + 10] = append === null ? 0 : checkU32("append", append, s);
+    out[w + 11] = append === null ? 0 : 1;
   });
   return out;
 }
@@ -237,11 +251,17 @@ export interface LogitsProcessBuffers {
   readonly logits: GPUBufferBinding;
   /** `[numSeqs]` records of {@linkcode LOGITS_PROCESS_PARAMS_BYTES} bytes. */
   readonly params: GPUBufferBinding;
-  /** u32 `[total tokens]`: prompt and output token lists (ids, or `sampledRef`s). */
+  /**
+   * u32 `[total tokens]`: prompt and output token lists (ids, or references into `sampled`);
+   * the kernel writes a record's `append` into it.
+   */
   readonly tokens: GPUBufferBinding;
   /** `[total pairs]` of (token u32, bias f32): the logit bias pairs. */
   readonly bias: GPUBufferBinding;
-  /** u32 `[numSampled]`: recently sampled ids that `sampledRef` entries point into. */
+  /**
+   * u32 `[numSampled]`: the ids that references (entries with bit 31 set) point into, e.g.
+   * recently sampled ids; the engine binds the step's resolved input ids.
+   */
   readonly sampled: GPUBufferBinding;
   /** u32 `[tableWords]`: scratch hash tables (contents need not be initialised). */
   readonly table: GPUBufferBinding;

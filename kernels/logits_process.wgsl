@@ -2,6 +2,11 @@
 // logits of the tokens a sequence lists (never the whole row).
 //
 // Per sequence s (row s of logits, one workgroup), with l = logits[s, :] and the record seq[s]:
+//   0. append: when append_len == 1 and output_len >= 1, the entry `append` (resolved, below) is
+//      first written to tokens[output_offset + output_len - 1], the last output token of the
+//      list. The engine keeps each penalised request's prompt and output so far in `tokens` for
+//      the request's lifetime, and appends this way the token fed as the row's last input (a
+//      reference to the step's resolved input ids), so a step uploads only the records.
 //   1. logit bias: l[t] += b for every pair (t, b) of bias[bias_offset .. + bias_len]
 //      (tokens must be distinct within a sequence; t >= vocab is ignored)
 //   2. for every DISTINCT token t < vocab of P = tokens[prompt_offset .. + prompt_len] and
@@ -10,26 +15,28 @@
 //                                                                   : l[t] * repetition
 //        frequency and presence:  if c > 0:  l[t] -= frequency * c + presence
 //   Each distinct token is processed exactly once, whatever its number of occurrences.
-// A token list entry with bit 31 set is a reference: it stands for sampled[entry & 0x7fffffff]
-// (a token sampled in a recent step and not yet read back; as in token_feed, an index past the
-// end of `sampled` yields token 0).
-// Records with repetition == 1, presence == 0, frequency == 0 and bias_len == 0 return at once.
+// A token list entry (or `append`) with bit 31 set is a reference: it stands for
+// sampled[entry & 0x7fffffff] (as in token_feed, an index past the end of `sampled` yields
+// token 0). The engine binds `sampled` to the step's resolved input ids.
+// Records with repetition == 1, presence == 0, frequency == 0 and bias_len == 0 return at once
+// (after the append).
 //
 // Deduplication: one workgroup per sequence builds an open-addressing hash table in global
 // memory, in the sequence's own region of `table` (2 * n slots of 2 words for the n listed
 // tokens, so the table is at most half full): key = token + 1 (0: empty), value = bit 31 "in the
-// prompt" | count in the output. Phases, separated by storage barriers: (a) clear the region and
-// add the biases, (b) insert every listed token with atomics (claim a slot with
+// prompt" | count in the output. Phases, separated by storage barriers: (a) append, clear the
+// region and add the biases, (b) insert every listed token with atomics (claim a slot with
 // compare-exchange, linear probing; atomicOr the prompt flag or atomicAdd the count), (c) every
 // occupied slot (one per distinct token) updates its logit. Work and memory are O(n) per
 // sequence, independent of the vocabulary. Prompt tokens are not inserted when repetition == 1.
 //
 // Bindings (group 0):
 //   0 logits  : storage rw     array<f32>               [num_seqs, vocab] (row stride vocab)
-//   1 seq     : storage read   array<SeqParams>         [num_seqs] (40 bytes each, see below)
-//   2 tokens  : storage read   array<u32>               [total tokens] prompt and output lists
+//   1 seq     : storage read   array<SeqParams>         [num_seqs] (48 bytes each, see below)
+//   2 tokens  : storage rw     array<u32>               [total tokens] prompt and output lists
+//                                                       (written only by the append)
 //   3 bias    : storage read   array<BiasEntry>         [total bias pairs] (token u32, bias f32)
-//   4 sampled : storage read   array<u32>               [num_sampled] recently sampled ids
+//   4 sampled : storage read   array<u32>               [num_sampled] ids references point into
 //   5 table   : storage rw     array<atomic<u32>>       [scratch words] hash tables; sequence s
 //                                                       uses 4 * (prompt_len + output_len)
 //                                                       words from table_offset
@@ -58,6 +65,8 @@ struct SeqParams {
   bias_offset: u32, //   index of the bias pairs in `bias`
   bias_len: u32,
   table_offset: u32, //  word index of the sequence's hash table in `table`
+  append: u32, //        list entry written as the last output token (see 0. above)
+  append_len: u32, //    1: append; 0: none
 }
 
 struct BiasEntry {
@@ -70,7 +79,7 @@ const IN_PROMPT: u32 = 0x80000000u;
 
 @group(0) @binding(0) var<storage, read_write> logits: array<f32>;
 @group(0) @binding(1) var<storage, read> seq: array<SeqParams>;
-@group(0) @binding(2) var<storage, read> tokens: array<u32>;
+@group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(3) var<storage, read> bias: array<BiasEntry>;
 @group(0) @binding(4) var<storage, read> sampled: array<u32>;
 @group(0) @binding(5) var<storage, read_write> table: array<atomic<u32>>;
@@ -117,6 +126,10 @@ fn main(
     return;
   }
   let sp = seq[row];
+  // (a) The append: visible to the whole workgroup after the barrier that ends phase (a).
+  if (lid == 0u && sp.append_len != 0u && sp.output_len != 0u) {
+    tokens[sp.output_offset + sp.output_len - 1u] = resolve(sp.append);
+  }
   let use_rep = sp.repetition != 1.0;
   let use_out = use_rep || sp.presence != 0.0 || sp.frequency != 0.0;
   if (!use_out && sp.bias_len == 0u) {

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { EngineDeadError } from "../engine/engine_api.ts";
+import { WebGpuExecutor } from "../engine/executors/webgpu_executor.ts";
+import type { ModelRunner } from "../engine/model_runner.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import type { TokenLogprob } from "../engine/engine_api.ts";
@@ -13,7 +15,7 @@ import { InvalidParameterError } from "../engine/input_processor.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
-import { testSeed } from "./support/random.ts";
+import { type Rng, testSeed } from "./support/random.ts";
 import { referenceRun } from "./support/solo_run.ts";
 
 const delay = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -124,6 +126,116 @@ Deno.test("LLMEngine rejects impossible requests at once", async () => {
   }
 });
 
+/** What the WebGPU executors saw of the engine's scheduler outputs (see `watchExecutors`). */
+interface ExecutorWatch {
+  /** The executors' runners (to check their penalty histories). */
+  readonly runners: Set<ModelRunner>;
+  /** Penalised requests preempted by recompute after they had sampled. */
+  readonly penalisedRecomputed: Set<string>;
+  /** Penalised requests swapped out after they had sampled. */
+  readonly penalisedSwapped: Set<string>;
+  /** Penalised requests prefilled in more than one chunk. */
+  readonly penalisedChunked: Set<string>;
+  restore(): void;
+}
+
+/** Watches every `WebGpuExecutor.execute` call until `restore()`. */
+function watchExecutors(): ExecutorWatch {
+  const execute = WebGpuExecutor.prototype.execute;
+  const sampled = new Set<string>();
+  const watch: ExecutorWatch = {
+    runners: new Set(),
+    penalisedRecomputed: new Set(),
+    penalisedSwapped: new Set(),
+    penalisedChunked: new Set(),
+    restore: () => (WebGpuExecutor.prototype.execute = execute),
+  };
+  WebGpuExecutor.prototype.execute = function (this: WebGpuExecutor, output, masks) {
+    watch.runners.add(this.runner);
+    const p = (r: { params: SamplingParams }) =>
+      r.params.repetitionPenalty !== 1 || r.params.presencePenalty !== 0 ||
+      r.params.frequencyPenalty !== 0;
+    const penalised = new Set(output.scheduled.filter(p).map((r) => r.requestId));
+    for (const id of output.preempted) if (sampled.has(id)) watch.penalisedRecomputed.add(id);
+    for (const { requestId: id } of output.swappedOut) {
+      if (sampled.has(id)) watch.penalisedSwapped.add(id);
+    }
+    for (const r of output.scheduled) {
+      if (r.samplesToken && penalised.has(r.requestId)) sampled.add(r.requestId);
+      if (!r.samplesToken && penalised.has(r.requestId)) watch.penalisedChunked.add(r.requestId);
+    }
+    return execute.call(this, output, masks);
+  };
+  return watch;
+}
+
+/**
+ * Runs `body` on an engine (with `options`) over a fresh tiny-qwen3 f32 model, with its float64
+ * reference and a watch on its executor; then checks that no KV block is used and that the
+ * executor and its runner hold nothing for the ended requests (seeds, penalty histories).
+ */
+async function withWatchedEngine(
+  name: string,
+  options: EngineOptions,
+  body: (
+    engine: LLMEngine,
+    ref: ReferenceModel,
+    watch: ExecutorWatch,
+    seed: number,
+    rng: Rng,
+  ) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir();
+  try {
+    const { seed, rng } = testSeed(name);
+    await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: seed % 997 });
+    const ref = await ReferenceModel.load(dir);
+    const engine = await LLMEngine.create({
+      model: dir,
+      forceF32: true,
+      numKvBlocks: 64,
+      showProgress: false,
+      ...options,
+    });
+    const watch = watchExecutors();
+    try {
+      await body(engine, ref, watch, seed, rng);
+      assert.equal(engine.stats().kvBlocksUsed, 0);
+      // The executor drops each request's seed and penalty history once an output lists
+      // it as ended (the engine runs one more, empty, step after the last finish).
+      for (let i = 0; i < 200 && engine.executorRequests > 0; i++) await delay(10);
+      assert.equal(engine.executorRequests, 0, `seed ${seed}: executor state left behind`);
+      const runners = [...watch.runners];
+      assert.equal(runners.length, 1);
+      assert.equal(runners[0]!.penaltyHistories.inUse, 0, `seed ${seed}: histories left behind`);
+    } finally {
+      watch.restore();
+      await engine.shutdown();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** Generates greedily for every prompt at once (request `${prefix}${i}`, `params[i]`). */
+function generateAll(
+  engine: LLMEngine,
+  prompts: readonly (readonly number[])[],
+  params: readonly SamplingParams[],
+  prefix: string,
+): Promise<{ tokens: number[]; logprobs: TokenLogprob[] }[]> {
+  return Promise.all(prompts.map(async (prompt, i) => {
+    const tokens: number[] = [];
+    const logprobs: TokenLogprob[] = [];
+    const request = { requestId: `${prefix}${i}`, promptTokenIds: prompt, params: params[i]! };
+    for await (const o of engine.generate(request)) {
+      tokens.push(...o.tokenIds);
+      logprobs.push(...(o.logprobs ?? []));
+    }
+    return { tokens, logprobs };
+  }));
+}
+
 const ENGINE_CASES: { name: string; options: EngineOptions; check?: (e: LLMEngine) => void }[] = [
   { name: "continuous batching", options: {} },
   {
@@ -146,49 +258,26 @@ for (const c of ENGINE_CASES) {
   Deno.test(
     `LLMEngine greedy outputs equal the float64 reference under ${c.name}`,
     GPU_TEST,
-    async () => {
-      const dir = await Deno.makeTempDir();
-      try {
-        const { seed, rng } = testSeed(`engine ${c.name}`);
-        await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: seed % 997 });
-        const ref = await ReferenceModel.load(dir);
-        const engine = await LLMEngine.create({
-          model: dir,
-          forceF32: true,
-          numKvBlocks: 64,
-          showProgress: false,
-          ...c.options,
-        });
-        try {
-          // A shared 32-token prefix makes later requests hit the prefix cache.
-          const shared = Array.from({ length: 32 }, () => rng.int(0, 500));
-          const prompts = [1, 7, 33, 20, 40, 5].map((len, i) =>
-            i >= 4
-              ? [...shared, ...Array.from({ length: len - 32 + 8 }, () => rng.int(0, 500))]
-              : Array.from({ length: len }, () => rng.int(0, 500))
+    () =>
+      withWatchedEngine(`engine ${c.name}`, c.options, async (engine, ref, _w, seed, rng) => {
+        // A shared 32-token prefix makes later requests hit the prefix cache.
+        const shared = Array.from({ length: 32 }, () => rng.int(0, 500));
+        const prompts = [1, 7, 33, 20, 40, 5].map((len, i) =>
+          i >= 4
+            ? [...shared, ...Array.from({ length: len - 32 + 8 }, () => rng.int(0, 500))]
+            : Array.from({ length: len }, () => rng.int(0, 500))
+        );
+        const results = await runAll(engine, prompts, 10);
+        results.forEach((r, i) => {
+          const expected = ref.greedy(prompts[i]!, 10).map((s) => s.token);
+          assert.deepEqual(
+            r.tokens,
+            expected,
+            `seed ${seed} request ${i} (prompt ${prompts[i]!.length} tokens)`,
           );
-          const results = await runAll(engine, prompts, 10);
-          results.forEach((r, i) => {
-            const expected = ref.greedy(prompts[i]!, 10).map((s) => s.token);
-            assert.deepEqual(
-              r.tokens,
-              expected,
-              `seed ${seed} request ${i} (prompt ${prompts[i]!.length} tokens)`,
-            );
-          });
-          c.check?.(engine);
-          assert.equal(engine.stats().kvBlocksUsed, 0);
-          // The executor drops each request's seed and penalty history once an output lists
-          // it as ended (the engine runs one more, empty, step after the last finish).
-          for (let i = 0; i < 200 && engine.executorRequests > 0; i++) await delay(10);
-          assert.equal(engine.executorRequests, 0, "executor state left behind");
-        } finally {
-          await engine.shutdown();
-        }
-      } finally {
-        await Deno.remove(dir, { recursive: true });
-      }
-    },
+        });
+        c.check?.(engine);
+      }),
   );
 }
 
@@ -255,93 +344,116 @@ for (const c of MIXED_CASES) {
   Deno.test(
     `LLMEngine applies each request's penalties, logit_bias and top logprobs in a mixed batch as the float64 reference (${c.name})`,
     GPU_TEST,
-    async () => {
-      const dir = await Deno.makeTempDir();
-      try {
-        const { seed, rng } = testSeed(`engine mixed ${c.name}`);
-        await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: seed % 997 });
-        const ref = await ReferenceModel.load(dir);
-        const engine = await LLMEngine.create({
-          model: dir,
-          forceF32: true,
-          numKvBlocks: 64,
-          showProgress: false,
-          ...c.options,
-        });
+    () =>
+      withWatchedEngine(`engine mixed ${c.name}`, c.options, async (engine, ref, _w, seed, rng) => {
         const maxTokens = 12;
-        try {
-          const prompts = [3, 17, 9, 30, 6, 21, 12].map((len) =>
-            Array.from({ length: len }, () => rng.int(0, 500))
-          );
-          const results = await Promise.all(prompts.map(async (prompt, i) => {
-            const params = samplingParams({
-              temperature: 0,
-              maxTokens,
-              ignoreEos: true,
-              ...MIXED[i % MIXED.length],
-            });
-            const tokens: number[] = [];
-            const logprobs: TokenLogprob[] = [];
-            for await (
-              const o of engine.generate({ requestId: `m${i}`, promptTokenIds: prompt, params })
-            ) {
-              tokens.push(...o.tokenIds);
-              logprobs.push(...(o.logprobs ?? []));
+        const prompts = [3, 17, 9, 30, 6, 21, 12].map((len) =>
+          Array.from({ length: len }, () => rng.int(0, 500))
+        );
+        const params = prompts.map((_, i) =>
+          samplingParams({ temperature: 0, maxTokens, ignoreEos: true, ...MIXED[i % MIXED.length] })
+        );
+        const results = await generateAll(engine, prompts, params, "m");
+        results.forEach((r, i) => {
+          const p = params[i]!;
+          const context = `seed ${seed} request ${i} (${JSON.stringify(MIXED[i % 5])})`;
+          const expected = referenceRun(ref, prompts[i]!, maxTokens, p, p.logprobs ?? 0);
+          assert.deepEqual(r.tokens, expected.map((s) => s.token), context);
+          if (p.logprobs === null) {
+            assert.equal(r.logprobs.length, 0, context);
+            return;
+          }
+          assert.equal(r.logprobs.length, maxTokens, context);
+          r.logprobs.forEach((lp, k) => {
+            const e = expected[k]!;
+            const top = e.top.ids.map((tokenId, j) => ({ tokenId, logprob: e.top.logprobs[j]! }));
+            assert.equal(lp.tokenId, e.token, context);
+            // The sampled token's raw logprob (exact for plain requests; for penalised ones
+            // when the token is among the raw top tokens).
+            if (p.repetitionPenalty === 1 || e.top.ids.includes(e.token)) {
+              assert.ok(Math.abs(lp.logprob - e.rawLogprob) < 1e-4, `${context} step ${k}`);
             }
-            return { params, tokens, logprobs };
-          }));
-          results.forEach((r, i) => {
-            const context = `seed ${seed} request ${i} (${JSON.stringify(MIXED[i % 5])})`;
-            const expected = referenceRun(
-              ref,
-              prompts[i]!,
-              maxTokens,
-              r.params,
-              r.params.logprobs ?? 0,
-            );
-            assert.deepEqual(r.tokens, expected.map((s) => s.token), context);
-            if (r.params.logprobs === null) {
-              assert.equal(r.logprobs.length, 0, context);
-              return;
-            }
-            assert.equal(r.logprobs.length, maxTokens, context);
-            r.logprobs.forEach((lp, k) => {
-              const e = expected[k]!;
-              const top = e.top.ids.map((tokenId, j) => ({ tokenId, logprob: e.top.logprobs[j]! }));
-              assert.equal(lp.tokenId, e.token, context);
-              // The sampled token's raw logprob (exact for plain requests; for penalised ones
-              // when the token is among the raw top tokens).
-              if (r.params.repetitionPenalty === 1 || e.top.ids.includes(e.token)) {
-                assert.ok(Math.abs(lp.logprob - e.rawLogprob) < 1e-4, `${context} step ${k}`);
-              }
-              assert.ok(lp.top !== undefined, `${context} step ${k}: no top logprobs`);
-              assert.equal(lp.top.length, top.length, `${context} step ${k}`);
-              lp.top.forEach((t, j) => {
-                assert.ok(
-                  Math.abs(t.logprob - top[j]!.logprob) < 1e-4 &&
-                    (t.tokenId === top[j]!.tokenId ||
-                      Math.abs(top[j]!.logprob - (top[j + 1]?.logprob ?? -Infinity)) < 1e-4 ||
-                      Math.abs(top[j]!.logprob - (top[j - 1]?.logprob ?? -Infinity)) < 1e-4),
-                  `${context} step ${k} rank ${j}: ${JSON.stringify(t)} vs ${
-                    JSON.stringify(top[j])
-                  }`,
-                );
-              });
+            assert.ok(lp.top !== undefined, `${context} step ${k}: no top logprobs`);
+            assert.equal(lp.top.length, top.length, `${context} step ${k}`);
+            lp.top.forEach((t, j) => {
+              assert.ok(
+                Math.abs(t.logprob - top[j]!.logprob) < 1e-4 &&
+                  (t.tokenId === top[j]!.tokenId ||
+                    Math.abs(top[j]!.logprob - (top[j + 1]?.logprob ?? -Infinity)) < 1e-4 ||
+                    Math.abs(top[j]!.logprob - (top[j - 1]?.logprob ?? -Infinity)) < 1e-4),
+                `${context} step ${k} rank ${j}: ${JSON.stringify(t)} vs ${JSON.stringify(top[j])}`,
+              );
             });
           });
-          c.check?.(engine);
-          assert.equal(engine.stats().kvBlocksUsed, 0);
-          // The executor drops each request's seed and penalty history once an output lists
-          // it as ended (the engine runs one more, empty, step after the last finish).
-          for (let i = 0; i < 200 && engine.executorRequests > 0; i++) await delay(10);
-          assert.equal(engine.executorRequests, 0, "executor state left behind");
-        } finally {
-          await engine.shutdown();
-        }
-      } finally {
-        await Deno.remove(dir, { recursive: true });
-      }
-    },
+        });
+        c.check?.(engine);
+      }),
+  );
+}
+
+/** Penalties of every request of the test below (request i gets PENALISED[i % 4]). */
+const PENALISED: Partial<SamplingParams>[] = [
+  { repetitionPenalty: 1.6, presencePenalty: 0.8 },
+  { frequencyPenalty: 1.0, logitBias: new Map([[3, 1.5], [200, -2]]) },
+  { repetitionPenalty: 1.3, frequencyPenalty: 0.3 },
+  { repetitionPenalty: 0.8, presencePenalty: -0.5 },
+];
+
+const PENALISED_CASES: {
+  name: string;
+  options: EngineOptions;
+  watched: (w: ExecutorWatch) => boolean;
+}[] = [
+  {
+    name: "preemption by recompute",
+    options: { numKvBlocks: 7, maxNumSeqs: 6 },
+    watched: (w) => w.penalisedRecomputed.size > 0,
+  },
+  {
+    name: "preemption by swap",
+    options: { numKvBlocks: 7, maxNumSeqs: 6, preemptionMode: "swap", swapSpace: 1 },
+    watched: (w) => w.penalisedSwapped.size > 0,
+  },
+  {
+    name: "chunked prefill (8-token budget)",
+    options: { maxNumBatchedTokens: 8, maxNumSeqs: 6 },
+    watched: (w) => w.penalisedChunked.size > 0,
+  },
+];
+
+for (const c of PENALISED_CASES) {
+  Deno.test(
+    `LLMEngine penalised greedy outputs equal the float64 reference under ${c.name}, and every penalty history is freed`,
+    GPU_TEST,
+    () =>
+      withWatchedEngine(
+        `engine penalised ${c.name}`,
+        c.options,
+        async (engine, ref, watch, seed, rng) => {
+          const maxTokens = 12;
+          // 15-token prompts fill a block once their first output is fed: the next decode step
+          // needs a second block for every request, more than the tiny pools have.
+          const prompts = [15, 15, 15, 15, 14].map((len) =>
+            Array.from({ length: len }, () => rng.int(0, 500))
+          );
+          const penalties = prompts.map((_, i) => PENALISED[i % PENALISED.length]!);
+          const params = penalties.map((p) =>
+            samplingParams({ temperature: 0, maxTokens, ignoreEos: true, ...p })
+          );
+          const results = await generateAll(engine, prompts, params, "p");
+          results.forEach((r, i) => {
+            assert.deepEqual(
+              r.tokens,
+              referenceRun(ref, prompts[i]!, maxTokens, params[i]!).map((s) => s.token),
+              `seed ${seed} request ${i} (${JSON.stringify(penalties[i])})`,
+            );
+          });
+          assert.ok(
+            c.watched(watch),
+            `seed ${seed}: ${c.name} did not happen to a penalised request`,
+          );
+        },
+      ),
   );
 }
 

@@ -1,9 +1,11 @@
 import { AssertionError } from "node:assert";
-import { throws as assertThrows } from "node:assert/strict";
+import assert, { throws as assertThrows } from "node:assert/strict";
 import {
   LogitsProcess,
   type LogitsProcessParams,
+  type LogitsProcessRecord,
   packLogitsProcess,
+  packLogitsProcessRecords,
 } from "../kernels/logits_process.ts";
 import { sampledRef } from "../kernels/token_feed.ts";
 import type { GpuContext } from "../gpu/context.ts";
@@ -13,6 +15,7 @@ import {
   ParamArena,
   poisonedU32,
   readF32,
+  readU32,
   runPass,
   testContext,
   upload,
@@ -204,6 +207,169 @@ Deno.test(
     expect[9] = logits[9]! / 2 - 0.5 - 1;
     expect[3] = -3;
     check(got, logits, expect, `seed ${seed}`);
+  },
+);
+
+/** One row of the multi-step append test: its penalties, bias and whole token history. */
+interface HistoryRow {
+  readonly repetition: number;
+  readonly presence: number;
+  readonly frequency: number;
+  readonly bias: [number, number][];
+  readonly prompt: number[];
+  /** Every output token the row will have by the last step. */
+  readonly output: number[];
+  /** Output tokens at step 0; appending rows gain one per step (by the append). */
+  readonly outputLen0: number;
+  readonly appends: boolean;
+}
+
+/** Rows with and without penalties, bias, history and append, over `vocab` tokens. */
+function historyRows(rng: Rng, vocab: number, steps: number): HistoryRow[] {
+  const small = Array.from({ length: 24 }, () => rng.int(0, vocab - 1));
+  const pick = () => small[rng.int(0, small.length - 1)]!;
+  const list = (n: number) => Array.from({ length: n }, pick);
+  const bias = (n: number): [number, number][] =>
+    [...new Set(list(n))].map((t) => [t, rng.uniform(-10, 10)]);
+  const off = { repetition: 1, presence: 0, frequency: 0 };
+  const row = (r: Partial<HistoryRow> & { outputLen0: number; appends: boolean }) => ({
+    ...off,
+    bias: [],
+    prompt: [],
+    output: list(r.outputLen0 + (r.appends ? steps : 0)),
+    ...r,
+  });
+  return [
+    row({ outputLen0: 0, appends: false }), // everything off
+    row({ bias: bias(12), outputLen0: 0, appends: false }),
+    // A prefill step first (no output yet: nothing appended), then one append per step.
+    row({ repetition: 1.3, prompt: list(40), outputLen0: 0, appends: true }),
+    row({ repetition: 0.8, frequency: 0.4, prompt: list(9), outputLen0: 1, appends: true }),
+    // Repetition off: the prompt is kept but not counted.
+    row({
+      presence: rng.uniform(0.2, 1.5),
+      frequency: rng.uniform(0.1, 1),
+      prompt: list(70),
+      outputLen0: 30,
+      appends: true,
+      bias: bias(5),
+    }),
+    { // an output token past the vocabulary (kept, ignored)
+      ...off,
+      repetition: 1.5,
+      presence: 0.5,
+      frequency: 0.25,
+      bias: [],
+      prompt: [vocab + 5, ...list(20)],
+      output: [...list(12), vocab + 2, ...list(steps - 1)],
+      outputLen0: 13,
+      appends: true,
+    },
+    // Penalties off with a history: the append still happens, nothing changes.
+    row({ prompt: list(8), outputLen0: 3, appends: true }),
+    // Penalties, no append (a list written by the host).
+    row({ frequency: 0.7, prompt: list(15), outputLen0: 25, appends: false }),
+  ];
+}
+
+Deno.test(
+  "logits_process() appends each row's newest output token from the input ids and matches the float64 reference step after step",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const { seed, rng } = testSeed("logits_process append");
+    const vocab = 997; // odd
+    const steps = 4;
+    const cap = 256; // history words per row
+    const numIds = 64;
+    const rows = historyRows(rng, vocab, steps);
+    // The host's view of the history buffer: prompt, then the outputs before the first append;
+    // everything else poisoned.
+    const history = new Uint32Array(rows.length * cap).fill(0xdeadbeef);
+    rows.forEach((r, i) => {
+      const known = r.appends ? Math.max(0, r.outputLen0 - 1) : r.outputLen0;
+      history.set([...r.prompt, ...r.output.slice(0, known)], i * cap);
+    });
+    const arena = new ParamArena(ctx, 2 * steps);
+    const tokens = upload(ctx, history, "history");
+    const table = poisonedU32(ctx, rows.length * 4 * cap, "table");
+    const own: GPUBuffer[] = [tokens, table];
+    try {
+      for (let step = 0; step < steps; step++) {
+        const context = `seed ${seed} step ${step}`;
+        // The step's input ids: noise, and each appending row's newest output at its last index.
+        const ids = Uint32Array.from({ length: numIds }, () => rng.int(0, vocab + 20));
+        const at = rng.permutation(numIds);
+        const records: LogitsProcessRecord[] = [];
+        const bias: number[] = [];
+        const f32 = new Float32Array(1);
+        const bits = new Uint32Array(f32.buffer);
+        let tableOffset = 0;
+        rows.forEach((r, i) => {
+          const outputLen = r.outputLen0 + (r.appends ? step : 0);
+          const append = r.appends && outputLen >= 1;
+          if (append) {
+            ids[at[i]!] = r.output[outputLen - 1]!;
+            history[i * cap + r.prompt.length + outputLen - 1] = r.output[outputLen - 1]!;
+          }
+          records.push({
+            repetition: r.repetition,
+            presence: r.presence,
+            frequency: r.frequency,
+            promptOffset: i * cap,
+            promptLen: r.prompt.length,
+            outputOffset: i * cap + r.prompt.length,
+            outputLen,
+            biasOffset: bias.length / 2,
+            biasLen: r.bias.length,
+            tableOffset,
+            append: append ? sampledRef(at[i]!) : null,
+          });
+          for (const [t, b] of r.bias) {
+            f32[0] = b;
+            bias.push(t, bits[0]!);
+          }
+          tableOffset += 4 * (r.prompt.length + outputLen);
+        });
+        const logits = rng.normals(rows.length * vocab, 3);
+        const bufs = [
+          upload(ctx, logits, "logits"),
+          upload(ctx, packLogitsProcessRecords(records), "params"),
+          upload(ctx, Uint32Array.from(bias.length > 0 ? bias : [0, 0]), "bias"),
+          upload(ctx, ids, "ids"),
+        ] as const;
+        own.push(...bufs);
+        const op = new LogitsProcess(ctx).bind(arena, {
+          logits: whole(bufs[0]),
+          params: whole(bufs[1]),
+          tokens: whole(tokens),
+          bias: whole(bufs[2]),
+          sampled: whole(bufs[3]),
+          table: whole(table),
+        });
+        await runPass(ctx, arena, (pass) => op.encode(pass, rows.length, vocab));
+        const got = await readF32(ctx, bufs[0], logits.length);
+        const want = logitsProcessRef(
+          logits,
+          vocab,
+          rows.map((r, i) => ({
+            ...r,
+            output: r.output.slice(0, records[i]!.outputLen),
+            bias: r.bias,
+          })),
+        );
+        for (let i = 0; i < rows.length; i++) {
+          const span = [i * vocab, (i + 1) * vocab] as const;
+          const row = `${context} row ${i}`;
+          check(got.subarray(...span), logits.subarray(...span), want.subarray(...span), row);
+        }
+        // The appended tokens landed, and nothing else of the history changed.
+        assert.deepEqual(await readU32(ctx, tokens, history.length), history, context);
+      }
+    } finally {
+      for (const b of own) b.destroy();
+      arena.destroy();
+    }
   },
 );
 

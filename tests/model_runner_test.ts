@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import type { LogitsProcessing } from "../engine/forward_batch.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
@@ -179,6 +180,104 @@ Deno.test(
         }
         assert.ok(differs > 0, `seed ${seed}, ${c.name}: the penalties changed no output`);
       }
+      assert.equal(runner.penaltyHistories.inUse, 0, `seed ${seed}: history left behind`);
+    }),
+);
+
+/**
+ * Runs `body` with every `writeBuffer` into a logits-processing buffer (labels `process*`)
+ * counted per `runner.execute` call: bytes by buffer label, one map per step.
+ */
+async function countProcessUploads<T>(
+  runner: ModelRunner,
+  body: () => Promise<T>,
+): Promise<{ result: T; steps: Map<string, number>[] }> {
+  const queue = GPUQueue.prototype;
+  const write = queue.writeBuffer;
+  const steps: Map<string, number>[] = [];
+  let current: Map<string, number> | null = null;
+  queue.writeBuffer = function (this: GPUQueue, ...args: Parameters<GPUQueue["writeBuffer"]>) {
+    const [buffer, , data, dataOffset = 0, size] = args;
+    if (current !== null && buffer.label.startsWith("process")) {
+      const el = ArrayBuffer.isView(data) && "BYTES_PER_ELEMENT" in data
+        ? data.BYTES_PER_ELEMENT as number
+        : 1;
+      const bytes = (size ?? data.byteLength / el - dataOffset) * el;
+      current.set(buffer.label, (current.get(buffer.label) ?? 0) + bytes);
+    }
+    return write.apply(this, args);
+  };
+  const execute = runner.execute;
+  runner.execute = function (this: ModelRunner, ...args: Parameters<ModelRunner["execute"]>) {
+    current = new Map();
+    try {
+      return execute.apply(this, args);
+    } finally {
+      steps.push(current);
+      current = null;
+    }
+  };
+  try {
+    return { result: await body(), steps };
+  } finally {
+    queue.writeBuffer = write;
+    delete (runner as { execute?: unknown }).execute;
+  }
+}
+
+Deno.test(
+  "ModelRunner uploads the same logits-processing bytes per step at output token 3 and 40, and a penalised prompt once",
+  GPU_TEST,
+  () =>
+    withRunner("runner penalty uploads", async (runner, ref, seed, rng) => {
+      const prompt = Array.from({ length: 9 }, () => rng.int(0, 500));
+      const penalties = PENALTY_CASES[2]!.penalties; // every list: prompt, output, bias
+      const { result, steps } = await countProcessUploads(
+        runner,
+        () => soloRun(runner, prompt, 42, { penalties, depth: 6, overlap: true }),
+      );
+      const context = `seed ${seed}`;
+      assert.deepEqual(
+        result.tokens,
+        referenceRun(ref, prompt, 42, penalties).map((s) => s.token),
+        context,
+      );
+      // Step i samples output token i (one prefill step).
+      assert.equal(steps.length, 42, context);
+      assert.deepEqual(steps[40], steps[3], context);
+      assert.ok((steps[3]!.get("processParams") ?? 0) > 0, `${context}: ${[...steps[3]!]}`);
+      assert.equal(steps[0]!.get("process.history"), 4 * prompt.length, context);
+      assert.ok(steps.slice(1).every((s) => !s.has("process.history")), context);
+      assert.equal(runner.penaltyHistories.inUse, 0, `${context}: history left behind`);
+    }),
+);
+
+Deno.test(
+  "ModelRunner.execute() refuses a penalised row without a history, or whose history would miss tokens, and creates nothing",
+  GPU_TEST,
+  () =>
+    withRunner("runner penalty checks", (runner) => {
+      const at = Uint32Array.of(0, 1, 2);
+      const step = (process: LogitsProcessing) => () =>
+        runner.execute({
+          inputIds: Uint32Array.of(5, 6, 7),
+          positions: at,
+          slotMapping: at,
+          seqs: [{
+            queryLen: 3,
+            contextLen: 3,
+            blockTable: [0],
+            sample: { temperature: 0 },
+            process,
+          }],
+        });
+      assert.throws(step({ repetitionPenalty: 1.2 }), /no history/);
+      const history = (promptTokens: number[]) => ({ key: "x", promptTokens });
+      // A new history at 3 tokens for a 2-token prompt would miss output token 0.
+      assert.throws(step({ presencePenalty: 1, history: history([5, 6]) }), /past its prompt/);
+      assert.throws(step({ frequencyPenalty: 1, history: history([5, 6, 7, 8]) }), /prompt of 4/);
+      assert.equal(runner.penaltyHistories.inUse, 0);
+      return Promise.resolve();
     }),
 );
 

@@ -13,15 +13,16 @@
  * Logits processing (vLLM / OpenAI `repetition_penalty`, `presence_penalty`,
  * `frequency_penalty`, `logit_bias`) and `logprobs` / `top_logprobs` run on the GPU in the same
  * step. Penalties must see every output token so far, including those sampled by steps still in
- * flight: the executor keeps, per penalised request, the output tokens its own steps have read
- * back and, for the rest, where each was sampled (runner step, row), passed to the runner as
- * `sampledRef`s that the kernel resolves on the GPU. Output
- * token i of a request is the one sampled by the step whose context length is
- * `promptLen + i`, whatever preemptions happened in between.
+ * flight: the runner keeps each penalised request's tokens on the GPU, under its request id
+ * (`LogitsProcessing.history`), and appends each step the request's last fed token, which is
+ * its newest output token whatever preemptions happened in between (a decode step feeds the
+ * previous sample; a recompute ends on the newest known output, the earlier ones being in the
+ * history already). The executor passes only the request id and its prompt (used when the
+ * history is created): a step's host work does not grow with the output.
  *
- * Per-request state (seeds, penalty histories) follows the lifecycle in each
- * {@linkcode SchedulerOutput}: created for its `newRequests`, dropped for its `finished` and
- * `aborted` ids.
+ * Per-request state (seeds, penalised prompts, the runner's penalty histories) follows the
+ * lifecycle in each {@linkcode SchedulerOutput}: created for its `newRequests` (a history on
+ * the request's first sampled step), dropped for its `finished` and `aborted` ids.
  *
  * @module
  */
@@ -54,22 +55,11 @@ export interface WebGpuExecutorOptions {
   readonly overlapSteps?: boolean;
 }
 
-/** A penalised request's output so far: known ids, then samples still on the GPU. */
-export interface PenaltyHistory {
-  readonly prompt: readonly number[];
-  /** Output token ids the engine reported, in order. */
-  readonly known: number[];
-  /** Output index -> where it was sampled, for indices >= known.length. */
-  readonly onGpu: Map<number, { readonly step: number; readonly row: number }>;
-}
-
 /** One request's row in a step's sampler (see {@linkcode WebGpuExecutor.samplingOf}). */
 export interface SampledRow {
   readonly sample: NonNullable<SequenceChunk["sample"]>;
   readonly process: SequenceChunk["process"];
   readonly topLogprobs: number;
-  /** For a penalised request: its history and the output index of the token sampled here. */
-  readonly penalty: { readonly history: PenaltyHistory; readonly index: number } | null;
 }
 
 /** One step's runner batch and what its sampled rows stand for. */
@@ -77,22 +67,12 @@ interface StepPlan {
   readonly batch: ForwardBatch;
   /** Request id of each sampled row, in row order. */
   readonly samplers: string[];
-  /** Output index each penalised sampler's token will have, by sampler row. */
-  readonly outputIndex: Map<number, { readonly history: PenaltyHistory; readonly index: number }>;
   /** Requests that cannot be sampled this step: they fail alone (see `samplingOf`). */
   readonly failed: Map<string, Error>;
 }
 
-/**
- * The tokens of a step read back, by request id. Penalised requests' histories take their
- * tokens now: penalties of later steps read them from the host from then on.
- */
+/** The tokens of a step read back, by request id. */
 function collect(rows: SampledRows, plan: StepPlan): Map<string, SampledToken> {
-  for (const [row, { history, index }] of plan.outputIndex) {
-    if (index !== history.known.length) continue;
-    history.known.push(rows.tokens[row]!);
-    history.onGpu.delete(index);
-  }
   const map = new Map<string, SampledToken>();
   plan.samplers.forEach((id, row) => {
     const tokenId = rows.tokens[row]!;
@@ -122,8 +102,10 @@ export class WebGpuExecutor implements Executor {
   readonly #seedSource: () => number;
   /** Scheduler step -> runner step, for steps whose samples may still be fed from the GPU. */
   readonly #runnerStep = new Map<number, number>();
-  /** Penalised requests' output history (see the module documentation). */
-  readonly #history = new Map<string, PenaltyHistory>();
+  /** Penalised requests' prompts (their histories are the runner's; see the module doc). */
+  readonly #penalised = new Map<string, readonly number[]>();
+  /** Requests whose penalty history the step being planned creates (see `samplingOf`). */
+  readonly #newHistories = new Set<string>();
   /** The host swap pool and the copies to and from it. */
   readonly #swap: SwapSpace;
   readonly #overlap: boolean;
@@ -144,35 +126,23 @@ export class WebGpuExecutor implements Executor {
     for (const ids of [output.finished, output.aborted]) {
       for (const id of ids) {
         this.#seeds.delete(id);
-        this.#history.delete(id);
+        this.#penalised.delete(id);
+        // Its last steps' appends are queued before any later reuse of the slot.
+        this.runner.penaltyHistories.free(id);
       }
     }
     for (const r of output.newRequests) {
-      if (penalised(r.params)) {
-        this.#history.set(r.requestId, { prompt: r.promptTokenIds, known: [], onGpu: new Map() });
-      }
+      if (penalised(r.params)) this.#penalised.set(r.requestId, r.promptTokenIds);
     }
   }
 
-  /** Requests whose state the executor holds (seeds, penalty histories): for leak checks. */
+  /**
+   * Requests whose state the executor or its runner holds (seeds, penalised prompts, penalty
+   * histories on the GPU): for leak checks.
+   */
   get numTracked(): number {
-    return new Set([...this.#seeds.keys(), ...this.#history.keys()]).size;
-  }
-
-  /** The output tokens before output index `count`: known ids, then `sampledRef`s. */
-  #outputSoFar(requestId: string, h: PenaltyHistory, count: number): number[] {
-    if (count <= h.known.length) return h.known.slice(0, Math.max(0, count));
-    const out = h.known.slice();
-    for (let i = h.known.length; i < count; i++) {
-      const at = h.onGpu.get(i);
-      if (at === undefined) {
-        throw new RangeError(
-          `Cannot penalise request "${requestId}": output token ${i} is neither known nor on the GPU`,
-        );
-      }
-      out.push(this.runner.sampledRef(at.step, at.row));
-    }
-    return out;
+    const ids = [...this.#seeds.keys(), ...this.#penalised.keys()];
+    return new Set([...ids, ...this.runner.penaltyHistories.keys()]).size;
   }
 
   /** Starts the newest step's deferred readback (see `overlapSteps`). */
@@ -201,9 +171,6 @@ export class WebGpuExecutor implements Executor {
     const plan = this.#plan(output, tokenMasks);
     const handle = this.runner.execute(plan.batch, { overlap: this.#overlap });
     this.#runnerStep.set(output.step, handle.step);
-    for (const [row, { history, index }] of plan.outputIndex) {
-      history.onGpu.set(index, { step: handle.step, row });
-    }
     // Steps the ring has moved past can no longer be fed from.
     for (const [step, runnerStep] of this.#runnerStep) {
       if (handle.step - runnerStep > this.runner.maxInFlight) this.#runnerStep.delete(step);
@@ -221,7 +188,8 @@ export class WebGpuExecutor implements Executor {
       slotMapping: new Uint32Array(n),
       seqs: [] as SequenceChunk[],
     };
-    const plan: StepPlan = { batch, samplers: [], outputIndex: new Map(), failed: new Map() };
+    const plan: StepPlan = { batch, samplers: [], failed: new Map() };
+    this.#newHistories.clear();
     let t = 0;
     for (const r of output.scheduled) {
       for (let i = 0; i < r.numTokens; i++, t++) {
@@ -236,7 +204,6 @@ export class WebGpuExecutor implements Executor {
         batch.seqs.push({ ...chunk, sample: null });
         continue;
       }
-      if (row.penalty !== null) plan.outputIndex.set(plan.samplers.length, row.penalty);
       batch.seqs.push({
         ...chunk,
         sample: row.sample,
@@ -278,7 +245,7 @@ export class WebGpuExecutor implements Executor {
     } catch (error) {
       failed.set(r.requestId, error instanceof Error ? error : new Error(String(error)));
       return r.samplesToken
-        ? { sample: { temperature: 0, counter: 0 }, process: null, topLogprobs: 0, penalty: null }
+        ? { sample: { temperature: 0, counter: 0 }, process: null, topLogprobs: 0 }
         : null;
     }
   }
@@ -286,11 +253,12 @@ export class WebGpuExecutor implements Executor {
   /**
    * The sampled row of scheduled request `r` in a step ending at `contextLen` (null when it
    * samples nothing this step): its sampling record, logits processing and top-logprob count,
-   * checked with the packers' own rules, and where its penalised output token will be. Also
-   * seeds the request on its first step after an admission.
+   * checked with the packers' own rules. Also seeds the request on its first step after an
+   * admission.
    *
    * @throws {RangeError} when the request cannot be sampled (an out-of-range parameter, a
-   *   penalty history that lost a token); {@linkcode execute} then fails that request alone.
+   *   context shorter than its prompt, no penalty history left on the runner);
+   *   {@linkcode execute} then fails that request alone.
    */
   samplingOf(r: ScheduledRequest, contextLen: number): SampledRow | null {
     const p = r.params;
@@ -298,27 +266,29 @@ export class WebGpuExecutor implements Executor {
       this.#seeds.set(r.requestId, p.seed === null ? this.#seedSource() : kernelSeed(p.seed));
     }
     if (!r.samplesToken) return null;
-    const history = penalised(p) ? this.#history.get(r.requestId) : undefined;
-    if (penalised(p) && history === undefined) {
+    const prompt = penalised(p) ? this.#penalised.get(r.requestId) : undefined;
+    if (penalised(p) && prompt === undefined) {
       throw new RangeError(
         `Cannot penalise request "${r.requestId}": it was never listed in newRequests`,
       );
     }
+    if (prompt !== undefined && contextLen < prompt.length) {
+      throw new RangeError(
+        `Cannot penalise request "${r.requestId}": it samples at ${contextLen} tokens, inside its prompt of ${prompt.length}`,
+      );
+    }
+    const bias = p.logitBias !== null && p.logitBias.size > 0 ? { logitBias: p.logitBias } : {};
     let process: SequenceChunk["process"] = null;
-    let penalty: SampledRow["penalty"] = null;
-    if (history !== undefined) {
-      const index = contextLen - history.prompt.length;
-      penalty = { history, index };
+    if (prompt !== undefined) {
       process = {
         repetitionPenalty: p.repetitionPenalty,
         presencePenalty: p.presencePenalty,
         frequencyPenalty: p.frequencyPenalty,
-        promptTokens: history.prompt,
-        outputTokens: this.#outputSoFar(r.requestId, history, index),
-        ...(p.logitBias !== null ? { logitBias: p.logitBias } : {}),
+        history: { key: r.requestId, promptTokens: prompt },
+        ...bias,
       };
-    } else if (p.logitBias !== null && p.logitBias.size > 0) {
-      process = { logitBias: p.logitBias };
+    } else if ("logitBias" in bias) {
+      process = bias;
     }
     const sample = {
       temperature: p.temperature,
@@ -336,7 +306,25 @@ export class WebGpuExecutor implements Executor {
         `Cannot sample request "${r.requestId}": logprobs must be 0 to ${TOP_LOGPROBS_MAX}`,
       );
     }
-    return { sample, process, topLogprobs, penalty };
+    if (prompt !== undefined) this.#reserveHistory(r.requestId);
+    return { sample, process, topLogprobs };
+  }
+
+  /**
+   * Counts a penalised request's history against the runner's capacity: the step creates it
+   * when the request has none yet.
+   *
+   * @throws {RangeError} when every history the runner can hold is taken.
+   */
+  #reserveHistory(requestId: string): void {
+    const h = this.runner.penaltyHistories;
+    if (h.has(requestId) || this.#newHistories.has(requestId)) return;
+    if (h.inUse + this.#newHistories.size >= h.capacity) {
+      throw new RangeError(
+        `Cannot penalise request "${requestId}": the runner holds ${h.capacity} penalty histories, all in use`,
+      );
+    }
+    this.#newHistories.add(requestId);
   }
 
   destroy(): void {

@@ -4,9 +4,10 @@
  * the previous step's sample on the GPU. Blocks come from `blocks` in order (pass a shuffled
  * list to exercise non-contiguous block tables). No scheduler: this is the runner's own check.
  *
- * {@linkcode soloRun} adds logits processing (penalties, logit bias) and top logprobs, with the
- * output tokens not read back yet passed as `sampledRef`s (several steps stay in flight), and
- * {@linkcode referenceRun} is the same greedy loop on the float64 reference model.
+ * {@linkcode soloRun} adds logits processing (penalties, logit bias) and top logprobs, several
+ * steps in flight: penalties read the run's token history, which the runner keeps on the GPU
+ * under a key of the run's own (freed at the end), and {@linkcode referenceRun} is the same
+ * greedy loop on the float64 reference model.
  *
  * @module
  */
@@ -68,12 +69,32 @@ export async function soloGreedy(
   return (await soloRun(runner, prompt, maxTokens, options)).tokens;
 }
 
+/** Keys of the runs' penalty histories on the runner. */
+let runs = 0;
+
 /** Greedy generation with optional penalties, logit bias and top logprobs. */
 export async function soloRun(
   runner: ModelRunner,
   prompt: readonly number[],
   maxTokens: number,
   options: SoloOptions = {},
+): Promise<SoloResult> {
+  const key = `solo-${runs++}`;
+  try {
+    return await run(runner, prompt, maxTokens, options, key);
+  } finally {
+    // Every step was awaited: the history is no longer read.
+    runner.penaltyHistories.free(key);
+  }
+}
+
+/** {@linkcode soloRun} with its penalty history under `key`. */
+async function run(
+  runner: ModelRunner,
+  prompt: readonly number[],
+  maxTokens: number,
+  options: SoloOptions,
+  key: string,
 ): Promise<SoloResult> {
   const bs = runner.options.blockSize;
   const blocks = options.blocks ?? Array.from({ length: runner.kv.numBlocks }, (_, i) => i);
@@ -87,22 +108,17 @@ export async function soloRun(
   const steps: number[] = [];
   const pending: ReturnType<ModelRunner["execute"]>["result"][] = [];
   const p = options.penalties;
-  // Output so far: ids read back, then references to samples still on the GPU.
-  const processing = () =>
-    p === undefined ? null : {
-      repetitionPenalty: p.repetitionPenalty ?? 1,
-      presencePenalty: p.presencePenalty ?? 0,
-      frequencyPenalty: p.frequencyPenalty ?? 0,
-      ...(p.logitBias ? { logitBias: p.logitBias } : {}),
-      promptTokens: prompt,
-      outputTokens: [
-        ...out,
-        ...steps.slice(out.length).map((s) => runner.sampledRef(s, 0)),
-      ],
-    };
+  // The same record every step: the history grows on the GPU.
+  const process = p === undefined ? null : {
+    repetitionPenalty: p.repetitionPenalty ?? 1,
+    presencePenalty: p.presencePenalty ?? 0,
+    frequencyPenalty: p.frequencyPenalty ?? 0,
+    ...(p.logitBias ? { logitBias: p.logitBias } : {}),
+    history: { key, promptTokens: prompt },
+  };
   const sample = () => ({
     sample: { temperature: 0 },
-    process: processing(),
+    process,
     topLogprobs: options.topLogprobs ?? 0,
   });
   const overlap = options.overlap === true;
