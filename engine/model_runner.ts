@@ -13,22 +13,20 @@
  */
 
 import type { Quantization } from "../gpu/quant.ts";
-import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
 import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.ts";
 import type { KvCache } from "./kv_cache.ts";
 import type { PenaltyHistorySlots } from "./logits_process_lists.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
-import { type ModelConfig, ropeInvFreq } from "./model/config.ts";
-import { CheckpointError } from "./model/errors.ts";
+import type { ModelConfig } from "./model/config.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
 import { type SampledRows, Sampler } from "./sampler.ts";
 import type { StepBuffers } from "./step_buffers.ts";
 import type { StepShape } from "./models/attention_block.ts";
 import { allocateBindTargets, type BindTargets } from "./models/bind_targets.ts";
-import { DecoderModel } from "./models/decoder.ts";
-import { Gpt2Model } from "./models/gpt2.ts";
+import { loadModel } from "./models/load_model.ts";
 import type { Model } from "./models/model.ts";
 import type { KernelGroupRecorder } from "./models/kernel_group_recorder.ts";
 import { KERNEL_GROUPS, SinglePass } from "./models/step_passes.ts";
@@ -296,34 +294,11 @@ export class ModelRunner {
     // Packs and uploads the sampled rows' records and lists (validating them) first.
     const plan = this.#sampler.prepare(batch.seqs);
     const rows = plan.rows;
-    const h = this.#host;
+    const { allDecode, maxContextLen } = this.#upload(batch);
     const T = batch.inputIds.length;
     const S = batch.seqs.length;
-    let tokens = 0;
-    let maxContextLen = 0;
-    let allDecode = true;
-    h.cuQLens[0] = 0;
-    for (let s = 0; s < S; s++) {
-      const seq = batch.seqs[s]!;
-      tokens += seq.queryLen;
-      h.cuQLens[s + 1] = tokens;
-      h.contextLens[s] = seq.contextLen;
-      h.blockTables.set(seq.blockTable, s * B);
-      maxContextLen = Math.max(maxContextLen, seq.contextLen);
-      if (seq.queryLen !== 1) allDecode = false;
-    }
-    h.ids.set(batch.inputIds);
-    h.positions.set(batch.positions);
-    h.slots.set(batch.slotMapping);
     const q = this.ctx.device.queue;
     const bufs = this.#bufs;
-    q.writeBuffer(bufs.hostIds, 0, h.ids, 0, T);
-    q.writeBuffer(bufs.positions, 0, h.positions, 0, T);
-    q.writeBuffer(bufs.slotMapping, 0, h.slots, 0, T);
-    q.writeBuffer(bufs.blockTables, 0, h.blockTables, 0, S * B);
-    q.writeBuffer(bufs.contextLens, 0, h.contextLens, 0, S);
-    q.writeBuffer(bufs.cuQLens, 0, h.cuQLens, 0, S + 1);
-
     const stepIndex = this.#step++;
     const slot = stepIndex % bufs.ringSlots;
     const step: StepShape = {
@@ -369,6 +344,39 @@ export class ModelRunner {
     return { step: stepIndex, rows, result: deferred.promise };
   }
 
+  /** Packs and uploads the batch's ids, positions, slots, block tables and lengths. */
+  #upload(batch: ForwardBatch): { allDecode: boolean; maxContextLen: number } {
+    const h = this.#host;
+    const B = this.#bufs.capacity.maxBlocksPerSeq;
+    const T = batch.inputIds.length;
+    const S = batch.seqs.length;
+    let tokens = 0;
+    let maxContextLen = 0;
+    let allDecode = true;
+    h.cuQLens[0] = 0;
+    for (let s = 0; s < S; s++) {
+      const seq = batch.seqs[s]!;
+      tokens += seq.queryLen;
+      h.cuQLens[s + 1] = tokens;
+      h.contextLens[s] = seq.contextLen;
+      h.blockTables.set(seq.blockTable, s * B);
+      maxContextLen = Math.max(maxContextLen, seq.contextLen);
+      if (seq.queryLen !== 1) allDecode = false;
+    }
+    h.ids.set(batch.inputIds);
+    h.positions.set(batch.positions);
+    h.slots.set(batch.slotMapping);
+    const q = this.ctx.device.queue;
+    const bufs = this.#bufs;
+    q.writeBuffer(bufs.hostIds, 0, h.ids, 0, T);
+    q.writeBuffer(bufs.positions, 0, h.positions, 0, T);
+    q.writeBuffer(bufs.slotMapping, 0, h.slots, 0, T);
+    q.writeBuffer(bufs.blockTables, 0, h.blockTables, 0, S * B);
+    q.writeBuffer(bufs.contextLens, 0, h.contextLens, 0, S);
+    q.writeBuffer(bufs.cuQLens, 0, h.cuQLens, 0, S + 1);
+    return { allDecode, maxContextLen };
+  }
+
   /** Releases every GPU buffer of the model. */
   destroy(): void {
     this.flush();
@@ -385,39 +393,4 @@ function checkOptions(options: ModelRunnerOptions): void {
       throw new RangeError(`Model runner option ${name} must be a positive integer: got ${v}`);
     }
   }
-}
-
-/**
- * Loads the checkpoint's architecture (GPT-2 or the Llama-family decoder, whose RoPE table is
- * added to `own`) and refuses a checkpoint with weights the config does not account for.
- */
-async function loadModel(
-  ctx: GpuContext,
-  ck: Checkpoint,
-  loader: WeightLoader,
-  targets: BindTargets,
-  own: { destroy(): void }[],
-): Promise<Model> {
-  const c = ck.config;
-  let model: Model;
-  if (c.arch === "GPT2LMHeadModel") {
-    model = await Gpt2Model.load(c, loader, targets);
-  } else {
-    const inv = Float32Array.from(ropeInvFreq(c));
-    const invFreq = ctx.createBuffer("rope.invFreq", inv.byteLength, STORAGE_RW);
-    ctx.device.queue.writeBuffer(invFreq, 0, inv);
-    own.push(invFreq);
-    model = await DecoderModel.load(c, loader, targets, invFreq);
-  }
-  const unused = loader.unusedWeights(c.tieWordEmbeddings);
-  if (unused.length > 0) {
-    model.destroy();
-    throw new CheckpointError(
-      `${ck.dir}: ${unused.length} weight(s) the ${c.arch} config does not account for: ${
-        unused.slice(0, 4).join(", ")
-      }${unused.length > 4 ? ", ..." : ""} (a setting such as attention_bias missing from ` +
-        `config.json, or another model's file); refusing to run without them`,
-    );
-  }
-  return model;
 }
