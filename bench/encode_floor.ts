@@ -38,9 +38,10 @@ const device = ctx.device;
 /** A pipeline reading `bindings - 1` buffers into the first; `k` makes each one distinct. */
 function pipeline(k: number): GPUComputePipeline {
   const inputs = Array.from({ length: bindings - 1 }, (_, i) => i + 1);
-  const code = inputs.map((i) =>
-    `@group(0) @binding(${i}) var<storage, read> b${i}: array<u32>; // [1024] u32\n`
-  ).join("") +
+  const code =
+    inputs.map((i) =>
+      `@group(0) @binding(${i}) var<storage, read> b${i}: array<u32>; // [1024] u32\n`
+    ).join("") +
     "@group(0) @binding(0) var<storage, read_write> a: array<u32>; // [1024] u32\n" +
     "@compute @workgroup_size(64)\n" +
     "fn main(@builtin(global_invocation_id) g: vec3<u32>) {\n" +
