@@ -63,7 +63,11 @@ export class StepBuffers {
   readonly topCounts: GPUBuffer;
   /** f32 `[maxTokens, hidden]`: the residual stream. */
   readonly hidden: GPUBuffer;
-  /** f32 `[maxTokens, hidden]`: normalised hidden states (input of projections). */
+  /**
+   * f32 `[maxTokens, hidden]`: normalised hidden states (input of projections); or, where the
+   * projections normalise their input themselves (matmul X form `rms_residual`, the gpu kernel
+   * profile), the residual stream's second buffer (the stream alternates with `hidden`).
+   */
   readonly normed: GPUBuffer;
   /** f32 `[maxTokens, hidden]`: a sub-layer's output before it is added to the residual. */
   readonly delta: GPUBuffer;

@@ -15,7 +15,9 @@
  *
  * X may instead be the f32 `[M, 2K]` output of a fused gate/up projection, read as its SwiGLU
  * activation `silu(gate) * up` ({@linkcode XForm} `"swiglu"`, chosen per call site), which
- * spares the MLP a separate activation dispatch.
+ * spares the MLP a separate activation dispatch; or, with the `gpu` policy's kernels, the
+ * RMSNorm of the residual stream (`"rms"`, `"rms_residual"`: {@linkcode MatmulNorm}), which
+ * spares the layer its rms_norm dispatches.
  *
  * Weights must be created with `padColsTo: 4` (row stride a multiple of 4, zero padding), so
  * kernels read whole vec4s of W; f16 weights are read as pairs of packed halves
@@ -26,13 +28,12 @@
 
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import type { ParamArena, ParamSlot } from "../gpu/params.ts";
-import type { GpuMatrix } from "../gpu/tensor.ts";
-import { MAX_GROUPS_PER_DIM } from "./dispatch.ts";
+import type { ParamArena } from "../gpu/params.ts";
 import {
   BLOCKED_PREFILL_MB,
   DECODE_MAX_ROWS,
   defaultMatmulPolicy,
+  isNormXForm,
   kernelSource,
   type MatmulPolicy,
   type MatmulVariant,
@@ -41,10 +42,22 @@ import {
   type WeightFormat,
   type XForm,
 } from "./matmul_kernels.ts";
+import {
+  bindingBytes,
+  type KernelConfig,
+  type MatmulBuffers,
+  type MatmulEncodeOptions,
+  type MatmulNorm,
+  MatmulOp,
+} from "./matmul_op.ts";
 
 export {
   DECODE_MAX_ROWS,
   defaultMatmulPolicy,
+  type MatmulBuffers,
+  type MatmulEncodeOptions,
+  type MatmulNorm,
+  MatmulOp,
   type MatmulPolicy,
   type MatmulVariant,
   type WeightFormat,
@@ -64,56 +77,6 @@ export interface MatmulOptions {
   readonly policy?: MatmulPolicy;
   /** Largest M run by the decode kernel; default {@linkcode DECODE_MAX_ROWS}. */
   readonly decodeMaxRows?: number;
-}
-
-/** Buffers of one matmul call site; fixed for the op's lifetime. */
-export interface MatmulBuffers {
-  /**
-   * f32 `[M, K]` (row stride K, K = `weight.cols`), for every M the op will be encoded with; with
-   * `xForm: "swiglu"`, f32 `[M, 2K]` (per row K gate values then K up values).
-   */
-  readonly x: GPUBufferBinding;
-  /** How X is read (see {@linkcode XForm}); default `"plain"`. */
-  readonly xForm?: XForm;
-  /**
-   * `[N, K]` weight (`[out, in]`): f16 or f32 created with `padColsTo: 4`, or quantized
-   * (`GpuMatrix.createQuantized`).
-   */
-  readonly weight: GpuMatrix;
-  /** f32 `[N]`; required exactly when the {@linkcode Matmul} was created with `bias: true`. */
-  readonly bias?: GPUBufferBinding;
-  /** f32 `[M, ldy]`; columns `[0, N)` of each row are written, the others are left untouched. */
-  readonly y: GPUBufferBinding;
-  /** Row stride of `y` in elements (>= N), to write into a wider buffer; default N. */
-  readonly ldy?: number;
-}
-
-/** Per-call options of {@linkcode MatmulOp.encode}. */
-export interface MatmulEncodeOptions {
-  /** Forces a kernel instead of the policy's choice (tests, benchmarks). */
-  readonly variant?: MatmulVariant;
-}
-
-/** One compiled kernel configuration and how to size its grid. */
-interface KernelConfig {
-  readonly key: string;
-  readonly variant: MatmulVariant;
-  /** The weight format the kernel reads. */
-  readonly format: WeightFormat;
-  /** How the kernel reads X. */
-  readonly xForm: XForm;
-  /** Whether the kernel reads X as vec4s (`unrolled` only; needs K % 4 == 0). */
-  readonly xVec4: boolean;
-  readonly pipeline: GPUComputePipeline;
-  /** Weight rows covered by one workgroup. */
-  readonly rowsPerGroup: number;
-  /** X rows covered by one workgroup (grid z). */
-  readonly mPerGroup: number;
-}
-
-/** Bytes a binding exposes. */
-function bindingBytes(b: GPUBufferBinding): number {
-  return b.size ?? b.buffer.size - (b.offset ?? 0);
 }
 
 /**
@@ -147,6 +110,14 @@ export class Matmul {
     this.#compilePolicy(this.dtype);
   }
 
+  /**
+   * Whether call sites can read X as the RMSNorm of the residual stream (`"rms"`,
+   * `"rms_residual"`): the `gpu` policy's kernels do, the `cpu` policy's do not.
+   */
+  get readsNorm(): boolean {
+    return this.policy === "gpu";
+  }
+
   /** Compiles the policy's kernels for weights of `format` and X read as `xForm`. */
   #compilePolicy(format: WeightFormat, xForm: XForm = "plain"): void {
     if (this.policy === "cpu") {
@@ -169,7 +140,8 @@ export class Matmul {
     format: WeightFormat = this.dtype,
     xForm: XForm = "plain",
   ): KernelConfig {
-    const x = xForm === "plain" ? "" : `/${xForm}`;
+    // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
+    const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
     const tag = `matmul/${variant}/${format}/${this.bias ? "bias" : "nobias"}${x}`;
     const key = variant === "tiled"
       ? tag
@@ -185,6 +157,7 @@ export class Matmul {
       this.bias,
       xVec4,
       xForm,
+      this.dtype,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
     config = { key, variant, format, xForm, xVec4, pipeline, rowsPerGroup, mPerGroup };
@@ -231,6 +204,45 @@ export class Matmul {
   }
 
   /**
+   * Checks the norm of a norm X form and returns the rows of K values its `delta` and `out`
+   * hold (Infinity without them).
+   */
+  #normRows(buffers: MatmulBuffers, xForm: XForm): number {
+    const norm = buffers.norm;
+    if (!isNormXForm(xForm)) {
+      if (norm !== undefined) {
+        throw new TypeError(`Cannot bind matmul: a norm is given but X is read as ${xForm}`);
+      }
+      return Infinity;
+    }
+    if (!this.readsNorm) {
+      throw new TypeError(
+        `Cannot bind matmul with X ${xForm}: the ${this.policy} policy's kernels do not read ` +
+          `the norm (run rms_norm before the matmul)`,
+      );
+    }
+    const k = buffers.weight.cols;
+    if (norm === undefined || norm.weight.cols !== k || norm.weight.dtype !== this.dtype) {
+      throw new TypeError(
+        `Cannot bind matmul with X ${xForm}: needs a norm weight [1, ${k}] of ${this.dtype}`,
+      );
+    }
+    const residual = xForm === "rms_residual";
+    if ((norm.delta !== undefined) !== residual || (norm.out !== undefined) !== residual) {
+      throw new TypeError(
+        `Cannot bind matmul with X ${xForm}: delta and out are ${
+          residual ? "required" : "only for rms_residual"
+        }`,
+      );
+    }
+    if (!residual) return Infinity;
+    if (norm.out!.buffer === buffers.x.buffer) {
+      throw new RangeError("Cannot bind matmul with X rms_residual: out must not be x's buffer");
+    }
+    return Math.floor(Math.min(bindingBytes(norm.delta!), bindingBytes(norm.out!)) / (4 * k));
+  }
+
+  /**
    * Creates a call site: validates the shapes, allocates one parameter slot per weight part and
    * creates the bind groups of the policy's kernels (once, here).
    *
@@ -264,7 +276,10 @@ export class Matmul {
     const xForm = buffers.xForm ?? "plain";
     // A SwiGLU X row holds gate and up: 2K values.
     const xCols = xForm === "swiglu" ? 2 * w.cols : w.cols;
-    const xRows = Math.floor(bindingBytes(buffers.x) / (4 * xCols));
+    const xRows = Math.min(
+      Math.floor(bindingBytes(buffers.x) / (4 * xCols)),
+      this.#normRows(buffers, xForm),
+    );
     const yRows = Math.floor((bindingBytes(buffers.y) / 4 - w.rows) / ldy) + 1;
     if (xRows < 1) {
       throw new RangeError(
@@ -300,94 +315,5 @@ export class Matmul {
       if ((!steps8 || w.rowStride % 8 === 0) && xOk) op.bindGroups(config);
     }
     return op;
-  }
-}
-
-/** One matmul call site: a weight, its input and output buffers, one parameter slot per part. */
-export class MatmulOp {
-  /** Largest M the bound `x` and `y` buffers can hold. */
-  readonly maxRows: number;
-  readonly #matmul: Matmul;
-  readonly #device: GPUDevice;
-  readonly #buffers: MatmulBuffers;
-  readonly #slots: readonly ParamSlot[];
-  readonly #ldy: number;
-  readonly #groups = new Map<string, GPUBindGroup[]>();
-
-  /** @internal Use {@linkcode Matmul.bind}. */
-  constructor(
-    matmul: Matmul,
-    device: GPUDevice,
-    buffers: MatmulBuffers,
-    slots: readonly ParamSlot[],
-    ldy: number,
-    maxRows: number,
-  ) {
-    this.#matmul = matmul;
-    this.#device = device;
-    this.#buffers = buffers;
-    this.#slots = slots;
-    this.#ldy = ldy;
-    this.maxRows = maxRows;
-  }
-
-  /** The bind groups (one per weight part) of `config`, created on first use. @internal */
-  bindGroups(config: KernelConfig): GPUBindGroup[] {
-    let groups = this.#groups.get(config.key);
-    if (groups !== undefined) return groups;
-    const b = this.#buffers;
-    const layout = config.pipeline.getBindGroupLayout(0);
-    groups = b.weight.parts.map((part, i) => {
-      const entries: GPUBindGroupEntry[] = [
-        { binding: 0, resource: b.x },
-        { binding: 1, resource: { buffer: part.buffer } },
-        { binding: 3, resource: b.y },
-        { binding: 4, resource: this.#slots[i]!.binding },
-      ];
-      if (b.bias !== undefined) entries.push({ binding: 2, resource: b.bias });
-      if (part.scales !== null) entries.push({ binding: 5, resource: { buffer: part.scales } });
-      return this.#device.createBindGroup({ label: config.key, layout, entries });
-    });
-    this.#groups.set(config.key, groups);
-    return groups;
-  }
-
-  /**
-   * Encodes `y[0..m) = x[0..m) W^T (+ bias)`: one dispatch per weight part, each writing its
-   * columns `[part.rowStart, part.rowStart + part.rows)`. Writes the parts' parameter slots, so
-   * flush the arena before submitting, and do not encode the same op twice in one submission
-   * with different `m`.
-   *
-   * @throws {RangeError} when `m` is not an integer in `[1, maxRows]`.
-   */
-  encode(pass: GPUComputePassEncoder, m: number, options: MatmulEncodeOptions = {}): void {
-    if (!Number.isInteger(m) || m < 1 || m > this.maxRows) {
-      throw new RangeError(
-        `Cannot encode matmul: m = ${m}, the bound buffers hold between 1 and ${this.maxRows} rows`,
-      );
-    }
-    const w = this.#buffers.weight;
-    const config = this.#matmul.choose(
-      m,
-      w.cols,
-      w.rowStride,
-      options.variant,
-      w.format,
-      this.#buffers.xForm ?? "plain",
-    );
-    const groups = this.bindGroups(config);
-    const gz = Math.ceil(m / config.mPerGroup);
-    if (gz > MAX_GROUPS_PER_DIM) {
-      throw new RangeError(`Cannot encode matmul: m = ${m} needs ${gz} workgroups in z`);
-    }
-    pass.setPipeline(config.pipeline);
-    for (let i = 0; i < w.parts.length; i++) {
-      const part = w.parts[i]!;
-      const n = Math.ceil(part.rows / config.rowsPerGroup);
-      this.#slots[i]!.setU32(0, m, part.rows, w.cols, w.rowStride / 4, this.#ldy, part.rowStart, n);
-      pass.setBindGroup(0, groups[i]!);
-      const gy = Math.ceil(n / MAX_GROUPS_PER_DIM);
-      pass.dispatchWorkgroups(Math.ceil(n / gy), gy, gz);
-    }
   }
 }

@@ -7,15 +7,21 @@
 // decode kernel; on a CPU (lavapipe) its barriers make it several times slower than
 // matmul_blocked (see kernels/matmul.ts).
 //
+// X forms with a row statistic (matmul_x_rms.wgsl, X_STAT) also add up each row's squares in
+// the same loop, reduce them in the same tree and scale the row's sums by x_scale.
+//
 // Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32` (X rows per workgroup),
 // `const TPR: u32` (invocations per row, a power of two), `const RPW: u32` (rows per workgroup),
-// the weight binding `w` with `fn load_w4(i: u32) -> vec4<f32>`, `fn bias_at(n: u32) -> f32`,
-// matmul_x.wgsl (binding x, x_row, load_x4, load_x4_tail; or matmul_x_swiglu.wgsl) and
-// matmul_io.wgsl (Params, bindings y and p, store_y).
+// `const XS: u32` (2 with a row statistic, else 1), the weight binding `w` with
+// `fn load_w4(i: u32) -> vec4<f32>`, `fn bias_at(n: u32) -> f32`, the X form (x_row,
+// load_x4_stat, load_x4_tail_stat, x_scale, X_STAT: matmul_x.wgsl or matmul_x_swiglu.wgsl with
+// matmul_x_nostat.wgsl, or matmul_x_rms.wgsl) and matmul_io.wgsl (Params, bindings y and p,
+// store_y).
 //
 // Bindings (group 0):
 //   0 x    : storage read  array<f32>               [M, K], row stride K (matmul_x.wgsl), or
-//            [M, 2K] gate|up read as its SwiGLU (matmul_x_swiglu.wgsl)
+//            [M, 2K] gate|up read as its SwiGLU (matmul_x_swiglu.wgsl), or the residual
+//            stream normalised on the fly (matmul_x_rms.wgsl, bindings 6-8 there)
 //   1 w    : storage read  vec4 of f32 / 2 x u32 (f16 pairs)  [rows, rowStride] one GpuMatrix
 //            part, rowStride % 4 == 0, padding zero; index = row * k4 + k / 4
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
@@ -25,10 +31,11 @@
 // Dispatch:  ceil(rows / RPW) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
 //            p.groups_n), times ceil(M / MB) in z.
 
-// Params, the bindings x, y, p, x_row, load_x4(_tail) and store_y: matmul_x.wgsl, matmul_io.wgsl
-// (prepended).
+// Params, the bindings x, y, p, x_row, load_x4_stat(_tail) and store_y: the X form and
+// matmul_io.wgsl (prepended).
 
-var<workgroup> partial: array<array<f32, TPR * RPW>, MB>;
+// Rows [0, MB): partial dot products; rows [MB, 2 MB) (X_STAT): partial sums of squares.
+var<workgroup> partial: array<array<f32, TPR * RPW>, MB * XS>;
 
 @compute @workgroup_size(TPR, RPW)
 fn main(
@@ -50,12 +57,24 @@ fn main(
   for (var i = 0u; i < MB; i++) {
     xbase[i] = x_row(min(m0 + i, p.m - 1u));
   }
+  // The first weight row's invocations of the first workgroup cover every element of the X
+  // rows once: they write the residual stream (matmul_x_rms.wgsl with RESIDUAL) when p.keep.
+  let keeper = p.keep != 0u && group == 0u && lid3.y == 0u;
+  var keep: array<bool, MB>;
+  for (var i = 0u; i < MB; i++) {
+    keep[i] = keeper && m0 + i < p.m;
+  }
   var acc: array<f32, MB>;
+  var sq: array<f32, MB>;
   let full = p.k / 4u;
   for (var q = t; q < full; q += TPR) {
     let wv = load_w4(row * p.k4 + q);
     for (var i = 0u; i < MB; i++) {
-      acc[i] += dot(load_x4(xbase[i] + q * 4u), wv);
+      let xv = load_x4_stat(xbase[i] + q * 4u, keep[i]);
+      acc[i] += dot(xv.v, wv);
+      if (X_STAT) {
+        sq[i] += xv.sq;
+      }
     }
   }
   // K tail (one partial vec4): weight padding is zero, X past K is masked to zero.
@@ -63,16 +82,23 @@ fn main(
     let rem = p.k - full * 4u;
     let wv = load_w4(row * p.k4 + full);
     for (var i = 0u; i < MB; i++) {
-      acc[i] += dot(load_x4_tail(xbase[i] + full * 4u, rem), wv);
+      let xv = load_x4_tail_stat(xbase[i] + full * 4u, rem, keep[i]);
+      acc[i] += dot(xv.v, wv);
+      if (X_STAT) {
+        sq[i] += xv.sq;
+      }
     }
   }
   for (var i = 0u; i < MB; i++) {
     partial[i][slot] = acc[i];
+    if (X_STAT) {
+      partial[MB + i][slot] = sq[i];
+    }
   }
   for (var half = TPR / 2u; half > 0u; half /= 2u) {
     workgroupBarrier();
     if (t < half) {
-      for (var i = 0u; i < MB; i++) {
+      for (var i = 0u; i < MB * XS; i++) {
         partial[i][slot] += partial[i][slot + half];
       }
     }
@@ -82,7 +108,11 @@ fn main(
     for (var i = 0u; i < MB; i++) {
       let m = m0 + i;
       if (m < p.m) {
-        store_y(m, n, partial[i][slot]);
+        var scale = 1.0;
+        if (X_STAT) {
+          scale = x_scale(partial[MB + i][slot]);
+        }
+        store_y(m, n, partial[i][slot] * scale);
       }
     }
   }

@@ -22,6 +22,11 @@ struct Params {
   n0: u32,
   // Workgroups along the weight rows (the folded (x, y) grid's count).
   groups_n: u32,
+  // The RMSNorm's epsilon (X form matmul_x_rms.wgsl; 0 otherwise).
+  eps: f32,
+  // 1 when this dispatch writes the residual stream's next buffer (matmul_x_rms.wgsl with
+  // RESIDUAL: weight part 0), else 0.
+  keep: u32,
 }
 
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;

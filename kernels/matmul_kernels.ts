@@ -33,6 +33,8 @@ import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
 import ioSource from "./matmul_io.wgsl" with { type: "text" };
 import xSource from "./matmul_x.wgsl" with { type: "text" };
 import xSwigluSource from "./matmul_x_swiglu.wgsl" with { type: "text" };
+import xRmsSource from "./matmul_x_rms.wgsl" with { type: "text" };
+import xNoStatSource from "./matmul_x_nostat.wgsl" with { type: "text" };
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
@@ -46,9 +48,17 @@ export type WeightFormat = DType | QuantFormat;
  * What a matmul reads as X: `"plain"`, f32 `[M, K]`; or `"swiglu"`, the f32 `[M, 2K]` output of
  * a fused gate/up projection (per row K gate values then K up values) read as its SwiGLU
  * activation `X[m, k] = silu(gate[m, k]) * up[m, k]`, `silu(g) = g / (1 + exp(-g))` (no
- * separate activation dispatch).
+ * separate activation dispatch); or the RMSNorm of the f32 `[M, K]` residual stream h (no
+ * rms_norm dispatch; `gemv` and `tiled` only, see matmul_x_rms.wgsl): `"rms"`,
+ * `X = rms(h) * gamma`; `"rms_residual"`, `r = h + delta` written to the stream's next buffer
+ * and `X = rms(r) * gamma`.
  */
-export type XForm = "plain" | "swiglu";
+export type XForm = "plain" | "swiglu" | "rms" | "rms_residual";
+
+/** Whether `xForm` normalises the residual stream (matmul_x_rms.wgsl). */
+export function isNormXForm(xForm: XForm): xForm is "rms" | "rms_residual" {
+  return xForm === "rms" || xForm === "rms_residual";
+}
 
 /** The kernels behind `Matmul` (see the module documentation). */
 export type MatmulVariant = "tiled" | "gemv" | "blocked" | "unrolled";
@@ -265,6 +275,34 @@ function xBinding8(vec4: boolean): string {
       "  return mat2x4<f32>(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));\n}\n";
 }
 
+/**
+ * The prelude of matmul_x_rms.wgsl: its bindings, `raw1`, `keep1` and `gamma_at` for a norm
+ * weight of `dtype` (f16 read as packed pairs: no `shader-f16` needed).
+ */
+function xRmsPrelude(residual: boolean, dtype: DType): string {
+  const gamma = dtype === "f16"
+    ? "@group(0) @binding(7) var<storage, read> gamma: array<u32>;\n" +
+      "fn gamma_at(k: u32) -> f32 {\n" +
+      "  let pair = unpack2x16float(gamma[k >> 1u]);\n" +
+      "  return select(pair.x, pair.y, (k & 1u) == 1u);\n}\n"
+    : "@group(0) @binding(7) var<storage, read> gamma: array<f32>;\n" +
+      "fn gamma_at(k: u32) -> f32 {\n  return gamma[k];\n}\n";
+  const stream = residual
+    ? "@group(0) @binding(6) var<storage, read> delta: array<f32>;\n" +
+      "@group(0) @binding(8) var<storage, read_write> h_out: array<f32>;\n" +
+      "fn raw1(i: u32) -> f32 {\n  return x[i] + delta[i];\n}\n" +
+      "fn keep1(i: u32, v: f32) {\n  h_out[i] = v;\n}\n"
+    : "fn raw1(i: u32) -> f32 {\n  return x[i];\n}\n" +
+      "fn keep1(i: u32, v: f32) {}\n";
+  return "@group(0) @binding(0) var<storage, read> x: array<f32>;\n" + gamma + stream;
+}
+
+/** The X form of `gemv` and `tiled`, with the `_stat` interface (matmul_x_nostat.wgsl). */
+function xStatBinding(xForm: XForm, normDtype: DType): string {
+  if (isNormXForm(xForm)) return xRmsPrelude(xForm === "rms_residual", normDtype) + xRmsSource;
+  return (xForm === "swiglu" ? xSwigluSource : xSource) + xNoStatSource;
+}
+
 function biasBinding(bias: boolean): string {
   return bias
     ? "@group(0) @binding(2) var<storage, read> bias: array<f32>;\n" +
@@ -275,11 +313,15 @@ function biasBinding(bias: boolean): string {
 /**
  * The WGSL source of `variant` for `mb` rows of X per invocation (`tiled` ignores `mb`), weights
  * of `format` (f16 / f32, or int8 / int4 dequantized in registers: `w' = q * scale`), with or
- * without bias, X read as vec4s (`unrolled`, when K % 4 == 0), X plain or the SwiGLU of a
- * gate|up buffer ({@linkcode XForm}). Prepended to the kernel file: the X binding
- * (`matmul_x.wgsl` / `matmul_x_swiglu.wgsl`, or `unrolled`'s own), the weight and bias bindings,
- * the constants, and `matmul_io.wgsl` (Params, the Y and parameter bindings, `store_y`), shared
- * by every kernel.
+ * without bias, X read as vec4s (`unrolled`, when K % 4 == 0), X plain, the SwiGLU of a
+ * gate|up buffer or the RMSNorm of the residual stream with a `normDtype` weight
+ * ({@linkcode XForm}; the norm forms in `gemv` and `tiled` only). Prepended to the kernel file:
+ * the X binding (`matmul_x.wgsl` / `matmul_x_swiglu.wgsl`, `gemv` and `tiled` with
+ * `matmul_x_nostat.wgsl`, or `matmul_x_rms.wgsl`; `unrolled` has its own), the weight and bias
+ * bindings, the constants, and `matmul_io.wgsl` (Params, the Y and parameter bindings,
+ * `store_y`), shared by every kernel.
+ *
+ * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`.
  */
 export function kernelSource(
   variant: MatmulVariant,
@@ -288,6 +330,7 @@ export function kernelSource(
   bias: boolean,
   xVec4: boolean,
   xForm: XForm = "plain",
+  normDtype: DType = "f32",
 ): KernelSource {
   const quant = format === "int8" || format === "int4" ? format : null;
   const w = variant !== "unrolled"
@@ -296,7 +339,13 @@ export function kernelSource(
     ? weightBinding8(format)
     : quantWeightBinding8(quant);
   const swiglu = xForm === "swiglu";
-  const x = variant === "unrolled"
+  const stat = variant === "gemv" || variant === "tiled";
+  if (isNormXForm(xForm) && !stat) {
+    throw new RangeError(`Cannot build matmul ${variant} with X ${xForm}: only gemv and tiled`);
+  }
+  const x = stat
+    ? xStatBinding(xForm, normDtype)
+    : variant === "unrolled"
     ? (swiglu ? xBinding8Swiglu(xVec4) : xBinding8(xVec4))
     : (swiglu ? xSwigluSource : xSource);
   const prelude = x + w + biasBinding(bias);
@@ -319,8 +368,10 @@ export function kernelSource(
         blockedSource,
         BLOCKED_RN * BLOCKED_WG,
       );
-    case "gemv":
-      return kernel({ MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW }, gemvSource, GEMV_RPW);
+    case "gemv": {
+      const xs = isNormXForm(xForm) ? 2 : 1;
+      return kernel({ MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW, XS: xs }, gemvSource, GEMV_RPW);
+    }
     case "tiled": {
       const t = TILE;
       const consts = { WX: t.wx, WY: t.wy, TM: t.tm, TN: t.tn, BK: t.bk };

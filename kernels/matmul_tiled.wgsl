@@ -7,14 +7,22 @@
 // columns tx + j * WX of the tile (strided, so neighbouring invocations read neighbouring
 // workgroup words). Out-of-range rows, columns and the K tail load zeros.
 //
+// X forms with a row statistic (matmul_x_rms.wgsl, X_STAT): invocation lid stages the same X
+// rows at every K step (elements lid + j * THREADS of the tile, THREADS % BK == 0), so it adds
+// up their squares in registers; after the K loop the partial sums are staged in xs and each
+// invocation adds up those of its TM rows and scales their outputs by x_scale.
+//
 // Prelude (prepended by kernels/matmul_kernels.ts): `const TM, TN, WX, WY, BK: u32`
 // (BK % 4 == 0), the weight binding `w` with `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are
 // read as packed u32 pairs), `fn bias_at(n: u32) -> f32` (with the bias binding when there is
-// one), matmul_x.wgsl (binding x, x_row, load_x1; or matmul_x_swiglu.wgsl) and matmul_io.wgsl (Params, bindings y and p, store_y).
+// one), the X form (x_row, load_x1_stat, x_scale, X_STAT: matmul_x.wgsl or matmul_x_swiglu.wgsl
+// with matmul_x_nostat.wgsl, or matmul_x_rms.wgsl) and matmul_io.wgsl (Params, bindings y and
+// p, store_y).
 //
 // Bindings (group 0):
 //   0 x    : storage read  array<f32>               [M, K], row stride K (matmul_x.wgsl), or
-//            [M, 2K] gate|up read as its SwiGLU (matmul_x_swiglu.wgsl)
+//            [M, 2K] gate|up read as its SwiGLU (matmul_x_swiglu.wgsl), or the residual
+//            stream normalised on the fly (matmul_x_rms.wgsl, bindings 6-8 there)
 //   1 w    : storage read  vec4 of f32 / 2 x u32 (f16 pairs)  [rows, rowStride] one GpuMatrix
 //            part, rowStride % 4 == 0, padding zero; index = row * k4 + k / 4
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
@@ -24,12 +32,14 @@
 // Dispatch:  ceil(rows / BN) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
 //            p.groups_n), times ceil(M / BM) in z.
 
-// Params, the bindings x, y, p, x_row, load_x1 and store_y: matmul_x.wgsl, matmul_io.wgsl
+// Params, the bindings x, y, p, x_row, load_x1_stat and store_y: the X form and matmul_io.wgsl
 // (prepended).
 
 const BM = WY * TM;
 const BN = WX * TN;
 const THREADS = WX * WY;
+// X tile elements each invocation stages per K step.
+const XPER = BM * BK / THREADS;
 
 var<workgroup> xs: array<f32, BK * BM>;
 var<workgroup> ws: array<f32, BK * BN>;
@@ -50,16 +60,26 @@ fn main(
   let tx = lid3.x;
   let ty = lid3.y;
   var acc: array<array<f32, TN>, TM>;
+  // Squares of the X rows this invocation stages (X_STAT), and whether it writes them to the
+  // residual stream's next buffer (the first workgroup column of weight part 0: every element of
+  // the tile's rows once).
+  var sq: array<f32, XPER>;
+  let keeper = p.keep != 0u && group == 0u;
   for (var k0 = 0u; k0 < p.k; k0 += BK) {
     // X tile: BM * BK scalars, consecutive invocations walk k (contiguous in memory).
-    for (var e = lid; e < BM * BK; e += THREADS) {
+    for (var j = 0u; j < XPER; j++) {
+      let e = lid + j * THREADS;
       let mm = e / BK;
       let kk = e % BK;
       let m = bm + mm;
       let k = k0 + kk;
       var v = 0.0;
       if (m < p.m && k < p.k) {
-        v = load_x1(x_row(m) + k);
+        let xv = load_x1_stat(x_row(m) + k, keeper);
+        v = xv.v;
+        if (X_STAT) {
+          sq[j] += xv.sq;
+        }
       }
       xs[kk * BM + mm] = v;
     }
@@ -97,6 +117,25 @@ fn main(
     }
     workgroupBarrier();
   }
+  var scale: array<f32, TM>;
+  for (var i = 0u; i < TM; i++) {
+    scale[i] = 1.0;
+  }
+  if (X_STAT) {
+    // Row mm's partial sums land where its tile values did: xs[kk * BM + mm], kk < BK.
+    for (var j = 0u; j < XPER; j++) {
+      let e = lid + j * THREADS;
+      xs[(e % BK) * BM + e / BK] = sq[j];
+    }
+    workgroupBarrier();
+    for (var i = 0u; i < TM; i++) {
+      var sum = 0.0;
+      for (var kk = 0u; kk < BK; kk++) {
+        sum += xs[kk * BM + ty + i * WY];
+      }
+      scale[i] = x_scale(sum);
+    }
+  }
   for (var i = 0u; i < TM; i++) {
     let m = bm + ty + i * WY;
     if (m >= p.m) {
@@ -105,7 +144,7 @@ fn main(
     for (var j = 0u; j < TN; j++) {
       let n = bn + tx + j * WX;
       if (n < p.rows) {
-        store_y(m, n, acc[i][j]);
+        store_y(m, n, acc[i][j] * scale[i]);
       }
     }
   }

@@ -10,7 +10,11 @@
  *               x = rms(h);  h += (silu(x Wg) * (x Wu)) Wd
  *   logits = rms(h) Wlm       (Wlm = embed when tied)
  *
- * The residual add is fused into the next RMSNorm (`h += delta; x = rms(h)`), q/k/v and
+ * The residual add is fused into the next RMSNorm (`h += delta; x = rms(h)`); where the matmul
+ * kernels read the norm themselves (the gpu kernel profile), the norm and the add are fused into
+ * the qkv and gate/up projections instead (X form `rms_residual`: no rms_norm dispatch; the
+ * residual stream then alternates between two buffers, the projection writing `h + delta` into
+ * the other one). Q/k/v and
  * gate/up are fused projections, the q/k head norms, RoPE and the K/V cache write are one
  * kernel (`rope_and_cache`), so attention runs without its own cache write, and the down
  * projection reads its X as `silu(gate) * up` straight from the gate/up output (matmul
@@ -118,6 +122,9 @@ const GROUPS = {
   norm: "rms_norm (2 per layer, fused residual)",
   ropeAndCache: "q/k norm + rope + kv write",
   gateUp: "matmul gate_up",
+  /** The projections that read the norm themselves (see the module doc). */
+  qkvNormed: "matmul qkv (+ residual add, rms_norm)",
+  gateUpNormed: "matmul gate_up (+ residual add, rms_norm)",
   /** The down projection with SwiGLU fused into its X loads. */
   down: "matmul down (+ silu_mul)",
   final: "final add + gather + norm",
@@ -127,19 +134,76 @@ type Op = { encode(pass: GPUComputePassEncoder, n: number): void };
 
 /** One layer's call sites, in the order they run. */
 interface DecoderLayer {
-  inputNorm: Op;
+  /** Null where qkv reads the norm itself (see the module doc). */
+  inputNorm: Op | null;
   qkv: Op;
   /** q/k head norms (Qwen3), RoPE of q and k, K/V cache write. */
   ropeAndCache: Op;
   attn: AttentionBlock;
   o: Op;
-  postNorm: Op;
+  /** Null where gateUp reads the norm itself. */
+  postNorm: Op | null;
   gateUp: Op;
   /** Reads X as silu(gate) * up of gateUp's output. */
   down: Op;
 }
 
 const b = (buffer: GPUBuffer) => ({ buffer });
+
+/**
+ * Where a layer's residual stream is: the buffer its first norm reads, and, where the
+ * projections read the norm (`fused`), the buffer its norms alternate with (the stream is in
+ * `bufs.hidden` or `bufs.normed`; see the module doc).
+ */
+interface Stream {
+  readonly fused: boolean;
+  /** The buffer holding the stream before the layer's first norm. */
+  readonly at: GPUBuffer;
+  readonly other: GPUBuffer;
+}
+
+/** Binds a norm followed by a projection: one rms_norm and a plain matmul, or one fused matmul. */
+function bindNormed(
+  t: BindTargets,
+  stream: Stream,
+  norm: { weight: GpuMatrix; eps: number; addDelta: boolean },
+  projection: { weight: GpuMatrix; bias?: GPUBuffer | null; y: GPUBuffer },
+): { norm: Op | null; projection: Op } {
+  const { kernels, arena, bufs } = t;
+  const hasBias = projection.bias !== undefined && projection.bias !== null;
+  const matmul = kernels.matmul(hasBias);
+  const tail = {
+    weight: projection.weight,
+    ...(hasBias ? { bias: b(projection.bias!) } : {}),
+    y: b(projection.y),
+  };
+  if (stream.fused) {
+    const op = matmul.bind(arena, {
+      x: b(stream.at),
+      ...(norm.addDelta
+        ? {
+          xForm: "rms_residual",
+          norm: { weight: norm.weight, eps: norm.eps, delta: b(bufs.delta), out: b(stream.other) },
+        }
+        : { xForm: "rms", norm: { weight: norm.weight, eps: norm.eps } }),
+      ...tail,
+    });
+    return { norm: null, projection: op };
+  }
+  const rms = kernels.rmsNorm.bind(
+    arena,
+    norm.addDelta
+      ? { weight: norm.weight, x: b(bufs.delta), residual: b(stream.at), out: b(bufs.normed) }
+      : { weight: norm.weight, x: b(stream.at), out: b(bufs.normed) },
+    { eps: norm.eps },
+  );
+  return { norm: rms, projection: matmul.bind(arena, { x: b(bufs.normed), ...tail }) };
+}
+
+/** The stream after a norm that adds delta: fused norms write it to the other buffer. */
+function advance(stream: Stream): Stream {
+  return stream.fused ? { fused: true, at: stream.other, other: stream.at } : stream;
+}
 
 /**
  * Binds layer `l`'s attention half: input norm, qkv, q/k norms + RoPE + cache write, attention,
@@ -151,26 +215,17 @@ function bindAttention(
   lw: LayerWeights,
   l: number,
   invFreq: GPUBuffer,
+  stream: Stream,
 ): Pick<DecoderLayer, "inputNorm" | "qkv" | "ropeAndCache" | "attn" | "o"> {
   const { kernels, arena, bufs } = t;
   const eps = c.normEps;
   // Layer 0 normalises the embedding; later layers first add the previous MLP output.
-  const inputNorm = kernels.rmsNorm.bind(
-    arena,
-    l === 0 ? { weight: lw.inputNorm, x: b(bufs.hidden), out: b(bufs.normed) } : {
-      weight: lw.inputNorm,
-      x: b(bufs.delta),
-      residual: b(bufs.hidden),
-      out: b(bufs.normed),
-    },
-    { eps },
+  const { norm: inputNorm, projection: qkv } = bindNormed(
+    t,
+    stream,
+    { weight: lw.inputNorm, eps, addDelta: l > 0 },
+    { weight: lw.qkv, bias: lw.qkvBias, y: bufs.qkv },
   );
-  const qkv = kernels.matmul(lw.qkvBias !== null).bind(arena, {
-    x: b(bufs.normed),
-    weight: lw.qkv,
-    ...(lw.qkvBias !== null ? { bias: b(lw.qkvBias) } : {}),
-    y: b(bufs.qkv),
-  });
   const ropeAndCache = kernels.ropeAndCache.bind(arena, {
     qkv: b(bufs.qkv),
     positions: b(bufs.positions),
@@ -204,18 +259,15 @@ function bindMlp(
   c: ModelConfig,
   t: BindTargets,
   lw: LayerWeights,
+  stream: Stream,
 ): Pick<DecoderLayer, "postNorm" | "gateUp" | "down"> {
   const { kernels, arena, bufs } = t;
-  const postNorm = kernels.rmsNorm.bind(
-    arena,
-    { weight: lw.postNorm, x: b(bufs.delta), residual: b(bufs.hidden), out: b(bufs.normed) },
-    { eps: c.normEps },
+  const { norm: postNorm, projection: gateUp } = bindNormed(
+    t,
+    stream,
+    { weight: lw.postNorm, eps: c.normEps, addDelta: true },
+    { weight: lw.gateUp, y: bufs.mlpUp },
   );
-  const gateUp = kernels.matmul(false).bind(arena, {
-    x: b(bufs.normed),
-    weight: lw.gateUp,
-    y: b(bufs.mlpUp),
-  });
   const down = kernels.matmul(false).bind(arena, {
     x: b(bufs.mlpUp),
     xForm: "swiglu",
@@ -236,12 +288,13 @@ function forward(
   w: Weights,
   embed: Op,
   layers: DecoderLayer[],
+  stream: Stream,
 ): EncodeForward {
   const { kernels, arena, bufs } = t;
   const H = c.hiddenSize;
-  const finalAdd = kernels.add.bind(arena, { a: b(bufs.hidden), b: b(bufs.delta) });
+  const finalAdd = kernels.add.bind(arena, { a: b(stream.at), b: b(bufs.delta) });
   const gather = kernels.gatherRows.bind(arena, {
-    src: b(bufs.hidden),
+    src: b(stream.at),
     indices: b(bufs.sampleIndices),
     out: b(bufs.lastHidden),
   });
@@ -250,17 +303,19 @@ function forward(
     { weight: w.finalNorm, x: b(bufs.lastHidden), out: b(bufs.lastNormed) },
     { eps: c.normEps },
   );
+  const qkvGroup = stream.fused ? GROUPS.qkvNormed : GROUPS.qkv;
+  const gateUpGroup = stream.fused ? GROUPS.gateUpNormed : GROUPS.gateUp;
   return (passes, step) => {
     const T = step.numTokens;
     embed.encode(passes.at(GROUPS.embedding), T);
     for (const L of layers) {
-      L.inputNorm.encode(passes.at(GROUPS.norm), T);
-      L.qkv.encode(passes.at(GROUPS.qkv), T);
+      L.inputNorm?.encode(passes.at(GROUPS.norm), T);
+      L.qkv.encode(passes.at(qkvGroup), T);
       L.ropeAndCache.encode(passes.at(GROUPS.ropeAndCache), T);
       L.attn.encode(passes.at(GROUPS.attention), step);
       L.o.encode(passes.at(GROUPS.o), T);
-      L.postNorm.encode(passes.at(GROUPS.norm), T);
-      L.gateUp.encode(passes.at(GROUPS.gateUp), T);
+      L.postNorm?.encode(passes.at(GROUPS.norm), T);
+      L.gateUp.encode(passes.at(gateUpGroup), T);
       L.down.encode(passes.at(GROUPS.down), T);
     }
     if (step.numSampled > 0) {
@@ -291,11 +346,19 @@ export class DecoderModel extends BoundModel {
       table: w.embed,
       out: b(bufs.hidden),
     });
-    const layers = w.layers.map((lw, l) => ({
-      ...bindAttention(config, targets, lw, l, invFreq),
-      ...bindMlp(config, targets, lw),
-    }));
-    const encode = forward(config, targets, w, embed, layers);
+    let stream: Stream = {
+      fused: kernels.matmul(false).readsNorm,
+      at: bufs.hidden,
+      other: bufs.normed,
+    };
+    const layers = w.layers.map((lw, l) => {
+      const attention = bindAttention(config, targets, lw, l, invFreq, stream);
+      if (l > 0) stream = advance(stream);
+      const mlp = bindMlp(config, targets, lw, stream);
+      stream = advance(stream);
+      return { ...attention, ...mlp };
+    });
+    const encode = forward(config, targets, w, embed, layers, stream);
     return new DecoderModel(config, w.lmHead, encode, loader);
   }
 }

@@ -1,0 +1,193 @@
+/**
+ * One bound call site of {@linkcode Matmul} (kernels/matmul.ts): its buffers, the norm of a norm
+ * X form, one parameter slot per weight part, and the bind groups of each kernel it may run.
+ *
+ * @module
+ */
+
+import type { ParamSlot } from "../gpu/params.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
+import { MAX_GROUPS_PER_DIM } from "./dispatch.ts";
+import type { Matmul } from "./matmul.ts";
+import {
+  isNormXForm,
+  type MatmulVariant,
+  type WeightFormat,
+  type XForm,
+} from "./matmul_kernels.ts";
+
+/**
+ * The RMSNorm a call site with X form `"rms"` / `"rms_residual"` applies to its X binding (the
+ * residual stream h): `X = r * gamma / sqrt(mean(r^2) + eps)`, `r = h` or `r = h + delta`.
+ */
+export interface MatmulNorm {
+  /** `[1, K]` norm weight, of the {@linkcode Matmul}'s dtype. */
+  readonly weight: GpuMatrix;
+  readonly eps: number;
+  /** f32 `[M, K]` added to h (`"rms_residual"` only). */
+  readonly delta?: GPUBufferBinding;
+  /**
+   * f32 `[M, K]`, not `x`: receives `h + delta`, the residual stream's next buffer
+   * (`"rms_residual"` only).
+   */
+  readonly out?: GPUBufferBinding;
+}
+
+/** Buffers of one matmul call site; fixed for the op's lifetime. */
+export interface MatmulBuffers {
+  /**
+   * f32 `[M, K]` (row stride K, K = `weight.cols`), for every M the op will be encoded with; with
+   * `xForm: "swiglu"`, f32 `[M, 2K]` (per row K gate values then K up values); with a norm X
+   * form, the residual stream h `[M, K]`.
+   */
+  readonly x: GPUBufferBinding;
+  /** How X is read (see {@linkcode XForm}); default `"plain"`. */
+  readonly xForm?: XForm;
+  /** The norm of a `"rms"` / `"rms_residual"` X form (required exactly with those forms). */
+  readonly norm?: MatmulNorm;
+  /**
+   * `[N, K]` weight (`[out, in]`): f16 or f32 created with `padColsTo: 4`, or quantized
+   * (`GpuMatrix.createQuantized`).
+   */
+  readonly weight: GpuMatrix;
+  /** f32 `[N]`; required exactly when the {@linkcode Matmul} was created with `bias: true`. */
+  readonly bias?: GPUBufferBinding;
+  /** f32 `[M, ldy]`; columns `[0, N)` of each row are written, the others are left untouched. */
+  readonly y: GPUBufferBinding;
+  /** Row stride of `y` in elements (>= N), to write into a wider buffer; default N. */
+  readonly ldy?: number;
+}
+
+/** Per-call options of {@linkcode MatmulOp.encode}. */
+export interface MatmulEncodeOptions {
+  /** Forces a kernel instead of the policy's choice (tests, benchmarks). */
+  readonly variant?: MatmulVariant;
+}
+
+/** One compiled kernel configuration and how to size its grid. */
+export interface KernelConfig {
+  readonly key: string;
+  readonly variant: MatmulVariant;
+  /** The weight format the kernel reads. */
+  readonly format: WeightFormat;
+  /** How the kernel reads X. */
+  readonly xForm: XForm;
+  /** Whether the kernel reads X as vec4s (`unrolled` only; needs K % 4 == 0). */
+  readonly xVec4: boolean;
+  readonly pipeline: GPUComputePipeline;
+  /** Weight rows covered by one workgroup. */
+  readonly rowsPerGroup: number;
+  /** X rows covered by one workgroup (grid z). */
+  readonly mPerGroup: number;
+}
+
+/** Bytes a binding exposes. */
+export function bindingBytes(b: GPUBufferBinding): number {
+  return b.size ?? b.buffer.size - (b.offset ?? 0);
+}
+
+/** One matmul call site: a weight, its input and output buffers, one parameter slot per part. */
+export class MatmulOp {
+  /** Largest M the bound `x` and `y` buffers can hold. */
+  readonly maxRows: number;
+  readonly #matmul: Matmul;
+  readonly #device: GPUDevice;
+  readonly #buffers: MatmulBuffers;
+  readonly #slots: readonly ParamSlot[];
+  readonly #ldy: number;
+  readonly #groups = new Map<string, GPUBindGroup[]>();
+  /** The last encode's choice: re-used while m and the forced variant repeat (decode). */
+  #last:
+    | { m: number; variant?: MatmulVariant; config: KernelConfig; groups: GPUBindGroup[] }
+    | null = null;
+
+  /** @internal Use {@linkcode Matmul.bind}. */
+  constructor(
+    matmul: Matmul,
+    device: GPUDevice,
+    buffers: MatmulBuffers,
+    slots: readonly ParamSlot[],
+    ldy: number,
+    maxRows: number,
+  ) {
+    this.#matmul = matmul;
+    this.#device = device;
+    this.#buffers = buffers;
+    this.#slots = slots;
+    this.#ldy = ldy;
+    this.maxRows = maxRows;
+  }
+
+  /** The bind groups (one per weight part) of `config`, created on first use. @internal */
+  bindGroups(config: KernelConfig): GPUBindGroup[] {
+    let groups = this.#groups.get(config.key);
+    if (groups !== undefined) return groups;
+    const b = this.#buffers;
+    const layout = config.pipeline.getBindGroupLayout(0);
+    groups = b.weight.parts.map((part, i) => {
+      const entries: GPUBindGroupEntry[] = [
+        { binding: 0, resource: b.x },
+        { binding: 1, resource: { buffer: part.buffer } },
+        { binding: 3, resource: b.y },
+        { binding: 4, resource: this.#slots[i]!.binding },
+      ];
+      if (b.bias !== undefined) entries.push({ binding: 2, resource: b.bias });
+      if (part.scales !== null) entries.push({ binding: 5, resource: { buffer: part.scales } });
+      if (b.norm !== undefined && isNormXForm(config.xForm)) {
+        entries.push({ binding: 7, resource: { buffer: b.norm.weight.parts[0]!.buffer } });
+        if (b.norm.delta !== undefined) entries.push({ binding: 6, resource: b.norm.delta });
+        if (b.norm.out !== undefined) entries.push({ binding: 8, resource: b.norm.out });
+      }
+      return this.#device.createBindGroup({ label: config.key, layout, entries });
+    });
+    this.#groups.set(config.key, groups);
+    return groups;
+  }
+
+  /** The kernel and bind groups for `m` rows (the policy's, or `variant`). */
+  #choose(m: number, variant: MatmulVariant | undefined) {
+    const last = this.#last;
+    if (last !== null && last.m === m && last.variant === variant) return last;
+    const w = this.#buffers.weight;
+    const xForm = this.#buffers.xForm ?? "plain";
+    const config = this.#matmul.choose(m, w.cols, w.rowStride, variant, w.format, xForm);
+    const chosen = { m, variant, config, groups: this.bindGroups(config) };
+    this.#last = chosen;
+    return chosen;
+  }
+
+  /**
+   * Encodes `y[0..m) = x[0..m) W^T (+ bias)`: one dispatch per weight part, each writing its
+   * columns `[part.rowStart, part.rowStart + part.rows)`. Writes the parts' parameter slots, so
+   * flush the arena before submitting, and do not encode the same op twice in one submission
+   * with different `m`.
+   *
+   * @throws {RangeError} when `m` is not an integer in `[1, maxRows]`.
+   */
+  encode(pass: GPUComputePassEncoder, m: number, options: MatmulEncodeOptions = {}): void {
+    if (!Number.isInteger(m) || m < 1 || m > this.maxRows) {
+      throw new RangeError(
+        `Cannot encode matmul: m = ${m}, the bound buffers hold between 1 and ${this.maxRows} rows`,
+      );
+    }
+    const w = this.#buffers.weight;
+    const { config, groups } = this.#choose(m, options.variant);
+    const gz = Math.ceil(m / config.mPerGroup);
+    if (gz > MAX_GROUPS_PER_DIM) {
+      throw new RangeError(`Cannot encode matmul: m = ${m} needs ${gz} workgroups in z`);
+    }
+    const norm = this.#buffers.norm;
+    pass.setPipeline(config.pipeline);
+    for (let i = 0; i < w.parts.length; i++) {
+      const part = w.parts[i]!;
+      const n = Math.ceil(part.rows / config.rowsPerGroup);
+      const slot = this.#slots[i]!;
+      slot.setU32(0, m, part.rows, w.cols, w.rowStride / 4, this.#ldy, part.rowStart, n);
+      // Part 0 writes the residual stream's next buffer (rms_residual).
+      slot.setF32(7, norm?.eps ?? 0).setU32(8, i === 0 && norm?.out !== undefined ? 1 : 0);
+      pass.setBindGroup(0, groups[i]!);
+      const gy = Math.ceil(n / MAX_GROUPS_PER_DIM);
+      pass.dispatchWorkgroups(Math.ceil(n / gy), gy, gz);
+    }
+  }
+}

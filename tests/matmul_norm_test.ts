@@ -1,0 +1,205 @@
+import { deepEqual as assertEqual, throws as assertThrows } from "node:assert/strict";
+import { AssertionError } from "node:assert";
+import type { GpuContext } from "../gpu/context.ts";
+import { type DType, roundTo } from "../gpu/dtype.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
+import { Matmul, type MatmulVariant } from "../kernels/matmul.ts";
+import { assertClose, toleranceFor } from "./support/assert_close.ts";
+import {
+  GPU_TEST,
+  ParamArena,
+  poisonedF32,
+  readF32,
+  runPass,
+  testContext,
+  upload,
+  whole,
+} from "./support/gpu.ts";
+import { testSeed } from "./support/random.ts";
+import { matmulRef } from "./reference/matmul.ts";
+import { denseRows, fusedAddRmsNormRef, rmsNormRef } from "./reference/norms.ts";
+
+type Shape = readonly [m: number, n: number, k: number];
+
+interface NormCase {
+  readonly shape: Shape;
+  readonly dtype: DType;
+  readonly bias: boolean;
+  /** Whether delta is added to the stream first (and the sum written out). */
+  readonly residual: boolean;
+  /** Forced kernel; undefined runs the gpu policy's choice. */
+  readonly variant?: MatmulVariant;
+  /** Binding limit, to split the weight into parts. */
+  readonly maxBindingBytes?: number;
+  readonly parts?: number;
+}
+
+const EPS = 1e-5;
+
+/** Fails when any of `got[from..)` is not NaN (a poisoned element was written). */
+function assertUntouched(got: Float32Array, from: number, context: string): void {
+  const written = got.findIndex((v, i) => i >= from && !Number.isNaN(v));
+  if (written >= 0) {
+    throw new AssertionError({
+      message: `${context}: element ${written} past the rows was written`,
+    });
+  }
+}
+
+/**
+ * Runs one case on fresh random inputs: the residual stream h (and delta), a norm weight, a
+ * poisoned y and stream output with one spare row, and checks y against
+ * `rms(h (+ delta)) * gamma W^T (+ bias)` and the stream output against `h + delta`.
+ */
+async function check(ctx: GpuContext, c: NormCase): Promise<void> {
+  const [m, n, k] = c.shape;
+  const form = c.residual ? "rms_residual" : "rms";
+  const label = `[${m}, ${n}, ${k}] ${c.dtype} ${c.bias ? "bias" : "no bias"} ` +
+    `${c.variant ?? "auto/gpu"} ${form}`;
+  const { seed, rng } = testSeed(label);
+  const context = `seed ${seed} ${label}`;
+  const h = rng.array(m * k, -2, 2);
+  const delta = c.residual ? rng.array(m * k, -1, 1) : undefined;
+  const gamma = rng.array(k, 0.5, 1.5);
+  const w = rng.array(n * k, -1, 1);
+  const bias = c.bias ? rng.array(n, -1, 1) : undefined;
+  const weight = GpuMatrix.fromArray(ctx, "w", w, n, k, c.dtype, { padColsTo: 4 });
+  const normWeight = GpuMatrix.fromArray(ctx, "gamma", gamma, 1, k, c.dtype);
+  if (c.parts !== undefined && weight.parts.length !== c.parts) {
+    throw new AssertionError({
+      message: `${context}: weight has ${weight.parts.length} parts, expected ${c.parts}`,
+    });
+  }
+  // NaNs after the rows: a kernel that reads past K in the last row without masking fails.
+  const padded = (v: Float32Array) => {
+    const out = new Float32Array(v.length + 3).fill(NaN);
+    out.set(v);
+    return upload(ctx, out);
+  };
+  const hBuf = padded(h);
+  const deltaBuf = delta === undefined ? undefined : padded(delta);
+  const outBuf = c.residual ? poisonedF32(ctx, (m + 1) * k, "stream") : undefined;
+  const yBuf = poisonedF32(ctx, (m + 1) * n);
+  const biasBuf = bias === undefined ? undefined : upload(ctx, bias);
+  const arena = new ParamArena(ctx, weight.parts.length);
+  try {
+    const op = new Matmul(ctx, { dtype: c.dtype, bias: c.bias, policy: "gpu" }).bind(arena, {
+      x: whole(hBuf),
+      xForm: form,
+      norm: {
+        weight: normWeight,
+        eps: EPS,
+        ...(deltaBuf && outBuf ? { delta: whole(deltaBuf), out: whole(outBuf) } : {}),
+      },
+      weight,
+      bias: biasBuf === undefined ? undefined : whole(biasBuf),
+      y: whole(yBuf),
+    });
+    await runPass(ctx, arena, (pass) => op.encode(pass, m, { variant: c.variant }));
+    const layout = denseRows(m, k);
+    const g = roundTo(gamma, c.dtype);
+    const ref = delta === undefined
+      ? { residual: Float64Array.from(h), out: rmsNormRef(h, g, layout, EPS) }
+      : fusedAddRmsNormRef(delta, h, g, layout, EPS);
+    const expected = matmulRef(ref.out, roundTo(w, c.dtype), bias, m, n, k);
+    const got = await readF32(ctx, yBuf);
+    assertUntouched(got, m * n, `${context} y`);
+    assertClose(got.subarray(0, m * n), expected, toleranceFor(c.dtype), `${context} y`);
+    if (outBuf !== undefined) {
+      const stream = await readF32(ctx, outBuf);
+      assertUntouched(stream, m * k, `${context} stream`);
+      assertClose(stream.subarray(0, m * k), ref.residual, 1e-6, `${context} stream`);
+    }
+  } finally {
+    arena.destroy();
+    for (const b of [hBuf, deltaBuf, outBuf, yBuf, biasBuf]) b?.destroy();
+    weight.destroy();
+    normWeight.destroy();
+  }
+}
+
+const SHAPES: readonly Shape[] = [
+  [1, 1, 1],
+  [3, 17, 33],
+  [5, 67, 129],
+  [16, 40, 64],
+  [17, 70, 36],
+  [70, 130, 258],
+];
+
+Deno.test(
+  "matmul() reads X as the RMSNorm of the residual stream in gemv and tiled when xForm is rms or rms_residual",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const shape of SHAPES) {
+      for (const dtype of ["f32", "f16"] as const) {
+        for (const residual of [false, true]) {
+          const bias = (shape[0] + (residual ? 1 : 0)) % 2 === 0;
+          for (const variant of ["gemv", "tiled", undefined] as const) {
+            await check(ctx, { shape, dtype, bias, residual, variant });
+          }
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() writes the residual stream once when an rms_residual weight is split across parts",
+  GPU_TEST,
+  async () => {
+    // 4 KiB bindings: a 90 x 60 f32 weight (240 bytes per row) splits into 6 parts.
+    const ctx = await testContext({ maxBindingBytes: 4096 });
+    for (const variant of ["gemv", "tiled"] as const) {
+      await check(ctx, {
+        shape: [3, 90, 60],
+        dtype: "f32",
+        bias: true,
+        residual: true,
+        variant,
+        parts: 6,
+      });
+    }
+  },
+);
+
+Deno.test("matmul() refuses a norm X form it cannot run", GPU_TEST, async () => {
+  const ctx = await testContext();
+  const arena = new ParamArena(ctx, 8);
+  const h = upload(ctx, new Float32Array(2 * 8));
+  const y = poisonedF32(ctx, 2 * 8);
+  const weight = GpuMatrix.create(ctx, "w", 8, 8, "f32", { padColsTo: 4 });
+  const gamma = GpuMatrix.create(ctx, "gamma", 1, 8, "f32");
+  const narrow = GpuMatrix.create(ctx, "narrow", 1, 4, "f32");
+  const gpu = new Matmul(ctx, { dtype: "f32", bias: false, policy: "gpu" });
+  const cpu = new Matmul(ctx, { dtype: "f32", bias: false, policy: "cpu" });
+  const base = { x: whole(h), weight, y: whole(y) } as const;
+  try {
+    assertEqual([gpu.readsNorm, cpu.readsNorm], [true, false]);
+    const norm = { weight: gamma, eps: EPS };
+    // The cpu policy's kernels do not read it; a norm needs its form and the form its norm.
+    assertThrows(() => cpu.bind(arena, { ...base, xForm: "rms", norm }), TypeError);
+    assertThrows(() => gpu.bind(arena, { ...base, xForm: "rms" }), TypeError);
+    assertThrows(() => gpu.bind(arena, { ...base, norm }), TypeError);
+    assertThrows(
+      () => gpu.bind(arena, { ...base, xForm: "rms", norm: { ...norm, weight: narrow } }),
+      TypeError,
+    );
+    // rms_residual needs delta and out, out not the stream it reads.
+    assertThrows(() => gpu.bind(arena, { ...base, xForm: "rms_residual", norm }), TypeError);
+    const same = { ...norm, delta: whole(y), out: whole(h) };
+    assertThrows(() => gpu.bind(arena, { ...base, xForm: "rms_residual", norm: same }), RangeError);
+    // A forced kernel without the form fails at encode with a clear error.
+    const op = gpu.bind(arena, { ...base, xForm: "rms", norm });
+    const encoder = ctx.device.createCommandEncoder();
+    const pass = encoder.beginComputePass();
+    assertThrows(() => op.encode(pass, 1, { variant: "blocked" }), RangeError);
+    pass.end();
+    ctx.device.queue.submit([encoder.finish()]);
+  } finally {
+    for (const b of [h, y]) b.destroy();
+    for (const w of [weight, gamma, narrow]) w.destroy();
+    arena.destroy();
+  }
+});
