@@ -37,17 +37,37 @@ export class ParamSlot {
     return { buffer: this.#arena.buffer, offset: this.offset, size: PARAM_SLOT_BYTES };
   }
 
-  /** Writes u32 words starting at word `index` and marks the slot dirty. */
+  /**
+   * Writes u32 words starting at word `index`; marks the slot dirty when a word changed (a
+   * decode step mostly rewrites the values of the step before: only changed slots are uploaded).
+   */
   setU32(index: number, ...values: number[]): this {
-    this.u32.set(values, index);
-    this.#arena.markDirty(this.offset);
+    const words = this.u32;
+    let changed = false;
+    for (let i = 0; i < values.length; i++) {
+      const v = values[i]! >>> 0;
+      if (words[index + i] !== v) {
+        words[index + i] = v;
+        changed = true;
+      }
+    }
+    if (changed) this.#arena.markDirty(this.offset);
     return this;
   }
 
-  /** Writes f32 words starting at word `index` and marks the slot dirty. */
+  /** Writes f32 words starting at word `index`; marks the slot dirty when a word changed. */
   setF32(index: number, ...values: number[]): this {
-    this.f32.set(values, index);
-    this.#arena.markDirty(this.offset);
+    const words = this.f32;
+    let changed = false;
+    for (let i = 0; i < values.length; i++) {
+      const v = Math.fround(values[i]!);
+      // Object.is: -0 vs 0 and NaN are changes and no changes as the bits say.
+      if (!Object.is(words[index + i], v)) {
+        words[index + i] = v;
+        changed = true;
+      }
+    }
+    if (changed) this.#arena.markDirty(this.offset);
     return this;
   }
 }

@@ -114,6 +114,39 @@ Deno.test("ParamArena.flush() uploads every written slot in one write", GPU_TEST
 });
 
 Deno.test(
+  "ParamArena.flush() uploads only the slots whose values changed since the last flush",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const arena = new ParamArena(ctx, 4);
+    const slots = [0, 1, 2, 3].map(() => arena.allocate());
+    const writes: number[] = [];
+    const write = GPUQueue.prototype.writeBuffer;
+    GPUQueue.prototype.writeBuffer = function (this: GPUQueue, ...args) {
+      writes.push(Number(args[4] ?? 0));
+      return write.apply(this, args);
+    };
+    try {
+      slots.forEach((slot, i) => slot.setU32(0, 7, i).setF32(2, -0.5));
+      arena.flush();
+      // The same values again: nothing to upload.
+      slots.forEach((slot, i) => slot.setU32(0, 7, i).setF32(2, -0.5));
+      arena.flush();
+      // One word of slot 2 changes: that slot alone (256 bytes).
+      slots.forEach((slot, i) => slot.setU32(0, 7, i).setF32(2, i === 2 ? 0.25 : -0.5));
+      arena.flush();
+      // -0 is a change from 0 (its bits differ).
+      slots[1]!.setF32(3, -0);
+      arena.flush();
+    } finally {
+      GPUQueue.prototype.writeBuffer = write;
+    }
+    assert.deepEqual(writes, [4 * 256, 256, 256]);
+    arena.destroy();
+  },
+);
+
+Deno.test(
   "ReadbackRing keeps several readbacks in flight and reuses staging buffers",
   GPU_TEST,
   async () => {
