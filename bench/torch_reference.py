@@ -7,6 +7,7 @@ each `--batches` size, every sequence after the same 128-token prompt, `--steps`
 after one untimed warm-up step, with the KV cache (`DynamicCache`) as `generate` uses it.
 
     /tmp/hf5/bin/python bench/torch_reference.py --model /tmp/q3 --batches 1,8,32 --prefill 128,512
+    python3 bench/torch_reference.py --model /tmp/q3 --dtype bfloat16 --device cuda   # on a GPU
 
 `--greedy N` instead prints the greedy continuation (N tokens) of `--prompt-ids`, as JSON, to
 compare with `deno task generate --prompt-ids ... --temperature 0 --ignore-eos --json`.
@@ -23,6 +24,16 @@ import transformers
 from transformers import AutoModelForCausalLM, DynamicCache
 
 
+def sync(dev: torch.device) -> None:
+    """Waits for the device's queued work, so a timer read after it covers the work."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def device_name(dev: torch.device) -> str:
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -32,15 +43,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--greedy", type=int, default=0)
     ap.add_argument("--prompt-ids", default="")
+    ap.add_argument("--device", default="cpu", help="torch device, e.g. cuda (default cpu)")
     args = ap.parse_args()
 
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).eval()
+    dev = torch.device(args.device)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).eval().to(dev)
     vocab = model.config.vocab_size
 
     if args.greedy:
-        prompt = torch.tensor([[int(t) for t in args.prompt_ids.split(",")]])
+        prompt = torch.tensor([[int(t) for t in args.prompt_ids.split(",")]], device=dev)
         model.generation_config.eos_token_id = None
         with torch.no_grad():
             out = model.generate(
@@ -55,18 +68,21 @@ def main() -> None:
     print(
         f"# torch {torch.__version__}, transformers {transformers.__version__}, {args.dtype}, "
         f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs; model {args.model}"
+        f"{os.cpu_count()} CPUs; device {device_name(dev)}; model {args.model}"
     )
     with torch.no_grad():
         for n in [int(x) for x in args.prefill.split(",") if x]:
-            ids = torch.randint(0, vocab, (1, n))
+            ids = torch.randint(0, vocab, (1, n), device=dev)
             model(ids[:, :16])  # warm-up
+            model(ids)  # warm-up at the timed shape (a GPU's first call at a shape pays for its kernels)
+            sync(dev)
             t0 = time.perf_counter()
             model(ids)
+            sync(dev)
             dt = time.perf_counter() - t0
             print(f"prefill {n} tokens: {n / dt:.2f} tok/s ({dt * 1000:.0f} ms)")
         for b in [int(x) for x in args.batches.split(",") if x]:
-            prompt = torch.randint(0, vocab, (1, 128)).repeat(b, 1)
+            prompt = torch.randint(0, vocab, (1, 128), device=dev).repeat(b, 1)
             cache = DynamicCache()
             logits = model(prompt, past_key_values=cache, use_cache=True).logits[:, -1]
             times = []
@@ -74,6 +90,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 nxt = logits.argmax(-1, keepdim=True)
                 logits = model(nxt, past_key_values=cache, use_cache=True).logits[:, -1]
+                sync(dev)
                 times.append(time.perf_counter() - t0)
             dt = sum(times[1:])
             print(

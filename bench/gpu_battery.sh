@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU measurement battery of issue 18 point 5 (and issue 20's NVIDIA figure), sized for one
+# call of at most ~9 minutes on an NVIDIA host with no network. Every stage has its own time limit,
+# cut to what is left of the whole, and writes its log as it goes, so a stage that fails or hangs
+# leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
+# (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
+#
+#   bash bench/gpu_battery.sh            # logs under ${OUT:-/tmp/gpu-out}, eight files at most
+#
+# Stages, most valuable first: adapter; bench:model (prefill 128/512, decode batch 1/8/64, host and
+# GPU time per step, per-kernel breakdown) under the gpu profile; the PyTorch peer on the same
+# checkpoint on CUDA; the test suite on the GPU (greedy parity with the float64 reference; its auto
+# profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
+# bench:model --quantization none,int8,int4; bench:serve at concurrency 1/16/64.
+set -u
+out=${OUT:-/tmp/gpu-out}
+mkdir -p "$out"
+budget=${BATTERY_SECONDS:-540}
+t0=$(date +%s)
+log() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/progress.txt"; }
+# left MAX: seconds a stage may take, at most MAX, never past the whole battery's budget.
+left() {
+  local rest=$((budget - ($(date +%s) - t0)))
+  ((rest < $1)) && echo $((rest > 5 ? rest : 5)) || echo "$1"
+}
+run_stage() { # name max-seconds file command...
+  local name=$1 max=$2 file=$3
+  shift 3
+  local limit
+  limit=$(left "$max")
+  log "$name: start (limit $limit s)"
+  echo "\$ $*" >> "$out/$file"
+  timeout -k 5 "$limit" "$@" >> "$out/$file" 2>&1
+  log "$name: rc $?"
+}
+preset=${BATTERY_PRESET:-qwen3-0.6b}
+model=/tmp/battery-$preset
+gpu="--kernel-profile gpu"
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+    --format=csv
+  lscpu | grep -E "Model name|^CPU\(s\)"
+  deno --version | head -1
+  git log -1 --format="commit %H %cs" 2> /dev/null || echo "commit ${BATTERY_COMMIT:-unknown}"
+} > "$out/info.txt" 2>&1
+run_stage info 60 info.txt deno run --cached-only -A main.ts info
+run_stage make-model 120 info.txt deno run --cached-only -A tools/make_model.ts --out $model \
+  --preset "$preset" --dtype bf16
+
+run_stage bench-model 150 model.txt deno run --cached-only -A bench/model_bench.ts --model $model \
+  --batches 1,8,64 --prefill 128,512 --steps 64 --breakdown-batches 1,8,64 $gpu
+
+if python3 -c "import torch, transformers" 2> /dev/null; then
+  run_stage torch 100 torch.txt env PYTHONUNBUFFERED=1 python3 bench/torch_reference.py \
+    --model $model --dtype bfloat16 --device cuda --batches 1,8,64 --prefill 128,512 --steps 32
+fi
+
+tests=$(grep -L "npm:openai\|@langchain\|npm:ai\|ai-sdk\|kubernetes-models" tests/*_test.ts)
+run_stage tests 170 tests.txt deno test --cached-only --no-check -A --parallel $tests
+
+run_stage bench-quant 110 quant.txt deno run --cached-only -A bench/model_bench.ts --model $model \
+  --batches 1,8,32 --prefill 512 --steps 32 --no-breakdown --quantization none,int8,int4 $gpu
+
+run_stage serve 120 serve.txt deno run --cached-only -A bench/serve.ts --model $model \
+  --concurrency 1,16,64 --input-len 128 --output-len 128 --out-dir /tmp/gpu-serve --no-progress \
+  -- $gpu
+cp /tmp/gpu-serve/report.md "$out/serve_report.md" 2> /dev/null
+log "done"
