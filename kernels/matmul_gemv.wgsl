@@ -10,6 +10,10 @@
 // X forms with a row statistic (matmul_x_rms.wgsl, X_STAT) also add up each row's squares in
 // the same loop, reduce them in the same tree and scale the row's sums by x_scale.
 //
+// TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-i is emitted once per X row
+// i < MB, so each row's sums live in named variables: on an NVIDIA H200 through Deno (wgpu,
+// Vulkan) per-invocation arrays indexed by loop counters are slow (see matmul_tiled.wgsl).
+//
 // Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32` (X rows per workgroup),
 // `const TPR: u32` (invocations per row, a power of two), `const RPW: u32` (rows per workgroup),
 // `const XS: u32` (2 with a row statistic, else 1), the weight binding `w` with
@@ -53,48 +57,32 @@ fn main(
   // Rows past the end are clamped to the last valid row (computed, never stored).
   let row = min(group * RPW + lid3.y, p.rows - 1u);
   let m0 = wid.z * MB;
-  var xbase: array<u32, MB>;
-  for (var i = 0u; i < MB; i++) {
-    xbase[i] = x_row(min(m0 + i, p.m - 1u));
-  }
+  // Row i < MB of this workgroup's X rows (lines with the marker dollar-i, see the header).
+  let xbase$i = x_row(min(m0 + $iu, p.m - 1u));
   // The first weight row's invocations of the first workgroup cover every element of the X
   // rows once: they write the residual stream (matmul_x_rms.wgsl with RESIDUAL) when p.keep.
   let keeper = p.keep != 0u && group == 0u && lid3.y == 0u;
-  var keep: array<bool, MB>;
-  for (var i = 0u; i < MB; i++) {
-    keep[i] = keeper && m0 + i < p.m;
-  }
-  var acc: array<f32, MB>;
-  var sq: array<f32, MB>;
+  let keep$i = keeper && m0 + $iu < p.m;
+  var acc$i = 0.0;
+  var sq$i = 0.0;
   let full = p.k / 4u;
   for (var q = t; q < full; q += TPR) {
     let wv = load_w4(row * p.k4 + q);
-    for (var i = 0u; i < MB; i++) {
-      let xv = load_x4_stat(xbase[i] + q * 4u, keep[i]);
-      acc[i] += dot(xv.v, wv);
-      if (X_STAT) {
-        sq[i] += xv.sq;
-      }
-    }
+    let xv$i = load_x4_stat(xbase$i + q * 4u, keep$i);
+    acc$i += dot(xv$i.v, wv);
+    sq$i += xv$i.sq;
   }
   // K tail (one partial vec4): weight padding is zero, X past K is masked to zero.
   if (t == 0u && full * 4u < p.k) {
     let rem = p.k - full * 4u;
     let wv = load_w4(row * p.k4 + full);
-    for (var i = 0u; i < MB; i++) {
-      let xv = load_x4_tail_stat(xbase[i] + full * 4u, rem, keep[i]);
-      acc[i] += dot(xv.v, wv);
-      if (X_STAT) {
-        sq[i] += xv.sq;
-      }
-    }
+    let tv$i = load_x4_tail_stat(xbase$i + full * 4u, rem, keep$i);
+    acc$i += dot(tv$i.v, wv);
+    sq$i += tv$i.sq;
   }
-  for (var i = 0u; i < MB; i++) {
-    partial[i][slot] = acc[i];
-    if (X_STAT) {
-      partial[MB + i][slot] = sq[i];
-    }
-  }
+  partial[$iu][slot] = acc$i;
+  // Row MB + i (X_STAT; written so that the constant index stays in bounds when XS == 1).
+  if (X_STAT) { partial[MB * (XS - 1u) + $iu][slot] = sq$i; }
   for (var half = TPR / 2u; half > 0u; half /= 2u) {
     workgroupBarrier();
     if (t < half) {

@@ -108,8 +108,18 @@ const UNROLLED_WG = 8;
 /** `gemv`: invocations per weight row and weight rows per workgroup. */
 const GEMV_TPR = 64;
 const GEMV_RPW = 4;
-/** `tiled`: invocations (WX, WY), register block TM x TN, K tile BK. */
-const TILE = { wx: 16, wy: 16, tm: 4, tn: 4, bk: 16 } as const;
+/**
+ * A `tiled` configuration: invocations (wx, wy), each a 4 x 4 block of Y, and the K tile bk
+ * (bk % 4 == 0, wx * wy % bk == 0, 4 * bk % wx == 0).
+ */
+export interface TileConfig {
+  readonly wx: number;
+  readonly wy: number;
+  readonly bk: number;
+}
+
+/** The `tiled` configuration the policy uses. */
+export const TILE: TileConfig = { wx: 16, wy: 16, bk: 16 };
 
 /**
  * matmul_unrolled.wgsl with its k loop (between the "K LOOP BEGIN" and "K LOOP END" lines)
@@ -319,7 +329,7 @@ function biasBinding(bias: boolean): string {
  * the X binding (`matmul_x.wgsl` / `matmul_x_swiglu.wgsl`, `gemv` and `tiled` with
  * `matmul_x_nostat.wgsl`, or `matmul_x_rms.wgsl`; `unrolled` has its own), the weight and bias
  * bindings, the constants, and `matmul_io.wgsl` (Params, the Y and parameter bindings,
- * `store_y`), shared by every kernel.
+ * `store_y`), shared by every kernel. `tile` replaces the `tiled` configuration (tuning benches).
  *
  * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`.
  */
@@ -331,6 +341,7 @@ export function kernelSource(
   xVec4: boolean,
   xForm: XForm = "plain",
   normDtype: DType = "f32",
+  tile: TileConfig = TILE,
 ): KernelSource {
   const quant = format === "int8" || format === "int4" ? format : null;
   const w = variant !== "unrolled"
@@ -370,12 +381,16 @@ export function kernelSource(
       );
     case "gemv": {
       const xs = isNormXForm(xForm) ? 2 : 1;
-      return kernel({ MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW, XS: xs }, gemvSource, GEMV_RPW);
+      const source = unrollTemplate(gemvSource, { i: mb, r: 1 });
+      return kernel({ MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW, XS: xs }, source, GEMV_RPW);
     }
     case "tiled": {
-      const t = TILE;
-      const consts = { WX: t.wx, WY: t.wy, TM: t.tm, TN: t.tn, BK: t.bk };
-      return kernel(consts, tiledSource, t.wx * t.tn);
+      const { wx, wy, bk } = tile;
+      if (bk % 4 !== 0 || (wx * wy) % bk !== 0 || (4 * bk) % wx !== 0) {
+        throw new RangeError(`Cannot build matmul tiled with tile ${wx}x${wy} bk${bk}`);
+      }
+      const source = unrollTemplate(tiledSource, { i: (4 * bk) / wx, r: 1 });
+      return { ...kernel({ WX: wx, WY: wy, BK: bk }, source, 4 * wx), mPerGroup: 4 * wy };
     }
   }
 }

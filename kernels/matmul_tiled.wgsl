@@ -1,23 +1,33 @@
-// matmul_tiled: Y = X W^T (+ bias) for prefill (M large), tiled through workgroup memory.
+// matmul_tiled: Y = X W^T (+ bias) for prefill and batched decode (M > 16), tiled through
+// workgroup memory, with each invocation's 4 x 4 register block in four vec4 variables.
 //   y[m, n0 + n] = sum_k x[m, k] * w[n, k] (+ bias[n0 + n])   for m < M, n < rows, k < K
-// A workgroup of WX x WY invocations computes a BM x BN tile of Y (BM = WY * TM, BN = WX * TN).
+// A workgroup of WX x WY invocations computes a BM x BN tile of Y (BM = 4 WY, BN = 4 WX).
 // It walks K in steps of BK: the X tile [BM, BK] and the W tile [BN, BK] (W read as vec4 along
-// k) are staged in var<workgroup> transposed to [BK, BM] / [BK, BN], then every invocation
-// accumulates its TM x TN register block in f32. Invocation (tx, ty) owns rows ty + i * WY and
-// columns tx + j * WX of the tile (strided, so neighbouring invocations read neighbouring
-// workgroup words). Out-of-range rows, columns and the K tail load zeros.
+// k) are staged in var<workgroup> transposed to [BK, BM] / [BK, BN], stored as vec4s of four
+// consecutive rows / columns (each line of BM / 4 or BN / 4 vec4s padded by one vec4 so the
+// transposing writes spread over the banks). Invocation (tx, ty) owns rows 4 ty .. 4 ty + 3 and
+// columns 4 tx .. 4 tx + 3 of the tile: per k it reads one vec4 of X and one of W from workgroup
+// memory and does 16 FMAs. Out-of-range rows, columns and the K tail load zeros.
+//
+// No arrays in function memory: on an NVIDIA H100 / H200 through Deno (wgpu, Vulkan) a register
+// block kept in `array<array<f32, 4>, 4>` indexed by loop counters ran 10-30x slower than this
+// kernel's named variables (bench/matmul_tune.ts, 2026-11-26: the earlier array form took
+// 11.6 ms for Qwen3-0.6B's down projection at M = 64, 35 GFLOP/s). The X staging, XPER elements
+// per invocation per K step, is written out line by line by kernels/unroll.ts (lines with the
+// marker dollar-i, once per i < XPER) for the same reason.
 //
 // X forms with a row statistic (matmul_x_rms.wgsl, X_STAT): invocation lid stages the same X
-// rows at every K step (elements lid + j * THREADS of the tile, THREADS % BK == 0), so it adds
+// rows at every K step (elements lid + i * THREADS of the tile, THREADS % BK == 0), so it adds
 // up their squares in registers; after the K loop the partial sums are staged in xs and each
-// invocation adds up those of its TM rows and scales their outputs by x_scale.
+// invocation adds up those of its 4 rows and scales their outputs by x_scale.
 //
-// Prelude (prepended by kernels/matmul_kernels.ts): `const TM, TN, WX, WY, BK: u32`
-// (BK % 4 == 0), the weight binding `w` with `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are
-// read as packed u32 pairs), `fn bias_at(n: u32) -> f32` (with the bias binding when there is
-// one), the X form (x_row, load_x1_stat, x_scale, X_STAT: matmul_x.wgsl or matmul_x_swiglu.wgsl
-// with matmul_x_nostat.wgsl, or matmul_x_rms.wgsl) and matmul_io.wgsl (Params, bindings y and
-// p, store_y).
+// Prelude (prepended by kernels/matmul_kernels.ts): `const WX, WY, BK: u32` (BK % 4 == 0,
+// THREADS % BK == 0, (4 WY BK) % THREADS == 0), the weight binding `w` with
+// `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are read as packed u32 pairs),
+// `fn bias_at(n: u32) -> f32` (with the bias binding when there is one), the X form (x_row,
+// load_x1_stat, x_scale, X_STAT: matmul_x.wgsl or matmul_x_swiglu.wgsl with
+// matmul_x_nostat.wgsl, or matmul_x_rms.wgsl) and matmul_io.wgsl (Params, bindings y and p,
+// store_y).
 //
 // Bindings (group 0):
 //   0 x    : storage read  array<f32>               [M, K], row stride K (matmul_x.wgsl), or
@@ -28,21 +38,48 @@
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
 //   3 y    : storage rw    array<f32>               [M, ldy]; columns [n0, n0 + rows) written
 //   4 p    : uniform       Params
-// Workgroup: (WX, WY) invocations, TM x TN outputs each.
+// Workgroup: (WX, WY) invocations, 4 x 4 outputs each.
 // Dispatch:  ceil(rows / BN) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
 //            p.groups_n), times ceil(M / BM) in z.
 
 // Params, the bindings x, y, p, x_row, load_x1_stat and store_y: the X form and matmul_io.wgsl
 // (prepended).
 
-const BM = WY * TM;
-const BN = WX * TN;
+const BM = WY * 4u;
+const BN = WX * 4u;
 const THREADS = WX * WY;
-// X tile elements each invocation stages per K step.
-const XPER = BM * BK / THREADS;
+// Line strides of the staged tiles in vec4s (one vec4 of padding).
+const XL = WY + 1u;
+const WL = WX + 1u;
 
-var<workgroup> xs: array<f32, BK * BM>;
-var<workgroup> ws: array<f32, BK * BN>;
+// xs[kk * XL + mm / 4][mm % 4] = X[bm + mm, k0 + kk]; ws[kk * WL + nn / 4][nn % 4] = W[bn + nn,
+// k0 + kk].
+var<workgroup> xs: array<vec4<f32>, BK * XL>;
+var<workgroup> ws: array<vec4<f32>, BK * WL>;
+
+// X[m, k] of the tile (its row statistic too), zero outside [M, K].
+fn stage_x(m: u32, k: u32, keep: bool) -> XLoad1 {
+  if (m < p.m && k < p.k) {
+    return load_x1_stat(x_row(m) + k, keep);
+  }
+  return XLoad1(0.0, 0.0);
+}
+
+// Stores v (columns n .. n + 3 of row m), skipping columns past the part's rows.
+fn store4(m: u32, n: u32, v: vec4<f32>) {
+  if (n < p.rows) {
+    store_y(m, n, v.x);
+  }
+  if (n + 1u < p.rows) {
+    store_y(m, n + 1u, v.y);
+  }
+  if (n + 2u < p.rows) {
+    store_y(m, n + 2u, v.z);
+  }
+  if (n + 3u < p.rows) {
+    store_y(m, n + 3u, v.w);
+  }
+}
 
 @compute @workgroup_size(WX, WY)
 fn main(
@@ -59,30 +96,24 @@ fn main(
   let bm = wid.z * BM;
   let tx = lid3.x;
   let ty = lid3.y;
-  var acc: array<array<f32, TN>, TM>;
-  // Squares of the X rows this invocation stages (X_STAT), and whether it writes them to the
-  // residual stream's next buffer (the first workgroup column of weight part 0: every element of
-  // the tile's rows once).
-  var sq: array<f32, XPER>;
+  var acc0 = vec4<f32>(0.0);
+  var acc1 = vec4<f32>(0.0);
+  var acc2 = vec4<f32>(0.0);
+  var acc3 = vec4<f32>(0.0);
+  // The tile elements this invocation stages, lid + i * THREADS for i < XPER: row e / BK, column
+  // e % BK at every K step; the sq variables add up their squares (X_STAT; zero otherwise).
+  let e$i = lid + $iu * THREADS;
+  let xm$i = e$i / BK;
+  let xi$i = (e$i % BK) * XL + xm$i / 4u;
+  var sq$i = 0.0;
+  // Whether this invocation writes the residual stream's next buffer: the first workgroup column
+  // of weight part 0 stages every element of its rows once.
   let keeper = p.keep != 0u && group == 0u;
   for (var k0 = 0u; k0 < p.k; k0 += BK) {
     // X tile: BM * BK scalars, consecutive invocations walk k (contiguous in memory).
-    for (var j = 0u; j < XPER; j++) {
-      let e = lid + j * THREADS;
-      let mm = e / BK;
-      let kk = e % BK;
-      let m = bm + mm;
-      let k = k0 + kk;
-      var v = 0.0;
-      if (m < p.m && k < p.k) {
-        let xv = load_x1_stat(x_row(m) + k, keeper);
-        v = xv.v;
-        if (X_STAT) {
-          sq[j] += xv.sq;
-        }
-      }
-      xs[kk * BM + mm] = v;
-    }
+    let xv$i = stage_x(bm + xm$i, k0 + e$i % BK, keeper);
+    sq$i += xv$i.sq;
+    xs[xi$i][xm$i % 4u] = xv$i.v;
     // W tile: BN * BK / 4 vec4s.
     for (var e = lid; e < BN * BK / 4u; e += THREADS) {
       let nn = e / (BK / 4u);
@@ -93,59 +124,47 @@ fn main(
       if (n < p.rows && q < p.k4) {
         v = load_w4(n * p.k4 + q);
       }
-      let o = kq * 4u * BN + nn;
-      ws[o] = v.x;
-      ws[o + BN] = v.y;
-      ws[o + 2u * BN] = v.z;
-      ws[o + 3u * BN] = v.w;
+      let o = kq * 4u * WL + nn / 4u;
+      let c = nn % 4u;
+      ws[o][c] = v.x;
+      ws[o + WL][c] = v.y;
+      ws[o + 2u * WL][c] = v.z;
+      ws[o + 3u * WL][c] = v.w;
     }
     workgroupBarrier();
     for (var kk = 0u; kk < BK; kk++) {
-      var a: array<f32, TM>;
-      var b: array<f32, TN>;
-      for (var i = 0u; i < TM; i++) {
-        a[i] = xs[kk * BM + ty + i * WY];
-      }
-      for (var j = 0u; j < TN; j++) {
-        b[j] = ws[kk * BN + tx + j * WX];
-      }
-      for (var i = 0u; i < TM; i++) {
-        for (var j = 0u; j < TN; j++) {
-          acc[i][j] = fma(a[i], b[j], acc[i][j]);
-        }
-      }
+      let a = xs[kk * XL + ty];
+      let b = ws[kk * WL + tx];
+      acc0 = fma(vec4<f32>(a.x), b, acc0);
+      acc1 = fma(vec4<f32>(a.y), b, acc1);
+      acc2 = fma(vec4<f32>(a.z), b, acc2);
+      acc3 = fma(vec4<f32>(a.w), b, acc3);
     }
     workgroupBarrier();
   }
-  var scale: array<f32, TM>;
-  for (var i = 0u; i < TM; i++) {
-    scale[i] = 1.0;
-  }
+  var scale = vec4<f32>(1.0);
   if (X_STAT) {
-    // Row mm's partial sums land where its tile values did: xs[kk * BM + mm], kk < BK.
-    for (var j = 0u; j < XPER; j++) {
-      let e = lid + j * THREADS;
-      xs[(e % BK) * BM + e / BK] = sq[j];
-    }
+    // Row mm's partial sums land where its tile values did: xs[kk * XL + mm / 4][mm % 4].
+    xs[xi$i][xm$i % 4u] = sq$i;
     workgroupBarrier();
-    for (var i = 0u; i < TM; i++) {
-      var sum = 0.0;
-      for (var kk = 0u; kk < BK; kk++) {
-        sum += xs[kk * BM + ty + i * WY];
-      }
-      scale[i] = x_scale(sum);
+    var sum = vec4<f32>(0.0);
+    for (var kk = 0u; kk < BK; kk++) {
+      sum += xs[kk * XL + ty];
     }
+    scale = vec4<f32>(x_scale(sum.x), x_scale(sum.y), x_scale(sum.z), x_scale(sum.w));
   }
-  for (var i = 0u; i < TM; i++) {
-    let m = bm + ty + i * WY;
-    if (m >= p.m) {
-      break;
-    }
-    for (var j = 0u; j < TN; j++) {
-      let n = bn + tx + j * WX;
-      if (n < p.rows) {
-        store_y(m, n, acc[i][j] * scale[i]);
-      }
-    }
+  let m = bm + 4u * ty;
+  let n = bn + 4u * tx;
+  if (m < p.m) {
+    store4(m, n, acc0 * scale.x);
+  }
+  if (m + 1u < p.m) {
+    store4(m + 1u, n, acc1 * scale.y);
+  }
+  if (m + 2u < p.m) {
+    store4(m + 2u, n, acc2 * scale.z);
+  }
+  if (m + 3u < p.m) {
+    store4(m + 3u, n, acc3 * scale.w);
   }
 }

@@ -54,6 +54,9 @@ export const MAX_HEAD_DIM = 256;
 /** Largest `GROUP * headDim` of the `unrolled` kernel (its workgroup memory is 16 KiB). */
 export const MAX_UNROLLED_GROUP_DIM = 512;
 
+/** Invocations per workgroup of the `workgroup` kernel (WG in paged_attention_decode.wgsl). */
+const WORKGROUP_SIZE = 64;
+
 /** The two decode attention kernels (see the module documentation). */
 export type PagedAttentionDecodeVariant = "workgroup" | "unrolled";
 
@@ -204,8 +207,13 @@ export class PagedAttentionDecode {
       )
       : ctx.pipeline(
         `paged_attention_decode/${dtype}/group${group}/d${headDim}`,
-        () => weightPrelude(dtype) + WORKGROUP_KVT + decodeIo + decodeSource,
-        { GROUP: group, HEAD_DIM: headDim },
+        () =>
+          weightPrelude(dtype) + WORKGROUP_KVT + decodeIo +
+          `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\n` +
+          unrollTemplate(decodeSource, {
+            i: group,
+            r: Math.ceil((group * headDim) / 4 / WORKGROUP_SIZE),
+          }),
       );
     this.#merge = ctx.pipeline("paged_attention_merge", () => mergeSource);
   }

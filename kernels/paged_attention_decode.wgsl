@@ -13,10 +13,15 @@
 // Requirements: HEAD_DIM % 4 == 0 and HEAD_DIM <= 256; q_stride % 4 == 0;
 // GROUP = num_q_heads / num_kv_heads in 1..8; partition_size a multiple of 64 (split only).
 //
-// Override constants (one pipeline per combination; they make every inner loop bound a
-// compile-time constant, which lavapipe needs to keep the accumulators in registers):
+// Prelude constants (kernels/paged_attention_decode.ts; one pipeline per combination):
 //   GROUP    : u32  query heads per kv head (1..8)
 //   HEAD_DIM : u32  elements per head (multiple of 4, <= 256)
+// TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-i is emitted once per query
+// head i < GROUP, a line containing dollar-r once per output vec4 r < PAIRS of an invocation; the
+// markers become the numbers. So the per-invocation scores and outputs live in named variables,
+// never in arrays in function memory: on an NVIDIA H200 through Deno (wgpu, Vulkan) the array form
+// of this kernel took 0.25 ms for one sequence of 512 tokens (8 GB/s of KV; bench/attention_bench.ts,
+// 2026-11-26), the same pathology as the matmul register tile (see matmul_tiled.wgsl).
 // Bindings (group 0):
 //   0 q            : storage read  array<vec4<f32>> [num_seqs, q_stride / 4]; q(s, h, d) at
 //                                                    s * q_stride + h * HEAD_DIM + d (f32)
@@ -47,14 +52,11 @@ const WG: u32 = 64u;
 const TILE: u32 = 64u;
 const MAX_GROUP: u32 = 8u;
 const MAX_D4: u32 = 64u;
-const MAX_PAIRS: u32 = MAX_GROUP * MAX_D4 / WG;
 
-override GROUP: u32 = 1u;
-override HEAD_DIM: u32 = 128u;
-override D4: u32 = HEAD_DIM / 4u; // vec4s per head
-override P: u32 = GROUP * D4; // output vec4s per workgroup
-override PAIRS: u32 = (P + WG - 1u) / WG; // output vec4s per invocation (phase 3)
-override SUBS: u32 = max(1u, WG / P); // invocation sets splitting the positions (phase 3)
+const D4: u32 = HEAD_DIM / 4u; // vec4s per head
+const P: u32 = GROUP * D4; // output vec4s per workgroup
+const PAIRS: u32 = (P + WG - 1u) / WG; // output vec4s per invocation (phase 3)
+const SUBS: u32 = max(1u, WG / P); // invocation sets splitting the positions (phase 3)
 
 // Params, the bindings and NEG_BIG: paged_attention_decode_io.wgsl (prepended).
 
@@ -66,6 +68,19 @@ var<workgroup> sh_base: array<u32, 2u * TILE>; // K/V vec4 index of position i, 
 var<workgroup> sh_ml: array<vec2<f32>, MAX_GROUP>; // final (max, sum) per g
 var<workgroup> sh_red: array<vec4<f32>, WG>; // partial outputs of the invocation sets
 var<workgroup> sh_len: u32;
+
+// Stores output vec4 `pair` (query head head0 + pair / D4) of the workgroup: normalised into
+// out (split == 0) or as a split partial.
+fn store_pair(seq: u32, head0: u32, part: u32, pair: u32, v: vec4<f32>) {
+  let g = pair / D4;
+  let row = seq * p.num_q_heads + head0 + g;
+  let d4 = pair - g * D4;
+  if (p.split == 0u) {
+    out[row * D4 + d4] = v / sh_ml[g].y;
+  } else {
+    part_out[(row * p.max_partitions + part) * D4 + d4] = v;
+  }
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -96,15 +111,14 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
     sh_q[g * MAX_D4 + d4] = p.scale * q[(seq * p.q_stride + (head0 + g) * HEAD_DIM) / 4u + d4];
   }
 
-  // Phase-3 role of this invocation: output vec4s pair0 + k * WG of position set `sub`.
+  // Phase-3 role of this invocation: output vec4s first + r * WG of position set `sub`.
   let sub = lid / P;
-  let pair0 = lid - sub * P;
+  let first = lid - sub * P;
   var m_run = NEG_BIG; // running max and sum of query `lid` (invocations lid < GROUP)
   var l_run = 0.0;
-  var acc: array<vec4<f32>, MAX_PAIRS>;
-  for (var k = 0u; k < PAIRS; k++) {
-    acc[k] = vec4<f32>(0.0);
-  }
+  // Its output vec4s, r < PAIRS (valid when below P), and their sums.
+  let pair$r = first + $ru * WG;
+  var acc$r = vec4<f32>(0.0);
   let bt_row = seq * p.bt_stride;
   var parity = 0u;
   workgroupBarrier();
@@ -118,19 +132,12 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
       let off = pos - blk * p.block_size;
       let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + off) * D4;
       sh_base[parity * TILE + lid] = base;
-      var dots: array<f32, MAX_GROUP>;
-      for (var g = 0u; g < GROUP; g++) {
-        dots[g] = 0.0;
-      }
+      var dot$i = 0.0;
       for (var d4 = 0u; d4 < D4; d4++) {
         let kv = vec4<f32>(k_cache[base + d4]);
-        for (var g = 0u; g < GROUP; g++) {
-          dots[g] += dot(sh_q[g * MAX_D4 + d4], kv);
-        }
+        dot$i += dot(sh_q[$iu * MAX_D4 + d4], kv);
       }
-      for (var g = 0u; g < GROUP; g++) {
-        sh_s[g * TILE + lid] = dots[g];
-      }
+      sh_s[$iu * TILE + lid] = dot$i;
     }
     workgroupBarrier();
     // Phase 2: invocation g < GROUP rescales its running softmax and writes the tile's weights.
@@ -153,21 +160,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
     workgroupBarrier();
     // Phase 3: rescale the running outputs, then add this tile's weighted V rows.
     if (sub < SUBS) {
-      for (var k = 0u; k < PAIRS; k++) {
-        let pair = pair0 + k * WG;
-        if (pair < P) {
-          acc[k] *= sh_alpha[pair / D4];
-        }
-      }
+      if (pair$r < P) { acc$r *= sh_alpha[pair$r / D4]; }
       for (var i = sub; i < n; i += SUBS) {
         let base = sh_base[parity * TILE + i];
-        for (var k = 0u; k < PAIRS; k++) {
-          let pair = pair0 + k * WG;
-          if (pair < P) {
-            let g = pair / D4;
-            acc[k] += sh_w[g * TILE + i] * vec4<f32>(v_cache[base + pair - g * D4]);
-          }
-        }
+        if (pair$r < P) { acc$r += sh_w[pair$r / D4 * TILE + i] * vec4<f32>(v_cache[base + pair$r % D4]); }
       }
     }
     parity = 1u - parity;
@@ -177,7 +173,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
     sh_ml[lid] = vec2<f32>(m_run, l_run);
   }
   if (SUBS > 1u && sub < SUBS) {
-    sh_red[lid] = acc[0];
+    sh_red[lid] = acc0;
   }
   workgroupBarrier();
   if (sub != 0u) {
@@ -185,22 +181,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   }
   if (SUBS > 1u) {
     for (var j = 1u; j < SUBS; j++) {
-      acc[0] += sh_red[j * P + pair0];
+      acc0 += sh_red[j * P + first];
     }
   }
-  for (var k = 0u; k < PAIRS; k++) {
-    let pair = pair0 + k * WG;
-    if (pair < P) {
-      let g = pair / D4;
-      let row = seq * p.num_q_heads + head0 + g;
-      let d4 = pair - g * D4;
-      if (p.split == 0u) {
-        out[row * D4 + d4] = acc[k] / sh_ml[g].y;
-      } else {
-        part_out[(row * p.max_partitions + part) * D4 + d4] = acc[k];
-      }
-    }
-  }
+  if (pair$r < P) { store_pair(seq, head0, part, pair$r, acc$r); }
   if (p.split != 0u && lid < GROUP) {
     part_ml[(seq * p.num_q_heads + head0 + lid) * p.max_partitions + part] = sh_ml[lid];
   }

@@ -1,0 +1,127 @@
+/**
+ * Matmul kernel configurations measured on this adapter: every variant (`gemv`, `unrolled`,
+ * `blocked`, and `tiled` under several tile shapes) on the Qwen3-0.6B projections at decode and
+ * prefill row counts, f16 weights, timed with GPU timestamps (median of one pass, see
+ * bench/support.ts `timeGpu`). Prints GFLOP/s (2 M N K / time) and weight GB/s (N K 2 / time) per
+ * case, so the policy's choice (kernels/matmul.ts) and the tile (kernels/matmul_kernels.ts `TILE`)
+ * come from a measurement on the adapter, not a guess.
+ *
+ *   deno run -A bench/matmul_tune.ts [--m 1,8,16,32,64,512] [--shapes qkv,o,gate_up,down]
+ *
+ * Weights and X are zero (timing does not depend on the values here: no tensor cores, no sparsity
+ * fast path).
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { STORAGE_RW } from "../gpu/context.ts";
+import {
+  type KernelSource,
+  kernelSource,
+  TILE,
+  type TileConfig,
+} from "../kernels/matmul_kernels.ts";
+import { MAX_GROUPS_PER_DIM } from "../kernels/dispatch.ts";
+import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
+
+const SHAPES = {
+  qkv: { n: 4096, k: 1024 },
+  o: { n: 1024, k: 2048 },
+  gate_up: { n: 6144, k: 1024 },
+  down: { n: 1024, k: 3072 },
+  lm_head: { n: 151936, k: 1024 },
+} as const;
+
+/** Tile shapes tried beside the policy's `TILE` (wx, wy, bk; 4 x 4 outputs per invocation). */
+const TILES: readonly TileConfig[] = [
+  TILE,
+  { wx: 16, wy: 16, bk: 32 },
+  { wx: 16, wy: 16, bk: 8 },
+  { wx: 8, wy: 8, bk: 16 },
+  { wx: 16, wy: 8, bk: 16 },
+  { wx: 8, wy: 16, bk: 16 },
+  { wx: 32, wy: 8, bk: 32 },
+];
+
+const { values } = parseArgs({
+  args: Deno.args,
+  options: {
+    m: { type: "string", default: "1,8,16,32,64,512" },
+    shapes: { type: "string", default: "qkv,o,gate_up,down" },
+  },
+});
+const ms = values.m.split(",").map(Number);
+const shapes = values.shapes.split(",") as (keyof typeof SHAPES)[];
+
+const ctx = await benchContext();
+console.log(`matmul_tune: ${describeMachine(ctx)}`);
+console.log(`command: deno run -A bench/matmul_tune.ts ${Deno.args.join(" ")}`);
+console.log(`copy bandwidth (same run): ${(await measureCopyBandwidth(ctx)).toFixed(1)} GB/s`);
+
+function candidates(m: number): { name: string; src: KernelSource }[] {
+  const out: { name: string; src: KernelSource }[] = [];
+  for (const mb of [1, 2, 4, 8]) {
+    if (mb > m && mb !== 1) continue;
+    out.push({ name: `gemv mb${mb}`, src: kernelSource("gemv", mb, "f16", false, false) });
+  }
+  for (const mb of [1, 4, 8, 16]) {
+    if (mb > m && mb !== 1) continue;
+    out.push({ name: `unrolled mb${mb}`, src: kernelSource("unrolled", mb, "f16", false, true) });
+  }
+  out.push({ name: "blocked mb8", src: kernelSource("blocked", 8, "f16", false, false) });
+  for (const t of TILES) {
+    const name = `tiled ${t.wx}x${t.wy} bk${t.bk}`;
+    out.push({
+      name,
+      src: kernelSource("tiled", 0, "f16", false, false, "plain", "f32", t),
+    });
+  }
+  return out;
+}
+
+for (const shapeName of shapes) {
+  const { n, k } = SHAPES[shapeName];
+  const maxM = Math.max(...ms);
+  const w = ctx.createBuffer("w", n * k * 2, STORAGE_RW);
+  const x = ctx.createBuffer("x", maxM * k * 4, STORAGE_RW);
+  const y = ctx.createBuffer("y", maxM * n * 4, STORAGE_RW);
+  const p = ctx.createBuffer("p", 48, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+  for (const m of ms) {
+    const rows: string[] = [];
+    for (const c of candidates(m)) {
+      const pipeline = ctx.pipeline(`tune/${shapeName}/${c.name}`, () => c.src.code);
+      const group = ctx.device.createBindGroup({
+        layout: pipeline.getBindGroupLayout(0),
+        entries: [
+          { binding: 0, resource: { buffer: x } },
+          { binding: 1, resource: { buffer: w } },
+          { binding: 3, resource: { buffer: y } },
+          { binding: 4, resource: { buffer: p } },
+        ],
+      });
+      const groupsN = Math.ceil(n / c.src.rowsPerGroup);
+      const gy = Math.ceil(groupsN / MAX_GROUPS_PER_DIM);
+      const gz = Math.ceil(m / c.src.mPerGroup);
+      ctx.device.queue.writeBuffer(
+        p,
+        0,
+        new Uint32Array([m, n, k, k / 4, n, 0, groupsN, 0, 0, 0, 0, 0]),
+      );
+      const t = await timeGpu(ctx, (pass) => {
+        pass.setPipeline(pipeline);
+        pass.setBindGroup(0, group);
+        pass.dispatchWorkgroups(Math.ceil(groupsN / gy), gy, gz);
+      });
+      const s = t.medianMs / 1000;
+      rows.push(
+        `  ${c.name.padEnd(28)} ${t.medianMs.toFixed(4).padStart(9)} ms ` +
+          `${(2 * m * n * k / s / 1e9).toFixed(0).padStart(7)} GFLOP/s ` +
+          `${(n * k * 2 / s / 1e9).toFixed(0).padStart(6)} GB/s of W`,
+      );
+    }
+    console.log(`${shapeName} N ${n} K ${k}, M ${m}:`);
+    console.log(rows.join("\n"));
+  }
+  for (const b of [w, x, y, p]) b.destroy();
+}
