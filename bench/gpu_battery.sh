@@ -5,11 +5,12 @@
 # leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
 # (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
 #
-#   bash bench/gpu_battery.sh            # logs under ${OUT:-/tmp/gpu-out}, eight files at most
+#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 8 files
 #
 # Stages, most valuable first: adapter; bench:model (prefill 128/512, decode batch 1/8/64, host and
 # GPU time per step, per-kernel breakdown) under the gpu profile; the PyTorch peer on the same
-# checkpoint on CUDA; the test suite on the GPU (greedy parity with the float64 reference; its auto
+# checkpoint on CUDA; every matmul kernel and tile shape (bench/matmul_tune.ts) and the attention
+# kernels; the test suite on the GPU (greedy parity with the float64 reference; its auto
 # profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
 # bench:model --quantization none,int8,int4; bench:serve at concurrency 1/16/64.
 set -u
@@ -42,28 +43,33 @@ gpu="--kernel-profile gpu"
     --format=csv
   lscpu | grep -E "Model name|^CPU\(s\)"
   deno --version | head -1
-  git log -1 --format="commit %H %cs" 2> /dev/null || echo "commit ${BATTERY_COMMIT:-unknown}"
+  # The device copy's .git may be older than its working tree: the caller names the commit.
+  echo "commit ${BATTERY_COMMIT:-$(git log -1 --format=%H 2> /dev/null)}"
 } > "$out/info.txt" 2>&1
 run_stage info 60 info.txt deno run --cached-only -A main.ts info
 run_stage make-model 120 info.txt deno run --cached-only -A tools/make_model.ts --out $model \
   --preset "$preset" --dtype bf16
 
-run_stage bench-model 150 model.txt deno run --cached-only -A bench/model_bench.ts --model $model \
+run_stage bench-model 90 model.txt deno run --cached-only -A bench/model_bench.ts --model $model \
   --batches 1,8,64 --prefill 128,512 --steps 64 --breakdown-batches 1,8,64 $gpu
 
 if python3 -c "import torch, transformers" 2> /dev/null; then
-  run_stage torch 100 torch.txt env PYTHONUNBUFFERED=1 python3 bench/torch_reference.py \
+  run_stage torch 60 torch.txt env PYTHONUNBUFFERED=1 python3 bench/torch_reference.py \
     --model $model --dtype bfloat16 --device cuda --batches 1,8,64 --prefill 128,512 --steps 32
 fi
 
-tests=$(grep -L "npm:openai\|@langchain\|npm:ai\|ai-sdk\|kubernetes-models" tests/*_test.ts)
-run_stage tests 170 tests.txt deno test --cached-only --no-check -A --parallel $tests
+run_stage kernels 60 kernels.txt deno run --cached-only -A bench/matmul_tune.ts --m 1,8,16,64,512 \
+  --shapes qkv,down
+run_stage attention 40 kernels.txt deno bench --cached-only --no-check -A --filter "/^zz$/" \
+  bench/attention_bench.ts bench/attention_prefill_bench.ts
 
-run_stage bench-quant 110 quant.txt deno run --cached-only -A bench/model_bench.ts --model $model \
+tests=$(grep -L "npm:openai\|@langchain\|npm:ai\|ai-sdk\|kubernetes-models" tests/*_test.ts)
+run_stage tests 100 tests.txt deno test --cached-only --no-check -A --parallel $tests
+
+run_stage bench-quant 90 quant.txt deno run --cached-only -A bench/model_bench.ts --model $model \
   --batches 1,8,32 --prefill 512 --steps 32 --no-breakdown --quantization none,int8,int4 $gpu
 
-run_stage serve 120 serve.txt deno run --cached-only -A bench/serve.ts --model $model \
+run_stage serve 90 serve.txt deno run --cached-only -A bench/serve.ts --model $model \
   --concurrency 1,16,64 --input-len 128 --output-len 128 --out-dir /tmp/gpu-serve --no-progress \
   -- $gpu
-cp /tmp/gpu-serve/report.md "$out/serve_report.md" 2> /dev/null
 log "done"
