@@ -16,12 +16,7 @@
 
 import { parseArgs } from "node:util";
 import { STORAGE_RW } from "../gpu/context.ts";
-import {
-  type KernelSource,
-  kernelSource,
-  TILE,
-  type TileConfig,
-} from "../kernels/matmul_kernels.ts";
+import { type KernelSource, kernelSource, TILE_CANDIDATES } from "../kernels/matmul_kernels.ts";
 import { MAX_GROUPS_PER_DIM } from "../kernels/dispatch.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 
@@ -32,17 +27,6 @@ const SHAPES = {
   down: { n: 1024, k: 3072 },
   lm_head: { n: 151936, k: 1024 },
 } as const;
-
-/** Tile shapes tried beside the policy's `TILE` (wx, wy, bk; 4 x 4 outputs per invocation). */
-const TILES: readonly TileConfig[] = [
-  TILE,
-  { wx: 16, wy: 16, bk: 32 },
-  { wx: 16, wy: 16, bk: 8 },
-  { wx: 8, wy: 8, bk: 16 },
-  { wx: 16, wy: 8, bk: 16 },
-  { wx: 8, wy: 16, bk: 16 },
-  { wx: 32, wy: 8, bk: 32 },
-];
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -70,7 +54,7 @@ function candidates(m: number): { name: string; src: KernelSource }[] {
     out.push({ name: `unrolled mb${mb}`, src: kernelSource("unrolled", mb, "f16", false, true) });
   }
   out.push({ name: "blocked mb8", src: kernelSource("blocked", 8, "f16", false, false) });
-  for (const t of TILES) {
+  for (const t of TILE_CANDIDATES) {
     const name = `tiled ${t.wx}x${t.wy} bk${t.bk}`;
     out.push({
       name,

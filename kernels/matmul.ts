@@ -31,6 +31,7 @@ import type { DType } from "../gpu/dtype.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import {
   BLOCKED_PREFILL_MB,
+  checkTile,
   DECODE_MAX_ROWS,
   defaultMatmulPolicy,
   isNormXForm,
@@ -38,6 +39,9 @@ import {
   type MatmulPolicy,
   type MatmulVariant,
   ROW_BLOCKS,
+  TILE,
+  TILE_CANDIDATES,
+  type TileConfig,
   UNROLLED_BLOCKS,
   type WeightFormat,
   type XForm,
@@ -60,6 +64,9 @@ export {
   MatmulOp,
   type MatmulPolicy,
   type MatmulVariant,
+  TILE,
+  TILE_CANDIDATES,
+  type TileConfig,
   type WeightFormat,
   type XForm,
 };
@@ -77,6 +84,8 @@ export interface MatmulOptions {
   readonly policy?: MatmulPolicy;
   /** Largest M run by the decode kernel; default {@linkcode DECODE_MAX_ROWS}. */
   readonly decodeMaxRows?: number;
+  /** The `tiled` kernel's configuration; default {@linkcode TILE}. */
+  readonly tile?: TileConfig;
 }
 
 /**
@@ -92,6 +101,8 @@ export class Matmul {
   readonly policy: MatmulPolicy;
   /** Largest M run by the decode kernel. */
   readonly decodeMaxRows: number;
+  /** The `tiled` kernel's configuration. */
+  readonly tile: TileConfig;
   readonly #ctx: GpuContext;
   readonly #configs = new Map<string, KernelConfig>();
 
@@ -105,6 +116,8 @@ export class Matmul {
     this.bias = options.bias;
     this.policy = options.policy ?? defaultMatmulPolicy(ctx);
     this.decodeMaxRows = decodeMaxRows;
+    this.tile = options.tile ?? TILE;
+    checkTile(this.tile);
     // Compile what the policy uses up front; forced variants (and `blocked`, the CPU fallback
     // for row strides that are not a multiple of 8) compile on first use.
     this.#compilePolicy(this.dtype);
@@ -143,8 +156,9 @@ export class Matmul {
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
     const tag = `matmul/${variant}/${format}/${this.bias ? "bias" : "nobias"}${x}`;
+    const t = this.tile;
     const key = variant === "tiled"
-      ? tag
+      ? `${tag}/t${t.wx}x${t.wy}k${t.bk}`
       : variant === "unrolled"
       ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}`
       : `${tag}/mb${mb}`;
@@ -158,6 +172,7 @@ export class Matmul {
       xVec4,
       xForm,
       this.dtype,
+      this.tile,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
     config = { key, variant, format, xForm, xVec4, pipeline, rowsPerGroup, mPerGroup };

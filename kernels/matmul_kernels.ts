@@ -122,6 +122,39 @@ export interface TileConfig {
 export const TILE: TileConfig = { wx: 16, wy: 16, bk: 16 };
 
 /**
+ * The `tiled` configurations bench/matmul_tune.ts measures (TILE first); each is tested like
+ * TILE. On an NVIDIA H200 (2026-11-26) they came within 25% of each other at M = 512 and 10% at
+ * M = 64 on the Qwen3-0.6B projections, TILE the fastest at M = 512 for qkv.
+ */
+export const TILE_CANDIDATES: readonly TileConfig[] = [
+  TILE,
+  { wx: 16, wy: 16, bk: 32 },
+  { wx: 16, wy: 16, bk: 8 },
+  { wx: 8, wy: 8, bk: 16 },
+  { wx: 16, wy: 8, bk: 16 },
+  { wx: 8, wy: 16, bk: 16 },
+  { wx: 32, wy: 8, bk: 32 },
+];
+
+/**
+ * Checks that `tile` is a valid `tiled` configuration.
+ *
+ * @throws {RangeError} when bk % 4, (wx * wy) % bk or (4 * bk) % wx is not 0, or wx * wy exceeds
+ * 1024 invocations.
+ */
+export function checkTile(tile: TileConfig): void {
+  const { wx, wy, bk } = tile;
+  const ok = [wx, wy, bk].every((v) => Number.isInteger(v) && v > 0) && bk % 4 === 0 &&
+    (wx * wy) % bk === 0 && (4 * bk) % wx === 0 && wx * wy <= 1024;
+  if (!ok) {
+    throw new RangeError(
+      `Cannot use matmul tile ${wx}x${wy} bk${bk}: needs bk % 4 == 0, (wx * wy) % bk == 0, ` +
+        `(4 * bk) % wx == 0 and wx * wy <= 1024`,
+    );
+  }
+}
+
+/**
  * matmul_unrolled.wgsl with its k loop (between the "K LOOP BEGIN" and "K LOOP END" lines)
  * replaced by matmul_unrolled_q.wgsl's, for int8 / int4 weights.
  */
@@ -385,10 +418,8 @@ export function kernelSource(
       return kernel({ MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW, XS: xs }, source, GEMV_RPW);
     }
     case "tiled": {
+      checkTile(tile);
       const { wx, wy, bk } = tile;
-      if (bk % 4 !== 0 || (wx * wy) % bk !== 0 || (4 * bk) % wx !== 0) {
-        throw new RangeError(`Cannot build matmul tiled with tile ${wx}x${wy} bk${bk}`);
-      }
       const source = unrollTemplate(tiledSource, { i: (4 * bk) / wx, r: 1 });
       return { ...kernel({ WX: wx, WY: wy, BK: bk }, source, 4 * wx), mPerGroup: 4 * wy };
     }

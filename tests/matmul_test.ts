@@ -3,7 +3,15 @@ import { AssertionError } from "node:assert";
 import type { GpuContext } from "../gpu/context.ts";
 import { type DType, roundTo } from "../gpu/dtype.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
-import { Matmul, type MatmulPolicy, type MatmulVariant, type XForm } from "../kernels/matmul.ts";
+import {
+  Matmul,
+  type MatmulPolicy,
+  type MatmulVariant,
+  TILE,
+  TILE_CANDIDATES,
+  type TileConfig,
+  type XForm,
+} from "../kernels/matmul.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -34,15 +42,19 @@ interface Case {
   readonly parts?: number;
   /** How the kernel reads X (default plain); "swiglu" binds a `[M, 2K]` gate|up buffer. */
   readonly xForm?: XForm;
+  /** The tiled kernel's configuration (default the policy's TILE). */
+  readonly tile?: TileConfig;
 }
 
 const kernels = new Map<string, Matmul>();
 
 function kernelFor(ctx: GpuContext, c: Case): Matmul {
-  const key = `${c.dtype}/${c.bias}/${c.policy ?? "default"}/${ctx.maxBindingBytes}`;
+  const t = c.tile ?? TILE;
+  const key = `${c.dtype}/${c.bias}/${c.policy ?? "default"}/${ctx.maxBindingBytes}/` +
+    `${t.wx}x${t.wy}k${t.bk}`;
   let kernel = kernels.get(key);
   if (kernel === undefined) {
-    kernel = new Matmul(ctx, { dtype: c.dtype, bias: c.bias, policy: c.policy });
+    kernel = new Matmul(ctx, { dtype: c.dtype, bias: c.bias, policy: c.policy, tile: c.tile });
     kernels.set(key, kernel);
   }
   return kernel;
@@ -54,7 +66,8 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
   const ldy = c.ldy ?? n;
   const label = `${name} [${m}, ${n}, ${k}] ${c.dtype} ${c.bias ? "bias" : "no bias"} ` +
     `${c.variant ?? `auto/${c.policy ?? "default"}`} ldy ${ldy}` +
-    (c.xForm === "swiglu" ? " x swiglu" : "");
+    (c.xForm === "swiglu" ? " x swiglu" : "") +
+    (c.tile === undefined ? "" : ` tile ${c.tile.wx}x${c.tile.wy} bk${c.tile.bk}`);
   const { seed, rng } = testSeed(label);
   const context = `seed ${seed} ${label}`;
   // The buffer the kernel reads, and the X it stands for (SwiGLU: gate and up in [-3, 3], where
@@ -151,6 +164,54 @@ Deno.test(
           await check(ctx, "auto", { shape, dtype, bias: shape[0] % 2 === 1, policy });
         }
       }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() tiled matches the float64 reference under every tile shape the tuning bench tries",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const tile of TILE_CANDIDATES) {
+      // The tile reaches the kernel: its grid covers 4 wy rows of X and 4 wx rows of W.
+      const config = kernelFor(ctx, { shape: [1, 1, 1], dtype: "f32", bias: false, tile })
+        .choose(100, 64, 64, "tiled");
+      assertEqual([config.mPerGroup, config.rowsPerGroup], [4 * tile.wy, 4 * tile.wx]);
+      for (const shape of [[1, 1, 1], [5, 67, 129], [70, 130, 260]] as const) {
+        for (const dtype of DTYPES) {
+          const bias = (shape[0] + DTYPES.indexOf(dtype)) % 2 === 1;
+          await check(ctx, "tile", { shape, dtype, bias, variant: "tiled", tile });
+          await check(ctx, "tile", {
+            shape,
+            dtype,
+            bias,
+            variant: "tiled",
+            tile,
+            xForm: "swiglu",
+          });
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "new Matmul() rejects a tile whose staging does not divide evenly",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (
+      const tile of [{ wx: 16, wy: 16, bk: 12 }, { wx: 32, wy: 8, bk: 4 }, {
+        wx: 64,
+        wy: 32,
+        bk: 16,
+      }]
+    ) {
+      assertThrows(() => new Matmul(ctx, { dtype: "f32", bias: false, tile }), {
+        name: "RangeError",
+        message: new RegExp(`^Cannot use matmul tile ${tile.wx}x${tile.wy} bk${tile.bk}:`),
+      });
     }
   },
 );
