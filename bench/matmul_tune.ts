@@ -3,7 +3,7 @@
  * `blocked`, and `tiled` under several tile shapes) on the Qwen3-0.6B projections at decode and
  * prefill row counts, f16 weights, timed with GPU timestamps (median of one pass, see
  * bench/support.ts `timeGpu`). Prints GFLOP/s (2 M N K / time) and weight GB/s (N K 2 / time) per
- * case, so the policy's choice (kernels/matmul.ts) and the tile (kernels/matmul_kernels.ts `TILE`)
+ * case, so the policy's choice (kernels/matmul.ts) and the tile (kernels/matmul_tile.ts `TILE`)
  * come from a measurement on the adapter, not a guess.
  *
  *   deno run -A bench/matmul_tune.ts [--m 1,8,16,32,64,512] [--shapes qkv,o,gate_up,down]
@@ -16,7 +16,8 @@
 
 import { parseArgs } from "node:util";
 import { STORAGE_RW } from "../gpu/context.ts";
-import { type KernelSource, kernelSource, TILE_CANDIDATES } from "../kernels/matmul_kernels.ts";
+import { type KernelSource, kernelSource } from "../kernels/matmul_kernels.ts";
+import { TILE_CANDIDATES } from "../kernels/matmul_tile.ts";
 import { MAX_GROUPS_PER_DIM } from "../kernels/dispatch.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 

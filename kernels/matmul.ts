@@ -31,7 +31,6 @@ import type { DType } from "../gpu/dtype.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import {
   BLOCKED_PREFILL_MB,
-  checkTile,
   DECODE_MAX_ROWS,
   defaultMatmulPolicy,
   isNormXForm,
@@ -39,13 +38,11 @@ import {
   type MatmulPolicy,
   type MatmulVariant,
   ROW_BLOCKS,
-  TILE,
-  TILE_CANDIDATES,
-  type TileConfig,
   UNROLLED_BLOCKS,
   type WeightFormat,
   type XForm,
 } from "./matmul_kernels.ts";
+import { checkTile, TILE, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
 import {
   bindingBytes,
   type KernelConfig,

@@ -39,6 +39,7 @@ import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
 import type { QuantFormat } from "../gpu/quant.ts";
+import { checkTile, TILE, type TileConfig } from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
 
 /** What a matmul's weights are: plain f16 / f32, or a low-bit format (gpu/quant.ts). */
@@ -108,52 +109,6 @@ const UNROLLED_WG = 8;
 /** `gemv`: invocations per weight row and weight rows per workgroup. */
 const GEMV_TPR = 64;
 const GEMV_RPW = 4;
-/**
- * A `tiled` configuration: invocations (wx, wy), each a 4 x 4 block of Y, and the K tile bk
- * (bk % 4 == 0, wx * wy % bk == 0, 4 * bk % wx == 0).
- */
-export interface TileConfig {
-  readonly wx: number;
-  readonly wy: number;
-  readonly bk: number;
-}
-
-/** The `tiled` configuration the policy uses. */
-export const TILE: TileConfig = { wx: 16, wy: 16, bk: 16 };
-
-/**
- * The `tiled` configurations bench/matmul_tune.ts measures (TILE first); each is tested like
- * TILE. On an NVIDIA H200 (2026-11-26) they came within 25% of each other at M = 512 and 10% at
- * M = 64 on the Qwen3-0.6B projections, TILE the fastest at M = 512 for qkv.
- */
-export const TILE_CANDIDATES: readonly TileConfig[] = [
-  TILE,
-  { wx: 16, wy: 16, bk: 32 },
-  { wx: 16, wy: 16, bk: 8 },
-  { wx: 8, wy: 8, bk: 16 },
-  { wx: 16, wy: 8, bk: 16 },
-  { wx: 8, wy: 16, bk: 16 },
-  { wx: 32, wy: 8, bk: 32 },
-];
-
-/**
- * Checks that `tile` is a valid `tiled` configuration.
- *
- * @throws {RangeError} when bk % 4, (wx * wy) % bk or (4 * bk) % wx is not 0, or wx * wy exceeds
- * 1024 invocations.
- */
-export function checkTile(tile: TileConfig): void {
-  const { wx, wy, bk } = tile;
-  const ok = [wx, wy, bk].every((v) => Number.isInteger(v) && v > 0) && bk % 4 === 0 &&
-    (wx * wy) % bk === 0 && (4 * bk) % wx === 0 && wx * wy <= 1024;
-  if (!ok) {
-    throw new RangeError(
-      `Cannot use matmul tile ${wx}x${wy} bk${bk}: needs bk % 4 == 0, (wx * wy) % bk == 0, ` +
-        `(4 * bk) % wx == 0 and wx * wy <= 1024`,
-    );
-  }
-}
-
 /**
  * matmul_unrolled.wgsl with its k loop (between the "K LOOP BEGIN" and "K LOOP END" lines)
  * replaced by matmul_unrolled_q.wgsl's, for int8 / int4 weights.
