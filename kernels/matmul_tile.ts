@@ -20,8 +20,9 @@ export const TILE: TileConfig = { wx: 16, wy: 16, bk: 16 };
 
 /**
  * The `tiled` configurations bench/matmul_tune.ts measures (TILE first); each is tested like
- * TILE. On an NVIDIA H200 (2026-11-26) they came within 25% of each other at M = 512 and 10% at
- * M = 64 on the Qwen3-0.6B projections, TILE the fastest at M = 512 for qkv.
+ * TILE. On an NVIDIA H200 (2026-11-26, Qwen3-0.6B projections at M = 512) they took 0.305-0.409 ms
+ * for qkv (TILE the fastest) and 0.285-0.411 ms for down (16x16 bk32 the fastest, TILE 0.314);
+ * bk8 was the slowest at every M.
  */
 export const TILE_CANDIDATES: readonly TileConfig[] = [
   TILE,

@@ -10,7 +10,7 @@
 // memory and does 16 FMAs. Out-of-range rows, columns and the K tail load zeros.
 //
 // No arrays in function memory: on an NVIDIA H100 / H200 through Deno (wgpu, Vulkan) a register
-// block kept in `array<array<f32, 4>, 4>` indexed by loop counters ran 10-30x slower than this
+// block kept in `array<array<f32, 4>, 4>` indexed by loop counters ran 10-40x slower than this
 // kernel's named variables (bench/matmul_tune.ts, 2026-11-26: the earlier array form took
 // 11.6 ms for Qwen3-0.6B's down projection at M = 64, 35 GFLOP/s). The X staging, XPER elements
 // per invocation per K step, is written out line by line by kernels/unroll.ts (lines with the
