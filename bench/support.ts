@@ -8,8 +8,7 @@
  */
 
 import { GpuContext, type GpuContextOptions } from "../gpu/context.ts";
-import type { ParamArena } from "../gpu/params.ts";
-import { GpuTimer } from "../gpu/timer.ts";
+import { timePasses } from "../gpu/timer.ts";
 
 let shared: Promise<GpuContext> | undefined;
 
@@ -23,66 +22,9 @@ export function benchContext(options: GpuContextOptions = {}): Promise<GpuContex
   return shared;
 }
 
-/** Median and minimum GPU time of one pass, in milliseconds. */
-export interface GpuTiming {
-  readonly medianMs: number;
-  readonly minMs: number;
-  /** "timestamp-query" or "host clock / N passes". */
-  readonly method: string;
-}
-
-/** Options for {@linkcode timeGpu}. */
-export interface TimeGpuOptions {
-  /** Arena whose parameters `encode` writes; flushed before each submission. */
-  arena?: ParamArena;
-  /** Untimed passes first (shader compilation happens on first use). Default 2. */
-  warmup?: number;
-  /** Timed passes. Default 10. */
-  repeats?: number;
-}
-
-/**
- * Times `encode` (which records dispatches into the given pass). With `timestamp-query`, each
- * repeat is one pass timed on the GPU; without it, all repeats run in one submission and the
- * host time is divided by their number (then min == median).
- */
-export async function timeGpu(
-  ctx: GpuContext,
-  encode: (pass: GPUComputePassEncoder) => void,
-  options: TimeGpuOptions = {},
-): Promise<GpuTiming> {
-  const warmup = options.warmup ?? 2;
-  const repeats = options.repeats ?? 10;
-  const run = async (passes: number, timer?: GpuTimer) => {
-    const encoder = ctx.device.createCommandEncoder();
-    for (let i = 0; i < passes; i++) {
-      const pass = encoder.beginComputePass(timer?.passDescriptor(i));
-      encode(pass);
-      pass.end();
-    }
-    timer?.resolve(encoder, passes);
-    options.arena?.flush();
-    ctx.device.queue.submit([encoder.finish()]);
-    if (timer !== undefined) return await timer.read(passes);
-    await ctx.device.queue.onSubmittedWorkDone();
-    return [];
-  };
-  if (warmup > 0) await run(warmup);
-  ctx.check();
-  if (ctx.hasTimestamps) {
-    const timer = new GpuTimer(ctx, repeats);
-    try {
-      const ms = (await run(repeats, timer)).sort((a, b) => a - b);
-      return { medianMs: ms[Math.floor(ms.length / 2)]!, minMs: ms[0]!, method: "timestamp-query" };
-    } finally {
-      timer.destroy();
-    }
-  }
-  const t0 = performance.now();
-  await run(repeats);
-  const ms = (performance.now() - t0) / repeats;
-  return { medianMs: ms, minMs: ms, method: `host clock / ${repeats} passes` };
-}
+/** Times `encode`'s passes on the GPU (gpu/timer.ts). */
+export const timeGpu = timePasses;
+export type { PassTiming as GpuTiming, TimePassesOptions as TimeGpuOptions } from "../gpu/timer.ts";
 
 const COPY_WGSL = `
 @group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;

@@ -1,5 +1,5 @@
 /**
- * GPU-side timing with `timestamp-query`, for benchmarks. Any host wait for the GPU costs
+ * GPU-side timing with `timestamp-query`, for benchmarks and kernel tuning. Any host wait for the GPU costs
  * >= 10 ms in Deno, so host clocks around one dispatch measure the wait, not the kernel; the
  * timestamps written at the start and end of a compute pass measure the pass itself.
  *
@@ -7,6 +7,7 @@
  */
 
 import type { GpuContext } from "./context.ts";
+import type { ParamArena } from "./params.ts";
 
 /** Times compute passes: `passDescriptor(i)` for pass i, then `read()` after submission. */
 export class GpuTimer {
@@ -83,4 +84,65 @@ export class GpuTimer {
     this.#resolve.destroy();
     this.#staging.destroy();
   }
+}
+
+/** Median and minimum GPU time of one pass, in milliseconds. */
+export interface PassTiming {
+  readonly medianMs: number;
+  readonly minMs: number;
+  /** "timestamp-query" or "host clock / N passes". */
+  readonly method: string;
+}
+
+/** Options for {@linkcode timePasses}. */
+export interface TimePassesOptions {
+  /** Arena whose parameters `encode` writes; flushed before each submission. */
+  arena?: ParamArena;
+  /** Untimed passes first (shader compilation happens on first use). Default 2. */
+  warmup?: number;
+  /** Timed passes. Default 10. */
+  repeats?: number;
+}
+
+/**
+ * Times `encode` (which records dispatches into the given pass). With `timestamp-query`, each
+ * repeat is one pass timed on the GPU; without it, all repeats run in one submission and the
+ * host time is divided by their number (then min == median).
+ */
+export async function timePasses(
+  ctx: GpuContext,
+  encode: (pass: GPUComputePassEncoder) => void,
+  options: TimePassesOptions = {},
+): Promise<PassTiming> {
+  const warmup = options.warmup ?? 2;
+  const repeats = options.repeats ?? 10;
+  const run = async (passes: number, timer?: GpuTimer) => {
+    const encoder = ctx.device.createCommandEncoder();
+    for (let i = 0; i < passes; i++) {
+      const pass = encoder.beginComputePass(timer?.passDescriptor(i));
+      encode(pass);
+      pass.end();
+    }
+    timer?.resolve(encoder, passes);
+    options.arena?.flush();
+    ctx.device.queue.submit([encoder.finish()]);
+    if (timer !== undefined) return await timer.read(passes);
+    await ctx.device.queue.onSubmittedWorkDone();
+    return [];
+  };
+  if (warmup > 0) await run(warmup);
+  ctx.check();
+  if (ctx.hasTimestamps) {
+    const timer = new GpuTimer(ctx, repeats);
+    try {
+      const ms = (await run(repeats, timer)).sort((a, b) => a - b);
+      return { medianMs: ms[Math.floor(ms.length / 2)]!, minMs: ms[0]!, method: "timestamp-query" };
+    } finally {
+      timer.destroy();
+    }
+  }
+  const t0 = performance.now();
+  await run(repeats);
+  const ms = (performance.now() - t0) / repeats;
+  return { medianMs: ms, minMs: ms, method: `host clock / ${repeats} passes` };
 }
