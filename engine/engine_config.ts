@@ -7,6 +7,7 @@
  */
 
 import { z } from "zod";
+import { KERNEL_TUNING_MODES } from "./kernel_tuning.ts";
 
 const positiveInt = z.number().int().positive();
 
@@ -63,6 +64,8 @@ export const engineOptionsSchema = z.object({
   forceF32: z.boolean().default(false),
   /** Kernel variants: `auto` (from the adapter), `cpu` or `gpu` (gpu/kernel_profile.ts). */
   kernelProfile: z.enum(["auto", "cpu", "gpu"]).default("auto"),
+  /** Matmul tile and gemv/tiled choices: cached or measured, measured now, or the defaults. */
+  kernelTuning: z.enum(KERNEL_TUNING_MODES).default("auto"),
   /** Weights of the projections and LM head: as loaded, or int8 / int4 (gpu/quant.ts). */
   quantization: z.enum(["none", "int8", "int4"]).default("none"),
   /** Mock executor latency model: base ms per step. */

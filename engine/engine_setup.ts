@@ -21,11 +21,15 @@ import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
 import type { GenerationConfig } from "./model/generation_config.ts";
 import { ModelRunner } from "./model_runner.ts";
+import { applyKernelTuning } from "./kernel_tuning.ts";
 import { StructuredOutputs } from "./structured_output/structured_outputs.ts";
 import { Tokenizer } from "./tokenizer.ts";
 import { createScheduler } from "../scheduler/index.ts";
 import type { Scheduler } from "../scheduler/scheduler_api.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
+
+/** Rows of X of the prefill the matmul tile is measured at (capped by the token budget). */
+const TUNING_PREFILL_ROWS = 512;
 
 /** What the engine logs at start-up, one line each. */
 export type Logger = (line: string) => void;
@@ -117,6 +121,17 @@ async function webGpuParts(
   );
   logWeights(log, runner.weights, config.quantization, ctx.weightDtype);
   logKv(log, kvBlocks, config.blockSize, maxModelLen);
+  try {
+    await applyKernelTuning(ctx, runner.matmuls, {
+      mode: config.kernelTuning,
+      maxBatch: config.maxNumSeqs,
+      prefillRows: Math.min(TUNING_PREFILL_ROWS, config.maxNumBatchedTokens),
+      log,
+    });
+  } catch (error) {
+    runner.destroy();
+    throw error;
+  }
   const gen = ck.generationConfig;
   const eos = [...new Set([...mc.eosTokenIds, ...(gen?.eosTokenIds ?? [])])];
   const structured = new StructuredOutputs(tokenizer, mc.vocabSize, eos, {

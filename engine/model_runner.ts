@@ -31,6 +31,7 @@ import type { Model } from "./models/model.ts";
 import type { KernelGroupRecorder } from "./models/kernel_group_recorder.ts";
 import { KERNEL_GROUPS, SinglePass } from "./models/step_passes.ts";
 import type { TokenFeedOp } from "../kernels/token_feed.ts";
+import type { Matmul } from "../kernels/matmul.ts";
 
 export type { SampledRows, TopLogprob } from "./sampler.ts";
 
@@ -114,6 +115,7 @@ export class ModelRunner {
   readonly #bufs: StepBuffers;
   readonly #arena: ParamArena;
   readonly #feed: TokenFeedOp;
+  readonly #matmuls: readonly Matmul[];
   readonly #sampler: Sampler;
   /** Every dispatch of a step in its one pass (the path without `timing.groups`). */
   readonly #single = new SinglePass();
@@ -150,6 +152,7 @@ export class ModelRunner {
     this.#bufs = parts.bufs;
     this.#arena = parts.arena;
     this.#own = parts.own;
+    this.#matmuls = parts.kernels.matmuls;
     const b = (buffer: GPUBuffer) => ({ buffer });
     const bufs = parts.bufs;
     this.#feed = parts.kernels.tokenFeed.bind(parts.arena, {
@@ -228,6 +231,14 @@ export class ModelRunner {
     own.push(model);
     ctx.check();
     return new ModelRunner(ctx, c, options, { ...targets, model, own, weights });
+  }
+
+  /**
+   * The matmuls every call site of the model and the LM head is bound to (measure and apply a
+   * tuning with kernels/matmul_tuner.ts and `Matmul.setTuning`, before steps run).
+   */
+  get matmuls(): readonly Matmul[] {
+    return this.#matmuls;
   }
 
   /** Steps that may be in flight at once (the sampled-token ring's size minus one). */

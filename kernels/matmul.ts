@@ -43,6 +43,7 @@ import {
   type XForm,
 } from "./matmul_kernels.ts";
 import { checkTile, TILE, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
+import { type MatmulShape, type MatmulTuning, shapeKey } from "./matmul_tuning.ts";
 import {
   bindingBytes,
   type KernelConfig,
@@ -60,6 +61,8 @@ export {
   type MatmulNorm,
   MatmulOp,
   type MatmulPolicy,
+  type MatmulShape,
+  type MatmulTuning,
   type MatmulVariant,
   TILE,
   TILE_CANDIDATES,
@@ -81,8 +84,13 @@ export interface MatmulOptions {
   readonly policy?: MatmulPolicy;
   /** Largest M run by the decode kernel; default {@linkcode DECODE_MAX_ROWS}. */
   readonly decodeMaxRows?: number;
-  /** The `tiled` kernel's configuration; default {@linkcode TILE}. */
+  /** The `tiled` kernel's configuration; default {@linkcode TILE} (or the tuning's). */
   readonly tile?: TileConfig;
+  /**
+   * Measured choices for this adapter (kernels/matmul_tuning.ts): its tile (unless `tile` is
+   * given) and, under the `gpu` policy, the largest M each call-site shape runs with `gemv`.
+   */
+  readonly tuning?: MatmulTuning;
 }
 
 /**
@@ -96,12 +104,14 @@ export class Matmul {
   readonly bias: boolean;
   /** The kernel policy in use. */
   readonly policy: MatmulPolicy;
-  /** Largest M run by the decode kernel. */
+  /** Largest M run by the decode kernel (of shapes the tuning does not list). */
   readonly decodeMaxRows: number;
-  /** The `tiled` kernel's configuration. */
-  readonly tile: TileConfig;
   readonly #ctx: GpuContext;
   readonly #configs = new Map<string, KernelConfig>();
+  readonly #ops: MatmulOp[] = [];
+  #tile: TileConfig;
+  #gemvMaxRows: Readonly<Record<string, number>> = {};
+  #generation = 0;
 
   constructor(ctx: GpuContext, options: MatmulOptions) {
     const decodeMaxRows = options.decodeMaxRows ?? DECODE_MAX_ROWS;
@@ -113,11 +123,55 @@ export class Matmul {
     this.bias = options.bias;
     this.policy = options.policy ?? defaultMatmulPolicy(ctx);
     this.decodeMaxRows = decodeMaxRows;
-    this.tile = options.tile ?? TILE;
-    checkTile(this.tile);
+    this.#tile = options.tile ?? options.tuning?.tile ?? TILE;
+    checkTile(this.#tile);
+    this.#gemvMaxRows = options.tuning?.gemvMaxRows ?? {};
     // Compile what the policy uses up front; forced variants (and `blocked`, the CPU fallback
     // for row strides that are not a multiple of 8) compile on first use.
     this.#compilePolicy(this.dtype);
+  }
+
+  /** The `tiled` kernel's configuration. */
+  get tile(): TileConfig {
+    return this.#tile;
+  }
+
+  /** The call sites bound so far ({@linkcode Matmul.bind}). */
+  get ops(): readonly MatmulOp[] {
+    return this.#ops;
+  }
+
+  /**
+   * Changes count when {@linkcode Matmul.setTuning} changes the choices (call sites re-choose).
+   * @internal
+   */
+  get generation(): number {
+    return this.#generation;
+  }
+
+  /**
+   * Follows `tuning` from now on: its tile, and its `gemv` row limits per shape (`gpu` policy).
+   * Compiles the new tile's kernels and bind groups for every bound call site, so the next steps
+   * encode without compiling.
+   *
+   * @throws {RangeError} when the tile is not a valid configuration.
+   */
+  setTuning(tuning: MatmulTuning): void {
+    checkTile(tuning.tile);
+    this.#tile = tuning.tile;
+    this.#gemvMaxRows = tuning.gemvMaxRows;
+    this.#generation++;
+    if (this.policy !== "gpu") return;
+    for (const op of this.#ops) {
+      const { format, xForm } = op.shape;
+      this.#compilePolicy(format, xForm);
+      op.bindGroups(this.config("tiled", 0, false, format, xForm));
+    }
+  }
+
+  /** The largest M run by `gemv` for `shape` under the `gpu` policy (the tuning's, or the default). */
+  gemvMaxRowsFor(shape: MatmulShape): number {
+    return this.#gemvMaxRows[shapeKey(shape)] ?? this.decodeMaxRows;
   }
 
   /**
@@ -153,7 +207,7 @@ export class Matmul {
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
     const tag = `matmul/${variant}/${format}/${this.bias ? "bias" : "nobias"}${x}`;
-    const t = this.tile;
+    const t = this.#tile;
     const key = variant === "tiled"
       ? `${tag}/t${t.wx}x${t.wy}k${t.bk}`
       : variant === "unrolled"
@@ -169,7 +223,7 @@ export class Matmul {
       xVec4,
       xForm,
       this.dtype,
-      this.tile,
+      t,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
     config = { key, variant, format, xForm, xVec4, pipeline, rowsPerGroup, mPerGroup };
@@ -179,10 +233,11 @@ export class Matmul {
 
   /**
    * The kernel configuration the policy (or `variant`) picks for `m` rows of X and a weight
-   * of `cols` columns whose row stride is `rowStride` elements, X read as `xForm`. @internal
+   * `rows` x `cols` whose row stride is `rowStride` elements, X read as `xForm`. @internal
    */
   choose(
     m: number,
+    rows: number,
     cols: number,
     rowStride: number,
     variant?: MatmulVariant,
@@ -193,7 +248,7 @@ export class Matmul {
     const v = variant ??
       (this.policy === "cpu"
         ? (rowStride % 8 === 0 ? "unrolled" : "blocked")
-        : decode
+        : m <= this.gemvMaxRowsFor({ format, rows, cols, xForm, bias: this.bias })
         ? "gemv"
         : "tiled");
     if (v === "unrolled" && rowStride % 8 !== 0) {
@@ -318,6 +373,7 @@ export class Matmul {
     this.#compilePolicy(w.format, xForm);
     const slots = w.parts.map(() => arena.allocate());
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, Math.min(xRows, yRows));
+    this.#ops.push(op);
     for (const config of this.#configs.values()) {
       if (config.format !== w.format || config.xForm !== xForm) continue;
       // unrolled reads 8-element steps: only weights whose row stride allows it are

@@ -9,6 +9,7 @@ import type { ParamSlot } from "../gpu/params.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
 import { MAX_GROUPS_PER_DIM } from "./dispatch.ts";
 import type { Matmul } from "./matmul.ts";
+import type { MatmulShape } from "./matmul_tuning.ts";
 import {
   isNormXForm,
   type MatmulVariant,
@@ -96,10 +97,17 @@ export class MatmulOp {
   readonly #slots: readonly ParamSlot[];
   readonly #ldy: number;
   readonly #groups = new Map<string, GPUBindGroup[]>();
-  /** The last encode's choice: re-used while m and the forced variant repeat (decode). */
-  #last:
-    | { m: number; variant?: MatmulVariant; config: KernelConfig; groups: GPUBindGroup[] }
-    | null = null;
+  /**
+   * The last encode's choice: re-used while m, the forced variant and the matmul's tuning
+   * (generation) repeat (decode).
+   */
+  #last: {
+    m: number;
+    variant?: MatmulVariant;
+    generation: number;
+    config: KernelConfig;
+    groups: GPUBindGroup[];
+  } | null = null;
 
   /** @internal Use {@linkcode Matmul.bind}. */
   constructor(
@@ -116,6 +124,28 @@ export class MatmulOp {
     this.#slots = slots;
     this.#ldy = ldy;
     this.maxRows = maxRows;
+  }
+
+  /** The buffers this call site was bound to. */
+  get buffers(): MatmulBuffers {
+    return this.#buffers;
+  }
+
+  /** What identifies this call site's kernel choice (its key in a matmul tuning). */
+  get shape(): MatmulShape {
+    const w = this.#buffers.weight;
+    return {
+      format: w.format,
+      rows: w.rows,
+      cols: w.cols,
+      xForm: this.#buffers.xForm ?? "plain",
+      bias: this.#buffers.bias !== undefined,
+    };
+  }
+
+  /** The kernel the policy (or `variant`) runs for `m` rows. */
+  variantFor(m: number, variant?: MatmulVariant): MatmulVariant {
+    return this.#choose(m, variant).config.variant;
   }
 
   /** The bind groups (one per weight part) of `config`, created on first use. @internal */
@@ -147,11 +177,14 @@ export class MatmulOp {
   /** The kernel and bind groups for `m` rows (the policy's, or `variant`). */
   #choose(m: number, variant: MatmulVariant | undefined) {
     const last = this.#last;
-    if (last !== null && last.m === m && last.variant === variant) return last;
+    const generation = this.#matmul.generation;
+    if (
+      last !== null && last.m === m && last.variant === variant && last.generation === generation
+    ) return last;
     const w = this.#buffers.weight;
     const xForm = this.#buffers.xForm ?? "plain";
-    const config = this.#matmul.choose(m, w.cols, w.rowStride, variant, w.format, xForm);
-    const chosen = { m, variant, config, groups: this.bindGroups(config) };
+    const config = this.#matmul.choose(m, w.rows, w.cols, w.rowStride, variant, w.format, xForm);
+    const chosen = { m, variant, generation, config, groups: this.bindGroups(config) };
     this.#last = chosen;
     return chosen;
   }

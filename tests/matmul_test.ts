@@ -176,7 +176,7 @@ Deno.test(
     for (const tile of TILE_CANDIDATES) {
       // The tile reaches the kernel: its grid covers 4 wy rows of X and 4 wx rows of W.
       const config = kernelFor(ctx, { shape: [1, 1, 1], dtype: "f32", bias: false, tile })
-        .choose(100, 64, 64, "tiled");
+        .choose(100, 64, 64, 64, "tiled");
       assertEqual([config.mPerGroup, config.rowsPerGroup], [4 * tile.wy, 4 * tile.wx]);
       for (const shape of [[1, 1, 1], [5, 67, 129], [70, 130, 260]] as const) {
         for (const dtype of DTYPES) {

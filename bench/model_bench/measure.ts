@@ -9,6 +9,7 @@
 import type { GpuContext } from "../../gpu/context.ts";
 import type { Quantization } from "../../gpu/quant.ts";
 import { ModelRunner } from "../../engine/model_runner.ts";
+import { applyKernelTuning } from "../../engine/kernel_tuning.ts";
 import { measureCopyBandwidth } from "../support.ts";
 import { type ModelBenchOptions, PROMPT, runnerSizes } from "./options.ts";
 import {
@@ -42,6 +43,16 @@ export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
   });
   const seconds = (performance.now() - t0) / 1000;
   env.log(loadLine(seconds, quantization, runner.weights, env.ctx.weightDtype));
+  // The engine's matmul tuning (engine/engine_setup.ts), at the sizes this bench runs.
+  await applyKernelTuning(env.ctx, runner.matmuls, {
+    mode: env.options.kernelTuning,
+    maxBatch: sizes.maxSeqs,
+    prefillRows: Math.min(512, sizes.maxTokens),
+    log: (line) => {
+      env.log(line);
+      env.report.kernelTuning = line;
+    },
+  });
   const work = new BenchWorkload(runner, blocksPerSeq);
   // As the engine runs them (engine/engine_setup.ts), unless --overlap says otherwise.
   work.overlap = env.options.overlap ?? !env.ctx.isCpuProfile;

@@ -9,17 +9,21 @@ import { parseArgs } from "node:util";
 import { parseQuantization, type Quantization } from "../../gpu/quant.ts";
 import type { MatmulVariant } from "../../kernels/matmul.ts";
 import { reportUsage, UsageError } from "../bench_io.ts";
+import { KERNEL_TUNING_MODES, type KernelTuningMode } from "../../engine/kernel_tuning.ts";
 
 const USAGE = `usage: deno task bench:model [options]
   --model DIR                  checkpoint (default: the qwen3-0.6b preset, generated, bf16)
   --steps N                    decode steps per batch size (default 8)
   --batches LIST               decode batch sizes (default 1,8,32)
-  --prefill LIST               prefill lengths (default 128,512)
+  --prefill LIST               prefill lengths (default 128,512; "" for none)
   --no-breakdown               skip the per-kernel breakdown
   --breakdown-batches LIST     batch sizes of the breakdown (default 1,8)
   --matmul-variant V           force one matmul kernel (tiled, gemv, blocked, unrolled)
   --force-f32                  f32 weights even with shader-f16
   --kernel-profile auto|cpu|gpu   kernel variants (default auto: from the adapter)
+  --kernel-tuning auto|measure|off   gpu profile: the matmul tile and gemv/tiled choice per
+                               shape, as the engine chooses them (default auto: cached, else
+                               measured on a hardware adapter; engine/kernel_tuning.ts)
   --overlap auto|on|off         decode steps overlapped with the host's encoding of the next
                                (default auto: as the engine runs them, on under the gpu profile)
   --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
@@ -44,6 +48,7 @@ export interface ModelBenchOptions {
   readonly matmulVariant: string | undefined;
   readonly forceF32: boolean;
   readonly kernelProfile: string | undefined;
+  readonly kernelTuning: KernelTuningMode;
   readonly quantizations: readonly Quantization[];
   /** `--overlap`: undefined for auto. */
   readonly overlap: boolean | undefined;
@@ -51,6 +56,24 @@ export interface ModelBenchOptions {
 }
 
 const list = (text: string) => text.split(",").filter((s) => s !== "");
+
+/**
+ * The positive integers of a comma-separated flag (`--batches 1,8`).
+ *
+ * @throws {TypeError} naming the flag when an entry is not a positive integer, or when the list
+ * is empty and `allowEmpty` is false.
+ */
+function positiveInts(flag: string, text: string, allowEmpty = false): number[] {
+  const values = list(text).map(Number);
+  const bad = list(text).find((_s, i) => !Number.isInteger(values[i]) || values[i]! < 1);
+  if (bad !== undefined) {
+    throw new TypeError(`--${flag} expects positive integers, got "${bad}"`);
+  }
+  if (values.length === 0 && !allowEmpty) {
+    throw new TypeError(`--${flag} expects at least one positive integer`);
+  }
+  return values;
+}
 
 function parseFlags(argv: string[]) {
   try {
@@ -66,6 +89,7 @@ function parseFlags(argv: string[]) {
         "matmul-variant": { type: "string" },
         "force-f32": { type: "boolean", default: false },
         "kernel-profile": { type: "string" },
+        "kernel-tuning": { type: "string", default: "auto" },
         quantization: { type: "string", default: "none" },
         overlap: { type: "string", default: "auto" },
         json: { type: "boolean", default: false },
@@ -89,8 +113,22 @@ function parseFlags(argv: string[]) {
 export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
   const values = parseFlags(argv);
   let quantizations: Quantization[];
+  let sizes: { steps: number; batches: number[]; prefills: number[]; breakdown: number[] };
   try {
     quantizations = list(values.quantization).map(parseQuantization);
+    sizes = {
+      steps: positiveInts("steps", values.steps)[0]!,
+      batches: positiveInts("batches", values.batches),
+      prefills: positiveInts("prefill", values.prefill, true),
+      breakdown: values["no-breakdown"]
+        ? []
+        : positiveInts("breakdown-batches", values["breakdown-batches"], true),
+    };
+    if (!KERNEL_TUNING_MODES.some((m) => m === values["kernel-tuning"])) {
+      throw new TypeError(
+        `--kernel-tuning expects auto, measure or off, got "${values["kernel-tuning"]}"`,
+      );
+    }
     if (!["auto", "on", "off"].includes(values.overlap)) {
       throw new TypeError(`--overlap expects auto, on or off, got "${values.overlap}"`);
     }
@@ -100,13 +138,14 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
   }
   return {
     model: values.model,
-    steps: Number(values.steps),
-    batches: list(values.batches).map(Number),
-    prefills: list(values.prefill).map(Number),
-    breakdownBatches: values["no-breakdown"] ? [] : list(values["breakdown-batches"]).map(Number),
+    steps: sizes.steps,
+    batches: sizes.batches,
+    prefills: sizes.prefills,
+    breakdownBatches: sizes.breakdown,
     matmulVariant: values["matmul-variant"],
     forceF32: values["force-f32"],
     kernelProfile: values["kernel-profile"],
+    kernelTuning: values["kernel-tuning"] as KernelTuningMode,
     quantizations,
     overlap: values.overlap === "auto" ? undefined : values.overlap === "on",
     json: values.json,

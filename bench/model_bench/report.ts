@@ -24,6 +24,8 @@ export interface ModelBenchReport {
   overlap: boolean;
   copyBandwidthGBs?: number;
   runs?: RunResult[];
+  /** The matmul tuning's log line (the last runner's). */
+  kernelTuning?: string;
   breakdown?: Record<string, Group[]>;
 }
 

@@ -54,6 +54,11 @@ export class KernelSet {
     this.#matmulBias = new Matmul(ctx, { dtype, bias: true });
   }
 
+  /** Both matmuls (without and with a bias): every matmul call site is bound to one of them. */
+  get matmuls(): readonly Matmul[] {
+    return [this.#matmul, this.#matmulBias];
+  }
+
   /** The matmul for weights of this set's dtype, with or without a bias. */
   matmul(bias: boolean): Matmul {
     return bias ? this.#matmulBias : this.#matmul;

@@ -1,0 +1,235 @@
+/**
+ * The engine's matmul tuning (`--kernel-tuning auto|measure|off`): under the `gpu` kernel profile,
+ * the tile and the `gemv` / `tiled` choice per call-site shape are measured on the adapter
+ * (kernels/matmul_tuner.ts) once the model is loaded, and kept in a cache file keyed by the
+ * adapter, Deno, the matmul kernels' sources and the model's call sites, so the next start on
+ * the same machine reads them back instead of measuring again.
+ *
+ * - `auto` (default): the cached tuning, else measure and cache it; on a software adapter
+ *   (lavapipe: no speed target for the gpu profile, and measuring prefill tiles there takes
+ *   long) the cached tuning, else the defaults.
+ * - `measure`: measure now (also on a software adapter) and refresh the cache.
+ * - `off`: the defaults (kernels/matmul_tile.ts `TILE`, `gemv` up to 16 rows).
+ *
+ * The environment variable `WEBGPU_LLM_KERNEL_TUNING` (one of the modes) replaces `auto`, as
+ * `WEBGPU_LLM_KERNEL_PROFILE` does for the kernel profile (e.g. `off` for a test run on a GPU).
+ *
+ * The cache is `$WEBGPU_LLM_CACHE_DIR`, else `$XDG_CACHE_HOME/webgpu-llm`, else
+ * `~/.cache/webgpu-llm`, file `matmul_tuning.json`. A cache that cannot be read or written is
+ * logged and otherwise ignored.
+ *
+ * @module
+ */
+
+import { dirname, join } from "node:path";
+import type { GpuContext } from "../gpu/context.ts";
+import { MATMUL_SOURCES_DIGEST } from "../kernels/matmul_kernels.ts";
+import { type MatmulTuningReport, tuneMatmul } from "../kernels/matmul_tuner.ts";
+import {
+  describeTuning,
+  type MatmulTuning,
+  parseMatmulTuning,
+  shapeKey,
+} from "../kernels/matmul_tuning.ts";
+import type { Matmul } from "../kernels/matmul.ts";
+
+/** The accepted values of `--kernel-tuning`. */
+export const KERNEL_TUNING_MODES = ["auto", "measure", "off"] as const;
+
+/** How the engine chooses the matmul tuning (see the module documentation). */
+export type KernelTuningMode = typeof KERNEL_TUNING_MODES[number];
+
+/** The environment variable that replaces the `auto` mode. */
+export const KERNEL_TUNING_ENV = "WEBGPU_LLM_KERNEL_TUNING";
+
+/**
+ * The mode in effect: `mode`, or for `auto` the environment's {@linkcode KERNEL_TUNING_ENV}.
+ *
+ * @throws {TypeError} when the environment variable is set to something else than a mode.
+ */
+export function effectiveTuningMode(
+  mode: KernelTuningMode,
+  env: (name: string) => string | undefined = envGet,
+): { mode: KernelTuningMode; why: string } {
+  const value = env(KERNEL_TUNING_ENV);
+  if (mode !== "auto" || value === undefined || value === "") return { mode, why: "" };
+  const chosen = KERNEL_TUNING_MODES.find((m) => m === value);
+  if (chosen === undefined) {
+    throw new TypeError(
+      `${KERNEL_TUNING_ENV} must be one of ${KERNEL_TUNING_MODES.join(", ")}, got "${value}"`,
+    );
+  }
+  return { mode: chosen, why: ` (${KERNEL_TUNING_ENV}=${chosen})` };
+}
+
+/** Cache entries kept (the most recently written). */
+const MAX_ENTRIES = 64;
+
+/** What {@linkcode applyKernelTuning} did. */
+export interface KernelTuningOutcome {
+  /** The tuning now followed, or null (defaults: off, the cpu profile, a software adapter). */
+  readonly tuning: MatmulTuning | null;
+  /** "measured", "cached" or why nothing was tuned. */
+  readonly source: string;
+  /** The measurement, when one ran. */
+  readonly report?: MatmulTuningReport;
+}
+
+/** Options of {@linkcode applyKernelTuning}. */
+export interface KernelTuningOptions {
+  readonly mode: KernelTuningMode;
+  /** Largest decode batch (max_num_seqs). */
+  readonly maxBatch: number;
+  /** Rows of the prefill the tile is chosen at (capped by max_num_batched_tokens). */
+  readonly prefillRows: number;
+  /** The cache file; default {@linkcode kernelTuningCachePath}. */
+  readonly cachePath?: string;
+  /** Start-up log, one line each. */
+  readonly log?: (line: string) => void;
+}
+
+/** The cache file's path from the environment (see the module documentation). */
+export function kernelTuningCachePath(
+  env: (name: string) => string | undefined = envGet,
+): string {
+  const explicit = env("WEBGPU_LLM_CACHE_DIR");
+  if (explicit) return join(explicit, "matmul_tuning.json");
+  const xdg = env("XDG_CACHE_HOME");
+  const home = env("HOME") ?? env("USERPROFILE") ?? ".";
+  return join(xdg || join(home, ".cache"), "webgpu-llm", "matmul_tuning.json");
+}
+
+function envGet(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined; // no --allow-env
+  }
+}
+
+/**
+ * The cache key of tuning `matmuls` on `ctx`: the adapter, Deno, the kernels' digest, the
+ * measured row counts and every call-site shape with its count.
+ */
+export function kernelTuningKey(
+  ctx: GpuContext,
+  matmuls: readonly Matmul[],
+  maxBatch: number,
+  prefillRows: number,
+): string {
+  const a = ctx.adapter;
+  const shapes = new Map<string, number>();
+  for (const m of matmuls) {
+    for (const op of m.ops) {
+      const k = shapeKey(op.shape);
+      shapes.set(k, (shapes.get(k) ?? 0) + 1);
+    }
+  }
+  const sites = [...shapes].sort(([a], [b]) => a.localeCompare(b)).map(([k, n]) => `${k}*${n}`);
+  return [
+    `${a.vendor}/${a.architecture}/${a.device}/${a.description}`,
+    `deno ${Deno.version.deno}`,
+    `kernels ${MATMUL_SOURCES_DIGEST}`,
+    `batch ${maxBatch} prefill ${prefillRows}`,
+    sites.join(", "),
+  ].join(" | ");
+}
+
+interface CacheFile {
+  version: 1;
+  entries: Record<string, { tuning: MatmulTuning; measuredAt: string; method: string }>;
+}
+
+async function readCache(path: string): Promise<CacheFile> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return { version: 1, entries: {} };
+    throw error;
+  }
+  const data = JSON.parse(text) as Partial<CacheFile>;
+  if (data.version !== 1 || typeof data.entries !== "object" || data.entries === null) {
+    throw new TypeError(`${path}: not a version 1 matmul tuning cache`);
+  }
+  return data as CacheFile;
+}
+
+async function writeCache(path: string, file: CacheFile): Promise<void> {
+  const keys = Object.keys(file.entries);
+  for (const k of keys.slice(0, Math.max(0, keys.length - MAX_ENTRIES))) delete file.entries[k];
+  await Deno.mkdir(dirname(path), { recursive: true });
+  const tmp = `${path}.${Deno.pid}.tmp`;
+  await Deno.writeTextFile(tmp, JSON.stringify(file, null, 1) + "\n");
+  await Deno.rename(tmp, path);
+}
+
+/**
+ * Chooses the matmul tuning by `options.mode`, applies it to `matmuls` (which must hold every
+ * call site, bound) and logs what was chosen. Measuring overwrites the call sites' outputs: run
+ * it before the first step.
+ */
+export async function applyKernelTuning(
+  ctx: GpuContext,
+  matmuls: readonly Matmul[],
+  options: KernelTuningOptions,
+): Promise<KernelTuningOutcome> {
+  const log = options.log ?? (() => {});
+  const skip = (source: string): KernelTuningOutcome => {
+    log(`Kernel tuning: none (${source})`);
+    return { tuning: null, source };
+  };
+  const { mode, why } = effectiveTuningMode(options.mode);
+  if (mode === "off") return skip(`--kernel-tuning off${why}: default tile and gemv rows`);
+  if (ctx.profile !== "gpu") return skip("the cpu kernel profile has no tuned choices");
+  const used = matmuls.filter((m) => m.ops.length > 0);
+  const key = kernelTuningKey(ctx, used, options.maxBatch, options.prefillRows);
+  const path = options.cachePath ?? kernelTuningCachePath();
+  let cache: CacheFile = { version: 1, entries: {} };
+  try {
+    cache = await readCache(path);
+  } catch (error) {
+    log(`Kernel tuning: cache ${path} ignored (${error instanceof Error ? error.message : error})`);
+  }
+  const entry = cache.entries[key];
+  if (mode === "auto" && entry !== undefined) {
+    try {
+      const tuning = parseMatmulTuning(entry.tuning);
+      for (const m of used) m.setTuning(tuning);
+      log(`Kernel tuning: cached ${entry.measuredAt} (${path}): ${describeTuning(tuning)}`);
+      return { tuning, source: "cached" };
+    } catch (error) {
+      log(
+        `Kernel tuning: cached entry ignored (${error instanceof Error ? error.message : error})`,
+      );
+    }
+  }
+  if (mode === "auto" && ctx.adapter.isFallback) {
+    return skip("auto: software adapter, nothing cached; --kernel-tuning measure measures here");
+  }
+  const report = await tuneMatmul(ctx, used, {
+    maxBatch: options.maxBatch,
+    prefillRows: options.prefillRows,
+  });
+  for (const m of used) m.setTuning(report.tuning);
+  log(
+    `Kernel tuning: measured in ${(report.wallMs / 1000).toFixed(1)} s (${report.method})${why}: ` +
+      describeTuning(report.tuning),
+  );
+  delete cache.entries[key];
+  cache.entries[key] = {
+    tuning: report.tuning,
+    measuredAt: new Date().toISOString(),
+    method: report.method,
+  };
+  try {
+    await writeCache(path, cache);
+  } catch (error) {
+    log(
+      `Kernel tuning: cache ${path} not written (${
+        error instanceof Error ? error.message : error
+      })`,
+    );
+  }
+  return { tuning: report.tuning, source: "measured", report };
+}

@@ -1,0 +1,174 @@
+/**
+ * Measures the `gpu` policy's matmul choices on this adapter, on a model's own call sites (their
+ * weights and buffers, so every shape, weight format, X form and bias is the one that will run):
+ * 1. the `tiled` configuration: each of {@linkcode TILE_CANDIDATES} times every call-site
+ *    shape at the prefill row count; the least total (each shape weighted by its call sites)
+ *    wins;
+ * 2. per shape, `gemv` against `tiled` (the chosen tile) at row counts 1, 2, 4, ... up to the
+ *    largest decode batch and the prefill row count; `gemv` runs up to the last M before the
+ *    first where `tiled` was faster ({@linkcode crossover}).
+ *
+ * Each time is the median of several passes timed on the GPU (`timestamp-query`; else the host
+ * clock over several passes), gpu/timer.ts. The call sites' outputs are overwritten (run it
+ * before serving). The result is plain data ({@linkcode MatmulTuning}) for
+ * {@linkcode Matmul.setTuning} and a cache (engine/kernel_tuning.ts).
+ *
+ * @module
+ */
+
+import type { GpuContext } from "../gpu/context.ts";
+import { ParamArena } from "../gpu/params.ts";
+import { timePasses } from "../gpu/timer.ts";
+import { Matmul, type MatmulOp } from "./matmul.ts";
+import { TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
+import {
+  crossover,
+  type CrossoverPoint,
+  type MatmulTuning,
+  pickTile,
+  shapeKey,
+} from "./matmul_tuning.ts";
+
+/** Options of {@linkcode tuneMatmul}. */
+export interface MatmulTunerOptions {
+  /** The largest decode batch (rows of X) the call sites run. */
+  readonly maxBatch: number;
+  /** Rows of X of the prefill the tile is chosen at (capped by each call site); default 512. */
+  readonly prefillRows?: number;
+  /** Timed passes per measurement; default 5. */
+  readonly repeats?: number;
+  /** The tile candidates; default {@linkcode TILE_CANDIDATES}. */
+  readonly tiles?: readonly TileConfig[];
+}
+
+/** What {@linkcode tuneMatmul} measured and chose. */
+export interface MatmulTuningReport {
+  readonly tuning: MatmulTuning;
+  /** Each tile candidate's time summed over the shapes (weighted by call sites), in ms. */
+  readonly tiles: readonly { readonly tile: TileConfig; readonly totalMs: number }[];
+  /** Per shape key: the row counts measured for the `gemv` / `tiled` choice. */
+  readonly crossovers: Readonly<Record<string, readonly CrossoverPoint[]>>;
+  /** How the kernels were timed ("timestamp-query", "host clock / N passes"). */
+  readonly method: string;
+  /** Wall time of the whole measurement, in ms. */
+  readonly wallMs: number;
+}
+
+/** One call-site shape: a representative op, the matmul it belongs to, how many share it. */
+interface ShapeGroup {
+  readonly key: string;
+  readonly op: MatmulOp;
+  readonly matmul: Matmul;
+  count: number;
+}
+
+/**
+ * Measures the tile and the per-shape `gemv` row limits on the call sites bound to `matmuls`
+ * (see the module documentation).
+ *
+ * @throws {RangeError} when a matmul does not follow the `gpu` policy, none has a call site, or
+ *   `maxBatch` is not a positive integer.
+ */
+export async function tuneMatmul(
+  ctx: GpuContext,
+  matmuls: readonly Matmul[],
+  options: MatmulTunerOptions,
+): Promise<MatmulTuningReport> {
+  const t0 = performance.now();
+  if (!Number.isInteger(options.maxBatch) || options.maxBatch < 1) {
+    throw new RangeError(`Cannot tune matmul: maxBatch ${options.maxBatch} is not positive`);
+  }
+  const groups = shapeGroups(matmuls);
+  const tiles = options.tiles ?? TILE_CANDIDATES;
+  const repeats = options.repeats ?? 5;
+  const parts = groups.reduce((n, g) => n + g.op.buffers.weight.parts.length, 0);
+  const arena = new ParamArena(ctx, parts * tiles.length + 1, "matmul-tuning");
+  let method = "";
+  try {
+    // One trial matmul per (matmul, tile): the call sites re-bound with that tile.
+    const trials = new Map<string, MatmulOp>();
+    const trial = (g: ShapeGroup, tile: TileConfig): MatmulOp => {
+      const id = `${g.key}/${tiles.indexOf(tile)}`;
+      let op = trials.get(id);
+      if (op === undefined) {
+        const m = new Matmul(ctx, { dtype: g.matmul.dtype, bias: g.matmul.bias, tile });
+        op = m.bind(arena, g.op.buffers);
+        trials.set(id, op);
+      }
+      return op;
+    };
+    const time = async (op: MatmulOp, m: number, variant: "gemv" | "tiled") => {
+      const t = await timePasses(ctx, (pass) => op.encode(pass, m, { variant }), {
+        arena,
+        warmup: 1,
+        repeats,
+      });
+      method = t.method;
+      return t.medianMs;
+    };
+    const prefill = (g: ShapeGroup) => Math.min(options.prefillRows ?? 512, g.op.maxRows);
+    const tileTimes = new Map<TileConfig, number[]>();
+    for (const tile of tiles) {
+      const ms: number[] = [];
+      for (const g of groups) ms.push(await time(trial(g, tile), prefill(g), "tiled"));
+      tileTimes.set(tile, ms);
+    }
+    const counts = groups.map((g) => g.count);
+    const tile = pickTile(tileTimes, counts);
+    const crossovers: Record<string, CrossoverPoint[]> = {};
+    const gemvMaxRows: Record<string, number> = {};
+    for (const g of groups) {
+      const points: CrossoverPoint[] = [];
+      for (const m of rowCounts(options.maxBatch, prefill(g))) {
+        const op = trial(g, tile);
+        const p = { m, gemvMs: await time(op, m, "gemv"), tiledMs: await time(op, m, "tiled") };
+        points.push(p);
+        if (p.gemvMs > p.tiledMs) break;
+      }
+      crossovers[g.key] = points;
+      gemvMaxRows[g.key] = crossover(points);
+    }
+    ctx.check();
+    return {
+      tuning: { tile, gemvMaxRows },
+      tiles: tiles.map((t) => ({
+        tile: t,
+        totalMs: tileTimes.get(t)!.reduce((s, ms, i) => s + ms * counts[i]!, 0),
+      })),
+      crossovers,
+      method,
+      wallMs: performance.now() - t0,
+    };
+  } finally {
+    arena.destroy();
+  }
+}
+
+/** The call sites of `matmuls` grouped by shape key, in binding order. */
+function shapeGroups(matmuls: readonly Matmul[]): ShapeGroup[] {
+  const groups = new Map<string, ShapeGroup>();
+  for (const matmul of matmuls) {
+    if (matmul.policy !== "gpu") {
+      throw new RangeError(
+        `Cannot tune matmul: the ${matmul.policy} policy has no measured choices (gpu only)`,
+      );
+    }
+    for (const op of matmul.ops) {
+      const key = shapeKey(op.shape);
+      const g = groups.get(key);
+      if (g !== undefined) g.count++;
+      else groups.set(key, { key, op, matmul, count: 1 });
+    }
+  }
+  if (groups.size === 0) throw new RangeError("Cannot tune matmul: no call site is bound");
+  return [...groups.values()];
+}
+
+/** 1, 2, 4, ... up to `maxBatch`, then `maxBatch` and `prefillRows` (at most `prefillRows`). */
+export function rowCounts(maxBatch: number, prefillRows: number): number[] {
+  const out = new Set<number>();
+  for (let m = 1; m < maxBatch; m *= 2) out.add(m);
+  out.add(maxBatch);
+  out.add(prefillRows);
+  return [...out].filter((m) => m <= prefillRows).sort((a, b) => a - b);
+}

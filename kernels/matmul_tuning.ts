@@ -1,0 +1,122 @@
+/**
+ * The `gpu` policy's matmul choices measured on one adapter (plain data), and the rules that turn
+ * measurements into them: which `tiled` configuration runs prefill, and up to which M each call
+ * site shape runs `gemv` rather than `tiled`. kernels/matmul_tuner.ts measures; the engine caches
+ * the result per adapter (engine/kernel_tuning.ts); `Matmul` follows it
+ * ({@linkcode Matmul.setTuning}).
+ *
+ * @module
+ */
+
+import { checkTile, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
+import type { WeightFormat, XForm } from "./matmul_kernels.ts";
+
+/** Measured choices of the `gpu` policy's matmul kernels on one adapter. */
+export interface MatmulTuning {
+  /** The `tiled` configuration (one of {@linkcode TILE_CANDIDATES}). */
+  readonly tile: TileConfig;
+  /**
+   * Per call-site shape ({@linkcode shapeKey}): the largest M run by `gemv` (larger M runs
+   * `tiled`; 0: `tiled` for every M). Shapes not listed follow `Matmul.decodeMaxRows`.
+   */
+  readonly gemvMaxRows: Readonly<Record<string, number>>;
+}
+
+/** What identifies a call site's kernel choice: weight format and shape, X form, bias. */
+export interface MatmulShape {
+  readonly format: WeightFormat;
+  /** N, the weight's rows (all parts). */
+  readonly rows: number;
+  /** K, the weight's columns. */
+  readonly cols: number;
+  readonly xForm: XForm;
+  readonly bias: boolean;
+}
+
+/** The key of `s` in {@linkcode MatmulTuning.gemvMaxRows}, e.g. `"f16 1024x3072 swiglu"`. */
+export function shapeKey(s: MatmulShape): string {
+  return `${s.format} ${s.rows}x${s.cols} ${s.xForm}${s.bias ? " bias" : ""}`;
+}
+
+/** One row count's median times of the two kernels on one shape, in milliseconds. */
+export interface CrossoverPoint {
+  readonly m: number;
+  readonly gemvMs: number;
+  readonly tiledMs: number;
+}
+
+/**
+ * The largest measured M up to which `gemv` was at least as fast as `tiled` at every measured M
+ * (0 when `tiled` was faster at the smallest). Above it the kernels are not assumed to alternate:
+ * the first M where `tiled` wins ends `gemv`'s range.
+ */
+export function crossover(points: readonly CrossoverPoint[]): number {
+  let last = 0;
+  for (const p of [...points].sort((a, b) => a.m - b.m)) {
+    if (p.gemvMs > p.tiledMs) break;
+    last = p.m;
+  }
+  return last;
+}
+
+/**
+ * The tile with the least total time, given each candidate's time per shape and each shape's
+ * number of call sites (`weights`, default 1). Ties go to the earlier candidate.
+ */
+export function pickTile(
+  times: ReadonlyMap<TileConfig, readonly number[]>,
+  weights?: readonly number[],
+): TileConfig {
+  let best: TileConfig | undefined;
+  let bestMs = Infinity;
+  for (const [tile, ms] of times) {
+    const total = ms.reduce((sum, t, i) => sum + t * (weights?.[i] ?? 1), 0);
+    if (total < bestMs) {
+      best = tile;
+      bestMs = total;
+    }
+  }
+  if (best === undefined) throw new RangeError("Cannot pick a tile: no candidate was measured");
+  return best;
+}
+
+/**
+ * Checks plain data read back (e.g. from a cache file) as a {@linkcode MatmulTuning}: the tile
+ * must be one of {@linkcode TILE_CANDIDATES} (the configurations tested against the reference),
+ * every row count a non-negative integer.
+ *
+ * @throws {TypeError} naming what is wrong.
+ */
+export function parseMatmulTuning(data: unknown): MatmulTuning {
+  const o = data as { tile?: Partial<TileConfig>; gemvMaxRows?: unknown } | null;
+  const t = o?.tile;
+  const tile = TILE_CANDIDATES.find((c) => c.wx === t?.wx && c.wy === t?.wy && c.bk === t?.bk);
+  if (tile === undefined) {
+    throw new TypeError(`Invalid matmul tuning: tile ${JSON.stringify(t)} is not a candidate`);
+  }
+  checkTile(tile);
+  const rows = o?.gemvMaxRows;
+  if (typeof rows !== "object" || rows === null || Array.isArray(rows)) {
+    throw new TypeError("Invalid matmul tuning: gemvMaxRows must be an object");
+  }
+  const gemvMaxRows: Record<string, number> = {};
+  for (const [key, value] of Object.entries(rows)) {
+    if (!Number.isInteger(value) || (value as number) < 0) {
+      throw new TypeError(
+        `Invalid matmul tuning: gemvMaxRows["${key}"] must be a non-negative integer, got ${
+          JSON.stringify(value)
+        }`,
+      );
+    }
+    gemvMaxRows[key] = value as number;
+  }
+  return { tile, gemvMaxRows };
+}
+
+/** One line describing `t`, e.g. "tile 16x16 bk16; gemv up to M = 64 for f16 1024x3072 swiglu". */
+export function describeTuning(t: MatmulTuning): string {
+  const rows = Object.entries(t.gemvMaxRows).map(([k, m]) => `${m} for ${k}`);
+  return `tile ${t.tile.wx}x${t.tile.wy} bk${t.tile.bk}; gemv up to M = ${
+    rows.length > 0 ? rows.join(", ") : "(no shape)"
+  }`;
+}

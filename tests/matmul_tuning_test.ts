@@ -1,0 +1,348 @@
+import {
+  deepEqual as assertEqual,
+  ok as assert,
+  rejects as assertRejects,
+  throws as assertThrows,
+} from "node:assert/strict";
+import { join } from "node:path";
+import type { GpuContext } from "../gpu/context.ts";
+import { roundTo } from "../gpu/dtype.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
+import { Matmul, type MatmulOp, TILE, TILE_CANDIDATES } from "../kernels/matmul.ts";
+import { rowCounts, tuneMatmul } from "../kernels/matmul_tuner.ts";
+import {
+  crossover,
+  describeTuning,
+  parseMatmulTuning,
+  pickTile,
+  shapeKey,
+} from "../kernels/matmul_tuning.ts";
+import {
+  applyKernelTuning,
+  effectiveTuningMode,
+  KERNEL_TUNING_ENV,
+  kernelTuningCachePath,
+  kernelTuningKey,
+} from "../engine/kernel_tuning.ts";
+import { assertClose, toleranceFor } from "./support/assert_close.ts";
+import {
+  GPU_TEST,
+  ParamArena,
+  poisonedF32,
+  readF32,
+  runPass,
+  testContext,
+  upload,
+  whole,
+} from "./support/gpu.ts";
+import { testSeed } from "./support/random.ts";
+import { matmulRef } from "./reference/matmul.ts";
+import { ReferenceModel } from "./reference/model.ts";
+import { referenceRun } from "./support/solo_run.ts";
+import { LLMEngine } from "../engine/llm_engine.ts";
+import { samplingParams } from "../scheduler/sampling_params.ts";
+import { makeModel } from "../tools/make_model.ts";
+
+Deno.test("crossover() ends gemv's range at the first row count where tiled is faster", () => {
+  const p = (m: number, gemvMs: number, tiledMs: number) => ({ m, gemvMs, tiledMs });
+  assertEqual(crossover([p(1, 1, 2), p(2, 1, 2), p(4, 3, 2), p(8, 1, 2)]), 2);
+  // Unsorted input is read in row order.
+  assertEqual(crossover([p(8, 1, 2), p(1, 1, 2), p(4, 1, 2)]), 8);
+  assertEqual(crossover([p(1, 5, 2), p(2, 1, 2)]), 0);
+  assertEqual(crossover([p(16, 2, 2)]), 16, "a tie goes to gemv");
+  assertEqual(crossover([]), 0);
+});
+
+Deno.test("pickTile() picks the least total time weighted by call sites, ties to the first", () => {
+  const [a, b, c] = TILE_CANDIDATES;
+  const times = new Map([[a!, [1, 10]], [b!, [2, 8]], [c!, [1, 10]]]);
+  assertEqual(pickTile(times), b, "11 vs 10");
+  assertEqual(pickTile(times, [10, 1]), a, "20 vs 28: a first among equals");
+  assertThrows(() => pickTile(new Map()), RangeError);
+});
+
+Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses the rest", () => {
+  const good = { tile: { ...TILE_CANDIDATES[1]! }, gemvMaxRows: { "f16 8x8 plain": 32 } };
+  const t = parseMatmulTuning(JSON.parse(JSON.stringify(good)));
+  assertEqual(t.tile, TILE_CANDIDATES[1]);
+  assertEqual(t.gemvMaxRows, { "f16 8x8 plain": 32 });
+  assertThrows(
+    () => parseMatmulTuning({ tile: { wx: 4, wy: 4, bk: 4 }, gemvMaxRows: {} }),
+    /tile \{"wx":4,"wy":4,"bk":4\} is not a candidate/,
+  );
+  assertThrows(() => parseMatmulTuning(null), TypeError);
+  assertThrows(() => parseMatmulTuning({ tile: TILE, gemvMaxRows: [] }), /must be an object/);
+  assertThrows(
+    () => parseMatmulTuning({ tile: TILE, gemvMaxRows: { a: -1 } }),
+    /gemvMaxRows\["a"\] must be a non-negative integer, got -1/,
+  );
+  assertThrows(() => parseMatmulTuning({ tile: TILE, gemvMaxRows: { a: 1.5 } }), TypeError);
+  assert(describeTuning(t).includes("32 for f16 8x8 plain"));
+});
+
+Deno.test("rowCounts() doubles up to the decode batch, then adds it and the prefill rows", () => {
+  assertEqual(rowCounts(64, 512), [1, 2, 4, 8, 16, 32, 64, 512]);
+  assertEqual(rowCounts(48, 40), [1, 2, 4, 8, 16, 32, 40]);
+  assertEqual(rowCounts(1, 1), [1]);
+  assertEqual(rowCounts(6, 100), [1, 2, 4, 6, 100]);
+});
+
+Deno.test("kernelTuningCachePath() follows WEBGPU_LLM_CACHE_DIR, XDG_CACHE_HOME, then HOME", () => {
+  const env = (vars: Record<string, string>) => (name: string) => vars[name];
+  assertEqual(
+    kernelTuningCachePath(env({ WEBGPU_LLM_CACHE_DIR: "/c", HOME: "/h" })),
+    "/c/matmul_tuning.json",
+  );
+  assertEqual(
+    kernelTuningCachePath(env({ XDG_CACHE_HOME: "/x", HOME: "/h" })),
+    "/x/webgpu-llm/matmul_tuning.json",
+  );
+  assertEqual(
+    kernelTuningCachePath(env({ HOME: "/h" })),
+    "/h/.cache/webgpu-llm/matmul_tuning.json",
+  );
+});
+
+Deno.test("effectiveTuningMode() lets WEBGPU_LLM_KERNEL_TUNING replace auto only", () => {
+  const env = (value?: string) => (name: string) => name === KERNEL_TUNING_ENV ? value : undefined;
+  assertEqual(effectiveTuningMode("auto", env()), { mode: "auto", why: "" });
+  assertEqual(effectiveTuningMode("auto", env("off")).mode, "off");
+  assertEqual(effectiveTuningMode("measure", env("off")).mode, "measure", "a flag beats it");
+  assertThrows(() => effectiveTuningMode("auto", env("fast")), /got "fast"/);
+});
+
+/** Runs `fn` without WEBGPU_LLM_KERNEL_TUNING (a run may set it), restoring it after. */
+async function withoutTuningEnv(fn: () => Promise<void>): Promise<void> {
+  const before = Deno.env.get(KERNEL_TUNING_ENV);
+  Deno.env.delete(KERNEL_TUNING_ENV);
+  try {
+    await fn();
+  } finally {
+    if (before !== undefined) Deno.env.set(KERNEL_TUNING_ENV, before);
+  }
+}
+
+/** Two call sites of different shapes on random weights; `done` releases their buffers. */
+function bindSites(ctx: GpuContext, matmul: Matmul, m: number, shapes: [number, number][]) {
+  const own: { destroy(): void }[] = [];
+  const arena = new ParamArena(ctx, 8);
+  own.push(arena);
+  const sites = shapes.map(([n, k]) => {
+    const { rng } = testSeed(`tuning sites ${n}x${k}`);
+    const w = rng.array(n * k, -1, 1);
+    const x = rng.array(m * k, -1, 1);
+    const weight = GpuMatrix.fromArray(ctx, "w", w, n, k, matmul.dtype, { padColsTo: 4 });
+    const xBuf = upload(ctx, x);
+    const yBuf = poisonedF32(ctx, m * n);
+    own.push(weight, xBuf, yBuf);
+    const op = matmul.bind(arena, { x: whole(xBuf), weight, y: whole(yBuf) });
+    return { op, n, k, w, x, yBuf };
+  });
+  return { arena, sites, done: () => own.forEach((o) => o.destroy()) };
+}
+
+Deno.test(
+  "Matmul.setTuning() moves a shape's gemv limit and tile, and results still match float64",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const dtype = ctx.weightDtype;
+    const matmul = new Matmul(ctx, { dtype, bias: false, policy: "gpu" });
+    const m = 40;
+    const { arena, sites, done } = bindSites(ctx, matmul, m, [[67, 129], [33, 64]]);
+    try {
+      const [a, b] = sites as [typeof sites[0], typeof sites[0]];
+      const variants = (op: MatmulOp) => [16, 17, 40].map((rows) => op.variantFor(rows));
+      assertEqual(variants(a.op), ["gemv", "tiled", "tiled"], "default: gemv up to 16 rows");
+      const tile = TILE_CANDIDATES[3]!;
+      assertEqual(a.op.variantFor(40), "tiled");
+      matmul.setTuning({ tile, gemvMaxRows: { [shapeKey(a.op.shape)]: 40 } });
+      assertEqual(matmul.tile, tile);
+      assertEqual(a.op.variantFor(40), "gemv", "the call site re-chooses the same M");
+      assertEqual(variants(a.op), ["gemv", "gemv", "gemv"], "tuned shape: gemv up to 40");
+      assertEqual(variants(b.op), ["gemv", "tiled", "tiled"], "an unlisted shape keeps 16");
+      // Both kernels, under the new tile, against the float64 reference.
+      for (const rows of [40, 17]) {
+        await runPass(ctx, arena, (pass) => {
+          for (const s of sites) s.op.encode(pass, rows);
+        });
+        for (const s of sites) {
+          const got = (await readF32(ctx, s.yBuf)).subarray(0, rows * s.n);
+          const want = matmulRef(
+            s.x.subarray(0, rows * s.k),
+            roundTo(s.w, dtype),
+            undefined,
+            rows,
+            s.n,
+            s.k,
+          );
+          assertClose(got, want, toleranceFor(dtype), `${shapeKey(s.op.shape)} M ${rows}`);
+        }
+      }
+      matmul.setTuning({ tile: TILE, gemvMaxRows: { [shapeKey(a.op.shape)]: 0 } });
+      assertEqual(variants(a.op), ["tiled", "tiled", "tiled"], "limit 0: tiled for every M");
+      assertThrows(
+        () => matmul.setTuning({ tile: { wx: 3, wy: 3, bk: 3 }, gemvMaxRows: {} }),
+        RangeError,
+      );
+    } finally {
+      done();
+    }
+  },
+);
+
+Deno.test(
+  "tuneMatmul() measures each shape's tiles and crossover on the bound call sites",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const matmul = new Matmul(ctx, { dtype: ctx.weightDtype, bias: false, policy: "gpu" });
+    // Two call sites share the first shape (weight 2 in the tile's total).
+    const { done, sites } = bindSites(ctx, matmul, 24, [[40, 64], [40, 64], [24, 96]]);
+    try {
+      const tiles = [TILE, TILE_CANDIDATES[3]!];
+      const r = await tuneMatmul(ctx, [matmul], {
+        maxBatch: 4,
+        prefillRows: 24,
+        repeats: 2,
+        tiles,
+      });
+      assert(tiles.includes(r.tuning.tile));
+      const keys = [shapeKey(sites[0]!.op.shape), shapeKey(sites[2]!.op.shape)];
+      assertEqual(Object.keys(r.tuning.gemvMaxRows), keys);
+      for (const key of keys) {
+        const points = r.crossovers[key]!;
+        assertEqual(r.tuning.gemvMaxRows[key], crossover(points));
+        // Measured in order, stopping after the first row count where tiled won.
+        const ms = points.map((p) => p.m);
+        assertEqual(ms, rowCounts(4, 24).slice(0, ms.length));
+        const stop = points.findIndex((p) => p.gemvMs > p.tiledMs);
+        assert(stop === -1 || stop === points.length - 1, `${key}: measured past tiled's win`);
+        for (const p of points) assert(p.gemvMs > 0 && p.tiledMs > 0, `${key} M ${p.m}`);
+      }
+      const best = Math.min(...r.tiles.map((t) => t.totalMs));
+      assertEqual(r.tiles.find((t) => t.totalMs === best)!.tile, r.tuning.tile);
+      // The measured matmul is untouched until the tuning is applied.
+      assertEqual(matmul.tile, TILE);
+      await assertRejects(
+        () =>
+          tuneMatmul(ctx, [new Matmul(ctx, { dtype: "f32", bias: false, policy: "cpu" })], {
+            maxBatch: 1,
+          }),
+        /the cpu policy has no measured choices/,
+      );
+      await assertRejects(
+        () =>
+          tuneMatmul(ctx, [new Matmul(ctx, { dtype: "f32", bias: true, policy: "gpu" })], {
+            maxBatch: 1,
+          }),
+        /no call site is bound/,
+      );
+    } finally {
+      done();
+    }
+  },
+);
+
+Deno.test(
+  "applyKernelTuning() measures and caches, then reads the cache back; off and cpu do nothing",
+  GPU_TEST,
+  () =>
+    withoutTuningEnv(async () => {
+      const gpu = await testContext({ kernelProfile: "gpu" });
+      const dir = await Deno.makeTempDir({ prefix: "tuning_cache_" });
+      const cachePath = join(dir, "sub", "matmul_tuning.json");
+      const matmul = new Matmul(gpu, { dtype: gpu.weightDtype, bias: false });
+      const { done } = bindSites(gpu, matmul, 8, [[24, 32]]);
+      try {
+        const lines: string[] = [];
+        const base = { maxBatch: 4, prefillRows: 8, cachePath, log: (l: string) => lines.push(l) };
+        const off = await applyKernelTuning(gpu, [matmul], { ...base, mode: "off" });
+        assertEqual([off.tuning, lines.pop()?.includes("--kernel-tuning off")], [null, true]);
+        if (gpu.adapter.isFallback) {
+          const auto = await applyKernelTuning(gpu, [matmul], { ...base, mode: "auto" });
+          assertEqual(auto.tuning, null, "auto, nothing cached: a software adapter keeps defaults");
+        }
+        const measured = await applyKernelTuning(gpu, [matmul], { ...base, mode: "measure" });
+        assertEqual(measured.source, "measured");
+        assert(lines.pop()!.startsWith("Kernel tuning: measured in "));
+        assertEqual(matmul.tile, measured.tuning!.tile, "applied");
+        const file = JSON.parse(await Deno.readTextFile(cachePath));
+        const key = kernelTuningKey(gpu, [matmul], 4, 8);
+        assertEqual(file.entries[key].tuning, JSON.parse(JSON.stringify(measured.tuning)));
+        matmul.setTuning({ tile: TILE, gemvMaxRows: {} });
+        const cached = await applyKernelTuning(gpu, [matmul], { ...base, mode: "auto" });
+        assertEqual([cached.source, cached.tuning], ["cached", measured.tuning]);
+        assertEqual(matmul.tile, measured.tuning!.tile, "the cached tuning is applied");
+        assert(lines.pop()!.startsWith("Kernel tuning: cached "));
+        // A broken cache file is reported and replaced by a new measurement.
+        await Deno.writeTextFile(cachePath, "{not json");
+        const again = await applyKernelTuning(gpu, [matmul], { ...base, mode: "measure" });
+        assert(lines.some((l) => l.includes(`cache ${cachePath} ignored`)), lines.join("\n"));
+        assertEqual(again.source, "measured");
+        assert(JSON.parse(await Deno.readTextFile(cachePath)).entries[key] !== undefined);
+        const cpu = await testContext({ kernelProfile: "cpu" });
+        const none = await applyKernelTuning(cpu, [], { ...base, mode: "measure" });
+        assertEqual([none.tuning, none.source], [
+          null,
+          "the cpu kernel profile has no tuned choices",
+        ]);
+      } finally {
+        done();
+        await Deno.remove(dir, { recursive: true });
+      }
+    }),
+);
+
+Deno.test(
+  "LLMEngine measures its matmul tuning under the gpu profile, caches it, and stays equal to float64",
+  GPU_TEST,
+  () =>
+    withoutTuningEnv(async () => {
+      const dir = await Deno.makeTempDir({ prefix: "tuning_engine_" });
+      const before = Deno.env.get("WEBGPU_LLM_CACHE_DIR");
+      Deno.env.set("WEBGPU_LLM_CACHE_DIR", join(dir, "cache"));
+      try {
+        await makeModel({ out: join(dir, "m"), preset: "tiny-qwen3", dtype: "f32", seed: 21 });
+        const ref = await ReferenceModel.load(join(dir, "m"));
+        const prompt = [5, 3, 9, 1, 7, 2, 8, 4, 6, 11, 13];
+        const expected = referenceRun(ref, prompt, 8);
+        for (const kernelTuning of ["measure", "auto"] as const) {
+          const lines: string[] = [];
+          const engine = await LLMEngine.create({
+            model: join(dir, "m"),
+            kernelProfile: "gpu",
+            kernelTuning,
+            forceF32: true,
+            maxNumSeqs: 4,
+            showProgress: false,
+          }, (l) => lines.push(l));
+          try {
+            const said = kernelTuning === "measure" ? "measured in" : "cached";
+            assert(
+              lines.some((l) => l.startsWith(`Kernel tuning: ${said}`)),
+              lines.join("\n"),
+            );
+            const out: number[] = [];
+            for await (
+              const o of engine.generate({
+                requestId: "t",
+                promptTokenIds: prompt,
+                params: samplingParams({ temperature: 0, maxTokens: 8, ignoreEos: true }),
+              })
+            ) out.push(...o.tokenIds);
+            for (let i = 0; i < 8; i++) {
+              if (expected[i]!.gap < 1e-4) break;
+              assertEqual(out[i], expected[i]!.token, `${kernelTuning}: token ${i}`);
+            }
+          } finally {
+            await engine.shutdown();
+          }
+        }
+      } finally {
+        if (before === undefined) Deno.env.delete("WEBGPU_LLM_CACHE_DIR");
+        else Deno.env.set("WEBGPU_LLM_CACHE_DIR", before);
+        await Deno.remove(dir, { recursive: true });
+      }
+    }),
+);
