@@ -13,6 +13,10 @@
 # kernels; the test suite on the GPU (greedy parity with the float64 reference; its auto
 # profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
 # bench:model --quantization none,int8,int4; bench:serve at concurrency 1/16/64.
+# The matmul tuning (engine/kernel_tuning.ts) is measured by the first bench:model into a fresh cache
+# under the output directory (matmul_tuning.json: the choices, for the docs) and re-used by the
+# later stages with the same call sites; the test stage runs with WEBGPU_LLM_KERNEL_TUNING=off
+# (defaults; the tuning's own tests force a measurement).
 set -u
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out"
@@ -37,6 +41,7 @@ run_stage() { # name max-seconds file command...
 preset=${BATTERY_PRESET:-qwen3-0.6b}
 model=/tmp/battery-$preset
 gpu="--kernel-profile gpu"
+export WEBGPU_LLM_CACHE_DIR="$out"
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
@@ -64,7 +69,7 @@ run_stage attention 40 kernels.txt deno bench --cached-only --no-check -A --filt
   bench/attention_bench.ts bench/attention_prefill_bench.ts
 
 tests=$(grep -L "npm:openai\|@langchain\|npm:ai\|ai-sdk\|kubernetes-models" tests/*_test.ts)
-run_stage tests 100 tests.txt deno test --cached-only --no-check -A --parallel $tests
+run_stage tests 100 tests.txt env WEBGPU_LLM_KERNEL_TUNING=off deno test --cached-only --no-check -A --parallel $tests
 
 run_stage bench-quant 90 quant.txt deno run --cached-only -A bench/model_bench.ts --model $model \
   --batches 1,8,32 --prefill 512 --steps 32 --no-breakdown --quantization none,int8,int4 $gpu
