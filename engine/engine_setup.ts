@@ -30,6 +30,8 @@ import type { SamplingParams } from "../scheduler/sampling_params.ts";
 
 /** Rows of X of the prefill the matmul tile is measured at (capped by the token budget). */
 const TUNING_PREFILL_ROWS = 512;
+/** Context length the decode attention's split is measured at (capped by max_model_len). */
+const TUNING_CONTEXT_LEN = 1024;
 
 /** What the engine logs at start-up, one line each. */
 export type Logger = (line: string) => void;
@@ -126,6 +128,10 @@ async function webGpuParts(
       mode: config.kernelTuning,
       maxBatch: config.maxNumSeqs,
       prefillRows: Math.min(TUNING_PREFILL_ROWS, config.maxNumBatchedTokens),
+      attention: {
+        kernel: runner.decodeAttention,
+        contextLen: Math.min(TUNING_CONTEXT_LEN, maxModelLen),
+      },
       log,
     });
   } catch (error) {

@@ -1,7 +1,8 @@
 /**
- * The engine's matmul tuning (`--kernel-tuning auto|measure|off`): under the `gpu` kernel profile,
- * the tile and the `gemv` / `tiled` choice per call-site shape are measured on the adapter
- * (kernels/matmul_tuner.ts) once the model is loaded, and kept in a cache file keyed by the
+ * The engine's kernel tuning (`--kernel-tuning auto|measure|off`): under the `gpu` kernel profile,
+ * the matmul tile and the `gemv` / `tiled` choice per call-site shape (kernels/matmul_tuner.ts),
+ * and the decode attention's split-K partition size per small batch
+ * (kernels/decode_split_tuner.ts), are measured on the adapter once the model is loaded, and kept in a cache file keyed by the
  * adapter, Deno, the matmul kernels' sources and the model's call sites, so the next start on
  * the same machine reads them back instead of measuring again.
  *
@@ -32,6 +33,16 @@ import {
   shapeKey,
 } from "../kernels/matmul_tuning.ts";
 import type { Matmul } from "../kernels/matmul.ts";
+import {
+  checkDecodeSplitTuning,
+  type DecodeSplitTuning,
+  describeDecodeSplit,
+} from "../kernels/decode_split.ts";
+import { type DecodeSplitReport, tuneDecodeSplit } from "../kernels/decode_split_tuner.ts";
+import {
+  ATTENTION_SOURCES_DIGEST,
+  type PagedAttentionDecode,
+} from "../kernels/paged_attention_decode.ts";
 
 /** The accepted values of `--kernel-tuning`. */
 export const KERNEL_TUNING_MODES = ["auto", "measure", "off"] as const;
@@ -69,10 +80,14 @@ const MAX_ENTRIES = 64;
 export interface KernelTuningOutcome {
   /** The tuning now followed, or null (defaults: off, the cpu profile, a software adapter). */
   readonly tuning: MatmulTuning | null;
+  /** The decode attention's split choices now followed, or null (its default rule). */
+  readonly attention: DecodeSplitTuning | null;
   /** "measured", "cached" or why nothing was tuned. */
   readonly source: string;
   /** The measurement, when one ran. */
   readonly report?: MatmulTuningReport;
+  /** The decode attention's measurement, when one ran. */
+  readonly attentionReport?: DecodeSplitReport;
 }
 
 /** Options of {@linkcode applyKernelTuning}. */
@@ -82,6 +97,8 @@ export interface KernelTuningOptions {
   readonly maxBatch: number;
   /** Rows of the prefill the tile is chosen at (capped by max_num_batched_tokens). */
   readonly prefillRows: number;
+  /** The decode attention kernel whose split is measured too, and the context length to use. */
+  readonly attention?: { readonly kernel: PagedAttentionDecode; readonly contextLen: number };
   /** The cache file; default {@linkcode kernelTuningCachePath}. */
   readonly cachePath?: string;
   /** Start-up log, one line each. */
@@ -137,7 +154,12 @@ export function kernelTuningKey(
 
 interface CacheFile {
   version: 1;
-  entries: Record<string, { tuning: MatmulTuning; measuredAt: string; method: string }>;
+  entries: Record<string, {
+    tuning: MatmulTuning;
+    attention?: DecodeSplitTuning;
+    measuredAt: string;
+    method: string;
+  }>;
 }
 
 async function readCache(path: string): Promise<CacheFile> {
@@ -165,8 +187,9 @@ async function writeCache(path: string, file: CacheFile): Promise<void> {
 }
 
 /**
- * Chooses the matmul tuning by `options.mode`, applies it to `matmuls` (which must hold every
- * call site, bound) and logs what was chosen. Measuring overwrites the call sites' outputs: run
+ * Chooses the matmul tuning (and, with `options.attention`, the decode attention's split) by
+ * `options.mode`, applies it to `matmuls` (which must hold every call site, bound) and the
+ * attention kernel, and logs what was chosen. Measuring overwrites the call sites' outputs: run
  * it before the first step.
  */
 export async function applyKernelTuning(
@@ -177,31 +200,38 @@ export async function applyKernelTuning(
   const log = options.log ?? (() => {});
   const skip = (source: string): KernelTuningOutcome => {
     log(`Kernel tuning: none (${source})`);
-    return { tuning: null, source };
+    return { tuning: null, attention: null, source };
   };
   const { mode, why } = effectiveTuningMode(options.mode);
   if (mode === "off") return skip(`--kernel-tuning off${why}: default tile and gemv rows`);
   if (ctx.profile !== "gpu") return skip("the cpu kernel profile has no tuned choices");
   const used = matmuls.filter((m) => m.ops.length > 0);
-  const key = kernelTuningKey(ctx, used, options.maxBatch, options.prefillRows);
+  const attention = options.attention;
+  const key = kernelTuningKey(ctx, used, options.maxBatch, options.prefillRows) +
+    (attention === undefined ? "" : ` | ${attentionKey(attention.kernel, attention.contextLen)}`);
   const path = options.cachePath ?? kernelTuningCachePath();
   let cache: CacheFile = { version: 1, entries: {} };
   try {
     cache = await readCache(path);
   } catch (error) {
-    log(`Kernel tuning: cache ${path} ignored (${error instanceof Error ? error.message : error})`);
+    log(`Kernel tuning: cache ${path} ignored (${messageOf(error)})`);
   }
   const entry = cache.entries[key];
   if (mode === "auto" && entry !== undefined) {
     try {
       const tuning = parseMatmulTuning(entry.tuning);
+      const split = attention === undefined ? null : entry.attention ?? null;
+      if (attention !== undefined && split === null) {
+        throw new TypeError("no decode attention split in it");
+      }
+      if (split !== null) checkDecodeSplitTuning(split);
       for (const m of used) m.setTuning(tuning);
+      attention?.kernel.setSplitTuning(split);
       log(`Kernel tuning: cached ${entry.measuredAt} (${path}): ${describeTuning(tuning)}`);
-      return { tuning, source: "cached" };
+      if (split !== null) log(`Kernel tuning: cached ${describeDecodeSplit(split)}`);
+      return { tuning, attention: split, source: "cached" };
     } catch (error) {
-      log(
-        `Kernel tuning: cached entry ignored (${error instanceof Error ? error.message : error})`,
-      );
+      log(`Kernel tuning: cached entry ignored (${messageOf(error)})`);
     }
   }
   if (mode === "auto" && ctx.adapter.isFallback) {
@@ -216,20 +246,45 @@ export async function applyKernelTuning(
     `Kernel tuning: measured in ${(report.wallMs / 1000).toFixed(1)} s (${report.method})${why}: ` +
       describeTuning(report.tuning),
   );
+  let split: DecodeSplitReport | undefined;
+  if (attention !== undefined) {
+    split = await tuneDecodeSplit(ctx, attention.kernel, {
+      maxBatch: options.maxBatch,
+      contextLen: attention.contextLen,
+    });
+    attention.kernel.setSplitTuning(split.tuning);
+    log(
+      `Kernel tuning: measured in ${(split.wallMs / 1000).toFixed(1)} s: ` +
+        describeDecodeSplit(split.tuning),
+    );
+  }
   delete cache.entries[key];
   cache.entries[key] = {
     tuning: report.tuning,
+    ...(split !== undefined ? { attention: split.tuning } : {}),
     measuredAt: new Date().toISOString(),
     method: report.method,
   };
   try {
     await writeCache(path, cache);
   } catch (error) {
-    log(
-      `Kernel tuning: cache ${path} not written (${
-        error instanceof Error ? error.message : error
-      })`,
-    );
+    log(`Kernel tuning: cache ${path} not written (${messageOf(error)})`);
   }
-  return { tuning: report.tuning, source: "measured", report };
+  return {
+    tuning: report.tuning,
+    attention: split?.tuning ?? null,
+    source: "measured",
+    report,
+    ...(split !== undefined ? { attentionReport: split } : {}),
+  };
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The decode attention's part of the cache key: its shape, kernel and context length. */
+function attentionKey(k: PagedAttentionDecode, contextLen: number): string {
+  return `attention ${k.variant} ${k.dtype} q${k.numQHeads} kv${k.numKvHeads} d${k.headDim} ` +
+    `b${k.blockSize} ctx ${contextLen} digest ${ATTENTION_SOURCES_DIGEST}`;
 }

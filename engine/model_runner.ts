@@ -32,6 +32,7 @@ import type { KernelGroupRecorder } from "./models/kernel_group_recorder.ts";
 import { KERNEL_GROUPS, SinglePass } from "./models/step_passes.ts";
 import type { TokenFeedOp } from "../kernels/token_feed.ts";
 import type { Matmul } from "../kernels/matmul.ts";
+import type { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
 
 export type { SampledRows, TopLogprob } from "./sampler.ts";
 
@@ -116,6 +117,7 @@ export class ModelRunner {
   readonly #arena: ParamArena;
   readonly #feed: TokenFeedOp;
   readonly #matmuls: readonly Matmul[];
+  readonly #decodeAttention: PagedAttentionDecode;
   readonly #sampler: Sampler;
   /** Every dispatch of a step in its one pass (the path without `timing.groups`). */
   readonly #single = new SinglePass();
@@ -153,6 +155,7 @@ export class ModelRunner {
     this.#arena = parts.arena;
     this.#own = parts.own;
     this.#matmuls = parts.kernels.matmuls;
+    this.#decodeAttention = parts.attention.decodeKernel;
     const b = (buffer: GPUBuffer) => ({ buffer });
     const bufs = parts.bufs;
     this.#feed = parts.kernels.tokenFeed.bind(parts.arena, {
@@ -239,6 +242,14 @@ export class ModelRunner {
    */
   get matmuls(): readonly Matmul[] {
     return this.#matmuls;
+  }
+
+  /**
+   * The decode attention kernel of every layer (measure and apply its split choice with
+   * kernels/decode_split_tuner.ts and `setSplitTuning`, before steps run).
+   */
+  get decodeAttention(): PagedAttentionDecode {
+    return this.#decodeAttention;
   }
 
   /** Steps that may be in flight at once (the sampled-token ring's size minus one). */

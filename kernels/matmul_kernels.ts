@@ -41,28 +41,24 @@ import type { DType } from "../gpu/dtype.ts";
 import type { QuantFormat } from "../gpu/quant.ts";
 import { checkTile, TILE, type TileConfig } from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
+import { sourceDigest } from "./source_digest.ts";
 
 /**
- * A digest (FNV-1a, hex) of every matmul WGSL source: a measured tuning (kernels/matmul_tuner.ts)
+ * A digest of every matmul WGSL source: a measured tuning (kernels/matmul_tuner.ts)
  * cached under it is measured again once the kernels change.
  */
-export const MATMUL_SOURCES_DIGEST: string = (() => {
-  let h = 0x811c9dc5;
-  const all = [
-    blockedSource,
-    unrolledSource,
-    unrolledQuantSource,
-    gemvSource,
-    ioSource,
-    xSource,
-    xSwigluSource,
-    xRmsSource,
-    xNoStatSource,
-    tiledSource,
-  ].join("\0");
-  for (let i = 0; i < all.length; i++) h = Math.imul(h ^ all.charCodeAt(i), 0x01000193) >>> 0;
-  return h.toString(16).padStart(8, "0");
-})();
+export const MATMUL_SOURCES_DIGEST: string = sourceDigest(
+  blockedSource,
+  unrolledSource,
+  unrolledQuantSource,
+  gemvSource,
+  ioSource,
+  xSource,
+  xSwigluSource,
+  xRmsSource,
+  xNoStatSource,
+  tiledSource,
+);
 
 /** What a matmul's weights are: plain f16 / f32, or a low-bit format (gpu/quant.ts). */
 export type WeightFormat = DType | QuantFormat;

@@ -15,7 +15,9 @@
  *   (partition, sequence, kv head) writes a partial (max, sum, unnormalised output) into a
  *   scratch buffer, and the merge kernel combines the partials by log-sum-exp. Used when the
  *   longest context exceeds `splitThreshold` (or when forced), to give long contexts at small
- *   batch enough workgroups.
+ *   batch enough workgroups; or, once a measured split choice is set
+ *   ({@linkcode PagedAttentionDecode.setSplitTuning}, kernels/decode_split.ts), with the
+ *   partition size measured fastest for the step's batch size.
  *
  * Two kernels compute both paths (same bindings, grid and outputs): `workgroup`
  * (`paged_attention_decode.wgsl`: 64 invocations, tiles of 64 positions shared through
@@ -39,8 +41,24 @@ import { unrollTemplate } from "./unroll.ts";
 import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { type DType, weightPrelude } from "../gpu/dtype.ts";
-import type { ParamArena, ParamSlot } from "../gpu/params.ts";
-import { dispatch1d, MAX_GROUPS_PER_DIM } from "./dispatch.ts";
+import type { ParamArena } from "../gpu/params.ts";
+import { sourceDigest } from "./source_digest.ts";
+import { checkDecodeSplitTuning, type DecodeSplitTuning } from "./decode_split.ts";
+import {
+  PagedAttentionDecodeOp,
+  PagedAttentionScratch,
+  SMALL_BATCH_SPLIT,
+} from "./paged_attention_decode_op.ts";
+
+export { PagedAttentionDecodeOp, PagedAttentionScratch, SMALL_BATCH_SPLIT };
+
+/** A digest of the decode attention's WGSL: a cached split choice is re-measured once it changes. */
+export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
+  decodeIo,
+  decodeSource,
+  mergeSource,
+  unrolledSource,
+);
 
 /** Default tokens per split-K partition. */
 export const DEFAULT_PARTITION_SIZE = 512;
@@ -113,29 +131,6 @@ export interface PagedAttentionDecodeLayout {
   readonly btStride: number;
 }
 
-/**
- * Scratch of the split-K path, sized for at most `maxNumSeqs` sequences of at most
- * `maxPartitions * partitionSize` tokens:
- * - `partOut` f32 `[maxNumSeqs, numQHeads, maxPartitions, headDim]` (unnormalised outputs),
- * - `partMl` f32 `[maxNumSeqs, numQHeads, maxPartitions, 2]` (running max, sum).
- * Ops run one after another, so every layer can share one scratch.
- */
-export class PagedAttentionScratch {
-  constructor(
-    readonly partOut: GPUBuffer,
-    readonly partMl: GPUBuffer,
-    readonly maxNumSeqs: number,
-    readonly maxPartitions: number,
-    readonly partitionSize: number,
-  ) {}
-
-  /** Releases both buffers. */
-  destroy(): void {
-    this.partOut.destroy();
-    this.partMl.destroy();
-  }
-}
-
 /** The compiled decode-attention and merge pipelines for one model shape and KV dtype. */
 export class PagedAttentionDecode {
   readonly numQHeads: number;
@@ -151,6 +146,7 @@ export class PagedAttentionDecode {
   readonly #ctx: GpuContext;
   readonly #decode: GPUComputePipeline;
   readonly #merge: GPUComputePipeline;
+  #splitTuning: DecodeSplitTuning | null = null;
 
   /** @throws {RangeError} when the shape is outside the restrictions in the module doc. */
   constructor(ctx: GpuContext, config: PagedAttentionDecodeConfig) {
@@ -227,12 +223,16 @@ export class PagedAttentionDecode {
    */
   createScratch(maxNumSeqs: number, maxContextLen: number): PagedAttentionScratch {
     const maxPartitions = Math.max(1, Math.ceil(maxContextLen / this.partitionSize));
-    const rows = maxNumSeqs * this.numQHeads * maxPartitions;
+    const pairs = Math.max(
+      maxNumSeqs * maxPartitions,
+      Math.min(maxNumSeqs, SMALL_BATCH_SPLIT) * Math.max(1, Math.ceil(maxContextLen / 64)),
+    );
+    const rows = pairs * this.numQHeads;
     const outBytes = rows * this.headDim * 4;
     if (outBytes > this.#ctx.maxBindingBytes) {
       throw new RangeError(
-        `Cannot create paged attention scratch: ${maxNumSeqs} sequences x ${maxPartitions} ` +
-          `partitions need ${outBytes} bytes, one binding holds ${this.#ctx.maxBindingBytes}`,
+        `Cannot create paged attention scratch: ${pairs} (sequence, partition) partials need ` +
+          `${outBytes} bytes, one binding holds ${this.#ctx.maxBindingBytes}`,
       );
     }
     return new PagedAttentionScratch(
@@ -241,7 +241,23 @@ export class PagedAttentionDecode {
       maxNumSeqs,
       maxPartitions,
       this.partitionSize,
+      pairs,
     );
+  }
+
+  /**
+   * Follows measured split choices per batch size (kernels/decode_split.ts) from now on; null
+   * returns to the default rule (split above `splitThreshold` tokens, partitions of
+   * `partitionSize`).
+   */
+  setSplitTuning(tuning: DecodeSplitTuning | null): void {
+    if (tuning !== null) checkDecodeSplitTuning(tuning);
+    this.#splitTuning = tuning;
+  }
+
+  /** The measured split choices in use, or null (the default rule). */
+  get splitTuning(): DecodeSplitTuning | null {
+    return this.#splitTuning;
   }
 
   /**
@@ -312,71 +328,5 @@ export class PagedAttentionDecode {
       { decode: slot, merge: mergeSlot },
       scratch,
     );
-  }
-}
-
-/** One decode attention call site (one layer). */
-export class PagedAttentionDecodeOp {
-  constructor(
-    private readonly kernel: PagedAttentionDecode,
-    private readonly pipelines: { decode: GPUComputePipeline; merge: GPUComputePipeline },
-    private readonly groups: { decode: GPUBindGroup; merge: GPUBindGroup },
-    private readonly slots: { decode: ParamSlot; merge: ParamSlot },
-    private readonly scratch: PagedAttentionScratch,
-  ) {}
-
-  /** Whether {@linkcode encode} takes the split-K path for this longest context by default. */
-  usesSplit(maxContextLen: number): boolean {
-    return maxContextLen > this.kernel.splitThreshold &&
-      Math.ceil(maxContextLen / this.kernel.partitionSize) <= this.scratch.maxPartitions;
-  }
-
-  /**
-   * Encodes attention of the first `numSeqs` sequences, whose longest context is
-   * `maxContextLen` tokens (the host knows it; it sizes the split-K grid). `splitK` forces the
-   * path; by default split-K is taken when `maxContextLen` exceeds the kernel's
-   * `splitThreshold` and the scratch has room.
-   *
-   * @returns whether the split-K path was encoded.
-   * @throws {RangeError} when `numSeqs` or the partitions exceed the scratch (split-K only) or
-   * the grid limit.
-   */
-  encode(
-    pass: GPUComputePassEncoder,
-    numSeqs: number,
-    maxContextLen: number,
-    splitK?: boolean,
-  ): boolean {
-    if (numSeqs <= 0) return false;
-    if (numSeqs > MAX_GROUPS_PER_DIM) {
-      throw new RangeError(
-        `Cannot encode paged attention: ${numSeqs} sequences exceed ${MAX_GROUPS_PER_DIM}`,
-      );
-    }
-    const split = splitK ?? this.usesSplit(maxContextLen);
-    const kernel = this.kernel;
-    if (split) {
-      const parts = Math.max(1, Math.ceil(maxContextLen / kernel.partitionSize));
-      if (parts > this.scratch.maxPartitions || numSeqs > this.scratch.maxNumSeqs) {
-        throw new RangeError(
-          `Cannot encode split-K paged attention: ${numSeqs} sequences x ${parts} partitions ` +
-            `exceed the scratch (${this.scratch.maxNumSeqs} x ${this.scratch.maxPartitions})`,
-        );
-      }
-      this.slots.decode.setU32(5, kernel.partitionSize, this.scratch.maxPartitions, 1);
-      this.slots.merge.setU32(0, numSeqs);
-      pass.setPipeline(this.pipelines.decode);
-      pass.setBindGroup(0, this.groups.decode);
-      pass.dispatchWorkgroups(parts, kernel.numKvHeads, numSeqs);
-      pass.setPipeline(this.pipelines.merge);
-      pass.setBindGroup(0, this.groups.merge);
-      dispatch1d(pass, numSeqs * kernel.numQHeads);
-    } else {
-      this.slots.decode.setU32(5, 0xffffffff, this.scratch.maxPartitions, 0);
-      pass.setPipeline(this.pipelines.decode);
-      pass.setBindGroup(0, this.groups.decode);
-      pass.dispatchWorkgroups(1, kernel.numKvHeads, numSeqs);
-    }
-    return split;
   }
 }

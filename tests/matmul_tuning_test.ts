@@ -323,6 +323,12 @@ Deno.test(
               lines.some((l) => l.startsWith(`Kernel tuning: ${said}`)),
               lines.join("\n"),
             );
+            assert(
+              lines.some((l) =>
+                l.startsWith(`Kernel tuning: ${said}`) && l.includes("decode attention split at")
+              ),
+              lines.join("\n"),
+            );
             const out: number[] = [];
             for await (
               const o of engine.generate({

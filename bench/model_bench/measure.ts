@@ -48,6 +48,7 @@ export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
     mode: env.options.kernelTuning,
     maxBatch: sizes.maxSeqs,
     prefillRows: Math.min(512, sizes.maxTokens),
+    attention: { kernel: runner.decodeAttention, contextLen: Math.min(1024, sizes.maxModelLen) },
     log: (line) => {
       env.log(line);
       env.report.kernelTuning = line;

@@ -75,6 +75,11 @@ export class AttentionKernels {
     this.#scratch = this.#decode.createScratch(maxSeqs, geometry.maxModelLen);
   }
 
+  /** The decode attention kernel every layer's call site shares (its split choice is tunable). */
+  get decodeKernel(): PagedAttentionDecode {
+    return this.#decode;
+  }
+
   /**
    * Binds layer `layer`'s call sites. With `writeCache` false the block does not write K and V
    * (the model writes them before it, e.g. with `rope_and_cache`).

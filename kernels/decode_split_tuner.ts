@@ -1,0 +1,131 @@
+/**
+ * Measures the decode attention's split-K choice on this adapter (kernels/decode_split.ts): for
+ * batch sizes 1, 2, 4, ... up to `maxBatch` (at most {@linkcode SMALL_BATCH_SPLIT}), the direct
+ * path and partitions of each of {@linkcode SPLIT_CANDIDATES} tokens, at one context length,
+ * on buffers of the kernel's shape made here (zero queries and KV: the time does not depend on
+ * the values). Each time is the median of several passes timed on the GPU (gpu/timer.ts); the
+ * fastest per batch size wins.
+ *
+ * @module
+ */
+
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { ParamArena } from "../gpu/params.ts";
+import { timePasses } from "../gpu/timer.ts";
+import { type DecodeSplitTuning, SPLIT_CANDIDATES } from "./decode_split.ts";
+import { type PagedAttentionDecode, SMALL_BATCH_SPLIT } from "./paged_attention_decode.ts";
+
+/** Options of {@linkcode tuneDecodeSplit}. */
+export interface DecodeSplitTunerOptions {
+  /** The largest decode batch (capped at {@linkcode SMALL_BATCH_SPLIT}). */
+  readonly maxBatch: number;
+  /** Context length of every sequence, in tokens. */
+  readonly contextLen: number;
+  /** Timed passes per measurement; default 5. */
+  readonly repeats?: number;
+  /** Most bytes of K and V cache allocated; sequences share blocks past it. Default 256 MiB. */
+  readonly maxCacheBytes?: number;
+}
+
+/** What {@linkcode tuneDecodeSplit} measured and chose. */
+export interface DecodeSplitReport {
+  readonly tuning: DecodeSplitTuning;
+  /** Per batch size: each tried partition size (0: direct) and its median time in ms. */
+  readonly points: Readonly<Record<string, readonly { size: number; ms: number }[]>>;
+  readonly method: string;
+  readonly wallMs: number;
+}
+
+/** Batch sizes measured: 1, 2, 4, ... below `maxBatch`, then `maxBatch` (capped). */
+export function splitBatches(maxBatch: number): number[] {
+  const top = Math.min(maxBatch, SMALL_BATCH_SPLIT);
+  const out: number[] = [];
+  for (let b = 1; b < top; b *= 2) out.push(b);
+  out.push(top);
+  return out;
+}
+
+/**
+ * Measures the split choice of `kernel` (see the module documentation).
+ *
+ * @throws {RangeError} when `maxBatch` or `contextLen` is not a positive integer.
+ */
+export async function tuneDecodeSplit(
+  ctx: GpuContext,
+  kernel: PagedAttentionDecode,
+  options: DecodeSplitTunerOptions,
+): Promise<DecodeSplitReport> {
+  const t0 = performance.now();
+  const { maxBatch, contextLen: L } = options;
+  if (![maxBatch, L].every((n) => Number.isInteger(n) && n >= 1)) {
+    throw new RangeError(
+      `Cannot tune decode attention: maxBatch ${maxBatch} and contextLen ${L} must be positive`,
+    );
+  }
+  const batches = splitBatches(maxBatch);
+  const B = batches.at(-1)!;
+  const { numQHeads: hq, numKvHeads: hkv, headDim: D, blockSize: bs } = kernel;
+  const perSeq = Math.ceil(L / bs);
+  const blockBytes = hkv * bs * D * (kernel.dtype === "f16" ? 2 : 4);
+  const budget = Math.min(options.maxCacheBytes ?? 256 * 2 ** 20, ctx.maxBindingBytes);
+  // Distinct blocks per sequence while they fit the budget; past it sequences share them.
+  const numBlocks = Math.max(perSeq, Math.min(B * perSeq, Math.floor(budget / blockBytes)));
+  const tables = Uint32Array.from({ length: B * perSeq }, (_, i) => i % numBlocks);
+  const own: { destroy(): void }[] = [];
+  const buffer = (label: string, bytes: number) => {
+    const b = ctx.createBuffer(`decode_split_tuner/${label}`, Math.max(16, bytes), STORAGE_RW);
+    own.push(b);
+    return { buffer: b };
+  };
+  try {
+    const blockTables = buffer("block_tables", tables.byteLength);
+    ctx.device.queue.writeBuffer(blockTables.buffer, 0, tables);
+    const contextLens = buffer("context_lens", 4 * B);
+    ctx.device.queue.writeBuffer(contextLens.buffer, 0, new Uint32Array(B).fill(L));
+    const scratch = kernel.createScratch(B, L);
+    own.push(scratch);
+    const arena = new ParamArena(ctx, 2, "decode-split-tuning");
+    own.push(arena);
+    const op = kernel.bind(arena, {
+      q: buffer("q", 4 * B * hq * D),
+      kCache: buffer("k", numBlocks * blockBytes),
+      vCache: buffer("v", numBlocks * blockBytes),
+      blockTables,
+      contextLens,
+      out: buffer("out", 4 * B * hq * D),
+      scratch,
+    }, { qStride: hq * D, btStride: perSeq });
+    let method = "";
+    const points: Record<string, { size: number; ms: number }[]> = {};
+    const partitionByBatch: Record<string, number> = {};
+    for (const b of batches) {
+      const tried: { size: number; ms: number }[] = [];
+      for (const size of SPLIT_CANDIDATES) {
+        const parts = Math.ceil(L / Math.max(size, 1));
+        if (size > 0 && (size >= L || parts > scratch.partitionsPerSeq(b))) continue;
+        const t = await timePasses(
+          ctx,
+          (pass) => op.encode(pass, b, L, size === 0 ? false : size),
+          {
+            arena,
+            warmup: 1,
+            repeats: options.repeats ?? 5,
+          },
+        );
+        method = t.method;
+        tried.push({ size, ms: t.medianMs });
+      }
+      points[b] = tried;
+      partitionByBatch[b] = tried.reduce((best, p) => (p.ms < best.ms ? p : best)).size;
+    }
+    ctx.check();
+    return {
+      tuning: { contextLen: L, partitionByBatch },
+      points,
+      method,
+      wallMs: performance.now() - t0,
+    };
+  } finally {
+    for (const o of own) o.destroy();
+  }
+}

@@ -1,0 +1,145 @@
+/**
+ * The split-K scratch and the call site of {@linkcode PagedAttentionDecode}
+ * (kernels/paged_attention_decode.ts): where the partials go, and how each step chooses the
+ * direct path or split-K and its partition size.
+ *
+ * @module
+ */
+
+import type { ParamSlot } from "../gpu/params.ts";
+import { splitPartitionFor } from "./decode_split.ts";
+import { dispatch1d, MAX_GROUPS_PER_DIM } from "./dispatch.ts";
+import type { PagedAttentionDecode } from "./paged_attention_decode.ts";
+
+/**
+ * Sequences up to which a scratch also has room for partitions of 64 tokens (short partitions
+ * give a small batch more workgroups; see kernels/decode_split.ts).
+ */
+export const SMALL_BATCH_SPLIT = 16;
+
+/**
+ * Scratch of the split-K path: room for `pairs` (sequence, partition) partials, at least
+ * `maxNumSeqs` sequences of `maxPartitions` partitions of the kernel's `partitionSize` (and, for
+ * up to {@linkcode SMALL_BATCH_SPLIT} sequences, partitions of 64 tokens). A step of `n`
+ * sequences lays them out with a stride of `floor(pairs / n)` partitions per sequence:
+ * - `partOut` f32 `[n, numQHeads, stride, headDim]` (unnormalised outputs),
+ * - `partMl` f32 `[n, numQHeads, stride, 2]` (running max, sum).
+ * Ops run one after another, so every layer can share one scratch.
+ */
+export class PagedAttentionScratch {
+  constructor(
+    readonly partOut: GPUBuffer,
+    readonly partMl: GPUBuffer,
+    readonly maxNumSeqs: number,
+    readonly maxPartitions: number,
+    readonly partitionSize: number,
+    readonly pairs: number = maxNumSeqs * maxPartitions,
+  ) {}
+
+  /** Partitions each of `numSeqs` sequences may have in one step (the layout's stride). */
+  partitionsPerSeq(numSeqs: number): number {
+    return Math.floor(this.pairs / Math.max(1, numSeqs));
+  }
+
+  /** Releases both buffers. */
+  destroy(): void {
+    this.partOut.destroy();
+    this.partMl.destroy();
+  }
+}
+
+/** One decode attention call site (one layer). */
+export class PagedAttentionDecodeOp {
+  constructor(
+    private readonly kernel: PagedAttentionDecode,
+    private readonly pipelines: { decode: GPUComputePipeline; merge: GPUComputePipeline },
+    private readonly groups: { decode: GPUBindGroup; merge: GPUBindGroup },
+    private readonly slots: { decode: ParamSlot; merge: ParamSlot },
+    private readonly scratch: PagedAttentionScratch,
+  ) {}
+
+  /**
+   * The partition size {@linkcode encode} splits `numSeqs` sequences of at most `maxContextLen`
+   * tokens into by default, or 0 for the direct path: the kernel's measured split choices when
+   * set (kernels/decode_split.ts), else partitions of `partitionSize` above `splitThreshold`
+   * tokens; 0 when the partitions would not fit the scratch.
+   */
+  splitPartition(numSeqs: number, maxContextLen: number): number {
+    const k = this.kernel;
+    const size = k.splitTuning !== null
+      ? splitPartitionFor(k.splitTuning, numSeqs, maxContextLen)
+      : maxContextLen > k.splitThreshold
+      ? k.partitionSize
+      : 0;
+    const fits = Math.ceil(maxContextLen / size) <= this.scratch.partitionsPerSeq(numSeqs);
+    return size > 0 && fits ? size : 0;
+  }
+
+  /** Whether {@linkcode encode} takes the split-K path for this longest context by default. */
+  usesSplit(maxContextLen: number, numSeqs = 1): boolean {
+    return this.splitPartition(numSeqs, maxContextLen) > 0;
+  }
+
+  /**
+   * Encodes attention of the first `numSeqs` sequences, whose longest context is
+   * `maxContextLen` tokens (the host knows it; it sizes the split-K grid). `split` forces the
+   * path: `false` direct, `true` split-K with the kernel's `partitionSize`, a number split-K
+   * with partitions of that many tokens (a multiple of 64); by default
+   * {@linkcode splitPartition} decides.
+   *
+   * @returns whether the split-K path was encoded.
+   * @throws {RangeError} when `numSeqs` or the partitions exceed the scratch (split-K only) or
+   * the grid limit, or a forced partition size is not a positive multiple of 64.
+   */
+  encode(
+    pass: GPUComputePassEncoder,
+    numSeqs: number,
+    maxContextLen: number,
+    split?: boolean | number,
+  ): boolean {
+    if (numSeqs <= 0) return false;
+    if (numSeqs > MAX_GROUPS_PER_DIM) {
+      throw new RangeError(
+        `Cannot encode paged attention: ${numSeqs} sequences exceed ${MAX_GROUPS_PER_DIM}`,
+      );
+    }
+    const kernel = this.kernel;
+    const size = split === undefined
+      ? this.splitPartition(numSeqs, maxContextLen)
+      : split === true
+      ? kernel.partitionSize
+      : split === false
+      ? 0
+      : split;
+    if (size > 0) {
+      if (!Number.isInteger(size) || size % 64 !== 0) {
+        throw new RangeError(
+          `Cannot encode split-K paged attention: partitions of ${size} tokens (a multiple of 64)`,
+        );
+      }
+      const parts = Math.max(1, Math.ceil(maxContextLen / size));
+      const stride = this.scratch.partitionsPerSeq(numSeqs);
+      if (parts > stride || numSeqs > this.scratch.maxNumSeqs) {
+        throw new RangeError(
+          `Cannot encode split-K paged attention: ${numSeqs} sequences x ${parts} partitions ` +
+            `exceed the scratch (${this.scratch.maxNumSeqs} sequences, ${this.scratch.pairs} ` +
+            `partials)`,
+        );
+      }
+      this.slots.decode.setU32(5, size, stride, 1);
+      this.slots.merge.setU32(0, numSeqs).setU32(3, size, stride);
+      pass.setPipeline(this.pipelines.decode);
+      pass.setBindGroup(0, this.groups.decode);
+      pass.dispatchWorkgroups(parts, kernel.numKvHeads, numSeqs);
+      pass.setPipeline(this.pipelines.merge);
+      pass.setBindGroup(0, this.groups.merge);
+      dispatch1d(pass, numSeqs * kernel.numQHeads);
+    } else {
+      this.slots.decode.setU32(5, 0xffffffff, this.scratch.maxPartitions, 0);
+      pass.setPipeline(this.pipelines.decode);
+      pass.setBindGroup(0, this.groups.decode);
+      pass.dispatchWorkgroups(1, kernel.numKvHeads, numSeqs);
+    }
+    return size > 0;
+  }
+}

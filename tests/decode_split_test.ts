@@ -1,0 +1,165 @@
+import {
+  deepEqual as assertEqual,
+  ok as assert,
+  rejects as assertRejects,
+  throws as assertThrows,
+} from "node:assert/strict";
+import {
+  checkDecodeSplitTuning,
+  type DecodeSplitTuning,
+  describeDecodeSplit,
+  SPLIT_CANDIDATES,
+  splitPartitionFor,
+} from "../kernels/decode_split.ts";
+import { splitBatches, tuneDecodeSplit } from "../kernels/decode_split_tuner.ts";
+import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
+import { GPU_TEST, ParamArena, testContext, upload, whole } from "./support/gpu.ts";
+import { ModelRunner } from "../engine/model_runner.ts";
+import { makeModel } from "../tools/make_model.ts";
+import { ReferenceModel } from "./reference/model.ts";
+import { referenceRun, SOLO_RUNNER_OPTIONS, soloGreedy } from "./support/solo_run.ts";
+
+const TUNING: DecodeSplitTuning = {
+  contextLen: 1024,
+  partitionByBatch: { "1": 64, "2": 128, "4": 0, "8": 256 },
+};
+
+Deno.test("splitPartitionFor() takes the smallest measured batch at or above the step's", () => {
+  assertEqual(splitPartitionFor(TUNING, 1, 1000), 64);
+  assertEqual(splitPartitionFor(TUNING, 2, 1000), 128);
+  assertEqual(splitPartitionFor(TUNING, 3, 1000), 0, "batch 4 measured direct");
+  assertEqual(splitPartitionFor(TUNING, 5, 1000), 256, "batch 8's entry");
+  assertEqual(splitPartitionFor(TUNING, 9, 1000), 0, "past the largest: direct");
+  assertEqual(splitPartitionFor(TUNING, 1, 64), 0, "one partition: no split");
+  assertEqual(splitPartitionFor(TUNING, 1, 65), 64);
+});
+
+Deno.test("checkDecodeSplitTuning() refuses bad batches, sizes and lengths, naming them", () => {
+  checkDecodeSplitTuning(TUNING);
+  const bad = (t: unknown) => () => checkDecodeSplitTuning(t as DecodeSplitTuning);
+  assertThrows(bad({ ...TUNING, contextLen: 0 }), /contextLen 0 is not positive/);
+  assertThrows(bad({ ...TUNING, partitionByBatch: [] }), /must be an object/);
+  assertThrows(bad({ ...TUNING, partitionByBatch: { "0": 64 } }), /batch "0"/);
+  assertThrows(bad({ ...TUNING, partitionByBatch: { "1.5": 64 } }), /batch "1.5"/);
+  assertThrows(
+    bad({ ...TUNING, partitionByBatch: { "2": 100 } }),
+    /batch 2 has partition size 100/,
+  );
+  assertThrows(bad(null), TypeError);
+  assertEqual(
+    describeDecodeSplit(TUNING),
+    "decode attention split at 1024 tokens: batch 1 x 64, 2 x 128, 4 direct, 8 x 256",
+  );
+});
+
+Deno.test("splitBatches() doubles up to the batch, capped at 16", () => {
+  assertEqual(splitBatches(1), [1]);
+  assertEqual(splitBatches(6), [1, 2, 4, 6]);
+  assertEqual(splitBatches(64), [1, 2, 4, 8, 16]);
+});
+
+/** A decode attention kernel and one call site on small zero buffers. */
+async function smallOp(maxSeqs: number, maxLen: number) {
+  const ctx = await testContext();
+  const kernel = new PagedAttentionDecode(ctx, {
+    numQHeads: 4,
+    numKvHeads: 2,
+    headDim: 16,
+    blockSize: 16,
+    dtype: "f32",
+  });
+  const scratch = kernel.createScratch(maxSeqs, maxLen);
+  const b = (n: number) => whole(upload(ctx, new Float32Array(n)));
+  const op = kernel.bind(new ParamArena(ctx, 2), {
+    q: b(maxSeqs * 64),
+    kCache: b(16),
+    vCache: b(16),
+    blockTables: b(16),
+    contextLens: b(16),
+    out: b(maxSeqs * 64),
+    scratch,
+  }, { qStride: 64, btStride: 4 });
+  return { ctx, kernel, scratch, op };
+}
+
+Deno.test(
+  "PagedAttentionDecodeOp.splitPartition() follows the kernel's tuning within the scratch",
+  GPU_TEST,
+  async () => {
+    const { kernel, scratch, op } = await smallOp(8, 2048);
+    try {
+      // The default rule: partitions of 512 tokens past 1024 tokens.
+      assertEqual([op.splitPartition(1, 1000), op.splitPartition(1, 1500)], [0, 512]);
+      kernel.setSplitTuning(TUNING);
+      assertEqual(kernel.splitTuning, TUNING);
+      assertEqual(op.splitPartition(1, 1000), 64);
+      assertEqual(op.splitPartition(2, 1000), 128);
+      assertEqual(op.splitPartition(4, 1000), 0);
+      // 8 sequences x ceil(2000 / 256) = 64 partials: the scratch holds 8 x 32 short ones.
+      assertEqual(scratch.pairs, 8 * 32);
+      assertEqual(op.splitPartition(8, 2000), 256);
+      assertEqual(op.usesSplit(1000, 1), true);
+      kernel.setSplitTuning(null);
+      assertEqual(op.splitPartition(1, 1000), 0);
+      assertThrows(
+        () => kernel.setSplitTuning({ contextLen: 8, partitionByBatch: { "1": 65 } }),
+        TypeError,
+      );
+    } finally {
+      scratch.destroy();
+    }
+  },
+);
+
+Deno.test(
+  "tuneDecodeSplit() times the direct path and each partition size per batch, keeping the fastest",
+  GPU_TEST,
+  async () => {
+    const { ctx, kernel, scratch } = await smallOp(1, 16);
+    scratch.destroy();
+    const r = await tuneDecodeSplit(ctx, kernel, { maxBatch: 3, contextLen: 200, repeats: 2 });
+    assertEqual(Object.keys(r.points), ["1", "2", "3"]);
+    assertEqual(r.tuning.contextLen, 200);
+    for (const [batch, tried] of Object.entries(r.points)) {
+      // 256 and 512 would be one partition of 200 tokens: not tried.
+      assertEqual(tried.map((p) => p.size), SPLIT_CANDIDATES.filter((s) => s < 200));
+      const best = tried.reduce((a, p) => (p.ms < a.ms ? p : a));
+      assertEqual(r.tuning.partitionByBatch[batch], best.size);
+      for (const p of tried) assert(p.ms > 0 && Number.isFinite(p.ms), `batch ${batch}`);
+    }
+    checkDecodeSplitTuning(r.tuning);
+    await assertRejects(
+      () => tuneDecodeSplit(ctx, kernel, { maxBatch: 0, contextLen: 10 }),
+      /must be positive/,
+    );
+  },
+);
+
+Deno.test(
+  "ModelRunner decodes equal to the float64 reference with 64-token split partitions",
+  GPU_TEST,
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "decode_split_model_" });
+    try {
+      await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: 31 });
+      const ctx = await testContext({ forceF32: true });
+      const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
+      try {
+        // Every decode step of this run takes split-K with partitions of 64 tokens: contexts
+        // of 70 to 85 tokens are two partitions.
+        runner.decodeAttention.setSplitTuning({ contextLen: 128, partitionByBatch: { "4": 64 } });
+        const prompt = Array.from({ length: 70 }, (_, i) => (i * 37 + 11) % 500);
+        const got = await soloGreedy(runner, prompt, 16, { chunk: 32 });
+        const expected = referenceRun(await ReferenceModel.load(dir), prompt, 16);
+        for (let i = 0; i < 16; i++) {
+          if (expected[i]!.gap < 1e-4) break;
+          assertEqual(got[i], expected[i]!.token, `token ${i}`);
+        }
+      } finally {
+        runner.destroy();
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
