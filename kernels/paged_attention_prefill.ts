@@ -37,7 +37,8 @@ export interface PagedAttentionPrefillConfig {
   readonly workgroupSize?: number;
   /**
    * Keys staged in workgroup memory and scored per online-softmax rescale; default 16, or less
-   * when `2 * keyChunk * headDim * 4` bytes exceed the device's workgroup storage.
+   * when `keyChunk * (2 * headDim + workgroupSize) * 4` bytes (K and V rows, one score per
+   * invocation) exceed the device's workgroup storage.
    */
   readonly keyChunk?: number;
   /**
@@ -104,8 +105,10 @@ export class PagedAttentionPrefill {
     const dtype = config.dtype ?? ctx.weightDtype;
     const workgroupSize = config.workgroupSize ?? 64;
     const storage = ctx.limits.maxComputeWorkgroupStorageSize;
+    // Per key of a step: its K and V rows as f32, and one score per invocation.
+    const bytesPerKey = 8 * headDim + 4 * workgroupSize;
     const keyChunk = config.keyChunk ??
-      Math.max(1, Math.min(16, Math.floor(storage / (8 * headDim))));
+      Math.max(1, Math.min(16, Math.floor(storage / bytesPerKey)));
     const positive = (n: number) => Number.isInteger(n) && n > 0;
     if (!positive(numQHeads) || !positive(numKvHeads) || numQHeads % numKvHeads !== 0) {
       throw new RangeError(
@@ -126,10 +129,12 @@ export class PagedAttentionPrefill {
           `[${group}, ${maxWg}] (at least the GQA group of ${group})`,
       );
     }
-    if (!positive(keyChunk) || 8 * keyChunk * headDim > storage) {
+    if (!positive(keyChunk) || keyChunk * bytesPerKey > storage) {
       throw new RangeError(
-        `Cannot create paged_attention_prefill: key chunk ${keyChunk} x head_dim ${headDim} needs ` +
-          `${8 * keyChunk * headDim} bytes of workgroup storage, the device has ${storage}`,
+        `Cannot create paged_attention_prefill: key chunk ${keyChunk} x (head_dim ${headDim}, ` +
+          `workgroup ${workgroupSize}) needs ${
+            keyChunk * bytesPerKey
+          } bytes of workgroup storage, the device has ${storage}`,
       );
     }
     if (dtype === "f16" && !ctx.hasF16) {
@@ -160,11 +165,11 @@ export class PagedAttentionPrefill {
     } else {
       this.tileQueries = Math.floor(workgroupSize / group);
       const prelude = weightPrelude(dtype) + WORKGROUP_KVT + prefillIo +
-        `const D4: u32 = ${headDim / 4}u;\nconst KC: u32 = ${keyChunk}u;\n`;
+        `const D4: u32 = ${headDim / 4}u;\nconst KC: u32 = ${keyChunk}u;\n` +
+        `const WG: u32 = ${workgroupSize}u;\n`;
       this.#pipeline = ctx.pipeline(
         `paged_attention_prefill/${dtype}/d${headDim}/kc${keyChunk}/wg${workgroupSize}`,
-        () => prelude + source,
-        { WG: workgroupSize },
+        () => prelude + unrollTemplate(source, { i: 1, r: headDim / 4 }),
       );
     }
   }

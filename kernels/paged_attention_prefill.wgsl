@@ -16,13 +16,18 @@
 //   5 context_lens : storage read  array<u32>   [num_seqs] cached tokens incl. this step's
 //   6 out          : storage rw    array<vec4<f32>>  [num_tokens, num_q_heads, D]
 //   7 p            : uniform       Params
-// Workgroup memory: ks, vs  array<vec4<f32>, KC * D4>  the step's K and V rows as f32.
+// Workgroup memory: ks, vs  array<vec4<f32>, KC * D4>  the step's K and V rows as f32;
+//   sh_s  array<f32, KC * WG>  each row's scores of the step (key j of row lid at j * WG + lid).
 // WT / WT4 come from the weight prelude (f16 or f32). The prelude also defines
 //   const D4: u32   head_dim / 4 (head_dim a multiple of 4, at most 256)
 //   const KC: u32   keys per step: staged in workgroup memory, scored, then one online-softmax
-//                   rescale of the running max / sum / accumulator (2 * KC * D * 4 bytes of
-//                   workgroup memory)
-// and the workgroup size is the override constant WG.
+//                   rescale of the running max / sum / accumulator ((2 * D + WG) * KC * 4 bytes
+//                   of workgroup memory)
+//   const WG: u32   the workgroup size.
+//
+// TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-r is emitted once per
+// r < D4 (the row's q and accumulator are D4 named vec4s, not arrays: on NVIDIA through Deno a
+// register tile in an array indexed by loop counters ran 10-40x slower, docs/kernels.md).
 //
 // Work split: a workgroup owns one (q tile, kv head): a tile is up to `tile_q` consecutive query
 // tokens of ONE sequence, and the workgroup's WG invocations are the rows (query i, head g of
@@ -34,6 +39,7 @@
 // (2 barriers per step), then each row scores the KC keys, masking keys past its own position.
 // Measured on lavapipe (f16 KV): reading K/V straight from the cache in every row without
 // workgroup memory or barriers was 1.7x slower; packing several rows per invocation was slower.
+// A row's scores of the step go to its own column of sh_s (only it reads them: no barrier).
 // Tiles are numbered sequence by sequence (ceil(q_len / tile_q) each); a workgroup finds its
 // sequence by walking cu_q_lens, so no host-built tile table is needed.
 //
@@ -43,10 +49,9 @@
 
 // Params, the bindings, NEG_BIG and workgroup_tile: paged_attention_prefill_io.wgsl (prepended).
 
-override WG: u32 = 64u;
-
 var<workgroup> ks: array<vec4<f32>, KC * D4>;
 var<workgroup> vs: array<vec4<f32>, KC * D4>;
+var<workgroup> sh_s: array<f32, KC * WG>;
 
 @compute @workgroup_size(WG)
 fn main(
@@ -72,18 +77,11 @@ fn main(
   let t = tile.q0 + i;
   let pos = tile.start_pos + i;
 
-  var qv: array<vec4<f32>, D4>;
   let q_base = t * (p.q_stride / 4u) + h * D4;
-  for (var d = 0u; d < D4; d++) {
-    qv[d] = q[q_base + d] * p.scale_log2e;
-  }
-  var acc: array<vec4<f32>, D4>;
-  for (var d = 0u; d < D4; d++) {
-    acc[d] = vec4<f32>(0.0);
-  }
+  let qv$r = q[q_base + $ru] * p.scale_log2e;
+  var acc$r = vec4<f32>(0.0);
   var m = NEG_BIG;
   var l = 0.0;
-  var s: array<f32, KC>;
   let bt_row = tile.seq * p.bt_stride;
 
   for (var k0 = 0u; k0 < kv_end; k0 += KC) {
@@ -100,12 +98,11 @@ fn main(
     workgroupBarrier();
     var cmax = NEG_BIG;
     for (var j = 0u; j < kn; j++) {
+      let kb = j * D4;
       var dot = vec4<f32>(0.0);
-      for (var d = 0u; d < D4; d++) {
-        dot += qv[d] * ks[j * D4 + d];
-      }
+      dot += qv$r * ks[kb + $ru];
       let sc = select(NEG_BIG, dot.x + dot.y + dot.z + dot.w, k0 + j <= pos);
-      s[j] = sc;
+      sh_s[j * WG + lid] = sc;
       cmax = max(cmax, sc);
     }
     // Key 0 is in the first step and never masked, so m is a real score from then on.
@@ -113,23 +110,18 @@ fn main(
     let corr = exp2(m - m_new);
     m = m_new;
     l *= corr;
-    for (var d = 0u; d < D4; d++) {
-      acc[d] *= corr;
-    }
+    acc$r *= corr;
     for (var j = 0u; j < kn; j++) {
-      let pj = select(0.0, exp2(s[j] - m_new), k0 + j <= pos);
+      let pj = select(0.0, exp2(sh_s[j * WG + lid] - m_new), k0 + j <= pos);
       l += pj;
-      for (var d = 0u; d < D4; d++) {
-        acc[d] += pj * vs[j * D4 + d];
-      }
+      let vb = j * D4;
+      acc$r += pj * vs[vb + $ru];
     }
   }
 
   if (live) {
     let inv = 1.0 / l;
     let o_base = (t * p.num_q_heads + h) * D4;
-    for (var d = 0u; d < D4; d++) {
-      out[o_base + d] = acc[d] * inv;
-    }
+    out[o_base + $ru] = acc$r * inv;
   }
 }
