@@ -5,10 +5,11 @@
 # leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
 # (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
 #
-#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 8 files
+#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 9 files and the tuning cache
 #
 # Stages, most valuable first: adapter; bench:model (prefill 128/512, decode batch 1/8/64, host and
-# GPU time per step, per-kernel breakdown) under the gpu profile; the PyTorch peer on the same
+# GPU time per step, per-kernel breakdown) under the gpu profile, then again with the default kernel
+# choices (--kernel-tuning off: what the measured tuning changes); the PyTorch peer on the same
 # checkpoint on CUDA; every matmul kernel and tile shape (bench/matmul_tune.ts) and the attention
 # kernels; the test suite on the GPU (greedy parity with the float64 reference; its auto
 # profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
@@ -57,6 +58,10 @@ run_stage make-model 120 info.txt deno run --cached-only -A tools/make_model.ts 
 
 run_stage bench-model 90 model.txt deno run --cached-only -A bench/model_bench.ts --model $model \
   --batches 1,8,64 --prefill 128,512 --steps 64 --breakdown-batches 1,8,64 $gpu
+
+# The same decode and prefill with the default kernel choices (A/B of the measured tuning, same run).
+run_stage bench-model-untuned 60 model_untuned.txt deno run --cached-only -A bench/model_bench.ts \
+  --model $model --batches 1,8,64 --prefill 512 --steps 32 --no-breakdown --kernel-tuning off $gpu
 
 if python3 -c "import torch, transformers" 2> /dev/null; then
   run_stage torch 60 torch.txt env PYTHONUNBUFFERED=1 python3 bench/torch_reference.py \

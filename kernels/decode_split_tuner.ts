@@ -23,7 +23,7 @@ export interface DecodeSplitTunerOptions {
   readonly contextLen: number;
   /** Timed passes per measurement; default 5. */
   readonly repeats?: number;
-  /** Most bytes of K and V cache allocated; sequences share blocks past it. Default 256 MiB. */
+  /** Most bytes of K and V cache allocated; sequences share blocks past it. Default 64 MiB (each). */
   readonly maxCacheBytes?: number;
 }
 
@@ -67,7 +67,7 @@ export async function tuneDecodeSplit(
   const { numQHeads: hq, numKvHeads: hkv, headDim: D, blockSize: bs } = kernel;
   const perSeq = Math.ceil(L / bs);
   const blockBytes = hkv * bs * D * (kernel.dtype === "f16" ? 2 : 4);
-  const budget = Math.min(options.maxCacheBytes ?? 256 * 2 ** 20, ctx.maxBindingBytes);
+  const budget = Math.min(options.maxCacheBytes ?? 64 * 2 ** 20, ctx.maxBindingBytes);
   // Distinct blocks per sequence while they fit the budget; past it sequences share them.
   const numBlocks = Math.max(perSeq, Math.min(B * perSeq, Math.floor(budget / blockBytes)));
   const tables = Uint32Array.from({ length: B * perSeq }, (_, i) => i % numBlocks);
