@@ -12,6 +12,7 @@ import type { KernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { Quantization } from "../gpu/quant.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { resolveModelDir } from "./engine_flags.ts";
+import { cachedTunings, kernelTuningCachePath } from "../engine/kernel_tuning.ts";
 
 /** Formats a byte count as an exact integer plus MiB/GiB when large. */
 function formatLimit(name: string, value: number): string {
@@ -69,6 +70,17 @@ export async function runInfo(
   });
   try {
     console.log(describeContext(ctx));
+    const path = kernelTuningCachePath();
+    const cached = await cachedTunings(ctx, path);
+    console.log(
+      `Tuning:    ${
+        ctx.profile === "gpu"
+          ? `${cached?.entries ?? 0} measured kernel tuning(s) for this adapter in ${path}` +
+            (cached !== null && cached.entries > 0 ? `, newest ${cached.newest}` : "") +
+            ' (--kernel-tuning, README "Kernel profiles")'
+          : "none under the cpu profile"
+      }`,
+    );
     if (args.model !== undefined) {
       const dir = await resolveModelDir(args.model);
       const quantization = args.quantization ?? "none";

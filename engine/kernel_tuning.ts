@@ -124,6 +124,32 @@ function envGet(name: string): string | undefined {
   }
 }
 
+/** The part of a cache key naming the adapter. */
+function adapterKey(ctx: GpuContext): string {
+  const a = ctx.adapter;
+  return `${a.vendor}/${a.architecture}/${a.device}/${a.description}`;
+}
+
+/**
+ * How many tunings the cache at `path` holds for `ctx`'s adapter (any Deno, kernels or model),
+ * and when the newest was measured (0 and "" without a file); null when the file is unreadable.
+ */
+export async function cachedTunings(
+  ctx: GpuContext,
+  path: string = kernelTuningCachePath(),
+): Promise<{ entries: number; newest: string } | null> {
+  try {
+    const cache = await readCache(path);
+    const mine = Object.entries(cache.entries).filter(([k]) =>
+      k.startsWith(`${adapterKey(ctx)} |`)
+    );
+    const newest = mine.map(([, e]) => e.measuredAt).sort().at(-1) ?? "";
+    return { entries: mine.length, newest };
+  } catch {
+    return null;
+  }
+}
+
 /**
  * The cache key of tuning `matmuls` on `ctx`: the adapter, Deno, the kernels' digest, the
  * measured row counts and every call-site shape with its count.
@@ -134,7 +160,6 @@ export function kernelTuningKey(
   maxBatch: number,
   prefillRows: number,
 ): string {
-  const a = ctx.adapter;
   const shapes = new Map<string, number>();
   for (const m of matmuls) {
     for (const op of m.ops) {
@@ -144,7 +169,7 @@ export function kernelTuningKey(
   }
   const sites = [...shapes].sort(([a], [b]) => a.localeCompare(b)).map(([k, n]) => `${k}*${n}`);
   return [
-    `${a.vendor}/${a.architecture}/${a.device}/${a.description}`,
+    adapterKey(ctx),
     `deno ${Deno.version.deno}`,
     `kernels ${MATMUL_SOURCES_DIGEST}`,
     `batch ${maxBatch} prefill ${prefillRows}`,

@@ -19,6 +19,7 @@ import {
 } from "../kernels/matmul_tuning.ts";
 import {
   applyKernelTuning,
+  cachedTunings,
   effectiveTuningMode,
   KERNEL_TUNING_ENV,
   kernelTuningCachePath,
@@ -267,6 +268,9 @@ Deno.test(
         assertEqual(measured.source, "measured");
         assert(lines.pop()!.startsWith("Kernel tuning: measured in "));
         assertEqual(matmul.tile, measured.tuning!.tile, "applied");
+        const counted = await cachedTunings(gpu, cachePath);
+        assertEqual(counted?.entries, 1);
+        assertEqual(await cachedTunings(gpu, join(dir, "none.json")), { entries: 0, newest: "" });
         const file = JSON.parse(await Deno.readTextFile(cachePath));
         const key = kernelTuningKey(gpu, [matmul], 4, 8);
         assertEqual(file.entries[key].tuning, JSON.parse(JSON.stringify(measured.tuning)));
@@ -277,6 +281,7 @@ Deno.test(
         assert(lines.pop()!.startsWith("Kernel tuning: cached "));
         // A broken cache file is reported and replaced by a new measurement.
         await Deno.writeTextFile(cachePath, "{not json");
+        assertEqual(await cachedTunings(gpu, cachePath), null);
         const again = await applyKernelTuning(gpu, [matmul], { ...base, mode: "measure" });
         assert(lines.some((l) => l.includes(`cache ${cachePath} ignored`)), lines.join("\n"));
         assertEqual(again.source, "measured");
