@@ -10,7 +10,8 @@
  * masked half of a square is not counted. The `Deno.bench` entries time one submission with the
  * host clock, so they include the ~10 ms wait floor.
  *
- * Set `PREFILL_SWEEP=1` to also print a sweep of workgroup sizes and key chunks.
+ * Each shape runs the profile's default kernel, then the `workgroup` kernel (CPU profile) and
+ * the `tiled` one. Set `PREFILL_SWEEP=1` to also print a sweep of workgroup sizes and key chunks.
  *
  * @module
  */
@@ -123,9 +124,9 @@ async function report(shape: Shape, options: Parameters<typeof setup>[2] = {}, r
   let variant = "";
   const make = () => {
     const s = setup(ctx, shape, options);
-    variant = s.variant === "unrolled"
-      ? "unrolled"
-      : `workgroup, wg ${options.workgroupSize ?? 64}, kc ${options.keyChunk ?? 16}`;
+    variant = s.variant === "workgroup"
+      ? `workgroup, wg ${options.workgroupSize ?? 64}, kc ${options.keyChunk ?? 16}`
+      : s.variant;
     return s;
   };
   const t = await timeCase(ctx, make, { warmup: 1, repeats });
@@ -139,8 +140,9 @@ async function report(shape: Shape, options: Parameters<typeof setup>[2] = {}, r
 
 for (const shape of SHAPES) {
   await report(shape);
-  // The GPU kernel beside the CPU adapter's default, in the same run.
+  // The GPU kernels beside the profile's default, in the same run.
   if (ctx.isCpuProfile) await report(shape, { variant: "workgroup" });
+  await report(shape, { variant: "tiled" });
 }
 if (Deno.env.get("PREFILL_SWEEP") === "1") {
   for (const workgroupSize of [32, 64, 128]) {

@@ -5,7 +5,10 @@
  * (`reshape_and_cache` runs first in the same pass). See `paged_attention_prefill.wgsl` for
  * bindings, the work split and the grid. On CPU adapters the `unrolled` kernel
  * (`paged_attention_prefill_unrolled.wgsl`, same bindings and grid, 8 query tokens per tile)
- * computes the same without barriers; measured on lavapipe in docs/benchmarks.md.
+ * computes the same without barriers; measured on lavapipe in docs/benchmarks.md. The `tiled`
+ * kernel (`paged_attention_prefill_tiled.wgsl`) splits each row's scores and output across
+ * several invocations, flash-attention style, for GPUs (chosen explicitly, see
+ * {@linkcode PagedAttentionPrefillConfig.variant}).
  *
  * Restrictions: `headDim` a multiple of 4 and at most 256; `numQHeads` a multiple of
  * `numKvHeads` with a group of at most the workgroup size; `qStride` a multiple of 4.
@@ -16,6 +19,7 @@
 import prefillIo from "./paged_attention_prefill_io.wgsl" with { type: "text" };
 import source from "./paged_attention_prefill.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_prefill_unrolled.wgsl" with { type: "text" };
+import tiledSource from "./paged_attention_prefill_tiled.wgsl" with { type: "text" };
 import { unrollTemplate } from "./unroll.ts";
 import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
 import type { GpuContext } from "../gpu/context.ts";
@@ -42,17 +46,45 @@ export interface PagedAttentionPrefillConfig {
    */
   readonly keyChunk?: number;
   /**
-   * Kernel: `workgroup` (`paged_attention_prefill.wgsl`, keys staged in workgroup memory) or
-   * `unrolled` (`paged_attention_prefill_unrolled.wgsl`, one query token per invocation with the
-   * GQA group in registers, no barriers; 8 queries per tile; K and V read 8 elements per load).
-   * Default `unrolled` on CPU adapters when `GROUP * headDim <= 512` and `headDim` is a
-   * multiple of 8, else `workgroup`.
+   * Kernel: `workgroup` (`paged_attention_prefill.wgsl`, keys staged in workgroup memory, one row
+   * per invocation), `unrolled` (`paged_attention_prefill_unrolled.wgsl`, one query token per
+   * invocation with the GQA group in registers, no barriers; 8 queries per tile; K and V read 8
+   * elements per load) or `tiled` (`paged_attention_prefill_tiled.wgsl`, 64 invocations share
+   * 8-32 rows, the largest that fits the workgroup storage; `workgroupSize` and `keyChunk` do not
+   * apply; needs a GQA group of at most 8). Default `unrolled` on CPU adapters when
+   * `GROUP * headDim <= 512` and `headDim` is a multiple of 8, else `workgroup`.
    */
   readonly variant?: PagedAttentionPrefillVariant;
 }
 
-/** The two prefill attention kernels. */
-export type PagedAttentionPrefillVariant = "workgroup" | "unrolled";
+/** The prefill attention kernels. */
+export type PagedAttentionPrefillVariant = "workgroup" | "unrolled" | "tiled";
+
+/** (rows, keys per step) of the `tiled` kernel, tried in order; the first that fits is used. */
+const TILED_SHAPES: readonly (readonly [br: number, bk: number])[] = [
+  [32, 16],
+  [32, 8],
+  [16, 8],
+  [16, 4],
+  [8, 8],
+];
+
+/**
+ * The `tiled` kernel's rows per workgroup and keys per step for `headDim` and a GQA group, in
+ * `storage` bytes of workgroup memory; null when none fits.
+ */
+export function tiledPrefillShape(
+  headDim: number,
+  group: number,
+  storage: number,
+): { br: number; bk: number } | null {
+  const d4 = headDim / 4;
+  for (const [br, bk] of TILED_SHAPES) {
+    const bytes = 16 * d4 * (br + 2 * bk) + 4 * br * (bk + 2);
+    if (br >= group && bytes <= storage) return { br, bk };
+  }
+  return null;
+}
 
 /** Largest `GROUP * headDim` of the `unrolled` kernel (registers and code size). */
 export const MAX_UNROLLED_PREFILL_GROUP_DIM = 512;
@@ -149,10 +181,30 @@ export class PagedAttentionPrefill {
           `must be at most ${MAX_UNROLLED_PREFILL_GROUP_DIM} with head_dim a multiple of 8`,
       );
     }
+    const tiled = variant === "tiled" ? tiledPrefillShape(headDim, group, storage) : null;
+    if (variant === "tiled" && tiled === null) {
+      throw new RangeError(
+        `Cannot create tiled paged_attention_prefill: GQA group ${group} (at most 8) or head_dim ` +
+          `${headDim} does not fit ${storage} bytes of workgroup storage`,
+      );
+    }
     this.#ctx = ctx;
     this.variant = variant;
     this.config = { numQHeads, numKvHeads, headDim, dtype, workgroupSize, keyChunk, variant };
-    if (variant === "unrolled") {
+    if (tiled !== null) {
+      const { br, bk } = tiled;
+      const ipr = 64 / br;
+      const od = Math.ceil(headDim / 4 / ipr);
+      this.tileQueries = Math.floor(br / group);
+      this.#pipeline = ctx.pipeline(
+        `paged_attention_prefill_tiled/${dtype}/d${headDim}/br${br}/bk${bk}`,
+        () =>
+          weightPrelude(dtype) + WORKGROUP_KVT + prefillIo +
+          `const D4: u32 = ${headDim / 4}u;\nconst BR: u32 = ${br}u;\nconst BK: u32 = ${bk}u;\n` +
+          `const IPR: u32 = ${ipr}u;\nconst OD: u32 = ${od}u;\n` +
+          unrollTemplate(tiledSource, { i: bk / ipr, r: od }),
+      );
+    } else if (variant === "unrolled") {
       this.tileQueries = 8;
       this.#pipeline = ctx.pipeline(
         `paged_attention_prefill_unrolled/${dtype}/group${group}/d${headDim}`,

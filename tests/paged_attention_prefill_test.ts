@@ -91,6 +91,7 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
     contextLens: whole(upload(ctx, cache.contextLens, "context_lens")),
   };
   const variants: PagedAttentionPrefillVariant[] = ["workgroup"];
+  if (numQHeads / numKvHeads <= 8) variants.push("tiled");
   if ((numQHeads / numKvHeads) * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM && headDim % 8 === 0) {
     variants.push("unrolled");
   }
