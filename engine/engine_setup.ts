@@ -132,6 +132,11 @@ async function webGpuParts(
         kernel: runner.decodeAttention,
         contextLen: Math.min(TUNING_CONTEXT_LEN, maxModelLen),
       },
+      prefill: {
+        ...runner.prefillAttention,
+        tokens: Math.min(TUNING_PREFILL_ROWS, config.maxNumBatchedTokens, maxModelLen),
+        blockSize: config.blockSize,
+      },
       log,
     });
   } catch (error) {

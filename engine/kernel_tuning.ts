@@ -1,9 +1,10 @@
 /**
  * The engine's kernel tuning (`--kernel-tuning auto|measure|off`): under the `gpu` kernel profile,
  * the matmul tile and the `gemv` / `tiled` choice per call-site shape (kernels/matmul_tuner.ts),
- * and the decode attention's split-K partition size per small batch
- * (kernels/decode_split_tuner.ts), are measured on the adapter once the model is loaded, and kept in a cache file keyed by the
- * adapter, Deno, the matmul kernels' sources and the model's call sites, so the next start on
+ * the decode attention's split-K partition size per small batch (kernels/decode_split_tuner.ts)
+ * and the prefill attention kernel (kernels/prefill_attention_tuner.ts) are measured on the
+ * adapter once the model is loaded, and kept in a cache file (engine/kernel_tuning_cache.ts)
+ * keyed by the adapter, Deno, the kernels' sources and the model's shapes, so the next start on
  * the same machine reads them back instead of measuring again.
  *
  * - `auto` (default): the cached tuning, else measure and cache it; on a software adapter
@@ -15,14 +16,11 @@
  * The environment variable `WEBGPU_LLM_KERNEL_TUNING` (one of the modes) replaces `auto`, as
  * `WEBGPU_LLM_KERNEL_PROFILE` does for the kernel profile (e.g. `off` for a test run on a GPU).
  *
- * The cache is `$WEBGPU_LLM_CACHE_DIR`, else `$XDG_CACHE_HOME/webgpu-llm`, else
- * `~/.cache/webgpu-llm`, file `matmul_tuning.json`. A cache that cannot be read or written is
- * logged and otherwise ignored.
+ * A cache that cannot be read or written is logged and otherwise ignored.
  *
  * @module
  */
 
-import { dirname, join } from "node:path";
 import type { GpuContext } from "../gpu/context.ts";
 import { MATMUL_SOURCES_DIGEST } from "../kernels/matmul_kernels.ts";
 import { type MatmulTuningReport, tuneMatmul } from "../kernels/matmul_tuner.ts";
@@ -43,6 +41,25 @@ import {
   ATTENTION_SOURCES_DIGEST,
   type PagedAttentionDecode,
 } from "../kernels/paged_attention_decode.ts";
+import {
+  type PagedAttentionPrefill,
+  type PagedAttentionPrefillVariant,
+  PREFILL_SOURCES_DIGEST,
+} from "../kernels/paged_attention_prefill.ts";
+import {
+  type PrefillAttentionReport,
+  tunePrefillAttention,
+} from "../kernels/prefill_attention_tuner.ts";
+import {
+  adapterKey,
+  envGet,
+  kernelTuningCachePath,
+  readTuningCache,
+  type TuningCacheFile,
+  writeTuningCache,
+} from "./kernel_tuning_cache.ts";
+
+export { cachedTunings, kernelTuningCachePath } from "./kernel_tuning_cache.ts";
 
 /** The accepted values of `--kernel-tuning`. */
 export const KERNEL_TUNING_MODES = ["auto", "measure", "off"] as const;
@@ -73,21 +90,34 @@ export function effectiveTuningMode(
   return { mode: chosen, why: ` (${KERNEL_TUNING_ENV}=${chosen})` };
 }
 
-/** Cache entries kept (the most recently written). */
-const MAX_ENTRIES = 64;
-
 /** What {@linkcode applyKernelTuning} did. */
 export interface KernelTuningOutcome {
-  /** The tuning now followed, or null (defaults: off, the cpu profile, a software adapter). */
+  /** The matmul tuning now followed, or null (defaults: off, the cpu profile, a software adapter). */
   readonly tuning: MatmulTuning | null;
   /** The decode attention's split choices now followed, or null (its default rule). */
   readonly attention: DecodeSplitTuning | null;
+  /** The prefill attention kernel now run, or null (the default one). */
+  readonly prefill: PagedAttentionPrefillVariant | null;
   /** "measured", "cached" or why nothing was tuned. */
   readonly source: string;
-  /** The measurement, when one ran. */
+  /** The matmul measurement, when one ran. */
   readonly report?: MatmulTuningReport;
   /** The decode attention's measurement, when one ran. */
   readonly attentionReport?: DecodeSplitReport;
+  /** The prefill attention's measurement, when one ran. */
+  readonly prefillReport?: PrefillAttentionReport;
+}
+
+/** The prefill attention kernels a model can run, and how to choose one for every layer. */
+export interface PrefillTarget {
+  /** The kernels (same shape; the first is the default). */
+  readonly kernels: readonly PagedAttentionPrefill[];
+  /** Makes every layer run `variant`. */
+  use(variant: PagedAttentionPrefillVariant): void;
+  /** New tokens of the sequence measured. */
+  readonly tokens: number;
+  /** Tokens per KV block. */
+  readonly blockSize: number;
 }
 
 /** Options of {@linkcode applyKernelTuning}. */
@@ -99,55 +129,12 @@ export interface KernelTuningOptions {
   readonly prefillRows: number;
   /** The decode attention kernel whose split is measured too, and the context length to use. */
   readonly attention?: { readonly kernel: PagedAttentionDecode; readonly contextLen: number };
+  /** The prefill attention kernels to choose from (measured when there are several). */
+  readonly prefill?: PrefillTarget;
   /** The cache file; default {@linkcode kernelTuningCachePath}. */
   readonly cachePath?: string;
   /** Start-up log, one line each. */
   readonly log?: (line: string) => void;
-}
-
-/** The cache file's path from the environment (see the module documentation). */
-export function kernelTuningCachePath(
-  env: (name: string) => string | undefined = envGet,
-): string {
-  const explicit = env("WEBGPU_LLM_CACHE_DIR");
-  if (explicit) return join(explicit, "matmul_tuning.json");
-  const xdg = env("XDG_CACHE_HOME");
-  const home = env("HOME") ?? env("USERPROFILE") ?? ".";
-  return join(xdg || join(home, ".cache"), "webgpu-llm", "matmul_tuning.json");
-}
-
-function envGet(name: string): string | undefined {
-  try {
-    return Deno.env.get(name);
-  } catch {
-    return undefined; // no --allow-env
-  }
-}
-
-/** The part of a cache key naming the adapter. */
-function adapterKey(ctx: GpuContext): string {
-  const a = ctx.adapter;
-  return `${a.vendor}/${a.architecture}/${a.device}/${a.description}`;
-}
-
-/**
- * How many tunings the cache at `path` holds for `ctx`'s adapter (any Deno, kernels or model),
- * and when the newest was measured (0 and "" without a file); null when the file is unreadable.
- */
-export async function cachedTunings(
-  ctx: GpuContext,
-  path: string = kernelTuningCachePath(),
-): Promise<{ entries: number; newest: string } | null> {
-  try {
-    const cache = await readCache(path);
-    const mine = Object.entries(cache.entries).filter(([k]) =>
-      k.startsWith(`${adapterKey(ctx)} |`)
-    );
-    const newest = mine.map(([, e]) => e.measuredAt).sort().at(-1) ?? "";
-    return { entries: mine.length, newest };
-  } catch {
-    return null;
-  }
 }
 
 /**
@@ -177,45 +164,100 @@ export function kernelTuningKey(
   ].join(" | ");
 }
 
-interface CacheFile {
-  version: 1;
-  entries: Record<string, {
-    tuning: MatmulTuning;
-    attention?: DecodeSplitTuning;
-    measuredAt: string;
-    method: string;
-  }>;
+/**
+ * One tuned choice: its part of the cache key, how to measure it, check it when read back,
+ * apply it and describe it.
+ */
+interface TuningPart<T> {
+  readonly name: "matmul" | "decode" | "prefill";
+  readonly key: string;
+  measure(): Promise<{ value: T; wallMs: number; method: string; report: unknown }>;
+  /** @throws {TypeError} when `data` is not a valid choice. */
+  check(data: unknown): T;
+  apply(value: T): void;
+  describe(value: T): string;
 }
 
-async function readCache(path: string): Promise<CacheFile> {
-  let text: string;
-  try {
-    text = await Deno.readTextFile(path);
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return { version: 1, entries: {} };
-    throw error;
+/** The parts tuned for these targets (the decode and prefill ones when given). */
+function tuningParts(
+  ctx: GpuContext,
+  matmuls: readonly Matmul[],
+  options: KernelTuningOptions,
+): TuningPart<unknown>[] {
+  const parts: TuningPart<unknown>[] = [];
+  const matmul: TuningPart<MatmulTuning> = {
+    name: "matmul",
+    key: kernelTuningKey(ctx, matmuls, options.maxBatch, options.prefillRows),
+    async measure() {
+      const r = await tuneMatmul(ctx, matmuls, {
+        maxBatch: options.maxBatch,
+        prefillRows: options.prefillRows,
+      });
+      return { value: r.tuning, wallMs: r.wallMs, method: r.method, report: r };
+    },
+    check: parseMatmulTuning,
+    apply: (t) => matmuls.forEach((m) => m.setTuning(t)),
+    describe: describeTuning,
+  };
+  parts.push(matmul as TuningPart<unknown>);
+  const a = options.attention;
+  if (a !== undefined) {
+    const k = a.kernel;
+    const decode: TuningPart<DecodeSplitTuning> = {
+      name: "decode",
+      key: `attention ${k.variant} ${k.dtype} q${k.numQHeads} kv${k.numKvHeads} d${k.headDim} ` +
+        `b${k.blockSize} ctx ${a.contextLen} digest ${ATTENTION_SOURCES_DIGEST}`,
+      async measure() {
+        const r = await tuneDecodeSplit(ctx, k, {
+          maxBatch: options.maxBatch,
+          contextLen: a.contextLen,
+        });
+        return { value: r.tuning, wallMs: r.wallMs, method: r.method, report: r };
+      },
+      check(data) {
+        checkDecodeSplitTuning(data as DecodeSplitTuning);
+        return data as DecodeSplitTuning;
+      },
+      apply: (t) => k.setSplitTuning(t),
+      describe: describeDecodeSplit,
+    };
+    parts.push(decode as TuningPart<unknown>);
   }
-  const data = JSON.parse(text) as Partial<CacheFile>;
-  if (data.version !== 1 || typeof data.entries !== "object" || data.entries === null) {
-    throw new TypeError(`${path}: not a version 1 matmul tuning cache`);
+  const pre = options.prefill;
+  if (pre !== undefined && pre.kernels.length > 1) {
+    const variants = pre.kernels.map((k) => k.variant);
+    const prefill: TuningPart<PagedAttentionPrefillVariant> = {
+      name: "prefill",
+      key: `prefill ${variants.join("/")} tokens ${pre.tokens} digest ${PREFILL_SOURCES_DIGEST}`,
+      async measure() {
+        const r = await tunePrefillAttention(ctx, pre.kernels, {
+          tokens: pre.tokens,
+          blockSize: pre.blockSize,
+        });
+        return { value: r.variant, wallMs: r.wallMs, method: r.method, report: r };
+      },
+      check(data) {
+        const v = variants.find((x) => x === data);
+        if (v === undefined) {
+          throw new TypeError(
+            `prefill attention ${JSON.stringify(data)} is not one of ${variants}`,
+          );
+        }
+        return v;
+      },
+      apply: (v) => pre.use(v),
+      describe: (v) => `prefill attention ${v} (of ${variants.join(", ")}, ${pre.tokens} tokens)`,
+    };
+    parts.push(prefill as TuningPart<unknown>);
   }
-  return data as CacheFile;
-}
-
-async function writeCache(path: string, file: CacheFile): Promise<void> {
-  const keys = Object.keys(file.entries);
-  for (const k of keys.slice(0, Math.max(0, keys.length - MAX_ENTRIES))) delete file.entries[k];
-  await Deno.mkdir(dirname(path), { recursive: true });
-  const tmp = `${path}.${Deno.pid}.tmp`;
-  await Deno.writeTextFile(tmp, JSON.stringify(file, null, 1) + "\n");
-  await Deno.rename(tmp, path);
+  return parts;
 }
 
 /**
- * Chooses the matmul tuning (and, with `options.attention`, the decode attention's split) by
- * `options.mode`, applies it to `matmuls` (which must hold every call site, bound) and the
- * attention kernel, and logs what was chosen. Measuring overwrites the call sites' outputs: run
- * it before the first step.
+ * Chooses the kernel tuning by `options.mode`: the matmul's (`matmuls` must hold every call
+ * site, bound) and, when given, the decode attention's split and the prefill attention kernel;
+ * applies it and logs what was chosen. Measuring overwrites the call sites' outputs: run it
+ * before the first step.
  */
 export async function applyKernelTuning(
   ctx: GpuContext,
@@ -223,38 +265,43 @@ export async function applyKernelTuning(
   options: KernelTuningOptions,
 ): Promise<KernelTuningOutcome> {
   const log = options.log ?? (() => {});
+  const none = { tuning: null, attention: null, prefill: null };
   const skip = (source: string): KernelTuningOutcome => {
     log(`Kernel tuning: none (${source})`);
-    return { tuning: null, attention: null, source };
+    return { ...none, source };
   };
   const { mode, why } = effectiveTuningMode(options.mode);
   if (mode === "off") return skip(`--kernel-tuning off${why}: default tile and gemv rows`);
   if (ctx.profile !== "gpu") return skip("the cpu kernel profile has no tuned choices");
   const used = matmuls.filter((m) => m.ops.length > 0);
-  const attention = options.attention;
-  const key = kernelTuningKey(ctx, used, options.maxBatch, options.prefillRows) +
-    (attention === undefined ? "" : ` | ${attentionKey(attention.kernel, attention.contextLen)}`);
+  const parts = tuningParts(ctx, used, options);
+  const key = parts.map((p) => p.key).join(" | ");
   const path = options.cachePath ?? kernelTuningCachePath();
-  let cache: CacheFile = { version: 1, entries: {} };
+  let cache: TuningCacheFile = { version: 2, entries: {} };
   try {
-    cache = await readCache(path);
+    cache = await readTuningCache(path);
   } catch (error) {
     log(`Kernel tuning: cache ${path} ignored (${messageOf(error)})`);
   }
+  const outcome = (values: Map<string, unknown>) => ({
+    tuning: (values.get("matmul") ?? null) as MatmulTuning | null,
+    attention: (values.get("decode") ?? null) as DecodeSplitTuning | null,
+    prefill: (values.get("prefill") ?? null) as PagedAttentionPrefillVariant | null,
+  });
   const entry = cache.entries[key];
   if (mode === "auto" && entry !== undefined) {
     try {
-      const tuning = parseMatmulTuning(entry.tuning);
-      const split = attention === undefined ? null : entry.attention ?? null;
-      if (attention !== undefined && split === null) {
-        throw new TypeError("no decode attention split in it");
+      const values = new Map(parts.map((p) => {
+        if (!(p.name in entry.parts)) throw new TypeError(`no ${p.name} choice in it`);
+        return [p.name, p.check(entry.parts[p.name])] as const;
+      }));
+      for (const p of parts) {
+        p.apply(values.get(p.name));
+        log(
+          `Kernel tuning: cached ${entry.measuredAt} (${path}): ${p.describe(values.get(p.name))}`,
+        );
       }
-      if (split !== null) checkDecodeSplitTuning(split);
-      for (const m of used) m.setTuning(tuning);
-      attention?.kernel.setSplitTuning(split);
-      log(`Kernel tuning: cached ${entry.measuredAt} (${path}): ${describeTuning(tuning)}`);
-      if (split !== null) log(`Kernel tuning: cached ${describeDecodeSplit(split)}`);
-      return { tuning, attention: split, source: "cached" };
+      return { ...outcome(values), source: "cached" };
     } catch (error) {
       log(`Kernel tuning: cached entry ignored (${messageOf(error)})`);
     }
@@ -262,54 +309,44 @@ export async function applyKernelTuning(
   if (mode === "auto" && ctx.adapter.isFallback) {
     return skip("auto: software adapter, nothing cached; --kernel-tuning measure measures here");
   }
-  const report = await tuneMatmul(ctx, used, {
-    maxBatch: options.maxBatch,
-    prefillRows: options.prefillRows,
-  });
-  for (const m of used) m.setTuning(report.tuning);
-  log(
-    `Kernel tuning: measured in ${(report.wallMs / 1000).toFixed(1)} s (${report.method})${why}: ` +
-      describeTuning(report.tuning),
-  );
-  let split: DecodeSplitReport | undefined;
-  if (attention !== undefined) {
-    split = await tuneDecodeSplit(ctx, attention.kernel, {
-      maxBatch: options.maxBatch,
-      contextLen: attention.contextLen,
-    });
-    attention.kernel.setSplitTuning(split.tuning);
+  const values = new Map<string, unknown>();
+  const reports = new Map<string, unknown>();
+  let method = "";
+  for (const p of parts) {
+    const m = await p.measure();
+    p.apply(m.value);
+    values.set(p.name, m.value);
+    reports.set(p.name, m.report);
+    method = m.method;
     log(
-      `Kernel tuning: measured in ${(split.wallMs / 1000).toFixed(1)} s: ` +
-        describeDecodeSplit(split.tuning),
+      `Kernel tuning: measured in ${(m.wallMs / 1000).toFixed(1)} s (${m.method})${why}: ` +
+        p.describe(m.value),
     );
   }
   delete cache.entries[key];
   cache.entries[key] = {
-    tuning: report.tuning,
-    ...(split !== undefined ? { attention: split.tuning } : {}),
+    parts: Object.fromEntries(values),
     measuredAt: new Date().toISOString(),
-    method: report.method,
+    method,
   };
   try {
-    await writeCache(path, cache);
+    await writeTuningCache(path, cache);
   } catch (error) {
     log(`Kernel tuning: cache ${path} not written (${messageOf(error)})`);
   }
   return {
-    tuning: report.tuning,
-    attention: split?.tuning ?? null,
+    ...outcome(values),
     source: "measured",
-    report,
-    ...(split !== undefined ? { attentionReport: split } : {}),
+    report: reports.get("matmul") as MatmulTuningReport,
+    ...(reports.has("decode")
+      ? { attentionReport: reports.get("decode") as DecodeSplitReport }
+      : {}),
+    ...(reports.has("prefill")
+      ? { prefillReport: reports.get("prefill") as PrefillAttentionReport }
+      : {}),
   };
 }
 
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
-}
-
-/** The decode attention's part of the cache key: its shape, kernel and context length. */
-function attentionKey(k: PagedAttentionDecode, contextLen: number): string {
-  return `attention ${k.variant} ${k.dtype} q${k.numQHeads} kv${k.numKvHeads} d${k.headDim} ` +
-    `b${k.blockSize} ctx ${contextLen} digest ${ATTENTION_SOURCES_DIGEST}`;
 }

@@ -33,6 +33,11 @@ import { KERNEL_GROUPS, SinglePass } from "./models/step_passes.ts";
 import type { TokenFeedOp } from "../kernels/token_feed.ts";
 import type { Matmul } from "../kernels/matmul.ts";
 import type { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
+import type {
+  PagedAttentionPrefill,
+  PagedAttentionPrefillVariant,
+} from "../kernels/paged_attention_prefill.ts";
+import type { AttentionKernels } from "./models/attention_block.ts";
 
 export type { SampledRows, TopLogprob } from "./sampler.ts";
 
@@ -117,7 +122,7 @@ export class ModelRunner {
   readonly #arena: ParamArena;
   readonly #feed: TokenFeedOp;
   readonly #matmuls: readonly Matmul[];
-  readonly #decodeAttention: PagedAttentionDecode;
+  readonly #attention: AttentionKernels;
   readonly #sampler: Sampler;
   /** Every dispatch of a step in its one pass (the path without `timing.groups`). */
   readonly #single = new SinglePass();
@@ -155,7 +160,7 @@ export class ModelRunner {
     this.#arena = parts.arena;
     this.#own = parts.own;
     this.#matmuls = parts.kernels.matmuls;
-    this.#decodeAttention = parts.attention.decodeKernel;
+    this.#attention = parts.attention;
     const b = (buffer: GPUBuffer) => ({ buffer });
     const bufs = parts.bufs;
     this.#feed = parts.kernels.tokenFeed.bind(parts.arena, {
@@ -249,7 +254,24 @@ export class ModelRunner {
    * kernels/decode_split_tuner.ts and `setSplitTuning`, before steps run).
    */
   get decodeAttention(): PagedAttentionDecode {
-    return this.#decodeAttention;
+    return this.#attention.decodeKernel;
+  }
+
+  /**
+   * The prefill attention kernels every layer can run and the choice among them (measure with
+   * kernels/prefill_attention_tuner.ts, then `use`), before steps run.
+   */
+  get prefillAttention(): {
+    readonly kernels: readonly PagedAttentionPrefill[];
+    readonly variant: PagedAttentionPrefillVariant;
+    use(variant: PagedAttentionPrefillVariant): void;
+  } {
+    const a = this.#attention;
+    return {
+      kernels: a.prefillKernels,
+      variant: a.prefillVariant,
+      use: (variant) => a.usePrefill(variant),
+    };
   }
 
   /** Steps that may be in flight at once (the sampled-token ring's size minus one). */

@@ -26,6 +26,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import { type DType, weightPrelude } from "../gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { dispatch1d } from "./dispatch.ts";
+import { sourceDigest } from "./source_digest.ts";
 
 /** Shape of the attention layer a {@linkcode PagedAttentionPrefill} is compiled for. */
 export interface PagedAttentionPrefillConfig {
@@ -56,6 +57,14 @@ export interface PagedAttentionPrefillConfig {
    */
   readonly variant?: PagedAttentionPrefillVariant;
 }
+
+/** A digest of the prefill attention's WGSL: a cached choice is re-measured once it changes. */
+export const PREFILL_SOURCES_DIGEST: string = sourceDigest(
+  prefillIo,
+  source,
+  unrolledSource,
+  tiledSource,
+);
 
 /** The prefill attention kernels. */
 export type PagedAttentionPrefillVariant = "workgroup" | "unrolled" | "tiled";

@@ -49,6 +49,11 @@ export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
     maxBatch: sizes.maxSeqs,
     prefillRows: Math.min(512, sizes.maxTokens),
     attention: { kernel: runner.decodeAttention, contextLen: Math.min(1024, sizes.maxModelLen) },
+    prefill: {
+      ...runner.prefillAttention,
+      tokens: Math.min(512, sizes.maxTokens, sizes.maxModelLen),
+      blockSize: sizes.blockSize,
+    },
     log: (line) => {
       env.log(line);
       env.report.kernelTuning = line;

@@ -17,6 +17,8 @@ import {
 import {
   PagedAttentionPrefill,
   type PagedAttentionPrefillOp,
+  type PagedAttentionPrefillVariant,
+  tiledPrefillShape,
 } from "../../kernels/paged_attention_prefill.ts";
 import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
 import type { GpuContext } from "../../gpu/context.ts";
@@ -51,7 +53,10 @@ export class AttentionKernels {
   readonly geometry: AttentionGeometry;
   readonly #reshape: ReshapeAndCache;
   readonly #decode: PagedAttentionDecode;
-  readonly #prefill: PagedAttentionPrefill;
+  /** The profile's prefill kernel first, then (gpu profile, where it fits) the `tiled` one. */
+  readonly #prefill: readonly PagedAttentionPrefill[];
+  /** Which of `#prefill` every layer runs (shared by the blocks). */
+  readonly #prefillChoice = { index: 0 };
   readonly #scratch: ReturnType<PagedAttentionDecode["createScratch"]>;
 
   constructor(ctx: GpuContext, geometry: AttentionGeometry, kv: KvCache, maxSeqs: number) {
@@ -66,13 +71,46 @@ export class AttentionKernels {
       blockSize: kv.shape.blockSize,
       dtype,
     });
-    this.#prefill = new PagedAttentionPrefill(ctx, {
-      numQHeads: numHeads,
-      numKvHeads,
+    const prefill = { numQHeads: numHeads, numKvHeads, headDim, dtype };
+    const tiledFits = tiledPrefillShape(
       headDim,
-      dtype,
-    });
+      numHeads / numKvHeads,
+      ctx.limits.maxComputeWorkgroupStorageSize,
+    ) !== null;
+    this.#prefill = [
+      new PagedAttentionPrefill(ctx, prefill),
+      ...(ctx.isCpuProfile || !tiledFits
+        ? []
+        : [new PagedAttentionPrefill(ctx, { ...prefill, variant: "tiled" })]),
+    ];
     this.#scratch = this.#decode.createScratch(maxSeqs, geometry.maxModelLen);
+  }
+
+  /** The prefill attention kernels a layer can run (the first is the default). */
+  get prefillKernels(): readonly PagedAttentionPrefill[] {
+    return this.#prefill;
+  }
+
+  /** The prefill kernel every layer runs. */
+  get prefillVariant(): PagedAttentionPrefillVariant {
+    return this.#prefill[this.#prefillChoice.index]!.variant;
+  }
+
+  /**
+   * Makes every layer run the prefill kernel `variant` (one of {@linkcode prefillKernels}).
+   *
+   * @throws {RangeError} when no such kernel was compiled for this model and profile.
+   */
+  usePrefill(variant: PagedAttentionPrefillVariant): void {
+    const index = this.#prefill.findIndex((k) => k.variant === variant);
+    if (index < 0) {
+      throw new RangeError(
+        `Cannot use the ${variant} prefill attention: this model runs ${
+          this.#prefill.map((k) => k.variant).join(" or ")
+        }`,
+      );
+    }
+    this.#prefillChoice.index = index;
   }
 
   /** The decode attention kernel every layer's call site shares (its split choice is tunable). */
@@ -120,12 +158,14 @@ export class AttentionKernels {
       qStride: g.qkvWidth,
       btStride,
     });
-    const prefill = this.#prefill.bind(arena, { ...common, cuQLens: { buffer: bufs.cuQLens } }, {
-      blockSize: kv.shape.blockSize,
-      btStride,
-      qStride: g.qkvWidth,
-    });
-    return new AttentionBlock(reshape, decode, prefill);
+    const prefill = this.#prefill.map((k) =>
+      k.bind(arena, { ...common, cuQLens: { buffer: bufs.cuQLens } }, {
+        blockSize: kv.shape.blockSize,
+        btStride,
+        qStride: g.qkvWidth,
+      })
+    );
+    return new AttentionBlock(reshape, decode, prefill, this.#prefillChoice);
   }
 
   /** Releases the split-K scratch. */
@@ -140,7 +180,10 @@ export class AttentionBlock {
     /** The K/V cache write, or false when the model writes the cache itself. */
     private readonly reshape: ReshapeAndCacheOp | false,
     private readonly decode: PagedAttentionDecodeOp,
-    private readonly prefill: PagedAttentionPrefillOp,
+    /** One op per prefill kernel of the model ({@linkcode AttentionKernels.prefillKernels}). */
+    private readonly prefill: readonly PagedAttentionPrefillOp[],
+    /** Which of them runs (shared by every layer). */
+    private readonly prefillChoice: { readonly index: number },
   ) {}
 
   /** Encodes cache writes (when bound with them) and attention for this step; output in `attnOut`. */
@@ -149,7 +192,7 @@ export class AttentionBlock {
     if (step.allDecode) {
       this.decode.encode(pass, step.numSeqs, step.maxContextLen);
     } else {
-      this.prefill.encode(pass, step.numSeqs, step.numTokens);
+      this.prefill[this.prefillChoice.index]!.encode(pass, step.numSeqs, step.numTokens);
     }
   }
 }

@@ -12,7 +12,9 @@ import {
   splitPartitionFor,
 } from "../kernels/decode_split.ts";
 import { splitBatches, tuneDecodeSplit } from "../kernels/decode_split_tuner.ts";
+import { tunePrefillAttention } from "../kernels/prefill_attention_tuner.ts";
 import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import { GPU_TEST, ParamArena, testContext, upload, whole } from "./support/gpu.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { makeModel } from "../tools/make_model.ts";
@@ -135,31 +137,75 @@ Deno.test(
   },
 );
 
+/**
+ * Runs `fn` on a runner of a fresh tiny-qwen3 checkpoint (f32), then checks that `prompt`
+ * greedily generates `maxTokens` tokens equal to the float64 reference's (near-ties excepted).
+ */
+async function withTinyRunner(
+  seed: number,
+  kernelProfile: "cpu" | "gpu" | undefined,
+  prompt: readonly number[],
+  maxTokens: number,
+  chunk: number,
+  fn: (runner: ModelRunner, ctx: GpuContext) => Promise<void> | void,
+): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "attention_tuning_model_" });
+  try {
+    await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed });
+    const ctx = await testContext({ forceF32: true, ...(kernelProfile ? { kernelProfile } : {}) });
+    const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
+    try {
+      await fn(runner, ctx);
+      const got = await soloGreedy(runner, prompt, maxTokens, { chunk });
+      const expected = referenceRun(await ReferenceModel.load(dir), prompt, maxTokens);
+      for (let i = 0; i < maxTokens; i++) {
+        if (expected[i]!.gap < 1e-4) break;
+        assertEqual(got[i], expected[i]!.token, `token ${i}`);
+      }
+    } finally {
+      runner.destroy();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
 Deno.test(
   "ModelRunner decodes equal to the float64 reference with 64-token split partitions",
   GPU_TEST,
   async () => {
-    const dir = await Deno.makeTempDir({ prefix: "decode_split_model_" });
-    try {
-      await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: 31 });
-      const ctx = await testContext({ forceF32: true });
-      const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
-      try {
-        // Every decode step of this run takes split-K with partitions of 64 tokens: contexts
-        // of 70 to 85 tokens are two partitions.
-        runner.decodeAttention.setSplitTuning({ contextLen: 128, partitionByBatch: { "4": 64 } });
-        const prompt = Array.from({ length: 70 }, (_, i) => (i * 37 + 11) % 500);
-        const got = await soloGreedy(runner, prompt, 16, { chunk: 32 });
-        const expected = referenceRun(await ReferenceModel.load(dir), prompt, 16);
-        for (let i = 0; i < 16; i++) {
-          if (expected[i]!.gap < 1e-4) break;
-          assertEqual(got[i], expected[i]!.token, `token ${i}`);
-        }
-      } finally {
-        runner.destroy();
-      }
-    } finally {
-      await Deno.remove(dir, { recursive: true });
-    }
+    // Every decode step of this run takes split-K with partitions of 64 tokens: contexts of 70
+    // to 85 tokens are two partitions.
+    const prompt = Array.from({ length: 70 }, (_, i) => (i * 37 + 11) % 500);
+    await withTinyRunner(31, undefined, prompt, 16, 32, (runner) => {
+      runner.decodeAttention.setSplitTuning({ contextLen: 128, partitionByBatch: { "4": 64 } });
+    });
+  },
+);
+
+Deno.test(
+  "ModelRunner prefills equal to the float64 reference with the tiled prefill attention",
+  GPU_TEST,
+  async () => {
+    // Chunks of 24 tokens: later chunks attend to the cached prefix through the tiled kernel.
+    const prompt = Array.from({ length: 60 }, (_, i) => (i * 53 + 7) % 500);
+    await withTinyRunner(33, "gpu", prompt, 8, 24, async (runner, ctx) => {
+      const pre = runner.prefillAttention;
+      assertEqual(pre.kernels.map((k) => k.variant), ["workgroup", "tiled"]);
+      assertThrows(() => pre.use("unrolled"), /this model runs workgroup or tiled/);
+      const r = await tunePrefillAttention(ctx, pre.kernels, {
+        tokens: 40,
+        blockSize: 16,
+        repeats: 2,
+      });
+      assertEqual(r.points.map((p) => p.variant), ["workgroup", "tiled"]);
+      assertEqual(r.variant, r.points.reduce((a, p) => (p.ms < a.ms ? p : a)).variant);
+      await assertRejects(
+        () => tunePrefillAttention(ctx, [], { tokens: 4, blockSize: 16 }),
+        /0 kernels/,
+      );
+      pre.use("tiled");
+      assertEqual(runner.prefillAttention.variant, "tiled");
+    });
   },
 );

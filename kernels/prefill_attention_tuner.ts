@@ -1,0 +1,93 @@
+/**
+ * Measures which prefill attention kernel (kernels/paged_attention_prefill.ts: `workgroup`,
+ * `tiled`, ...) is fastest on this adapter for one model's shape: one sequence of `tokens` new
+ * tokens and no cached prefix, on buffers made here (zero queries and KV: the time does not
+ * depend on the values), each kernel timed as the median of several passes on the GPU
+ * (gpu/timer.ts).
+ *
+ * @module
+ */
+
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { ParamArena } from "../gpu/params.ts";
+import { timePasses } from "../gpu/timer.ts";
+import type {
+  PagedAttentionPrefill,
+  PagedAttentionPrefillVariant,
+} from "./paged_attention_prefill.ts";
+
+/** What {@linkcode tunePrefillAttention} measured and chose. */
+export interface PrefillAttentionReport {
+  readonly variant: PagedAttentionPrefillVariant;
+  readonly tokens: number;
+  /** Each kernel's median time in ms. */
+  readonly points: readonly {
+    readonly variant: PagedAttentionPrefillVariant;
+    readonly ms: number;
+  }[];
+  readonly method: string;
+  readonly wallMs: number;
+}
+
+/**
+ * Times each of `kernels` (compiled for the same shape and KV dtype) on one sequence of `tokens`
+ * new tokens with `blockSize`-token KV blocks, and returns the fastest.
+ *
+ * @throws {RangeError} when `kernels` is empty or `tokens` / `blockSize` is not positive.
+ */
+export async function tunePrefillAttention(
+  ctx: GpuContext,
+  kernels: readonly PagedAttentionPrefill[],
+  options: { readonly tokens: number; readonly blockSize: number; readonly repeats?: number },
+): Promise<PrefillAttentionReport> {
+  const t0 = performance.now();
+  const { tokens: T, blockSize: bs } = options;
+  const first = kernels[0];
+  if (first === undefined || ![T, bs].every((n) => Number.isInteger(n) && n >= 1)) {
+    throw new RangeError(
+      `Cannot tune prefill attention: ${kernels.length} kernels, ${T} tokens, block ${bs}`,
+    );
+  }
+  const { numQHeads: hq, numKvHeads: hkv, headDim: D, dtype } = first.config;
+  const blocks = Math.ceil(T / bs);
+  const cacheBytes = blocks * hkv * bs * D * (dtype === "f16" ? 2 : 4);
+  const own: { destroy(): void }[] = [];
+  const buffer = (label: string, data: Uint32Array<ArrayBuffer> | number) => {
+    const bytes = typeof data === "number" ? data : data.byteLength;
+    const b = ctx.createBuffer(`prefill_tuner/${label}`, Math.max(16, bytes), STORAGE_RW);
+    if (typeof data !== "number") ctx.device.queue.writeBuffer(b, 0, data);
+    own.push(b);
+    return { buffer: b };
+  };
+  try {
+    const buffers = {
+      q: buffer("q", 4 * T * hq * D),
+      kCache: buffer("k", cacheBytes),
+      vCache: buffer("v", cacheBytes),
+      blockTables: buffer("block_tables", Uint32Array.from({ length: blocks }, (_, i) => i)),
+      cuQLens: buffer("cu_q_lens", Uint32Array.of(0, T)),
+      contextLens: buffer("context_lens", Uint32Array.of(T)),
+      out: buffer("out", 4 * T * hq * D),
+    };
+    const arena = new ParamArena(ctx, kernels.length, "prefill-tuning");
+    own.push(arena);
+    let method = "";
+    const points: { variant: PagedAttentionPrefillVariant; ms: number }[] = [];
+    for (const kernel of kernels) {
+      const op = kernel.bind(arena, buffers, { blockSize: bs, btStride: blocks });
+      const tiles = kernel.countTiles([T]);
+      const t = await timePasses(ctx, (pass) => op.encode(pass, 1, T, tiles), {
+        arena,
+        warmup: 1,
+        repeats: options.repeats ?? 5,
+      });
+      method = t.method;
+      points.push({ variant: kernel.variant, ms: t.medianMs });
+    }
+    ctx.check();
+    const best = points.reduce((a, p) => (p.ms < a.ms ? p : a));
+    return { variant: best.variant, tokens: T, points, method, wallMs: performance.now() - t0 };
+  } finally {
+    for (const o of own) o.destroy();
+  }
+}
