@@ -111,6 +111,7 @@ export class Matmul {
   readonly #ops: MatmulOp[] = [];
   #tile: TileConfig;
   #gemvMaxRows: Readonly<Record<string, number>> = {};
+  #gemvRows: Readonly<Record<string, number>> = {};
   #generation = 0;
 
   constructor(ctx: GpuContext, options: MatmulOptions) {
@@ -126,6 +127,7 @@ export class Matmul {
     this.#tile = options.tile ?? options.tuning?.tile ?? TILE;
     checkTile(this.#tile);
     this.#gemvMaxRows = options.tuning?.gemvMaxRows ?? {};
+    this.#gemvRows = options.tuning?.gemvRows ?? {};
     // Compile what the policy uses up front; forced variants (and `blocked`, the CPU fallback
     // for row strides that are not a multiple of 8) compile on first use.
     this.#compilePolicy(this.dtype);
@@ -160,13 +162,22 @@ export class Matmul {
     checkTile(tuning.tile);
     this.#tile = tuning.tile;
     this.#gemvMaxRows = tuning.gemvMaxRows;
+    this.#gemvRows = tuning.gemvRows ?? {};
     this.#generation++;
     if (this.policy !== "gpu") return;
     for (const op of this.#ops) {
       const { format, xForm } = op.shape;
       this.#compilePolicy(format, xForm);
       op.bindGroups(this.config("tiled", 0, false, format, xForm));
+      const rb = this.gemvRowsFor(op.shape);
+      if (rb === 1) continue;
+      for (const mb of ROW_BLOCKS) op.bindGroups(this.config("gemv", mb, false, format, xForm, rb));
     }
+  }
+
+  /** The weight rows per `gemv` invocation for `shape` (the tuning's, or 1). */
+  gemvRowsFor(shape: MatmulShape): number {
+    return this.#gemvRows[shapeKey(shape)] ?? 1;
   }
 
   /** The largest M run by `gemv` for `shape` under the `gpu` policy (the tuning's, or the default). */
@@ -203,6 +214,7 @@ export class Matmul {
     xVec4 = false,
     format: WeightFormat = this.dtype,
     xForm: XForm = "plain",
+    gemvRows = 1,
   ): KernelConfig {
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
@@ -212,6 +224,8 @@ export class Matmul {
       ? `${tag}/t${t.wx}x${t.wy}k${t.bk}`
       : variant === "unrolled"
       ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}`
+      : variant === "gemv" && gemvRows > 1
+      ? `${tag}/mb${mb}/rb${gemvRows}`
       : `${tag}/mb${mb}`;
     let config = this.#configs.get(key);
     if (config !== undefined) return config;
@@ -224,6 +238,7 @@ export class Matmul {
       xForm,
       this.dtype,
       t,
+      variant === "gemv" ? gemvRows : 1,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
     config = { key, variant, format, xForm, xVec4, pipeline, rowsPerGroup, mPerGroup };
@@ -243,12 +258,14 @@ export class Matmul {
     variant?: MatmulVariant,
     format: WeightFormat = this.dtype,
     xForm: XForm = "plain",
+    gemvRows?: number,
   ): KernelConfig {
     const decode = m <= this.decodeMaxRows;
+    const shape = { format, rows, cols, xForm, bias: this.bias };
     const v = variant ??
       (this.policy === "cpu"
         ? (rowStride % 8 === 0 ? "unrolled" : "blocked")
-        : m <= this.gemvMaxRowsFor({ format, rows, cols, xForm, bias: this.bias })
+        : m <= this.gemvMaxRowsFor(shape)
         ? "gemv"
         : "tiled");
     if (v === "unrolled" && rowStride % 8 !== 0) {
@@ -267,7 +284,8 @@ export class Matmul {
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
     const mb = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
-    return this.config(v, mb, false, format, xForm);
+    const rb = v === "gemv" ? gemvRows ?? this.gemvRowsFor(shape) : 1;
+    return this.config(v, mb, false, format, xForm, rb);
   }
 
   /**

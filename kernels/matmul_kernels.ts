@@ -124,9 +124,14 @@ const UNROLLED_RN = 16;
  */
 const QUANT_RN = 16;
 const UNROLLED_WG = 8;
-/** `gemv`: invocations per weight row and weight rows per workgroup. */
+/** `gemv`: invocations per weight row and invocation sets (of RB weight rows) per workgroup. */
 const GEMV_TPR = 64;
 const GEMV_RPW = 4;
+/**
+ * `gemv`: weight rows per invocation compiled (each X vec4 loaded once for them). 1 is the
+ * default; the kernel tuning (kernels/matmul_tuner.ts) measures 4 per call-site shape.
+ */
+export const GEMV_ROW_BLOCKS = [1, 4] as const;
 /**
  * matmul_unrolled.wgsl with its k loop (between the "K LOOP BEGIN" and "K LOOP END" lines)
  * replaced by matmul_unrolled_q.wgsl's, for int8 / int4 weights.
@@ -335,9 +340,11 @@ function biasBinding(bias: boolean): string {
  * the X binding (`matmul_x.wgsl` / `matmul_x_swiglu.wgsl`, `gemv` and `tiled` with
  * `matmul_x_nostat.wgsl`, or `matmul_x_rms.wgsl`; `unrolled` has its own), the weight and bias
  * bindings, the constants, and `matmul_io.wgsl` (Params, the Y and parameter bindings,
- * `store_y`), shared by every kernel. `tile` replaces the `tiled` configuration (tuning benches).
+ * `store_y`), shared by every kernel. `tile` replaces the `tiled` configuration (tuning benches);
+ * `gemvRows` is the weight rows per `gemv` invocation (one of {@linkcode GEMV_ROW_BLOCKS}).
  *
- * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`.
+ * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`, or a
+ *   `gemvRows` that is not one of {@linkcode GEMV_ROW_BLOCKS}.
  */
 export function kernelSource(
   variant: MatmulVariant,
@@ -348,6 +355,7 @@ export function kernelSource(
   xForm: XForm = "plain",
   normDtype: DType = "f32",
   tile: TileConfig = TILE,
+  gemvRows = 1,
 ): KernelSource {
   const quant = format === "int8" || format === "int4" ? format : null;
   const w = variant !== "unrolled"
@@ -386,9 +394,15 @@ export function kernelSource(
         BLOCKED_RN * BLOCKED_WG,
       );
     case "gemv": {
+      if (!GEMV_ROW_BLOCKS.some((rb) => rb === gemvRows)) {
+        throw new RangeError(
+          `Cannot build matmul gemv with ${gemvRows} weight rows per invocation`,
+        );
+      }
       const xs = isNormXForm(xForm) ? 2 : 1;
-      const source = unrollTemplate(gemvSource, { i: mb, r: 1 });
-      return kernel({ MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW, XS: xs }, source, GEMV_RPW);
+      const source = unrollTemplate(gemvSource, { i: mb, r: gemvRows });
+      const consts = { MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW, RB: gemvRows, XS: xs };
+      return kernel(consts, source, GEMV_RPW * gemvRows);
     }
     case "tiled": {
       checkTile(tile);

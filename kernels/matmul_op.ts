@@ -63,6 +63,8 @@ export interface MatmulBuffers {
 export interface MatmulEncodeOptions {
   /** Forces a kernel instead of the policy's choice (tests, benchmarks). */
   readonly variant?: MatmulVariant;
+  /** Forces the weight rows per `gemv` invocation (tests, the kernel tuning). */
+  readonly gemvRows?: number;
 }
 
 /** One compiled kernel configuration and how to size its grid. */
@@ -104,6 +106,7 @@ export class MatmulOp {
   #last: {
     m: number;
     variant?: MatmulVariant;
+    gemvRows?: number;
     generation: number;
     config: KernelConfig;
     groups: GPUBindGroup[];
@@ -145,7 +148,7 @@ export class MatmulOp {
 
   /** The kernel the policy (or `variant`) runs for `m` rows. */
   variantFor(m: number, variant?: MatmulVariant): MatmulVariant {
-    return this.#choose(m, variant).config.variant;
+    return this.#choose(m, variant, undefined).config.variant;
   }
 
   /** The bind groups (one per weight part) of `config`, created on first use. @internal */
@@ -175,16 +178,26 @@ export class MatmulOp {
   }
 
   /** The kernel and bind groups for `m` rows (the policy's, or `variant`). */
-  #choose(m: number, variant: MatmulVariant | undefined) {
+  #choose(m: number, variant: MatmulVariant | undefined, gemvRows: number | undefined) {
     const last = this.#last;
     const generation = this.#matmul.generation;
     if (
-      last !== null && last.m === m && last.variant === variant && last.generation === generation
+      last !== null && last.m === m && last.variant === variant &&
+      last.gemvRows === gemvRows && last.generation === generation
     ) return last;
     const w = this.#buffers.weight;
     const xForm = this.#buffers.xForm ?? "plain";
-    const config = this.#matmul.choose(m, w.rows, w.cols, w.rowStride, variant, w.format, xForm);
-    const chosen = { m, variant, generation, config, groups: this.bindGroups(config) };
+    const config = this.#matmul.choose(
+      m,
+      w.rows,
+      w.cols,
+      w.rowStride,
+      variant,
+      w.format,
+      xForm,
+      gemvRows,
+    );
+    const chosen = { m, variant, gemvRows, generation, config, groups: this.bindGroups(config) };
     this.#last = chosen;
     return chosen;
   }
@@ -204,7 +217,7 @@ export class MatmulOp {
       );
     }
     const w = this.#buffers.weight;
-    const { config, groups } = this.#choose(m, options.variant);
+    const { config, groups } = this.#choose(m, options.variant, options.gemvRows);
     const gz = Math.ceil(m / config.mPerGroup);
     if (gz > MAX_GROUPS_PER_DIM) {
       throw new RangeError(`Cannot encode matmul: m = ${m} needs ${gz} workgroups in z`);

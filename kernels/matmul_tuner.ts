@@ -4,9 +4,10 @@
  * 1. the `tiled` configuration: each of {@linkcode TILE_CANDIDATES} times every call-site
  *    shape at the prefill row count; the least total (each shape weighted by its call sites)
  *    wins;
- * 2. per shape, `gemv` against `tiled` (the chosen tile) at row counts 1, 2, 4, ... up to the
- *    largest decode batch and the prefill row count; `gemv` runs up to the last M before the
- *    first where `tiled` was faster ({@linkcode crossover}).
+ * 2. per shape, `gemv` (with 1 and 4 weight rows per invocation) against `tiled` (the chosen
+ *    tile) at row counts 1, 2, 4, ... up to the largest decode batch and the prefill row count;
+ *    the shape's `gemv` is the one with the least total time ({@linkcode pickGemvRows}), and it
+ *    runs up to the last M before the first where `tiled` was faster ({@linkcode crossover}).
  *
  * Each time is the median of several passes timed on the GPU (`timestamp-query`; else the host
  * clock over several passes), gpu/timer.ts. The call sites' outputs are overwritten (run it
@@ -20,6 +21,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { timePasses } from "../gpu/timer.ts";
 import { Matmul, type MatmulOp } from "./matmul.ts";
+import { GEMV_ROW_BLOCKS } from "./matmul_kernels.ts";
 import { TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
 import {
   crossover,
@@ -97,8 +99,8 @@ export async function tuneMatmul(
       }
       return op;
     };
-    const time = async (op: MatmulOp, m: number, variant: "gemv" | "tiled") => {
-      const t = await timePasses(ctx, (pass) => op.encode(pass, m, { variant }), {
+    const time = async (op: MatmulOp, m: number, variant: "gemv" | "tiled", gemvRows = 1) => {
+      const t = await timePasses(ctx, (pass) => op.encode(pass, m, { variant, gemvRows }), {
         arena,
         warmup: 1,
         repeats,
@@ -117,20 +119,31 @@ export async function tuneMatmul(
     const tile = pickTile(tileTimes, counts);
     const crossovers: Record<string, CrossoverPoint[]> = {};
     const gemvMaxRows: Record<string, number> = {};
+    const gemvRows: Record<string, number> = {};
     for (const g of groups) {
-      const points: CrossoverPoint[] = [];
+      const rows: { m: number; ms: number[]; tiledMs: number }[] = [];
       for (const m of rowCounts(options.maxBatch, prefill(g))) {
         const op = trial(g, tile);
-        const p = { m, gemvMs: await time(op, m, "gemv"), tiledMs: await time(op, m, "tiled") };
-        points.push(p);
-        if (p.gemvMs > p.tiledMs) break;
+        const ms: number[] = [];
+        for (const rb of GEMV_ROW_BLOCKS) ms.push(await time(op, m, "gemv", rb));
+        const r = { m, ms, tiledMs: await time(op, m, "tiled") };
+        rows.push(r);
+        if (Math.min(...r.ms) > r.tiledMs) break;
       }
+      const rb = pickGemvRows(rows);
+      const points = rows.map((r) => ({
+        m: r.m,
+        gemvMs: r.ms[GEMV_ROW_BLOCKS.indexOf(rb as 1)]!,
+        tiledMs: r.tiledMs,
+        gemvByRows: Object.fromEntries(GEMV_ROW_BLOCKS.map((b, i) => [b, r.ms[i]!])),
+      }));
       crossovers[g.key] = points;
       gemvMaxRows[g.key] = crossover(points);
+      gemvRows[g.key] = rb;
     }
     ctx.check();
     return {
-      tuning: { tile, gemvMaxRows },
+      tuning: { tile, gemvMaxRows, gemvRows },
       tiles: tiles.map((t) => ({
         tile: t,
         totalMs: tileTimes.get(t)!.reduce((s, ms, i) => s + ms * counts[i]!, 0),
@@ -162,6 +175,28 @@ function shapeGroups(matmuls: readonly Matmul[]): ShapeGroup[] {
   }
   if (groups.size === 0) throw new RangeError("Cannot tune matmul: no call site is bound");
   return [...groups.values()];
+}
+
+/**
+ * The weight rows per `gemv` invocation (one of `GEMV_ROW_BLOCKS`) with the least total time over
+ * the row counts where some `gemv` was at least as fast as `tiled` (all of them when none was);
+ * ties go to the smaller. `ms[i]` is the time with `GEMV_ROW_BLOCKS[i]` rows.
+ */
+export function pickGemvRows(
+  rows: readonly { readonly ms: readonly number[]; readonly tiledMs: number }[],
+): number {
+  const useful = rows.filter((r) => Math.min(...r.ms) <= r.tiledMs);
+  const set = useful.length > 0 ? useful : rows;
+  let best = 0;
+  let bestMs = Infinity;
+  GEMV_ROW_BLOCKS.forEach((_, i) => {
+    const total = set.reduce((sum, r) => sum + r.ms[i]!, 0);
+    if (total < bestMs) {
+      best = i;
+      bestMs = total;
+    }
+  });
+  return GEMV_ROW_BLOCKS[best]!;
 }
 
 /** 1, 2, 4, ... up to `maxBatch`, then `maxBatch` and `prefillRows` (at most `prefillRows`). */

@@ -9,7 +9,7 @@
  */
 
 import { checkTile, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
-import type { WeightFormat, XForm } from "./matmul_kernels.ts";
+import { GEMV_ROW_BLOCKS, type WeightFormat, type XForm } from "./matmul_kernels.ts";
 
 /** Measured choices of the `gpu` policy's matmul kernels on one adapter. */
 export interface MatmulTuning {
@@ -20,6 +20,11 @@ export interface MatmulTuning {
    * `tiled`; 0: `tiled` for every M). Shapes not listed follow `Matmul.decodeMaxRows`.
    */
   readonly gemvMaxRows: Readonly<Record<string, number>>;
+  /**
+   * Per call-site shape: weight rows per `gemv` invocation (one of `GEMV_ROW_BLOCKS`); shapes
+   * not listed use 1.
+   */
+  readonly gemvRows?: Readonly<Record<string, number>>;
 }
 
 /** What identifies a call site's kernel choice: weight format and shape, X form, bias. */
@@ -41,8 +46,11 @@ export function shapeKey(s: MatmulShape): string {
 /** One row count's median times of the two kernels on one shape, in milliseconds. */
 export interface CrossoverPoint {
   readonly m: number;
+  /** The time of the `gemv` kernel chosen for the shape. */
   readonly gemvMs: number;
   readonly tiledMs: number;
+  /** Each measured `gemv` (weight rows per invocation -> ms), when several were. */
+  readonly gemvByRows?: Readonly<Record<number, number>>;
 }
 
 /**
@@ -88,7 +96,9 @@ export function pickTile(
  * @throws {TypeError} naming what is wrong.
  */
 export function parseMatmulTuning(data: unknown): MatmulTuning {
-  const o = data as { tile?: Partial<TileConfig>; gemvMaxRows?: unknown } | null;
+  const o = data as
+    | { tile?: Partial<TileConfig>; gemvMaxRows?: unknown; gemvRows?: unknown }
+    | null;
   const t = o?.tile;
   const tile = TILE_CANDIDATES.find((c) => c.wx === t?.wx && c.wy === t?.wy && c.bk === t?.bk);
   if (tile === undefined) {
@@ -110,12 +120,28 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
     }
     gemvMaxRows[key] = value as number;
   }
-  return { tile, gemvMaxRows };
+  const rb = o?.gemvRows ?? {};
+  if (typeof rb !== "object" || rb === null || Array.isArray(rb)) {
+    throw new TypeError("Invalid matmul tuning: gemvRows must be an object");
+  }
+  const gemvRows: Record<string, number> = {};
+  for (const [key, value] of Object.entries(rb)) {
+    if (!GEMV_ROW_BLOCKS.some((b) => b === value)) {
+      throw new TypeError(
+        `Invalid matmul tuning: gemvRows["${key}"] must be one of ${GEMV_ROW_BLOCKS.join(", ")}, ` +
+          `got ${JSON.stringify(value)}`,
+      );
+    }
+    gemvRows[key] = value as number;
+  }
+  return { tile, gemvMaxRows, gemvRows };
 }
 
 /** One line describing `t`, e.g. "tile 16x16 bk16; gemv up to M = 64 for f16 1024x3072 swiglu". */
 export function describeTuning(t: MatmulTuning): string {
-  const rows = Object.entries(t.gemvMaxRows).map(([k, m]) => `${m} for ${k}`);
+  const rows = Object.entries(t.gemvMaxRows).map(([k, m]) =>
+    `${m}${(t.gemvRows?.[k] ?? 1) > 1 ? ` (${t.gemvRows![k]} rows each)` : ""} for ${k}`
+  );
   return `tile ${t.tile.wx}x${t.tile.wy} bk${t.tile.bk}; gemv up to M = ${
     rows.length > 0 ? rows.join(", ") : "(no shape)"
   }`;

@@ -3,7 +3,7 @@ import { AssertionError } from "node:assert";
 import type { GpuContext } from "../gpu/context.ts";
 import { type DType, roundTo } from "../gpu/dtype.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
-import { Matmul, type MatmulVariant } from "../kernels/matmul.ts";
+import { Matmul } from "../kernels/matmul.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -16,6 +16,7 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
+import { forced, type TestVariant } from "./support/matmul_variants.ts";
 import { matmulRef } from "./reference/matmul.ts";
 import { denseRows, fusedAddRmsNormRef, rmsNormRef } from "./reference/norms.ts";
 
@@ -28,7 +29,7 @@ interface NormCase {
   /** Whether delta is added to the stream first (and the sum written out). */
   readonly residual: boolean;
   /** Forced kernel; undefined runs the gpu policy's choice. */
-  readonly variant?: MatmulVariant;
+  readonly variant?: TestVariant;
   /** Binding limit, to split the weight into parts. */
   readonly maxBindingBytes?: number;
   readonly parts?: number;
@@ -95,7 +96,7 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
       bias: biasBuf === undefined ? undefined : whole(biasBuf),
       y: whole(yBuf),
     });
-    await runPass(ctx, arena, (pass) => op.encode(pass, m, { variant: c.variant }));
+    await runPass(ctx, arena, (pass) => op.encode(pass, m, forced(c.variant)));
     const layout = denseRows(m, k);
     const g = roundTo(gamma, c.dtype);
     const ref = delta === undefined
@@ -136,7 +137,7 @@ Deno.test(
       for (const dtype of ["f32", "f16"] as const) {
         for (const residual of [false, true]) {
           const bias = (shape[0] + (residual ? 1 : 0)) % 2 === 0;
-          for (const variant of ["gemv", "tiled", undefined] as const) {
+          for (const variant of ["gemv", "gemv4", "tiled", undefined] as const) {
             await check(ctx, { shape, dtype, bias, residual, variant });
           }
         }
@@ -151,7 +152,7 @@ Deno.test(
   async () => {
     // 4 KiB bindings: a 90 x 60 f32 weight (240 bytes per row) splits into 6 parts.
     const ctx = await testContext({ maxBindingBytes: 4096 });
-    for (const variant of ["gemv", "tiled"] as const) {
+    for (const variant of ["gemv", "gemv4", "tiled"] as const) {
       await check(ctx, {
         shape: [3, 90, 60],
         dtype: "f32",

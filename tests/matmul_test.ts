@@ -6,7 +6,6 @@ import { GpuMatrix } from "../gpu/tensor.ts";
 import {
   Matmul,
   type MatmulPolicy,
-  type MatmulVariant,
   TILE,
   TILE_CANDIDATES,
   type TileConfig,
@@ -24,6 +23,7 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
+import { forced, TEST_VARIANTS, type TestVariant } from "./support/matmul_variants.ts";
 import { matmulRef } from "./reference/matmul.ts";
 import { siluMulRef } from "./reference/activations.ts";
 
@@ -34,7 +34,7 @@ interface Case {
   readonly dtype: DType;
   readonly bias: boolean;
   /** Forced kernel; undefined runs the policy's choice. */
-  readonly variant?: MatmulVariant;
+  readonly variant?: TestVariant;
   readonly policy?: MatmulPolicy;
   /** Row stride of y (default n); columns past n must stay poisoned. */
   readonly ldy?: number;
@@ -101,7 +101,7 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
       ldy,
       xForm: c.xForm,
     });
-    await runPass(ctx, arena, (pass) => op.encode(pass, m, { variant: c.variant }));
+    await runPass(ctx, arena, (pass) => op.encode(pass, m, forced(c.variant)));
     const got = await readF32(ctx, yBuf);
     const expected = matmulRef(x, roundTo(w, c.dtype), bias, m, n, k);
     const inside = new Float32Array(m * n);
@@ -133,7 +133,7 @@ const SHAPES: readonly Shape[] = [
   [1, 1000, 1024],
   [13, 300, 255],
 ];
-const VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "blocked", "unrolled"];
+const VARIANTS = TEST_VARIANTS;
 const DTYPES: readonly DType[] = ["f32", "f16"];
 
 Deno.test(

@@ -9,7 +9,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import { roundTo } from "../gpu/dtype.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { Matmul, type MatmulOp, TILE, TILE_CANDIDATES } from "../kernels/matmul.ts";
-import { rowCounts, tuneMatmul } from "../kernels/matmul_tuner.ts";
+import { pickGemvRows, rowCounts, tuneMatmul } from "../kernels/matmul_tuner.ts";
 import {
   crossover,
   describeTuning,
@@ -78,7 +78,23 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
     /gemvMaxRows\["a"\] must be a non-negative integer, got -1/,
   );
   assertThrows(() => parseMatmulTuning({ tile: TILE, gemvMaxRows: { a: 1.5 } }), TypeError);
+  assertThrows(
+    () => parseMatmulTuning({ tile: TILE, gemvMaxRows: {}, gemvRows: { a: 3 } }),
+    /gemvRows\["a"\] must be one of 1, 4, got 3/,
+  );
+  assertEqual(parseMatmulTuning({ tile: TILE, gemvMaxRows: {}, gemvRows: { a: 4 } }).gemvRows, {
+    a: 4,
+  });
   assert(describeTuning(t).includes("32 for f16 8x8 plain"));
+});
+
+Deno.test("pickGemvRows() takes the least total over the row counts where gemv was useful", () => {
+  const r = (ms: number[], tiledMs: number) => ({ ms, tiledMs });
+  assertEqual(pickGemvRows([r([1, 2], 5), r([2, 1], 5)]), 1, "3 against 3: the smaller");
+  assertEqual(pickGemvRows([r([2, 1], 5), r([3, 2], 5)]), 4);
+  // Past the crossover (tiled faster than both) the times do not count.
+  assertEqual(pickGemvRows([r([2, 1], 5), r([90, 99], 6)]), 4);
+  assertEqual(pickGemvRows([r([9, 8], 5)]), 4, "no useful row: all of them");
 });
 
 Deno.test("rowCounts() doubles up to the decode batch, then adds it and the prefill rows", () => {
@@ -157,12 +173,17 @@ Deno.test(
       assertEqual(variants(a.op), ["gemv", "tiled", "tiled"], "default: gemv up to 16 rows");
       const tile = TILE_CANDIDATES[3]!;
       assertEqual(a.op.variantFor(40), "tiled");
-      matmul.setTuning({ tile, gemvMaxRows: { [shapeKey(a.op.shape)]: 40 } });
+      matmul.setTuning({
+        tile,
+        gemvMaxRows: { [shapeKey(a.op.shape)]: 40 },
+        gemvRows: { [shapeKey(a.op.shape)]: 4 },
+      });
       assertEqual(matmul.tile, tile);
       assertEqual(a.op.variantFor(40), "gemv", "the call site re-chooses the same M");
       assertEqual(variants(a.op), ["gemv", "gemv", "gemv"], "tuned shape: gemv up to 40");
       assertEqual(variants(b.op), ["gemv", "tiled", "tiled"], "an unlisted shape keeps 16");
-      // Both kernels, under the new tile, against the float64 reference.
+      // Both kernels, under the new tile (and gemv with 4 weight rows per invocation for a),
+      // against the float64 reference.
       for (const rows of [40, 17]) {
         await runPass(ctx, arena, (pass) => {
           for (const s of sites) s.op.encode(pass, rows);
@@ -214,6 +235,12 @@ Deno.test(
       for (const key of keys) {
         const points = r.crossovers[key]!;
         assertEqual(r.tuning.gemvMaxRows[key], crossover(points));
+        const rb = r.tuning.gemvRows![key]!;
+        assertEqual(
+          rb,
+          pickGemvRows(points.map((p) => ({ ms: [p.gemvByRows![1]!, p.gemvByRows![4]!], ...p }))),
+        );
+        for (const p of points) assertEqual(p.gemvMs, p.gemvByRows![rb]);
         // Measured in order, stopping after the first row count where tiled won.
         const ms = points.map((p) => p.m);
         assertEqual(ms, rowCounts(4, 24).slice(0, ms.length));

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import type { GpuContext } from "../gpu/context.ts";
 import { GROUP, type QuantFormat, quantizeRows } from "../gpu/quant.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
-import { Matmul, type MatmulVariant, type XForm } from "../kernels/matmul.ts";
+import { Matmul, type XForm } from "../kernels/matmul.ts";
 import { assertClose } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -22,6 +22,7 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
+import { forced, TEST_VARIANTS, type TestVariant } from "./support/matmul_variants.ts";
 import { matmulRef } from "./reference/matmul.ts";
 import { siluMulRef } from "./reference/activations.ts";
 import { quantizeRef, unpackRef } from "./reference/quant.ts";
@@ -61,7 +62,7 @@ async function check(
   kernel: Matmul,
   format: QuantFormat,
   shape: Shape,
-  variant: MatmulVariant | undefined,
+  variant: TestVariant | undefined,
   parts?: number,
   xForm: XForm = "plain",
 ): Promise<void> {
@@ -91,7 +92,7 @@ async function check(
       y: whole(yBuf),
       xForm,
     });
-    await runPass(ctx, arena, (pass) => op.encode(pass, m, { variant }));
+    await runPass(ctx, arena, (pass) => op.encode(pass, m, forced(variant)));
     const got = await readF32(ctx, yBuf);
     const expected = matmulRef(x, quantizeRef(w, k, format).dequantized, bias, m, n, k);
     assertClose(got, expected, 1e-4, context);
@@ -109,7 +110,7 @@ const SHAPES: readonly Shape[] = [[1, 1, 32], [3, 17, 96], [5, 67, 160], [40, 13
   37,
   64,
 ]];
-const VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "blocked", "unrolled"];
+const VARIANTS = TEST_VARIANTS;
 /**
  * SHAPES with N >= 17: one output of a sum over wide-ranging SwiGLU values can cancel to near
  * zero, where the normwise relative error of a single element measures only the cancellation.

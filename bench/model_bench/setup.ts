@@ -23,8 +23,8 @@ export function forceMatmulVariant(variant: string | undefined): MatmulVariant |
     throw new TypeError(`--matmul-variant must be one of ${MATMUL_VARIANTS.join(", ")}`);
   }
   const choose = Matmul.prototype.choose;
-  Matmul.prototype.choose = function (m, rows, cols, rowStride, _variant, format, xForm) {
-    return choose.call(this, m, rows, cols, rowStride, forced, format, xForm);
+  Matmul.prototype.choose = function (m, rows, cols, rowStride, _variant, format, xForm, rb) {
+    return choose.call(this, m, rows, cols, rowStride, forced, format, xForm, rb);
   };
   return forced;
 }
