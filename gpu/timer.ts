@@ -105,9 +105,11 @@ export interface TimePassesOptions {
 }
 
 /**
- * Times `encode` (which records dispatches into the given pass). With `timestamp-query`, each
- * repeat is one pass timed on the GPU; without it, all repeats run in one submission and the
- * host time is divided by their number (then min == median).
+ * Times `encode` (which records dispatches into the given pass). With `timestamp-query`, the
+ * warm-up passes and then the repeats, each repeat one pass timed on the GPU, go in one
+ * submission (one wait: any wait costs >= 10 ms in Deno); without it, the warm-up runs in its own
+ * submission, then all repeats in one whose host time is divided by their number (then min ==
+ * median).
  */
 export async function timePasses(
   ctx: GpuContext,
@@ -116,33 +118,37 @@ export async function timePasses(
 ): Promise<PassTiming> {
   const warmup = options.warmup ?? 2;
   const repeats = options.repeats ?? 10;
-  const run = async (passes: number, timer?: GpuTimer) => {
+  /** Submits `untimed` passes, then `timed` ones (timestamped with `timer`); waits for them. */
+  const run = async (untimed: number, timed: number, timer?: GpuTimer) => {
     const encoder = ctx.device.createCommandEncoder();
-    for (let i = 0; i < passes; i++) {
-      const pass = encoder.beginComputePass(timer?.passDescriptor(i));
+    for (let i = 0; i < untimed + timed; i++) {
+      const pass = encoder.beginComputePass(
+        i < untimed ? undefined : timer?.passDescriptor(i - untimed),
+      );
       encode(pass);
       pass.end();
     }
-    timer?.resolve(encoder, passes);
+    timer?.resolve(encoder, timed);
     options.arena?.flush();
     ctx.device.queue.submit([encoder.finish()]);
-    if (timer !== undefined) return await timer.read(passes);
+    if (timer !== undefined) return await timer.read(timed);
     await ctx.device.queue.onSubmittedWorkDone();
     return [];
   };
-  if (warmup > 0) await run(warmup);
-  ctx.check();
   if (ctx.hasTimestamps) {
     const timer = new GpuTimer(ctx, repeats);
     try {
-      const ms = (await run(repeats, timer)).sort((a, b) => a - b);
+      const ms = (await run(warmup, repeats, timer)).sort((a, b) => a - b);
+      ctx.check();
       return { medianMs: ms[Math.floor(ms.length / 2)]!, minMs: ms[0]!, method: "timestamp-query" };
     } finally {
       timer.destroy();
     }
   }
+  if (warmup > 0) await run(warmup, 0);
+  ctx.check();
   const t0 = performance.now();
-  await run(repeats);
+  await run(0, repeats);
   const ms = (performance.now() - t0) / repeats;
   return { medianMs: ms, minMs: ms, method: `host clock / ${repeats} passes` };
 }

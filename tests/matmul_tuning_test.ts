@@ -244,7 +244,8 @@ Deno.test(
         // Measured in order, stopping after the first row count where tiled won.
         const ms = points.map((p) => p.m);
         assertEqual(ms, rowCounts(4, 24).slice(0, ms.length));
-        const stop = points.findIndex((p) => p.gemvMs > p.tiledMs);
+        // (the measuring stops once tiled beats every gemv; the chosen gemv may lose earlier)
+        const stop = points.findIndex((p) => Math.min(...Object.values(p.gemvByRows!)) > p.tiledMs);
         assert(stop === -1 || stop === points.length - 1, `${key}: measured past tiled's win`);
         for (const p of points) assert(p.gemvMs > 0 && p.tiledMs > 0, `${key} M ${p.m}`);
       }
