@@ -121,10 +121,10 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --batch-wait-ms MS             wait window of the dynamic baseline (default 10)
   --force-f32                    f32 weights even when shader-f16 exists
   --kernel-profile auto|cpu|gpu  kernel variants (default auto: cpu on a software adapter, else gpu)
-  --kernel-tuning auto|measure|off   gpu profile: measure the matmul tile and the gemv/tiled
-                                 choice per shape on this adapter at start-up, cached per
-                                 adapter in ~/.cache/webgpu-llm (default auto: cached or
-                                 measured; defaults on a software adapter)
+  --kernel-tuning auto|measure|off   gpu profile: measure kernel choices on this adapter at
+                                 start-up (matmul tile, gemv/tiled per shape, decode split,
+                                 prefill attention), cached in ~/.cache/webgpu-llm (default
+                                 auto: cached, else measured; defaults on a software adapter)
   --quantization none|int8|int4  store projections and the LM head as int8 / int4 with an f16
                                  scale per 32 weights, quantized while loading (default none)
   --mock-base-ms MS, --mock-per-token-ms MS   mock executor latency model
