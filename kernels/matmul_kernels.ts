@@ -35,13 +35,26 @@ import xSource from "./matmul_x.wgsl" with { type: "text" };
 import xSwigluSource from "./matmul_x_swiglu.wgsl" with { type: "text" };
 import xRmsSource from "./matmul_x_rms.wgsl" with { type: "text" };
 import xNoStatSource from "./matmul_x_nostat.wgsl" with { type: "text" };
+import {
+  biasBinding,
+  isNormXForm,
+  quantWeightBinding8,
+  weightBinding,
+  weightBinding8,
+  type WeightFormat,
+  xBinding8,
+  xBinding8Swiglu,
+  type XForm,
+  xStatBinding,
+} from "./matmul_bindings.ts";
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import type { QuantFormat } from "../gpu/quant.ts";
 import { checkTile, TILE, type TileConfig } from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { sourceDigest } from "./source_digest.ts";
+
+export { isNormXForm, type WeightFormat, type XForm };
 
 /**
  * A digest of every matmul WGSL source: a measured tuning (kernels/matmul_tuner.ts)
@@ -59,25 +72,6 @@ export const MATMUL_SOURCES_DIGEST: string = sourceDigest(
   xNoStatSource,
   tiledSource,
 );
-
-/** What a matmul's weights are: plain f16 / f32, or a low-bit format (gpu/quant.ts). */
-export type WeightFormat = DType | QuantFormat;
-
-/**
- * What a matmul reads as X: `"plain"`, f32 `[M, K]`; or `"swiglu"`, the f32 `[M, 2K]` output of
- * a fused gate/up projection (per row K gate values then K up values) read as its SwiGLU
- * activation `X[m, k] = silu(gate[m, k]) * up[m, k]`, `silu(g) = g / (1 + exp(-g))` (no
- * separate activation dispatch); or the RMSNorm of the f32 `[M, K]` residual stream h (no
- * rms_norm dispatch; `gemv` and `tiled` only, see matmul_x_rms.wgsl): `"rms"`,
- * `X = rms(h) * gamma`; `"rms_residual"`, `r = h + delta` written to the stream's next buffer
- * and `X = rms(r) * gamma`.
- */
-export type XForm = "plain" | "swiglu" | "rms" | "rms_residual";
-
-/** Whether `xForm` normalises the residual stream (matmul_x_rms.wgsl). */
-export function isNormXForm(xForm: XForm): xForm is "rms" | "rms_residual" {
-  return xForm === "rms" || xForm === "rms_residual";
-}
 
 /** The kernels behind `Matmul` (see the module documentation). */
 export type MatmulVariant = "tiled" | "gemv" | "blocked" | "unrolled";
@@ -149,186 +143,6 @@ export interface KernelSource {
   readonly rowsPerGroup: number;
   /** X rows covered by one workgroup (grid z). */
   readonly mPerGroup: number;
-}
-
-/**
- * Bindings 1 (words) and 5 (f16 scales, u32 pairs) of a quantized weight, and `scale_at(g)`,
- * the scale of group `g` counted from the start of the part (gpu/quant.ts).
- */
-function quantBindings(wordType: string): string {
-  return `@group(0) @binding(1) var<storage, read> w: array<${wordType}>;\n` +
-    "@group(0) @binding(5) var<storage, read> w_scales: array<u32>;\n" +
-    "fn scale_at(g: u32) -> f32 {\n" +
-    "  let pair = unpack2x16float(w_scales[g >> 1u]);\n" +
-    "  return select(pair.x, pair.y, (g & 1u) == 1u);\n}\n";
-}
-
-/** WGSL: the 4 signed values of `word`'s low 16 bits (int4) or of `word` (int8), as f32. */
-const UNPACK4 = {
-  int4: "fn unpack4(word: u32) -> vec4<f32> {\n" +
-    "  return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(word) << vec4<u32>(28u, 24u, 20u, 16u)) >> vec4<u32>(28u));\n}\n",
-  int8: "fn unpack4(word: u32) -> vec4<f32> {\n" +
-    "  return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(word) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));\n}\n",
-} as const;
-
-/** `load_w4(i)`: elements 4i..4i+3 of the part (a group is 8 such steps). */
-function weightBinding(format: WeightFormat): string {
-  switch (format) {
-    case "f16":
-      return "@group(0) @binding(1) var<storage, read> w: array<vec2<u32>>;\n" +
-        "fn load_w4(i: u32) -> vec4<f32> {\n" +
-        "  let v = w[i];\n" +
-        "  return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));\n}\n";
-    case "f32":
-      return "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
-        "fn load_w4(i: u32) -> vec4<f32> {\n  return w[i];\n}\n";
-    case "int4":
-      return quantBindings("u32") + UNPACK4.int4 +
-        "fn load_w4(i: u32) -> vec4<f32> {\n" +
-        "  return unpack4(w[i >> 1u] >> ((i & 1u) * 16u)) * scale_at(i >> 3u);\n}\n";
-    case "int8":
-      return quantBindings("u32") + UNPACK4.int8 +
-        "fn load_w4(i: u32) -> vec4<f32> {\n" +
-        "  return unpack4(w[i]) * scale_at(i >> 3u);\n}\n";
-  }
-}
-
-/** Weight binding of `unrolled`: `load_w8(i)`, 8 weights per step (row stride a multiple of 8). */
-function weightBinding8(format: WeightFormat): string {
-  switch (format) {
-    case "f16":
-      return "@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;\n" +
-        "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
-        "  let v = w[i];\n" +
-        "  return mat2x4<f32>(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)),\n" +
-        "    vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)));\n}\n";
-    case "f32":
-      return "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
-        "fn load_w8(i: u32) -> mat2x4<f32> {\n  return mat2x4<f32>(w[2u * i], w[2u * i + 1u]);\n}\n";
-    case "int4":
-      return quantBindings("u32") + UNPACK4.int4 +
-        "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
-        "  let v = w[i];\n" +
-        "  return mat2x4<f32>(unpack4(v), unpack4(v >> 16u)) * scale_at(i >> 2u);\n}\n";
-    case "int8":
-      return quantBindings("vec2<u32>") + UNPACK4.int8 +
-        "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
-        "  let v = w[i];\n" +
-        "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y)) * scale_at(i >> 2u);\n}\n";
-  }
-}
-
-/**
- * Weight bindings of `unrolled` on quantized weights (`matmul_unrolled_q.wgsl`): `load_q8(i)`,
- * the 8 unscaled values of step i, and `scale_at(g)`.
- */
-function quantWeightBinding8(format: QuantFormat): string {
-  return format === "int4"
-    ? quantBindings("u32") + UNPACK4.int4 +
-      "fn load_q8(i: u32) -> mat2x4<f32> {\n" +
-      "  let v = w[i];\n" +
-      "  return mat2x4<f32>(unpack4(v), unpack4(v >> 16u));\n}\n"
-    : quantBindings("vec2<u32>") + UNPACK4.int8 +
-      "fn load_q8(i: u32) -> mat2x4<f32> {\n" +
-      "  let v = w[i];\n" +
-      "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y));\n}\n";
-}
-
-/** WGSL: SwiGLU of gate `g` and up `u`, as matmul_x_swiglu.wgsl computes it. */
-const SILU_MUL4 = "fn silu_mul4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {\n" +
-  "  return g / (1.0 + exp(-g)) * u;\n}\n";
-
-/**
- * X binding of `unrolled` on a SwiGLU gate|up buffer (`[M, 2K]`, see {@linkcode XForm}): the
- * interface of {@linkcode xBinding8}, each X value `silu_mul4(gate, up)`.
- */
-function xBinding8Swiglu(vec4: boolean): string {
-  return SILU_MUL4 + (vec4
-    ? "@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;\n" +
-      "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
-      "  let b = row * (p.k / 2u) + 2u * q;\n" +
-      "  let u = b + p.k / 4u;\n" +
-      "  return mat2x4<f32>(silu_mul4(x[b], x[u]), silu_mul4(x[b + 1u], x[u + 1u]));\n}\n" +
-      "fn load_x8_tail(row: u32, q: u32, rem: u32) -> mat2x4<f32> {\n" +
-      "  let b = row * (p.k / 2u) + 2u * q;\n" +
-      "  let u = b + p.k / 4u;\n" +
-      "  let hi = select(vec4<f32>(0.0), silu_mul4(x[b + 1u], x[u + 1u]), rem > 4u);\n" +
-      "  return mat2x4<f32>(silu_mul4(x[b], x[u]), hi);\n}\n"
-    : "@group(0) @binding(0) var<storage, read> x: array<f32>;\n" +
-      "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
-      "  let b = row * 2u * p.k + 8u * q;\n" +
-      "  let u = b + p.k;\n" +
-      "  return mat2x4<f32>(\n" +
-      "    silu_mul4(vec4<f32>(x[b], x[b + 1u], x[b + 2u], x[b + 3u]),\n" +
-      "      vec4<f32>(x[u], x[u + 1u], x[u + 2u], x[u + 3u])),\n" +
-      "    silu_mul4(vec4<f32>(x[b + 4u], x[b + 5u], x[b + 6u], x[b + 7u]),\n" +
-      "      vec4<f32>(x[u + 4u], x[u + 5u], x[u + 6u], x[u + 7u])));\n}\n" +
-      "fn load_x8_tail(row: u32, q: u32, rem: u32) -> mat2x4<f32> {\n" +
-      "  let v = load_x8(row, q);\n" +
-      "  let r = vec4<u32>(rem);\n" +
-      "  return mat2x4<f32>(select(vec4<f32>(0.0), v[0], vec4<u32>(0u, 1u, 2u, 3u) < r),\n" +
-      "    select(vec4<f32>(0.0), v[1], vec4<u32>(4u, 5u, 6u, 7u) < r));\n}\n");
-}
-
-/**
- * X binding of `unrolled`: `load_x8` / `load_x8_tail` over vec4s when every row starts on a
- * vec4 (K % 4 == 0), else over scalars.
- */
-function xBinding8(vec4: boolean): string {
-  return vec4
-    ? "@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;\n" +
-      "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
-      "  let b = row * (p.k / 4u) + 2u * q;\n" +
-      "  return mat2x4<f32>(x[b], x[b + 1u]);\n}\n" +
-      "fn load_x8_tail(row: u32, q: u32, rem: u32) -> mat2x4<f32> {\n" +
-      "  let b = row * (p.k / 4u) + 2u * q;\n" +
-      "  return mat2x4<f32>(x[b], select(vec4<f32>(0.0), x[b + 1u], rem > 4u));\n}\n"
-    : "@group(0) @binding(0) var<storage, read> x: array<f32>;\n" +
-      "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
-      "  let b = row * p.k + 8u * q;\n" +
-      "  return mat2x4<f32>(vec4<f32>(x[b], x[b + 1u], x[b + 2u], x[b + 3u]),\n" +
-      "    vec4<f32>(x[b + 4u], x[b + 5u], x[b + 6u], x[b + 7u]));\n}\n" +
-      "fn load_x8_tail(row: u32, q: u32, rem: u32) -> mat2x4<f32> {\n" +
-      "  let b = row * p.k + 8u * q;\n" +
-      "  var v: array<f32, 8>;\n" +
-      "  for (var j = 0u; j < 8u; j++) {\n" +
-      "    v[j] = select(0.0, x[b + min(j, rem - 1u)], j < rem);\n  }\n" +
-      "  return mat2x4<f32>(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));\n}\n";
-}
-
-/**
- * The prelude of matmul_x_rms.wgsl: its bindings, `raw1`, `keep1` and `gamma_at` for a norm
- * weight of `dtype` (f16 read as packed pairs: no `shader-f16` needed).
- */
-function xRmsPrelude(residual: boolean, dtype: DType): string {
-  const gamma = dtype === "f16"
-    ? "@group(0) @binding(7) var<storage, read> gamma: array<u32>;\n" +
-      "fn gamma_at(k: u32) -> f32 {\n" +
-      "  let pair = unpack2x16float(gamma[k >> 1u]);\n" +
-      "  return select(pair.x, pair.y, (k & 1u) == 1u);\n}\n"
-    : "@group(0) @binding(7) var<storage, read> gamma: array<f32>;\n" +
-      "fn gamma_at(k: u32) -> f32 {\n  return gamma[k];\n}\n";
-  const stream = residual
-    ? "@group(0) @binding(6) var<storage, read> delta: array<f32>;\n" +
-      "@group(0) @binding(8) var<storage, read_write> h_out: array<f32>;\n" +
-      "fn raw1(i: u32) -> f32 {\n  return x[i] + delta[i];\n}\n" +
-      "fn keep1(i: u32, v: f32) {\n  h_out[i] = v;\n}\n"
-    : "fn raw1(i: u32) -> f32 {\n  return x[i];\n}\n" +
-      "fn keep1(i: u32, v: f32) {}\n";
-  return "@group(0) @binding(0) var<storage, read> x: array<f32>;\n" + gamma + stream;
-}
-
-/** The X form of `gemv` and `tiled`, with the `_stat` interface (matmul_x_nostat.wgsl). */
-function xStatBinding(xForm: XForm, normDtype: DType): string {
-  if (isNormXForm(xForm)) return xRmsPrelude(xForm === "rms_residual", normDtype) + xRmsSource;
-  return (xForm === "swiglu" ? xSwigluSource : xSource) + xNoStatSource;
-}
-
-function biasBinding(bias: boolean): string {
-  return bias
-    ? "@group(0) @binding(2) var<storage, read> bias: array<f32>;\n" +
-      "fn bias_at(n: u32) -> f32 {\n  return bias[n];\n}\n"
-    : "fn bias_at(n: u32) -> f32 {\n  return 0.0;\n}\n";
 }
 
 /**
