@@ -84,13 +84,11 @@ export interface MatmulOptions {
   readonly policy?: MatmulPolicy;
   /** Largest M run by the decode kernel; default {@linkcode DECODE_MAX_ROWS}. */
   readonly decodeMaxRows?: number;
-  /** The `tiled` kernel's configuration; default {@linkcode TILE} (or the tuning's). */
-  readonly tile?: TileConfig;
   /**
-   * Measured choices for this adapter (kernels/matmul_tuning.ts): its tile (unless `tile` is
-   * given) and, under the `gpu` policy, the largest M each call-site shape runs with `gemv`.
+   * The `tiled` kernel's configuration; default {@linkcode TILE}. Measured choices replace it
+   * later ({@linkcode Matmul.setTuning}).
    */
-  readonly tuning?: MatmulTuning;
+  readonly tile?: TileConfig;
 }
 
 /**
@@ -124,10 +122,8 @@ export class Matmul {
     this.bias = options.bias;
     this.policy = options.policy ?? defaultMatmulPolicy(ctx);
     this.decodeMaxRows = decodeMaxRows;
-    this.#tile = options.tile ?? options.tuning?.tile ?? TILE;
+    this.#tile = options.tile ?? TILE;
     checkTile(this.#tile);
-    this.#gemvMaxRows = options.tuning?.gemvMaxRows ?? {};
-    this.#gemvRows = options.tuning?.gemvRows ?? {};
     // Compile what the policy uses up front; forced variants (and `blocked`, the CPU fallback
     // for row strides that are not a multiple of 8) compile on first use.
     this.#compilePolicy(this.dtype);
@@ -152,7 +148,8 @@ export class Matmul {
   }
 
   /**
-   * Follows `tuning` from now on: its tile, and its `gemv` row limits per shape (`gpu` policy).
+   * Follows `tuning` from now on: its tile, and per call-site shape its `gemv` row limit and
+   * weight rows per invocation (`gpu` policy).
    * Compiles the new tile's kernels and bind groups for every bound call site, so the next steps
    * encode without compiling.
    *
