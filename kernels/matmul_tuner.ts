@@ -93,7 +93,8 @@ export async function tuneMatmul(
       const id = `${g.key}/${tiles.indexOf(tile)}`;
       let op = trials.get(id);
       if (op === undefined) {
-        const m = new Matmul(ctx, { dtype: g.matmul.dtype, bias: g.matmul.bias, tile });
+        const { dtype, bias, policy } = g.matmul;
+        const m = new Matmul(ctx, { dtype, bias, policy, tile });
         op = m.bind(arena, g.op.buffers);
         trials.set(id, op);
       }
