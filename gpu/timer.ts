@@ -152,3 +152,29 @@ export async function timePasses(
   const ms = (performance.now() - t0) / repeats;
   return { medianMs: ms, minMs: ms, method: `host clock / ${repeats} passes` };
 }
+
+/**
+ * Medians of {@linkcode timePasses} for kernel tuning: each measurement one untimed warm-up
+ * pass and `repeats` timed ones, parameters flushed from `arena`; `method` is the last one's.
+ */
+export class PassClock {
+  /** How the last measurement was timed ("timestamp-query", "host clock / N passes"). */
+  method = "";
+
+  constructor(
+    readonly ctx: GpuContext,
+    readonly arena: ParamArena,
+    readonly repeats = 5,
+  ) {}
+
+  /** The median time of one pass of `encode`, in ms. */
+  async medianMs(encode: (pass: GPUComputePassEncoder) => void): Promise<number> {
+    const t = await timePasses(this.ctx, encode, {
+      arena: this.arena,
+      warmup: 1,
+      repeats: this.repeats,
+    });
+    this.method = t.method;
+    return t.medianMs;
+  }
+}

@@ -11,7 +11,7 @@
 
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
-import { timePasses } from "../gpu/timer.ts";
+import { PassClock } from "../gpu/timer.ts";
 import { type DecodeSplitTuning, SPLIT_CANDIDATES } from "./decode_split.ts";
 import { type PagedAttentionDecode, SMALL_BATCH_SPLIT } from "./paged_attention_decode.ts";
 
@@ -95,7 +95,7 @@ export async function tuneDecodeSplit(
       out: buffer("out", 4 * B * hq * D),
       scratch,
     }, { qStride: hq * D, btStride: perSeq });
-    let method = "";
+    const clock = new PassClock(ctx, arena, options.repeats);
     const points: Record<string, { size: number; ms: number }[]> = {};
     const partitionByBatch: Record<string, number> = {};
     for (const b of batches) {
@@ -103,17 +103,8 @@ export async function tuneDecodeSplit(
       for (const size of SPLIT_CANDIDATES) {
         const parts = Math.ceil(L / Math.max(size, 1));
         if (size > 0 && (size >= L || parts > scratch.partitionsPerSeq(b))) continue;
-        const t = await timePasses(
-          ctx,
-          (pass) => op.encode(pass, b, L, size === 0 ? false : size),
-          {
-            arena,
-            warmup: 1,
-            repeats: options.repeats ?? 5,
-          },
-        );
-        method = t.method;
-        tried.push({ size, ms: t.medianMs });
+        const ms = await clock.medianMs((pass) => op.encode(pass, b, L, size === 0 ? false : size));
+        tried.push({ size, ms });
       }
       points[b] = tried;
       partitionByBatch[b] = tried.reduce((best, p) => (p.ms < best.ms ? p : best)).size;
@@ -122,7 +113,7 @@ export async function tuneDecodeSplit(
     return {
       tuning: { contextLen: L, partitionByBatch },
       points,
-      method,
+      method: clock.method,
       wallMs: performance.now() - t0,
     };
   } finally {

@@ -19,7 +19,7 @@
 
 import type { GpuContext } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
-import { timePasses } from "../gpu/timer.ts";
+import { PassClock } from "../gpu/timer.ts";
 import { Matmul, type MatmulOp } from "./matmul.ts";
 import { GEMV_ROW_BLOCKS } from "./matmul_kernels.ts";
 import { TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
@@ -82,10 +82,9 @@ export async function tuneMatmul(
   }
   const groups = shapeGroups(matmuls);
   const tiles = options.tiles ?? TILE_CANDIDATES;
-  const repeats = options.repeats ?? 5;
   const parts = groups.reduce((n, g) => n + g.op.buffers.weight.parts.length, 0);
   const arena = new ParamArena(ctx, parts * tiles.length + 1, "matmul-tuning");
-  let method = "";
+  const clock = new PassClock(ctx, arena, options.repeats);
   try {
     // One trial matmul per (matmul, tile): the call sites re-bound with that tile.
     const trials = new Map<string, MatmulOp>();
@@ -100,15 +99,8 @@ export async function tuneMatmul(
       }
       return op;
     };
-    const time = async (op: MatmulOp, m: number, variant: "gemv" | "tiled", gemvRows = 1) => {
-      const t = await timePasses(ctx, (pass) => op.encode(pass, m, { variant, gemvRows }), {
-        arena,
-        warmup: 1,
-        repeats,
-      });
-      method = t.method;
-      return t.medianMs;
-    };
+    const time = (op: MatmulOp, m: number, variant: "gemv" | "tiled", gemvRows = 1) =>
+      clock.medianMs((pass) => op.encode(pass, m, { variant, gemvRows }));
     const prefill = (g: ShapeGroup) => Math.min(options.prefillRows ?? 512, g.op.maxRows);
     const tileTimes = new Map<TileConfig, number[]>();
     for (const tile of tiles) {
@@ -150,7 +142,7 @@ export async function tuneMatmul(
         totalMs: tileTimes.get(t)!.reduce((s, ms, i) => s + ms * counts[i]!, 0),
       })),
       crossovers,
-      method,
+      method: clock.method,
       wallMs: performance.now() - t0,
     };
   } finally {

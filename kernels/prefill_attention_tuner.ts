@@ -10,7 +10,7 @@
 
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
-import { timePasses } from "../gpu/timer.ts";
+import { PassClock } from "../gpu/timer.ts";
 import type {
   PagedAttentionPrefill,
   PagedAttentionPrefillVariant,
@@ -71,22 +71,23 @@ export async function tunePrefillAttention(
     };
     const arena = new ParamArena(ctx, kernels.length, "prefill-tuning");
     own.push(arena);
-    let method = "";
+    const clock = new PassClock(ctx, arena, options.repeats);
     const points: { variant: PagedAttentionPrefillVariant; ms: number }[] = [];
     for (const kernel of kernels) {
       const op = kernel.bind(arena, buffers, { blockSize: bs, btStride: blocks });
       const tiles = kernel.countTiles([T]);
-      const t = await timePasses(ctx, (pass) => op.encode(pass, 1, T, tiles), {
-        arena,
-        warmup: 1,
-        repeats: options.repeats ?? 5,
-      });
-      method = t.method;
-      points.push({ variant: kernel.variant, ms: t.medianMs });
+      const ms = await clock.medianMs((pass) => op.encode(pass, 1, T, tiles));
+      points.push({ variant: kernel.variant, ms });
     }
     ctx.check();
     const best = points.reduce((a, p) => (p.ms < a.ms ? p : a));
-    return { variant: best.variant, tokens: T, points, method, wallMs: performance.now() - t0 };
+    return {
+      variant: best.variant,
+      tokens: T,
+      points,
+      method: clock.method,
+      wallMs: performance.now() - t0,
+    };
   } finally {
     for (const o of own) o.destroy();
   }
