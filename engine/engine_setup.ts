@@ -21,17 +21,12 @@ import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
 import type { GenerationConfig } from "./model/generation_config.ts";
 import { ModelRunner } from "./model_runner.ts";
-import { applyKernelTuning } from "./kernel_tuning.ts";
+import { tuneRunner } from "./kernel_tuning.ts";
 import { StructuredOutputs } from "./structured_output/structured_outputs.ts";
 import { Tokenizer } from "./tokenizer.ts";
 import { createScheduler } from "../scheduler/index.ts";
 import type { Scheduler } from "../scheduler/scheduler_api.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
-
-/** Rows of X of the prefill the matmul tile is measured at (capped by the token budget). */
-const TUNING_PREFILL_ROWS = 512;
-/** Context length the decode attention's split is measured at (capped by max_model_len). */
-const TUNING_CONTEXT_LEN = 1024;
 
 /** What the engine logs at start-up, one line each. */
 export type Logger = (line: string) => void;
@@ -124,21 +119,7 @@ async function webGpuParts(
   logWeights(log, runner.weights, config.quantization, ctx.weightDtype);
   logKv(log, kvBlocks, config.blockSize, maxModelLen);
   try {
-    await applyKernelTuning(ctx, runner.matmuls, {
-      mode: config.kernelTuning,
-      maxBatch: config.maxNumSeqs,
-      prefillRows: Math.min(TUNING_PREFILL_ROWS, config.maxNumBatchedTokens),
-      attention: {
-        kernel: runner.decodeAttention,
-        contextLen: Math.min(TUNING_CONTEXT_LEN, maxModelLen),
-      },
-      prefill: {
-        ...runner.prefillAttention,
-        tokens: Math.min(TUNING_PREFILL_ROWS, config.maxNumBatchedTokens, maxModelLen),
-        blockSize: config.blockSize,
-      },
-      log,
-    });
+    await tuneRunner(runner, config.kernelTuning, log);
   } catch (error) {
     runner.destroy();
     throw error;

@@ -31,6 +31,7 @@ import {
   shapeKey,
 } from "../kernels/matmul_tuning.ts";
 import type { Matmul } from "../kernels/matmul.ts";
+import type { ModelRunner } from "./model_runner.ts";
 import {
   checkDecodeSplitTuning,
   type DecodeSplitTuning,
@@ -349,4 +350,36 @@ export async function applyKernelTuning(
 
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** Rows of X of the prefill the matmul tile is measured at (capped by the token budget). */
+export const TUNING_PREFILL_ROWS = 512;
+/** Context length the decode attention's split is measured at (capped by max_model_len). */
+export const TUNING_CONTEXT_LEN = 1024;
+
+/**
+ * {@linkcode applyKernelTuning} for everything `runner` can tune, at its sizes: its matmuls up to
+ * `max_num_seqs` rows, the decode attention's split, the prefill attention kernel.
+ */
+export function tuneRunner(
+  runner: ModelRunner,
+  mode: KernelTuningMode,
+  log?: (line: string) => void,
+): Promise<KernelTuningOutcome> {
+  const o = runner.options;
+  return applyKernelTuning(runner.ctx, runner.matmuls, {
+    mode,
+    maxBatch: o.maxSeqs,
+    prefillRows: Math.min(TUNING_PREFILL_ROWS, o.maxTokens),
+    attention: {
+      kernel: runner.decodeAttention,
+      contextLen: Math.min(TUNING_CONTEXT_LEN, o.maxModelLen),
+    },
+    prefill: {
+      ...runner.prefillAttention,
+      tokens: Math.min(TUNING_PREFILL_ROWS, o.maxTokens, o.maxModelLen),
+      blockSize: o.blockSize,
+    },
+    ...(log !== undefined ? { log } : {}),
+  });
 }

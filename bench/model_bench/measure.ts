@@ -9,7 +9,7 @@
 import type { GpuContext } from "../../gpu/context.ts";
 import type { Quantization } from "../../gpu/quant.ts";
 import { ModelRunner } from "../../engine/model_runner.ts";
-import { applyKernelTuning } from "../../engine/kernel_tuning.ts";
+import { tuneRunner } from "../../engine/kernel_tuning.ts";
 import { measureCopyBandwidth } from "../support.ts";
 import { type ModelBenchOptions, PROMPT, runnerSizes } from "./options.ts";
 import {
@@ -43,21 +43,10 @@ export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
   });
   const seconds = (performance.now() - t0) / 1000;
   env.log(loadLine(seconds, quantization, runner.weights, env.ctx.weightDtype));
-  // The engine's matmul tuning (engine/engine_setup.ts), at the sizes this bench runs.
-  await applyKernelTuning(env.ctx, runner.matmuls, {
-    mode: env.options.kernelTuning,
-    maxBatch: sizes.maxSeqs,
-    prefillRows: Math.min(512, sizes.maxTokens),
-    attention: { kernel: runner.decodeAttention, contextLen: Math.min(1024, sizes.maxModelLen) },
-    prefill: {
-      ...runner.prefillAttention,
-      tokens: Math.min(512, sizes.maxTokens, sizes.maxModelLen),
-      blockSize: sizes.blockSize,
-    },
-    log: (line) => {
-      env.log(line);
-      env.report.kernelTuning = line;
-    },
+  // The engine's kernel tuning (engine/engine_setup.ts), at the sizes this bench runs.
+  await tuneRunner(runner, env.options.kernelTuning, (line) => {
+    env.log(line);
+    env.report.kernelTuning = line;
   });
   const work = new BenchWorkload(runner, blocksPerSeq);
   // As the engine runs them (engine/engine_setup.ts), unless --overlap says otherwise.
