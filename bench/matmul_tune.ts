@@ -17,7 +17,7 @@
 import { parseArgs } from "node:util";
 import { STORAGE_RW } from "../gpu/context.ts";
 import { GEMV_ROW_BLOCKS, type KernelSource, kernelSource } from "../kernels/matmul_kernels.ts";
-import { TILE_CANDIDATES } from "../kernels/matmul_tile.ts";
+import { TILE_CANDIDATES, tileName } from "../kernels/matmul_tile.ts";
 import { MAX_GROUPS_PER_DIM } from "../kernels/dispatch.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 
@@ -59,7 +59,7 @@ function candidates(m: number): { name: string; src: KernelSource }[] {
   }
   out.push({ name: "blocked mb8", src: kernelSource("blocked", 8, "f16", false, false) });
   for (const t of TILE_CANDIDATES) {
-    const name = `tiled ${t.wx}x${t.wy} bk${t.bk}`;
+    const name = `tiled ${tileName(t)}`;
     out.push({
       name,
       src: kernelSource("tiled", 0, "f16", false, false, "plain", "f32", t),

@@ -42,8 +42,8 @@ import {
   type WeightFormat,
   type XForm,
 } from "./matmul_kernels.ts";
-import { checkTile, TILE, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
-import { type MatmulShape, type MatmulTuning, shapeKey } from "./matmul_tuning.ts";
+import { checkTile, TILE, TILE_CANDIDATES, type TileConfig, tileRows } from "./matmul_tile.ts";
+import { type MatmulShape, type MatmulTuning, shapeKey, type SmallTile } from "./matmul_tuning.ts";
 import {
   bindingBytes,
   type KernelConfig,
@@ -64,6 +64,7 @@ export {
   type MatmulShape,
   type MatmulTuning,
   type MatmulVariant,
+  type SmallTile,
   TILE,
   TILE_CANDIDATES,
   type TileConfig,
@@ -108,6 +109,7 @@ export class Matmul {
   readonly #configs = new Map<string, KernelConfig>();
   readonly #ops: MatmulOp[] = [];
   #tile: TileConfig;
+  #smallTile: SmallTile | undefined;
   #gemvMaxRows: Readonly<Record<string, number>> = {};
   #gemvRows: Readonly<Record<string, number>> = {};
   #generation = 0;
@@ -134,6 +136,17 @@ export class Matmul {
     return this.#tile;
   }
 
+  /** The `tiled` configuration of small M, when the tuning measured one ({@linkcode SmallTile}). */
+  get smallTile(): SmallTile | undefined {
+    return this.#smallTile;
+  }
+
+  /** The `tiled` configuration that runs `m` rows of X. */
+  tileFor(m: number): TileConfig {
+    const small = this.#smallTile;
+    return small !== undefined && m <= small.maxRows ? small.tile : this.#tile;
+  }
+
   /** The call sites bound so far ({@linkcode Matmul.bind}). */
   get ops(): readonly MatmulOp[] {
     return this.#ops;
@@ -148,16 +161,18 @@ export class Matmul {
   }
 
   /**
-   * Follows `tuning` from now on: its tile, and per call-site shape its `gemv` row limit and
+   * Follows `tuning` from now on: its tiles, and per call-site shape its `gemv` row limit and
    * weight rows per invocation (`gpu` policy).
-   * Compiles the new tile's kernels and bind groups for every bound call site, so the next steps
+   * Compiles the new tiles' kernels and bind groups for every bound call site, so the next steps
    * encode without compiling.
    *
-   * @throws {RangeError} when the tile is not a valid configuration.
+   * @throws {RangeError} when a tile is not a valid configuration.
    */
   setTuning(tuning: MatmulTuning): void {
     checkTile(tuning.tile);
+    if (tuning.smallTile !== undefined) checkTile(tuning.smallTile.tile);
     this.#tile = tuning.tile;
+    this.#smallTile = tuning.smallTile;
     this.#gemvMaxRows = tuning.gemvMaxRows;
     this.#gemvRows = tuning.gemvRows ?? {};
     this.#generation++;
@@ -165,7 +180,9 @@ export class Matmul {
     for (const op of this.#ops) {
       const { format, xForm } = op.shape;
       this.#compilePolicy(format, xForm);
-      op.bindGroups(this.config("tiled", 0, false, format, xForm));
+      for (const tile of this.#tiles()) {
+        op.bindGroups(this.config("tiled", 0, false, format, xForm, 1, tile));
+      }
       const rb = this.gemvRowsFor(op.shape);
       if (rb === 1) continue;
       for (const mb of ROW_BLOCKS) op.bindGroups(this.config("gemv", mb, false, format, xForm, rb));
@@ -196,13 +213,18 @@ export class Matmul {
       for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, true, format, xForm);
     } else {
       for (const mb of ROW_BLOCKS) this.config("gemv", mb, false, format, xForm);
-      this.config("tiled", 0, false, format, xForm);
+      for (const tile of this.#tiles()) this.config("tiled", 0, false, format, xForm, 1, tile);
     }
+  }
+
+  /** The `tiled` configurations in use: the tile, and the small-M tile when there is one. */
+  #tiles(): TileConfig[] {
+    return this.#smallTile === undefined ? [this.#tile] : [this.#tile, this.#smallTile.tile];
   }
 
   /**
    * The kernel configuration for `variant` covering `mb` rows of X per workgroup (`tiled`
-   * ignores `mb`), compiled on first use.
+   * ignores `mb` and runs `tile`, default the instance's), compiled on first use.
    * @internal
    */
   config(
@@ -212,13 +234,14 @@ export class Matmul {
     format: WeightFormat = this.dtype,
     xForm: XForm = "plain",
     gemvRows = 1,
+    tile: TileConfig = this.#tile,
   ): KernelConfig {
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
     const tag = `matmul/${variant}/${format}/${this.bias ? "bias" : "nobias"}${x}`;
-    const t = this.#tile;
+    const t = tile;
     const key = variant === "tiled"
-      ? `${tag}/t${t.wx}x${t.wy}k${t.bk}`
+      ? `${tag}/t${t.wx}x${t.wy}k${t.bk}m${tileRows(t)}`
       : variant === "unrolled"
       ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}`
       : variant === "gemv" && gemvRows > 1
@@ -270,7 +293,7 @@ export class Matmul {
         `Cannot encode matmul with ${v}: weight row stride ${rowStride} is not a multiple of 8`,
       );
     }
-    if (v === "tiled") return this.config("tiled", 0, false, format, xForm);
+    if (v === "tiled") return this.config("tiled", 0, false, format, xForm, 1, this.tileFor(m));
     if (v === "unrolled") {
       const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;

@@ -5,7 +5,7 @@
  *
  * The kernels:
  * - `tiled` (`matmul_tiled.wgsl`): workgroup tiles of X and W in `var<workgroup>`, a 4 x 4
- *   register block per invocation, K walked in tiles. The prefill kernel of a real GPU.
+ *   (or 8 x 4) register block per invocation, K walked in tiles. The prefill kernel of a real GPU.
  * - `gemv` (`matmul_gemv.wgsl`): 64 invocations share a weight row (coalesced reads) and reduce
  *   in workgroup memory; every weight row is read once for up to 8 rows of X. The decode kernel
  *   of a real GPU.
@@ -50,7 +50,7 @@ import {
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import { checkTile, TILE, type TileConfig } from "./matmul_tile.ts";
+import { checkTile, TILE, type TileConfig, tileRows } from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { sourceDigest } from "./source_digest.ts";
 
@@ -221,8 +221,9 @@ export function kernelSource(
     case "tiled": {
       checkTile(tile);
       const { wx, wy, bk } = tile;
-      const source = unrollTemplate(tiledSource, { i: (4 * bk) / wx, r: 1 });
-      return { ...kernel({ WX: wx, WY: wy, BK: bk }, source, 4 * wx), mPerGroup: 4 * wy };
+      const tm = tileRows(tile);
+      const source = unrollTemplate(tiledSource, { i: (tm * bk) / wx, r: tm / 4 });
+      return kernel({ WX: wx, WY: wy, BK: bk, TM: tm }, source, 4 * wx);
     }
   }
 }

@@ -6,13 +6,48 @@
  */
 
 /**
- * A `tiled` configuration: invocations (wx, wy), each a 4 x 4 block of Y, and the K tile bk
- * (bk % 4 == 0, wx * wy % bk == 0, 4 * bk % wx == 0).
+ * A `tiled` configuration: invocations (wx, wy), each a tm x 4 block of Y (tm rows of X, 4 weight
+ * rows), and the K tile bk (bk % 4 == 0, wx * wy % bk == 0, tm * bk % wx == 0). A workgroup
+ * computes a (tm wy) x (4 wx) tile of Y.
  */
 export interface TileConfig {
   readonly wx: number;
   readonly wy: number;
   readonly bk: number;
+  /** Rows of X per invocation, 4 or 8 (an 8 x 4 register block); default 4. */
+  readonly tm?: number;
+}
+
+/** The register block rows a `tiled` configuration accepts ({@linkcode TileConfig.tm}). */
+export const TILE_ROWS: readonly number[] = [4, 8];
+
+/** The rows of X per invocation of `tile` (its `tm`, default 4). */
+export function tileRows(tile: TileConfig): number {
+  return tile.tm ?? 4;
+}
+
+/** Workgroup memory a `tiled` configuration stages per K step, in bytes (X and W tiles). */
+export function tileBytes(tile: TileConfig): number {
+  const { wx, wy, bk } = tile;
+  // One vec4 (16 bytes) of padding per staged line; see matmul_tiled.wgsl.
+  return 16 * bk * ((tileRows(tile) * wy) / 4 + 1 + wx + 1);
+}
+
+/**
+ * Workgroup memory every `tiled` configuration fits in: the engine requests the adapter's limit,
+ * 32 KiB on lavapipe (where the tests run), 48 KiB on the NVIDIA GPUs measured.
+ */
+export const TILE_MAX_BYTES = 32768;
+
+/** A short name of `tile`, e.g. "16x16 bk16" or "16x8 bk16 tm8". */
+export function tileName(tile: TileConfig): string {
+  const tm = tileRows(tile);
+  return `${tile.wx}x${tile.wy} bk${tile.bk}${tm === 4 ? "" : ` tm${tm}`}`;
+}
+
+/** Whether `a` and `b` are the same configuration. */
+export function sameTile(a: TileConfig, b: TileConfig): boolean {
+  return a.wx === b.wx && a.wy === b.wy && a.bk === b.bk && tileRows(a) === tileRows(b);
 }
 
 /** The `tiled` configuration the policy uses. */
@@ -32,22 +67,34 @@ export const TILE_CANDIDATES: readonly TileConfig[] = [
   { wx: 16, wy: 8, bk: 16 },
   { wx: 8, wy: 16, bk: 16 },
   { wx: 32, wy: 8, bk: 32 },
+  // 8 x 4 register blocks: 32 FMAs per three vec4 reads of workgroup memory instead of 16 per two.
+  { wx: 16, wy: 8, bk: 16, tm: 8 },
+  { wx: 16, wy: 16, bk: 16, tm: 8 },
+  { wx: 16, wy: 16, bk: 32, tm: 8 },
+  { wx: 32, wy: 8, bk: 32, tm: 8 },
+  // Small tiles (16 x 32, 16 x 64 of Y): more workgroups where M is a decode batch and N is small.
+  { wx: 8, wy: 4, bk: 16 },
+  { wx: 16, wy: 4, bk: 16 },
 ];
 
 /**
  * Checks that `tile` is a valid `tiled` configuration.
  *
- * @throws {RangeError} when bk % 4, (wx * wy) % bk or (4 * bk) % wx is not 0, or wx * wy exceeds
- * 1024 invocations.
+ * @throws {RangeError} when tm is not one of {@linkcode TILE_ROWS}, bk % 4, (wx * wy) % bk or
+ * (tm * bk) % wx is not 0, wx * wy exceeds 1024 invocations, or the staged tiles exceed
+ * {@linkcode TILE_MAX_BYTES}.
  */
 export function checkTile(tile: TileConfig): void {
   const { wx, wy, bk } = tile;
-  const ok = [wx, wy, bk].every((v) => Number.isInteger(v) && v > 0) && bk % 4 === 0 &&
-    (wx * wy) % bk === 0 && (4 * bk) % wx === 0 && wx * wy <= 1024;
+  const tm = tileRows(tile);
+  const ok = [wx, wy, bk].every((v) => Number.isInteger(v) && v > 0) &&
+    TILE_ROWS.includes(tm) && bk % 4 === 0 && (wx * wy) % bk === 0 && (tm * bk) % wx === 0 &&
+    wx * wy <= 1024 && tileBytes(tile) <= TILE_MAX_BYTES;
   if (!ok) {
     throw new RangeError(
-      `Cannot use matmul tile ${wx}x${wy} bk${bk}: needs bk % 4 == 0, (wx * wy) % bk == 0, ` +
-        `(4 * bk) % wx == 0 and wx * wy <= 1024`,
+      `Cannot use matmul tile ${tileName(tile)}: needs tm of ${TILE_ROWS.join(" or ")}, ` +
+        `bk % 4 == 0, (wx * wy) % bk == 0, (tm * bk) % wx == 0, wx * wy <= 1024 and at most ` +
+        `${TILE_MAX_BYTES} bytes of staged tiles`,
     );
   }
 }

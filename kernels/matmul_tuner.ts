@@ -4,10 +4,15 @@
  * 1. the `tiled` configuration: each of {@linkcode TILE_CANDIDATES} times every call-site
  *    shape at the prefill row count; the least total (each shape weighted by its call sites)
  *    wins;
- * 2. per shape, `gemv` (with 1 and 4 weight rows per invocation) against `tiled` (the chosen
- *    tile) at row counts 1, 2, 4, ... up to the largest decode batch and the prefill row count;
- *    the shape's `gemv` is the one with the least total time ({@linkcode pickGemvRows}), and it
- *    runs up to the last M before the first where `tiled` was faster ({@linkcode crossover}).
+ * 2. the `tiled` configuration of decode batches: the same at the largest decode batch (where a
+ *    prefill tile may leave most of a GPU idle: 16 workgroups for N = 1,024 at M = 64 with 64 x 64
+ *    tiles); when another tile wins there, it runs every M up to that batch
+ *    ({@linkcode SmallTile});
+ * 3. per shape, `gemv` (with 1 and 4 weight rows per invocation) against `tiled` (the tile that
+ *    runs that M) at row counts 1, 2, 4, ... up to the largest decode batch and the prefill row
+ *    count; the shape's `gemv` is the one with the least total time ({@linkcode pickGemvRows}),
+ *    and it runs up to the last M before the first where `tiled` was faster
+ *    ({@linkcode crossover}).
  *
  * Each time is the median of several passes timed on the GPU (`timestamp-query`; else the host
  * clock over several passes), gpu/timer.ts. The call sites' outputs are overwritten (run it
@@ -22,13 +27,14 @@ import { ParamArena } from "../gpu/params.ts";
 import { PassClock } from "../gpu/timer.ts";
 import { Matmul, type MatmulOp } from "./matmul.ts";
 import { GEMV_ROW_BLOCKS } from "./matmul_kernels.ts";
-import { TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
+import { sameTile, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
 import {
   crossover,
   type CrossoverPoint,
   type MatmulTuning,
   pickTile,
   shapeKey,
+  type SmallTile,
 } from "./matmul_tuning.ts";
 
 /** Options of {@linkcode tuneMatmul}. */
@@ -46,8 +52,16 @@ export interface MatmulTunerOptions {
 /** What {@linkcode tuneMatmul} measured and chose. */
 export interface MatmulTuningReport {
   readonly tuning: MatmulTuning;
-  /** Each tile candidate's time summed over the shapes (weighted by call sites), in ms. */
-  readonly tiles: readonly { readonly tile: TileConfig; readonly totalMs: number }[];
+  /**
+   * Each tile candidate's time summed over the shapes (weighted by call sites), in ms, at the
+   * prefill row count (`totalMs`) and at the largest decode batch (`smallMs`; absent when that
+   * batch reaches the prefill row count of every shape).
+   */
+  readonly tiles: readonly {
+    readonly tile: TileConfig;
+    readonly totalMs: number;
+    readonly smallMs?: number;
+  }[];
   /** Per shape key: the row counts measured for the `gemv` / `tiled` choice. */
   readonly crossovers: Readonly<Record<string, readonly CrossoverPoint[]>>;
   /** How the kernels were timed ("timestamp-query", "host clock / N passes"). */
@@ -102,14 +116,27 @@ export async function tuneMatmul(
     const time = (op: MatmulOp, m: number, variant: "gemv" | "tiled", gemvRows = 1) =>
       clock.medianMs((pass) => op.encode(pass, m, { variant, gemvRows }));
     const prefill = (g: ShapeGroup) => Math.min(options.prefillRows ?? 512, g.op.maxRows);
-    const tileTimes = new Map<TileConfig, number[]>();
-    for (const tile of tiles) {
-      const ms: number[] = [];
-      for (const g of groups) ms.push(await time(trial(g, tile), prefill(g), "tiled"));
-      tileTimes.set(tile, ms);
-    }
+    const timeTiles = async (rows: (g: ShapeGroup) => number) => {
+      const times = new Map<TileConfig, number[]>();
+      for (const tile of tiles) {
+        const ms: number[] = [];
+        for (const g of groups) ms.push(await time(trial(g, tile), rows(g), "tiled"));
+        times.set(tile, ms);
+      }
+      return times;
+    };
     const counts = groups.map((g) => g.count);
+    const tileTimes = await timeTiles(prefill);
     const tile = pickTile(tileTimes, counts);
+    const decodeRows = options.maxBatch;
+    const smallTimes = groups.some((g) => decodeRows < prefill(g))
+      ? await timeTiles((g) => Math.min(decodeRows, prefill(g)))
+      : undefined;
+    const small = smallTimes === undefined ? tile : pickTile(smallTimes, counts);
+    const smallTile: SmallTile | undefined = sameTile(small, tile)
+      ? undefined
+      : { tile: small, maxRows: decodeRows };
+    const tileAt = (m: number) => smallTile !== undefined && m <= decodeRows ? small : tile;
     const crossovers: Record<string, CrossoverPoint[]> = {};
     const gemvMaxRows: Record<string, number> = {};
     const gemvRows: Record<string, number> = {};
@@ -119,7 +146,7 @@ export async function tuneMatmul(
         const op = trial(g, tile);
         const ms: number[] = [];
         for (const rb of GEMV_ROW_BLOCKS) ms.push(await time(op, m, "gemv", rb));
-        const r = { m, ms, tiledMs: await time(op, m, "tiled") };
+        const r = { m, ms, tiledMs: await time(trial(g, tileAt(m)), m, "tiled") };
         rows.push(r);
         if (Math.min(...r.ms) > r.tiledMs) break;
       }
@@ -135,11 +162,13 @@ export async function tuneMatmul(
       gemvRows[g.key] = rb;
     }
     ctx.check();
+    const total = (ms: readonly number[]) => ms.reduce((s, t, i) => s + t * counts[i]!, 0);
     return {
-      tuning: { tile, gemvMaxRows, gemvRows },
+      tuning: { tile, ...(smallTile === undefined ? {} : { smallTile }), gemvMaxRows, gemvRows },
       tiles: tiles.map((t) => ({
         tile: t,
-        totalMs: tileTimes.get(t)!.reduce((s, ms, i) => s + ms * counts[i]!, 0),
+        totalMs: total(tileTimes.get(t)!),
+        ...(smallTimes === undefined ? {} : { smallMs: total(smallTimes.get(t)!) }),
       })),
       crossovers,
       method: clock.method,

@@ -8,13 +8,26 @@
  * @module
  */
 
-import { checkTile, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
+import { checkTile, sameTile, TILE_CANDIDATES, type TileConfig, tileName } from "./matmul_tile.ts";
 import { GEMV_ROW_BLOCKS, type WeightFormat, type XForm } from "./matmul_kernels.ts";
+
+/**
+ * A `tiled` configuration measured for small M: the decode batches (up to `maxRows` rows of X)
+ * of call sites whose `gemv` range ends below them.
+ */
+export interface SmallTile {
+  /** One of {@linkcode TILE_CANDIDATES}. */
+  readonly tile: TileConfig;
+  /** The largest M it runs (larger M runs {@linkcode MatmulTuning.tile}). */
+  readonly maxRows: number;
+}
 
 /** Measured choices of the `gpu` policy's matmul kernels on one adapter. */
 export interface MatmulTuning {
   /** The `tiled` configuration (one of {@linkcode TILE_CANDIDATES}). */
   readonly tile: TileConfig;
+  /** The `tiled` configuration of small M, when the measured best there is another. */
+  readonly smallTile?: SmallTile;
   /**
    * Per call-site shape ({@linkcode shapeKey}): the largest M run by `gemv` (larger M runs
    * `tiled`; 0: `tiled` for every M). Shapes not listed follow `Matmul.decodeMaxRows`.
@@ -97,14 +110,26 @@ export function pickTile(
  */
 export function parseMatmulTuning(data: unknown): MatmulTuning {
   const o = data as
-    | { tile?: Partial<TileConfig>; gemvMaxRows?: unknown; gemvRows?: unknown }
+    | {
+      tile?: unknown;
+      smallTile?: { tile?: unknown; maxRows?: unknown };
+      gemvMaxRows?: unknown;
+      gemvRows?: unknown;
+    }
     | null;
-  const t = o?.tile;
-  const tile = TILE_CANDIDATES.find((c) => c.wx === t?.wx && c.wy === t?.wy && c.bk === t?.bk);
-  if (tile === undefined) {
-    throw new TypeError(`Invalid matmul tuning: tile ${JSON.stringify(t)} is not a candidate`);
+  const tile = parseTile(o?.tile);
+  let smallTile: SmallTile | undefined;
+  if (o?.smallTile !== undefined) {
+    const maxRows = o.smallTile?.maxRows;
+    if (!Number.isInteger(maxRows) || (maxRows as number) < 1) {
+      throw new TypeError(
+        `Invalid matmul tuning: smallTile.maxRows must be a positive integer, got ${
+          JSON.stringify(maxRows)
+        }`,
+      );
+    }
+    smallTile = { tile: parseTile(o.smallTile?.tile), maxRows: maxRows as number };
   }
-  checkTile(tile);
   const rows = o?.gemvMaxRows;
   if (typeof rows !== "object" || rows === null || Array.isArray(rows)) {
     throw new TypeError("Invalid matmul tuning: gemvMaxRows must be an object");
@@ -134,15 +159,34 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
     }
     gemvRows[key] = value as number;
   }
-  return { tile, gemvMaxRows, gemvRows };
+  return { tile, ...(smallTile === undefined ? {} : { smallTile }), gemvMaxRows, gemvRows };
 }
 
-/** One line describing `t`, e.g. "tile 16x16 bk16; gemv up to M = 64 for f16 1024x3072 swiglu". */
+/** The candidate `t` names (see {@linkcode parseMatmulTuning}). */
+function parseTile(t: unknown): TileConfig {
+  const c = t as Partial<TileConfig> | null | undefined;
+  const tile = TILE_CANDIDATES.find((k) =>
+    sameTile(k, { wx: c?.wx ?? 0, wy: c?.wy ?? 0, bk: c?.bk ?? 0, tm: c?.tm })
+  );
+  if (tile === undefined) {
+    throw new TypeError(`Invalid matmul tuning: tile ${JSON.stringify(t)} is not a candidate`);
+  }
+  checkTile(tile);
+  return tile;
+}
+
+/**
+ * One line describing `t`, e.g. "tile 16x16 bk16 (8x4 bk16 up to M = 64); gemv up to M = 64 for
+ * f16 1024x3072 swiglu".
+ */
 export function describeTuning(t: MatmulTuning): string {
   const rows = Object.entries(t.gemvMaxRows).map(([k, m]) =>
     `${m}${(t.gemvRows?.[k] ?? 1) > 1 ? ` (${t.gemvRows![k]} rows each)` : ""} for ${k}`
   );
-  return `tile ${t.tile.wx}x${t.tile.wy} bk${t.tile.bk}; gemv up to M = ${
+  const small = t.smallTile === undefined
+    ? ""
+    : ` (${tileName(t.smallTile.tile)} up to M = ${t.smallTile.maxRows})`;
+  return `tile ${tileName(t.tile)}${small}; gemv up to M = ${
     rows.length > 0 ? rows.join(", ") : "(no shape)"
   }`;
 }

@@ -3,7 +3,8 @@ import { AssertionError } from "node:assert";
 import type { GpuContext } from "../gpu/context.ts";
 import { type DType, roundTo } from "../gpu/dtype.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
-import { Matmul } from "../kernels/matmul.ts";
+import { Matmul, TILE_CANDIDATES, type TileConfig } from "../kernels/matmul.ts";
+import { tileName } from "../kernels/matmul_tile.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -33,6 +34,8 @@ interface NormCase {
   /** Binding limit, to split the weight into parts. */
   readonly maxBindingBytes?: number;
   readonly parts?: number;
+  /** The tiled kernel's configuration (default TILE). */
+  readonly tile?: TileConfig;
 }
 
 const EPS = 1e-5;
@@ -56,7 +59,7 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
   const [m, n, k] = c.shape;
   const form = c.residual ? "rms_residual" : "rms";
   const label = `[${m}, ${n}, ${k}] ${c.dtype} ${c.bias ? "bias" : "no bias"} ` +
-    `${c.variant ?? "auto/gpu"} ${form}`;
+    `${c.variant ?? "auto/gpu"} ${form}${c.tile === undefined ? "" : ` tile ${tileName(c.tile)}`}`;
   const { seed, rng } = testSeed(label);
   const context = `seed ${seed} ${label}`;
   const h = rng.array(m * k, -2, 2);
@@ -84,7 +87,8 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
   const biasBuf = bias === undefined ? undefined : upload(ctx, bias);
   const arena = new ParamArena(ctx, weight.parts.length);
   try {
-    const op = new Matmul(ctx, { dtype: c.dtype, bias: c.bias, policy: "gpu" }).bind(arena, {
+    const matmul = new Matmul(ctx, { dtype: c.dtype, bias: c.bias, policy: "gpu", tile: c.tile });
+    const op = matmul.bind(arena, {
       x: whole(hBuf),
       xForm: form,
       norm: {
@@ -140,6 +144,22 @@ Deno.test(
           for (const variant of ["gemv", "gemv4", "tiled", undefined] as const) {
             await check(ctx, { shape, dtype, bias, residual, variant });
           }
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() tiled reads X as the RMSNorm of the residual stream under every tile the tuning tries",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const tile of TILE_CANDIDATES) {
+      for (const shape of [[3, 17, 96], [70, 130, 260]] as const) {
+        for (const residual of [false, true]) {
+          const bias = residual;
+          await check(ctx, { shape, dtype: "f16", bias, residual, variant: "tiled", tile });
         }
       }
     }

@@ -11,6 +11,7 @@ import {
   type TileConfig,
   type XForm,
 } from "../kernels/matmul.ts";
+import { tileName, tileRows } from "../kernels/matmul_tile.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -51,7 +52,7 @@ const kernels = new Map<string, Matmul>();
 function kernelFor(ctx: GpuContext, c: Case): Matmul {
   const t = c.tile ?? TILE;
   const key = `${c.dtype}/${c.bias}/${c.policy ?? "default"}/${ctx.maxBindingBytes}/` +
-    `${t.wx}x${t.wy}k${t.bk}`;
+    tileName(t);
   let kernel = kernels.get(key);
   if (kernel === undefined) {
     kernel = new Matmul(ctx, { dtype: c.dtype, bias: c.bias, policy: c.policy, tile: c.tile });
@@ -67,7 +68,7 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
   const label = `${name} [${m}, ${n}, ${k}] ${c.dtype} ${c.bias ? "bias" : "no bias"} ` +
     `${c.variant ?? `auto/${c.policy ?? "default"}`} ldy ${ldy}` +
     (c.xForm === "swiglu" ? " x swiglu" : "") +
-    (c.tile === undefined ? "" : ` tile ${c.tile.wx}x${c.tile.wy} bk${c.tile.bk}`);
+    (c.tile === undefined ? "" : ` tile ${tileName(c.tile)}`);
   const { seed, rng } = testSeed(label);
   const context = `seed ${seed} ${label}`;
   // The buffer the kernel reads, and the X it stands for (SwiGLU: gate and up in [-3, 3], where
@@ -174,10 +175,10 @@ Deno.test(
   async () => {
     const ctx = await testContext();
     for (const tile of TILE_CANDIDATES) {
-      // The tile reaches the kernel: its grid covers 4 wy rows of X and 4 wx rows of W.
+      // The tile reaches the kernel: its grid covers tm wy rows of X and 4 wx rows of W.
       const config = kernelFor(ctx, { shape: [1, 1, 1], dtype: "f32", bias: false, tile })
         .choose(100, 64, 64, 64, "tiled");
-      assertEqual([config.mPerGroup, config.rowsPerGroup], [4 * tile.wy, 4 * tile.wx]);
+      assertEqual([config.mPerGroup, config.rowsPerGroup], [tileRows(tile) * tile.wy, 4 * tile.wx]);
       for (const shape of [[1, 1, 1], [5, 67, 129], [70, 130, 260]] as const) {
         for (const dtype of DTYPES) {
           const bias = (shape[0] + DTYPES.indexOf(dtype)) % 2 === 1;
@@ -201,16 +202,18 @@ Deno.test(
   GPU_TEST,
   async () => {
     const ctx = await testContext();
-    for (
-      const tile of [{ wx: 16, wy: 16, bk: 12 }, { wx: 32, wy: 8, bk: 4 }, {
-        wx: 64,
-        wy: 32,
-        bk: 16,
-      }]
-    ) {
+    const tiles: TileConfig[] = [
+      { wx: 16, wy: 16, bk: 12 },
+      { wx: 32, wy: 8, bk: 4 },
+      { wx: 64, wy: 32, bk: 16 },
+      { wx: 16, wy: 16, bk: 16, tm: 6 },
+      // 8 x 4 blocks staging 64 lines of 33 + 17 vec4s: 51,200 bytes of workgroup memory.
+      { wx: 16, wy: 16, bk: 64, tm: 8 },
+    ];
+    for (const tile of tiles) {
       assertThrows(() => new Matmul(ctx, { dtype: "f32", bias: false, tile }), {
         name: "RangeError",
-        message: new RegExp(`^Cannot use matmul tile ${tile.wx}x${tile.wy} bk${tile.bk}:`),
+        message: new RegExp(`^Cannot use matmul tile ${tileName(tile)}:`),
       });
     }
   },

@@ -86,6 +86,27 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
     a: 4,
   });
   assert(describeTuning(t).includes("32 for f16 8x8 plain"));
+  // An 8 x 4 block tile and a small-M tile.
+  const tm8 = TILE_CANDIDATES.find((c) => c.tm === 8)!;
+  const small = parseMatmulTuning(
+    JSON.parse(
+      JSON.stringify({ tile: tm8, smallTile: { tile: TILE, maxRows: 64 }, gemvMaxRows: {} }),
+    ),
+  );
+  assertEqual([small.tile, small.smallTile], [tm8, { tile: TILE, maxRows: 64 }]);
+  assert(describeTuning(small).startsWith("tile 16x8 bk16 tm8 (16x16 bk16 up to M = 64); "));
+  assertThrows(
+    () => parseMatmulTuning({ tile: { ...TILE, tm: 2 }, gemvMaxRows: {} }),
+    /is not a candidate/,
+  );
+  assertThrows(
+    () => parseMatmulTuning({ tile: TILE, smallTile: { tile: TILE, maxRows: 0 }, gemvMaxRows: {} }),
+    /smallTile.maxRows must be a positive integer, got 0/,
+  );
+  assertThrows(
+    () => parseMatmulTuning({ tile: TILE, smallTile: { maxRows: 8 }, gemvMaxRows: {} }),
+    /tile undefined is not a candidate/,
+  );
 });
 
 Deno.test("pickGemvRows() takes the least total over the row counts where gemv was useful", () => {
@@ -203,6 +224,26 @@ Deno.test(
       }
       matmul.setTuning({ tile: TILE, gemvMaxRows: { [shapeKey(a.op.shape)]: 0 } });
       assertEqual(variants(a.op), ["tiled", "tiled", "tiled"], "limit 0: tiled for every M");
+      // A small-M tile runs M up to its limit, the tile above it; both match float64.
+      const small = TILE_CANDIDATES.find((c) => c.wy === 4)!;
+      const tm8 = TILE_CANDIDATES.find((c) => c.tm === 8)!;
+      matmul.setTuning({ tile: tm8, smallTile: { tile: small, maxRows: 17 }, gemvMaxRows: {} });
+      assertEqual([matmul.tileFor(17), matmul.tileFor(18)], [small, tm8]);
+      const grid = (rows: number) => matmul.choose(rows, 67, 129, 132, "tiled").mPerGroup;
+      assertEqual([grid(17), grid(40)], [4 * small.wy, 8 * tm8.wy]);
+      for (const rows of [17, 40]) {
+        await runPass(ctx, arena, (pass) => a.op.encode(pass, rows, { variant: "tiled" }));
+        const got = (await readF32(ctx, a.yBuf)).subarray(0, rows * a.n);
+        const want = matmulRef(
+          a.x.subarray(0, rows * a.k),
+          roundTo(a.w, dtype),
+          undefined,
+          rows,
+          a.n,
+          a.k,
+        );
+        assertClose(got, want, toleranceFor(dtype), `small tile, M ${rows}`);
+      }
       assertThrows(
         () => matmul.setTuning({ tile: { wx: 3, wy: 3, bk: 3 }, gemvMaxRows: {} }),
         RangeError,
@@ -251,6 +292,13 @@ Deno.test(
       }
       const best = Math.min(...r.tiles.map((t) => t.totalMs));
       assertEqual(r.tiles.find((t) => t.totalMs === best)!.tile, r.tuning.tile);
+      // The decode batch's tile: the best there, kept only when it is not the prefill tile.
+      const bestSmall = Math.min(...r.tiles.map((t) => t.smallMs!));
+      const small = r.tiles.find((t) => t.smallMs === bestSmall)!.tile;
+      assertEqual(
+        r.tuning.smallTile,
+        small === r.tuning.tile ? undefined : { tile: small, maxRows: 4 },
+      );
       // The measured matmul is untouched until the tuning is applied.
       assertEqual(matmul.tile, TILE);
       await assertRejects(

@@ -9,7 +9,8 @@ import assert from "node:assert/strict";
 import type { GpuContext } from "../gpu/context.ts";
 import { GROUP, type QuantFormat, quantizeRows } from "../gpu/quant.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
-import { Matmul, type XForm } from "../kernels/matmul.ts";
+import { Matmul, TILE_CANDIDATES, type XForm } from "../kernels/matmul.ts";
+import { tileName } from "../kernels/matmul_tile.ts";
 import { assertClose } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -68,7 +69,8 @@ async function check(
 ): Promise<void> {
   const [m, n, k] = shape;
   const label = `quant matmul ${format} [${m}, ${n}, ${k}] ${variant ?? `auto/${kernel.policy}`} ` +
-    `bias ${kernel.bias}` + (xForm === "swiglu" ? " x swiglu" : "");
+    `bias ${kernel.bias}` + (xForm === "swiglu" ? " x swiglu" : "") +
+    (variant === "tiled" ? ` tile ${tileName(kernel.tile)}` : "");
   const { seed, rng } = testSeed(label);
   const context = `seed ${seed} ${label}`;
   // The buffer the kernel reads (SwiGLU: a [M, 2K] gate|up in [-3, 3]) and the X it stands for.
@@ -128,6 +130,22 @@ Deno.test(
       for (const format of FORMATS) {
         for (const shape of SHAPES) {
           for (const variant of VARIANTS) await check(ctx, kernel, format, shape, variant);
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() tiled multiplies by dequantized int8 / int4 weights under every tile the tuning tries",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const tile of TILE_CANDIDATES) {
+      const kernel = new Matmul(ctx, { dtype: "f16", bias: tile.bk === 16, policy: "gpu", tile });
+      for (const format of FORMATS) {
+        for (const shape of [[3, 17, 96], [40, 130, 256]] as const) {
+          await check(ctx, kernel, format, shape, "tiled");
         }
       }
     }
