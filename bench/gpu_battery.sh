@@ -8,12 +8,13 @@
 #   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 9 files and the tuning cache
 #
 # Stages, most valuable first: adapter; bench:model (prefill 128/512, decode batch 1/8/64, host and
-# GPU time per step, per-kernel breakdown) under the gpu profile, then again with the default kernel
+# GPU time per step, per-kernel breakdown of decode and of prefill 512) under the gpu profile, then again with the default kernel
 # choices (--kernel-tuning off: what the measured tuning changes); the PyTorch peer on the same
 # checkpoint on CUDA; every matmul kernel and tile shape (bench/matmul_tune.ts) and the attention
 # kernels; the test suite on the GPU (greedy parity with the float64 reference; its auto
 # profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
-# bench:model --quantization none,int8,int4; bench:serve at concurrency 1/16/64.
+# bench:model --quantization none,int8,int4 (with the int4 runner's breakdown at decode batch 1 and
+# prefill 512); bench:serve at concurrency 1/16/64.
 # The matmul tuning (engine/kernel_tuning.ts) is measured by the first bench:model into a fresh cache
 # under the output directory (matmul_tuning.json: the choices, for the docs) and re-used by the
 # later stages with the same call sites; the test stage runs with WEBGPU_LLM_KERNEL_TUNING=off
@@ -77,7 +78,7 @@ tests=$(grep -L "npm:openai\|@langchain\|npm:ai\|ai-sdk\|kubernetes-models" test
 run_stage tests 100 tests.txt env WEBGPU_LLM_KERNEL_TUNING=off deno test --cached-only --no-check -A --parallel $tests
 
 run_stage bench-quant 90 quant.txt deno run --cached-only -A bench/model_bench.ts --model $model \
-  --batches 1,8,32 --prefill 512 --steps 32 --no-breakdown --quantization none,int8,int4 $gpu
+  --batches 1,8,32 --prefill 512 --steps 32 --breakdown-batches 1 --quantization none,int8,int4 $gpu
 
 run_stage serve 90 serve.txt deno run --cached-only -A bench/serve.ts --model $model \
   --concurrency 1,16,64 --input-len 128 --output-len 128 --out-dir /tmp/gpu-serve --no-progress \

@@ -17,7 +17,8 @@
  *   runner runs one decode step with its dispatches recorded by kernel group (all 28 layers'
  *   dispatches of one kind: qkv matmuls, RoPE, attention, ...), then each group is replayed as
  *   one compute pass timed with GPU timestamps (bench/support.ts `timeGpu`): the engine's own
- *   call sites, weights and buffers (bench/model_bench/breakdown.ts).
+ *   call sites, weights and buffers (bench/model_bench/breakdown.ts); and the same for the
+ *   prefill of the longest `--prefill` length (`--breakdown-prefill`).
  *
  * Run: `deno bench -A bench/model_bench.ts` (figures printed when the file loads; the
  * `Deno.bench` entries time one decode step on the host, ~10 ms wait included), or
@@ -35,7 +36,7 @@ import { benchContext, describeMachine } from "./support.ts";
 import { parseModelBenchArgs } from "./model_bench/options.ts";
 import { forceMatmulVariant, modelDirectory } from "./model_bench/setup.ts";
 import { type BenchEnv, loadWorkload, measure } from "./model_bench/measure.ts";
-import { breakdown, type Group } from "./model_bench/breakdown.ts";
+import { breakdown, type Group, prefillBreakdown } from "./model_bench/breakdown.ts";
 import {
   breakdownLines,
   headerLines,
@@ -81,13 +82,19 @@ for (const quantization of options.quantizations) {
 report.runs = runs;
 for (const line of ratioLines(runs)) log(line);
 
-if (options.breakdownBatches.length > 0 && work !== undefined) {
+const breakdownSteps = [
+  ...options.breakdownBatches.map((n) => ({ kind: "decode" as const, n })),
+  ...options.breakdownPrefills.map((n) => ({ kind: "prefill" as const, n })),
+];
+if (breakdownSteps.length > 0 && work !== undefined) {
   const method = ctx.hasTimestamps ? "GPU timestamps" : "host clock / 3 passes";
   const breakdowns: Record<string, Group[]> = {};
-  for (const batch of options.breakdownBatches) {
-    const groups = await breakdown(ctx, work, batch);
-    breakdowns[`batch${batch}`] = groups;
-    for (const line of breakdownLines(batch, groups, method, runs.at(-1)!.quantization)) {
+  for (const { kind, n } of breakdownSteps) {
+    const groups = kind === "decode"
+      ? await breakdown(ctx, work, n)
+      : await prefillBreakdown(ctx, work, n);
+    breakdowns[kind === "decode" ? `batch${n}` : `prefill${n}`] = groups;
+    for (const line of breakdownLines(n, groups, method, runs.at(-1)!.quantization, kind)) {
       log(line);
     }
   }

@@ -10,7 +10,7 @@ import { ModelRunner } from "../engine/model_runner.ts";
 import { KernelGroupRecorder } from "../engine/models/kernel_group_recorder.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { StepCostProbe } from "../bench/lib/step_cost.ts";
-import { breakdown } from "../bench/model_bench/breakdown.ts";
+import { breakdown, prefillBreakdown } from "../bench/model_bench/breakdown.ts";
 import { BLOCK, PROMPT } from "../bench/model_bench/options.ts";
 import { BenchWorkload } from "../bench/model_bench/workload.ts";
 import { ReferenceModel } from "./reference/model.ts";
@@ -172,7 +172,7 @@ function withoutTimestamps(ctx: GpuContext): GpuContext {
 
 for (const timestamps of [true, false]) {
   Deno.test(
-    `breakdown() of one decode step through the runner times every kernel group of the model, each above zero (${
+    `breakdown() and prefillBreakdown() through the runner time every kernel group of the model, each above zero (${
       timestamps ? "GPU timestamps" : "host clock: no timestamp-query"
     })`,
     GPU_TEST,
@@ -197,6 +197,16 @@ for (const timestamps of [true, false]) {
           assert.deepEqual(groups.map((g) => g.name), QWEN3_GROUPS(!ctx.isCpuProfile));
           for (const g of groups) {
             assert.ok(Number.isFinite(g.ms) && g.ms > 0, `${g.name}: ${g.ms} ms`);
+          }
+          // The prefill of one 40-token sequence: the same groups (prefill attention).
+          const prefill = await prefillBreakdown(
+            timestamps ? ctx : withoutTimestamps(ctx),
+            work,
+            40,
+          );
+          assert.deepEqual(prefill.map((g) => g.name), QWEN3_GROUPS(!ctx.isCpuProfile));
+          for (const g of prefill) {
+            assert.ok(Number.isFinite(g.ms) && g.ms > 0, `prefill ${g.name}: ${g.ms} ms`);
           }
         } finally {
           runner.destroy();

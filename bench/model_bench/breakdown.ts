@@ -1,7 +1,8 @@
 /**
- * The model bench's per-kernel breakdown of one decode step, through the real runner: one
- * decode step of `batch` sequences at position {@linkcode PROMPT} (context PROMPT + 1, over the
- * prefilled prompt) runs with its dispatches recorded by kernel group
+ * The model bench's per-kernel breakdown of one step, through the real runner: one decode step
+ * of `batch` sequences at position {@linkcode PROMPT} (context PROMPT + 1, over the prefilled
+ * prompt), or the prefill of one sequence of `tokens` tokens, runs with its dispatches recorded
+ * by kernel group
  * ({@linkcode KernelGroupRecorder}: the groups the model names, e.g. all layers' qkv matmuls);
  * then each group's dispatches, all layers of them, are replayed as one compute pass and timed
  * with GPU timestamps (bench/support.ts `timeGpu`: median of 3 after a warm-up; where the adapter
@@ -11,6 +12,7 @@
  * @module
  */
 
+import type { ForwardBatch } from "../../engine/forward_batch.ts";
 import type { GpuContext } from "../../gpu/context.ts";
 import { KernelGroupRecorder } from "../../engine/models/kernel_group_recorder.ts";
 import { timeGpu } from "../support.ts";
@@ -23,13 +25,9 @@ export interface Group {
   readonly ms: number;
 }
 
-/** Records the decode step of `batch` sequences at position PROMPT by kernel group. */
-async function recordDecodeStep(
-  work: BenchWorkload,
-  batch: number,
-): Promise<KernelGroupRecorder> {
+/** Runs `input` with its dispatches recorded by kernel group. */
+async function record(work: BenchWorkload, input: ForwardBatch): Promise<KernelGroupRecorder> {
   const recorder = new KernelGroupRecorder();
-  const input = work.decodeStep(work.tables(batch), PROMPT, () => PROMPT % work.vocabTokens);
   await work.runner.execute(input, { groups: recorder }).result;
   return recorder;
 }
@@ -39,12 +37,32 @@ async function recordDecodeStep(
  * order. The replays overwrite the step's activations and its KV slots at position PROMPT
  * (every decode the bench runs writes those before reading them).
  */
-export async function breakdown(
+export function breakdown(ctx: GpuContext, work: BenchWorkload, batch: number): Promise<Group[]> {
+  const input = work.decodeStep(work.tables(batch), PROMPT, () => PROMPT % work.vocabTokens);
+  return timeGroups(ctx, work, input);
+}
+
+/**
+ * The breakdown of the prefill of one sequence of `tokens` tokens (see the module doc), in the
+ * last decode sequence's own KV blocks (the warm-up prefill's; the shared prompt's blocks stay
+ * as they are); groups in step order.
+ */
+export function prefillBreakdown(
   ctx: GpuContext,
   work: BenchWorkload,
-  batch: number,
+  tokens: number,
 ): Promise<Group[]> {
-  const recorder = await recordDecodeStep(work, batch);
+  const base = work.blocksPerSeq * work.runner.options.maxSeqs;
+  return timeGroups(ctx, work, work.prefillStep(tokens, base));
+}
+
+/** Each kernel group of the step `input`, replayed alone and timed. */
+async function timeGroups(
+  ctx: GpuContext,
+  work: BenchWorkload,
+  input: ForwardBatch,
+): Promise<Group[]> {
+  const recorder = await record(work, input);
   const out: Group[] = [];
   for (const name of recorder.groups) {
     const t = await timeGpu(ctx, (pass) => recorder.replay(name, pass), {

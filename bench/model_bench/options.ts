@@ -17,7 +17,8 @@ const USAGE = `usage: deno task bench:model [options]
   --batches LIST               decode batch sizes (default 1,8,32)
   --prefill LIST               prefill lengths (default 128,512; "" for none)
   --no-breakdown               skip the per-kernel breakdown
-  --breakdown-batches LIST     batch sizes of the breakdown (default 1,8)
+  --breakdown-batches LIST     decode batch sizes of the breakdown (default 1,8)
+  --breakdown-prefill LIST     prefill lengths of the breakdown (default the longest --prefill)
   --matmul-variant V           force one matmul kernel (tiled, gemv, blocked, unrolled)
   --force-f32                  f32 weights even with shader-f16
   --kernel-profile auto|cpu|gpu   kernel variants (default auto: from the adapter)
@@ -44,6 +45,8 @@ export interface ModelBenchOptions {
   readonly prefills: readonly number[];
   /** Batch sizes of the per-kernel breakdown; empty with `--no-breakdown`. */
   readonly breakdownBatches: readonly number[];
+  /** Prefill lengths of the per-kernel breakdown; empty with `--no-breakdown`. */
+  readonly breakdownPrefills: readonly number[];
   /** `--matmul-variant`, as given (checked by the entry point). */
   readonly matmulVariant: string | undefined;
   readonly forceF32: boolean;
@@ -86,6 +89,7 @@ function parseFlags(argv: string[]) {
         prefill: { type: "string", default: "128,512" },
         "no-breakdown": { type: "boolean", default: false },
         "breakdown-batches": { type: "string", default: "1,8" },
+        "breakdown-prefill": { type: "string" },
         "matmul-variant": { type: "string" },
         "force-f32": { type: "boolean", default: false },
         "kernel-profile": { type: "string" },
@@ -113,7 +117,13 @@ function parseFlags(argv: string[]) {
 export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
   const values = parseFlags(argv);
   let quantizations: Quantization[];
-  let sizes: { steps: number; batches: number[]; prefills: number[]; breakdown: number[] };
+  let sizes: {
+    steps: number;
+    batches: number[];
+    prefills: number[];
+    breakdown: number[];
+    breakdownPrefills: number[];
+  };
   try {
     quantizations = list(values.quantization).map(parseQuantization);
     sizes = {
@@ -123,7 +133,14 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
       breakdown: values["no-breakdown"]
         ? []
         : positiveInts("breakdown-batches", values["breakdown-batches"], true),
+      breakdownPrefills: [],
     };
+    if (!values["no-breakdown"]) {
+      const longest = Math.max(0, ...sizes.prefills);
+      sizes.breakdownPrefills = values["breakdown-prefill"] === undefined
+        ? (longest > 0 ? [longest] : [])
+        : positiveInts("breakdown-prefill", values["breakdown-prefill"], true);
+    }
     if (!KERNEL_TUNING_MODES.some((m) => m === values["kernel-tuning"])) {
       throw new TypeError(
         `--kernel-tuning expects auto, measure or off, got "${values["kernel-tuning"]}"`,
@@ -142,6 +159,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     batches: sizes.batches,
     prefills: sizes.prefills,
     breakdownBatches: sizes.breakdown,
+    breakdownPrefills: sizes.breakdownPrefills,
     matmulVariant: values["matmul-variant"],
     forceF32: values["force-f32"],
     kernelProfile: values["kernel-profile"],
@@ -158,10 +176,10 @@ export const MATMUL_VARIANTS: readonly MatmulVariant[] = ["tiled", "gemv", "bloc
 /** The runner's sizes: every measured batch (breakdown included) and length fits. */
 export function runnerSizes(o: ModelBenchOptions) {
   const maxSeqs = Math.max(1, ...o.batches, ...o.breakdownBatches);
-  const maxModelLen = Math.max(PROMPT, ...o.prefills) + o.steps + 16;
+  const maxModelLen = Math.max(PROMPT, ...o.prefills, ...o.breakdownPrefills) + o.steps + 16;
   const blocksPerSeq = Math.ceil(maxModelLen / BLOCK);
   return {
-    maxTokens: Math.max(512, ...o.prefills),
+    maxTokens: Math.max(512, ...o.prefills, ...o.breakdownPrefills),
     maxSeqs,
     maxModelLen,
     blockSize: BLOCK,

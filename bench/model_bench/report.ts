@@ -121,19 +121,24 @@ export function ratioLines(runs: readonly RunResult[]): string[] {
 }
 
 /**
- * The breakdown table of one batch size: groups by time, their share, and the sum. `method`
- * says how groups were timed; `quantization` is named unless it is "none".
+ * The breakdown table of one step, a decode step of `batch` sequences or the prefill of `batch`
+ * tokens (`kind`): groups by time, their share, and the sum. `method` says how groups were timed;
+ * `quantization` is named unless it is "none".
  */
 export function breakdownLines(
   batch: number,
   groups: readonly Group[],
   method: string,
   quantization: Quantization,
+  kind: "decode" | "prefill" = "decode",
 ): string[] {
   const total = groups.reduce((s, g) => s + g.ms, 0);
   const weights = quantization === "none" ? "" : `, weights ${quantization}`;
+  const step = kind === "decode"
+    ? `decode step breakdown, batch ${batch}`
+    : `prefill breakdown, ${batch} tokens of one sequence`;
   return [
-    `decode step breakdown, batch ${batch}${weights} (${method}, one pass per group):`,
+    `${step}${weights} (${method}, one pass per group):`,
     ...[...groups].sort((a, b) => b.ms - a.ms).map((g) =>
       `  ${g.name.padEnd(40)} ${g.ms.toFixed(2).padStart(8)} ms ` +
       `${((100 * g.ms) / total).toFixed(1).padStart(5)}%`

@@ -87,10 +87,16 @@ export class BenchWorkload {
 
   /** Prefills `n` tokens of one sequence in blocks [base, base + ceil(n / BLOCK)); awaits it. */
   async prefill(n: number, base: number): Promise<number> {
+    const start = performance.now();
+    await this.runner.execute(this.prefillStep(n, base)).result;
+    return performance.now() - start;
+  }
+
+  /** The greedy prefill step of `n` tokens of one sequence in blocks from `base` on. */
+  prefillStep(n: number, base: number): ForwardBatch {
     const positions = Uint32Array.from({ length: n }, (_, i) => i);
     const table = Array.from({ length: Math.ceil(n / BLOCK) }, (_, j) => base + j);
-    const start = performance.now();
-    const step = this.runner.execute({
+    return {
       inputIds: Uint32Array.from(
         { length: n },
         (_, i) => (i * 7 + base * 13 + 1) % this.vocabTokens,
@@ -98,9 +104,7 @@ export class BenchWorkload {
       positions,
       slotMapping: positions.map((p) => table[Math.floor(p / BLOCK)]! * BLOCK + (p % BLOCK)),
       seqs: [{ queryLen: n, contextLen: n, blockTable: table, sample: { temperature: 0 } }],
-    });
-    await step.result;
-    return performance.now() - start;
+    };
   }
 
   /** Block tables of `batch` sequences: the prompt's blocks, then each sequence's own. */
