@@ -26,3 +26,25 @@ export function dispatch1d(pass: GPUComputePassEncoder, groups: number): void {
     pass.dispatchWorkgroups(Math.ceil(groups / y), y);
   }
 }
+
+/** The arithmetic and the bytes of weights one encode of a call site does and reads. */
+export interface KernelWork {
+  /** Floating-point operations (a multiply-add counts 2). */
+  readonly flops: number;
+  /** Bytes of weights read (each weight once). */
+  readonly bytes: number;
+}
+
+/**
+ * A pass that accounts the work encoded into it: benchmarks' recording passes
+ * (engine/models/kernel_group_recorder.ts) implement it to print rooflines; a plain
+ * `GPUComputePassEncoder` does not, and {@linkcode noteWork} then does nothing.
+ */
+export interface WorkCountingPass {
+  noteWork(work: KernelWork): void;
+}
+
+/** Tells `pass` the work just encoded into it, when it counts work. */
+export function noteWork(pass: GPUComputePassEncoder, work: KernelWork): void {
+  (pass as Partial<WorkCountingPass>).noteWork?.(work);
+}

@@ -7,7 +7,7 @@
 
 import type { ParamSlot } from "../gpu/params.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
-import { MAX_GROUPS_PER_DIM } from "./dispatch.ts";
+import { MAX_GROUPS_PER_DIM, noteWork } from "./dispatch.ts";
 import type { Matmul } from "./matmul.ts";
 import type { MatmulShape } from "./matmul_tuning.ts";
 import {
@@ -235,5 +235,6 @@ export class MatmulOp {
       const gy = Math.ceil(n / MAX_GROUPS_PER_DIM);
       pass.dispatchWorkgroups(Math.ceil(n / gy), gy, gz);
     }
+    noteWork(pass, { flops: 2 * m * w.rows * w.cols, bytes: w.byteSize });
   }
 }

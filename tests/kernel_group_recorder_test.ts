@@ -198,6 +198,28 @@ for (const timestamps of [true, false]) {
           for (const g of groups) {
             assert.ok(Number.isFinite(g.ms) && g.ms > 0, `${g.name}: ${g.ms} ms`);
           }
+          // The matmul groups report their arithmetic: 2 M N K per layer (M = 2 sequences; the
+          // LM head over the 2 sampled rows), and weight bytes; the other groups none.
+          const c = runner.config;
+          const qkvN = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
+          const perLayer: Record<string, number> = {
+            qkv: qkvN * c.hiddenSize,
+            o: c.hiddenSize * c.numHeads * c.headDim,
+            gate_up: 2 * c.intermediateSize * c.hiddenSize,
+            down: c.hiddenSize * c.intermediateSize,
+          };
+          for (const g of groups) {
+            const kind = /^matmul (\w+)/.exec(g.name)?.[1];
+            if (kind === undefined) {
+              assert.equal(g.work, undefined, g.name);
+              continue;
+            }
+            const weights = kind === "lm_head"
+              ? c.vocabSize * c.hiddenSize
+              : c.numLayers * perLayer[kind]!;
+            assert.equal(g.work?.flops, 2 * 2 * weights, `${g.name} FLOPs`);
+            assert.ok(g.work!.bytes >= 4 * weights, `${g.name}: ${g.work!.bytes} bytes of f32`);
+          }
           // The prefill of one 40-token sequence: the same groups (prefill attention).
           const prefill = await prefillBreakdown(
             timestamps ? ctx : withoutTimestamps(ctx),

@@ -14,6 +14,7 @@
 
 import type { ForwardBatch } from "../../engine/forward_batch.ts";
 import type { GpuContext } from "../../gpu/context.ts";
+import type { KernelWork } from "../../kernels/dispatch.ts";
 import { KernelGroupRecorder } from "../../engine/models/kernel_group_recorder.ts";
 import { timeGpu } from "../support.ts";
 import { PROMPT } from "./options.ts";
@@ -23,6 +24,8 @@ import type { BenchWorkload } from "./workload.ts";
 export interface Group {
   readonly name: string;
   readonly ms: number;
+  /** What the group's call sites reported doing (the matmuls: FLOPs, weight bytes), if any. */
+  readonly work?: KernelWork;
 }
 
 /** Runs `input` with its dispatches recorded by kernel group. */
@@ -69,7 +72,8 @@ async function timeGroups(
       warmup: 1,
       repeats: 3,
     });
-    out.push({ name, ms: t.medianMs });
+    const work = recorder.work(name);
+    out.push(work === undefined ? { name, ms: t.medianMs } : { name, ms: t.medianMs, work });
   }
   return out;
 }

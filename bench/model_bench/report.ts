@@ -121,6 +121,18 @@ export function ratioLines(runs: readonly RunResult[]): string[] {
 }
 
 /**
+ * A group's achieved rates, when its call sites reported their work: GFLOP/s, and GB/s of
+ * weights (each weight read once: the bandwidth a decode matmul needs at the least).
+ */
+function workRates(g: Group): string {
+  if (g.work === undefined || g.ms <= 0) return "";
+  const rate = (v: number) => v.toFixed(v < 100 ? 1 : 0).padStart(8);
+  return `  ${rate(g.work.flops / (g.ms * 1e6))} GFLOP/s ${
+    rate(g.work.bytes / (g.ms * 1e6))
+  } GB/s of weights`;
+}
+
+/**
  * The breakdown table of one step, a decode step of `batch` sequences or the prefill of `batch`
  * tokens (`kind`): groups by time, their share, and the sum. `method` says how groups were timed;
  * `quantization` is named unless it is "none".
@@ -141,7 +153,7 @@ export function breakdownLines(
     `${step}${weights} (${method}, one pass per group):`,
     ...[...groups].sort((a, b) => b.ms - a.ms).map((g) =>
       `  ${g.name.padEnd(40)} ${g.ms.toFixed(2).padStart(8)} ms ` +
-      `${((100 * g.ms) / total).toFixed(1).padStart(5)}%`
+      `${((100 * g.ms) / total).toFixed(1).padStart(5)}%${workRates(g)}`
     ),
     `  ${"sum".padEnd(40)} ${total.toFixed(2).padStart(8)} ms`,
   ];

@@ -13,6 +13,7 @@
  * @module
  */
 
+import type { KernelWork, WorkCountingPass } from "../../kernels/dispatch.ts";
 import type { KernelGroup, StepPasses } from "./step_passes.ts";
 
 /** One recorded pass command, re-encoded into another pass by a replay. */
@@ -23,9 +24,11 @@ type Command = (pass: GPUComputePassEncoder) => void;
  * Kernels set a pipeline and bind group 0 and dispatch (kernels/call_site.ts); a kernel that
  * used another pass method would fail here loudly (no such method), never be dropped silently.
  */
-class RecordingPass {
+class RecordingPass implements WorkCountingPass {
   readonly commands: Command[] = [];
   dispatches = 0;
+  /** The work the call sites reported (kernels/dispatch.ts `noteWork`), summed. */
+  work: KernelWork | undefined;
 
   constructor(readonly target: GPUComputePassEncoder) {}
 
@@ -43,6 +46,13 @@ class RecordingPass {
     this.target.dispatchWorkgroups(x, y, z);
     this.commands.push((pass) => pass.dispatchWorkgroups(x, y, z));
     this.dispatches++;
+  }
+
+  noteWork(work: KernelWork): void {
+    const w = this.work;
+    this.work = w === undefined
+      ? { ...work }
+      : { flops: w.flops + work.flops, bytes: w.bytes + work.bytes };
   }
 }
 
@@ -74,6 +84,14 @@ export class KernelGroupRecorder implements StepPasses {
   /** The groups that dispatched, in the order of their first call site in the step. */
   get groups(): KernelGroup[] {
     return [...this.#groups].filter(([, r]) => r.dispatches > 0).map(([g]) => g);
+  }
+
+  /**
+   * The work `group`'s call sites reported (kernels/dispatch.ts `noteWork`: the matmuls' FLOPs
+   * and weight bytes), summed over the step; undefined when none did.
+   */
+  work(group: KernelGroup): KernelWork | undefined {
+    return this.#groups.get(group)?.work;
   }
 
   /** Dispatches of the recorded step, `group`'s only when given. */
