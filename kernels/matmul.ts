@@ -44,8 +44,8 @@ import {
 } from "./matmul_kernels.ts";
 import { checkTile, TILE, TILE_CANDIDATES, type TileConfig, tileRows } from "./matmul_tile.ts";
 import { type MatmulShape, type MatmulTuning, shapeKey, type SmallTile } from "./matmul_tuning.ts";
+import { checkCallSite } from "./matmul_call_site_check.ts";
 import {
-  bindingBytes,
   type KernelConfig,
   type MatmulBuffers,
   type MatmulEncodeOptions,
@@ -309,108 +309,22 @@ export class Matmul {
   }
 
   /**
-   * Checks the norm of a norm X form and returns the rows of K values its `delta` and `out`
-   * hold (Infinity without them).
-   */
-  #normRows(buffers: MatmulBuffers, xForm: XForm): number {
-    const norm = buffers.norm;
-    if (!isNormXForm(xForm)) {
-      if (norm !== undefined) {
-        throw new TypeError(`Cannot bind matmul: a norm is given but X is read as ${xForm}`);
-      }
-      return Infinity;
-    }
-    if (!this.readsNorm) {
-      throw new TypeError(
-        `Cannot bind matmul with X ${xForm}: the ${this.policy} policy's kernels do not read ` +
-          `the norm (run rms_norm before the matmul)`,
-      );
-    }
-    const k = buffers.weight.cols;
-    if (norm === undefined || norm.weight.cols !== k || norm.weight.dtype !== this.dtype) {
-      throw new TypeError(
-        `Cannot bind matmul with X ${xForm}: needs a norm weight [1, ${k}] of ${this.dtype}`,
-      );
-    }
-    const residual = xForm === "rms_residual";
-    if ((norm.delta !== undefined) !== residual || (norm.out !== undefined) !== residual) {
-      throw new TypeError(
-        `Cannot bind matmul with X ${xForm}: delta and out are ${
-          residual ? "required" : "only for rms_residual"
-        }`,
-      );
-    }
-    if (!residual) return Infinity;
-    if (norm.out!.buffer === buffers.x.buffer) {
-      throw new RangeError("Cannot bind matmul with X rms_residual: out must not be x's buffer");
-    }
-    return Math.floor(Math.min(bindingBytes(norm.delta!), bindingBytes(norm.out!)) / (4 * k));
-  }
-
-  /**
-   * Creates a call site: validates the shapes, allocates one parameter slot per weight part and
-   * creates the bind groups of the policy's kernels (once, here).
+   * Creates a call site: validates the shapes (kernels/matmul_call_site_check.ts), allocates one
+   * parameter slot per weight part and creates the bind groups of the policy's kernels (once,
+   * here).
    *
-   * @throws {TypeError} when the weight dtype or the bias presence does not match this instance.
+   * @throws {TypeError} when the weight dtype, the bias presence or the norm does not match this
+   *   instance and the X form.
    * @throws {RangeError} when the weight row stride is not a multiple of 4, `ldy < N`, or a
    *   buffer cannot hold one row.
    */
   bind(arena: ParamArena, buffers: MatmulBuffers): MatmulOp {
     const w = buffers.weight;
-    if (w.quant === null && w.dtype !== this.dtype) {
-      throw new TypeError(
-        `Cannot bind matmul: weight ${w.label} is ${w.dtype}, kernel is ${this.dtype}`,
-      );
-    }
-    if (w.rowStride % 4 !== 0) {
-      throw new RangeError(
-        `Cannot bind matmul: weight ${w.label} has row stride ${w.rowStride}, not a multiple of 4 ` +
-          `(create it with padColsTo: 4)`,
-      );
-    }
-    if (this.bias !== (buffers.bias !== undefined)) {
-      throw new TypeError(
-        `Cannot bind matmul: kernel was created ${this.bias ? "with" : "without"} bias, ` +
-          `bias buffer ${buffers.bias === undefined ? "missing" : "given"}`,
-      );
-    }
-    const ldy = buffers.ldy ?? w.rows;
-    if (!Number.isInteger(ldy) || ldy < w.rows) {
-      throw new RangeError(`Cannot bind matmul: ldy ${ldy} is less than N = ${w.rows}`);
-    }
-    const xForm = buffers.xForm ?? "plain";
-    // A SwiGLU X row holds gate and up: 2K values.
-    const xCols = xForm === "swiglu" ? 2 * w.cols : w.cols;
-    const xRows = Math.min(
-      Math.floor(bindingBytes(buffers.x) / (4 * xCols)),
-      this.#normRows(buffers, xForm),
-    );
-    const yRows = Math.floor((bindingBytes(buffers.y) / 4 - w.rows) / ldy) + 1;
-    if (xRows < 1) {
-      throw new RangeError(
-        `Cannot bind matmul: x holds ${
-          bindingBytes(buffers.x)
-        } bytes, less than one row of ${xCols} values (K = ${w.cols}, X ${xForm})`,
-      );
-    }
-    if (bindingBytes(buffers.y) < 4 * w.rows) {
-      throw new RangeError(
-        `Cannot bind matmul: y holds ${
-          bindingBytes(buffers.y)
-        } bytes, less than one row of N = ${w.rows}`,
-      );
-    }
-    if (buffers.bias !== undefined && bindingBytes(buffers.bias) < 4 * w.rows) {
-      throw new RangeError(
-        `Cannot bind matmul: bias holds ${bindingBytes(buffers.bias)} bytes, N = ${w.rows} needs ${
-          4 * w.rows
-        }`,
-      );
-    }
+    const { ldy, maxRows, xForm } = checkCallSite(buffers, this);
     // The constructor compiled the policy's kernels for plain X and weights of this dtype.
     this.#compilePolicy(w.format, xForm);
     const slots = w.parts.map(() => arena.allocate());
-    const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, Math.min(xRows, yRows));
+    const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, maxRows);
     this.#ops.push(op);
     for (const config of this.#configs.values()) {
       if (config.format !== w.format || config.xForm !== xForm) continue;
