@@ -190,6 +190,13 @@ Deno.test(
     const { arena, sites, done } = bindSites(ctx, matmul, m, [[67, 129], [33, 64]]);
     try {
       const [a, b] = sites as [typeof sites[0], typeof sites[0]];
+      // A site's first `rows` rows of Y against the float64 reference.
+      const checkSite = async (s: typeof a, rows: number, what: string) => {
+        const got = (await readF32(ctx, s.yBuf)).subarray(0, rows * s.n);
+        const w = roundTo(s.w, dtype);
+        const want = matmulRef(s.x.subarray(0, rows * s.k), w, undefined, rows, s.n, s.k);
+        assertClose(got, want, toleranceFor(dtype), what);
+      };
       const variants = (op: MatmulOp) => [16, 17, 40].map((rows) => op.variantFor(rows));
       assertEqual(variants(a.op), ["gemv", "tiled", "tiled"], "default: gemv up to 16 rows");
       const tile = TILE_CANDIDATES[3]!;
@@ -209,18 +216,7 @@ Deno.test(
         await runPass(ctx, arena, (pass) => {
           for (const s of sites) s.op.encode(pass, rows);
         });
-        for (const s of sites) {
-          const got = (await readF32(ctx, s.yBuf)).subarray(0, rows * s.n);
-          const want = matmulRef(
-            s.x.subarray(0, rows * s.k),
-            roundTo(s.w, dtype),
-            undefined,
-            rows,
-            s.n,
-            s.k,
-          );
-          assertClose(got, want, toleranceFor(dtype), `${shapeKey(s.op.shape)} M ${rows}`);
-        }
+        for (const s of sites) await checkSite(s, rows, `${shapeKey(s.op.shape)} M ${rows}`);
       }
       matmul.setTuning({ tile: TILE, gemvMaxRows: { [shapeKey(a.op.shape)]: 0 } });
       assertEqual(variants(a.op), ["tiled", "tiled", "tiled"], "limit 0: tiled for every M");
@@ -233,16 +229,7 @@ Deno.test(
       assertEqual([grid(17), grid(40)], [4 * small.wy, 8 * tm8.wy]);
       for (const rows of [17, 40]) {
         await runPass(ctx, arena, (pass) => a.op.encode(pass, rows, { variant: "tiled" }));
-        const got = (await readF32(ctx, a.yBuf)).subarray(0, rows * a.n);
-        const want = matmulRef(
-          a.x.subarray(0, rows * a.k),
-          roundTo(a.w, dtype),
-          undefined,
-          rows,
-          a.n,
-          a.k,
-        );
-        assertClose(got, want, toleranceFor(dtype), `small tile, M ${rows}`);
+        await checkSite(a, rows, `small tile, M ${rows}`);
       }
       assertThrows(
         () => matmul.setTuning({ tile: { wx: 3, wy: 3, bk: 3 }, gemvMaxRows: {} }),
