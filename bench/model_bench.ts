@@ -33,6 +33,7 @@
 import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { ModelRunner } from "../engine/model_runner.ts";
 import { benchContext, describeMachine } from "./support.ts";
+import { READBACK_BATCH } from "../engine/step_pipeline.ts";
 import { parseModelBenchArgs } from "./model_bench/options.ts";
 import { forceMatmulVariant, modelDirectory } from "./model_bench/setup.ts";
 import { type BenchEnv, loadWorkload, measure } from "./model_bench/measure.ts";
@@ -67,6 +68,7 @@ const report: ModelBenchReport = {
   matmulVariant: forced ?? "(policy)",
   kernelProfile: `${ctx.profile} (${ctx.profileReason})`,
   overlap: options.overlap ?? !ctx.isCpuProfile,
+  readbackBatch: options.readbackBatch ?? READBACK_BATCH,
 };
 for (const line of headerLines(report)) log(line);
 const env: BenchEnv = { ctx, options, modelDir: model.dir, report, log };

@@ -21,6 +21,7 @@ import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
 import type { GenerationConfig } from "./model/generation_config.ts";
 import { ModelRunner } from "./model_runner.ts";
+import { READBACK_BATCH } from "./step_pipeline.ts";
 import { tuneRunner } from "./kernel_tuning.ts";
 import { StructuredOutputs } from "./structured_output/structured_outputs.ts";
 import { Tokenizer } from "./tokenizer.ts";
@@ -145,8 +146,9 @@ async function webGpuParts(
       numSwapBlocks,
       seedSource: requestSeeds(config.seed),
       // Where the device has its own cores (the gpu profile), the host encodes a step while it
-      // runs the previous one; lavapipe's device is the host's own cores (no gain measured).
+      // runs the queued ones; lavapipe's device is the host's own cores (no gain measured).
       overlapSteps: !ctx.isCpuProfile,
+      readbackBatch: Math.min(READBACK_BATCH, runner.maxInFlight),
     }),
     ctx,
     kvBlocks,

@@ -277,8 +277,8 @@ export class LLMEngine implements EngineClient {
         // behind it (they have nothing to wait for).
         const oldest = this.#pipeline.shift();
         if (oldest !== undefined) {
-          // Its readback may be waiting for a later submit (overlapped steps): none is queued.
-          if (!oldest.empty && !this.#pipeline.hasSubmitted) this.#executor.flush?.();
+          // Its readback may be waiting for a later submit (overlapped steps): start it now.
+          if (!oldest.readbackStarted()) this.#executor.flush?.();
           const sampled = await oldest.result;
           if (this.#stopped) break;
           this.#postprocess(oldest.output, sampled);

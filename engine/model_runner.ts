@@ -83,20 +83,29 @@ export interface StepTiming {
 }
 
 /**
- * How to run one step: its GPU timing (benchmarks), and whether its readback may wait for the
- * next step (`overlap`).
+ * How to run one step: its GPU timing (benchmarks), and whether its readback may wait for a
+ * later step (`overlap`, `readbackBatch`).
  *
  * Deno's `mapAsync` (and `onSubmittedWorkDone`) blocks the calling thread, in the call itself,
  * until the GPU has finished every submitted step (deno ext/webgpu polls the device with a
  * blocking wait first). Started right after a step's submit, it keeps the host from encoding
- * the next step while the GPU runs this one. With `overlap`, the step's readback starts only
- * when the next `execute` has encoded and finished its command buffer, just before submitting
- * it (or at {@linkcode ModelRunner.flush}): the host encodes step N+1 while the GPU runs step
- * N, and the GPU waits for the host only for that submit. The caller must then call `execute`
- * again or `flush()` before it waits on this step's result.
+ * the next step while the GPU runs this one. With `overlap`, the step's readback is deferred:
+ * deferred readbacks start together when a later `execute` has encoded and finished its command
+ * buffer, just before submitting it, once as many are deferred as one of them allows
+ * (`readbackBatch`), or at {@linkcode ModelRunner.flush}: the host encodes the next step while
+ * the GPU runs the queued ones, and the GPU waits for the host only for that submit, once per
+ * `readbackBatch` steps (the first `mapAsync` of the batch waits for the GPU; the others find
+ * their steps done). The caller must call `flush()` before it waits on a step whose readback has
+ * not started ({@linkcode StepHandle.readbackStarted}).
  */
 export interface StepOptions extends StepTiming {
   readonly overlap?: boolean;
+  /**
+   * With `overlap`: this step's readback starts at the first `execute` that finds this many
+   * readbacks deferred, its own included (default 1: at the next `execute`). A step without
+   * `overlap` starts every deferred one first.
+   */
+  readonly readbackBatch?: number;
 }
 
 /** A submitted step. */
@@ -107,6 +116,8 @@ export interface StepHandle {
   readonly rows: number;
   /** Resolves when the GPU has finished the step (rows may be 0). */
   readonly result: Promise<SampledRows>;
+  /** Whether the step's readback has started (false while deferred: see `StepOptions`). */
+  readbackStarted(): boolean;
 }
 
 /** Owns a loaded model on one GPU context. */
@@ -128,8 +139,8 @@ export class ModelRunner {
   readonly #single = new SinglePass();
   #step = 0;
   readonly #ring: ReadbackRing;
-  /** Starts the newest step's readback when it was deferred (`overlap`), else null. */
-  #deferred: (() => void) | null = null;
+  /** Each deferred readback (`overlap`), oldest first: its start, and its `readbackBatch`. */
+  #deferred: { start(): void; batch: number }[] = [];
   readonly #own: { destroy(): void }[];
   readonly #host: {
     cuQLens: Uint32Array<ArrayBuffer>;
@@ -310,24 +321,34 @@ export class ModelRunner {
   }
 
   /**
-   * Starts the readback of the newest step if it was deferred ({@linkcode StepOptions.overlap}):
-   * blocks until the GPU has finished every submitted step. Call it before waiting on the
-   * result of a step submitted with `overlap` when no later step will be executed first.
+   * Starts the deferred readbacks ({@linkcode StepOptions.overlap}): blocks until the GPU has
+   * finished every submitted step. Call it before waiting on the result of a step whose readback
+   * has not started ({@linkcode StepHandle.readbackStarted}).
    */
   flush(): void {
-    const start = this.#deferred;
-    this.#deferred = null;
-    start?.();
+    const deferred = this.#deferred;
+    this.#deferred = [];
+    for (const d of deferred) d.start();
   }
 
   /**
-   * Encodes and submits one step; does not wait for the GPU. Starts the previous step's
-   * deferred readback (see {@linkcode StepOptions.overlap}) once this step is encoded.
+   * Encodes and submits one step; does not wait for the GPU. Starts the deferred readbacks once
+   * this step is encoded, when as many wait as one of them allows (see {@linkcode StepOptions}).
    *
-   * @throws {RangeError} when the batch does not fit the runner (see {@linkcode validateBatch}).
+   * @throws {RangeError} when the batch does not fit the runner (see {@linkcode validateBatch}),
+   *   or `readbackBatch` is not an integer in [1, {@linkcode maxInFlight}].
    */
   execute(batch: ForwardBatch, options: StepOptions = {}): StepHandle {
     this.ctx.check();
+    const readbackBatch = options.readbackBatch;
+    if (
+      readbackBatch !== undefined &&
+      (!Number.isInteger(readbackBatch) || readbackBatch < 1 || readbackBatch > this.maxInFlight)
+    ) {
+      throw new RangeError(
+        `Cannot batch ${readbackBatch} readbacks: between 1 and ${this.maxInFlight} steps may be in flight`,
+      );
+    }
     const B = this.#bufs.capacity.maxBlocksPerSeq;
     validateBatch(batch, {
       maxTokens: this.options.maxTokens,
@@ -370,9 +391,12 @@ export class ModelRunner {
       : undefined;
     this.#arena.flush();
     const commands = encoder.finish();
-    // The previous step's readback, if deferred: waits for the GPU to finish that step, so the
-    // submit below follows at once.
-    this.flush();
+    // The deferred readbacks, when they start now: the first waits for the GPU to finish every
+    // submitted step, so the submit below follows at once.
+    const due = this.#deferred.length;
+    if (due > 0 && (options.overlap !== true || this.#deferred.some((d) => due >= d.batch))) {
+      this.flush();
+    }
     q.submit([commands]);
     const complete = (): Promise<SampledRows> =>
       readback === undefined
@@ -382,10 +406,19 @@ export class ModelRunner {
           top: [],
         }))
         : readback.start().data.then((bytes) => this.#sampler.read(bytes, plan));
-    if (options.overlap !== true) return { step: stepIndex, rows, result: complete() };
+    if (options.overlap !== true) {
+      return { step: stepIndex, rows, result: complete(), readbackStarted: () => true };
+    }
     const deferred = Promise.withResolvers<SampledRows>();
-    this.#deferred = () => complete().then(deferred.resolve, deferred.reject);
-    return { step: stepIndex, rows, result: deferred.promise };
+    let started = false;
+    this.#deferred.push({
+      start() {
+        started = true;
+        complete().then(deferred.resolve, deferred.reject);
+      },
+      batch: readbackBatch ?? 1,
+    });
+    return { step: stepIndex, rows, result: deferred.promise, readbackStarted: () => started };
   }
 
   /** Packs and uploads the batch's ids, positions, slots, block tables and lengths. */

@@ -21,12 +21,24 @@ export const AHEAD_BUDGET_MS = 100;
 /** Submissions slower than this (ms, moving average) do the device's work: yield after each. */
 export const SYNC_SUBMIT_MS = 40;
 
+/**
+ * Overlapped steps (the WebGPU executor under the gpu kernel profile) start their deferred
+ * readbacks this many at a time: Deno's `mapAsync` waits until the GPU has finished every
+ * submitted step, so each start leaves the GPU idle until the next submit; batched, that happens
+ * once per this many steps. A readback resolves >= 10 ms after it starts, so the steps kept in
+ * flight behind a batch (the executor's `maxInFlight`, 7, less this) must cover that: 4 steps of
+ * >= 2.5 ms.
+ */
+export const READBACK_BATCH = 3;
+
 /** A submitted step awaiting its tokens. */
 export interface InFlight {
   readonly output: SchedulerOutput;
   readonly result: Promise<ReadonlyMap<string, SampledToken>>;
   /** Nothing was scheduled: no GPU work, nothing to wait for. */
   readonly empty: boolean;
+  /** Whether the result's readback has started (see `ExecutedStep.readbackStarted`). */
+  readonly readbackStarted: () => boolean;
 }
 
 /** The steps in flight (see the module documentation). */
@@ -72,18 +84,19 @@ export class StepPipeline {
     // The engine awaits results in order; a step that fails before its turn must not be
     // reported as an unhandled rejection meanwhile (the await still throws).
     step.result.catch(() => {});
-    this.#queue.push({ output, result: step.result, empty: false });
+    const started = step.readbackStarted?.bind(step) ?? (() => true);
+    this.#queue.push({ output, result: step.result, empty: false, readbackStarted: started });
     return step;
   }
 
   /** Queues a step that scheduled nothing: it is applied in order like any other. */
   pushEmpty(output: SchedulerOutput): void {
-    this.#queue.push({ output, result: Promise.resolve(new Map()), empty: true });
-  }
-
-  /** Whether a step that scheduled work is queued. */
-  get hasSubmitted(): boolean {
-    return this.#queue.some((s) => !s.empty);
+    this.#queue.push({
+      output,
+      result: Promise.resolve(new Map()),
+      empty: true,
+      readbackStarted: () => true,
+    });
   }
 
   /** Takes the oldest step. */

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import type { LogitsProcessing } from "../engine/forward_batch.ts";
-import { ModelRunner } from "../engine/model_runner.ts";
+import { ModelRunner, type StepHandle } from "../engine/model_runner.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, HAS_F16, testContext } from "./support/gpu.ts";
@@ -33,13 +33,19 @@ for (const preset of PRESETS) {
           for (const len of [1, 7, 33]) {
             const prompt = Array.from({ length: len }, () => rng.int(0, 500));
             const expected = ref.greedy(prompt, MAX_TOKENS).map((s) => s.token);
-            // Steps overlapped with the next step's encoding (the gpu profile's engine) or not.
+            // Steps overlapped with the next step's encoding (the gpu profile's engine, which
+            // starts their readbacks 3 at a time), one at a time, or not overlapped.
             const overlap = len !== 7;
-            const got = await soloGreedy(runner, prompt, MAX_TOKENS, { blocks, overlap });
+            const readbackBatch = len === 33 ? 3 : 1;
+            const got = await soloGreedy(runner, prompt, MAX_TOKENS, {
+              blocks,
+              overlap,
+              readbackBatch,
+            });
             assert.deepEqual(
               got,
               expected,
-              `seed ${seed} prompt length ${len}, overlap ${overlap}: ${prompt}`,
+              `seed ${seed} prompt length ${len}, overlap ${overlap} batch ${readbackBatch}: ${prompt}`,
             );
           }
         } finally {
@@ -345,6 +351,78 @@ Deno.test(
       // Rows that ask for none get none.
       const plain = await soloRun(runner, [1, 2, 3], 3);
       assert.deepEqual(plain.top, [[], [], []], `seed ${seed}`);
+    }),
+);
+
+Deno.test(
+  "ModelRunner.execute() with readbackBatch 3 starts three deferred readbacks together at the next execute",
+  GPU_TEST,
+  () =>
+    withRunner("runner readback batch", async (runner, _ref, seed, rng) => {
+      const prompt = Array.from({ length: 5 }, () => rng.int(0, 500));
+      const settled = (p: Promise<unknown>, ms: number) =>
+        Promise.race([
+          p.then(() => true),
+          new Promise<boolean>((r) => setTimeout(() => r(false), ms)),
+        ]);
+      const handles: StepHandle[] = [];
+      const step = (readbackBatch = 3) => {
+        const n = handles.length;
+        const ids = n === 0
+          ? Uint32Array.from(prompt)
+          : Uint32Array.of(runner.sampledRef(handles[n - 1]!.step, 0));
+        const at = n === 0
+          ? Uint32Array.from(prompt, (_, i) => i)
+          : Uint32Array.of(prompt.length + n - 1);
+        handles.push(runner.execute({
+          inputIds: ids,
+          positions: at,
+          slotMapping: at,
+          seqs: [{
+            queryLen: ids.length,
+            contextLen: at.at(-1)! + 1,
+            blockTable: [0],
+            sample: { temperature: 0 },
+          }],
+        }, { overlap: true, readbackBatch }));
+      };
+      for (let i = 0; i < 3; i++) step();
+      const started = () => handles.map((h) => h.readbackStarted());
+      assert.deepEqual(started(), [false, false, false], `seed ${seed}: two waiting`);
+      assert.equal(await settled(handles[0]!.result, 300), false, `seed ${seed}: resolved early`);
+      step();
+      assert.deepEqual(started(), [true, true, true, false], `seed ${seed}: the fourth execute`);
+      for (const h of handles.slice(0, 3)) {
+        assert.equal(await settled(h.result, 5000), true, `seed ${seed}: started together`);
+      }
+      assert.equal(await settled(handles[3]!.result, 300), false, `seed ${seed}: fourth early`);
+      runner.flush();
+      // A step that allows 1 (a prefill's first token, in the engine) starts the deferred ones at
+      // the next execute.
+      step(3);
+      step(1);
+      assert.deepEqual(started().slice(4), [false, false], `seed ${seed}: 5 and 6 deferred`);
+      step(3);
+      assert.deepEqual(started().slice(4), [true, true, false], `seed ${seed}: batch of 1`);
+      runner.flush();
+      const got = [];
+      for (const h of handles) got.push((await h.result).tokens[0]);
+      const expected = await soloGreedy(runner, prompt, 7, { blocks: [1] });
+      assert.deepEqual(got, expected, `seed ${seed}`);
+      for (const bad of [0, 1.5, runner.maxInFlight + 1]) {
+        assert.throws(
+          () =>
+            runner.execute({
+              inputIds: Uint32Array.of(1),
+              positions: Uint32Array.of(0),
+              slotMapping: Uint32Array.of(0),
+              seqs: [{ queryLen: 1, contextLen: 1, blockTable: [0], sample: { temperature: 0 } }],
+            }, { overlap: true, readbackBatch: bad }),
+          new RegExp(
+            `^RangeError: Cannot batch ${bad} readbacks: between 1 and ${runner.maxInFlight}`,
+          ),
+        );
+      }
     }),
 );
 

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { WebGpuExecutor } from "../engine/executors/webgpu_executor.ts";
 import { blockBytesPerLayer } from "../engine/kv_cache.ts";
 import { readBuffer } from "../gpu/readback.ts";
+import { maskWords } from "../kernels/token_mask.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import type { SampledToken } from "../engine/executors/executor.ts";
 import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
@@ -158,14 +159,22 @@ class HandScheduler {
   readonly #bs: number;
   readonly #free: number[];
   readonly #hostFree: number[];
-  readonly #inFlight: { result: Promise<ReadonlyMap<string, SampledToken>>; ids: HandRequest[] }[] =
-    [];
+  readonly #inFlight: {
+    result: Promise<ReadonlyMap<string, SampledToken>>;
+    ids: HandRequest[];
+    started: () => boolean;
+  }[] = [];
 
   constructor(executor: WebGpuExecutor, numBlocks: number, numHostSlots: number) {
     this.#executor = executor;
     this.#bs = executor.runner.options.blockSize;
     this.#free = Array.from({ length: numBlocks }, (_, i) => numBlocks - 1 - i);
     this.#hostFree = Array.from({ length: numHostSlots }, (_, i) => i);
+  }
+
+  /** Whether each step in flight has started its readback (oldest first). */
+  started(): boolean[] {
+    return this.#inFlight.map((s) => s.started());
   }
 
   /** Outputs so far, read back or not. */
@@ -186,6 +195,8 @@ class HandScheduler {
       swapIn?: HandRequest[];
       finished?: HandRequest[];
       aborted?: HandRequest[];
+      /** Requests that sample under a grammar's token mask (one that allows every token). */
+      masked?: HandRequest[];
     } = {},
   ): Promise<void> {
     const step = ++this.step;
@@ -216,9 +227,17 @@ class HandScheduler {
       aborted: (life.aborted ?? []).map((r) => r.id),
     };
     await this.#executor.swapInReady(output);
-    const executed = this.#executor.execute(output);
+    const vocab = this.#executor.runner.config.vocabSize;
+    const masks = new Map(
+      (life.masked ?? []).map((r) => [r.id, new Uint32Array(maskWords(vocab)).fill(~0 >>> 0)]),
+    );
+    const executed = this.#executor.execute(output, masks);
     assert.equal(executed.failed, undefined, `step ${step}: ${[...executed.failed ?? []]}`);
-    this.#inFlight.push({ result: executed.result, ids: samplers });
+    this.#inFlight.push({
+      result: executed.result,
+      ids: samplers,
+      started: () => executed.readbackStarted?.() ?? true,
+    });
     while (this.#inFlight.length > 3) await this.#collect();
   }
 
@@ -229,7 +248,9 @@ class HandScheduler {
   }
 
   async #collect(): Promise<void> {
-    const { result, ids } = this.#inFlight.shift()!;
+    const { result, ids, started } = this.#inFlight.shift()!;
+    // Overlapped steps' readbacks may wait for a later submit.
+    if (!started()) this.#executor.flush();
     const tokens = await result;
     for (const r of ids) {
       r.outputs.push(tokens.get(r.id)!.tokenId);
@@ -331,6 +352,7 @@ Deno.test(
         numSwapBlocks: 4,
         seedSource: () => 0,
         overlapSteps: true,
+        readbackBatch: 3,
       });
       try {
         const N = 14;
@@ -356,14 +378,23 @@ Deno.test(
         // Chunked prefill of B; A, C, D take 4 histories.
         await h.run([[A, null], [B, 8], [F, null]], { newRequests: [A, B, F] });
         await h.run([...decode(A), [B, 8], ...decode(F)]);
+        // A step that prefills starts its readback at the next step (no first token waits).
+        assert.deepEqual(h.started(), [true, false], `seed ${seed}: prefill readback`);
         await h.run([...decode(A), [B, null], ...decode(F), [C, null], [D, null]], {
           newRequests: [C, D],
         });
         for (let i = 0; i < 3; i++) await h.run(decode(A, B, C, D, F));
+        // Decode-only steps start their readbacks 3 at a time: the next step starts these.
+        assert.deepEqual(h.started(), [false, false, false], `seed ${seed}: decode batch`);
         // E's history grows the buffer while the others' steps are in flight.
         await h.run([...decode(A, B, C, D, F), [E, null]], { newRequests: [E] });
+        assert.deepEqual(h.started(), [true, true, false], `seed ${seed}: batch started`);
         assert.equal(runner.penaltyHistories.inUse, 5, `seed ${seed}`);
-        for (let i = 0; i < 2; i++) await h.run(decode(A, B, C, D, E, F));
+        // A step that samples under a grammar's mask starts its readback at the next step (the
+        // request's next step waits for its token).
+        await h.run(decode(A, B, C, D, E, F), { masked: [A] });
+        await h.run(decode(A, B, C, D, E, F));
+        assert.deepEqual(h.started().slice(-2), [true, false], `seed ${seed}: masked step`);
         // B: preempted by recompute mid-decode, then recomputed in two chunks.
         await h.drain();
         await h.run(decode(A, C, D, E, F), { preempted: [B] });

@@ -10,6 +10,7 @@ import type { GpuContext } from "../../gpu/context.ts";
 import type { Quantization } from "../../gpu/quant.ts";
 import { ModelRunner } from "../../engine/model_runner.ts";
 import { tuneRunner } from "../../engine/kernel_tuning.ts";
+import { READBACK_BATCH } from "../../engine/step_pipeline.ts";
 import { measureCopyBandwidth } from "../support.ts";
 import { type ModelBenchOptions, PROMPT, runnerSizes } from "./options.ts";
 import {
@@ -49,8 +50,16 @@ export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
     env.report.kernelTuning = line;
   });
   const work = new BenchWorkload(runner, blocksPerSeq);
-  // As the engine runs them (engine/engine_setup.ts), unless --overlap says otherwise.
+  // As the engine runs them (engine/engine_setup.ts), unless --overlap / --readback-batch say
+  // otherwise.
   work.overlap = env.options.overlap ?? !env.ctx.isCpuProfile;
+  const batch = env.options.readbackBatch ?? READBACK_BATCH;
+  work.readbackBatch = Math.min(batch, runner.maxInFlight);
+  if (work.readbackBatch < batch) {
+    env.log(
+      `readback batch ${batch} cut to ${work.readbackBatch}: the runner keeps no more steps in flight`,
+    );
+  }
   return work;
 }
 

@@ -27,6 +27,8 @@ const USAGE = `usage: deno task bench:model [options]
                                measured on a hardware adapter; engine/kernel_tuning.ts)
   --overlap auto|on|off         decode steps overlapped with the host's encoding of the next
                                (default auto: as the engine runs them, on under the gpu profile)
+  --readback-batch N           overlapped steps: deferred readbacks started together (default 3,
+                               as the engine; 1 starts each at the next submit)
   --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
                                (default none); ratios to the first are printed
   --json                       print one JSON report`;
@@ -55,6 +57,8 @@ export interface ModelBenchOptions {
   readonly quantizations: readonly Quantization[];
   /** `--overlap`: undefined for auto. */
   readonly overlap: boolean | undefined;
+  /** `--readback-batch`: undefined for the engine's. */
+  readonly readbackBatch: number | undefined;
   readonly json: boolean;
 }
 
@@ -96,6 +100,7 @@ function parseFlags(argv: string[]) {
         "kernel-tuning": { type: "string", default: "auto" },
         quantization: { type: "string", default: "none" },
         overlap: { type: "string", default: "auto" },
+        "readback-batch": { type: "string" },
         json: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
       },
@@ -123,6 +128,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     prefills: number[];
     breakdown: number[];
     breakdownPrefills: number[];
+    readbackBatch: number | undefined;
   };
   try {
     quantizations = list(values.quantization).map(parseQuantization);
@@ -134,6 +140,9 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
         ? []
         : positiveInts("breakdown-batches", values["breakdown-batches"], true),
       breakdownPrefills: [],
+      readbackBatch: values["readback-batch"] === undefined
+        ? undefined
+        : positiveInts("readback-batch", values["readback-batch"])[0],
     };
     if (!values["no-breakdown"]) {
       const longest = Math.max(0, ...sizes.prefills);
@@ -166,6 +175,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     kernelTuning: values["kernel-tuning"] as KernelTuningMode,
     quantizations,
     overlap: values.overlap === "auto" ? undefined : values.overlap === "on",
+    readbackBatch: sizes.readbackBatch,
     json: values.json,
   };
 }

@@ -22,6 +22,8 @@ export interface ModelBenchReport {
   /** Kernel profile, and whether decode steps overlap the host's encoding of the next. */
   kernelProfile: string;
   overlap: boolean;
+  /** Overlapped decode steps: deferred readbacks started together. */
+  readbackBatch: number;
   copyBandwidthGBs?: number;
   runs?: RunResult[];
   /** The matmul tuning's log line (the last runner's). */
@@ -52,7 +54,9 @@ export function headerLines(r: ModelBenchReport): string[] {
     `model_bench: ${r.machine}`,
     `command: ${r.command}; date ${r.date}; LP_NUM_THREADS ${r.lpNumThreads}; ` +
     `matmul kernel ${r.matmulVariant}; kernel profile ${r.kernelProfile}; decode steps ` +
-    (r.overlap ? "overlapped (readback at the next submit)" : "not overlapped"),
+    (r.overlap
+      ? `overlapped (readbacks start ${r.readbackBatch} at a time, at a later submit)`
+      : "not overlapped"),
     `model: ${r.model} (weights ${r.weightDtype})`,
   ];
 }

@@ -10,7 +10,7 @@
  */
 
 import type { ForwardBatch } from "../../engine/forward_batch.ts";
-import type { ModelRunner } from "../../engine/model_runner.ts";
+import type { ModelRunner, StepHandle } from "../../engine/model_runner.ts";
 import { GpuTimer } from "../../gpu/timer.ts";
 import { type StepCost, StepCostProbe } from "../lib/step_cost.ts";
 import { BLOCK, PROMPT } from "./options.ts";
@@ -75,10 +75,13 @@ export class BenchWorkload {
   constructor(readonly runner: ModelRunner, readonly blocksPerSeq: number) {}
 
   /**
-   * Decode steps defer their readback to the next step's submit, as the engine runs them
+   * Decode steps defer their readback to a later step's submit, as the engine runs them
    * (`StepOptions.overlap`); false starts each readback right after its submit.
    */
   overlap = true;
+
+  /** With `overlap`: deferred readbacks that start together (`StepOptions.readbackBatch`). */
+  readbackBatch = 1;
 
   /** Token ids the prompts use (the first 500 of the vocabulary at most). */
   get vocabTokens(): number {
@@ -144,7 +147,7 @@ export class BenchWorkload {
   async decode(batch: number, steps: number): Promise<DecodeResult> {
     const runner = this.runner;
     const tables = this.tables(batch);
-    const pending: Promise<unknown>[] = [];
+    const pending: StepHandle[] = [];
     const probe = new StepCostProbe();
     const timer = runner.ctx.hasTimestamps ? new GpuTimer(runner.ctx, steps) : null;
     let prev = -1;
@@ -153,7 +156,7 @@ export class BenchWorkload {
     for (let i = 0; i <= steps; i++) {
       if (i === 1) {
         runner.flush();
-        await pending[0];
+        await pending[0]!.result;
         start = performance.now();
         cpu0 = cpuSeconds();
       }
@@ -164,16 +167,23 @@ export class BenchWorkload {
       );
       // Steps after the first are timed for their host cost (dispatches, encode + submit).
       const descriptor = i === 0 ? undefined : timer?.passDescriptor(i - 1);
-      const run = () => runner.execute(input, { overlap: this.overlap, descriptor });
+      const run = () =>
+        runner.execute(input, {
+          overlap: this.overlap,
+          readbackBatch: this.readbackBatch,
+          descriptor,
+        });
       const h = i === 0 ? run() : probe.measure(run);
       prev = h.step;
-      pending.push(h.result);
+      pending.push(h);
       if (i >= 1 && pending.length - 1 >= runner.maxInFlight + 1) {
-        await pending[pending.length - 1 - runner.maxInFlight];
+        const oldest = pending[pending.length - 1 - runner.maxInFlight]!;
+        if (!oldest.readbackStarted()) runner.flush();
+        await oldest.result;
       }
     }
     runner.flush();
-    await Promise.all(pending);
+    await Promise.all(pending.map((h) => h.result));
     const wallMs = performance.now() - start;
     const cpuS = cpuSeconds() - cpu0;
     const tokensPerS = (batch * steps) / (wallMs / 1000);

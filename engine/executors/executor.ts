@@ -37,6 +37,11 @@ export interface ExecutedStep {
    * these with an error. Absent when none failed.
    */
   readonly failed?: ReadonlyMap<string, Error>;
+  /**
+   * Whether the result's readback has started; false while it waits for a later submit (the
+   * WebGPU executor's overlapped steps: {@linkcode Executor.flush} starts it). Absent: started.
+   */
+  readbackStarted?(): boolean;
 }
 
 /** Computes steps. */
@@ -62,9 +67,9 @@ export interface Executor {
    */
   swapInReady?(output: SchedulerOutput): Promise<void> | undefined;
   /**
-   * When a step's result may wait for the next `execute` (the WebGPU executor's overlapped
-   * steps): starts it now. The engine calls it before awaiting a step that no later submitted
-   * step follows.
+   * When a step's result may wait for a later `execute` (the WebGPU executor's overlapped
+   * steps): starts it now. The engine calls it before awaiting a step whose readback has not
+   * started ({@linkcode ExecutedStep.readbackStarted}).
    */
   flush?(): void;
   /**

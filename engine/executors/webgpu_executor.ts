@@ -48,11 +48,19 @@ export interface WebGpuExecutorOptions {
   /** Seeds for requests without one. */
   readonly seedSource: () => number;
   /**
-   * Defer each step's readback to the next step's submit (`StepOptions.overlap`), so the host
-   * encodes a step while the GPU runs the previous one; the engine then calls
-   * {@linkcode WebGpuExecutor.flush} before it waits on the newest step. Default false.
+   * Defer each step's readback to a later step's submit (`StepOptions.overlap`), so the host
+   * encodes a step while the GPU runs the previous ones; the engine then calls
+   * {@linkcode WebGpuExecutor.flush} before it waits on a step whose readback has not started.
+   * Default false.
    */
   readonly overlapSteps?: boolean;
+  /**
+   * With `overlapSteps`: the readbacks of decode-only steps start this many at a time
+   * (`StepOptions.readbackBatch`; the GPU waits for the host once per this many steps); a step
+   * that prefills, or samples under a grammar's token mask, starts its own at the next step, so
+   * neither a first token nor a constrained request's next step is held back. Default 1.
+   */
+  readonly readbackBatch?: number;
 }
 
 /** One request's row in a step's sampler (see {@linkcode WebGpuExecutor.samplingOf}). */
@@ -109,11 +117,13 @@ export class WebGpuExecutor implements Executor {
   /** The host swap pool and the copies to and from it. */
   readonly #swap: SwapSpace;
   readonly #overlap: boolean;
+  readonly #readbackBatch: number;
 
   constructor(runner: ModelRunner, options: WebGpuExecutorOptions) {
     this.runner = runner;
     this.#seedSource = options.seedSource;
     this.#overlap = options.overlapSteps ?? false;
+    this.#readbackBatch = options.readbackBatch ?? 1;
     this.#swap = new SwapSpace(runner.ctx, runner.kv, options.numSwapBlocks);
   }
 
@@ -145,7 +155,7 @@ export class WebGpuExecutor implements Executor {
     return new Set([...ids, ...this.runner.penaltyHistories.keys()]).size;
   }
 
-  /** Starts the newest step's deferred readback (see `overlapSteps`). */
+  /** Starts the deferred readbacks (see `overlapSteps`). */
   flush(): void {
     this.runner.flush();
   }
@@ -169,14 +179,22 @@ export class WebGpuExecutor implements Executor {
       return { result: Promise.resolve(new Map()) };
     }
     const plan = this.#plan(output, tokenMasks);
-    const handle = this.runner.execute(plan.batch, { overlap: this.#overlap });
+    // A first token, or one a grammar waits for before its request's next step: read back at
+    // the next step, not batched.
+    const batched = output.scheduled.every((r) => r.numTokens === 1) &&
+      (tokenMasks === undefined || tokenMasks.size === 0);
+    const handle = this.runner.execute(plan.batch, {
+      overlap: this.#overlap,
+      readbackBatch: batched ? this.#readbackBatch : 1,
+    });
     this.#runnerStep.set(output.step, handle.step);
     // Steps the ring has moved past can no longer be fed from.
     for (const [step, runnerStep] of this.#runnerStep) {
       if (handle.step - runnerStep > this.runner.maxInFlight) this.#runnerStep.delete(step);
     }
     const result = handle.result.then((rows) => collect(rows, plan));
-    return plan.failed.size > 0 ? { result, failed: plan.failed } : { result };
+    const step = { result, readbackStarted: handle.readbackStarted };
+    return plan.failed.size > 0 ? { ...step, failed: plan.failed } : step;
   }
 
   /** The runner's batch for `output` and what its sampled rows stand for. */

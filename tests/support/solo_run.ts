@@ -12,7 +12,7 @@
  * @module
  */
 
-import type { ModelRunner, TopLogprob } from "../../engine/model_runner.ts";
+import type { ModelRunner, StepHandle, TopLogprob } from "../../engine/model_runner.ts";
 import { logitsProcessRef, topLogprobsRef } from "../reference/logits_process.ts";
 import type { ReferenceModel } from "../reference/model.ts";
 
@@ -48,8 +48,10 @@ export interface SoloOptions {
   readonly topLogprobs?: number;
   /** Decode steps in flight before the oldest is awaited (default 6, at most maxInFlight). */
   readonly depth?: number;
-  /** Run steps with `overlap` (readback at the next submit; `flush()` before the newest). */
+  /** Run steps with `overlap` (readback at a later submit; `flush()` before one not started). */
   readonly overlap?: boolean;
+  /** With `overlap`: deferred readbacks started together (`StepOptions.readbackBatch`). */
+  readonly readbackBatch?: number;
 }
 
 /** The outcome of a run: per output token, its id, logprob and top logprobs. */
@@ -64,7 +66,7 @@ export async function soloGreedy(
   runner: ModelRunner,
   prompt: readonly number[],
   maxTokens: number,
-  options: { chunk?: number; blocks?: readonly number[]; overlap?: boolean } = {},
+  options: Pick<SoloOptions, "chunk" | "blocks" | "overlap" | "readbackBatch"> = {},
 ): Promise<number[]> {
   return (await soloRun(runner, prompt, maxTokens, options)).tokens;
 }
@@ -106,7 +108,7 @@ async function run(
   const out = result.tokens;
   /** Runner step of output token i, for every output sampled so far. */
   const steps: number[] = [];
-  const pending: ReturnType<ModelRunner["execute"]>["result"][] = [];
+  const pending: StepHandle[] = [];
   const p = options.penalties;
   // The same record every step: the history grows on the GPU.
   const process = p === undefined ? null : {
@@ -121,11 +123,12 @@ async function run(
     process,
     topLogprobs: options.topLogprobs ?? 0,
   });
-  const overlap = options.overlap === true;
+  const stepOptions = { overlap: options.overlap === true, readbackBatch: options.readbackBatch };
   const collect = async () => {
-    // An overlapped step's readback starts with the next execute: none comes before this await.
-    if (overlap && out.length === pending.length - 1) runner.flush();
-    const r = await pending[out.length]!;
+    // An overlapped step's readback starts with a later execute, or here.
+    const handle = pending[out.length]!;
+    if (!handle.readbackStarted()) runner.flush();
+    const r = await handle.result;
     out.push(r.tokens[0]!);
     result.logprobs.push(r.logprobs[0]!);
     result.top.push(r.top[0]!);
@@ -145,10 +148,10 @@ async function run(
         blockTable: table(done + n),
         ...(last ? sample() : { sample: null }),
       }],
-    }, { overlap });
+    }, stepOptions);
     done += n;
     if (last) {
-      pending.push(step.result);
+      pending.push(step);
       steps.push(step.step);
     }
   }
@@ -160,8 +163,8 @@ async function run(
       positions: Uint32Array.of(pos),
       slotMapping: Uint32Array.of(slot(pos)),
       seqs: [{ queryLen: 1, contextLen: pos + 1, blockTable: table(pos + 1), ...sample() }],
-    }, { overlap });
-    pending.push(step.result);
+    }, stepOptions);
+    pending.push(step);
     steps.push(step.step);
     if (pending.length - out.length >= depth) await collect();
   }
