@@ -16,6 +16,8 @@ import type { Quantization } from "../gpu/quant.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
+import { DeferredReadbacks } from "./deferred_readbacks.ts";
+import type { StepHandle, StepOptions } from "./step_options.ts";
 import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.ts";
 import type { KvCache } from "./kv_cache.ts";
 import type { PenaltyHistorySlots } from "./logits_process_lists.ts";
@@ -28,7 +30,6 @@ import type { StepShape } from "./models/attention_block.ts";
 import { allocateBindTargets, type BindTargets } from "./models/bind_targets.ts";
 import { loadModel } from "./models/load_model.ts";
 import type { Model } from "./models/model.ts";
-import type { KernelGroupRecorder } from "./models/kernel_group_recorder.ts";
 import { KERNEL_GROUPS, SinglePass } from "./models/step_passes.ts";
 import type { TokenFeedOp } from "../kernels/token_feed.ts";
 import type { Matmul } from "../kernels/matmul.ts";
@@ -40,6 +41,7 @@ import type {
 import type { AttentionKernels } from "./models/attention_block.ts";
 
 export type { SampledRows, TopLogprob } from "./sampler.ts";
+export type { StepHandle, StepOptions, StepTiming } from "./step_options.ts";
 
 /** The model's weight bytes on the device (see {@linkcode WeightLoader.bytes}). */
 export interface WeightBytes {
@@ -69,57 +71,6 @@ export interface ModelRunnerOptions {
   readonly quantization?: Quantization;
 }
 
-/**
- * GPU timing of one step (benchmarks): the step's single compute pass is opened with
- * `descriptor` (e.g. {@linkcode GpuTimer.passDescriptor}, timestamp writes) and `resolve` is
- * called on the step's encoder after the pass (e.g. `GpuTimer.resolve`); with `groups`, the
- * step's dispatches are also recorded by kernel group, for a per-group breakdown
- * ({@linkcode KernelGroupRecorder.replay}). Without a timing, a step costs nothing of this.
- */
-export interface StepTiming {
-  readonly descriptor?: GPUComputePassDescriptor;
-  resolve?(encoder: GPUCommandEncoder): void;
-  readonly groups?: KernelGroupRecorder;
-}
-
-/**
- * How to run one step: its GPU timing (benchmarks), and whether its readback may wait for a
- * later step (`overlap`, `readbackBatch`).
- *
- * Deno's `mapAsync` (and `onSubmittedWorkDone`) blocks the calling thread, in the call itself,
- * until the GPU has finished every submitted step (deno ext/webgpu polls the device with a
- * blocking wait first). Started right after a step's submit, it keeps the host from encoding
- * the next step while the GPU runs this one. With `overlap`, the step's readback is deferred:
- * deferred readbacks start together when a later `execute` has encoded and finished its command
- * buffer, just before submitting it, once as many are deferred as one of them allows
- * (`readbackBatch`), or at {@linkcode ModelRunner.flush}: the host encodes the next step while
- * the GPU runs the queued ones, and the GPU waits for the host only for that submit, once per
- * `readbackBatch` steps (the first `mapAsync` of the batch waits for the GPU; the others find
- * their steps done). The caller must call `flush()` before it waits on a step whose readback has
- * not started ({@linkcode StepHandle.readbackStarted}).
- */
-export interface StepOptions extends StepTiming {
-  readonly overlap?: boolean;
-  /**
-   * With `overlap`: this step's readback starts at the first `execute` that finds this many
-   * readbacks deferred, its own included (default 1: at the next `execute`). A step without
-   * `overlap` starts every deferred one first.
-   */
-  readonly readbackBatch?: number;
-}
-
-/** A submitted step. */
-export interface StepHandle {
-  /** The runner's number for this step (0, 1, ...): name its samples with `sampledRef`. */
-  readonly step: number;
-  /** Sequences that sampled (rows of the result, in batch order). */
-  readonly rows: number;
-  /** Resolves when the GPU has finished the step (rows may be 0). */
-  readonly result: Promise<SampledRows>;
-  /** Whether the step's readback has started (false while deferred: see `StepOptions`). */
-  readbackStarted(): boolean;
-}
-
 /** Owns a loaded model on one GPU context. */
 export class ModelRunner {
   readonly ctx: GpuContext;
@@ -139,8 +90,8 @@ export class ModelRunner {
   readonly #single = new SinglePass();
   #step = 0;
   readonly #ring: ReadbackRing;
-  /** Each deferred readback (`overlap`), oldest first: its start, and its `readbackBatch`. */
-  #deferred: { start(): void; batch: number }[] = [];
+  /** The readbacks of overlapped steps that wait for a later submit. */
+  readonly #deferred = new DeferredReadbacks();
   readonly #own: { destroy(): void }[];
   readonly #host: {
     cuQLens: Uint32Array<ArrayBuffer>;
@@ -326,9 +277,7 @@ export class ModelRunner {
    * has not started ({@linkcode StepHandle.readbackStarted}).
    */
   flush(): void {
-    const deferred = this.#deferred;
-    this.#deferred = [];
-    for (const d of deferred) d.start();
+    this.#deferred.startAll();
   }
 
   /**
@@ -393,8 +342,7 @@ export class ModelRunner {
     const commands = encoder.finish();
     // The deferred readbacks, when they start now: the first waits for the GPU to finish every
     // submitted step, so the submit below follows at once.
-    const due = this.#deferred.length;
-    if (due > 0 && (options.overlap !== true || this.#deferred.some((d) => due >= d.batch))) {
+    if (this.#deferred.length > 0 && (options.overlap !== true || this.#deferred.due)) {
       this.flush();
     }
     q.submit([commands]);
@@ -409,16 +357,8 @@ export class ModelRunner {
     if (options.overlap !== true) {
       return { step: stepIndex, rows, result: complete(), readbackStarted: () => true };
     }
-    const deferred = Promise.withResolvers<SampledRows>();
-    let started = false;
-    this.#deferred.push({
-      start() {
-        started = true;
-        complete().then(deferred.resolve, deferred.reject);
-      },
-      batch: readbackBatch ?? 1,
-    });
-    return { step: stepIndex, rows, result: deferred.promise, readbackStarted: () => started };
+    const deferred = this.#deferred.defer(complete, readbackBatch ?? 1);
+    return { step: stepIndex, rows, result: deferred.result, readbackStarted: deferred.started };
   }
 
   /** Packs and uploads the batch's ids, positions, slots, block tables and lengths. */
