@@ -27,11 +27,14 @@ export function dispatch1d(pass: GPUComputePassEncoder, groups: number): void {
   }
 }
 
-/** The arithmetic and the bytes of weights one encode of a call site does and reads. */
+/**
+ * The arithmetic one encode of a call site does and the bytes it must read: the matmuls' weights,
+ * the decode attention's K and V rows (each once).
+ */
 export interface KernelWork {
   /** Floating-point operations (a multiply-add counts 2). */
   readonly flops: number;
-  /** Bytes of weights read (each weight once). */
+  /** Bytes of weights, or of K and V rows, read (each once). */
   readonly bytes: number;
 }
 

@@ -8,7 +8,7 @@
 
 import type { ParamSlot } from "../gpu/params.ts";
 import { splitPartitionFor } from "./decode_split.ts";
-import { dispatch1d, MAX_GROUPS_PER_DIM } from "./dispatch.ts";
+import { dispatch1d, MAX_GROUPS_PER_DIM, noteWork } from "./dispatch.ts";
 import type { PagedAttentionDecode } from "./paged_attention_decode.ts";
 
 /**
@@ -140,6 +140,13 @@ export class PagedAttentionDecodeOp {
       pass.setBindGroup(0, this.groups.decode);
       pass.dispatchWorkgroups(1, kernel.numKvHeads, numSeqs);
     }
+    // At most (every sequence at the longest context): q.K and p.V per query head and token,
+    // each K and V row read once.
+    const tokens = numSeqs * maxContextLen;
+    noteWork(pass, {
+      flops: 4 * tokens * kernel.numQHeads * kernel.headDim,
+      bytes: 2 * tokens * kernel.numKvHeads * kernel.headDim * (kernel.dtype === "f16" ? 2 : 4),
+    });
     return size > 0;
   }
 }

@@ -210,6 +210,15 @@ for (const timestamps of [true, false]) {
           };
           for (const g of groups) {
             const kind = /^matmul (\w+)/.exec(g.name)?.[1];
+            if (g.name === "attention") {
+              // 2 sequences at context PROMPT + 1: q.K and p.V per query head, f32 K and V rows.
+              const tokens = c.numLayers * 2 * (PROMPT + 1);
+              assert.deepEqual(g.work, {
+                flops: 4 * tokens * c.numHeads * c.headDim,
+                bytes: 2 * tokens * c.numKvHeads * c.headDim * 4,
+              });
+              continue;
+            }
             if (kind === undefined) {
               assert.equal(g.work, undefined, g.name);
               continue;

@@ -126,14 +126,15 @@ export function ratioLines(runs: readonly RunResult[]): string[] {
 
 /**
  * A group's achieved rates, when its call sites reported their work: GFLOP/s, and GB/s of
- * weights (each weight read once: the bandwidth a decode matmul needs at the least).
+ * weights (matmuls) or of K and V rows (decode attention), each read once: the bandwidth the
+ * kernels need at the least.
  */
 function workRates(g: Group): string {
   if (g.work === undefined || g.ms <= 0) return "";
   const rate = (v: number) => v.toFixed(v < 100 ? 1 : 0).padStart(8);
   return `  ${rate(g.work.flops / (g.ms * 1e6))} GFLOP/s ${
     rate(g.work.bytes / (g.ms * 1e6))
-  } GB/s of weights`;
+  } GB/s read`;
 }
 
 /**

@@ -87,8 +87,8 @@ export class KernelGroupRecorder implements StepPasses {
   }
 
   /**
-   * The work `group`'s call sites reported (kernels/dispatch.ts `noteWork`: the matmuls' FLOPs
-   * and weight bytes), summed over the step; undefined when none did.
+   * The work `group`'s call sites reported (kernels/dispatch.ts `noteWork`: the matmuls' and
+   * the decode attention's FLOPs and bytes read), summed over the step; undefined when none did.
    */
   work(group: KernelGroup): KernelWork | undefined {
     return this.#groups.get(group)?.work;
