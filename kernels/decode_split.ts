@@ -8,8 +8,18 @@
  * @module
  */
 
-/** Partition sizes (tokens) the tuner tries; 0 is the direct path. */
-export const SPLIT_CANDIDATES: readonly number[] = [0, 64, 128, 256, 512];
+/**
+ * Split-K partitions are multiples of this many tokens (any size works in the kernels, whose
+ * loops stop at the partition's end; whole 16-token KV blocks keep a partition's reads aligned).
+ */
+export const SPLIT_UNIT = 16;
+
+/**
+ * Partition sizes (tokens) the tuner tries; 0 is the direct path. The short ones give a short
+ * context at batch 1 more workgroups: one Qwen3-0.6B sequence of 150 tokens is 8 workgroups
+ * direct, 24 in partitions of 64 tokens, 80 in partitions of 16.
+ */
+export const SPLIT_CANDIDATES: readonly number[] = [0, 16, 32, 64, 128, 256, 512];
 
 /** Measured split choices of one decode attention kernel on one adapter. */
 export interface DecodeSplitTuning {
@@ -25,7 +35,10 @@ export interface DecodeSplitTuning {
 /**
  * The partition size `tuning` gives `numSeqs` sequences of at most `maxContextLen` tokens: the
  * entry of the smallest measured batch >= `numSeqs` (0 past the largest), and 0 when the context
- * fits one partition (splitting it would only add the merge).
+ * fits one partition (splitting it would only add the merge). Past the measured context the
+ * partitions grow so that their number stays the measured one (rounded up to
+ * {@linkcode SPLIT_UNIT} tokens): 16-token partitions measured at 1,024 tokens are 64 of 128
+ * tokens at 8,192, not 512 partials for the merge to walk.
  */
 export function splitPartitionFor(
   tuning: DecodeSplitTuning,
@@ -41,14 +54,17 @@ export function splitPartitionFor(
       bestBatch = batch;
     }
   }
-  return best !== undefined && best > 0 && maxContextLen > best ? best : 0;
+  if (best === undefined || best <= 0 || maxContextLen <= best) return 0;
+  if (maxContextLen <= tuning.contextLen) return best;
+  const parts = Math.ceil(tuning.contextLen / best);
+  return Math.ceil(maxContextLen / parts / SPLIT_UNIT) * SPLIT_UNIT;
 }
 
 /**
  * Checks `tuning` (e.g. read back from a cache file).
  *
  * @throws {TypeError} naming the first entry that is not a positive batch size mapped to 0 or a
- * positive multiple of 64, or a context length that is not a positive integer.
+ * positive multiple of {@linkcode SPLIT_UNIT}, or a context length that is not a positive integer.
  */
 export function checkDecodeSplitTuning(tuning: DecodeSplitTuning): void {
   const t = tuning as Partial<DecodeSplitTuning> | null;
@@ -66,11 +82,11 @@ export function checkDecodeSplitTuning(tuning: DecodeSplitTuning): void {
     if (!Number.isInteger(batch) || batch < 1 || String(batch) !== key) {
       throw new TypeError(`Invalid decode split tuning: batch "${key}" is not a positive integer`);
     }
-    if (!Number.isInteger(size) || size < 0 || size % 64 !== 0) {
+    if (!Number.isInteger(size) || size < 0 || size % SPLIT_UNIT !== 0) {
       throw new TypeError(
         `Invalid decode split tuning: batch ${key} has partition size ${
           JSON.stringify(size)
-        } (0 or a multiple of 64)`,
+        } (0 or a multiple of ${SPLIT_UNIT})`,
       );
     }
   }

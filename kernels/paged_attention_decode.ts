@@ -27,7 +27,7 @@
  * when `GROUP * headDim <= 512`). Measured on lavapipe: see docs/benchmarks.md.
  *
  * Restrictions: `headDim` a multiple of 4 and at most 256; `numQHeads / numKvHeads` an integer
- * from 1 to 8; `qStride` a multiple of 4; `partitionSize` a multiple of 64. One pipeline is
+ * from 1 to 8; `qStride` a multiple of 4; `partitionSize` a multiple of 16. One pipeline is
  * compiled per (kernel, KV dtype, GQA group, headDim).
  *
  * @module
@@ -43,14 +43,15 @@ import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { type DType, weightPrelude } from "../gpu/dtype.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { sourceDigest } from "./source_digest.ts";
-import { checkDecodeSplitTuning, type DecodeSplitTuning } from "./decode_split.ts";
+import { checkDecodeSplitTuning, type DecodeSplitTuning, SPLIT_UNIT } from "./decode_split.ts";
 import {
   PagedAttentionDecodeOp,
   PagedAttentionScratch,
+  SHORT_SPLIT_CONTEXT,
   SMALL_BATCH_SPLIT,
 } from "./paged_attention_decode_op.ts";
 
-export { PagedAttentionDecodeOp, PagedAttentionScratch, SMALL_BATCH_SPLIT };
+export { PagedAttentionDecodeOp, PagedAttentionScratch, SHORT_SPLIT_CONTEXT, SMALL_BATCH_SPLIT };
 
 /** A digest of the decode attention's WGSL: a cached split choice is re-measured once it changes. */
 export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
@@ -91,7 +92,7 @@ export interface PagedAttentionDecodeConfig {
   readonly dtype?: DType;
   /** Softmax scale; default `1 / sqrt(headDim)`. */
   readonly scale?: number;
-  /** Tokens per split-K partition, a multiple of 64; default 512. */
+  /** Tokens per split-K partition, a multiple of 16 (`SPLIT_UNIT`); default 512. */
   readonly partitionSize?: number;
   /** Split-K is used when the longest context exceeds this many tokens; default 1024. */
   readonly splitThreshold?: number;
@@ -168,9 +169,13 @@ export class PagedAttentionDecode {
       throw new RangeError(`Cannot create paged attention: blockSize ${blockSize} must be >= 1`);
     }
     const partitionSize = config.partitionSize ?? DEFAULT_PARTITION_SIZE;
-    if (!Number.isInteger(partitionSize) || partitionSize < 64 || partitionSize % 64 !== 0) {
+    if (
+      !Number.isInteger(partitionSize) || partitionSize < SPLIT_UNIT ||
+      partitionSize % SPLIT_UNIT !== 0
+    ) {
       throw new RangeError(
-        `Cannot create paged attention: partitionSize ${partitionSize} must be a multiple of 64`,
+        `Cannot create paged attention: partitionSize ${partitionSize} must be a multiple of ` +
+          `${SPLIT_UNIT}`,
       );
     }
     this.#ctx = ctx;
@@ -226,6 +231,8 @@ export class PagedAttentionDecode {
     const pairs = Math.max(
       maxNumSeqs * maxPartitions,
       Math.min(maxNumSeqs, SMALL_BATCH_SPLIT) * Math.max(1, Math.ceil(maxContextLen / 64)),
+      Math.min(maxNumSeqs, SMALL_BATCH_SPLIT) *
+        Math.max(1, Math.ceil(Math.min(maxContextLen, SHORT_SPLIT_CONTEXT) / SPLIT_UNIT)),
     );
     const rows = pairs * this.numQHeads;
     const outBytes = rows * this.headDim * 4;

@@ -11,7 +11,8 @@
 // Softmax is online (running max and sum, rescaled per tile of 64 positions), all in f32.
 // WT (f16 or f32 KV cache) comes from the weight prelude (engine/gpu/dtype.ts weightPrelude).
 // Requirements: HEAD_DIM % 4 == 0 and HEAD_DIM <= 256; q_stride % 4 == 0;
-// GROUP = num_q_heads / num_kv_heads in 1..8; partition_size a multiple of 64 (split only).
+// GROUP = num_q_heads / num_kv_heads in 1..8; partition_size a multiple of 16 (split only; a
+// partition shorter than a tile is one partial tile).
 //
 // Prelude constants (kernels/paged_attention_decode.ts; one pipeline per combination):
 //   GROUP    : u32  query heads per kv head (1..8)

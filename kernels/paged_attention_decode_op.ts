@@ -7,20 +7,24 @@
  */
 
 import type { ParamSlot } from "../gpu/params.ts";
-import { splitPartitionFor } from "./decode_split.ts";
+import { SPLIT_UNIT, splitPartitionFor } from "./decode_split.ts";
 import { dispatch1d, MAX_GROUPS_PER_DIM, noteWork } from "./dispatch.ts";
 import type { PagedAttentionDecode } from "./paged_attention_decode.ts";
 
 /**
- * Sequences up to which a scratch also has room for partitions of 64 tokens (short partitions
- * give a small batch more workgroups; see kernels/decode_split.ts).
+ * Sequences up to which a scratch also has room for short partitions (they give a small batch
+ * more workgroups; see kernels/decode_split.ts): of 64 tokens at any context, of
+ * {@linkcode SPLIT_UNIT} tokens up to {@linkcode SHORT_SPLIT_CONTEXT} tokens.
  */
 export const SMALL_BATCH_SPLIT = 16;
+
+/** Contexts up to which a scratch holds partitions of {@linkcode SPLIT_UNIT} tokens. */
+export const SHORT_SPLIT_CONTEXT = 2048;
 
 /**
  * Scratch of the split-K path: room for `pairs` (sequence, partition) partials, at least
  * `maxNumSeqs` sequences of `maxPartitions` partitions of the kernel's `partitionSize` (and, for
- * up to {@linkcode SMALL_BATCH_SPLIT} sequences, partitions of 64 tokens). A step of `n`
+ * up to {@linkcode SMALL_BATCH_SPLIT} sequences, short partitions). A step of `n`
  * sequences lays them out with a stride of `floor(pairs / n)` partitions per sequence:
  * - `partOut` f32 `[n, numQHeads, stride, headDim]` (unnormalised outputs),
  * - `partMl` f32 `[n, numQHeads, stride, 2]` (running max, sum).
@@ -84,12 +88,13 @@ export class PagedAttentionDecodeOp {
    * Encodes attention of the first `numSeqs` sequences, whose longest context is
    * `maxContextLen` tokens (the host knows it; it sizes the split-K grid). `split` forces the
    * path: `false` direct, `true` split-K with the kernel's `partitionSize`, a number split-K
-   * with partitions of that many tokens (a multiple of 64); by default
+   * with partitions of that many tokens (a multiple of {@linkcode SPLIT_UNIT}); by default
    * {@linkcode splitPartition} decides.
    *
    * @returns whether the split-K path was encoded.
    * @throws {RangeError} when `numSeqs` or the partitions exceed the scratch (split-K only) or
-   * the grid limit, or a forced partition size is not a positive multiple of 64.
+   * the grid limit, or a forced partition size is not a positive multiple of
+   *   {@linkcode SPLIT_UNIT}.
    */
   encode(
     pass: GPUComputePassEncoder,
@@ -112,9 +117,10 @@ export class PagedAttentionDecodeOp {
       ? 0
       : split;
     if (size > 0) {
-      if (!Number.isInteger(size) || size % 64 !== 0) {
+      if (!Number.isInteger(size) || size % SPLIT_UNIT !== 0) {
         throw new RangeError(
-          `Cannot encode split-K paged attention: partitions of ${size} tokens (a multiple of 64)`,
+          `Cannot encode split-K paged attention: partitions of ${size} tokens ` +
+            `(a multiple of ${SPLIT_UNIT})`,
         );
       }
       const parts = Math.max(1, Math.ceil(maxContextLen / size));

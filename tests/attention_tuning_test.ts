@@ -34,6 +34,11 @@ Deno.test("splitPartitionFor() takes the smallest measured batch at or above the
   assertEqual(splitPartitionFor(TUNING, 9, 1000), 0, "past the largest: direct");
   assertEqual(splitPartitionFor(TUNING, 1, 64), 0, "one partition: no split");
   assertEqual(splitPartitionFor(TUNING, 1, 65), 64);
+  // Past the measured 1,024 tokens the 16 partitions of 64 grow: 4,096 tokens in 16 of 256.
+  assertEqual(splitPartitionFor(TUNING, 1, 1024), 64);
+  assertEqual(splitPartitionFor(TUNING, 1, 4096), 256);
+  assertEqual(splitPartitionFor(TUNING, 1, 1025), 80, "65 tokens rounded up to 16");
+  assertEqual(splitPartitionFor(TUNING, 5, 3000), 752, "4 of 256 at 1,024: 3,000 in 4 of 752");
 });
 
 Deno.test("checkDecodeSplitTuning() refuses bad batches, sizes and lengths, naming them", () => {
@@ -97,9 +102,10 @@ Deno.test(
       assertEqual(op.splitPartition(1, 1000), 64);
       assertEqual(op.splitPartition(2, 1000), 128);
       assertEqual(op.splitPartition(4, 1000), 0);
-      // 8 sequences x ceil(2000 / 256) = 64 partials: the scratch holds 8 x 32 short ones.
-      assertEqual(scratch.pairs, 8 * 32);
-      assertEqual(op.splitPartition(8, 2000), 256);
+      // The scratch holds 8 x 128 short partials (partitions of 16 tokens up to 2,048); batch 8's
+      // 256 tokens, 4 partitions at the measured 1,024, are 4 of 512 at 2,000.
+      assertEqual(scratch.pairs, 8 * 128);
+      assertEqual(op.splitPartition(8, 2000), 512);
       assertEqual(op.usesSplit(1000, 1), true);
       kernel.setSplitTuning(null);
       assertEqual(op.splitPartition(1, 1000), 0);
@@ -170,18 +176,23 @@ async function withTinyRunner(
   }
 }
 
-Deno.test(
-  "ModelRunner decodes equal to the float64 reference with 64-token split partitions",
-  GPU_TEST,
-  async () => {
-    // Every decode step of this run takes split-K with partitions of 64 tokens: contexts of 70
-    // to 85 tokens are two partitions.
-    const prompt = Array.from({ length: 70 }, (_, i) => (i * 37 + 11) % 500);
-    await withTinyRunner(31, undefined, prompt, 16, 32, (runner) => {
-      runner.decodeAttention.setSplitTuning({ contextLen: 128, partitionByBatch: { "4": 64 } });
-    });
-  },
-);
+for (const size of [64, 16]) {
+  Deno.test(
+    `ModelRunner decodes equal to the float64 reference with ${size}-token split partitions`,
+    GPU_TEST,
+    async () => {
+      // Every decode step of this run takes split-K with partitions of `size` tokens: contexts
+      // of 70 to 85 tokens are 2 partitions of 64, or 5 to 6 of 16.
+      const prompt = Array.from({ length: 70 }, (_, i) => (i * 37 + 11) % 500);
+      await withTinyRunner(31 + size, undefined, prompt, 16, 32, (runner) => {
+        runner.decodeAttention.setSplitTuning({
+          contextLen: 128,
+          partitionByBatch: { "4": size },
+        });
+      });
+    },
+  );
+}
 
 Deno.test(
   "ModelRunner prefills equal to the float64 reference with the tiled prefill attention",

@@ -1,4 +1,4 @@
-import { throws } from "node:assert/strict";
+import { equal, throws } from "node:assert/strict";
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
 import {
@@ -118,8 +118,9 @@ async function checkKernel(
     out: whole(out),
     scratch,
   }, { qStride, btStride: cache.btStride });
-  // Short partitions (64, 192 tokens) lay the partials out with the scratch's per-batch stride.
-  const short = [64, 192].filter((size) =>
+  // Short partitions (16 to 192 tokens; 16 and 32 shorter than the kernel's 64-position tile)
+  // lay the partials out with the scratch's per-batch stride.
+  const short = [16, 32, 48, 64, 192].filter((size) =>
     Math.ceil(maxLen / size) <= scratch.partitionsPerSeq(lens.length)
   );
   for (const split of [false, true, undefined, ...short]) {
@@ -207,8 +208,10 @@ Deno.test("PagedAttentionDecode rejects unsupported shapes and strides", GPU_TES
       name: "RangeError",
       message: /exceed the scratch/,
     });
-    // 2 sequences x ceil(2000 / 64) short partitions = 64 partials: 40,000 tokens need 79.
-    throws(() => op.encode(pass, 1, 40000, true), {
+    // 2 sequences x ceil(2000 / 16) short partitions = 250 partials: 40,000 tokens in 16-token
+    // partitions need 2,500 (in 512-token ones 79 would fit).
+    equal(scratch.pairs, 250);
+    throws(() => op.encode(pass, 1, 40000, 16), {
       name: "RangeError",
       message: /exceed the scratch/,
     });
