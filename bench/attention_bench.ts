@@ -2,7 +2,8 @@
  * Benchmarks decode attention (`reshape_and_cache` is negligible beside it and not timed) at
  * Qwen3-0.6B shapes: 16 query heads, 8 kv heads, head_dim 128, block size 16, KV cache in the
  * context's weight dtype (f16 on lavapipe), for contexts of 512 and 2048 tokens and batches of
- * 1, 16 and 64 sequences, with the direct path and with split-K (partitions of 512 tokens).
+ * 1, 16 and 64 sequences, with the direct path and with split-K (partitions of 512 tokens;
+ * `DECODE_PARTITIONS=16,64,512` and `DECODE_CONTEXTS=160,512` choose others).
  *
  * Run: `deno bench -A bench/attention_bench.ts`. The printed lines are GPU times from timestamp
  * queries (bench/support.ts timeGpu). "KV GB/s" counts the K and V bytes a call must read
@@ -35,7 +36,19 @@ const HQ = 16;
 const HKV = 8;
 const HEAD_DIM = 128;
 const BLOCK = 16;
-const CONTEXTS = [512, 2048];
+/** Positive integers from the environment variable `name` ("a,b,..."), else `fallback`. */
+function envInts(name: string, fallback: string): number[] {
+  const text = Deno.env.get(name) ?? fallback;
+  const values = text.split(",").map(Number);
+  if (values.some((v) => !Number.isInteger(v) || v < 1)) {
+    console.error(`error: ${name} expects positive integers, got "${text}"`);
+    Deno.exit(2);
+  }
+  return values;
+}
+
+/** Context lengths ($DECODE_CONTEXTS, e.g. "160,512"; default 512 and 2048). */
+const CONTEXTS = envInts("DECODE_CONTEXTS", "512,2048");
 const BATCHES = [1, 16, 64];
 
 /** A cache buffer of `bytes` filled with a repeated 1 MiB pattern of random f16/f32 values. */
@@ -119,7 +132,7 @@ const { ctx, copyGBs } = await openKernelBench(
 console.log(
   `Hq ${HQ}, Hkv ${HKV}, head_dim ${HEAD_DIM}, block ${BLOCK}; ${copyBandwidthText(copyGBs)}`,
 );
-const partitionSizes = (Deno.env.get("DECODE_PARTITIONS") ?? "512").split(",").map(Number);
+const partitionSizes = envInts("DECODE_PARTITIONS", "512");
 for (const contextLen of CONTEXTS) {
   for (const batch of BATCHES) {
     for (const partitionSize of partitionSizes) {

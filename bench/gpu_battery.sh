@@ -71,7 +71,8 @@ fi
 
 run_stage kernels 60 kernels.txt deno run --cached-only -A bench/matmul_tune.ts --m 1,8,16,64,512 \
   --shapes qkv,down
-run_stage attention 40 kernels.txt deno bench --cached-only --no-check -A --filter "/^zz$/" \
+run_stage attention 40 kernels.txt env DECODE_CONTEXTS=160,2048 DECODE_PARTITIONS=16,64,512 \
+  deno bench --cached-only --no-check -A --filter "/^zz$/" \
   bench/attention_bench.ts bench/attention_prefill_bench.ts
 
 tests=$(grep -L "npm:openai\|@langchain\|npm:ai\|ai-sdk\|kubernetes-models" tests/*_test.ts)
