@@ -181,7 +181,7 @@ export class WebGpuExecutor implements Executor {
     const plan = this.#plan(output, tokenMasks);
     // A first token, or one a grammar waits for before its request's next step: read back at
     // the next step, not batched.
-    const batched = output.scheduled.every((r) => r.numTokens === 1) &&
+    const batched = output.scheduled.every((r) => r.numTokens === 1 && !r.isNew) &&
       (tokenMasks === undefined || tokenMasks.size === 0);
     const handle = this.runner.execute(plan.batch, {
       overlap: this.#overlap,
