@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import type { LogitsProcessing } from "../engine/forward_batch.ts";
-import { ModelRunner, type StepHandle } from "../engine/model_runner.ts";
+import { ModelRunner, type StepHandle, type StepOptions } from "../engine/model_runner.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, HAS_F16, testContext } from "./support/gpu.ts";
@@ -354,17 +354,40 @@ Deno.test(
     }),
 );
 
+/** Whether `p` settles within `ms` milliseconds. */
+function settledWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  return Promise.race([
+    p.then(() => true),
+    new Promise<boolean>((r) => setTimeout(() => r(false), ms)),
+  ]);
+}
+
+/** One greedy step of a single sequence kept in KV block 0: `ids` at positions `at`. */
+function blockZeroStep(
+  runner: ModelRunner,
+  ids: Uint32Array,
+  at: Uint32Array,
+  options: StepOptions,
+): StepHandle {
+  return runner.execute({
+    inputIds: ids,
+    positions: at,
+    slotMapping: at,
+    seqs: [{
+      queryLen: ids.length,
+      contextLen: at.at(-1)! + 1,
+      blockTable: [0],
+      sample: { temperature: 0 },
+    }],
+  }, options);
+}
+
 Deno.test(
   "ModelRunner.execute() with readbackBatch 3 starts three deferred readbacks together at the next execute",
   GPU_TEST,
   () =>
     withRunner("runner readback batch", async (runner, _ref, seed, rng) => {
       const prompt = Array.from({ length: 5 }, () => rng.int(0, 500));
-      const settled = (p: Promise<unknown>, ms: number) =>
-        Promise.race([
-          p.then(() => true),
-          new Promise<boolean>((r) => setTimeout(() => r(false), ms)),
-        ]);
       const handles: StepHandle[] = [];
       const step = (readbackBatch = 3) => {
         const n = handles.length;
@@ -374,28 +397,26 @@ Deno.test(
         const at = n === 0
           ? Uint32Array.from(prompt, (_, i) => i)
           : Uint32Array.of(prompt.length + n - 1);
-        handles.push(runner.execute({
-          inputIds: ids,
-          positions: at,
-          slotMapping: at,
-          seqs: [{
-            queryLen: ids.length,
-            contextLen: at.at(-1)! + 1,
-            blockTable: [0],
-            sample: { temperature: 0 },
-          }],
-        }, { overlap: true, readbackBatch }));
+        handles.push(blockZeroStep(runner, ids, at, { overlap: true, readbackBatch }));
       };
       for (let i = 0; i < 3; i++) step();
       const started = () => handles.map((h) => h.readbackStarted());
       assert.deepEqual(started(), [false, false, false], `seed ${seed}: two waiting`);
-      assert.equal(await settled(handles[0]!.result, 300), false, `seed ${seed}: resolved early`);
+      assert.equal(
+        await settledWithin(handles[0]!.result, 300),
+        false,
+        `seed ${seed}: resolved early`,
+      );
       step();
       assert.deepEqual(started(), [true, true, true, false], `seed ${seed}: the fourth execute`);
       for (const h of handles.slice(0, 3)) {
-        assert.equal(await settled(h.result, 5000), true, `seed ${seed}: started together`);
+        assert.equal(await settledWithin(h.result, 5000), true, `seed ${seed}: started together`);
       }
-      assert.equal(await settled(handles[3]!.result, 300), false, `seed ${seed}: fourth early`);
+      assert.equal(
+        await settledWithin(handles[3]!.result, 300),
+        false,
+        `seed ${seed}: fourth early`,
+      );
       runner.flush();
       // A step that allows 1 (a prefill's first token, in the engine) starts the deferred ones at
       // the next execute.
@@ -432,33 +453,18 @@ Deno.test(
   () =>
     withRunner("runner overlap", async (runner, _ref, seed, rng) => {
       const prompt = Array.from({ length: 6 }, () => rng.int(0, 500));
-      const settled = (p: Promise<unknown>, ms: number) =>
-        Promise.race([
-          p.then(() => true),
-          new Promise<boolean>((r) => setTimeout(() => r(false), ms)),
-        ]);
       const positions = Uint32Array.from(prompt, (_, i) => i);
       const step = (ids: Uint32Array, at: Uint32Array) =>
-        runner.execute({
-          inputIds: ids,
-          positions: at,
-          slotMapping: at,
-          seqs: [{
-            queryLen: ids.length,
-            contextLen: at.at(-1)! + 1,
-            blockTable: [0],
-            sample: { temperature: 0 },
-          }],
-        }, { overlap: true });
+        blockZeroStep(runner, ids, at, { overlap: true });
       const first = step(Uint32Array.from(prompt), positions);
       // A readback started at once resolves ~10 ms after the step (Deno's poll); this one waits.
-      assert.equal(await settled(first.result, 300), false, `seed ${seed}: resolved early`);
+      assert.equal(await settledWithin(first.result, 300), false, `seed ${seed}: resolved early`);
       const second = step(
         Uint32Array.of(runner.sampledRef(first.step, 0)),
         Uint32Array.of(prompt.length),
       );
-      assert.equal(await settled(first.result, 5000), true, `seed ${seed}: next execute`);
-      assert.equal(await settled(second.result, 300), false, `seed ${seed}: second early`);
+      assert.equal(await settledWithin(first.result, 5000), true, `seed ${seed}: next execute`);
+      assert.equal(await settledWithin(second.result, 300), false, `seed ${seed}: second early`);
       runner.flush();
       const [a, b] = [await first.result, await second.result];
       const expected = await soloGreedy(runner, prompt, 2, { blocks: [1] });
