@@ -1,6 +1,7 @@
 /**
  * Matmul kernel configurations measured on this adapter: every variant (`gemv` with 1 and 4
- * weight rows per invocation, `unrolled`, `blocked`, and `tiled` under several tile shapes) on
+ * weight rows per invocation and steps of 4 or 8 weights, `unrolled`, `blocked`, and `tiled` under
+ * several tile shapes) on
  * the Qwen3-0.6B projections at decode and prefill row counts, f16 weights, timed with GPU
  * timestamps (median of one pass, see bench/support.ts `timeGpu`). Prints GFLOP/s (2 M N K / time)
  * and weight GB/s (N K 2 / time) per case: the detail behind what the engine's kernel tuning
@@ -16,7 +17,12 @@
 
 import { parseArgs } from "node:util";
 import { STORAGE_RW } from "../gpu/context.ts";
-import { GEMV_ROW_BLOCKS, type KernelSource, kernelSource } from "../kernels/matmul_kernels.ts";
+import {
+  GEMV_ROW_BLOCKS,
+  GEMV_STEPS,
+  type KernelSource,
+  kernelSource,
+} from "../kernels/matmul_kernels.ts";
 import { TILE_CANDIDATES, tileName } from "../kernels/matmul_tile.ts";
 import { MAX_GROUPS_PER_DIM } from "../kernels/dispatch.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
@@ -48,9 +54,25 @@ function candidates(m: number): { name: string; src: KernelSource }[] {
   const out: { name: string; src: KernelSource }[] = [];
   for (const mb of [1, 2, 4, 8]) {
     if (mb > m && mb !== 1) continue;
-    for (const rb of GEMV_ROW_BLOCKS) {
-      const src = kernelSource("gemv", mb, "f16", false, false, "plain", "f32", undefined, rb);
-      out.push({ name: `gemv mb${mb}${rb > 1 ? ` rb${rb}` : ""}`, src });
+    for (const ks of GEMV_STEPS) {
+      for (const rb of GEMV_ROW_BLOCKS) {
+        const src = kernelSource(
+          "gemv",
+          mb,
+          "f16",
+          false,
+          false,
+          "plain",
+          "f32",
+          undefined,
+          rb,
+          ks,
+        );
+        out.push({
+          name: `gemv mb${mb}${rb > 1 ? ` rb${rb}` : ""}${ks > 4 ? ` ks${ks}` : ""}`,
+          src,
+        });
+      }
     }
   }
   for (const mb of [1, 4, 8, 16]) {

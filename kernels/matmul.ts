@@ -32,7 +32,9 @@ import type { ParamArena } from "../gpu/params.ts";
 import {
   BLOCKED_PREFILL_MB,
   DECODE_MAX_ROWS,
+  DEFAULT_GEMV,
   defaultMatmulPolicy,
+  type GemvKind,
   isNormXForm,
   kernelSource,
   type MatmulPolicy,
@@ -112,6 +114,7 @@ export class Matmul {
   #smallTile: SmallTile | undefined;
   #gemvMaxRows: Readonly<Record<string, number>> = {};
   #gemvRows: Readonly<Record<string, number>> = {};
+  #gemvSteps: Readonly<Record<string, number>> = {};
   #generation = 0;
 
   constructor(ctx: GpuContext, options: MatmulOptions) {
@@ -161,8 +164,8 @@ export class Matmul {
   }
 
   /**
-   * Follows `tuning` from now on: its tiles, and per call-site shape its `gemv` row limit and
-   * weight rows per invocation (`gpu` policy).
+   * Follows `tuning` from now on: its tiles, and per call-site shape its `gemv` row limit,
+   * weight rows per invocation and weights per step (`gpu` policy).
    * Compiles the new tiles' kernels and bind groups for every bound call site, so the next steps
    * encode without compiling.
    *
@@ -175,23 +178,30 @@ export class Matmul {
     this.#smallTile = tuning.smallTile;
     this.#gemvMaxRows = tuning.gemvMaxRows;
     this.#gemvRows = tuning.gemvRows ?? {};
+    this.#gemvSteps = tuning.gemvSteps ?? {};
     this.#generation++;
     if (this.policy !== "gpu") return;
     for (const op of this.#ops) {
       const { format, xForm } = op.shape;
       this.#compilePolicy(format, xForm);
       for (const tile of this.#tiles()) {
-        op.bindGroups(this.config("tiled", 0, false, format, xForm, 1, tile));
+        op.bindGroups(this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, tile));
       }
-      const rb = this.gemvRowsFor(op.shape);
-      if (rb === 1) continue;
-      for (const mb of ROW_BLOCKS) op.bindGroups(this.config("gemv", mb, false, format, xForm, rb));
+      const gemv = this.gemvFor(op.shape);
+      if (gemv.rows === 1 && gemv.step === 4) continue;
+      for (const mb of ROW_BLOCKS) {
+        op.bindGroups(this.config("gemv", mb, false, format, xForm, gemv));
+      }
     }
   }
 
-  /** The weight rows per `gemv` invocation for `shape` (the tuning's, or 1). */
-  gemvRowsFor(shape: MatmulShape): number {
-    return this.#gemvRows[shapeKey(shape)] ?? 1;
+  /**
+   * The `gemv` kernel for `shape`: weight rows per invocation and weights per step (the
+   * tuning's, or 1 and 4).
+   */
+  gemvFor(shape: MatmulShape): GemvKind {
+    const key = shapeKey(shape);
+    return { rows: this.#gemvRows[key] ?? 1, step: this.#gemvSteps[key] ?? 4 };
   }
 
   /** The largest M run by `gemv` for `shape` under the `gpu` policy (the tuning's, or the default). */
@@ -213,7 +223,9 @@ export class Matmul {
       for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, true, format, xForm);
     } else {
       for (const mb of ROW_BLOCKS) this.config("gemv", mb, false, format, xForm);
-      for (const tile of this.#tiles()) this.config("tiled", 0, false, format, xForm, 1, tile);
+      for (const tile of this.#tiles()) {
+        this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, tile);
+      }
     }
   }
 
@@ -233,7 +245,7 @@ export class Matmul {
     xVec4 = false,
     format: WeightFormat = this.dtype,
     xForm: XForm = "plain",
-    gemvRows = 1,
+    gemv: GemvKind = DEFAULT_GEMV,
     tile: TileConfig = this.#tile,
   ): KernelConfig {
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
@@ -244,8 +256,10 @@ export class Matmul {
       ? `${tag}/t${t.wx}x${t.wy}k${t.bk}m${tileRows(t)}`
       : variant === "unrolled"
       ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}`
-      : variant === "gemv" && gemvRows > 1
-      ? `${tag}/mb${mb}/rb${gemvRows}`
+      : variant === "gemv"
+      ? `${tag}/mb${mb}${gemv.rows > 1 ? `/rb${gemv.rows}` : ""}${
+        gemv.step > 4 ? `/ks${gemv.step}` : ""
+      }`
       : `${tag}/mb${mb}`;
     let config = this.#configs.get(key);
     if (config !== undefined) return config;
@@ -258,10 +272,13 @@ export class Matmul {
       xForm,
       this.dtype,
       t,
-      variant === "gemv" ? gemvRows : 1,
+      variant === "gemv" ? gemv.rows : 1,
+      variant === "gemv" ? gemv.step : 4,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
-    config = { key, variant, format, xForm, xVec4, pipeline, rowsPerGroup, mPerGroup };
+    // unrolled and 8-element gemv steps read whole 8-element steps of each weight row.
+    const steps8 = variant === "unrolled" || (variant === "gemv" && gemv.step === 8);
+    config = { key, variant, format, xForm, xVec4, steps8, pipeline, rowsPerGroup, mPerGroup };
     this.#configs.set(key, config);
     return config;
   }
@@ -278,7 +295,7 @@ export class Matmul {
     variant?: MatmulVariant,
     format: WeightFormat = this.dtype,
     xForm: XForm = "plain",
-    gemvRows?: number,
+    gemv: Partial<GemvKind> = {},
   ): KernelConfig {
     const decode = m <= this.decodeMaxRows;
     const shape = { format, rows, cols, xForm, bias: this.bias };
@@ -293,7 +310,9 @@ export class Matmul {
         `Cannot encode matmul with ${v}: weight row stride ${rowStride} is not a multiple of 8`,
       );
     }
-    if (v === "tiled") return this.config("tiled", 0, false, format, xForm, 1, this.tileFor(m));
+    if (v === "tiled") {
+      return this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, this.tileFor(m));
+    }
     if (v === "unrolled") {
       const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
@@ -304,8 +323,19 @@ export class Matmul {
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
     const mb = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
-    const rb = v === "gemv" ? gemvRows ?? this.gemvRowsFor(shape) : 1;
-    return this.config(v, mb, false, format, xForm, rb);
+    if (v !== "gemv") return this.config(v, mb, false, format, xForm);
+    const tuned = this.gemvFor(shape);
+    const kind = { rows: gemv.rows ?? tuned.rows, step: gemv.step ?? tuned.step };
+    if (kind.step === 8 && rowStride % 8 !== 0) {
+      if (gemv.step === 8) {
+        throw new RangeError(
+          `Cannot encode matmul with gemv steps of 8: weight row stride ${rowStride} is not a ` +
+            `multiple of 8`,
+        );
+      }
+      kind.step = 4;
+    }
+    return this.config(v, mb, false, format, xForm, kind);
   }
 
   /**
@@ -328,11 +358,10 @@ export class Matmul {
     this.#ops.push(op);
     for (const config of this.#configs.values()) {
       if (config.format !== w.format || config.xForm !== xForm) continue;
-      // unrolled reads 8-element steps: only weights whose row stride allows it are
-      // bound; unrolled's vec4 X loads need K % 4 == 0.
-      const steps8 = config.variant === "unrolled";
+      // Kernels reading 8-element steps are bound only to weights whose row stride allows it;
+      // unrolled's vec4 X loads need K % 4 == 0.
       const xOk = !config.xVec4 || w.cols % 4 === 0;
-      if ((!steps8 || w.rowStride % 8 === 0) && xOk) op.bindGroups(config);
+      if ((!config.steps8 || w.rowStride % 8 === 0) && xOk) op.bindGroups(config);
     }
     return op;
   }

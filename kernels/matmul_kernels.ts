@@ -30,6 +30,7 @@ import blockedSource from "./matmul_blocked.wgsl" with { type: "text" };
 import unrolledSource from "./matmul_unrolled.wgsl" with { type: "text" };
 import unrolledQuantSource from "./matmul_unrolled_q.wgsl" with { type: "text" };
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
+import gemvStep8Source from "./matmul_gemv_step8.wgsl" with { type: "text" };
 import ioSource from "./matmul_io.wgsl" with { type: "text" };
 import xSource from "./matmul_x.wgsl" with { type: "text" };
 import xSwigluSource from "./matmul_x_swiglu.wgsl" with { type: "text" };
@@ -65,6 +66,7 @@ export const MATMUL_SOURCES_DIGEST: string = sourceDigest(
   unrolledSource,
   unrolledQuantSource,
   gemvSource,
+  gemvStep8Source,
   ioSource,
   xSource,
   xSwigluSource,
@@ -127,13 +129,31 @@ const GEMV_RPW = 4;
  */
 export const GEMV_ROW_BLOCKS = [1, 4] as const;
 /**
- * matmul_unrolled.wgsl with its k loop (between the "K LOOP BEGIN" and "K LOOP END" lines)
- * replaced by matmul_unrolled_q.wgsl's, for int8 / int4 weights.
+ * `gemv`: weights per invocation per step compiled: 4 (a vec4 of weights, matmul_gemv.wgsl's
+ * loop) or 8 (matmul_gemv_step8.wgsl: one 16-byte load of f16, a whole int4 word; needs a weight
+ * row stride that is a multiple of 8). 4 is the default; the kernel tuning measures 8 per
+ * call-site shape.
  */
-function withQuantLoop(source: string): string {
-  const loop = /^ *\/\/ K LOOP BEGIN.*\n[\s\S]*?^ *\/\/ K LOOP END\n/m;
-  if (!loop.test(source)) throw new Error("matmul_unrolled.wgsl has lost its K LOOP markers");
-  return source.replace(loop, () => unrolledQuantSource.replace(/^(\/\/.*\n)*\n*/, ""));
+export const GEMV_STEPS = [4, 8] as const;
+
+/** A `gemv` kernel: weight rows per invocation and weights per invocation per step. */
+export interface GemvKind {
+  /** One of {@linkcode GEMV_ROW_BLOCKS}. */
+  readonly rows: number;
+  /** One of {@linkcode GEMV_STEPS}. */
+  readonly step: number;
+}
+
+/** The `gemv` kernel without tuning: one weight row per invocation, vec4 steps. */
+export const DEFAULT_GEMV: GemvKind = { rows: 1, step: 4 };
+/**
+ * `source` (`name`) with its k loop (between the "K LOOP BEGIN" and "K LOOP END" lines) replaced
+ * by the fragment `loop` (its leading comment lines dropped).
+ */
+function withKLoop(source: string, name: string, loop: string): string {
+  const marked = /^ *\/\/ K LOOP BEGIN.*\n[\s\S]*?^ *\/\/ K LOOP END\n/m;
+  if (!marked.test(source)) throw new Error(`${name} has lost its K LOOP markers`);
+  return source.replace(marked, () => loop.replace(/^(\/\/.*\n)*\n*/, ""));
 }
 
 /** A kernel configuration's WGSL source and how to size its grid. */
@@ -155,10 +175,12 @@ export interface KernelSource {
  * `matmul_x_nostat.wgsl`, or `matmul_x_rms.wgsl`; `unrolled` has its own), the weight and bias
  * bindings, the constants, and `matmul_io.wgsl` (Params, the Y and parameter bindings,
  * `store_y`), shared by every kernel. `tile` replaces the `tiled` configuration (tuning benches);
- * `gemvRows` is the weight rows per `gemv` invocation (one of {@linkcode GEMV_ROW_BLOCKS}).
+ * `gemvRows` is the weight rows per `gemv` invocation (one of {@linkcode GEMV_ROW_BLOCKS}),
+ * `gemvStep` its weights per invocation per step (one of {@linkcode GEMV_STEPS}).
  *
  * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`, or a
- *   `gemvRows` that is not one of {@linkcode GEMV_ROW_BLOCKS}.
+ *   `gemvRows` / `gemvStep` that is not one of {@linkcode GEMV_ROW_BLOCKS} /
+ *   {@linkcode GEMV_STEPS}.
  */
 export function kernelSource(
   variant: MatmulVariant,
@@ -170,9 +192,13 @@ export function kernelSource(
   normDtype: DType = "f32",
   tile: TileConfig = TILE,
   gemvRows = 1,
+  gemvStep = 4,
 ): KernelSource {
   const quant = format === "int8" || format === "int4" ? format : null;
-  const w = variant !== "unrolled"
+  const step8 = variant === "gemv" && gemvStep === 8;
+  const w = step8
+    ? weightBinding8(format)
+    : variant !== "unrolled"
     ? weightBinding(format)
     : quant === null
     ? weightBinding8(format)
@@ -196,7 +222,9 @@ export function kernelSource(
   });
   switch (variant) {
     case "unrolled": {
-      const template = quant === null ? unrolledSource : withQuantLoop(unrolledSource);
+      const template = quant === null
+        ? unrolledSource
+        : withKLoop(unrolledSource, "matmul_unrolled.wgsl", unrolledQuantSource);
       const rn = quant === null ? UNROLLED_RN : QUANT_RN;
       const source = unrollTemplate(template, { i: mb, r: rn });
       return kernel({ MB: mb, RN: rn, WG: UNROLLED_WG }, source, rn * UNROLLED_WG);
@@ -213,8 +241,14 @@ export function kernelSource(
           `Cannot build matmul gemv with ${gemvRows} weight rows per invocation`,
         );
       }
+      if (!GEMV_STEPS.some((s) => s === gemvStep)) {
+        throw new RangeError(`Cannot build matmul gemv with steps of ${gemvStep} weights`);
+      }
       const xs = isNormXForm(xForm) ? 2 : 1;
-      const source = unrollTemplate(gemvSource, { i: mb, r: gemvRows });
+      const template = step8
+        ? withKLoop(gemvSource, "matmul_gemv.wgsl", gemvStep8Source)
+        : gemvSource;
+      const source = unrollTemplate(template, { i: mb, r: gemvRows });
       const consts = { MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW, RB: gemvRows, XS: xs };
       return kernel(consts, source, GEMV_RPW * gemvRows);
     }

@@ -65,6 +65,8 @@ export interface MatmulEncodeOptions {
   readonly variant?: MatmulVariant;
   /** Forces the weight rows per `gemv` invocation (tests, the kernel tuning). */
   readonly gemvRows?: number;
+  /** Forces the weights per `gemv` invocation per step, 4 or 8 (tests, the kernel tuning). */
+  readonly gemvStep?: number;
 }
 
 /** One compiled kernel configuration and how to size its grid. */
@@ -77,6 +79,8 @@ export interface KernelConfig {
   readonly xForm: XForm;
   /** Whether the kernel reads X as vec4s (`unrolled` only; needs K % 4 == 0). */
   readonly xVec4: boolean;
+  /** Whether it reads weights in 8-element steps (needs a row stride that is a multiple of 8). */
+  readonly steps8: boolean;
   readonly pipeline: GPUComputePipeline;
   /** Weight rows covered by one workgroup. */
   readonly rowsPerGroup: number;
@@ -107,6 +111,7 @@ export class MatmulOp {
     m: number;
     variant?: MatmulVariant;
     gemvRows?: number;
+    gemvStep?: number;
     generation: number;
     config: KernelConfig;
     groups: GPUBindGroup[];
@@ -148,7 +153,7 @@ export class MatmulOp {
 
   /** The kernel the policy (or `variant`) runs for `m` rows. */
   variantFor(m: number, variant?: MatmulVariant): MatmulVariant {
-    return this.#choose(m, variant, undefined).config.variant;
+    return this.#choose(m, { variant }).config.variant;
   }
 
   /** The bind groups (one per weight part) of `config`, created on first use. @internal */
@@ -178,12 +183,13 @@ export class MatmulOp {
   }
 
   /** The kernel and bind groups for `m` rows (the policy's, or `variant`). */
-  #choose(m: number, variant: MatmulVariant | undefined, gemvRows: number | undefined) {
+  #choose(m: number, options: MatmulEncodeOptions) {
+    const { variant, gemvRows, gemvStep } = options;
     const last = this.#last;
     const generation = this.#matmul.generation;
     if (
       last !== null && last.m === m && last.variant === variant &&
-      last.gemvRows === gemvRows && last.generation === generation
+      last.gemvRows === gemvRows && last.gemvStep === gemvStep && last.generation === generation
     ) return last;
     const w = this.#buffers.weight;
     const xForm = this.#buffers.xForm ?? "plain";
@@ -195,9 +201,10 @@ export class MatmulOp {
       variant,
       w.format,
       xForm,
-      gemvRows,
+      { rows: gemvRows, step: gemvStep },
     );
-    const chosen = { m, variant, gemvRows, generation, config, groups: this.bindGroups(config) };
+    const groups = this.bindGroups(config);
+    const chosen = { m, variant, gemvRows, gemvStep, generation, config, groups };
     this.#last = chosen;
     return chosen;
   }
@@ -217,7 +224,7 @@ export class MatmulOp {
       );
     }
     const w = this.#buffers.weight;
-    const { config, groups } = this.#choose(m, options.variant, options.gemvRows);
+    const { config, groups } = this.#choose(m, options);
     const gz = Math.ceil(m / config.mPerGroup);
     if (gz > MAX_GROUPS_PER_DIM) {
       throw new RangeError(`Cannot encode matmul: m = ${m} needs ${gz} workgroups in z`);

@@ -8,9 +8,10 @@
  *    prefill tile may leave most of a GPU idle: 16 workgroups for N = 1,024 at M = 64 with 64 x 64
  *    tiles); when another tile wins there, it runs every M up to that batch
  *    ({@linkcode SmallTile});
- * 3. per shape, `gemv` (with 1 and 4 weight rows per invocation) against `tiled` (the tile that
+ * 3. per shape, `gemv` (with 1 and 4 weight rows per invocation, each with steps of 4 and, where
+ *    the row stride allows, 8 weights: {@linkcode gemvKinds}) against `tiled` (the tile that
  *    runs that M) at row counts 1, 2, 4, ... up to the largest decode batch and the prefill row
- *    count; the shape's `gemv` is the one with the least total time ({@linkcode pickGemvRows}),
+ *    count; the shape's `gemv` is the one with the least total time ({@linkcode pickGemv}),
  *    and it runs up to the last M before the first where `tiled` was faster
  *    ({@linkcode crossover}).
  *
@@ -26,11 +27,13 @@ import type { GpuContext } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { PassClock } from "../gpu/timer.ts";
 import { Matmul, type MatmulOp } from "./matmul.ts";
-import { GEMV_ROW_BLOCKS } from "./matmul_kernels.ts";
+import { DEFAULT_GEMV } from "./matmul_kernels.ts";
 import { sameTile, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
 import {
   crossover,
   type CrossoverPoint,
+  gemvKindKey,
+  gemvKinds,
   type MatmulTuning,
   pickTile,
   shapeKey,
@@ -113,8 +116,10 @@ export async function tuneMatmul(
       }
       return op;
     };
-    const time = (op: MatmulOp, m: number, variant: "gemv" | "tiled", gemvRows = 1) =>
-      clock.medianMs((pass) => op.encode(pass, m, { variant, gemvRows }));
+    const time = (op: MatmulOp, m: number, variant: "gemv" | "tiled", gemv = DEFAULT_GEMV) =>
+      clock.medianMs((pass) =>
+        op.encode(pass, m, { variant, gemvRows: gemv.rows, gemvStep: gemv.step })
+      );
     const prefill = (g: ShapeGroup) => Math.min(options.prefillRows ?? 512, g.op.maxRows);
     const timeTiles = async (rows: (g: ShapeGroup) => number) => {
       const times = new Map<TileConfig, number[]>();
@@ -140,31 +145,40 @@ export async function tuneMatmul(
     const crossovers: Record<string, CrossoverPoint[]> = {};
     const gemvMaxRows: Record<string, number> = {};
     const gemvRows: Record<string, number> = {};
+    const gemvSteps: Record<string, number> = {};
     for (const g of groups) {
+      const kinds = gemvKinds(g.op.buffers.weight.rowStride);
       const rows: { m: number; ms: number[]; tiledMs: number }[] = [];
       for (const m of rowCounts(options.maxBatch, prefill(g))) {
         const op = trial(g, tile);
         const ms: number[] = [];
-        for (const rb of GEMV_ROW_BLOCKS) ms.push(await time(op, m, "gemv", rb));
+        for (const kind of kinds) ms.push(await time(op, m, "gemv", kind));
         const r = { m, ms, tiledMs: await time(trial(g, tileAt(m)), m, "tiled") };
         rows.push(r);
         if (Math.min(...r.ms) > r.tiledMs) break;
       }
-      const rb = pickGemvRows(rows);
+      const best = pickGemv(rows);
       const points = rows.map((r) => ({
         m: r.m,
-        gemvMs: r.ms[GEMV_ROW_BLOCKS.indexOf(rb as 1)]!,
+        gemvMs: r.ms[best]!,
         tiledMs: r.tiledMs,
-        gemvByRows: Object.fromEntries(GEMV_ROW_BLOCKS.map((b, i) => [b, r.ms[i]!])),
+        gemvByKind: Object.fromEntries(kinds.map((k, i) => [gemvKindKey(k), r.ms[i]!])),
       }));
       crossovers[g.key] = points;
       gemvMaxRows[g.key] = crossover(points);
-      gemvRows[g.key] = rb;
+      gemvRows[g.key] = kinds[best]!.rows;
+      gemvSteps[g.key] = kinds[best]!.step;
     }
     ctx.check();
     const total = (ms: readonly number[]) => ms.reduce((s, t, i) => s + t * counts[i]!, 0);
     return {
-      tuning: { tile, ...(smallTile === undefined ? {} : { smallTile }), gemvMaxRows, gemvRows },
+      tuning: {
+        tile,
+        ...(smallTile === undefined ? {} : { smallTile }),
+        gemvMaxRows,
+        gemvRows,
+        gemvSteps,
+      },
       tiles: tiles.map((t) => ({
         tile: t,
         totalMs: total(tileTimes.get(t)!),
@@ -200,25 +214,25 @@ function shapeGroups(matmuls: readonly Matmul[]): ShapeGroup[] {
 }
 
 /**
- * The weight rows per `gemv` invocation (one of `GEMV_ROW_BLOCKS`) with the least total time over
- * the row counts where some `gemv` was at least as fast as `tiled` (all of them when none was);
- * ties go to the smaller. `ms[i]` is the time with `GEMV_ROW_BLOCKS[i]` rows.
+ * The index of the `gemv` kernel (of those measured, `ms[i]` for kernel i) with the least total
+ * time over the row counts where some `gemv` was at least as fast as `tiled` (all of them when
+ * none was); ties go to the earlier.
  */
-export function pickGemvRows(
+export function pickGemv(
   rows: readonly { readonly ms: readonly number[]; readonly tiledMs: number }[],
 ): number {
   const useful = rows.filter((r) => Math.min(...r.ms) <= r.tiledMs);
   const set = useful.length > 0 ? useful : rows;
   let best = 0;
   let bestMs = Infinity;
-  GEMV_ROW_BLOCKS.forEach((_, i) => {
+  (rows[0]?.ms ?? []).forEach((_, i) => {
     const total = set.reduce((sum, r) => sum + r.ms[i]!, 0);
     if (total < bestMs) {
       best = i;
       bestMs = total;
     }
   });
-  return GEMV_ROW_BLOCKS[best]!;
+  return best;
 }
 
 /** 1, 2, 4, ... up to `maxBatch`, then `maxBatch` and `prefillRows` (at most `prefillRows`). */

@@ -9,7 +9,13 @@
  */
 
 import { checkTile, sameTile, TILE_CANDIDATES, type TileConfig, tileName } from "./matmul_tile.ts";
-import { GEMV_ROW_BLOCKS, type WeightFormat, type XForm } from "./matmul_kernels.ts";
+import {
+  GEMV_ROW_BLOCKS,
+  GEMV_STEPS,
+  type GemvKind,
+  type WeightFormat,
+  type XForm,
+} from "./matmul_kernels.ts";
 
 /**
  * A `tiled` configuration measured for small M: the decode batches (up to `maxRows` rows of X)
@@ -38,6 +44,11 @@ export interface MatmulTuning {
    * not listed use 1.
    */
   readonly gemvRows?: Readonly<Record<string, number>>;
+  /**
+   * Per call-site shape: weights per `gemv` invocation per step (one of `GEMV_STEPS`); shapes
+   * not listed use 4.
+   */
+  readonly gemvSteps?: Readonly<Record<string, number>>;
 }
 
 /** What identifies a call site's kernel choice: weight format and shape, X form, bias. */
@@ -62,8 +73,22 @@ export interface CrossoverPoint {
   /** The time of the `gemv` kernel chosen for the shape. */
   readonly gemvMs: number;
   readonly tiledMs: number;
-  /** Each measured `gemv` (weight rows per invocation -> ms), when several were. */
-  readonly gemvByRows?: Readonly<Record<number, number>>;
+  /** Each measured `gemv` ({@linkcode gemvKindKey} -> ms), when several were. */
+  readonly gemvByKind?: Readonly<Record<string, number>>;
+}
+
+/**
+ * The `gemv` kernels the tuning tries on a weight of row stride `rowStride`: every weight rows
+ * per invocation with steps of 4, then with steps of 8 where the stride is a multiple of 8.
+ */
+export function gemvKinds(rowStride: number): GemvKind[] {
+  return GEMV_STEPS.filter((step) => step === 4 || rowStride % 8 === 0)
+    .flatMap((step) => GEMV_ROW_BLOCKS.map((rows) => ({ rows, step })));
+}
+
+/** A `gemv` kernel's name in reports, e.g. "rb4 ks8". */
+export function gemvKindKey(k: GemvKind): string {
+  return `rb${k.rows} ks${k.step}`;
 }
 
 /**
@@ -115,6 +140,7 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
       smallTile?: { tile?: unknown; maxRows?: unknown };
       gemvMaxRows?: unknown;
       gemvRows?: unknown;
+      gemvSteps?: unknown;
     }
     | null;
   const tile = parseTile(o?.tile);
@@ -145,21 +171,38 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
     }
     gemvMaxRows[key] = value as number;
   }
-  const rb = o?.gemvRows ?? {};
-  if (typeof rb !== "object" || rb === null || Array.isArray(rb)) {
-    throw new TypeError("Invalid matmul tuning: gemvRows must be an object");
+  const gemvRows = parseChoices("gemvRows", o?.gemvRows, GEMV_ROW_BLOCKS);
+  const gemvSteps = parseChoices("gemvSteps", o?.gemvSteps, GEMV_STEPS);
+  return {
+    tile,
+    ...(smallTile === undefined ? {} : { smallTile }),
+    gemvMaxRows,
+    gemvRows,
+    gemvSteps,
+  };
+}
+
+/** A per-shape table `name` (absent: empty) whose values are all among `allowed`. */
+function parseChoices(
+  name: string,
+  data: unknown,
+  allowed: readonly number[],
+): Record<string, number> {
+  const table = data ?? {};
+  if (typeof table !== "object" || table === null || Array.isArray(table)) {
+    throw new TypeError(`Invalid matmul tuning: ${name} must be an object`);
   }
-  const gemvRows: Record<string, number> = {};
-  for (const [key, value] of Object.entries(rb)) {
-    if (!GEMV_ROW_BLOCKS.some((b) => b === value)) {
+  const out: Record<string, number> = {};
+  for (const [key, value] of Object.entries(table)) {
+    if (!allowed.some((b) => b === value)) {
       throw new TypeError(
-        `Invalid matmul tuning: gemvRows["${key}"] must be one of ${GEMV_ROW_BLOCKS.join(", ")}, ` +
+        `Invalid matmul tuning: ${name}["${key}"] must be one of ${allowed.join(", ")}, ` +
           `got ${JSON.stringify(value)}`,
       );
     }
-    gemvRows[key] = value as number;
+    out[key] = value as number;
   }
-  return { tile, ...(smallTile === undefined ? {} : { smallTile }), gemvMaxRows, gemvRows };
+  return out;
 }
 
 /** The candidate `t` names (see {@linkcode parseMatmulTuning}). */
@@ -180,9 +223,13 @@ function parseTile(t: unknown): TileConfig {
  * f16 1024x3072 swiglu".
  */
 export function describeTuning(t: MatmulTuning): string {
-  const rows = Object.entries(t.gemvMaxRows).map(([k, m]) =>
-    `${m}${(t.gemvRows?.[k] ?? 1) > 1 ? ` (${t.gemvRows![k]} rows each)` : ""} for ${k}`
-  );
+  const rows = Object.entries(t.gemvMaxRows).map(([k, m]) => {
+    const rb = t.gemvRows?.[k] ?? 1;
+    const step = t.gemvSteps?.[k] ?? 4;
+    const kind = [rb > 1 ? `${rb} rows each` : "", step > 4 ? `steps of ${step}` : ""]
+      .filter((s) => s !== "").join(", ");
+    return `${m}${kind === "" ? "" : ` (${kind})`} for ${k}`;
+  });
   const small = t.smallTile === undefined
     ? ""
     : ` (${tileName(t.smallTile.tile)} up to M = ${t.smallTile.maxRows})`;

@@ -17,6 +17,8 @@ import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { GPU_TEST, ParamArena, testContext, upload, whole } from "./support/gpu.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
+import { TILE, TILE_CANDIDATES } from "../kernels/matmul.ts";
+import { shapeKey } from "../kernels/matmul_tuning.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { referenceRun, SOLO_RUNNER_OPTIONS, soloGreedy } from "./support/solo_run.ts";
@@ -217,6 +219,42 @@ Deno.test(
       );
       pre.use("tiled");
       assertEqual(runner.prefillAttention.variant, "tiled");
+    });
+  },
+);
+
+Deno.test(
+  "ModelRunner decodes equal to the float64 reference with tuned gemv kernels: 4 rows, steps of 8, small tiles",
+  GPU_TEST,
+  async () => {
+    // Every call site of the gpu profile's model runs gemv with 4 weight rows per invocation and
+    // steps of 8 weights at M = 1 (decode), and the 16 x 32 small tile from M = 2 to 64 (the
+    // prefill chunks of 8 tokens).
+    const prompt = Array.from({ length: 20 }, (_, i) => (i * 29 + 3) % 500);
+    await withTinyRunner(35, "gpu", prompt, 12, 8, (runner) => {
+      for (const m of runner.matmuls) {
+        const keys = m.ops.map((op) => shapeKey(op.shape));
+        const all = (v: number) => Object.fromEntries(keys.map((k) => [k, v]));
+        m.setTuning({
+          tile: TILE,
+          smallTile: { tile: TILE_CANDIDATES.find((t) => t.wy === 4 && t.wx === 8)!, maxRows: 64 },
+          gemvMaxRows: all(1),
+          gemvRows: all(4),
+          gemvSteps: all(8),
+        });
+        for (const op of m.ops) {
+          const { rows, cols, format, xForm } = op.shape;
+          const stride = op.buffers.weight.rowStride;
+          assertEqual(
+            m.choose(1, rows, cols, stride, undefined, format, xForm).key.endsWith("/rb4/ks8"),
+            true,
+          );
+          assertEqual(
+            m.choose(8, rows, cols, stride, undefined, format, xForm).key.endsWith("t8x4k16m4"),
+            true,
+          );
+        }
+      }
     });
   },
 );

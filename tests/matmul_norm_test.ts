@@ -17,7 +17,7 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { forced, type TestVariant } from "./support/matmul_variants.ts";
+import { forced, padColsFor, type TestVariant } from "./support/matmul_variants.ts";
 import { matmulRef } from "./reference/matmul.ts";
 import { denseRows, fusedAddRmsNormRef, rmsNormRef } from "./reference/norms.ts";
 
@@ -67,7 +67,8 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
   const gamma = rng.array(k, 0.5, 1.5);
   const w = rng.array(n * k, -1, 1);
   const bias = c.bias ? rng.array(n, -1, 1) : undefined;
-  const weight = GpuMatrix.fromArray(ctx, "w", w, n, k, c.dtype, { padColsTo: 4 });
+  const padColsTo = padColsFor(c.variant);
+  const weight = GpuMatrix.fromArray(ctx, "w", w, n, k, c.dtype, { padColsTo });
   const normWeight = GpuMatrix.fromArray(ctx, "gamma", gamma, 1, k, c.dtype);
   if (c.parts !== undefined && weight.parts.length !== c.parts) {
     throw new AssertionError({
@@ -130,6 +131,8 @@ const SHAPES: readonly Shape[] = [
   [16, 40, 64],
   [17, 70, 36],
   [70, 130, 258],
+  // K % 8 == 7: an 8-element step's tail with both halves (gemv steps of 8).
+  [2, 11, 47],
 ];
 
 Deno.test(
@@ -141,7 +144,9 @@ Deno.test(
       for (const dtype of ["f32", "f16"] as const) {
         for (const residual of [false, true]) {
           const bias = (shape[0] + (residual ? 1 : 0)) % 2 === 0;
-          for (const variant of ["gemv", "gemv4", "tiled", undefined] as const) {
+          for (
+            const variant of ["gemv", "gemv4", "gemv8", "gemv4x8", "tiled", undefined] as const
+          ) {
             await check(ctx, { shape, dtype, bias, residual, variant });
           }
         }
@@ -172,7 +177,7 @@ Deno.test(
   async () => {
     // 4 KiB bindings: a 90 x 60 f32 weight (240 bytes per row) splits into 6 parts.
     const ctx = await testContext({ maxBindingBytes: 4096 });
-    for (const variant of ["gemv", "gemv4", "tiled"] as const) {
+    for (const variant of ["gemv", "gemv4", "gemv4x8", "tiled"] as const) {
       await check(ctx, {
         shape: [3, 90, 60],
         dtype: "f32",

@@ -24,7 +24,7 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { forced, TEST_VARIANTS, type TestVariant } from "./support/matmul_variants.ts";
+import { forced, padColsFor, TEST_VARIANTS, type TestVariant } from "./support/matmul_variants.ts";
 import { matmulRef } from "./reference/matmul.ts";
 import { siluMulRef } from "./reference/activations.ts";
 
@@ -78,8 +78,8 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
   const x = swiglu ? siluMulRef(xIn, m, k) : xIn;
   const w = rng.array(n * k, -1, 1);
   const bias = c.bias ? rng.array(n, -1, 1) : undefined;
-  // unrolled needs a row stride that is a multiple of 8; every other kernel gets 4.
-  const padColsTo = c.variant === "unrolled" ? 8 : 4;
+  // Kernels reading 8-element steps need a row stride that is a multiple of 8; others get 4.
+  const padColsTo = padColsFor(c.variant);
   const weight = GpuMatrix.fromArray(ctx, "w", w, n, k, c.dtype, { padColsTo });
   if (c.parts !== undefined && weight.parts.length !== c.parts) {
     throw new AssertionError({
@@ -133,6 +133,9 @@ const SHAPES: readonly Shape[] = [
   [70, 130, 260],
   [1, 1000, 1024],
   [13, 300, 255],
+  // K % 8 of 5 and 6: every length of an 8-element step's tail (gemv steps of 8, unrolled).
+  [4, 23, 45],
+  [2, 9, 30],
 ];
 const VARIANTS = TEST_VARIANTS;
 const DTYPES: readonly DType[] = ["f32", "f16"];
@@ -313,8 +316,16 @@ Deno.test("matmul() rejects mismatched buffers and row counts", GPU_TEST, async 
     assertThrows(() => op.encode(pass, 3), RangeError);
     assertThrows(() => op.encode(pass, 0), RangeError);
     assertThrows(() => swiglu.encode(pass, 2), RangeError);
-    // Row stride 12: unrolled needs whole 8-element steps.
+    // Row stride 12: unrolled and gemv steps of 8 need whole 8-element steps.
     assertThrows(() => op.encode(pass, 1, { variant: "unrolled" }), RangeError);
+    assertThrows(() => op.encode(pass, 1, { variant: "gemv", gemvStep: 8 }), {
+      name: "RangeError",
+      message: /gemv steps of 8: weight row stride 12 is not a multiple of 8/,
+    });
+    assertThrows(() => op.encode(pass, 1, { variant: "gemv", gemvStep: 6 }), {
+      name: "RangeError",
+      message: /steps of 6 weights/,
+    });
     pass.end();
     // Never leave a command buffer unsubmitted (Deno panics); the empty pass is valid.
     ctx.device.queue.submit([encoder.finish()]);

@@ -9,10 +9,12 @@ import type { GpuContext } from "../gpu/context.ts";
 import { roundTo } from "../gpu/dtype.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { Matmul, type MatmulOp, TILE, TILE_CANDIDATES } from "../kernels/matmul.ts";
-import { pickGemvRows, rowCounts, tuneMatmul } from "../kernels/matmul_tuner.ts";
+import { pickGemv, rowCounts, tuneMatmul } from "../kernels/matmul_tuner.ts";
 import {
   crossover,
   describeTuning,
+  gemvKindKey,
+  gemvKinds,
   parseMatmulTuning,
   pickTile,
   shapeKey,
@@ -85,6 +87,13 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
   assertEqual(parseMatmulTuning({ tile: TILE, gemvMaxRows: {}, gemvRows: { a: 4 } }).gemvRows, {
     a: 4,
   });
+  const steps = parseMatmulTuning({ tile: TILE, gemvMaxRows: { a: 8 }, gemvSteps: { a: 8 } });
+  assertEqual(steps.gemvSteps, { a: 8 });
+  assert(describeTuning(steps).includes("8 (steps of 8) for a"));
+  assertThrows(
+    () => parseMatmulTuning({ tile: TILE, gemvMaxRows: {}, gemvSteps: { a: 16 } }),
+    /gemvSteps\["a"\] must be one of 4, 8, got 16/,
+  );
   assert(describeTuning(t).includes("32 for f16 8x8 plain"));
   // An 8 x 4 block tile and a small-M tile.
   const tm8 = TILE_CANDIDATES.find((c) => c.tm === 8)!;
@@ -109,13 +118,18 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
   );
 });
 
-Deno.test("pickGemvRows() takes the least total over the row counts where gemv was useful", () => {
+Deno.test("pickGemv() takes the least total over the row counts where gemv was useful", () => {
   const r = (ms: number[], tiledMs: number) => ({ ms, tiledMs });
-  assertEqual(pickGemvRows([r([1, 2], 5), r([2, 1], 5)]), 1, "3 against 3: the smaller");
-  assertEqual(pickGemvRows([r([2, 1], 5), r([3, 2], 5)]), 4);
-  // Past the crossover (tiled faster than both) the times do not count.
-  assertEqual(pickGemvRows([r([2, 1], 5), r([90, 99], 6)]), 4);
-  assertEqual(pickGemvRows([r([9, 8], 5)]), 4, "no useful row: all of them");
+  assertEqual(pickGemv([r([1, 2], 5), r([2, 1], 5)]), 0, "3 against 3: the first");
+  assertEqual(pickGemv([r([2, 1], 5), r([3, 2], 5)]), 1);
+  // Past the crossover (tiled faster than every gemv) the times do not count.
+  assertEqual(pickGemv([r([2, 1, 3], 5), r([90, 99, 7], 6)]), 1);
+  assertEqual(pickGemv([r([9, 8], 5)]), 1, "no useful row: all of them");
+});
+
+Deno.test("gemvKinds() tries steps of 8 only where the weight row stride allows them", () => {
+  assertEqual(gemvKinds(12).map(gemvKindKey), ["rb1 ks4", "rb4 ks4"]);
+  assertEqual(gemvKinds(16).map(gemvKindKey), ["rb1 ks4", "rb4 ks4", "rb1 ks8", "rb4 ks8"]);
 });
 
 Deno.test("rowCounts() doubles up to the decode batch, then adds it and the prefill rows", () => {
@@ -231,6 +245,23 @@ Deno.test(
         await runPass(ctx, arena, (pass) => a.op.encode(pass, rows, { variant: "tiled" }));
         await checkSite(a, rows, `small tile, M ${rows}`);
       }
+      // Steps of 8 weights where the tuning lists them and the row stride (64 for b) allows
+      // them; a's stride of 132 keeps steps of 4.
+      const [ka, kb] = [shapeKey(a.op.shape), shapeKey(b.op.shape)];
+      matmul.setTuning({
+        tile: TILE,
+        gemvMaxRows: { [kb]: 64 },
+        gemvRows: { [kb]: 4 },
+        gemvSteps: { [ka]: 8, [kb]: 8 },
+      });
+      assertEqual(matmul.choose(40, 33, 64, 64).key.endsWith("/mb8/rb4/ks8"), true);
+      assertEqual(matmul.choose(8, 67, 129, 132).key.endsWith("/mb8"), true);
+      await runPass(ctx, arena, (pass) => {
+        b.op.encode(pass, 40);
+        a.op.encode(pass, 8);
+      });
+      await checkSite(b, 40, "b, rb4 ks8, M 40");
+      await checkSite(a, 8, "a, ks4 (stride 132), M 8");
       assertThrows(
         () => matmul.setTuning({ tile: { wx: 3, wy: 3, bk: 3 }, gemvMaxRows: {} }),
         RangeError,
@@ -263,17 +294,19 @@ Deno.test(
       for (const key of keys) {
         const points = r.crossovers[key]!;
         assertEqual(r.tuning.gemvMaxRows[key], crossover(points));
-        const rb = r.tuning.gemvRows![key]!;
-        assertEqual(
-          rb,
-          pickGemvRows(points.map((p) => ({ ms: [p.gemvByRows![1]!, p.gemvByRows![4]!], ...p }))),
-        );
-        for (const p of points) assertEqual(p.gemvMs, p.gemvByRows![rb]);
+        // Both row strides (64, 96) allow steps of 8: four gemv kernels per row count.
+        const names = gemvKinds(64).map(gemvKindKey);
+        const chosen = { rows: r.tuning.gemvRows![key]!, step: r.tuning.gemvSteps![key]! };
+        for (const p of points) assertEqual(Object.keys(p.gemvByKind!), names);
+        const ms = (p: (typeof points)[number]) => names.map((n) => p.gemvByKind![n]!);
+        const best = pickGemv(points.map((p) => ({ ms: ms(p), tiledMs: p.tiledMs })));
+        assertEqual(gemvKinds(64)[best], chosen);
+        for (const p of points) assertEqual(p.gemvMs, p.gemvByKind![gemvKindKey(chosen)]);
         // Measured in order, stopping after the first row count where tiled won.
-        const ms = points.map((p) => p.m);
-        assertEqual(ms, rowCounts(4, 24).slice(0, ms.length));
+        const counts = points.map((p) => p.m);
+        assertEqual(counts, rowCounts(4, 24).slice(0, counts.length));
         // (the measuring stops once tiled beats every gemv; the chosen gemv may lose earlier)
-        const stop = points.findIndex((p) => Math.min(...Object.values(p.gemvByRows!)) > p.tiledMs);
+        const stop = points.findIndex((p) => Math.min(...ms(p)) > p.tiledMs);
         assert(stop === -1 || stop === points.length - 1, `${key}: measured past tiled's win`);
         for (const p of points) assert(p.gemvMs > 0 && p.tiledMs > 0, `${key} M ${p.m}`);
       }

@@ -1,27 +1,45 @@
 /**
- * The matmul kernels the kernel tests force, as one list: every `MatmulVariant`, and `gemv4`,
- * the `gemv` kernel with 4 weight rows per invocation (`MatmulEncodeOptions.gemvRows`), which
- * the kernel tuning may choose per call-site shape.
+ * The matmul kernels the kernel tests force, as one list: every `MatmulVariant`, and the `gemv`
+ * kernels the kernel tuning may choose per call-site shape: `gemv4`, 4 weight rows per invocation
+ * (`MatmulEncodeOptions.gemvRows`), `gemv8` and `gemv4x8`, steps of 8 weights per invocation
+ * (`MatmulEncodeOptions.gemvStep`).
  *
  * @module
  */
 
 import type { MatmulEncodeOptions, MatmulVariant } from "../../kernels/matmul.ts";
 
-/** A forced kernel of a test: a matmul variant, or `gemv4`. */
-export type TestVariant = MatmulVariant | "gemv4";
+/** A forced kernel of a test: a matmul variant, or one of the tuned `gemv` kernels. */
+export type TestVariant = MatmulVariant | "gemv4" | "gemv8" | "gemv4x8";
 
 /** Every kernel the tests force. */
 export const TEST_VARIANTS: readonly TestVariant[] = [
   "tiled",
   "gemv",
   "gemv4",
+  "gemv8",
+  "gemv4x8",
   "blocked",
   "unrolled",
 ];
 
 /** The encode options that force `variant` (undefined: the policy's choice). */
 export function forced(variant: TestVariant | undefined): MatmulEncodeOptions {
-  if (variant === "gemv4") return { variant: "gemv", gemvRows: 4 };
-  return variant === undefined ? {} : { variant };
+  switch (variant) {
+    case "gemv4":
+      return { variant: "gemv", gemvRows: 4 };
+    case "gemv8":
+      return { variant: "gemv", gemvStep: 8 };
+    case "gemv4x8":
+      return { variant: "gemv", gemvRows: 4, gemvStep: 8 };
+    case undefined:
+      return {};
+    default:
+      return { variant };
+  }
+}
+
+/** The weight padding `variant` needs: kernels reading 8-element steps need a row stride of 8s. */
+export function padColsFor(variant: TestVariant | undefined): number {
+  return variant === "unrolled" || variant === "gemv8" || variant === "gemv4x8" ? 8 : 4;
 }
