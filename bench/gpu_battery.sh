@@ -57,7 +57,8 @@ run_stage info 60 info.txt deno run --cached-only -A main.ts info
 run_stage make-model 120 info.txt deno run --cached-only -A tools/make_model.ts --out $model \
   --preset "$preset" --dtype bf16
 
-run_stage bench-model 90 model.txt deno run --cached-only -A bench/model_bench.ts --model $model \
+# 120 s: the first run also measures the kernel tuning (13 tiles, 4 gemv kernels per shape).
+run_stage bench-model 120 model.txt deno run --cached-only -A bench/model_bench.ts --model $model \
   --batches 1,8,64 --prefill 128,512 --steps 64 --breakdown-batches 1,8,64 $gpu
 
 # The same decode and prefill with the default kernel choices (A/B of the measured tuning, same run).
