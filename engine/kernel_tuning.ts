@@ -16,7 +16,10 @@
  * The environment variable `WEBGPU_LLM_KERNEL_TUNING` (one of the modes) replaces `auto`, as
  * `WEBGPU_LLM_KERNEL_PROFILE` does for the kernel profile (e.g. `off` for a test run on a GPU).
  *
- * A cache that cannot be read or written is logged and otherwise ignored.
+ * A cache that cannot be read or written is logged and otherwise ignored. A candidate kernel the
+ * adapter cannot run (its pipeline fails to compile there) is measured inside GPU error scopes
+ * as Infinity, skipped and logged (gpu/timer.ts `PassClock`); a part that cannot be measured at
+ * all keeps its defaults, and nothing is cached that start.
  *
  * @module
  */
@@ -172,7 +175,9 @@ export function kernelTuningKey(
 interface TuningPart<T> {
   readonly name: "matmul" | "decode" | "prefill";
   readonly key: string;
-  measure(): Promise<{ value: T; wallMs: number; method: string; report: unknown }>;
+  measure(): Promise<
+    { value: T; wallMs: number; method: string; failures: readonly string[]; report: unknown }
+  >;
   /** @throws {TypeError} when `data` is not a valid choice. */
   check(data: unknown): T;
   apply(value: T): void;
@@ -194,7 +199,13 @@ function tuningParts(
         maxBatch: options.maxBatch,
         prefillRows: options.prefillRows,
       });
-      return { value: r.tuning, wallMs: r.wallMs, method: r.method, report: r };
+      return {
+        value: r.tuning,
+        wallMs: r.wallMs,
+        method: r.method,
+        failures: r.failures,
+        report: r,
+      };
     },
     check: parseMatmulTuning,
     apply: (t) => matmuls.forEach((m) => m.setTuning(t)),
@@ -213,7 +224,13 @@ function tuningParts(
           maxBatch: options.maxBatch,
           contextLen: a.contextLen,
         });
-        return { value: r.tuning, wallMs: r.wallMs, method: r.method, report: r };
+        return {
+          value: r.tuning,
+          wallMs: r.wallMs,
+          method: r.method,
+          failures: r.failures,
+          report: r,
+        };
       },
       check(data) {
         checkDecodeSplitTuning(data as DecodeSplitTuning);
@@ -235,7 +252,13 @@ function tuningParts(
           tokens: pre.tokens,
           blockSize: pre.blockSize,
         });
-        return { value: r.variant, wallMs: r.wallMs, method: r.method, report: r };
+        return {
+          value: r.variant,
+          wallMs: r.wallMs,
+          method: r.method,
+          failures: r.failures,
+          report: r,
+        };
       },
       check(data) {
         const v = variants.find((x) => x === data);
@@ -313,8 +336,18 @@ export async function applyKernelTuning(
   const values = new Map<string, unknown>();
   const reports = new Map<string, unknown>();
   let method = "";
+  let failed = false;
   for (const p of parts) {
-    const m = await p.measure();
+    let m: Awaited<ReturnType<typeof p.measure>>;
+    try {
+      m = await p.measure();
+    } catch (error) {
+      // A part that cannot be measured here keeps its defaults; the others still apply.
+      ctx.check();
+      failed = true;
+      log(`Kernel tuning: ${p.name} not measured (${messageOf(error)}); its defaults are kept`);
+      continue;
+    }
     p.apply(m.value);
     values.set(p.name, m.value);
     reports.set(p.name, m.report);
@@ -323,7 +356,14 @@ export async function applyKernelTuning(
       `Kernel tuning: measured in ${(m.wallMs / 1000).toFixed(1)} s (${m.method})${why}: ` +
         p.describe(m.value),
     );
+    if (m.failures.length > 0) {
+      log(
+        `Kernel tuning: ${m.failures.length} ${p.name} candidate(s) failed on this adapter ` +
+          `and were skipped (first: ${m.failures[0]})`,
+      );
+    }
   }
+  if (failed) return { ...outcome(values), source: "measured (partly; not cached)" };
   delete cache.entries[key];
   cache.entries[key] = {
     parts: Object.fromEntries(values),

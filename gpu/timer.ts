@@ -154,12 +154,42 @@ export async function timePasses(
 }
 
 /**
+ * Runs `fn` inside `validation`, `internal` and `out-of-memory` error scopes of `device`: its
+ * value, or the first GPU error the scopes caught (which then reaches no `uncapturederror`
+ * handler, so it does not fail the context). An exception `fn` throws is rethrown unless a GPU
+ * error was caught.
+ */
+export async function withErrorScopes<T>(
+  device: GPUDevice,
+  fn: () => Promise<T>,
+): Promise<{ readonly value: T } | { readonly error: GPUError }> {
+  const filters: GPUErrorFilter[] = ["validation", "internal", "out-of-memory"];
+  for (const f of filters) device.pushErrorScope(f);
+  let result: { value: T } | { thrown: unknown };
+  try {
+    result = { value: await fn() };
+  } catch (thrown) {
+    result = { thrown };
+  }
+  let error: GPUError | null = null;
+  for (const _ of filters) error = (await device.popErrorScope()) ?? error;
+  if (error !== null) return { error };
+  if ("thrown" in result) throw result.thrown;
+  return result;
+}
+
+/**
  * Medians of {@linkcode timePasses} for kernel tuning: each measurement one untimed warm-up
  * pass and `repeats` timed ones, parameters flushed from `arena`; `method` is the last one's.
+ * A candidate the adapter cannot run (a pipeline that fails to compile there, a dispatch it
+ * refuses) measures Infinity and is named in `failures`, inside error scopes, so one candidate
+ * never fails the context the tuning serves.
  */
 export class PassClock {
   /** How the last measurement was timed ("timestamp-query", "host clock / N passes"). */
   method = "";
+  /** The GPU errors of the candidates that measured Infinity, one line each. */
+  readonly failures: string[] = [];
 
   constructor(
     readonly ctx: GpuContext,
@@ -167,14 +197,22 @@ export class PassClock {
     readonly repeats = 5,
   ) {}
 
-  /** The median time of one pass of `encode`, in ms. */
-  async medianMs(encode: (pass: GPUComputePassEncoder) => void): Promise<number> {
-    const t = await timePasses(this.ctx, encode, {
-      arena: this.arena,
-      warmup: 1,
-      repeats: this.repeats,
-    });
-    this.method = t.method;
-    return t.medianMs;
+  /**
+   * The median time of one pass of the encoder `setup` returns (`setup` may compile: it runs
+   * inside the error scopes too), in ms; Infinity when the GPU reported an error.
+   */
+  async medianMs(setup: () => (pass: GPUComputePassEncoder) => void): Promise<number> {
+    const r = await withErrorScopes(this.ctx.device, () =>
+      timePasses(this.ctx, setup(), {
+        arena: this.arena,
+        warmup: 1,
+        repeats: this.repeats,
+      }));
+    if ("error" in r) {
+      this.failures.push(r.error.message.split("\n")[0]!);
+      return Infinity;
+    }
+    this.method = r.value.method;
+    return r.value.medianMs;
   }
 }

@@ -33,6 +33,8 @@ export interface DecodeSplitReport {
   /** Per batch size: each tried partition size (0: direct) and its median time in ms. */
   readonly points: Readonly<Record<string, readonly { size: number; ms: number }[]>>;
   readonly method: string;
+  /** The GPU errors of the candidates the adapter could not run (measured as Infinity). */
+  readonly failures: readonly string[];
   readonly wallMs: number;
 }
 
@@ -103,7 +105,8 @@ export async function tuneDecodeSplit(
       for (const size of SPLIT_CANDIDATES) {
         const parts = Math.ceil(L / Math.max(size, 1));
         if (size > 0 && (size >= L || parts > scratch.partitionsPerSeq(b))) continue;
-        const ms = await clock.medianMs((pass) => op.encode(pass, b, L, size === 0 ? false : size));
+        const split = size === 0 ? false : size;
+        const ms = await clock.medianMs(() => (pass) => op.encode(pass, b, L, split));
         tried.push({ size, ms });
       }
       points[b] = tried;
@@ -114,6 +117,7 @@ export async function tuneDecodeSplit(
       tuning: { contextLen: L, partitionByBatch },
       points,
       method: clock.method,
+      failures: clock.failures,
       wallMs: performance.now() - t0,
     };
   } finally {

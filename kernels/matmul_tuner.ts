@@ -69,6 +69,8 @@ export interface MatmulTuningReport {
   readonly crossovers: Readonly<Record<string, readonly CrossoverPoint[]>>;
   /** How the kernels were timed ("timestamp-query", "host clock / N passes"). */
   readonly method: string;
+  /** The GPU errors of the candidates the adapter could not run (measured as Infinity). */
+  readonly failures: readonly string[];
   /** Wall time of the whole measurement, in ms. */
   readonly wallMs: number;
 }
@@ -116,16 +118,18 @@ export async function tuneMatmul(
       }
       return op;
     };
-    const time = (op: MatmulOp, m: number, variant: "gemv" | "tiled", gemv = DEFAULT_GEMV) =>
-      clock.medianMs((pass) =>
-        op.encode(pass, m, { variant, gemvRows: gemv.rows, gemvStep: gemv.step })
-      );
+    // The trial matmul is made (and its kernels compiled) inside the clock's error scopes.
+    const time = (op: () => MatmulOp, m: number, variant: "gemv" | "tiled", gemv = DEFAULT_GEMV) =>
+      clock.medianMs(() => {
+        const o = op();
+        return (pass) => o.encode(pass, m, { variant, gemvRows: gemv.rows, gemvStep: gemv.step });
+      });
     const prefill = (g: ShapeGroup) => Math.min(options.prefillRows ?? 512, g.op.maxRows);
     const timeTiles = async (rows: (g: ShapeGroup) => number) => {
       const times = new Map<TileConfig, number[]>();
       for (const tile of tiles) {
         const ms: number[] = [];
-        for (const g of groups) ms.push(await time(trial(g, tile), rows(g), "tiled"));
+        for (const g of groups) ms.push(await time(() => trial(g, tile), rows(g), "tiled"));
         times.set(tile, ms);
       }
       return times;
@@ -150,10 +154,10 @@ export async function tuneMatmul(
       const kinds = gemvKinds(g.op.buffers.weight.rowStride);
       const rows: { m: number; ms: number[]; tiledMs: number }[] = [];
       for (const m of rowCounts(options.maxBatch, prefill(g))) {
-        const op = trial(g, tile);
+        const op = () => trial(g, tile);
         const ms: number[] = [];
         for (const kind of kinds) ms.push(await time(op, m, "gemv", kind));
-        const r = { m, ms, tiledMs: await time(trial(g, tileAt(m)), m, "tiled") };
+        const r = { m, ms, tiledMs: await time(() => trial(g, tileAt(m)), m, "tiled") };
         rows.push(r);
         if (Math.min(...r.ms) > r.tiledMs) break;
       }
@@ -186,6 +190,7 @@ export async function tuneMatmul(
       })),
       crossovers,
       method: clock.method,
+      failures: clock.failures,
       wallMs: performance.now() - t0,
     };
   } finally {

@@ -26,6 +26,8 @@ export interface PrefillAttentionReport {
     readonly ms: number;
   }[];
   readonly method: string;
+  /** The GPU errors of the candidates the adapter could not run (measured as Infinity). */
+  readonly failures: readonly string[];
   readonly wallMs: number;
 }
 
@@ -76,7 +78,7 @@ export async function tunePrefillAttention(
     for (const kernel of kernels) {
       const op = kernel.bind(arena, buffers, { blockSize: bs, btStride: blocks });
       const tiles = kernel.countTiles([T]);
-      const ms = await clock.medianMs((pass) => op.encode(pass, 1, T, tiles));
+      const ms = await clock.medianMs(() => (pass) => op.encode(pass, 1, T, tiles));
       points.push({ variant: kernel.variant, ms });
     }
     ctx.check();
@@ -86,6 +88,7 @@ export async function tunePrefillAttention(
       tokens: T,
       points,
       method: clock.method,
+      failures: clock.failures,
       wallMs: performance.now() - t0,
     };
   } finally {

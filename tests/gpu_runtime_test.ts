@@ -4,6 +4,7 @@ import { GpuDeviceError } from "../gpu/errors.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing, readBuffer } from "../gpu/readback.ts";
+import { PassClock } from "../gpu/timer.ts";
 import { GPU_TEST, readF32, testContext, upload } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 
@@ -196,6 +197,49 @@ Deno.test(
       assert.equal(ctx.error, error);
     } finally {
       ctx.destroy();
+    }
+  },
+);
+
+Deno.test(
+  "PassClock.medianMs() measures Infinity for a kernel the adapter refuses, and the context lives on",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const arena = new ParamArena(ctx, 1);
+    const clock = new PassClock(ctx, arena, 2);
+    const run = (pipeline: GPUComputePipeline) => (pass: GPUComputePassEncoder) => {
+      pass.setPipeline(pipeline);
+      pass.dispatchWorkgroups(1);
+    };
+    try {
+      // A shader that does not compile (a float into a u32): a validation error, in the scopes.
+      const bad = await clock.medianMs(() => {
+        const code = "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }";
+        return run(ctx.device.createComputePipeline({
+          layout: "auto",
+          compute: { module: ctx.device.createShaderModule({ code }), entryPoint: "main" },
+        }));
+      });
+      assert.equal(bad, Infinity);
+      assert.equal(clock.failures.length, 1, clock.failures.join("; "));
+      ctx.check();
+      const good = await clock.medianMs(() =>
+        run(ctx.pipeline("timer-test/noop", () => "@compute @workgroup_size(1) fn main() {}"))
+      );
+      assert.ok(Number.isFinite(good) && good >= 0, `${good} ms`);
+      assert.equal(clock.failures.length, 1);
+      // An exception of the setup itself is not a GPU error: it propagates.
+      await assert.rejects(
+        () =>
+          clock.medianMs(() => {
+            throw new RangeError("bad setup");
+          }),
+        /bad setup/,
+      );
+      ctx.check();
+    } finally {
+      arena.destroy();
     }
   },
 );

@@ -398,6 +398,43 @@ Deno.test(
 );
 
 Deno.test(
+  "applyKernelTuning() keeps a part's defaults when it cannot be measured, and caches nothing",
+  GPU_TEST,
+  () =>
+    withoutTuningEnv(async () => {
+      const gpu = await testContext({ kernelProfile: "gpu" });
+      const dir = await Deno.makeTempDir({ prefix: "tuning_fail_" });
+      const cachePath = join(dir, "matmul_tuning.json");
+      // A cpu-policy call site among the matmuls: the matmul part throws while measuring.
+      const matmul = new Matmul(gpu, { dtype: gpu.weightDtype, bias: false, policy: "cpu" });
+      const { done } = bindSites(gpu, matmul, 4, [[24, 32]]);
+      try {
+        const lines: string[] = [];
+        const r = await applyKernelTuning(gpu, [matmul], {
+          maxBatch: 2,
+          prefillRows: 4,
+          cachePath,
+          mode: "measure",
+          log: (l) => lines.push(l),
+        });
+        assertEqual([r.tuning, r.source], [null, "measured (partly; not cached)"]);
+        assert(
+          lines.some((l) =>
+            l.startsWith("Kernel tuning: matmul not measured (Cannot tune matmul: the cpu policy")
+          ),
+          lines.join("\n"),
+        );
+        assertEqual(matmul.tile, TILE, "defaults kept");
+        await assertRejects(() => Deno.stat(cachePath), Deno.errors.NotFound);
+        gpu.check();
+      } finally {
+        done();
+        await Deno.remove(dir, { recursive: true });
+      }
+    }),
+);
+
+Deno.test(
   "LLMEngine measures its matmul tuning under the gpu profile, caches it, and stays equal to float64",
   GPU_TEST,
   () =>
