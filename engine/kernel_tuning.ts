@@ -184,6 +184,14 @@ interface TuningPart<T> {
   describe(value: T): string;
 }
 
+/** A tuner's report as a part's measurement: the choice `value`, and the report. */
+function measurement<T>(
+  value: T,
+  r: { readonly wallMs: number; readonly method: string; readonly failures: readonly string[] },
+) {
+  return { value, wallMs: r.wallMs, method: r.method, failures: r.failures, report: r };
+}
+
 /** The parts tuned for these targets (the decode and prefill ones when given). */
 function tuningParts(
   ctx: GpuContext,
@@ -199,13 +207,7 @@ function tuningParts(
         maxBatch: options.maxBatch,
         prefillRows: options.prefillRows,
       });
-      return {
-        value: r.tuning,
-        wallMs: r.wallMs,
-        method: r.method,
-        failures: r.failures,
-        report: r,
-      };
+      return measurement(r.tuning, r);
     },
     check: parseMatmulTuning,
     apply: (t) => matmuls.forEach((m) => m.setTuning(t)),
@@ -224,13 +226,7 @@ function tuningParts(
           maxBatch: options.maxBatch,
           contextLen: a.contextLen,
         });
-        return {
-          value: r.tuning,
-          wallMs: r.wallMs,
-          method: r.method,
-          failures: r.failures,
-          report: r,
-        };
+        return measurement(r.tuning, r);
       },
       check(data) {
         checkDecodeSplitTuning(data as DecodeSplitTuning);
@@ -252,13 +248,7 @@ function tuningParts(
           tokens: pre.tokens,
           blockSize: pre.blockSize,
         });
-        return {
-          value: r.variant,
-          wallMs: r.wallMs,
-          method: r.method,
-          failures: r.failures,
-          report: r,
-        };
+        return measurement(r.variant, r);
       },
       check(data) {
         const v = variants.find((x) => x === data);
