@@ -25,45 +25,30 @@
  */
 
 import type { GpuContext } from "../gpu/context.ts";
-import { MATMUL_SOURCES_DIGEST } from "../kernels/matmul_kernels.ts";
-import { type MatmulTuningReport, tuneMatmul } from "../kernels/matmul_tuner.ts";
-import {
-  describeTuning,
-  type MatmulTuning,
-  parseMatmulTuning,
-  shapeKey,
-} from "../kernels/matmul_tuning.ts";
+import type { MatmulTuningReport } from "../kernels/matmul_tuner.ts";
+import type { MatmulTuning } from "../kernels/matmul_tuning.ts";
 import type { Matmul } from "../kernels/matmul.ts";
 import type { ModelRunner } from "./model_runner.ts";
+import type { DecodeSplitTuning } from "../kernels/decode_split.ts";
+import type { DecodeSplitReport } from "../kernels/decode_split_tuner.ts";
+import type { PagedAttentionPrefillVariant } from "../kernels/paged_attention_prefill.ts";
+import type { PrefillAttentionReport } from "../kernels/prefill_attention_tuner.ts";
 import {
-  checkDecodeSplitTuning,
-  type DecodeSplitTuning,
-  describeDecodeSplit,
-} from "../kernels/decode_split.ts";
-import { type DecodeSplitReport, tuneDecodeSplit } from "../kernels/decode_split_tuner.ts";
-import {
-  ATTENTION_SOURCES_DIGEST,
-  type PagedAttentionDecode,
-} from "../kernels/paged_attention_decode.ts";
-import {
-  type PagedAttentionPrefill,
-  type PagedAttentionPrefillVariant,
-  PREFILL_SOURCES_DIGEST,
-} from "../kernels/paged_attention_prefill.ts";
-import {
-  type PrefillAttentionReport,
-  tunePrefillAttention,
-} from "../kernels/prefill_attention_tuner.ts";
-import {
-  adapterKey,
   envGet,
   kernelTuningCachePath,
   readTuningCache,
   type TuningCacheFile,
   writeTuningCache,
 } from "./kernel_tuning_cache.ts";
+import {
+  kernelTuningKey,
+  type KernelTuningOptions,
+  type PrefillTarget,
+  tuningParts,
+} from "./kernel_tuning_parts.ts";
 
 export { cachedTunings, kernelTuningCachePath } from "./kernel_tuning_cache.ts";
+export { kernelTuningKey, type KernelTuningOptions, type PrefillTarget };
 
 /** The accepted values of `--kernel-tuning`. */
 export const KERNEL_TUNING_MODES = ["auto", "measure", "off"] as const;
@@ -110,161 +95,6 @@ export interface KernelTuningOutcome {
   readonly attentionReport?: DecodeSplitReport;
   /** The prefill attention's measurement, when one ran. */
   readonly prefillReport?: PrefillAttentionReport;
-}
-
-/** The prefill attention kernels a model can run, and how to choose one for every layer. */
-export interface PrefillTarget {
-  /** The kernels (same shape; the first is the default). */
-  readonly kernels: readonly PagedAttentionPrefill[];
-  /** Makes every layer run `variant`. */
-  use(variant: PagedAttentionPrefillVariant): void;
-  /** New tokens of the sequence measured. */
-  readonly tokens: number;
-  /** Tokens per KV block. */
-  readonly blockSize: number;
-}
-
-/** Options of {@linkcode applyKernelTuning}. */
-export interface KernelTuningOptions {
-  readonly mode: KernelTuningMode;
-  /** Largest decode batch (max_num_seqs). */
-  readonly maxBatch: number;
-  /** Rows of the prefill the tile is chosen at (capped by max_num_batched_tokens). */
-  readonly prefillRows: number;
-  /** The decode attention kernel whose split is measured too, and the context length to use. */
-  readonly attention?: { readonly kernel: PagedAttentionDecode; readonly contextLen: number };
-  /** The prefill attention kernels to choose from (measured when there are several). */
-  readonly prefill?: PrefillTarget;
-  /** The cache file; default {@linkcode kernelTuningCachePath}. */
-  readonly cachePath?: string;
-  /** Start-up log, one line each. */
-  readonly log?: (line: string) => void;
-}
-
-/**
- * The cache key of tuning `matmuls` on `ctx`: the adapter, Deno, the kernels' digest, the
- * measured row counts and every call-site shape with its count.
- */
-export function kernelTuningKey(
-  ctx: GpuContext,
-  matmuls: readonly Matmul[],
-  maxBatch: number,
-  prefillRows: number,
-): string {
-  const shapes = new Map<string, number>();
-  for (const m of matmuls) {
-    for (const op of m.ops) {
-      const k = shapeKey(op.shape);
-      shapes.set(k, (shapes.get(k) ?? 0) + 1);
-    }
-  }
-  const sites = [...shapes].sort(([a], [b]) => a.localeCompare(b)).map(([k, n]) => `${k}*${n}`);
-  return [
-    adapterKey(ctx),
-    `deno ${Deno.version.deno}`,
-    `kernels ${MATMUL_SOURCES_DIGEST}`,
-    `batch ${maxBatch} prefill ${prefillRows}`,
-    sites.join(", "),
-  ].join(" | ");
-}
-
-/**
- * One tuned choice: its part of the cache key, how to measure it, check it when read back,
- * apply it and describe it.
- */
-interface TuningPart<T> {
-  readonly name: "matmul" | "decode" | "prefill";
-  readonly key: string;
-  measure(): Promise<
-    { value: T; wallMs: number; method: string; failures: readonly string[]; report: unknown }
-  >;
-  /** @throws {TypeError} when `data` is not a valid choice. */
-  check(data: unknown): T;
-  apply(value: T): void;
-  describe(value: T): string;
-}
-
-/** A tuner's report as a part's measurement: the choice `value`, and the report. */
-function measurement<T>(
-  value: T,
-  r: { readonly wallMs: number; readonly method: string; readonly failures: readonly string[] },
-) {
-  return { value, wallMs: r.wallMs, method: r.method, failures: r.failures, report: r };
-}
-
-/** The parts tuned for these targets (the decode and prefill ones when given). */
-function tuningParts(
-  ctx: GpuContext,
-  matmuls: readonly Matmul[],
-  options: KernelTuningOptions,
-): TuningPart<unknown>[] {
-  const parts: TuningPart<unknown>[] = [];
-  const matmul: TuningPart<MatmulTuning> = {
-    name: "matmul",
-    key: kernelTuningKey(ctx, matmuls, options.maxBatch, options.prefillRows),
-    async measure() {
-      const r = await tuneMatmul(ctx, matmuls, {
-        maxBatch: options.maxBatch,
-        prefillRows: options.prefillRows,
-      });
-      return measurement(r.tuning, r);
-    },
-    check: parseMatmulTuning,
-    apply: (t) => matmuls.forEach((m) => m.setTuning(t)),
-    describe: describeTuning,
-  };
-  parts.push(matmul as TuningPart<unknown>);
-  const a = options.attention;
-  if (a !== undefined) {
-    const k = a.kernel;
-    const decode: TuningPart<DecodeSplitTuning> = {
-      name: "decode",
-      key: `attention ${k.variant} ${k.dtype} q${k.numQHeads} kv${k.numKvHeads} d${k.headDim} ` +
-        `b${k.blockSize} ctx ${a.contextLen} digest ${ATTENTION_SOURCES_DIGEST}`,
-      async measure() {
-        const r = await tuneDecodeSplit(ctx, k, {
-          maxBatch: options.maxBatch,
-          contextLen: a.contextLen,
-        });
-        return measurement(r.tuning, r);
-      },
-      check(data) {
-        checkDecodeSplitTuning(data as DecodeSplitTuning);
-        return data as DecodeSplitTuning;
-      },
-      apply: (t) => k.setSplitTuning(t),
-      describe: describeDecodeSplit,
-    };
-    parts.push(decode as TuningPart<unknown>);
-  }
-  const pre = options.prefill;
-  if (pre !== undefined && pre.kernels.length > 1) {
-    const variants = pre.kernels.map((k) => k.variant);
-    const prefill: TuningPart<PagedAttentionPrefillVariant> = {
-      name: "prefill",
-      key: `prefill ${variants.join("/")} tokens ${pre.tokens} digest ${PREFILL_SOURCES_DIGEST}`,
-      async measure() {
-        const r = await tunePrefillAttention(ctx, pre.kernels, {
-          tokens: pre.tokens,
-          blockSize: pre.blockSize,
-        });
-        return measurement(r.variant, r);
-      },
-      check(data) {
-        const v = variants.find((x) => x === data);
-        if (v === undefined) {
-          throw new TypeError(
-            `prefill attention ${JSON.stringify(data)} is not one of ${variants}`,
-          );
-        }
-        return v;
-      },
-      apply: (v) => pre.use(v),
-      describe: (v) => `prefill attention ${v} (of ${variants.join(", ")}, ${pre.tokens} tokens)`,
-    };
-    parts.push(prefill as TuningPart<unknown>);
-  }
-  return parts;
 }
 
 /**
