@@ -26,7 +26,7 @@ import type { ModelConfig } from "./model/config.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
 import { type SampledRows, Sampler } from "./sampler.ts";
 import type { StepBuffers } from "./step_buffers.ts";
-import type { StepShape } from "./models/attention_block.ts";
+import { type StepShape, tiledPrefillCompiles } from "./models/attention_block.ts";
 import { allocateBindTargets, type BindTargets } from "./models/bind_targets.ts";
 import { loadModel } from "./models/load_model.ts";
 import type { Model } from "./models/model.ts";
@@ -173,7 +173,10 @@ export class ModelRunner {
   ): Promise<ModelRunner> {
     checkOptions(options);
     const c = ck.config;
-    const targets = allocateBindTargets(ctx, c, options);
+    // A kernel never run on this adapter kind is compiled inside error scopes first: one that
+    // fails there is left out (noted), not fatal to the context.
+    const tiled = await tiledPrefillCompiles(ctx, c, ctx.weightDtype);
+    const targets = allocateBindTargets(ctx, c, options, tiled.ok);
     // What to destroy on failure or at the end, in allocation order.
     const own: { destroy(): void }[] = [
       targets.kv,
@@ -197,7 +200,12 @@ export class ModelRunner {
       throw error;
     }
     loader.progress.finish();
-    const weights = { ...loader.bytes, notes: [...loader.notes] };
+    const notes = tiled.ok ? loader.notes : [
+      ...loader.notes,
+      `the tiled prefill attention does not compile on this adapter (${tiled.error}): ` +
+      "the workgroup one runs every prefill",
+    ];
+    const weights = { ...loader.bytes, notes };
     own.push(model);
     ctx.check();
     return new ModelRunner(ctx, c, options, { ...targets, model, own, weights });

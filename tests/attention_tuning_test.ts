@@ -17,6 +17,7 @@ import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { GPU_TEST, ParamArena, testContext, upload, whole } from "./support/gpu.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
+import { tiledPrefillCompiles } from "../engine/models/attention_block.ts";
 import { TILE, TILE_CANDIDATES } from "../kernels/matmul.ts";
 import { shapeKey } from "../kernels/matmul_tuning.ts";
 import { makeModel } from "../tools/make_model.ts";
@@ -256,5 +257,23 @@ Deno.test(
         }
       }
     });
+  },
+);
+
+Deno.test(
+  "tiledPrefillCompiles() compiles the tiled prefill attention inside error scopes",
+  GPU_TEST,
+  async () => {
+    for (const kernelProfile of ["gpu", "cpu"] as const) {
+      const ctx = await testContext({ kernelProfile });
+      const qwen3 = { numHeads: 16, numKvHeads: 8, headDim: 128 };
+      assertEqual(await tiledPrefillCompiles(ctx, qwen3, ctx.weightDtype), { ok: true });
+      // GQA 16 does not fit the tiled kernel: nothing to compile, nothing left out.
+      assertEqual(
+        await tiledPrefillCompiles(ctx, { numHeads: 32, numKvHeads: 2, headDim: 64 }, "f32"),
+        { ok: true },
+      );
+      ctx.check();
+    }
   },
 );

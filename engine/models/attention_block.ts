@@ -22,6 +22,8 @@ import {
 } from "../../kernels/paged_attention_prefill.ts";
 import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
 import type { GpuContext } from "../../gpu/context.ts";
+import type { DType } from "../../gpu/dtype.ts";
+import { withErrorScopes } from "../../gpu/timer.ts";
 
 /** Shape of the attention of a model (the same for every layer). */
 export interface AttentionGeometry {
@@ -48,6 +50,35 @@ export interface StepShape {
   readonly numSampled: number;
 }
 
+/**
+ * Whether the adapter compiles the `tiled` prefill attention for this geometry and KV dtype
+ * (compiled inside GPU error scopes: a failure is returned, with its message, and does not fail
+ * the context). True under the cpu profile or where the kernel does not fit (it is not added
+ * then anyway).
+ */
+export async function tiledPrefillCompiles(
+  ctx: GpuContext,
+  geometry: Pick<AttentionGeometry, "numHeads" | "numKvHeads" | "headDim">,
+  dtype: DType,
+): Promise<{ readonly ok: true } | { readonly ok: false; readonly error: string }> {
+  const { numHeads, numKvHeads, headDim } = geometry;
+  const storage = ctx.limits.maxComputeWorkgroupStorageSize;
+  if (ctx.isCpuProfile || tiledPrefillShape(headDim, numHeads / numKvHeads, storage) === null) {
+    return { ok: true };
+  }
+  const r = await withErrorScopes(ctx.device, () =>
+    Promise.resolve(
+      new PagedAttentionPrefill(ctx, {
+        numQHeads: numHeads,
+        numKvHeads,
+        headDim,
+        dtype,
+        variant: "tiled",
+      }),
+    ));
+  return "error" in r ? { ok: false, error: r.error.message.split("\n")[0]! } : { ok: true };
+}
+
 /** The attention kernels compiled for one model; {@linkcode AttentionKernels.bind} per layer. */
 export class AttentionKernels {
   readonly geometry: AttentionGeometry;
@@ -59,7 +90,17 @@ export class AttentionKernels {
   readonly #prefillChoice = { index: 0 };
   readonly #scratch: ReturnType<PagedAttentionDecode["createScratch"]>;
 
-  constructor(ctx: GpuContext, geometry: AttentionGeometry, kv: KvCache, maxSeqs: number) {
+  /**
+   * @param tiledPrefill whether to add the `tiled` prefill kernel beside the profile's (gpu
+   *   profile, where it fits): {@linkcode tiledPrefillCompiles} says whether the adapter can.
+   */
+  constructor(
+    ctx: GpuContext,
+    geometry: AttentionGeometry,
+    kv: KvCache,
+    maxSeqs: number,
+    tiledPrefill = true,
+  ) {
     this.geometry = geometry;
     const { numHeads, numKvHeads, headDim } = geometry;
     const dtype = kv.shape.dtype;
@@ -79,7 +120,7 @@ export class AttentionKernels {
     ) !== null;
     this.#prefill = [
       new PagedAttentionPrefill(ctx, prefill),
-      ...(ctx.isCpuProfile || !tiledFits
+      ...(ctx.isCpuProfile || !tiledFits || !tiledPrefill
         ? []
         : [new PagedAttentionPrefill(ctx, { ...prefill, variant: "tiled" })]),
     ];

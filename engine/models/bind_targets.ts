@@ -40,13 +40,15 @@ export interface BindTargetSizes {
 
 /**
  * Allocates the KV cache and step buffers for `sizes` (in `ctx.weightDtype`), the parameter
- * arena, and compiles the kernels, for a model of config `c`. The caller destroys `kv`, `bufs`,
- * `arena` and `attention` (in that order of allocation).
+ * arena, and compiles the kernels, for a model of config `c` (the `tiled` prefill attention only
+ * when `tiledPrefill`: see `tiledPrefillCompiles`). The caller destroys `kv`, `bufs`, `arena` and
+ * `attention` (in that order of allocation).
  */
 export function allocateBindTargets(
   ctx: GpuContext,
   c: ModelConfig,
   sizes: BindTargetSizes,
+  tiledPrefill = true,
 ): BindTargets {
   const dtype = ctx.weightDtype;
   const D = c.headDim;
@@ -86,6 +88,7 @@ export function allocateBindTargets(
     },
     kv,
     sizes.maxSeqs,
+    tiledPrefill,
   );
   return { kernels, attention, arena, bufs, kv };
 }
