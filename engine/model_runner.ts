@@ -12,7 +12,6 @@
  * @module
  */
 
-import type { Quantization } from "../gpu/quant.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
@@ -42,34 +41,9 @@ import type { AttentionKernels } from "./models/attention_block.ts";
 
 export type { SampledRows, TopLogprob } from "./sampler.ts";
 export type { StepHandle, StepOptions, StepTiming } from "./step_options.ts";
+import { checkOptions, type ModelRunnerOptions, type WeightBytes } from "./model_runner_options.ts";
 
-/** The model's weight bytes on the device (see {@linkcode WeightLoader.bytes}). */
-export interface WeightBytes {
-  /** Bytes of every weight buffer on the device. */
-  readonly device: number;
-  /** The same weights in the device dtype, unquantized. */
-  readonly unquantized: number;
-  /** Load notes (e.g. a matrix left unquantized, and why). */
-  readonly notes: readonly string[];
-}
-
-/** Sizes fixed at load time. */
-export interface ModelRunnerOptions {
-  /** Most new tokens in one step (max_num_batched_tokens). */
-  readonly maxTokens: number;
-  /** Most sequences in one step (max_num_seqs). */
-  readonly maxSeqs: number;
-  /** Longest sequence, prompt and output (max_model_len). */
-  readonly maxModelLen: number;
-  /** Tokens per KV block. */
-  readonly blockSize: number;
-  /** KV blocks in the pool. */
-  readonly numKvBlocks: number;
-  /** Draw a load progress bar (default: when stderr is a terminal). */
-  readonly showProgress?: boolean;
-  /** Projections and LM head as loaded, or int8 / int4 (gpu/quant.ts). Default none. */
-  readonly quantization?: Quantization;
-}
+export type { ModelRunnerOptions, WeightBytes };
 
 /** Owns a loaded model on one GPU context. */
 export class ModelRunner {
@@ -408,14 +382,5 @@ export class ModelRunner {
     this.#ring.destroy();
     this.#sampler.destroy();
     for (const o of this.#own.reverse()) o.destroy();
-  }
-}
-
-/** @throws {RangeError} when a numeric option is not a positive integer. */
-function checkOptions(options: ModelRunnerOptions): void {
-  for (const [name, v] of Object.entries(options)) {
-    if (typeof v === "number" && (!Number.isInteger(v) || v < 1)) {
-      throw new RangeError(`Model runner option ${name} must be a positive integer: got ${v}`);
-    }
   }
 }

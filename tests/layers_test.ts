@@ -34,6 +34,7 @@ export const LAYERS: readonly { readonly name: string; readonly paths: readonly 
     name: "runner (model runner, sampler, executors)",
     paths: [
       "engine/model_runner.ts",
+      "engine/model_runner_options.ts",
       "engine/step_options.ts",
       "engine/deferred_readbacks.ts",
       "engine/sampler.ts",

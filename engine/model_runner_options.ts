@@ -1,0 +1,45 @@
+/**
+ * A model runner's sizes fixed at load time, their check, and the weight bytes it reports
+ * (engine/model_runner.ts `ModelRunner`).
+ *
+ * @module
+ */
+
+import type { Quantization } from "../gpu/quant.ts";
+
+/** The model's weight bytes on the device (see {@linkcode WeightLoader.bytes}). */
+export interface WeightBytes {
+  /** Bytes of every weight buffer on the device. */
+  readonly device: number;
+  /** The same weights in the device dtype, unquantized. */
+  readonly unquantized: number;
+  /** Load notes (e.g. a matrix left unquantized, and why). */
+  readonly notes: readonly string[];
+}
+
+/** Sizes fixed at load time. */
+export interface ModelRunnerOptions {
+  /** Most new tokens in one step (max_num_batched_tokens). */
+  readonly maxTokens: number;
+  /** Most sequences in one step (max_num_seqs). */
+  readonly maxSeqs: number;
+  /** Longest sequence, prompt and output (max_model_len). */
+  readonly maxModelLen: number;
+  /** Tokens per KV block. */
+  readonly blockSize: number;
+  /** KV blocks in the pool. */
+  readonly numKvBlocks: number;
+  /** Draw a load progress bar (default: when stderr is a terminal). */
+  readonly showProgress?: boolean;
+  /** Projections and LM head as loaded, or int8 / int4 (gpu/quant.ts). Default none. */
+  readonly quantization?: Quantization;
+}
+
+/** @throws {RangeError} when a numeric option is not a positive integer. */
+export function checkOptions(options: ModelRunnerOptions): void {
+  for (const [name, v] of Object.entries(options)) {
+    if (typeof v === "number" && (!Number.isInteger(v) || v < 1)) {
+      throw new RangeError(`Model runner option ${name} must be a positive integer: got ${v}`);
+    }
+  }
+}
