@@ -337,10 +337,20 @@ export class ModelRunner {
         }))
         : readback.start().data.then((bytes) => this.#sampler.read(bytes, plan));
     if (options.overlap !== true) {
-      return { step: stepIndex, rows, result: complete(), readbackStarted: () => true };
+      const result = complete();
+      return { step: stepIndex, rows, result, readbackStarted: () => true, wait: () => result };
     }
     const deferred = this.#deferred.defer(complete, readbackBatch ?? 1);
-    return { step: stepIndex, rows, result: deferred.result, readbackStarted: deferred.started };
+    return {
+      step: stepIndex,
+      rows,
+      result: deferred.result,
+      readbackStarted: deferred.started,
+      wait: () => {
+        if (!deferred.started()) this.flush();
+        return deferred.result;
+      },
+    };
   }
 
   /** Packs and uploads the batch's ids, positions, slots, block tables and lengths. */

@@ -57,4 +57,6 @@ export interface StepHandle {
   readonly result: Promise<SampledRows>;
   /** Whether the step's readback has started (false while deferred: see `StepOptions`). */
   readbackStarted(): boolean;
+  /** `result`, after starting the deferred readbacks when this step's has not started. */
+  wait(): Promise<SampledRows>;
 }

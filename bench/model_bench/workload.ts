@@ -177,9 +177,7 @@ export class BenchWorkload {
       prev = h.step;
       pending.push(h);
       if (i >= 1 && pending.length - 1 >= runner.maxInFlight + 1) {
-        const oldest = pending[pending.length - 1 - runner.maxInFlight]!;
-        if (!oldest.readbackStarted()) runner.flush();
-        await oldest.result;
+        await pending[pending.length - 1 - runner.maxInFlight]!.wait();
       }
     }
     runner.flush();

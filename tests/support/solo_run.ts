@@ -126,9 +126,7 @@ async function run(
   const stepOptions = { overlap: options.overlap === true, readbackBatch: options.readbackBatch };
   const collect = async () => {
     // An overlapped step's readback starts with a later execute, or here.
-    const handle = pending[out.length]!;
-    if (!handle.readbackStarted()) runner.flush();
-    const r = await handle.result;
+    const r = await pending[out.length]!.wait();
     out.push(r.tokens[0]!);
     result.logprobs.push(r.logprobs[0]!);
     result.top.push(r.top[0]!);
