@@ -139,11 +139,6 @@ export class Matmul {
     return this.#tile;
   }
 
-  /** The `tiled` configuration of small M, when the tuning measured one ({@linkcode SmallTile}). */
-  get smallTile(): SmallTile | undefined {
-    return this.#smallTile;
-  }
-
   /** The `tiled` configuration that runs `m` rows of X. */
   tileFor(m: number): TileConfig {
     const small = this.#smallTile;
