@@ -26,6 +26,7 @@ import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import type { LogitsProcessing } from "./forward_batch.ts";
 import type { StepBuffers } from "./step_buffers.ts";
+import type { StagedWrites } from "../gpu/staged_writes.ts";
 import {
   checkLogitsProcessParams,
   LOGITS_PROCESS_PARAMS_BYTES,
@@ -206,15 +207,16 @@ export class LogitsProcessLists {
 
   /**
    * Checks the sampled rows' logits processing, creates the histories of keys seen for the first
-   * time (uploading their prompts), and uploads one record per row and the bias pairs; returns
-   * the op to encode, or null when no row has a penalty or a bias (the dispatch is skipped).
-   * Nothing is created or uploaded when a check fails.
+   * time (uploading their prompts), and stages one record per row and the bias pairs into
+   * `writes` (uploaded with the step's command buffer); returns the op to encode, or null when no
+   * row has a penalty or a bias (the dispatch is skipped). Nothing is created, uploaded or staged
+   * when a check fails.
    *
    * @throws {RangeError} on an invalid penalty, prompt or logit bias, a penalised row without a
    *   history or whose context is shorter than its prompt, or a step beyond the bounds of the
    *   module doc.
    */
-  upload(rows: readonly ProcessRow[]): LogitsProcessOp | null {
+  upload(rows: readonly ProcessRow[], writes: StagedWrites): LogitsProcessOp | null {
     const step = this.#check(rows);
     if (step.active === 0) return null;
     this.histories.create(step.fresh);
@@ -247,10 +249,9 @@ export class LogitsProcessLists {
         l.hostBiasF32[2 * (r.biasOffset + j) + 1] = bias;
       });
     });
-    const q = this.ctx.device.queue;
     const words = rows.length * LOGITS_PROCESS_PARAMS_BYTES / 4;
-    q.writeBuffer(this.#bufs.processParams, 0, this.#records, 0, words);
-    if (step.numPairs > 0) q.writeBuffer(l.bias, 0, l.hostBias, 0, 2 * step.numPairs);
+    writes.write(this.#bufs.processParams, this.#records, words);
+    if (step.numPairs > 0) writes.write(l.bias, l.hostBias, 2 * step.numPairs);
     return l.op;
   }
 

@@ -15,6 +15,7 @@
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
+import { StagedWrites } from "../gpu/staged_writes.ts";
 import { DeferredReadbacks } from "./deferred_readbacks.ts";
 import type { StepHandle, StepOptions } from "./step_options.ts";
 import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.ts";
@@ -60,6 +61,8 @@ export class ModelRunner {
   readonly #matmuls: readonly Matmul[];
   readonly #attention: AttentionKernels;
   readonly #sampler: Sampler;
+  /** The step's host-to-device writes, one upload per step (gpu/staged_writes.ts). */
+  readonly #writes: StagedWrites;
   /** Every dispatch of a step in its one pass (the path without `timing.groups`). */
   readonly #single = new SinglePass();
   #step = 0;
@@ -110,6 +113,7 @@ export class ModelRunner {
       vocab: config.vocabSize,
     });
     this.#ring = new ReadbackRing(ctx, bufs.readbackBytes(true), bufs.ringSlots);
+    this.#writes = new StagedWrites(ctx);
     const { maxTokens: T, maxSeqs: S } = options;
     const B = bufs.capacity.maxBlocksPerSeq;
     this.#host = {
@@ -287,8 +291,11 @@ export class ModelRunner {
       maxBlocksPerSeq: B,
       blockSize: this.options.blockSize,
     });
-    // Packs and uploads the sampled rows' records and lists (validating them) first.
-    const plan = this.#sampler.prepare(batch.seqs);
+    // Leftovers of a step that failed after staging are dropped. Packs and stages the sampled
+    // rows' records and lists (validating them) first, then the batch's inputs; all of them are
+    // uploaded in one write and copied in place by this step's command buffer.
+    this.#writes.clear();
+    const plan = this.#sampler.prepare(batch.seqs, this.#writes);
     const rows = plan.rows;
     const { allDecode, maxContextLen } = this.#upload(batch);
     const T = batch.inputIds.length;
@@ -305,6 +312,7 @@ export class ModelRunner {
       numSampled: rows,
     };
     const encoder = this.ctx.device.createCommandEncoder({ label: "step" });
+    this.#writes.encode(encoder);
     const pass = encoder.beginComputePass(options.descriptor);
     const passes = options.groups?.use(pass) ?? this.#single.use(pass);
     this.#feed.encode(passes.at(KERNEL_GROUPS.embedding), T);
@@ -375,14 +383,14 @@ export class ModelRunner {
     h.ids.set(batch.inputIds);
     h.positions.set(batch.positions);
     h.slots.set(batch.slotMapping);
-    const q = this.ctx.device.queue;
+    const w = this.#writes;
     const bufs = this.#bufs;
-    q.writeBuffer(bufs.hostIds, 0, h.ids, 0, T);
-    q.writeBuffer(bufs.positions, 0, h.positions, 0, T);
-    q.writeBuffer(bufs.slotMapping, 0, h.slots, 0, T);
-    q.writeBuffer(bufs.blockTables, 0, h.blockTables, 0, S * B);
-    q.writeBuffer(bufs.contextLens, 0, h.contextLens, 0, S);
-    q.writeBuffer(bufs.cuQLens, 0, h.cuQLens, 0, S + 1);
+    w.write(bufs.hostIds, h.ids, T);
+    w.write(bufs.positions, h.positions, T);
+    w.write(bufs.slotMapping, h.slots, T);
+    w.write(bufs.blockTables, h.blockTables, S * B);
+    w.write(bufs.contextLens, h.contextLens, S);
+    w.write(bufs.cuQLens, h.cuQLens, S + 1);
     return { allDecode, maxContextLen };
   }
 
@@ -390,6 +398,7 @@ export class ModelRunner {
   destroy(): void {
     this.flush();
     this.#ring.destroy();
+    this.#writes.destroy();
     this.#sampler.destroy();
     for (const o of this.#own.reverse()) o.destroy();
   }

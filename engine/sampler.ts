@@ -41,6 +41,7 @@ import {
 import type { MatmulOp } from "../kernels/matmul.ts";
 import { maskWords, type TokenMaskOp } from "../kernels/token_mask.ts";
 import { STORAGE_RW } from "../gpu/context.ts";
+import type { StagedWrites } from "../gpu/staged_writes.ts";
 
 /** One entry of a row's top log-probabilities. */
 export interface TopLogprob {
@@ -184,14 +185,14 @@ export class Sampler {
 
   /**
    * Packs the sampled rows of a (validated) step's sequences, validating their parameters, and
-   * uploads the sample indices, sampling records, top-logprob counts and logits-processing
-   * records (creating the penalty histories of sequences penalised for the first time). Nothing
-   * is uploaded when a check fails.
+   * stages into `writes` the sample indices, sampling records, top-logprob counts, token masks
+   * and logits-processing records (creating the penalty histories of sequences penalised for the
+   * first time). Nothing is staged when a check fails.
    *
    * @throws {RangeError} on an invalid sampling parameter, logit bias, penalty or prompt, or
    * beyond the bounds of {@linkcode LogitsProcessLists}.
    */
-  prepare(seqs: readonly SequenceChunk[]): SamplingPlan {
+  prepare(seqs: readonly SequenceChunk[], writes: StagedWrites): SamplingPlan {
     const h = this.#host;
     const samples: SampleParams[] = [];
     const processes: ProcessRow[] = [];
@@ -229,16 +230,15 @@ export class Sampler {
     packSampleParams(samples, h.sampleParams);
     if (anyTop) packTopLogprobCounts(topCounts, h.topCounts);
     // Packs and uploads the records (validating them) before anything else is uploaded.
-    const process = rows > 0 ? this.#lists.upload(processes) : null;
+    const process = rows > 0 ? this.#lists.upload(processes, writes) : null;
     if (rows > 0) {
-      const q = this.ctx.device.queue;
       const bufs = this.#bufs;
-      q.writeBuffer(bufs.sampleIndices, 0, h.sampleIndices, 0, rows);
-      q.writeBuffer(bufs.sampleParams, 0, h.sampleParams, 0, rows * SAMPLE_PARAMS_BYTES);
-      if (anyTop) q.writeBuffer(bufs.topCounts, 0, h.topCounts, 0, rows);
+      writes.write(bufs.sampleIndices, h.sampleIndices, rows);
+      writes.write(bufs.sampleParams, h.sampleParams, rows * SAMPLE_PARAMS_BYTES);
+      if (anyTop) writes.write(bufs.topCounts, h.topCounts, rows);
       if (masked > 0) {
-        q.writeBuffer(this.#maskBuffers.masks, 0, h.masks, 0, masked * words);
-        q.writeBuffer(this.#maskBuffers.rows, 0, h.maskRows, 0, masked);
+        writes.write(this.#maskBuffers.masks, h.masks, masked * words);
+        writes.write(this.#maskBuffers.rows, h.maskRows, masked);
       }
     }
     return { rows, topCounts, anyTop, process, masked };

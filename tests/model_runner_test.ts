@@ -198,21 +198,32 @@ async function countProcessUploads<T>(
   runner: ModelRunner,
   body: () => Promise<T>,
 ): Promise<{ result: T; steps: Map<string, number>[] }> {
+  // Direct writes (`queue.writeBuffer`) and staged ones (copied in place by the step's command
+  // buffer, gpu/staged_writes.ts) both count.
   const queue = GPUQueue.prototype;
   const write = queue.writeBuffer;
+  const encoderProto = GPUCommandEncoder.prototype;
+  const copy = encoderProto.copyBufferToBuffer;
   const steps: Map<string, number>[] = [];
   let current: Map<string, number> | null = null;
-  queue.writeBuffer = function (this: GPUQueue, ...args: Parameters<GPUQueue["writeBuffer"]>) {
-    const [buffer, , data, dataOffset = 0, size] = args;
+  const count = (buffer: GPUBuffer, bytes: number) => {
     if (current !== null && buffer.label.startsWith("process")) {
-      const el = ArrayBuffer.isView(data) && "BYTES_PER_ELEMENT" in data
-        ? data.BYTES_PER_ELEMENT as number
-        : 1;
-      const bytes = (size ?? data.byteLength / el - dataOffset) * el;
       current.set(buffer.label, (current.get(buffer.label) ?? 0) + bytes);
     }
+  };
+  queue.writeBuffer = function (this: GPUQueue, ...args: Parameters<GPUQueue["writeBuffer"]>) {
+    const [buffer, , data, dataOffset = 0, size] = args;
+    const el = ArrayBuffer.isView(data) && "BYTES_PER_ELEMENT" in data
+      ? data.BYTES_PER_ELEMENT as number
+      : 1;
+    count(buffer, (size ?? data.byteLength / el - dataOffset) * el);
     return write.apply(this, args);
   };
+  encoderProto.copyBufferToBuffer = function (this: GPUCommandEncoder, ...args: unknown[]) {
+    const [, , target, , size] = args as [GPUBuffer, number, GPUBuffer, number, number];
+    count(target, size);
+    return (copy as (...a: unknown[]) => void).apply(this, args);
+  } as GPUCommandEncoder["copyBufferToBuffer"];
   const execute = runner.execute;
   runner.execute = function (this: ModelRunner, ...args: Parameters<ModelRunner["execute"]>) {
     current = new Map();
@@ -227,6 +238,7 @@ async function countProcessUploads<T>(
     return { result: await body(), steps };
   } finally {
     queue.writeBuffer = write;
+    encoderProto.copyBufferToBuffer = copy;
     delete (runner as { execute?: unknown }).execute;
   }
 }

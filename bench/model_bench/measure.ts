@@ -52,7 +52,9 @@ export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
   const work = new BenchWorkload(runner, blocksPerSeq);
   // As the engine runs them (engine/engine_setup.ts), unless --overlap / --readback-batch say
   // otherwise.
-  work.overlap = env.options.overlap ?? !env.ctx.isCpuProfile;
+  const overlap = env.options.overlap;
+  work.overlap = overlap === "serial" ? false : overlap ?? !env.ctx.isCpuProfile;
+  work.serial = overlap === "serial";
   const batch = env.options.readbackBatch ?? READBACK_BATCH;
   work.readbackBatch = Math.min(batch, runner.maxInFlight);
   if (work.readbackBatch < batch) {

@@ -25,8 +25,11 @@ const USAGE = `usage: deno task bench:model [options]
   --kernel-tuning auto|measure|off   gpu profile: the matmul tile and gemv/tiled choice per
                                shape, as the engine chooses them (default auto: cached, else
                                measured on a hardware adapter; engine/kernel_tuning.ts)
-  --overlap auto|on|off         decode steps overlapped with the host's encoding of the next
-                               (default auto: as the engine runs them, on under the gpu profile)
+  --overlap auto|on|off|serial  decode steps overlapped with the host's encoding of the next
+                               (default auto: as the engine runs them, on under the gpu profile);
+                               serial awaits each step before encoding the next: the host's cost
+                               with the device idle (on lavapipe the device's threads otherwise
+                               share the host's cores)
   --readback-batch N           overlapped steps: deferred readbacks started together (default 3,
                                as the engine; 1 starts each at the next submit)
   --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
@@ -55,8 +58,8 @@ export interface ModelBenchOptions {
   readonly kernelProfile: string | undefined;
   readonly kernelTuning: KernelTuningMode;
   readonly quantizations: readonly Quantization[];
-  /** `--overlap`: undefined for auto. */
-  readonly overlap: boolean | undefined;
+  /** `--overlap`: undefined for auto; "serial": each step awaited before the next. */
+  readonly overlap: boolean | "serial" | undefined;
   /** `--readback-batch`: undefined for the engine's. */
   readonly readbackBatch: number | undefined;
   readonly json: boolean;
@@ -155,8 +158,8 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
         `--kernel-tuning expects auto, measure or off, got "${values["kernel-tuning"]}"`,
       );
     }
-    if (!["auto", "on", "off"].includes(values.overlap)) {
-      throw new TypeError(`--overlap expects auto, on or off, got "${values.overlap}"`);
+    if (!["auto", "on", "off", "serial"].includes(values.overlap)) {
+      throw new TypeError(`--overlap expects auto, on, off or serial, got "${values.overlap}"`);
     }
   } catch (error) {
     console.error(`error: ${error instanceof Error ? error.message : error}`);
@@ -174,7 +177,11 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     kernelProfile: values["kernel-profile"],
     kernelTuning: values["kernel-tuning"] as KernelTuningMode,
     quantizations,
-    overlap: values.overlap === "auto" ? undefined : values.overlap === "on",
+    overlap: values.overlap === "auto"
+      ? undefined
+      : values.overlap === "serial"
+      ? "serial"
+      : values.overlap === "on",
     readbackBatch: sizes.readbackBatch,
     json: values.json,
   };

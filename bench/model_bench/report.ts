@@ -21,7 +21,7 @@ export interface ModelBenchReport {
   matmulVariant: string;
   /** Kernel profile, and whether decode steps overlap the host's encoding of the next. */
   kernelProfile: string;
-  overlap: boolean;
+  overlap: boolean | "serial";
   /** Overlapped decode steps: deferred readbacks started together. */
   readbackBatch: number;
   copyBandwidthGBs?: number;
@@ -54,7 +54,9 @@ export function headerLines(r: ModelBenchReport): string[] {
     `model_bench: ${r.machine}`,
     `command: ${r.command}; date ${r.date}; LP_NUM_THREADS ${r.lpNumThreads}; ` +
     `matmul kernel ${r.matmulVariant}; kernel profile ${r.kernelProfile}; decode steps ` +
-    (r.overlap
+    (r.overlap === "serial"
+      ? "run one at a time (each awaited before the next is encoded: the host's cost with the device idle)"
+      : r.overlap
       ? `overlapped (readbacks start ${r.readbackBatch} at a time, at a later submit)`
       : "not overlapped"),
     `model: ${r.model} (weights ${r.weightDtype})`,

@@ -83,6 +83,12 @@ export class BenchWorkload {
   /** With `overlap`: deferred readbacks that start together (`StepOptions.readbackBatch`). */
   readbackBatch = 1;
 
+  /**
+   * Each decode step awaited before the next is encoded: the host's cost measured with the
+   * device idle (lavapipe's threads otherwise compete for the host's cores), not a throughput.
+   */
+  serial = false;
+
   /** Token ids the prompts use (the first 500 of the vocabulary at most). */
   get vocabTokens(): number {
     return Math.min(this.runner.config.vocabSize, 500);
@@ -176,6 +182,7 @@ export class BenchWorkload {
       const h = i === 0 ? run() : probe.measure(run);
       prev = h.step;
       pending.push(h);
+      if (this.serial) await h.wait();
       if (i >= 1 && pending.length - 1 >= runner.maxInFlight + 1) {
         await pending[pending.length - 1 - runner.maxInFlight]!.wait();
       }
