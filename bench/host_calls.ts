@@ -1,0 +1,144 @@
+/**
+ * Where the host's time of one decode step goes, call by call: the real {@linkcode ModelRunner}
+ * runs `--steps` decode steps of `--batch` sequences with the device's work stubbed out
+ * (`queue.submit` does nothing), so no GPU or lavapipe thread competes with the host and every
+ * millisecond printed is the host's own. Every WebGPU method of the command encoder, the compute
+ * pass, the queue and the device is wrapped for the measured steps; the report gives, per step,
+ * the calls of each method and the mean time inside them, and what `execute` spends outside them
+ * (the engine's JavaScript: the median step timed first with nothing wrapped, less the median
+ * step's time inside the calls in the wrapped run). The outputs of a stubbed step are garbage: nothing is checked, only timed.
+ *
+ * Run: `deno run -A bench/host_calls.ts [--model DIR] [--batch 1] [--steps 300]
+ * [--kernel-profile auto|cpu|gpu]`. Without `--model` the qwen3-0.6b preset is generated (as
+ * bench:model does).
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
+import { ModelRunner } from "../engine/model_runner.ts";
+import { benchContext, describeMachine } from "./support.ts";
+import { modelDirectory } from "./model_bench/setup.ts";
+import { BenchWorkload } from "./model_bench/workload.ts";
+import { BLOCK, PROMPT } from "./model_bench/options.ts";
+
+const { values } = parseArgs({
+  args: Deno.args,
+  options: {
+    model: { type: "string" },
+    batch: { type: "string", default: "1" },
+    steps: { type: "string", default: "300" },
+    "kernel-profile": { type: "string" },
+  },
+});
+const batch = Number(values.batch);
+const steps = Number(values.steps);
+if (![batch, steps].every((n) => Number.isInteger(n) && n >= 1)) {
+  console.error("error: --batch and --steps take positive integers");
+  Deno.exit(2);
+}
+const ctx = await benchContext({
+  kernelProfile: parseKernelProfileChoice(values["kernel-profile"]),
+});
+const model = await modelDirectory(values.model);
+const blocksPerSeq = Math.ceil((PROMPT + 16) / BLOCK);
+const runner = await ModelRunner.load(ctx, model.dir, {
+  maxTokens: 512,
+  maxSeqs: batch,
+  maxModelLen: blocksPerSeq * BLOCK,
+  blockSize: BLOCK,
+  numKvBlocks: blocksPerSeq * (batch + 1),
+  showProgress: false,
+});
+const work = new BenchWorkload(runner, blocksPerSeq);
+const input = work.decodeStep(work.tables(batch), PROMPT, (s) => (s * 7 + 1) % work.vocabTokens);
+
+type Method = (...args: unknown[]) => unknown;
+const submit = GPUQueue.prototype.submit;
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+/** ms inside the wrapped calls during the current step. */
+let insideStep = 0;
+
+/**
+ * Median ms of `execute`, and of the time inside the wrapped calls, over `n` awaited steps after
+ * 20 of warm-up (`timed` turns the wrappers' accounting on for the counted steps).
+ */
+async function executeMs(n: number, timed: (on: boolean) => void = () => {}) {
+  const exec: number[] = [];
+  const inside: number[] = [];
+  for (let i = 0; i < n + 20; i++) {
+    timed(i >= 20);
+    insideStep = 0;
+    const t = performance.now();
+    const h = runner.execute(input, {});
+    if (i >= 20) {
+      exec.push(performance.now() - t);
+      inside.push(insideStep);
+    }
+    timed(false);
+    await h.result;
+  }
+  return { execute: median(exec), inside: median(inside) };
+}
+
+// First with only queue.submit stubbed: the step's host time, nothing wrapped.
+GPUQueue.prototype.submit = () => {};
+const plain = await executeMs(steps);
+GPUQueue.prototype.submit = submit;
+
+const calls = new Map<string, { n: number; ms: number }>();
+let measuring = false;
+const restore: (() => void)[] = [];
+for (const cls of [GPUComputePassEncoder, GPUCommandEncoder, GPUQueue, GPUDevice]) {
+  const proto = cls.prototype as unknown as Record<string, unknown>;
+  for (const name of Object.getOwnPropertyNames(proto)) {
+    const d = Object.getOwnPropertyDescriptor(proto, name);
+    if (name === "constructor" || typeof d?.value !== "function") continue;
+    const original = d.value as Method;
+    const key = `${cls.name}.${name}`;
+    const stub = key === "GPUQueue.submit";
+    proto[name] = function (this: unknown, ...args: unknown[]) {
+      if (!measuring) return stub ? undefined : original.apply(this, args);
+      const t = performance.now();
+      try {
+        return stub ? undefined : original.apply(this, args);
+      } finally {
+        const ms = performance.now() - t;
+        const c = calls.get(key) ?? { n: 0, ms: 0 };
+        c.n++;
+        c.ms += ms;
+        calls.set(key, c);
+        insideStep += ms;
+      }
+    };
+    restore.push(() => (proto[name] = original));
+  }
+}
+
+// Then every call wrapped and timed (each step awaited: its readback finds nothing to wait for).
+const wrapped = await executeMs(steps, (on) => (measuring = on));
+for (const r of restore) r();
+
+console.log(`host_calls: ${describeMachine(ctx)}`);
+console.log(
+  `command: deno run -A bench/host_calls.ts ${Deno.args.join(" ")}`.trim() +
+    `; kernel profile ${ctx.profile}; model ${model.generated ? "qwen3-0.6b preset" : model.dir}` +
+    `; batch ${batch}, ${steps} decode steps with queue.submit stubbed out`,
+);
+for (const [key, c] of [...calls].sort((a, b) => b[1].ms - a[1].ms)) {
+  console.log(
+    `  ${key.padEnd(42)} ${(c.n / steps).toFixed(1).padStart(6)} calls ` +
+      `${(1000 * c.ms / steps).toFixed(1).padStart(7)} us per step`,
+  );
+}
+console.log(
+  `execute, median step: ${plain.execute.toFixed(3)} ms (${wrapped.execute.toFixed(3)} with the ` +
+    `calls wrapped), ${wrapped.inside.toFixed(3)} ms inside WebGPU calls, ` +
+    `${(plain.execute - wrapped.inside).toFixed(3)} ms outside them (the engine's JavaScript: ` +
+    `the unwrapped step less the time inside the calls)`,
+);
+runner.destroy();
+if (model.generated) await Deno.remove(model.dir, { recursive: true });
+ctx.destroy();
