@@ -44,7 +44,14 @@ import {
   type WeightFormat,
   type XForm,
 } from "./matmul_kernels.ts";
-import { checkTile, TILE, TILE_CANDIDATES, type TileConfig, tileRows } from "./matmul_tile.ts";
+import {
+  checkTile,
+  TILE,
+  TILE_CANDIDATES,
+  tileCols,
+  type TileConfig,
+  tileRows,
+} from "./matmul_tile.ts";
 import { type MatmulShape, type MatmulTuning, shapeKey, type SmallTile } from "./matmul_tuning.ts";
 import { checkCallSite } from "./matmul_call_site_check.ts";
 import {
@@ -248,7 +255,7 @@ export class Matmul {
     const tag = `matmul/${variant}/${format}/${this.bias ? "bias" : "nobias"}${x}`;
     const t = tile;
     const key = variant === "tiled"
-      ? `${tag}/t${t.wx}x${t.wy}k${t.bk}m${tileRows(t)}`
+      ? `${tag}/t${t.wx}x${t.wy}k${t.bk}m${tileRows(t)}n${tileCols(t)}`
       : variant === "unrolled"
       ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}`
       : variant === "gemv"

@@ -51,7 +51,7 @@ import {
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import { checkTile, TILE, type TileConfig, tileRows } from "./matmul_tile.ts";
+import { checkTile, TILE, tileCols, type TileConfig, tileRows } from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { sourceDigest } from "./source_digest.ts";
 
@@ -256,8 +256,9 @@ export function kernelSource(
       checkTile(tile);
       const { wx, wy, bk } = tile;
       const tm = tileRows(tile);
-      const source = unrollTemplate(tiledSource, { i: (tm * bk) / wx, r: tm / 4 });
-      return kernel({ WX: wx, WY: wy, BK: bk, TM: tm }, source, 4 * wx);
+      const tn = tileCols(tile);
+      const source = unrollTemplate(tiledSource, { i: (tm * bk) / wx, r: tm / 4, c: tn / 4 });
+      return kernel({ WX: wx, WY: wy, BK: bk, TM: tm, TN: tn }, source, tn * wx);
     }
   }
 }

@@ -6,9 +6,9 @@
  */
 
 /**
- * A `tiled` configuration: invocations (wx, wy), each a tm x 4 block of Y (tm rows of X, 4 weight
- * rows), and the K tile bk (bk % 4 == 0, wx * wy % bk == 0, tm * bk % wx == 0). A workgroup
- * computes a (tm wy) x (4 wx) tile of Y.
+ * A `tiled` configuration: invocations (wx, wy), each a tm x tn block of Y (tm rows of X, tn
+ * weight rows), and the K tile bk (bk % 4 == 0, wx * wy % bk == 0, tm * bk % wx == 0). A
+ * workgroup computes a (tm wy) x (tn wx) tile of Y.
  */
 export interface TileConfig {
   readonly wx: number;
@@ -16,21 +16,31 @@ export interface TileConfig {
   readonly bk: number;
   /** Rows of X per invocation, 4 or 8 (an 8 x 4 register block); default 4. */
   readonly tm?: number;
+  /** Weight rows (columns of Y) per invocation, 4 or 8; default 4. */
+  readonly tn?: number;
 }
 
 /** The register block rows a `tiled` configuration accepts ({@linkcode TileConfig.tm}). */
 export const TILE_ROWS: readonly number[] = [4, 8];
+
+/** The register block columns a `tiled` configuration accepts ({@linkcode TileConfig.tn}). */
+export const TILE_COLS: readonly number[] = [4, 8];
 
 /** The rows of X per invocation of `tile` (its `tm`, default 4). */
 export function tileRows(tile: TileConfig): number {
   return tile.tm ?? 4;
 }
 
+/** The weight rows (columns of Y) per invocation of `tile` (its `tn`, default 4). */
+export function tileCols(tile: TileConfig): number {
+  return tile.tn ?? 4;
+}
+
 /** Workgroup memory a `tiled` configuration stages per K step, in bytes (X and W tiles). */
 export function tileBytes(tile: TileConfig): number {
   const { wx, wy, bk } = tile;
   // One vec4 (16 bytes) of padding per staged line; see matmul_tiled.wgsl.
-  return 16 * bk * ((tileRows(tile) * wy) / 4 + 1 + wx + 1);
+  return 16 * bk * ((tileRows(tile) * wy) / 4 + 1 + (tileCols(tile) * wx) / 4 + 1);
 }
 
 /**
@@ -39,15 +49,19 @@ export function tileBytes(tile: TileConfig): number {
  */
 export const TILE_MAX_BYTES = 32768;
 
-/** A short name of `tile`, e.g. "16x16 bk16" or "16x8 bk16 tm8". */
+/** A short name of `tile`, e.g. "16x16 bk16", "16x8 bk16 tm8" or "16x16 bk16 tm8 tn8". */
 export function tileName(tile: TileConfig): string {
   const tm = tileRows(tile);
-  return `${tile.wx}x${tile.wy} bk${tile.bk}${tm === 4 ? "" : ` tm${tm}`}`;
+  const tn = tileCols(tile);
+  return `${tile.wx}x${tile.wy} bk${tile.bk}${tm === 4 ? "" : ` tm${tm}`}${
+    tn === 4 ? "" : ` tn${tn}`
+  }`;
 }
 
 /** Whether `a` and `b` are the same configuration. */
 export function sameTile(a: TileConfig, b: TileConfig): boolean {
-  return a.wx === b.wx && a.wy === b.wy && a.bk === b.bk && tileRows(a) === tileRows(b);
+  return a.wx === b.wx && a.wy === b.wy && a.bk === b.bk && tileRows(a) === tileRows(b) &&
+    tileCols(a) === tileCols(b);
 }
 
 /** The `tiled` configuration the policy uses. */
@@ -75,24 +89,30 @@ export const TILE_CANDIDATES: readonly TileConfig[] = [
   // Small tiles (16 x 32, 16 x 64 of Y): more workgroups where M is a decode batch and N is small.
   { wx: 8, wy: 4, bk: 16 },
   { wx: 16, wy: 4, bk: 16 },
+  // 8 x 8 register blocks (128 x 128 and 128 x 64 tiles): 64 FMAs per four vec4 reads of
+  // workgroup memory, the block size of fast CUDA SGEMMs, for long prefills.
+  { wx: 16, wy: 16, bk: 16, tm: 8, tn: 8 },
+  { wx: 8, wy: 16, bk: 16, tm: 8, tn: 8 },
 ];
 
 /**
  * Checks that `tile` is a valid `tiled` configuration.
  *
- * @throws {RangeError} when tm is not one of {@linkcode TILE_ROWS}, bk % 4, (wx * wy) % bk or
- * (tm * bk) % wx is not 0, wx * wy exceeds 1024 invocations, or the staged tiles exceed
- * {@linkcode TILE_MAX_BYTES}.
+ * @throws {RangeError} when tm is not one of {@linkcode TILE_ROWS}, tn not one of
+ * {@linkcode TILE_COLS}, bk % 4, (wx * wy) % bk or (tm * bk) % wx is not 0, wx * wy exceeds
+ * 1024 invocations, or the staged tiles exceed {@linkcode TILE_MAX_BYTES}.
  */
 export function checkTile(tile: TileConfig): void {
   const { wx, wy, bk } = tile;
   const tm = tileRows(tile);
   const ok = [wx, wy, bk].every((v) => Number.isInteger(v) && v > 0) &&
-    TILE_ROWS.includes(tm) && bk % 4 === 0 && (wx * wy) % bk === 0 && (tm * bk) % wx === 0 &&
-    wx * wy <= 1024 && tileBytes(tile) <= TILE_MAX_BYTES;
+    TILE_ROWS.includes(tm) && TILE_COLS.includes(tileCols(tile)) && bk % 4 === 0 &&
+    (wx * wy) % bk === 0 && (tm * bk) % wx === 0 && wx * wy <= 1024 &&
+    tileBytes(tile) <= TILE_MAX_BYTES;
   if (!ok) {
     throw new RangeError(
       `Cannot use matmul tile ${tileName(tile)}: needs tm of ${TILE_ROWS.join(" or ")}, ` +
+        `tn of ${TILE_COLS.join(" or ")}, ` +
         `bk % 4 == 0, (wx * wy) % bk == 0, (tm * bk) % wx == 0, wx * wy <= 1024 and at most ` +
         `${TILE_MAX_BYTES} bytes of staged tiles`,
     );

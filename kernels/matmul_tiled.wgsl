@@ -1,14 +1,15 @@
 // matmul_tiled: Y = X W^T (+ bias) for prefill and batched decode (M > 16), tiled through
-// workgroup memory, with each invocation's TM x 4 register block (TM = 4 or 8) in TM vec4
-// variables.
+// workgroup memory, with each invocation's TM x TN register block (TM, TN = 4 or 8) in
+// TM * TN / 4 vec4 variables.
 //   y[m, n0 + n] = sum_k x[m, k] * w[n, k] (+ bias[n0 + n])   for m < M, n < rows, k < K
-// A workgroup of WX x WY invocations computes a BM x BN tile of Y (BM = TM WY, BN = 4 WX).
+// A workgroup of WX x WY invocations computes a BM x BN tile of Y (BM = TM WY, BN = TN WX).
 // It walks K in steps of BK: the X tile [BM, BK] and the W tile [BN, BK] (W read as vec4 along
 // k) are staged in var<workgroup> transposed to [BK, BM] / [BK, BN], stored as vec4s of four
 // consecutive rows / columns (each line of BM / 4 or BN / 4 vec4s padded by one vec4 so the
 // transposing writes spread over the banks). Invocation (tx, ty) owns rows TM ty .. TM ty + TM - 1
-// and columns 4 tx .. 4 tx + 3 of the tile: per k it reads RQ = TM / 4 vec4s of X and one of W
-// from workgroup memory and does 4 TM FMAs. Out-of-range rows, columns and the K tail load zeros.
+// and columns TN tx .. TN tx + TN - 1 of the tile: per k it reads RQ = TM / 4 vec4s of X and
+// CQ = TN / 4 of W from workgroup memory and does TM TN FMAs. Out-of-range rows, columns and the
+// K tail load zeros.
 //
 // No arrays in function memory: on an NVIDIA H100 / H200 through Deno (wgpu, Vulkan) a register
 // block kept in `array<array<f32, 4>, 4>` indexed by loop counters ran 10-40x slower than this
@@ -16,15 +17,16 @@
 // 11.6 ms for Qwen3-0.6B's down projection at M = 64, 35 GFLOP/s). The X staging, XPER elements
 // per invocation per K step, is written out line by line by kernels/unroll.ts (lines with the
 // marker dollar-i, once per i < XPER) for the same reason, and so are the register block's row
-// quads (lines with the marker dollar-r, once per r < RQ: rows TM ty + 4 r .. TM ty + 4 r + 3).
+// quads (lines with the marker dollar-r, once per r < RQ: rows TM ty + 4 r .. TM ty + 4 r + 3)
+// and column quads (marker dollar-c, once per c < CQ: columns TN tx + 4 c .. TN tx + 4 c + 3).
 //
 // X forms with a row statistic (matmul_x_rms.wgsl, X_STAT): invocation lid stages the same X
 // rows at every K step (elements lid + i * THREADS of the tile, THREADS % BK == 0), so it adds
 // up their squares in registers; after the K loop the partial sums are staged in xs and each
 // invocation adds up those of its TM rows and scales their outputs by x_scale.
 //
-// Prelude (prepended by kernels/matmul_kernels.ts): `const WX, WY, BK, TM: u32` (BK % 4 == 0,
-// TM of 4 or 8, THREADS % BK == 0, (TM WY BK) % THREADS == 0), the weight binding `w` with
+// Prelude (prepended by kernels/matmul_kernels.ts): `const WX, WY, BK, TM, TN: u32` (BK % 4 ==
+// 0, TM and TN of 4 or 8, THREADS % BK == 0, (TM WY BK) % THREADS == 0), the weight binding `w` with
 // `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are read as packed u32 pairs),
 // `fn bias_at(n: u32) -> f32` (with the bias binding when there is one), the X form (x_row,
 // load_x1_stat, x_scale, X_STAT: matmul_x.wgsl or matmul_x_swiglu.wgsl with
@@ -40,7 +42,7 @@
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
 //   3 y    : storage rw    array<f32>               [M, ldy]; columns [n0, n0 + rows) written
 //   4 p    : uniform       Params
-// Workgroup: (WX, WY) invocations, TM x 4 outputs each.
+// Workgroup: (WX, WY) invocations, TM x TN outputs each.
 // Dispatch:  ceil(rows / BN) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
 //            p.groups_n), times ceil(M / BM) in z.
 
@@ -48,12 +50,13 @@
 // (prepended).
 
 const BM = WY * TM;
-const BN = WX * 4u;
+const BN = WX * TN;
 const RQ = TM / 4u;
+const CQ = TN / 4u;
 const THREADS = WX * WY;
 // Line strides of the staged tiles in vec4s (one vec4 of padding).
 const XL = WY * RQ + 1u;
-const WL = WX + 1u;
+const WL = WX * CQ + 1u;
 
 // xs[kk * XL + mm / 4][mm % 4] = X[bm + mm, k0 + kk]; ws[kk * WL + nn / 4][nn % 4] = W[bn + nn,
 // k0 + kk].
@@ -99,11 +102,12 @@ fn main(
   let bm = wid.z * BM;
   let tx = lid3.x;
   let ty = lid3.y;
-  // Rows TM ty + 4 r + j of the block (j < 4) accumulate in acc{r}_{j}.
-  var acc$r_0 = vec4<f32>(0.0);
-  var acc$r_1 = vec4<f32>(0.0);
-  var acc$r_2 = vec4<f32>(0.0);
-  var acc$r_3 = vec4<f32>(0.0);
+  // Row TM ty + 4 r + j (j < 4), columns TN tx + 4 c .. + 3 of the block accumulate in
+  // acc{r}_{j}_{c}.
+  var acc$r_0_$c = vec4<f32>(0.0);
+  var acc$r_1_$c = vec4<f32>(0.0);
+  var acc$r_2_$c = vec4<f32>(0.0);
+  var acc$r_3_$c = vec4<f32>(0.0);
   // The tile elements this invocation stages, lid + i * THREADS for i < XPER: row e / BK, column
   // e % BK at every K step; the sq variables add up their squares (X_STAT; zero otherwise).
   let e$i = lid + $iu * THREADS;
@@ -137,12 +141,12 @@ fn main(
     }
     workgroupBarrier();
     for (var kk = 0u; kk < BK; kk++) {
-      let b = ws[kk * WL + tx];
+      let b$c = ws[kk * WL + tx * CQ + $cu];
       let a$r = xs[kk * XL + ty * RQ + $ru];
-      acc$r_0 = fma(vec4<f32>(a$r.x), b, acc$r_0);
-      acc$r_1 = fma(vec4<f32>(a$r.y), b, acc$r_1);
-      acc$r_2 = fma(vec4<f32>(a$r.z), b, acc$r_2);
-      acc$r_3 = fma(vec4<f32>(a$r.w), b, acc$r_3);
+      acc$r_0_$c = fma(vec4<f32>(a$r.x), b$c, acc$r_0_$c);
+      acc$r_1_$c = fma(vec4<f32>(a$r.y), b$c, acc$r_1_$c);
+      acc$r_2_$c = fma(vec4<f32>(a$r.z), b$c, acc$r_2_$c);
+      acc$r_3_$c = fma(vec4<f32>(a$r.w), b$c, acc$r_3_$c);
     }
     workgroupBarrier();
   }
@@ -157,10 +161,10 @@ fn main(
     }
     scale$r = vec4<f32>(x_scale(sum$r.x), x_scale(sum$r.y), x_scale(sum$r.z), x_scale(sum$r.w));
   }
-  let n = bn + 4u * tx;
+  let n$c = bn + TN * tx + 4u * $cu;
   let m$r = bm + TM * ty + 4u * $ru;
-  if (m$r < p.m) { store4(m$r, n, acc$r_0 * scale$r.x); }
-  if (m$r + 1u < p.m) { store4(m$r + 1u, n, acc$r_1 * scale$r.y); }
-  if (m$r + 2u < p.m) { store4(m$r + 2u, n, acc$r_2 * scale$r.z); }
-  if (m$r + 3u < p.m) { store4(m$r + 3u, n, acc$r_3 * scale$r.w); }
+  if (m$r < p.m) { store4(m$r, n$c, acc$r_0_$c * scale$r.x); }
+  if (m$r + 1u < p.m) { store4(m$r + 1u, n$c, acc$r_1_$c * scale$r.y); }
+  if (m$r + 2u < p.m) { store4(m$r + 2u, n$c, acc$r_2_$c * scale$r.z); }
+  if (m$r + 3u < p.m) { store4(m$r + 3u, n$c, acc$r_3_$c * scale$r.w); }
 }

@@ -209,7 +209,7 @@ function parseChoices(
 function parseTile(t: unknown): TileConfig {
   const c = t as Partial<TileConfig> | null | undefined;
   const tile = TILE_CANDIDATES.find((k) =>
-    sameTile(k, { wx: c?.wx ?? 0, wy: c?.wy ?? 0, bk: c?.bk ?? 0, tm: c?.tm })
+    sameTile(k, { wx: c?.wx ?? 0, wy: c?.wy ?? 0, bk: c?.bk ?? 0, tm: c?.tm, tn: c?.tn })
   );
   if (tile === undefined) {
     throw new TypeError(`Invalid matmul tuning: tile ${JSON.stringify(t)} is not a candidate`);

@@ -5,8 +5,9 @@
  * variables.
  *
  * Rule: a line that contains `$i` is emitted once per `i < counts.i`, a line that contains `$r`
- * once per `r < counts.r`, a line with both `counts.i x counts.r` times (`i` outer); every `$i`
- * / `$r` in it is replaced by the number. Other lines pass through unchanged.
+ * once per `r < counts.r`, one that contains `$c` once per `c < counts.c` (default 1), a line
+ * with several of them once per combination (`i` outermost, then `r`, then `c`); every marker in
+ * it is replaced by its number. Other lines pass through unchanged.
  *
  * @module
  */
@@ -17,6 +18,8 @@ export interface UnrollCounts {
   readonly i: number;
   /** Copies of lines mentioning `$r`. */
   readonly r: number;
+  /** Copies of lines mentioning `$c` (default 1). */
+  readonly c?: number;
 }
 
 /**
@@ -33,16 +36,25 @@ export function unrollTemplate(source: string, counts: UnrollCounts): string {
     }
   }
   const out: string[] = [];
+  const nc = counts.c ?? 1;
   for (const line of source.split("\n")) {
     const hasI = line.includes("$i");
     const hasR = line.includes("$r");
-    if (!hasI && !hasR) {
+    const hasC = line.includes("$c");
+    if (!hasI && !hasR && !hasC) {
       out.push(line);
       continue;
     }
     for (let i = 0; i < (hasI ? counts.i : 1); i++) {
       for (let r = 0; r < (hasR ? counts.r : 1); r++) {
-        out.push(line.replaceAll("$i", String(i)).replaceAll("$r", String(r)));
+        for (let c = 0; c < (hasC ? nc : 1); c++) {
+          out.push(
+            line.replaceAll("$i", String(i)).replaceAll("$r", String(r)).replaceAll(
+              "$c",
+              String(c),
+            ),
+          );
+        }
       }
     }
   }

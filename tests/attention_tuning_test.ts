@@ -198,6 +198,29 @@ for (const size of [64, 16]) {
 }
 
 Deno.test(
+  "ModelRunner prefills and decodes equal to the float64 reference with 8 x 8 register tiles",
+  GPU_TEST,
+  async () => {
+    // Every matmul of 2 rows or more (prefill chunks of 40 and 13 tokens, all but the first
+    // decode steps' M = 1) runs `tiled` with 8 x 8 blocks: a 128 x 128 tile of Y per workgroup.
+    const prompt = Array.from({ length: 53 }, (_, i) => (i * 41 + 5) % 500);
+    const tile = TILE_CANDIDATES.find((t) => t.tm === 8 && t.tn === 8 && t.wx === 16)!;
+    await withTinyRunner(36, "gpu", prompt, 8, 40, (runner) => {
+      for (const m of runner.matmuls) {
+        const all = (v: number) => Object.fromEntries(m.ops.map((op) => [shapeKey(op.shape), v]));
+        m.setTuning({ tile, gemvMaxRows: all(1) });
+        for (const op of m.ops) {
+          const { rows, cols, format, xForm } = op.shape;
+          const stride = op.buffers.weight.rowStride;
+          const config = m.choose(40, rows, cols, stride, undefined, format, xForm);
+          assertEqual([config.variant, config.mPerGroup, config.rowsPerGroup], ["tiled", 128, 128]);
+        }
+      }
+    });
+  },
+);
+
+Deno.test(
   "ModelRunner prefills equal to the float64 reference with the tiled prefill attention",
   GPU_TEST,
   async () => {
@@ -251,7 +274,7 @@ Deno.test(
             true,
           );
           assertEqual(
-            m.choose(8, rows, cols, stride, undefined, format, xForm).key.endsWith("t8x4k16m4"),
+            m.choose(8, rows, cols, stride, undefined, format, xForm).key.endsWith("t8x4k16m4n4"),
             true,
           );
         }

@@ -11,7 +11,7 @@ import {
   type TileConfig,
   type XForm,
 } from "../kernels/matmul.ts";
-import { tileName, tileRows } from "../kernels/matmul_tile.ts";
+import { tileCols, tileName, tileRows } from "../kernels/matmul_tile.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -178,10 +178,13 @@ Deno.test(
   async () => {
     const ctx = await testContext();
     for (const tile of TILE_CANDIDATES) {
-      // The tile reaches the kernel: its grid covers tm wy rows of X and 4 wx rows of W.
+      // The tile reaches the kernel: its grid covers tm wy rows of X and tn wx rows of W.
       const config = kernelFor(ctx, { shape: [1, 1, 1], dtype: "f32", bias: false, tile })
         .choose(100, 64, 64, 64, "tiled");
-      assertEqual([config.mPerGroup, config.rowsPerGroup], [tileRows(tile) * tile.wy, 4 * tile.wx]);
+      assertEqual(
+        [config.mPerGroup, config.rowsPerGroup],
+        [tileRows(tile) * tile.wy, tileCols(tile) * tile.wx],
+      );
       for (const shape of [[1, 1, 1], [5, 67, 129], [70, 130, 260]] as const) {
         for (const dtype of DTYPES) {
           const bias = (shape[0] + DTYPES.indexOf(dtype)) % 2 === 1;
@@ -212,6 +215,9 @@ Deno.test(
       { wx: 16, wy: 16, bk: 16, tm: 6 },
       // 8 x 4 blocks staging 64 lines of 33 + 17 vec4s: 51,200 bytes of workgroup memory.
       { wx: 16, wy: 16, bk: 64, tm: 8 },
+      { wx: 16, wy: 16, bk: 16, tn: 6 },
+      // 8 x 8 blocks staging 32 lines of 33 + 65 vec4s: 50,176 bytes.
+      { wx: 32, wy: 16, bk: 32, tm: 8, tn: 8 },
     ];
     for (const tile of tiles) {
       assertThrows(() => new Matmul(ctx, { dtype: "f32", bias: false, tile }), {

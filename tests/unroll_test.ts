@@ -26,7 +26,23 @@ Deno.test("unrollTemplate() repeats marked lines, i outer, and leaves the others
   ]);
 });
 
+Deno.test("unrollTemplate() repeats $c lines per c, innermost, once when c is not given", () => {
+  const source = ["let b$c = ws[$cu];", "acc$r_$c += a$r * b$c;", "y = acc0_$c;"].join("\n");
+  assertEquals(unrollTemplate(source, { i: 1, r: 2, c: 2 }).split("\n"), [
+    "let b0 = ws[0u];",
+    "let b1 = ws[1u];",
+    "acc0_0 += a0 * b0;",
+    "acc0_1 += a0 * b1;",
+    "acc1_0 += a1 * b0;",
+    "acc1_1 += a1 * b1;",
+    "y = acc0_0;",
+    "y = acc0_1;",
+  ]);
+  assertEquals(unrollTemplate("let b$c = 1;", { i: 3, r: 3 }), "let b0 = 1;");
+});
+
 Deno.test("unrollTemplate() rejects counts that are not positive integers", () => {
   assertThrows(() => unrollTemplate("x$i", { i: 0, r: 1 }), RangeError);
   assertThrows(() => unrollTemplate("x$r", { i: 1, r: 1.5 }), RangeError);
+  assertThrows(() => unrollTemplate("x$c", { i: 1, r: 1, c: 0 }), RangeError);
 });
