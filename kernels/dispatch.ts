@@ -47,7 +47,11 @@ export interface WorkCountingPass {
   noteWork(work: KernelWork): void;
 }
 
-/** Tells `pass` the work just encoded into it, when it counts work. */
-export function noteWork(pass: GPUComputePassEncoder, work: KernelWork): void {
-  (pass as Partial<WorkCountingPass>).noteWork?.(work);
+/**
+ * Tells `pass` the work just encoded into it (`flops`, `bytes` as in {@linkcode KernelWork}),
+ * when it counts work; nothing is allocated when it does not (every step's encode calls this).
+ */
+export function noteWork(pass: GPUComputePassEncoder, flops: number, bytes: number): void {
+  const counting = pass as Partial<WorkCountingPass>;
+  if (counting.noteWork !== undefined) counting.noteWork({ flops, bytes });
 }

@@ -102,6 +102,8 @@ export class MatmulOp {
   readonly #buffers: MatmulBuffers;
   readonly #slots: readonly ParamSlot[];
   readonly #ldy: number;
+  /** The weight's bytes on the device (what one encode reads of it). */
+  readonly #weightBytes: number;
   readonly #groups = new Map<string, GPUBindGroup[]>();
   /**
    * The last encode's choice: re-used while m, the forced variant and the matmul's tuning
@@ -131,6 +133,7 @@ export class MatmulOp {
     this.#buffers = buffers;
     this.#slots = slots;
     this.#ldy = ldy;
+    this.#weightBytes = buffers.weight.byteSize;
     this.maxRows = maxRows;
   }
 
@@ -242,6 +245,6 @@ export class MatmulOp {
       const gy = Math.ceil(n / MAX_GROUPS_PER_DIM);
       pass.dispatchWorkgroups(Math.ceil(n / gy), gy, gz);
     }
-    noteWork(pass, { flops: 2 * m * w.rows * w.cols, bytes: w.byteSize });
+    noteWork(pass, 2 * m * w.rows * w.cols, this.#weightBytes);
   }
 }

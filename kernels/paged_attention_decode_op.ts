@@ -149,10 +149,11 @@ export class PagedAttentionDecodeOp {
     // At most (every sequence at the longest context): q.K and p.V per query head and token,
     // each K and V row read once.
     const tokens = numSeqs * maxContextLen;
-    noteWork(pass, {
-      flops: 4 * tokens * kernel.numQHeads * kernel.headDim,
-      bytes: 2 * tokens * kernel.numKvHeads * kernel.headDim * (kernel.dtype === "f16" ? 2 : 4),
-    });
+    noteWork(
+      pass,
+      4 * tokens * kernel.numQHeads * kernel.headDim,
+      2 * tokens * kernel.numKvHeads * kernel.headDim * (kernel.dtype === "f16" ? 2 : 4),
+    );
     return size > 0;
   }
 }
