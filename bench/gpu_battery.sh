@@ -5,13 +5,13 @@
 # leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
 # (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
 #
-#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 9 files and the tuning cache
+#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 10 files and the tuning cache
 #
 # Stages, most valuable first: adapter; bench:model (prefill 128/512, decode batch 1/8/64, host and
 # GPU time per step, per-kernel breakdown of decode and of prefill 512) under the gpu profile, then again with the default kernel
 # choices (--kernel-tuning off: what the measured tuning changes); the PyTorch peer on the same
 # checkpoint on CUDA; every matmul kernel and tile shape (bench/matmul_tune.ts) and the attention
-# kernels; the test suite on the GPU (greedy parity with the float64 reference; its auto
+# kernels; the host's time per decode step call by call (bench/host_calls.ts); the test suite on the GPU (greedy parity with the float64 reference; its auto
 # profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
 # bench:model --quantization none,int8,int4 (with the int4 runner's breakdown at decode batch 1 and
 # prefill 512); bench:serve at concurrency 1/16/64.
@@ -57,7 +57,7 @@ run_stage info 60 info.txt deno run --cached-only -A main.ts info
 run_stage make-model 120 info.txt deno run --cached-only -A tools/make_model.ts --out $model \
   --preset "$preset" --dtype bf16
 
-# 120 s: the first run also measures the kernel tuning (13 tiles, 4 gemv kernels per shape).
+# 120 s: the first run also measures the kernel tuning (15 tiles, 4 gemv kernels per shape).
 run_stage bench-model 120 model.txt deno run --cached-only -A bench/model_bench.ts --model $model \
   --batches 1,8,64 --prefill 128,512 --steps 64 --breakdown-batches 1,8,64 $gpu
 
@@ -75,6 +75,10 @@ run_stage kernels 60 kernels.txt deno run --cached-only -A bench/matmul_tune.ts 
 run_stage attention 40 kernels.txt env DECODE_CONTEXTS=160,2048 DECODE_PARTITIONS=16,64,512 \
   deno bench --cached-only --no-check -A --filter "/^zz$/" \
   bench/attention_bench.ts bench/attention_prefill_bench.ts
+
+# The host's cost of a decode step call by call (device work stubbed out; a few seconds each).
+run_stage host 20 host.txt deno run --cached-only -A bench/host_calls.ts --model $model --batch 1 $gpu
+run_stage host 20 host.txt deno run --cached-only -A bench/host_calls.ts --model $model --batch 64 $gpu
 
 tests=$(grep -L "npm:openai\|@langchain\|npm:ai\|ai-sdk\|kubernetes-models" tests/*_test.ts)
 run_stage tests 100 tests.txt env WEBGPU_LLM_KERNEL_TUNING=off deno test --cached-only --no-check -A --parallel $tests
