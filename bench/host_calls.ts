@@ -1,15 +1,17 @@
 /**
  * Where the host's time of one decode step goes, call by call: the real {@linkcode ModelRunner}
  * runs `--steps` decode steps of `--batch` sequences with the device's work stubbed out
- * (`queue.submit` does nothing), so no GPU or lavapipe thread competes with the host and every
- * millisecond printed is the host's own. Every WebGPU method of the command encoder, the compute
+ * (`queue.submit` does nothing; an empty submission after each step, untimed, lets the queue's
+ * writes run), so no GPU or lavapipe thread competes with the host and every millisecond printed
+ * is the host's own. Every WebGPU method of the command encoder, the compute
  * pass, the queue and the device is wrapped for the measured steps; the report gives, per step,
  * the calls of each method and the mean time inside them, and what `execute` spends outside them
  * (the engine's JavaScript: the median step timed first with nothing wrapped, less the median
  * step's time inside the calls in the wrapped run). The outputs of a stubbed step are garbage: nothing is checked, only timed.
  *
  * Run: `deno run -A bench/host_calls.ts [--model DIR] [--batch 1] [--steps 300]
- * [--kernel-profile auto|cpu|gpu]`. Without `--model` the qwen3-0.6b preset is generated (as
+ * [--max-model-len 4096] [--kernel-profile auto|cpu|gpu]`: the sequences hold 144-token
+ * contexts; `--max-model-len` sizes the block tables' rows, as the engine's option does. Without `--model` the qwen3-0.6b preset is generated (as
  * bench:model does).
  *
  * @module
@@ -29,13 +31,15 @@ const { values } = parseArgs({
     model: { type: "string" },
     batch: { type: "string", default: "1" },
     steps: { type: "string", default: "300" },
+    "max-model-len": { type: "string", default: "4096" },
     "kernel-profile": { type: "string" },
   },
 });
 const batch = Number(values.batch);
 const steps = Number(values.steps);
-if (![batch, steps].every((n) => Number.isInteger(n) && n >= 1)) {
-  console.error("error: --batch and --steps take positive integers");
+const maxModelLen = Number(values["max-model-len"]);
+if (![batch, steps, maxModelLen].every((n) => Number.isInteger(n) && n >= 1)) {
+  console.error("error: --batch, --steps and --max-model-len take positive integers");
   Deno.exit(2);
 }
 const ctx = await benchContext({
@@ -46,9 +50,9 @@ const blocksPerSeq = Math.ceil((PROMPT + 16) / BLOCK);
 const runner = await ModelRunner.load(ctx, model.dir, {
   maxTokens: 512,
   maxSeqs: batch,
-  maxModelLen: blocksPerSeq * BLOCK,
+  maxModelLen: Math.max(maxModelLen, blocksPerSeq * BLOCK),
   blockSize: BLOCK,
-  numKvBlocks: blocksPerSeq * (batch + 1),
+  numKvBlocks: Math.max(blocksPerSeq * (batch + 1), Math.ceil(maxModelLen / BLOCK)),
   showProgress: false,
 });
 const work = new BenchWorkload(runner, blocksPerSeq);
@@ -78,6 +82,9 @@ async function executeMs(n: number, timed: (on: boolean) => void = () => {}) {
       inside.push(insideStep);
     }
     timed(false);
+    // An empty submission, untimed: wgpu runs the step's queue writes (the staging copies), so
+    // their memory is reused as in a real step rather than piling up.
+    submit.call(ctx.device.queue, []);
     await h.result;
   }
   return { execute: median(exec), inside: median(inside) };
@@ -125,7 +132,8 @@ console.log(`host_calls: ${describeMachine(ctx)}`);
 console.log(
   `command: deno run -A bench/host_calls.ts ${Deno.args.join(" ")}`.trim() +
     `; kernel profile ${ctx.profile}; model ${model.generated ? "qwen3-0.6b preset" : model.dir}` +
-    `; batch ${batch}, ${steps} decode steps with queue.submit stubbed out`,
+    `; batch ${batch}, max_model_len ${maxModelLen}, ${steps} decode steps with queue.submit ` +
+    "stubbed out",
 );
 for (const [key, c] of [...calls].sort((a, b) => b[1].ms - a[1].ms)) {
   console.log(

@@ -334,6 +334,7 @@ export class PagedAttentionDecode {
       { decode: decodeGroup, merge: mergeGroup },
       { decode: slot, merge: mergeSlot },
       scratch,
+      btStride,
     );
   }
 }

@@ -60,7 +60,25 @@ export class PagedAttentionDecodeOp {
     private readonly groups: { decode: GPUBindGroup; merge: GPUBindGroup },
     private readonly slots: { decode: ParamSlot; merge: ParamSlot },
     private readonly scratch: PagedAttentionScratch,
+    /** The block-table row stride bound (the most entries a row of the buffer holds). */
+    private readonly maxBtStride: number,
   ) {}
+
+  /**
+   * Sets the block-table row stride of the next encodes: a step packs its tables `stride`
+   * entries apart (its longest table), not the bound maximum, so the host uploads no more than
+   * the tables hold.
+   *
+   * @throws {RangeError} when `stride` is not an integer in [1, the bound stride].
+   */
+  setBlockTableStride(stride: number): void {
+    if (!Number.isInteger(stride) || stride < 1 || stride > this.maxBtStride) {
+      throw new RangeError(
+        `Cannot use a block-table stride of ${stride}: between 1 and ${this.maxBtStride}`,
+      );
+    }
+    this.slots.decode.setU32(3, stride);
+  }
 
   /**
    * The partition size {@linkcode encode} splits `numSeqs` sequences of at most `maxContextLen`

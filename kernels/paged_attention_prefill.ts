@@ -299,6 +299,7 @@ export class PagedAttentionPrefill {
       slot,
       this.tileQueries,
       numKvHeads,
+      layout.btStride,
     );
   }
 }
@@ -311,7 +312,24 @@ export class PagedAttentionPrefillOp {
     private readonly slot: ParamSlot,
     private readonly tileQueries: number,
     private readonly numKvHeads: number,
+    /** The block-table row stride bound (the most entries a row of the buffer holds). */
+    private readonly maxBtStride: number,
   ) {}
+
+  /**
+   * Sets the block-table row stride of the next encodes (see
+   * `PagedAttentionDecodeOp.setBlockTableStride`).
+   *
+   * @throws {RangeError} when `stride` is not an integer in [1, the bound stride].
+   */
+  setBlockTableStride(stride: number): void {
+    if (!Number.isInteger(stride) || stride < 1 || stride > this.maxBtStride) {
+      throw new RangeError(
+        `Cannot use a block-table stride of ${stride}: between 1 and ${this.maxBtStride}`,
+      );
+    }
+    this.slot.setU32(5, stride);
+  }
 
   /**
    * Encodes attention for `numSeqs` sequences holding `numTokens` new query tokens in all.

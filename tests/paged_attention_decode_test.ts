@@ -201,6 +201,14 @@ Deno.test("PagedAttentionDecode rejects unsupported shapes and strides", GPU_TES
     message: /qStride 2000 must be a multiple of 4 and >= 2048/,
   });
   const op = kernel.bind(arena, buffers, { qStride: 2048, btStride: 4 });
+  // A step's block-table stride is at most the bound one.
+  for (const stride of [0, 5, 2.5]) {
+    throws(() => op.setBlockTableStride(stride), {
+      name: "RangeError",
+      message: new RegExp(`stride of ${stride}: between 1 and 4`),
+    });
+  }
+  op.setBlockTableStride(3);
   const encoder = ctx.device.createCommandEncoder();
   const pass = encoder.beginComputePass();
   try {

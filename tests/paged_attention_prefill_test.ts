@@ -288,6 +288,12 @@ Deno.test("PagedAttentionPrefill rejects unsupported shapes", GPU_TEST, async ()
     RangeError,
   );
   assertThrows(() => kernel.bind(arena, buffers, { blockSize: 0, btStride: 4 }), RangeError);
+  // A step's block-table stride is at most the bound one.
+  const op = kernel.bind(arena, buffers, { blockSize: 16, btStride: 4 });
+  for (const stride of [0, 5, 1.5]) {
+    assertThrows(() => op.setBlockTableStride(stride), RangeError, `stride of ${stride}`);
+  }
+  op.setBlockTableStride(4);
   dummy.buffer.destroy();
   arena.destroy();
 });

@@ -46,6 +46,11 @@ export interface StepShape {
   readonly allDecode: boolean;
   /** Longest context (tokens in cache after the step). */
   readonly maxContextLen: number;
+  /**
+   * Entries between two sequences' rows of the uploaded block tables: the step's longest table,
+   * so the host uploads what the tables hold, not `maxBlocksPerSeq` per sequence.
+   */
+  readonly blockTableStride: number;
   /** Sequences that sample a token this step. */
   readonly numSampled: number;
 }
@@ -231,9 +236,12 @@ export class AttentionBlock {
   encode(pass: GPUComputePassEncoder, step: StepShape): void {
     if (this.reshape) this.reshape.encode(pass, step.numTokens);
     if (step.allDecode) {
+      this.decode.setBlockTableStride(step.blockTableStride);
       this.decode.encode(pass, step.numSeqs, step.maxContextLen);
     } else {
-      this.prefill[this.prefillChoice.index]!.encode(pass, step.numSeqs, step.numTokens);
+      const prefill = this.prefill[this.prefillChoice.index]!;
+      prefill.setBlockTableStride(step.blockTableStride);
+      prefill.encode(pass, step.numSeqs, step.numTokens);
     }
   }
 }
