@@ -15,6 +15,7 @@
 
 import { parseArgs } from "node:util";
 import { benchContext, describeMachine } from "./support.ts";
+import { median } from "./lib/step_cost.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -55,7 +56,6 @@ const buffers = Array.from(
   { length: 64 },
   () => ctx.createBuffer("floor", 4096, GPUBufferUsage.STORAGE),
 );
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** Median record / finish / submit ms of one pass of `n` dispatches. */
 async function measure(n: number) {

@@ -24,6 +24,7 @@ import { benchContext, describeMachine } from "./support.ts";
 import { modelDirectory } from "./model_bench/setup.ts";
 import { BenchWorkload } from "./model_bench/workload.ts";
 import { BLOCK, PROMPT } from "./model_bench/options.ts";
+import { median, wrap } from "./lib/step_cost.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -58,10 +59,7 @@ const runner = await ModelRunner.load(ctx, model.dir, {
 const work = new BenchWorkload(runner, blocksPerSeq);
 const input = work.decodeStep(work.tables(batch), PROMPT, (s) => (s * 7 + 1) % work.vocabTokens);
 
-type Method = (...args: unknown[]) => unknown;
 const submit = GPUQueue.prototype.submit;
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 /** ms inside the wrapped calls during the current step. */
 let insideStep = 0;
 
@@ -91,26 +89,25 @@ async function executeMs(n: number, timed: (on: boolean) => void = () => {}) {
 }
 
 // First with only queue.submit stubbed: the step's host time, nothing wrapped.
-GPUQueue.prototype.submit = () => {};
+const unstub = wrap(GPUQueue.prototype, "submit", () => undefined);
 const plain = await executeMs(steps);
-GPUQueue.prototype.submit = submit;
+unstub();
 
 const calls = new Map<string, { n: number; ms: number }>();
 let measuring = false;
 const restore: (() => void)[] = [];
 for (const cls of [GPUComputePassEncoder, GPUCommandEncoder, GPUQueue, GPUDevice]) {
-  const proto = cls.prototype as unknown as Record<string, unknown>;
+  const proto = cls.prototype;
   for (const name of Object.getOwnPropertyNames(proto)) {
     const d = Object.getOwnPropertyDescriptor(proto, name);
     if (name === "constructor" || typeof d?.value !== "function") continue;
-    const original = d.value as Method;
     const key = `${cls.name}.${name}`;
     const stub = key === "GPUQueue.submit";
-    proto[name] = function (this: unknown, ...args: unknown[]) {
-      if (!measuring) return stub ? undefined : original.apply(this, args);
+    restore.push(wrap(proto, name, (original, self, args) => {
+      if (!measuring) return stub ? undefined : original.apply(self, args);
       const t = performance.now();
       try {
-        return stub ? undefined : original.apply(this, args);
+        return stub ? undefined : original.apply(self, args);
       } finally {
         const ms = performance.now() - t;
         const c = calls.get(key) ?? { n: 0, ms: 0 };
@@ -119,8 +116,7 @@ for (const cls of [GPUComputePassEncoder, GPUCommandEncoder, GPUQueue, GPUDevice
         calls.set(key, c);
         insideStep += ms;
       }
-    };
-    restore.push(() => (proto[name] = original));
+    }));
   }
 }
 

@@ -35,8 +35,13 @@ export interface StepCost {
 
 type Method = (...args: never[]) => unknown;
 
+/** The median of `xs` (the upper one of an even count). */
+export function median(xs: readonly number[]): number {
+  return [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+}
+
 /** Wraps `proto[name]` so every call runs `around(original, args)`; returns the restorer. */
-function wrap(
+export function wrap(
   proto: object,
   name: string,
   around: (original: Method, self: unknown, args: never[]) => unknown,
