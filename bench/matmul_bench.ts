@@ -6,11 +6,13 @@
  *   `unrolled`, `blocked` and `tiled` kernels, f16 and f32 weights, next to the CPU's sgemm peak;
  * - decode, M = 1 and 8: weight GB/s (bytes of W read / time) of the `unrolled`, `blocked` and
  *   `gemv` kernels (the LM head with the policy's kernel only), next to the copy bandwidth measured
- *   in the same run.
+ *   in the same run; then int8 and int4 weights (gpu/quant.ts) with the `unrolled` and `gemv`
+ *   kernels, each line with its weights per second, so the formats compare within one run.
  *
  * The figures are printed when the file loads: GPU timestamps of one pass (median of several,
  * see bench/support.ts `timeGpu`). The `Deno.bench` entries (one decode step per projection)
- * time a submission on the host, ~10 ms wait included; they are listed, not the figures. Run: `deno bench -A bench/matmul_bench.ts`.
+ * time a submission on the host, ~10 ms wait included; they are listed, not the figures. Run: `deno bench -A bench/matmul_bench.ts`
+ * (`MATMUL_BENCH_PHASES=decode` for the decode figures only).
  *
  * Weights are left zero (timing does not depend on the values; CPUs have no zero fast path for
  * FMAs). The header names the kernels the adapter's policy picks.
@@ -22,6 +24,7 @@ import { benchSubmission } from "./lib/kernel_bench.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 import { STORAGE_RW } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
+import type { QuantFormat } from "../gpu/quant.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { defaultMatmulPolicy, Matmul, type MatmulVariant } from "../kernels/matmul.ts";
@@ -39,6 +42,8 @@ const LM_HEAD = { name: "lm_head", n: 151936, k: 1024 } as const;
 const DTYPES: readonly DType[] = ["f16", "f32"];
 const PREFILL_M = Deno.env.get("MATMUL_BENCH_LARGE") === "1" ? [128, 512] : [128];
 const DECODE_M = [1, 8];
+/** `MATMUL_BENCH_PHASES=decode` (or `prefill`) runs one phase only. */
+const PHASES = (Deno.env.get("MATMUL_BENCH_PHASES") ?? "prefill,decode").split(",");
 
 const ctx = await benchContext();
 
@@ -46,12 +51,15 @@ const ctx = await benchContext();
 async function run(
   phase: "prefill" | "decode",
   shape: { name: string; n: number; k: number },
-  dtype: DType,
+  format: DType | QuantFormat,
   ms: readonly number[],
   variants: readonly MatmulVariant[],
 ): Promise<void> {
-  const matmul = new Matmul(ctx, { dtype, bias: false });
-  const weight = GpuMatrix.create(ctx, shape.name, shape.n, shape.k, dtype, { padColsTo: 4 });
+  const quant = format === "int8" || format === "int4" ? format : null;
+  const matmul = new Matmul(ctx, { dtype: quant === null ? format as DType : "f16", bias: false });
+  const weight = quant === null
+    ? GpuMatrix.create(ctx, shape.name, shape.n, shape.k, format as DType, { padColsTo: 4 })
+    : GpuMatrix.createQuantized(ctx, shape.name, shape.n, shape.k, quant);
   const maxM = Math.max(...ms);
   const x = ctx.createBuffer("x", maxM * shape.k * 4, STORAGE_RW);
   const y = ctx.createBuffer("y", maxM * shape.n * 4, STORAGE_RW);
@@ -66,7 +74,7 @@ async function run(
           warmup: 1,
           repeats: big ? 2 : 5,
         });
-        const head = `matmul ${phase} ${shape.name} ${dtype} M=${m} N=${shape.n} K=${shape.k} ` +
+        const head = `matmul ${phase} ${shape.name} ${format} M=${m} N=${shape.n} K=${shape.k} ` +
           `${variant}: ${t.medianMs.toFixed(2)} ms (min ${t.minMs.toFixed(2)})`;
         if (phase === "prefill") {
           const gflops = (2 * m * shape.n * shape.k) / (t.medianMs * 1e6);
@@ -76,9 +84,10 @@ async function run(
           );
         } else {
           const gbs = weight.byteSize / (t.medianMs * 1e6);
+          const weights = (shape.n * shape.k) / (t.medianMs * 1e6);
           console.log(
             `${head}, W ${gbs.toFixed(2)} GB/s = ${((100 * gbs) / copyBandwidth).toFixed(0)}% ` +
-              `of copy bandwidth`,
+              `of copy bandwidth, ${weights.toFixed(2)} G weights/s`,
           );
         }
       }
@@ -109,17 +118,24 @@ console.log(
       : "gemv for decode, tiled for prefill"
   })`,
 );
-for (const dtype of DTYPES) {
+for (const dtype of PHASES.includes("prefill") ? DTYPES : []) {
   for (const shape of PROJECTIONS) {
     await run("prefill", shape, dtype, PREFILL_M, ["unrolled", "blocked", "tiled"]);
   }
 }
-for (const dtype of DTYPES) {
+for (const dtype of PHASES.includes("decode") ? DTYPES : []) {
   for (const shape of PROJECTIONS) {
     await run("decode", shape, dtype, DECODE_M, ["unrolled", "blocked", "gemv"]);
   }
   // The LM head only with the policy's decode kernel (the other one takes seconds on lavapipe).
   await run("decode", LM_HEAD, dtype, DECODE_M, [policy === "cpu" ? "unrolled" : "gemv"]);
+}
+
+for (const quant of PHASES.includes("decode") ? ["int8", "int4"] as const : []) {
+  for (const shape of PROJECTIONS) {
+    await run("decode", shape, quant, DECODE_M, ["unrolled", "gemv"]);
+  }
+  await run("decode", LM_HEAD, quant, DECODE_M, [policy === "cpu" ? "unrolled" : "gemv"]);
 }
 
 // Listed entries: one decode step (M = 1, the policy's kernel) per projection, submitted and

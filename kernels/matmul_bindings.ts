@@ -101,19 +101,52 @@ export function weightBinding8(format: WeightFormat): string {
 }
 
 /**
- * Weight bindings of `unrolled` on quantized weights (`matmul_unrolled_q.wgsl`): `load_q8(i)`,
- * the 8 unscaled values of step i, and `scale_at(g)`.
+ * Per format, the WGSL of `unrolled`'s quantized k loop (matmul_unrolled_q.wgsl): the group type
+ * `QGroup` and `load_group(g)` (one or two 16-byte loads), and the step helpers. A step is 8
+ * values (one int4 word, two int8 words) isolated in place by a mask, on the word with every
+ * value's sign bit flipped but the top one's (so they read q + 8 / q + 128 and the top one q),
+ * and converted as they sit: value j of a word becomes (q + offset) * B^j (B = 16 / 256; the
+ * top one q * B^j), exact in f32. `q_prep` multiplies X by the matching B^-j (exact powers of
+ * two), `q_offset` is -offset times the sum of the X values whose q carries the offset, and
+ * `q_dot(q_prep(x), v, c) + q_offset(x)` is the sum of q * x over step c of group v.
+ */
+const QUANT_STEP = {
+  int4: "alias QGroup = vec4<u32>;\n" +
+    "fn load_group(g: u32) -> QGroup {\n  return w[g];\n}\n" +
+    "fn q_prep(x: mat2x4<f32>) -> mat2x4<f32> {\n" +
+    "  return mat2x4<f32>(x[0] * vec4<f32>(1.0, 0x1p-4, 0x1p-8, 0x1p-12),\n" +
+    "    x[1] * vec4<f32>(0x1p-16, 0x1p-20, 0x1p-24, 0x1p-28));\n}\n" +
+    "fn q_offset(x: mat2x4<f32>) -> f32 {\n" +
+    "  return -8.0 * (x[0].x + x[0].y + x[0].z + x[0].w + x[1].x + x[1].y + x[1].z);\n}\n" +
+    "fn q_dot(xs: mat2x4<f32>, v: QGroup, c: u32) -> f32 {\n" +
+    "  let word = vec4<u32>(v[c] ^ 0x08888888u);\n" +
+    "  let lo = vec4<f32>(bitcast<vec4<i32>>(word & vec4<u32>(0xFu, 0xF0u, 0xF00u, 0xF000u)));\n" +
+    "  let hi = vec4<f32>(bitcast<vec4<i32>>(word &\n" +
+    "    vec4<u32>(0xF0000u, 0xF00000u, 0xF000000u, 0xF0000000u)));\n" +
+    "  return dot(xs[0], lo) + dot(xs[1], hi);\n}\n",
+  int8: "struct QGroup { a: vec4<u32>, b: vec4<u32> }\n" +
+    "fn load_group(g: u32) -> QGroup {\n  return QGroup(w[2u * g], w[2u * g + 1u]);\n}\n" +
+    "const Q8_PLACES = vec4<f32>(1.0, 0x1p-8, 0x1p-16, 0x1p-24);\n" +
+    "const Q8_MASKS = vec4<u32>(0xFFu, 0xFF00u, 0xFF0000u, 0xFF000000u);\n" +
+    "fn q_prep(x: mat2x4<f32>) -> mat2x4<f32> {\n" +
+    "  return mat2x4<f32>(x[0] * Q8_PLACES, x[1] * Q8_PLACES);\n}\n" +
+    "fn q_offset(x: mat2x4<f32>) -> f32 {\n" +
+    "  return -128.0 * (x[0].x + x[0].y + x[0].z + x[1].x + x[1].y + x[1].z);\n}\n" +
+    "fn q_dot(xs: mat2x4<f32>, v: QGroup, c: u32) -> f32 {\n" +
+    "  let half = select(v.a, v.b, c >= 2u);\n" +
+    "  let pair = select(half.xy, half.zw, (c & 1u) == 1u) ^ vec2<u32>(0x00808080u);\n" +
+    "  let lo = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(pair.x) & Q8_MASKS));\n" +
+    "  let hi = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(pair.y) & Q8_MASKS));\n" +
+    "  return dot(xs[0], lo) + dot(xs[1], hi);\n}\n",
+} as const;
+
+/**
+ * Weight bindings of `unrolled` on quantized weights (`matmul_unrolled_q.wgsl`): the words as
+ * `array<vec4<u32>>` (a group is one such for int4, two for int8), `scale_at(g)` and the step
+ * helpers of {@linkcode QUANT_STEP}.
  */
 export function quantWeightBinding8(format: QuantFormat): string {
-  return format === "int4"
-    ? quantBindings("u32") + UNPACK4.int4 +
-      "fn load_q8(i: u32) -> mat2x4<f32> {\n" +
-      "  let v = w[i];\n" +
-      "  return mat2x4<f32>(unpack4(v), unpack4(v >> 16u));\n}\n"
-    : quantBindings("vec2<u32>") + UNPACK4.int8 +
-      "fn load_q8(i: u32) -> mat2x4<f32> {\n" +
-      "  let v = w[i];\n" +
-      "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y));\n}\n";
+  return quantBindings("vec4<u32>") + QUANT_STEP[format];
 }
 
 /** WGSL: SwiGLU of gate `g` and up `u`, as matmul_x_swiglu.wgsl computes it. */

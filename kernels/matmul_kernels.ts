@@ -114,9 +114,10 @@ const BLOCKED_WG = 64;
 export const UNROLLED_BLOCKS = [1, 2, 4, 8, 16] as const;
 const UNROLLED_RN = 16;
 /**
- * `unrolled` on int8 / int4 weights: weight rows per invocation. Tried 8, 16, 32 on lavapipe
- * (Qwen3-0.6B shapes, M = 1, 2026-11-25): no difference beyond the machine's noise, the kernel
- * being bound by its arithmetic (unpacking, scaling, dots: ~8 G weights/s on 2 cores).
+ * `unrolled` on int8 / int4 weights: weight rows per invocation. With a whole group per load
+ * (matmul_unrolled_q.wgsl), 12, 16, 20 and 24 measured the same on lavapipe (6144 x 1024 int4,
+ * M = 1, 2026-11-26: 0.82-0.87 ms); the kernel spends about half its time in weight loads and the
+ * rest in unpacking and dots, and X loads are ~15% of it.
  */
 const QUANT_RN = 16;
 const UNROLLED_WG = 8;
