@@ -26,6 +26,11 @@
  * barrier; the default on CPU adapters such as lavapipe, where barriers are coroutine switches,
  * when `GROUP * headDim <= 512`). Measured on lavapipe: see docs/benchmarks.md.
  *
+ * A fused variant of `workgroup` (`rope` in the config; the gpu profile's all-decode steps) also
+ * does `rope_and_cache`'s work for the step's new tokens (q/k head norms, RoPE, the K/V cache
+ * write; `paged_attention_decode_rope.wgsl`), so a layer's decode step has one dispatch less:
+ * its op encodes either variant ({@linkcode PagedAttentionDecodeOp.encode}'s `fused`).
+ *
  * Restrictions: `headDim` a multiple of 4 and at most 256; `numQHeads / numKvHeads` an integer
  * from 1 to 8; `qStride` a multiple of 4; `partitionSize` a multiple of 16. One pipeline is
  * compiled per (kernel, KV dtype, GQA group, headDim).
@@ -37,6 +42,10 @@ import decodeIo from "./paged_attention_decode_io.wgsl" with { type: "text" };
 import decodeSource from "./paged_attention_decode.wgsl" with { type: "text" };
 import mergeSource from "./paged_attention_merge.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_decode_unrolled.wgsl" with { type: "text" };
+import ropeSource from "./paged_attention_decode_rope.wgsl" with { type: "text" };
+import ropeAngleSource from "./rope_angle.wgsl" with { type: "text" };
+import { qkNormPrelude } from "./rope_and_cache.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
@@ -59,6 +68,8 @@ export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
   decodeSource,
   mergeSource,
   unrolledSource,
+  ropeSource,
+  ropeAngleSource,
 );
 
 /** Default tokens per split-K partition. */
@@ -75,6 +86,16 @@ export const MAX_UNROLLED_GROUP_DIM = 512;
 
 /** Invocations per workgroup of the `workgroup` kernel (WG in paged_attention_decode.wgsl). */
 const WORKGROUP_SIZE = 64;
+
+/** The cache bindings 1 and 2 of both kernels (`array<KVT>`), read or read_write. */
+function kvBindings(access: "read" | "read_write"): string {
+  return `@group(0) @binding(1) var<storage, ${access}> k_cache: array<KVT>;\n` +
+    `@group(0) @binding(2) var<storage, ${access}> v_cache: array<KVT>;\n`;
+}
+
+/** The `workgroup` kernel's prologue when it is not fused: none. */
+const UNFUSED = "const FUSED: bool = false;\n" +
+  "fn rope_prologue(seq: u32, kvh: u32, head0: u32, lid: u32, owner: bool) {}\n";
 
 /** The two decode attention kernels (see the module documentation). */
 export type PagedAttentionDecodeVariant = "workgroup" | "unrolled";
@@ -101,6 +122,19 @@ export interface PagedAttentionDecodeConfig {
    * a multiple of 8, else `workgroup`.
    */
   readonly variant?: PagedAttentionDecodeVariant;
+  /**
+   * Also compile the fused variant (`workgroup` kernel only): q/k head norms with weights of
+   * `normDtype` (null: no norms, Llama / Qwen2), RoPE and the K/V write of the new tokens.
+   */
+  readonly rope?: DecodeRopeConfig;
+}
+
+/** The fused variant's shape (see {@linkcode PagedAttentionDecodeConfig.rope}). */
+export interface DecodeRopeConfig {
+  /** dtype of the q/k head-norm weights, or null when the model has none. */
+  readonly normDtype: DType | null;
+  /** Epsilon of the head norms; default 1e-6. */
+  readonly eps?: number;
 }
 
 /** Per-layer buffers of one decode attention call site; fixed for the op's lifetime. */
@@ -122,6 +156,20 @@ export interface PagedAttentionDecodeBuffers {
    * (see {@linkcode PagedAttentionDecode.createScratch}).
    */
   readonly scratch: PagedAttentionScratch;
+  /** The fused variant's inputs (a kernel compiled with `rope`); without them it is not bound. */
+  readonly rope?: PagedAttentionDecodeRopeBuffers;
+}
+
+/** Inputs of the fused variant (the same as `rope_and_cache`'s, per sequence). */
+export interface PagedAttentionDecodeRopeBuffers {
+  /** u32 `[num_seqs]`: position of each sequence's new token. */
+  readonly positions: GPUBufferBinding;
+  /** f32 `[headDim / 2]`: RoPE inverse frequencies (rope scaling applied). */
+  readonly invFreq: GPUBufferBinding;
+  /** u32 `[num_seqs]`: cache slot of each sequence's new token, or 0xFFFFFFFF (no write). */
+  readonly slotMapping: GPUBufferBinding;
+  /** `[1, headDim]` q and k head-norm weights of the kernel's `normDtype` (when not null). */
+  readonly qkNorm?: { readonly q: GpuMatrix; readonly k: GpuMatrix };
 }
 
 /** Strides of the bound buffers. */
@@ -144,8 +192,11 @@ export class PagedAttentionDecode {
   readonly splitThreshold: number;
   /** The kernel in use. */
   readonly variant: PagedAttentionDecodeVariant;
+  /** The fused variant's shape, or null when it was not compiled. */
+  readonly rope: DecodeRopeConfig | null;
   readonly #ctx: GpuContext;
   readonly #decode: GPUComputePipeline;
+  readonly #fused: GPUComputePipeline | null;
   readonly #merge: GPUComputePipeline;
   #splitTuning: DecodeSplitTuning | null = null;
 
@@ -197,25 +248,41 @@ export class PagedAttentionDecode {
           `at most ${MAX_UNROLLED_GROUP_DIM} with headDim a multiple of 8`,
       );
     }
+    if (config.rope !== undefined && this.variant !== "workgroup") {
+      throw new RangeError("Cannot create paged attention: only the workgroup kernel is fused");
+    }
+    this.rope = config.rope ?? null;
+    const workgroup = (fused: string) =>
+      weightPrelude(dtype) + WORKGROUP_KVT + decodeIo +
+      `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\n` + fused +
+      unrollTemplate(decodeSource, {
+        i: group,
+        r: Math.ceil((group * headDim) / 4 / WORKGROUP_SIZE),
+      });
     this.#decode = this.variant === "unrolled"
       ? ctx.pipeline(
         `paged_attention_decode_unrolled/${dtype}/group${group}/d${headDim}`,
         () =>
-          weightPrelude(dtype) + kvLoad8Prelude(dtype) + decodeIo +
+          weightPrelude(dtype) + kvLoad8Prelude(dtype) + decodeIo + kvBindings("read") +
           `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst D4 = ${headDim / 4}u;\n` +
           `const D8 = ${headDim / 8}u;\n` +
           unrollTemplate(unrolledSource, { i: group, r: headDim / 8 }),
       )
       : ctx.pipeline(
         `paged_attention_decode/${dtype}/group${group}/d${headDim}`,
-        () =>
-          weightPrelude(dtype) + WORKGROUP_KVT + decodeIo +
-          `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\n` +
-          unrollTemplate(decodeSource, {
-            i: group,
-            r: Math.ceil((group * headDim) / 4 / WORKGROUP_SIZE),
-          }),
+        () => workgroup(kvBindings("read") + UNFUSED),
       );
+    const normDtype = this.rope?.normDtype ?? null;
+    // `enable f16` comes with an f16 cache (weightPrelude); an f16 norm beside an f32 cache adds it.
+    const f16Norm = normDtype === "f16" && dtype !== "f16" ? "enable f16;\n" : "";
+    this.#fused = this.rope === null ? null : ctx.pipeline(
+      `paged_attention_decode_rope/${dtype}/group${group}/d${headDim}/norm-${normDtype}`,
+      () =>
+        f16Norm + workgroup(
+          kvBindings("read_write") + ropeAngleSource + qkNormPrelude(normDtype, 12, 13) +
+            ropeSource,
+        ),
+    );
     this.#merge = ctx.pipeline("paged_attention_merge", () => mergeSource);
   }
 
@@ -295,11 +362,15 @@ export class PagedAttentionDecode {
           `tokens, the kernel uses ${this.partitionSize}`,
       );
     }
+    // Checked before any parameter slot is taken, so a refused bind leaks none.
+    const ropeEntries = this.#fused !== null && buffers.rope !== undefined
+      ? this.#ropeEntries(buffers.rope)
+      : null;
     const device = this.#ctx.device;
     const slot = arena.allocate();
     slot.setU32(0, this.numQHeads, this.numKvHeads, this.blockSize, btStride, qStride);
     slot.setU32(5, this.partitionSize, scratch.maxPartitions, 0);
-    slot.setF32(8, this.scale);
+    slot.setF32(8, this.scale, this.rope?.eps ?? 1e-6);
     const decodeGroup = device.createBindGroup({
       label: "paged_attention_decode",
       layout: this.#decode.getBindGroupLayout(0),
@@ -328,6 +399,27 @@ export class PagedAttentionDecode {
         { binding: 4, resource: mergeSlot.binding },
       ],
     });
+    const fused = this.#fused !== null && ropeEntries !== null
+      ? {
+        pipeline: this.#fused,
+        group: device.createBindGroup({
+          label: "paged_attention_decode_rope",
+          layout: this.#fused.getBindGroupLayout(0),
+          entries: [
+            { binding: 0, resource: buffers.q },
+            { binding: 1, resource: buffers.kCache },
+            { binding: 2, resource: buffers.vCache },
+            { binding: 3, resource: buffers.blockTables },
+            { binding: 4, resource: buffers.contextLens },
+            { binding: 5, resource: buffers.out },
+            { binding: 6, resource: { buffer: scratch.partOut } },
+            { binding: 7, resource: { buffer: scratch.partMl } },
+            { binding: 8, resource: slot.binding },
+            ...ropeEntries,
+          ],
+        }),
+      }
+      : null;
     return new PagedAttentionDecodeOp(
       this,
       { decode: this.#decode, merge: this.#merge },
@@ -335,6 +427,39 @@ export class PagedAttentionDecode {
       { decode: slot, merge: mergeSlot },
       scratch,
       btStride,
+      fused,
     );
+  }
+
+  /** Bindings 9-13 of the fused variant, checked against the kernel's head shape and norm. */
+  #ropeEntries(rope: PagedAttentionDecodeRopeBuffers): GPUBindGroupEntry[] {
+    const normDtype = this.rope!.normDtype;
+    const entries: GPUBindGroupEntry[] = [
+      { binding: 9, resource: rope.positions },
+      { binding: 10, resource: rope.invFreq },
+      { binding: 11, resource: rope.slotMapping },
+    ];
+    if (normDtype === null) {
+      if (rope.qkNorm !== undefined) {
+        throw new RangeError(
+          "Cannot bind fused paged attention: q/k norm weights for a kernel compiled without norms",
+        );
+      }
+      return entries;
+    }
+    const norm = rope.qkNorm;
+    if (norm === undefined) {
+      throw new RangeError(`Cannot bind fused paged attention: it needs ${normDtype} q/k norms`);
+    }
+    for (const [binding, w] of [[12, norm.q], [13, norm.k]] as const) {
+      if (w.parts.length !== 1 || w.cols !== this.headDim || w.dtype !== normDtype || w.quant) {
+        throw new RangeError(
+          `Cannot bind fused paged attention: norm weight ${w.label} must be one [1, ` +
+            `${this.headDim}] ${normDtype} part`,
+        );
+      }
+      entries.push({ binding, resource: { buffer: w.parts[0]!.buffer } });
+    }
+    return entries;
   }
 }

@@ -17,6 +17,10 @@
 // Prelude constants (kernels/paged_attention_decode.ts; one pipeline per combination):
 //   GROUP    : u32  query heads per kv head (1..8)
 //   HEAD_DIM : u32  elements per head (multiple of 4, <= 256)
+//   FUSED    : bool the fused variant: q/k head norms, RoPE and the new token's K/V write in
+//                   the prologue (paged_attention_decode_rope.wgsl, prepended with its bindings
+//                   9-13 and `rope_prologue`; the caches then bind read_write); otherwise false
+//                   with an empty `rope_prologue`.
 // TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-i is emitted once per query
 // head i < GROUP, a line containing dollar-r once per output vec4 r < PAIRS of an invocation; the
 // markers become the numbers. So the per-invocation scores and outputs live in named variables,
@@ -26,9 +30,9 @@
 // Bindings (group 0):
 //   0 q            : storage read  array<vec4<f32>> [num_seqs, q_stride / 4]; q(s, h, d) at
 //                                                    s * q_stride + h * HEAD_DIM + d (f32)
-//   1 k_cache      : storage read  array<vec4<WT>>  [num_blocks, num_kv_heads, block_size,
+//   1 k_cache      : storage read (rw: FUSED) array<vec4<WT>>  [num_blocks, num_kv_heads, block_size,
 //                                                    HEAD_DIM]
-//   2 v_cache      : storage read  array<vec4<WT>>  same shape as k_cache
+//   2 v_cache      : storage read (rw: FUSED) same shape as k_cache
 //   3 block_tables : storage read  array<u32>       [num_seqs, bt_stride] physical block ids
 //   4 context_lens : storage read  array<u32>       [num_seqs] tokens in the cache incl. this one
 //   5 out          : storage rw    array<vec4<f32>> [num_seqs, num_q_heads, HEAD_DIM] (split == 0)
@@ -105,11 +109,17 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   }
   let end = start + min(p.partition_size, ctx_len - start);
 
-  // Queries of the GROUP heads, pre-multiplied by the scale.
-  for (var i = lid; i < P; i += WG) {
-    let g = i / D4;
-    let d4 = i - g * D4;
-    sh_q[g * MAX_D4 + d4] = p.scale * q[(seq * p.q_stride + (head0 + g) * HEAD_DIM) / 4u + d4];
+  // Queries of the GROUP heads, pre-multiplied by the scale. The fused variant norms and rotates
+  // them first and, in the workgroup holding the new position, writes its K and V to the cache
+  // (paged_attention_decode_rope.wgsl).
+  if (FUSED) {
+    rope_prologue(seq, kvh, head0, lid, end == ctx_len);
+  } else {
+    for (var i = lid; i < P; i += WG) {
+      let g = i / D4;
+      let d4 = i - g * D4;
+      sh_q[g * MAX_D4 + d4] = p.scale * q[(seq * p.q_stride + (head0 + g) * HEAD_DIM) / 4u + d4];
+    }
   }
 
   // Phase-3 role of this invocation: output vec4s first + r * WG of position set `sub`.

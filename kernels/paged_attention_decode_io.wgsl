@@ -1,9 +1,10 @@
 // paged_attention_decode_io: the parameters and bindings shared by the two decode attention
 // kernels (paged_attention_decode.wgsl, paged_attention_decode_unrolled.wgsl), prepended to
 // both by kernels/paged_attention_decode.ts, which writes Params. Shapes are listed in the
-// kernels' headers. Needs the alias KVT, the
-// element type of the caches, defined around it: WT4 (vec4 of the KV dtype) for the workgroup
-// kernel, kv_load8_{f16,f32}.wgsl's for the unrolled one.
+// kernels' headers. The cache bindings 1 (k_cache) and 2 (v_cache), `array<KVT>`, are declared
+// by kernels/paged_attention_decode.ts beside it (read, or read_write in the variant that writes
+// the new token's K and V); KVT, the element type of the caches, is defined around it: WT4 (vec4
+// of the KV dtype) for the workgroup kernel, kv_load8_{f16,f32}.wgsl's for the unrolled one.
 
 // A score no real score reaches (the running max before any position).
 const NEG_BIG: f32 = -3.0e38;
@@ -18,11 +19,11 @@ struct Params {
   max_partitions: u32,
   split: u32,
   scale: f32,
+  // Epsilon of the q/k head norms (paged_attention_decode_rope.wgsl only).
+  eps: f32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k_cache: array<KVT>;
-@group(0) @binding(2) var<storage, read> v_cache: array<KVT>;
 @group(0) @binding(3) var<storage, read> block_tables: array<u32>;
 @group(0) @binding(4) var<storage, read> context_lens: array<u32>;
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;

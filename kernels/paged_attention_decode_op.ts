@@ -62,7 +62,14 @@ export class PagedAttentionDecodeOp {
     private readonly scratch: PagedAttentionScratch,
     /** The block-table row stride bound (the most entries a row of the buffer holds). */
     private readonly maxBtStride: number,
+    /** The fused variant (kernel compiled and bound with its rope inputs), or null. */
+    private readonly fused: { pipeline: GPUComputePipeline; group: GPUBindGroup } | null = null,
   ) {}
+
+  /** Whether {@linkcode encode} can run the fused variant (RoPE and the K/V write included). */
+  get fusesRope(): boolean {
+    return this.fused !== null;
+  }
 
   /**
    * Sets the block-table row stride of the next encodes: a step packs its tables `stride`
@@ -109,18 +116,28 @@ export class PagedAttentionDecodeOp {
    * with partitions of that many tokens (a multiple of {@linkcode SPLIT_UNIT}); by default
    * {@linkcode splitPartition} decides.
    *
+   * With `fused` the fused variant runs: it first norms and rotates the queries and writes each
+   * sequence's new K and V (what `rope_and_cache` does for an all-decode step).
+   *
    * @returns whether the split-K path was encoded.
    * @throws {RangeError} when `numSeqs` or the partitions exceed the scratch (split-K only) or
-   * the grid limit, or a forced partition size is not a positive multiple of
-   *   {@linkcode SPLIT_UNIT}.
+   * the grid limit, a forced partition size is not a positive multiple of
+   *   {@linkcode SPLIT_UNIT}, or `fused` is asked of an op without the fused variant.
    */
   encode(
     pass: GPUComputePassEncoder,
     numSeqs: number,
     maxContextLen: number,
     split?: boolean | number,
+    fused = false,
   ): boolean {
+    if (fused && this.fused === null) {
+      throw new RangeError("Cannot encode fused paged attention: the op was bound without it");
+    }
     if (numSeqs <= 0) return false;
+    const decode = fused
+      ? this.fused!
+      : { pipeline: this.pipelines.decode, group: this.groups.decode };
     if (numSeqs > MAX_GROUPS_PER_DIM) {
       throw new RangeError(
         `Cannot encode paged attention: ${numSeqs} sequences exceed ${MAX_GROUPS_PER_DIM}`,
@@ -152,16 +169,16 @@ export class PagedAttentionDecodeOp {
       }
       this.slots.decode.setU32(5, size, stride, 1);
       this.slots.merge.setU32(0, numSeqs).setU32(3, size, stride);
-      pass.setPipeline(this.pipelines.decode);
-      pass.setBindGroup(0, this.groups.decode);
+      pass.setPipeline(decode.pipeline);
+      pass.setBindGroup(0, decode.group);
       pass.dispatchWorkgroups(parts, kernel.numKvHeads, numSeqs);
       pass.setPipeline(this.pipelines.merge);
       pass.setBindGroup(0, this.groups.merge);
       dispatch1d(pass, numSeqs * kernel.numQHeads);
     } else {
       this.slots.decode.setU32(5, 0xffffffff, this.scratch.maxPartitions, 0);
-      pass.setPipeline(this.pipelines.decode);
-      pass.setBindGroup(0, this.groups.decode);
+      pass.setPipeline(decode.pipeline);
+      pass.setBindGroup(0, decode.group);
       pass.dispatchWorkgroups(1, kernel.numKvHeads, numSeqs);
     }
     // At most (every sequence at the longest context): q.K and p.V per query head and token,

@@ -15,6 +15,7 @@
  */
 
 import source from "./rope_and_cache.wgsl" with { type: "text" };
+import ropeAngleSource from "./rope_angle.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
 import type { ParamArena } from "../gpu/params.ts";
@@ -114,7 +115,7 @@ export class RopeAndCache {
     }
     const pipeline = this.#ctx.pipeline(
       `rope_and_cache/${normDtype ?? "no_norm"}/${cacheDtype}/${this.#shape.key}`,
-      () => prelude(cacheDtype, normDtype) + this.#shape.prelude + source,
+      () => prelude(cacheDtype, normDtype) + this.#shape.prelude + ropeAngleSource + source,
     );
     const site = new CallSite(this.#ctx, arena, pipeline, "rope_and_cache", [
       buffers.qkv,
@@ -139,20 +140,28 @@ export class RopeAndCache {
 }
 
 /**
- * The variant prelude: the cache type `CT`, and either the norm weights (type `NT`, bindings 6
- * and 7) or a weight of 1.
+ * The variant prelude: the cache type `CT`, and {@linkcode qkNormPrelude} with the norm
+ * weights at bindings 6 and 7.
  */
 function prelude(cacheDtype: DType, normDtype: DType | null): string {
   const f16 = cacheDtype === "f16" || normDtype === "f16" ? "enable f16;\n" : "";
-  const types = `alias CT = ${cacheDtype};\n`;
+  return f16 + `alias CT = ${cacheDtype};\n` + qkNormPrelude(normDtype, 6, 7);
+}
+
+/**
+ * WGSL of the q/k head norms of a kernel that applies them (rope_and_cache.wgsl, the fused decode
+ * attention): `HAS_NORM` and `norm_weight(is_q, i)`, element i of q_norm or k_norm, with those
+ * weights (type `NT`, `normDtype`) at bindings `qBinding` and `kBinding`; without norm
+ * (`normDtype` null) a weight of 1 and no bindings. `enable f16` is the caller's.
+ */
+export function qkNormPrelude(normDtype: DType | null, qBinding: number, kBinding: number): string {
   if (normDtype === null) {
-    return f16 + types +
-      "const HAS_NORM = false;\nfn norm_weight(is_q: bool, i: u32) -> f32 { return 1.0; }\n";
+    return "const HAS_NORM = false;\nfn norm_weight(is_q: bool, i: u32) -> f32 { return 1.0; }\n";
   }
-  return f16 + types + `alias NT = ${normDtype};
+  return `alias NT = ${normDtype};
 const HAS_NORM = true;
-@group(0) @binding(6) var<storage, read> q_norm: array<NT>;
-@group(0) @binding(7) var<storage, read> k_norm: array<NT>;
+@group(0) @binding(${qBinding}) var<storage, read> q_norm: array<NT>;
+@group(0) @binding(${kBinding}) var<storage, read> k_norm: array<NT>;
 fn norm_weight(is_q: bool, i: u32) -> f32 {
   if (is_q) {
     return f32(q_norm[i]);

@@ -12,16 +12,10 @@
 //        (skipped when s = 0xFFFFFFFF), head kh in [0, Hkv), d in [0, head_dim):
 //        k_cache[((block * Hkv + kh) * block_size + o) * head_dim + d],
 //        block = s / block_size, o = s % block_size   (the layout of reshape_and_cache.wgsl)
-// The k and v heads of qkv are read only. The angle is formed and reduced to [-pi, pi] exactly as
-// the former rope kernel did (see rope_angle below): inv_freq already holds any rope_scaling
-// variant (linear, llama3), computed on the host.
-//
-// Precision of the angle: pos and inv_freq are each split into two 12-bit halves, the four
-// partial products are exact in f32, and each is reduced modulo 2 pi = TWO_PI_HI + TWO_PI_LO
-// (TWO_PI_HI has 8 significant bits, so k * TWO_PI_HI is exact for k < 2^16). The reduced
-// angle is accurate to a few 1e-6 rad for pos < 2^24 with inv_freq <= 1; cos and sin only see
-// arguments in [-pi, pi]. Rounding pos * inv_freq to f32 first would cost up to 2^-10 rad at
-// a = 32768.
+// The k and v heads of qkv are read only. The angle is rope_angle.wgsl's (prepended; its precision
+// is stated there): inv_freq already holds any rope_scaling variant (linear, llama3), computed on
+// the host. The decode attention's fused variant (paged_attention_decode_rope.wgsl) does the same
+// work for all-decode steps of the gpu profile.
 //
 // Prelude (kernels/rope_and_cache.ts): `alias CT` (cache type, f16 or f32) and, in the NORM
 // variant, `alias NT` (norm weight type) with bindings 6 and 7; `HAS_NORM`, `norm_weight`;
@@ -63,26 +57,6 @@ struct Params {
 @group(0) @binding(8) var<uniform> p: Params;
 
 const SKIP_SLOT: u32 = 0xFFFFFFFFu;
-const INV_TWO_PI: f32 = 0.15915494309189535;
-const TWO_PI_HI: f32 = 6.28125;
-const TWO_PI_LO: f32 = 0.0019353071795864769;
-
-// v minus the nearest multiple of 2 pi; v - k * TWO_PI_HI is exact (Sterbenz) for large v.
-fn reduce(v: f32) -> f32 {
-  let k = round(v * INV_TWO_PI);
-  return (v - k * TWO_PI_HI) - k * TWO_PI_LO;
-}
-
-// pos * f reduced to [-pi, pi] (see Precision above).
-fn rope_angle(pos: u32, f: f32) -> f32 {
-  let p_hi = f32(pos & 0xfffff000u);
-  let p_lo = f32(pos & 0xfffu);
-  let f_hi = bitcast<f32>(bitcast<u32>(f) & 0xfffff000u);
-  let f_lo = f - f_hi;
-  let r = reduce(p_hi * f_hi) + reduce(p_hi * f_lo) + reduce(p_lo * f_hi) + p_lo * f_lo;
-  return reduce(r);
-}
-
 // First element of kv head kh's vector for cache slot s.
 fn cache_base(s: u32, kh: u32) -> u32 {
   let block = s / p.block_size;

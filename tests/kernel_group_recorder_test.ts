@@ -20,15 +20,17 @@ import { SOLO_RUNNER_OPTIONS } from "./support/solo_run.ts";
 
 /**
  * The groups of a Llama-family step with q/k norms (Qwen3), in step order: under the gpu kernel
- * profile the projections read the norms themselves (no rms_norm group).
+ * profile the projections read the norms themselves (no rms_norm group), and an all-decode step's
+ * attention does the q/k norms, RoPE and the K/V write (no rope_and_cache group).
  */
-const QWEN3_GROUPS = (fused: boolean) => [
+const QWEN3_GROUPS = (fused: boolean, decode = false) => [
   "embedding + token feed",
   ...(fused
     ? ["matmul qkv (+ residual add, rms_norm)"]
     : ["rms_norm (2 per layer, fused residual)", "matmul qkv"]),
-  "q/k norm + rope + kv write",
-  "attention",
+  ...(fused && decode
+    ? ["attention (+ q/k norm, rope, kv write)"]
+    : ["q/k norm + rope + kv write", "attention"]),
   "matmul o",
   fused ? "matmul gate_up (+ residual add, rms_norm)" : "matmul gate_up",
   "matmul down (+ silu_mul)",
@@ -100,7 +102,7 @@ Deno.test("KernelGroupRecorder.replay() re-encodes one group's commands in step 
 for (
   const [preset, groupsOf] of [
     ["tiny-qwen3", QWEN3_GROUPS],
-    ["tiny-gpt2", () => GPT2_GROUPS],
+    ["tiny-gpt2", (_fused: boolean, _decode: boolean) => GPT2_GROUPS],
   ] as const
 ) {
   Deno.test(
@@ -142,7 +144,7 @@ for (
             );
             const token = (await step.result).tokens[0]!;
             const context = `seed ${seed}, position ${pos}`;
-            assert.deepEqual(recorder.groups, groupsOf(!ctx.isCpuProfile), context);
+            assert.deepEqual(recorder.groups, groupsOf(!ctx.isCpuProfile, pos > 0), context);
             assert.equal(recorder.dispatches(), probe.result().dispatchesPerCall, context);
             tokens.push(token);
             pos += ids.length;
@@ -194,7 +196,7 @@ for (const timestamps of [true, false]) {
           const work = new BenchWorkload(runner, blocksPerSeq);
           await work.prefill(PROMPT, 0);
           const groups = await breakdown(timestamps ? ctx : withoutTimestamps(ctx), work, 2);
-          assert.deepEqual(groups.map((g) => g.name), QWEN3_GROUPS(!ctx.isCpuProfile));
+          assert.deepEqual(groups.map((g) => g.name), QWEN3_GROUPS(!ctx.isCpuProfile, true));
           for (const g of groups) {
             assert.ok(Number.isFinite(g.ms) && g.ms > 0, `${g.name}: ${g.ms} ms`);
           }
@@ -210,7 +212,7 @@ for (const timestamps of [true, false]) {
           };
           for (const g of groups) {
             const kind = /^matmul (\w+)/.exec(g.name)?.[1];
-            if (g.name === "attention") {
+            if (g.name.startsWith("attention")) {
               // 2 sequences at context PROMPT + 1: q.K and p.V per query head, f32 K and V rows.
               const tokens = c.numLayers * 2 * (PROMPT + 1);
               assert.deepEqual(g.work, {

@@ -1,8 +1,11 @@
 /**
  * One layer's attention over the paged KV cache: write this step's K and V into the cache
- * (`reshape_and_cache`, unless the model's `rope_and_cache` already did), then attend. Steps where every sequence decodes one token use the
- * decode kernel (one query per sequence, split-K for long contexts); steps with any multi-token
- * chunk use the varlen prefill kernel for all sequences (it handles single-token sequences too).
+ * (`reshape_and_cache`, unless the model's `rope_and_cache` already did), then attend. Steps
+ * where every sequence decodes one token use the decode kernel (one query per sequence, split-K
+ * for long contexts); steps with any multi-token chunk use the varlen prefill kernel for all
+ * sequences (it handles single-token sequences too). Under the gpu profile a RoPE model's
+ * all-decode steps run the decode kernel's fused variant, which does `rope_and_cache`'s work
+ * itself ({@linkcode AttentionBlock.fusesRope}): the model skips that dispatch then.
  *
  * @module
  */
@@ -11,8 +14,10 @@ import type { ParamArena } from "../../gpu/params.ts";
 import type { KvCache } from "../kv_cache.ts";
 import type { StepBuffers } from "../step_buffers.ts";
 import {
+  type DecodeRopeConfig,
   PagedAttentionDecode,
   type PagedAttentionDecodeOp,
+  type PagedAttentionDecodeRopeBuffers,
 } from "../../kernels/paged_attention_decode.ts";
 import {
   PagedAttentionPrefill,
@@ -98,6 +103,8 @@ export class AttentionKernels {
   /**
    * @param tiledPrefill whether to add the `tiled` prefill kernel beside the profile's (gpu
    *   profile, where it fits): {@linkcode tiledPrefillCompiles} says whether the adapter can.
+   * @param rope a RoPE model's head norms: the gpu profile then also compiles the decode
+   *   kernel's fused variant (q/k norms, RoPE and the K/V write of all-decode steps).
    */
   constructor(
     ctx: GpuContext,
@@ -105,6 +112,7 @@ export class AttentionKernels {
     kv: KvCache,
     maxSeqs: number,
     tiledPrefill = true,
+    rope?: DecodeRopeConfig,
   ) {
     this.geometry = geometry;
     const { numHeads, numKvHeads, headDim } = geometry;
@@ -116,6 +124,7 @@ export class AttentionKernels {
       headDim,
       blockSize: kv.shape.blockSize,
       dtype,
+      ...(rope !== undefined && !ctx.isCpuProfile ? { rope } : {}),
     });
     const prefill = { numQHeads: numHeads, numKvHeads, headDim, dtype };
     const tiledFits = tiledPrefillShape(
@@ -166,14 +175,18 @@ export class AttentionKernels {
 
   /**
    * Binds layer `layer`'s call sites. With `writeCache` false the block does not write K and V
-   * (the model writes them before it, e.g. with `rope_and_cache`).
+   * (the model writes them before it, e.g. with `rope_and_cache`); `rope`, the inputs of that
+   * write, lets all-decode steps run the fused decode variant where it was compiled.
    */
   bind(
     arena: ParamArena,
     bufs: StepBuffers,
     kv: KvCache,
     layer: number,
-    { writeCache = true }: { writeCache?: boolean } = {},
+    { writeCache = true, rope }: {
+      writeCache?: boolean;
+      rope?: PagedAttentionDecodeRopeBuffers;
+    } = {},
   ): AttentionBlock {
     const g = this.geometry;
     const kCache = { buffer: kv.k[layer]! };
@@ -200,7 +213,11 @@ export class AttentionKernels {
       contextLens: { buffer: bufs.contextLens },
       out: { buffer: bufs.attnOut },
     };
-    const decode = this.#decode.bind(arena, { ...common, scratch: this.#scratch }, {
+    const decode = this.#decode.bind(arena, {
+      ...common,
+      scratch: this.#scratch,
+      ...(rope !== undefined ? { rope } : {}),
+    }, {
       qStride: g.qkvWidth,
       btStride,
     });
@@ -232,12 +249,21 @@ export class AttentionBlock {
     private readonly prefillChoice: { readonly index: number },
   ) {}
 
+  /**
+   * Whether this block's all-decode steps run the fused decode variant, which norms and rotates
+   * q and k and writes the new K and V itself: the model does not encode its `rope_and_cache`
+   * for such steps.
+   */
+  get fusesRope(): boolean {
+    return this.decode.fusesRope;
+  }
+
   /** Encodes cache writes (when bound with them) and attention for this step; output in `attnOut`. */
   encode(pass: GPUComputePassEncoder, step: StepShape): void {
     if (this.reshape) this.reshape.encode(pass, step.numTokens);
     if (step.allDecode) {
       this.decode.setBlockTableStride(step.blockTableStride);
-      this.decode.encode(pass, step.numSeqs, step.maxContextLen);
+      this.decode.encode(pass, step.numSeqs, step.maxContextLen, undefined, this.fusesRope);
     } else {
       const prefill = this.prefill[this.prefillChoice.index]!;
       prefill.setBlockTableStride(step.blockTableStride);

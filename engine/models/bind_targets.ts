@@ -89,6 +89,10 @@ export function allocateBindTargets(
     kv,
     sizes.maxSeqs,
     tiledPrefill,
+    // RoPE models (every architecture but GPT-2); head norms in the weights' dtype (Qwen3).
+    c.arch === "GPT2LMHeadModel"
+      ? undefined
+      : { normDtype: c.qkNorm ? dtype : null, eps: c.normEps },
   );
   return { kernels, attention, arena, bufs, kv };
 }

@@ -119,6 +119,8 @@ const GROUPS = {
   ...KERNEL_GROUPS,
   /** Attention alone: `rope_and_cache` wrote K and V. */
   attention: "attention",
+  /** The fused decode attention (gpu profile, all-decode steps): `rope_and_cache`'s work too. */
+  attentionRope: "attention (+ q/k norm, rope, kv write)",
   norm: "rms_norm (2 per layer, fused residual)",
   ropeAndCache: "q/k norm + rope + kv write",
   gateUp: "matmul gate_up",
@@ -242,7 +244,15 @@ function bindAttention(
     cacheDtype: t.kv.shape.dtype,
     eps,
   });
-  const attn = t.attention.bind(arena, bufs, t.kv, l, { writeCache: false });
+  const attn = t.attention.bind(arena, bufs, t.kv, l, {
+    writeCache: false,
+    rope: {
+      positions: b(bufs.positions),
+      invFreq: b(invFreq),
+      slotMapping: b(bufs.slotMapping),
+      ...(lw.qNorm !== null && lw.kNorm !== null ? { qkNorm: { q: lw.qNorm, k: lw.kNorm } } : {}),
+    },
+  });
   const o = kernels.matmul(false).bind(arena, {
     x: b(bufs.attnOut),
     weight: lw.o,
@@ -311,8 +321,13 @@ function forward(
     for (const L of layers) {
       L.inputNorm?.encode(passes.at(GROUPS.norm), T);
       L.qkv.encode(passes.at(qkvGroup), T);
-      L.ropeAndCache.encode(passes.at(GROUPS.ropeAndCache), T);
-      L.attn.encode(passes.at(GROUPS.attention), step);
+      // The fused decode attention does rope_and_cache's work itself in all-decode steps.
+      if (step.allDecode && L.attn.fusesRope) {
+        L.attn.encode(passes.at(GROUPS.attentionRope), step);
+      } else {
+        L.ropeAndCache.encode(passes.at(GROUPS.ropeAndCache), T);
+        L.attn.encode(passes.at(GROUPS.attention), step);
+      }
       L.o.encode(passes.at(GROUPS.o), T);
       L.postNorm?.encode(passes.at(GROUPS.norm), T);
       L.gateUp.encode(passes.at(gateUpGroup), T);
