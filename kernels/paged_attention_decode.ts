@@ -42,10 +42,13 @@ import decodeIo from "./paged_attention_decode_io.wgsl" with { type: "text" };
 import decodeSource from "./paged_attention_decode.wgsl" with { type: "text" };
 import mergeSource from "./paged_attention_merge.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_decode_unrolled.wgsl" with { type: "text" };
-import ropeSource from "./paged_attention_decode_rope.wgsl" with { type: "text" };
-import ropeAngleSource from "./rope_angle.wgsl" with { type: "text" };
-import { qkNormPrelude } from "./rope_and_cache.ts";
-import type { GpuMatrix } from "../gpu/tensor.ts";
+import {
+  type DecodeRopeConfig,
+  type PagedAttentionDecodeRopeBuffers,
+  ROPE_PROLOGUE_SOURCES,
+  ropeEntries,
+  ropePrologueSource,
+} from "./paged_attention_decode_rope.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
@@ -61,6 +64,7 @@ import {
 } from "./paged_attention_decode_op.ts";
 
 export { PagedAttentionDecodeOp, PagedAttentionScratch, SHORT_SPLIT_CONTEXT, SMALL_BATCH_SPLIT };
+export type { DecodeRopeConfig, PagedAttentionDecodeRopeBuffers };
 
 /** A digest of the decode attention's WGSL: a cached split choice is re-measured once it changes. */
 export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
@@ -68,8 +72,7 @@ export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
   decodeSource,
   mergeSource,
   unrolledSource,
-  ropeSource,
-  ropeAngleSource,
+  ...ROPE_PROLOGUE_SOURCES,
 );
 
 /** Default tokens per split-K partition. */
@@ -129,14 +132,6 @@ export interface PagedAttentionDecodeConfig {
   readonly rope?: DecodeRopeConfig;
 }
 
-/** The fused variant's shape (see {@linkcode PagedAttentionDecodeConfig.rope}). */
-export interface DecodeRopeConfig {
-  /** dtype of the q/k head-norm weights, or null when the model has none. */
-  readonly normDtype: DType | null;
-  /** Epsilon of the head norms; default 1e-6. */
-  readonly eps?: number;
-}
-
 /** Per-layer buffers of one decode attention call site; fixed for the op's lifetime. */
 export interface PagedAttentionDecodeBuffers {
   /** f32 `[num_seqs, qStride]`: q(s, h, d) at `s * qStride + h * headDim + d`. */
@@ -158,18 +153,6 @@ export interface PagedAttentionDecodeBuffers {
   readonly scratch: PagedAttentionScratch;
   /** The fused variant's inputs (a kernel compiled with `rope`); without them it is not bound. */
   readonly rope?: PagedAttentionDecodeRopeBuffers;
-}
-
-/** Inputs of the fused variant (the same as `rope_and_cache`'s, per sequence). */
-export interface PagedAttentionDecodeRopeBuffers {
-  /** u32 `[num_seqs]`: position of each sequence's new token. */
-  readonly positions: GPUBufferBinding;
-  /** f32 `[headDim / 2]`: RoPE inverse frequencies (rope scaling applied). */
-  readonly invFreq: GPUBufferBinding;
-  /** u32 `[num_seqs]`: cache slot of each sequence's new token, or 0xFFFFFFFF (no write). */
-  readonly slotMapping: GPUBufferBinding;
-  /** `[1, headDim]` q and k head-norm weights of the kernel's `normDtype` (when not null). */
-  readonly qkNorm?: { readonly q: GpuMatrix; readonly k: GpuMatrix };
 }
 
 /** Strides of the bound buffers. */
@@ -277,11 +260,7 @@ export class PagedAttentionDecode {
     const f16Norm = normDtype === "f16" && dtype !== "f16" ? "enable f16;\n" : "";
     this.#fused = this.rope === null ? null : ctx.pipeline(
       `paged_attention_decode_rope/${dtype}/group${group}/d${headDim}/norm-${normDtype}`,
-      () =>
-        f16Norm + workgroup(
-          kvBindings("read_write") + ropeAngleSource + qkNormPrelude(normDtype, 12, 13) +
-            ropeSource,
-        ),
+      () => f16Norm + workgroup(kvBindings("read_write") + ropePrologueSource(normDtype)),
     );
     this.#merge = ctx.pipeline("paged_attention_merge", () => mergeSource);
   }
@@ -363,8 +342,8 @@ export class PagedAttentionDecode {
       );
     }
     // Checked before any parameter slot is taken, so a refused bind leaks none.
-    const ropeEntries = this.#fused !== null && buffers.rope !== undefined
-      ? this.#ropeEntries(buffers.rope)
+    const ropeBindings = this.#fused !== null && buffers.rope !== undefined
+      ? ropeEntries(buffers.rope, this.rope!.normDtype, this.headDim)
       : null;
     const device = this.#ctx.device;
     const slot = arena.allocate();
@@ -399,7 +378,7 @@ export class PagedAttentionDecode {
         { binding: 4, resource: mergeSlot.binding },
       ],
     });
-    const fused = this.#fused !== null && ropeEntries !== null
+    const fused = this.#fused !== null && ropeBindings !== null
       ? {
         pipeline: this.#fused,
         group: device.createBindGroup({
@@ -415,7 +394,7 @@ export class PagedAttentionDecode {
             { binding: 6, resource: { buffer: scratch.partOut } },
             { binding: 7, resource: { buffer: scratch.partMl } },
             { binding: 8, resource: slot.binding },
-            ...ropeEntries,
+            ...ropeBindings,
           ],
         }),
       }
@@ -429,37 +408,5 @@ export class PagedAttentionDecode {
       btStride,
       fused,
     );
-  }
-
-  /** Bindings 9-13 of the fused variant, checked against the kernel's head shape and norm. */
-  #ropeEntries(rope: PagedAttentionDecodeRopeBuffers): GPUBindGroupEntry[] {
-    const normDtype = this.rope!.normDtype;
-    const entries: GPUBindGroupEntry[] = [
-      { binding: 9, resource: rope.positions },
-      { binding: 10, resource: rope.invFreq },
-      { binding: 11, resource: rope.slotMapping },
-    ];
-    if (normDtype === null) {
-      if (rope.qkNorm !== undefined) {
-        throw new RangeError(
-          "Cannot bind fused paged attention: q/k norm weights for a kernel compiled without norms",
-        );
-      }
-      return entries;
-    }
-    const norm = rope.qkNorm;
-    if (norm === undefined) {
-      throw new RangeError(`Cannot bind fused paged attention: it needs ${normDtype} q/k norms`);
-    }
-    for (const [binding, w] of [[12, norm.q], [13, norm.k]] as const) {
-      if (w.parts.length !== 1 || w.cols !== this.headDim || w.dtype !== normDtype || w.quant) {
-        throw new RangeError(
-          `Cannot bind fused paged attention: norm weight ${w.label} must be one [1, ` +
-            `${this.headDim}] ${normDtype} part`,
-        );
-      }
-      entries.push({ binding, resource: { buffer: w.parts[0]!.buffer } });
-    }
-    return entries;
   }
 }

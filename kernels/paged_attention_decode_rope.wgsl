@@ -16,7 +16,8 @@
 // Other partitions of the sequence never read the new position, so only its owner writes it; the
 // query heads are normed and rotated by every partition's workgroup (a few hundred FLOPs).
 //
-// Prelude (kernels/paged_attention_decode.ts): rope_angle.wgsl; kernels/rope_and_cache.ts
+// Prelude (kernels/paged_attention_decode_rope.ts ropePrologueSource, joined in by
+// kernels/paged_attention_decode.ts): rope_angle.wgsl; kernels/rope_and_cache.ts
 // qkNormPrelude (HAS_NORM, NT, norm_weight; q_norm and k_norm at bindings 12 and 13); WT4 / KVT;
 // the kernel's workgroup arrays sh_q and sh_s (module scope, paged_attention_decode.wgsl).
 //

@@ -1,0 +1,85 @@
+/**
+ * The decode attention's fused variant (kernels/paged_attention_decode.ts, `rope` in its
+ * config): its shape, its inputs, the WGSL of its prologue (paged_attention_decode_rope.wgsl with
+ * rope_angle.wgsl and the q/k norm bindings) and its extra bindings.
+ *
+ * @module
+ */
+
+import ropeSource from "./paged_attention_decode_rope.wgsl" with { type: "text" };
+import ropeAngleSource from "./rope_angle.wgsl" with { type: "text" };
+import { qkNormPrelude } from "./rope_and_cache.ts";
+import type { DType } from "../gpu/dtype.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
+
+/** The fused variant's shape (see {@linkcode PagedAttentionDecodeConfig.rope}). */
+export interface DecodeRopeConfig {
+  /** dtype of the q/k head-norm weights, or null when the model has none. */
+  readonly normDtype: DType | null;
+  /** Epsilon of the head norms; default 1e-6. */
+  readonly eps?: number;
+}
+
+/** Inputs of the fused variant (the same as `rope_and_cache`'s, per sequence). */
+export interface PagedAttentionDecodeRopeBuffers {
+  /** u32 `[num_seqs]`: position of each sequence's new token. */
+  readonly positions: GPUBufferBinding;
+  /** f32 `[headDim / 2]`: RoPE inverse frequencies (rope scaling applied). */
+  readonly invFreq: GPUBufferBinding;
+  /** u32 `[num_seqs]`: cache slot of each sequence's new token, or 0xFFFFFFFF (no write). */
+  readonly slotMapping: GPUBufferBinding;
+  /** `[1, headDim]` q and k head-norm weights of the kernel's `normDtype` (when not null). */
+  readonly qkNorm?: { readonly q: GpuMatrix; readonly k: GpuMatrix };
+}
+
+/** The WGSL sources of the prologue (for the attention sources' digest). */
+export const ROPE_PROLOGUE_SOURCES: readonly string[] = [ropeSource, ropeAngleSource];
+
+/**
+ * WGSL of the fused prologue, prepended to paged_attention_decode.wgsl after its cache
+ * bindings: rope_angle.wgsl, the q/k norm weights at bindings 12 and 13 (`normDtype`; none when
+ * null) and paged_attention_decode_rope.wgsl (`FUSED = true`, `rope_prologue`).
+ */
+export function ropePrologueSource(normDtype: DType | null): string {
+  return ropeAngleSource + qkNormPrelude(normDtype, 12, 13) + ropeSource;
+}
+
+/**
+ * Bindings 9-13 of the fused variant, checked against the kernel's head size and norm dtype.
+ *
+ * @throws {RangeError} when norm weights are missing, unexpected, or not one `[1, headDim]`
+ *   part of `normDtype`.
+ */
+export function ropeEntries(
+  rope: PagedAttentionDecodeRopeBuffers,
+  normDtype: DType | null,
+  headDim: number,
+): GPUBindGroupEntry[] {
+  const entries: GPUBindGroupEntry[] = [
+    { binding: 9, resource: rope.positions },
+    { binding: 10, resource: rope.invFreq },
+    { binding: 11, resource: rope.slotMapping },
+  ];
+  if (normDtype === null) {
+    if (rope.qkNorm !== undefined) {
+      throw new RangeError(
+        "Cannot bind fused paged attention: q/k norm weights for a kernel compiled without norms",
+      );
+    }
+    return entries;
+  }
+  const norm = rope.qkNorm;
+  if (norm === undefined) {
+    throw new RangeError(`Cannot bind fused paged attention: it needs ${normDtype} q/k norms`);
+  }
+  for (const [binding, w] of [[12, norm.q], [13, norm.k]] as const) {
+    if (w.parts.length !== 1 || w.cols !== headDim || w.dtype !== normDtype || w.quant) {
+      throw new RangeError(
+        `Cannot bind fused paged attention: norm weight ${w.label} must be one [1, ` +
+          `${headDim}] ${normDtype} part`,
+      );
+    }
+    entries.push({ binding, resource: { buffer: w.parts[0]!.buffer } });
+  }
+  return entries;
+}
