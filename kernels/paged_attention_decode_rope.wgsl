@@ -11,8 +11,9 @@
 //     the same for k head kvh with k_norm, then k_cache / v_cache at slot_mapping[s] (skipped when
 //     0xFFFFFFFF) = y / the raw v head, as CT; then a storage barrier, so its own tiles read them.
 // The arithmetic is rope_and_cache.wgsl's, in the same order (x * scale * w, then the rotation,
-// then the attention's scale); the sums of squares run over the head in order (rope_and_cache
-// sums per lane, then across lanes), so the two paths can differ in the last bits.
+// then the attention's scale); the sums of squares are grouped differently (here NORM_LANES
+// strided partials of vec4 dots; rope_and_cache per lane, then across lanes), so the two paths
+// can differ in the last bits.
 // Other partitions of the sequence never read the new position, so only its owner writes it; the
 // query heads are normed and rotated by every partition's workgroup (a few hundred FLOPs).
 //
@@ -39,7 +40,12 @@
 const FUSED: bool = true;
 const SKIP_SLOT: u32 = 0xFFFFFFFFu;
 
+// Invocations summing one head's squares (each a strided share of its vec4s), so the sum is a
+// chain of HEAD_DIM / 32 + 8 steps rather than HEAD_DIM.
+const NORM_LANES: u32 = 8u;
+
 var<workgroup> sh_rms: array<f32, MAX_GROUP + 1u>; // norm scale per head (GROUP: the k head)
+var<workgroup> sh_sq: array<f32, (MAX_GROUP + 1u) * NORM_LANES>; // partial sums of squares
 
 // Element d of head g of the prologue: query head g < GROUP in sh_q, the k head (g == GROUP)
 // staged in sh_s.
@@ -48,6 +54,14 @@ fn head_get(g: u32, d: u32) -> f32 {
     return sh_q[g * MAX_D4 + d / 4u][d % 4u];
   }
   return sh_s[d];
+}
+
+// Elements 4 d4 .. 4 d4 + 3 of head g (as head_get).
+fn head_get4(g: u32, d4: u32) -> vec4<f32> {
+  if (g < GROUP) {
+    return sh_q[g * MAX_D4 + d4];
+  }
+  return vec4<f32>(sh_s[4u * d4], sh_s[4u * d4 + 1u], sh_s[4u * d4 + 2u], sh_s[4u * d4 + 3u]);
 }
 
 fn head_set(g: u32, d: u32, v: f32) {
@@ -80,13 +94,24 @@ fn rope_prologue(seq: u32, kvh: u32, head0: u32, lid: u32, owner: bool) {
   }
   workgroupBarrier();
   let heads = GROUP + select(0u, 1u, owner);
+  if (HAS_NORM) {
+    for (var i = lid; i < heads * NORM_LANES; i += WG) {
+      let g = i / NORM_LANES;
+      var sum = 0.0;
+      for (var d4 = i - g * NORM_LANES; d4 < D4; d4 += NORM_LANES) {
+        let v = head_get4(g, d4);
+        sum += dot(v, v);
+      }
+      sh_sq[i] = sum;
+    }
+  }
+  workgroupBarrier();
   if (lid < heads) {
     var scale = 1.0;
     if (HAS_NORM) {
       var sum_sq = 0.0;
-      for (var d = 0u; d < HEAD_DIM; d++) {
-        let v = head_get(lid, d);
-        sum_sq += v * v;
+      for (var l = 0u; l < NORM_LANES; l++) {
+        sum_sq += sh_sq[lid * NORM_LANES + l];
       }
       scale = inverseSqrt(sum_sq / f32(HEAD_DIM) + p.eps);
     }
