@@ -3,8 +3,10 @@
  * batch sizes 1, 2, 4, ... up to `maxBatch` (at most {@linkcode SMALL_BATCH_SPLIT}), the direct
  * path and partitions of each of {@linkcode SPLIT_CANDIDATES} tokens, at one context length,
  * on buffers of the kernel's shape made here (zero queries and KV: the time does not depend on
- * the values). Each time is the median of several passes timed on the GPU (gpu/timer.ts); the
- * fastest per batch size wins.
+ * the values). A kernel with the fused variant (`rope`) is measured in it, as all-decode steps run
+ * it: q/k norms, RoPE and each sequence's K/V write into its last position's slot included. Each
+ * time is the median of several passes timed on the GPU (gpu/timer.ts); the fastest per batch
+ * size wins.
  *
  * @module
  */
@@ -12,6 +14,7 @@
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { PassClock } from "../gpu/timer.ts";
+import { GpuMatrix } from "../gpu/tensor.ts";
 import { type DecodeSplitTuning, SPLIT_CANDIDATES } from "./decode_split.ts";
 import { type PagedAttentionDecode, SMALL_BATCH_SPLIT } from "./paged_attention_decode.ts";
 
@@ -88,15 +91,40 @@ export async function tuneDecodeSplit(
     own.push(scratch);
     const arena = new ParamArena(ctx, 2, "decode-split-tuning");
     own.push(arena);
+    // The fused variant reads k and v from each sequence's fused [q | k | v] row, and writes
+    // them to the slot of its last position.
+    const fused = kernel.rope !== null;
+    const qStride = (fused ? hq + 2 * hkv : hq) * D;
+    const rope = () => {
+      const slots = Uint32Array.from(
+        { length: B },
+        (_, s) => tables[s * perSeq + Math.floor((L - 1) / bs)]! * bs + ((L - 1) % bs),
+      );
+      const slotMapping = buffer("slot_mapping", slots.byteLength);
+      ctx.device.queue.writeBuffer(slotMapping.buffer, 0, slots);
+      const normDtype = kernel.rope!.normDtype;
+      const norm = (label: string) => {
+        const w = GpuMatrix.create(ctx, label, 1, D, normDtype!);
+        own.push(w);
+        return w;
+      };
+      return {
+        positions: contextLens,
+        invFreq: buffer("inv_freq", 2 * D),
+        slotMapping,
+        ...(normDtype === null ? {} : { qkNorm: { q: norm("q_norm"), k: norm("k_norm") } }),
+      };
+    };
     const op = kernel.bind(arena, {
-      q: buffer("q", 4 * B * hq * D),
+      q: buffer("q", 4 * B * qStride),
       kCache: buffer("k", numBlocks * blockBytes),
       vCache: buffer("v", numBlocks * blockBytes),
       blockTables,
       contextLens,
       out: buffer("out", 4 * B * hq * D),
       scratch,
-    }, { qStride: hq * D, btStride: perSeq });
+      ...(fused ? { rope: rope() } : {}),
+    }, { qStride, btStride: perSeq });
     const clock = new PassClock(ctx, arena, options.repeats);
     const points: Record<string, { size: number; ms: number }[]> = {};
     const partitionByBatch: Record<string, number> = {};
@@ -106,7 +134,7 @@ export async function tuneDecodeSplit(
         const parts = Math.ceil(L / Math.max(size, 1));
         if (size > 0 && (size >= L || parts > scratch.partitionsPerSeq(b))) continue;
         const split = size === 0 ? false : size;
-        const ms = await clock.medianMs(() => (pass) => op.encode(pass, b, L, split));
+        const ms = await clock.medianMs(() => (pass) => op.encode(pass, b, L, split, fused));
         tried.push({ size, ms });
       }
       points[b] = tried;

@@ -146,6 +146,32 @@ Deno.test(
   },
 );
 
+Deno.test(
+  "tuneDecodeSplit() measures the fused variant of a kernel compiled with rope, without GPU errors",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const normDtype of ["f32", null] as const) {
+      const kernel = new PagedAttentionDecode(ctx, {
+        numQHeads: 4,
+        numKvHeads: 2,
+        headDim: 64,
+        blockSize: 16,
+        dtype: "f32",
+        variant: "workgroup",
+        rope: { normDtype },
+      });
+      const r = await tuneDecodeSplit(ctx, kernel, { maxBatch: 2, contextLen: 100, repeats: 2 });
+      assertEqual(r.failures, [], `norm ${normDtype}`);
+      assertEqual(Object.keys(r.points), ["1", "2"]);
+      for (const tried of Object.values(r.points)) {
+        for (const p of tried) assert(p.ms > 0 && Number.isFinite(p.ms), `norm ${normDtype}`);
+      }
+      checkDecodeSplitTuning(r.tuning);
+    }
+  },
+);
+
 /**
  * Runs `fn` on a runner of a fresh tiny-qwen3 checkpoint (f32), then checks that `prompt`
  * greedily generates `maxTokens` tokens equal to the float64 reference's (near-ties excepted).
