@@ -30,10 +30,11 @@
 // Bindings (group 0):
 //   0 q            : storage read  array<vec4<f32>> [num_seqs, q_stride / 4]; q(s, h, d) at
 //                                                    s * q_stride + h * HEAD_DIM + d (f32)
-//   1 k_cache      : storage read (rw: FUSED) array<vec4<WT>>  [num_blocks, num_kv_heads, block_size,
-//                                                    HEAD_DIM]
-//   2 v_cache      : storage read (rw: FUSED) same shape as k_cache
+//   1 k_cache      : storage read  array<vec4<WT>>  [num_blocks, num_kv_heads, block_size,
+//                                                    HEAD_DIM] (read_write when FUSED)
+//   2 v_cache      : storage read  array<vec4<WT>>  same shape as k_cache (read_write when FUSED)
 //   3 block_tables : storage read  array<u32>       [num_seqs, bt_stride] physical block ids
+//                  (bt_stride 0: rows located by the io file's table_row)
 //   4 context_lens : storage read  array<u32>       [num_seqs] tokens in the cache incl. this one
 //   5 out          : storage rw    array<vec4<f32>> [num_seqs, num_q_heads, HEAD_DIM] (split == 0)
 //   6 part_out     : storage rw    array<vec4<f32>> [max_seqs, num_q_heads, max_partitions,
@@ -130,7 +131,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   // Its output vec4s, r < PAIRS (valid when below P), and their sums.
   let pair$r = first + $ru * WG;
   var acc$r = vec4<f32>(0.0);
-  let bt_row = seq * p.bt_stride;
+  let bt_row = table_row(seq);
   var parity = 0u;
   workgroupBarrier();
 

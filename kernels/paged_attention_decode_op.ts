@@ -8,6 +8,7 @@
 
 import type { ParamSlot } from "../gpu/params.ts";
 import { SPLIT_UNIT, splitPartitionFor } from "./decode_split.ts";
+import { checkBlockTableStride } from "./block_table_stride.ts";
 import { dispatch1d, MAX_GROUPS_PER_DIM, noteWork } from "./dispatch.ts";
 import type { PagedAttentionDecode } from "./paged_attention_decode.ts";
 
@@ -72,19 +73,14 @@ export class PagedAttentionDecodeOp {
   }
 
   /**
-   * Sets the block-table row stride of the next encodes: a step packs its tables `stride`
-   * entries apart (its longest table), not the bound maximum, so the host uploads no more than
-   * the tables hold.
+   * Sets the block-table layout of the next encodes: rows `stride` entries apart (a step's
+   * tables packed at its longest, not the bound maximum), or 0 (`INDEXED_ROWS`), rows found
+   * through a header of one offset per sequence (kernels/block_table_stride.ts).
    *
-   * @throws {RangeError} when `stride` is not an integer in [1, the bound stride].
+   * @throws {RangeError} when `stride` is neither 0 nor an integer in [1, the bound stride].
    */
   setBlockTableStride(stride: number): void {
-    if (!Number.isInteger(stride) || stride < 1 || stride > this.maxBtStride) {
-      throw new RangeError(
-        `Cannot use a block-table stride of ${stride}: between 1 and ${this.maxBtStride}`,
-      );
-    }
-    this.slots.decode.setU32(3, stride);
+    this.slots.decode.setU32(3, checkBlockTableStride(stride, this.maxBtStride));
   }
 
   /**

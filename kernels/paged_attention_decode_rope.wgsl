@@ -149,8 +149,7 @@ fn rope_prologue(seq: u32, kvh: u32, head0: u32, lid: u32, owner: bool) {
       let dst = ((block * p.num_kv_heads + kvh) * p.block_size + o) * D4;
       let v_row = (row + (p.num_q_heads + p.num_kv_heads + kvh) * HEAD_DIM) / 4u;
       for (var d4 = lid; d4 < D4; d4 += WG) {
-        let k = vec4<f32>(sh_s[4u * d4], sh_s[4u * d4 + 1u], sh_s[4u * d4 + 2u], sh_s[4u * d4 + 3u]);
-        k_cache[dst + d4] = KVT(k);
+        k_cache[dst + d4] = KVT(head_get4(GROUP, d4));
         v_cache[dst + d4] = KVT(q[v_row + d4]);
       }
     }

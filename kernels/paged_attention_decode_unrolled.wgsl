@@ -29,6 +29,7 @@
 //                                                    (f16: vec4<u32> of 8 packed halves; f32: vec4<f32>)
 //   2 v_cache      : storage read  array<KVT>       same shape and type as k_cache
 //   3 block_tables : storage read  array<u32>       [num_seqs, bt_stride] physical block ids
+//                  (bt_stride 0: rows located by the io file's table_row)
 //   4 context_lens : storage read  array<u32>       [num_seqs] tokens in the cache incl. this one
 //   5 out          : storage rw    array<vec4<f32>> [num_seqs, num_q_heads, HEAD_DIM] (split == 0)
 //   6 part_out     : storage rw    array<vec4<f32>> [max_seqs, num_q_heads, max_partitions,
@@ -73,7 +74,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   var l$i = 0.0;
   var o$i_$r_lo = vec4<f32>(0.0);
   var o$i_$r_hi = vec4<f32>(0.0);
-  let bt_row = seq * p.bt_stride;
+  let bt_row = table_row(seq);
   for (var pos = start + lid; pos < end; pos += WG) {
     let blk = pos / p.block_size;
     let off = pos - blk * p.block_size;

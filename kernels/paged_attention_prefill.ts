@@ -16,6 +16,7 @@
  * @module
  */
 
+import { checkBlockTableStride } from "./block_table_stride.ts";
 import prefillIo from "./paged_attention_prefill_io.wgsl" with { type: "text" };
 import source from "./paged_attention_prefill.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_prefill_unrolled.wgsl" with { type: "text" };
@@ -317,18 +318,14 @@ export class PagedAttentionPrefillOp {
   ) {}
 
   /**
-   * Sets the block-table row stride of the next encodes (see
+   * Sets the block-table layout of the next encodes (see
    * `PagedAttentionDecodeOp.setBlockTableStride`).
    *
-   * @throws {RangeError} when `stride` is not an integer in [1, the bound stride].
+   * @throws {RangeError} when `stride` is neither 0 (`INDEXED_ROWS`, kernels/block_table_stride.ts)
+   *   nor an integer in [1, the bound stride].
    */
   setBlockTableStride(stride: number): void {
-    if (!Number.isInteger(stride) || stride < 1 || stride > this.maxBtStride) {
-      throw new RangeError(
-        `Cannot use a block-table stride of ${stride}: between 1 and ${this.maxBtStride}`,
-      );
-    }
-    this.slot.setU32(5, stride);
+    this.slot.setU32(5, checkBlockTableStride(stride, this.maxBtStride));
   }
 
   /**

@@ -12,6 +12,7 @@
 //   1 k_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
 //   2 v_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
 //   3 block_tables : storage read  array<u32>   [num_seqs, bt_stride] physical block ids
+//                  (bt_stride 0: rows located by the io file's table_row)
 //   4 cu_q_lens    : storage read  array<u32>   [num_seqs + 1] prefix sums of q_len
 //   5 context_lens : storage read  array<u32>   [num_seqs] cached tokens incl. this step's
 //   6 out          : storage rw    array<vec4<f32>>  [num_tokens, num_q_heads, D]
@@ -82,7 +83,7 @@ fn main(
   var acc$r = vec4<f32>(0.0);
   var m = NEG_BIG;
   var l = 0.0;
-  let bt_row = tile.seq * p.bt_stride;
+  let bt_row = table_row(tile.seq);
 
   for (var k0 = 0u; k0 < kv_end; k0 += KC) {
     let kn = min(KC, kv_end - k0);

@@ -34,6 +34,16 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>;
 @group(0) @binding(7) var<uniform> p: Params;
 
+// First entry of sequence seq's row of block_tables: seq * bt_stride (packed rows), or, with
+// bt_stride 0, the offset held in entry seq (rows kept across steps by the runner, found through
+// a header of num_seqs offsets; engine/block_table_rows.ts).
+fn table_row(seq: u32) -> u32 {
+  if (p.bt_stride == 0u) {
+    return block_tables[seq];
+  }
+  return seq * p.bt_stride;
+}
+
 // The work of one workgroup: one tile of up to tile_q consecutive query tokens of one
 // sequence, for one kv head.
 struct Tile {

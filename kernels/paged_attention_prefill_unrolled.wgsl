@@ -26,6 +26,7 @@
 //                                              (f16: vec4<u32> of 8 packed halves; f32: vec4<f32>)
 //   2 v_cache      : storage read  array<KVT>   same shape and type as k_cache
 //   3 block_tables : storage read  array<u32>   [num_seqs, bt_stride] physical block ids
+//                  (bt_stride 0: rows located by the io file's table_row)
 //   4 cu_q_lens    : storage read  array<u32>   [num_seqs + 1] prefix sums of q_len
 //   5 context_lens : storage read  array<u32>   [num_seqs] cached tokens incl. this step's
 //   6 out          : storage rw    array<vec4<f32>>  [num_tokens, num_q_heads, D]
@@ -61,7 +62,7 @@ fn main(
   var l$i = 0.0;
   var o$i_$r_lo = vec4<f32>(0.0);
   var o$i_$r_hi = vec4<f32>(0.0);
-  let bt_row = tile.seq * p.bt_stride;
+  let bt_row = table_row(tile.seq);
   for (var j = 0u; j <= pos; j++) {
     let blk = j / p.block_size;
     let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + j - blk * p.block_size) * D8;

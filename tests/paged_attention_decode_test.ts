@@ -18,7 +18,14 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { buildPagedCache, pagedAttentionRef, type PagedCache } from "./reference/attention.ts";
+import {
+  buildPagedCache,
+  indexedBlockTables,
+  pagedAttentionRef,
+  type PagedCache,
+} from "./reference/attention.ts";
+import { INDEXED_ROWS } from "../kernels/block_table_stride.ts";
+import type { Rng } from "./support/random.ts";
 
 /** Context lengths of one batch: crossing block (8, 16, 32) and tile (64) boundaries. */
 const LENS = [1, 15, 16, 17, 33, 100, 300];
@@ -90,6 +97,7 @@ async function checkCase(c: Case, lens: readonly number[]): Promise<void> {
       cache,
       expected,
       `seed ${seed} ${name} ${variant}`,
+      rng,
     );
   }
 }
@@ -103,13 +111,14 @@ async function checkKernel(
   cache: PagedCache,
   expected: Float64Array,
   name: string,
+  rng: Rng,
 ): Promise<void> {
   const { numQHeads: hq, headDim, dtype } = kernel;
   const maxLen = Math.max(...lens);
   const scratch = kernel.createScratch(lens.length, maxLen);
   const arena = new ParamArena(ctx, 2);
   const out = poisonedF32(ctx, lens.length * hq * headDim);
-  const op = kernel.bind(arena, {
+  const buffers = {
     q: whole(upload(ctx, q)),
     kCache: whole(upload(ctx, cache.kData, "k_cache")),
     vCache: whole(upload(ctx, cache.vData, "v_cache")),
@@ -117,7 +126,8 @@ async function checkKernel(
     contextLens: whole(upload(ctx, cache.contextLens)),
     out: whole(out),
     scratch,
-  }, { qStride, btStride: cache.btStride });
+  };
+  const op = kernel.bind(arena, buffers, { qStride, btStride: cache.btStride });
   // Short partitions (16 to 192 tokens; 16 and 32 shorter than the kernel's 64-position tile)
   // lay the partials out with the scratch's per-batch stride.
   const short = [16, 32, 48, 64, 192].filter((size) =>
@@ -129,6 +139,18 @@ async function checkKernel(
     const got = await readF32(ctx, out);
     const mode = split === undefined ? `auto (split ${op.usesSplit(maxLen)})` : `split ${split}`;
     assertClose(got, expected, toleranceFor(dtype), `${name} ${mode}`);
+  }
+  // The same tables as indexed rows (a header of row offsets; the runner's layout).
+  const indexedArena = new ParamArena(ctx, 2);
+  const indexed = kernel.bind(indexedArena, {
+    ...buffers,
+    blockTables: whole(upload(ctx, indexedBlockTables(cache.blockTables, cache.btStride, rng))),
+  }, { qStride, btStride: cache.btStride });
+  indexed.setBlockTableStride(INDEXED_ROWS);
+  for (const split of [false, true]) {
+    ctx.device.queue.writeBuffer(out, 0, new Float32Array(lens.length * hq * headDim).fill(NaN));
+    await runPass(ctx, indexedArena, (pass) => indexed.encode(pass, lens.length, maxLen, split));
+    assertClose(await readF32(ctx, out), expected, toleranceFor(dtype), `${name} indexed ${split}`);
   }
   scratch.destroy();
 }
@@ -201,14 +223,15 @@ Deno.test("PagedAttentionDecode rejects unsupported shapes and strides", GPU_TES
     message: /qStride 2000 must be a multiple of 4 and >= 2048/,
   });
   const op = kernel.bind(arena, buffers, { qStride: 2048, btStride: 4 });
-  // A step's block-table stride is at most the bound one.
-  for (const stride of [0, 5, 2.5]) {
+  // A step's block-table stride is at most the bound one, or 0 (indexed rows).
+  for (const stride of [-1, 5, 2.5]) {
     throws(() => op.setBlockTableStride(stride), {
       name: "RangeError",
-      message: new RegExp(`stride of ${stride}: between 1 and 4`),
+      message: new RegExp(`stride of ${stride}: 0 \\(indexed rows\\) or between 1 and 4`),
     });
   }
   op.setBlockTableStride(3);
+  op.setBlockTableStride(0);
   const encoder = ctx.device.createCommandEncoder();
   const pass = encoder.beginComputePass();
   try {

@@ -19,7 +19,8 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { buildPagedCache, pagedAttentionRef } from "./reference/attention.ts";
+import { buildPagedCache, indexedBlockTables, pagedAttentionRef } from "./reference/attention.ts";
+import { INDEXED_ROWS } from "../kernels/block_table_stride.ts";
 
 /** One batch: per sequence, the cached prefix before this step and the new query tokens. */
 interface Case {
@@ -90,6 +91,9 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
     cuQLens: whole(upload(ctx, cuQLens, "cu_q_lens")),
     contextLens: whole(upload(ctx, cache.contextLens, "context_lens")),
   };
+  const indexedTables = whole(
+    upload(ctx, indexedBlockTables(cache.blockTables, cache.btStride, rng), "indexed_tables"),
+  );
   const variants: PagedAttentionPrefillVariant[] = ["workgroup"];
   if (numQHeads / numKvHeads <= 8) variants.push("tiled");
   if ((numQHeads / numKvHeads) * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM && headDim % 8 === 0) {
@@ -114,20 +118,36 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
         scale: c.scale,
       });
       const tiles = c.exactTiles ? kernel.countTiles(c.queryLens) : undefined;
+      const label = `seed ${seed} ${c.name} ${variant} (${dtype}, Hq ${numQHeads}, ` +
+        `Hkv ${numKvHeads}, D ${headDim}, block ${blockSize}, q_lens [${c.queryLens}], ` +
+        `prefixes [${c.prefixLens}])`;
       await runPass(ctx, arena, (pass) => op.encode(pass, numSeqs, numTokens, tiles));
-      const got = await readF32(ctx, out);
+      assertClose(await readF32(ctx, out), expected, toleranceFor(dtype), label);
+      // The same tables as indexed rows (a header of row offsets; the runner's layout).
+      const indexed = kernel.bind(
+        arena,
+        { ...inputs, blockTables: indexedTables, out: whole(out) },
+        {
+          blockSize,
+          btStride: cache.btStride,
+          qStride,
+          scale: c.scale,
+        },
+      );
+      indexed.setBlockTableStride(INDEXED_ROWS);
+      ctx.device.queue.writeBuffer(
+        out,
+        0,
+        new Float32Array(numTokens * numQHeads * headDim).fill(NaN),
+      );
+      await runPass(ctx, arena, (pass) => indexed.encode(pass, numSeqs, numTokens, tiles));
+      assertClose(await readF32(ctx, out), expected, toleranceFor(dtype), `${label} indexed rows`);
       out.destroy();
       arena.destroy();
-      assertClose(
-        got,
-        expected,
-        toleranceFor(dtype),
-        `seed ${seed} ${c.name} ${variant} (${dtype}, Hq ${numQHeads}, Hkv ${numKvHeads}, ` +
-          `D ${headDim}, block ${blockSize}, q_lens [${c.queryLens}], prefixes [${c.prefixLens}])`,
-      );
     }
   } finally {
     for (const b of Object.values(inputs)) b.buffer.destroy();
+    indexedTables.buffer.destroy();
   }
 }
 
@@ -290,10 +310,11 @@ Deno.test("PagedAttentionPrefill rejects unsupported shapes", GPU_TEST, async ()
   assertThrows(() => kernel.bind(arena, buffers, { blockSize: 0, btStride: 4 }), RangeError);
   // A step's block-table stride is at most the bound one.
   const op = kernel.bind(arena, buffers, { blockSize: 16, btStride: 4 });
-  for (const stride of [0, 5, 1.5]) {
+  for (const stride of [-1, 5, 1.5]) {
     assertThrows(() => op.setBlockTableStride(stride), RangeError, `stride of ${stride}`);
   }
   op.setBlockTableStride(4);
+  op.setBlockTableStride(0);
   dummy.buffer.destroy();
   arena.destroy();
 });

@@ -250,3 +250,25 @@ export function reshapeAndCacheRef(
   }
   return { k, v };
 }
+
+/**
+ * The same block tables in the indexed layout (kernels/block_table_stride.ts INDEXED_ROWS):
+ * a header of one row offset per sequence, then the rows `btStride` entries long in a shuffled
+ * order with a spare row between, so a kernel that read row s at `s * btStride` (or past its
+ * row) would read the wrong blocks: unused entries hold 0xFFFFFFFF.
+ */
+export function indexedBlockTables(
+  tables: Uint32Array,
+  btStride: number,
+  rng: Rng,
+): Uint32Array {
+  const numSeqs = tables.length / btStride;
+  const order = rng.permutation(numSeqs);
+  const out = new Uint32Array(numSeqs + 2 * numSeqs * btStride).fill(0xffffffff);
+  order.forEach((s, i) => {
+    const at = numSeqs + (2 * i + 1) * btStride;
+    out[s] = at;
+    out.set(tables.subarray(s * btStride, (s + 1) * btStride), at);
+  });
+  return out;
+}
