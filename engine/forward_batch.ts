@@ -18,7 +18,11 @@ export interface SequenceChunk {
   readonly queryLen: number;
   /** Tokens in the KV cache after this step, this step's included (>= queryLen). */
   readonly contextLen: number;
-  /** Physical KV blocks holding tokens `[j * blockSize, (j + 1) * blockSize)`, j = 0, 1, ... */
+  /**
+   * Physical KV blocks holding tokens `[j * blockSize, (j + 1) * blockSize)`, j = 0, 1, ... The
+   * runner keeps tables on the GPU across steps keyed by this array (engine/block_table_rows.ts):
+   * pass the same array while only appending to it, a new one when it changes otherwise.
+   */
   readonly blockTable: readonly number[];
   /**
    * Sampling parameters when this step samples the sequence's next token (its last new token

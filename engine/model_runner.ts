@@ -12,6 +12,8 @@
  * @module
  */
 
+import { BlockTableRows } from "./block_table_rows.ts";
+import { INDEXED_ROWS } from "../kernels/block_table_stride.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
@@ -70,10 +72,11 @@ export class ModelRunner {
   /** The readbacks of overlapped steps that wait for a later submit. */
   readonly #deferred = new DeferredReadbacks();
   readonly #own: { destroy(): void }[];
+  /** The block tables on the GPU, kept across steps (engine/block_table_rows.ts). */
+  readonly #tableRows: BlockTableRows;
   readonly #host: {
     cuQLens: Uint32Array<ArrayBuffer>;
     contextLens: Uint32Array<ArrayBuffer>;
-    blockTables: Uint32Array<ArrayBuffer>;
     ids: Uint32Array<ArrayBuffer>;
     positions: Uint32Array<ArrayBuffer>;
     slots: Uint32Array<ArrayBuffer>;
@@ -115,11 +118,10 @@ export class ModelRunner {
     this.#ring = new ReadbackRing(ctx, bufs.readbackBytes(true), bufs.ringSlots);
     this.#writes = new StagedWrites(ctx);
     const { maxTokens: T, maxSeqs: S } = options;
-    const B = bufs.capacity.maxBlocksPerSeq;
+    this.#tableRows = new BlockTableRows(S, bufs.capacity.maxBlocksPerSeq);
     this.#host = {
       cuQLens: new Uint32Array(S + 1),
       contextLens: new Uint32Array(S),
-      blockTables: new Uint32Array(S * B),
       ids: new Uint32Array(T),
       positions: new Uint32Array(T),
       slots: new Uint32Array(T),
@@ -363,10 +365,9 @@ export class ModelRunner {
   }
 
   /**
-   * Packs and stages the batch's ids, positions, slots, block tables and lengths. The tables
-   * are packed as many entries apart as the longest of them holds (`blockTableStride`), so a
-   * step uploads what its tables hold rather than `maxBlocksPerSeq` entries per sequence (at
-   * max_model_len 32,768 and batch 64 that was 512 KiB per step).
+   * Packs and stages the batch's ids, positions, slots and lengths, and the block tables' changes
+   * since the rows the GPU keeps (engine/block_table_rows.ts: a header of row offsets, and each
+   * table's new entries; the attention reads them as indexed rows).
    */
   #upload(
     batch: ForwardBatch,
@@ -374,8 +375,6 @@ export class ModelRunner {
     const h = this.#host;
     const T = batch.inputIds.length;
     const S = batch.seqs.length;
-    let stride = 1;
-    for (const seq of batch.seqs) stride = Math.max(stride, seq.blockTable.length);
     let tokens = 0;
     let maxContextLen = 0;
     let allDecode = true;
@@ -385,7 +384,6 @@ export class ModelRunner {
       tokens += seq.queryLen;
       h.cuQLens[s + 1] = tokens;
       h.contextLens[s] = seq.contextLen;
-      h.blockTables.set(seq.blockTable, s * stride);
       maxContextLen = Math.max(maxContextLen, seq.contextLen);
       if (seq.queryLen !== 1) allDecode = false;
     }
@@ -397,10 +395,10 @@ export class ModelRunner {
     w.write(bufs.hostIds, h.ids, T);
     w.write(bufs.positions, h.positions, T);
     w.write(bufs.slotMapping, h.slots, T);
-    w.write(bufs.blockTables, h.blockTables, S * stride);
+    this.#tableRows.stage(batch.seqs.map((seq) => seq.blockTable), w, bufs.blockTables);
     w.write(bufs.contextLens, h.contextLens, S);
     w.write(bufs.cuQLens, h.cuQLens, S + 1);
-    return { allDecode, maxContextLen, blockTableStride: stride };
+    return { allDecode, maxContextLen, blockTableStride: INDEXED_ROWS };
   }
 
   /** Releases every GPU buffer of the model. */

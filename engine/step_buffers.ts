@@ -6,6 +6,7 @@
  * @module
  */
 
+import { blockTableEntries } from "./block_table_rows.ts";
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { LOGITS_PROCESS_PARAMS_BYTES } from "../kernels/logits_process.ts";
 import { SAMPLE_PARAMS_BYTES } from "../kernels/sample.ts";
@@ -47,7 +48,10 @@ export class StepBuffers {
   readonly positions: GPUBuffer;
   /** u32 `[maxTokens]`: KV cache slot of each new token. */
   readonly slotMapping: GPUBuffer;
-  /** u32 `[maxSeqs, maxBlocksPerSeq]`: block tables. */
+  /**
+   * u32 `[maxSeqs + 2 maxSeqs * maxBlocksPerSeq]`: block tables as indexed rows (a header of row
+   * offsets, then rows kept across steps; engine/block_table_rows.ts).
+   */
   readonly blockTables: GPUBuffer;
   /** u32 `[maxSeqs]`: cached tokens per sequence after this step. */
   readonly contextLens: GPUBuffer;
@@ -128,7 +132,7 @@ export class StepBuffers {
     this.ids = make("ids", T * 4);
     this.positions = make("positions", T * 4);
     this.slotMapping = make("slotMapping", T * 4);
-    this.blockTables = make("blockTables", S * B * 4);
+    this.blockTables = make("blockTables", blockTableEntries(S, B) * 4);
     this.contextLens = make("contextLens", S * 4);
     this.cuQLens = make("cuQLens", (S + 1) * 4);
     this.sampleIndices = make("sampleIndices", S * 4);

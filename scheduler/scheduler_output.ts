@@ -37,7 +37,14 @@ export interface ScheduledRequest {
   readonly tokenIds: readonly number[];
   /** Position of tokenIds[0] in the sequence (tokens before it have their KV computed). */
   readonly positionStart: number;
-  /** Physical KV block ids of the whole sequence so far (block i: positions [i*B, (i+1)*B)). */
+  /**
+   * Physical KV block ids of the whole sequence so far (block i: positions [i*B, (i+1)*B)): the
+   * sequence's own array, handed over without a copy (O(1) per step, however long the
+   * sequence). It is valid for this step; later steps only append to the same array while the
+   * sequence keeps its blocks, and a table rebuilt after a preemption or a swap is a new array,
+   * so a consumer may keep what it has seen of an array (the model runner's block-table rows,
+   * engine/block_table_rows.ts). Copy it to keep this step's table.
+   */
   readonly blockTable: readonly number[];
   /** numTokens KV slots, slot = blockTable[p / B] * B + p % B for p = positionStart + i. */
   readonly slotMapping: readonly number[];

@@ -64,7 +64,8 @@ export function commitTokens(
     numTokens: n,
     tokenIds,
     positionStart: start,
-    blockTable: seq.blockTable.slice(),
+    // The sequence's own array, not a copy (see ScheduledRequest.blockTable).
+    blockTable: seq.blockTable,
     slotMapping,
     samplesToken,
     isNew,

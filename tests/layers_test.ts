@@ -22,6 +22,7 @@ export const LAYERS: readonly { readonly name: string; readonly paths: readonly 
       "engine/model/",
       "engine/models/",
       "engine/step_buffers.ts",
+      "engine/block_table_rows.ts",
       "engine/kv_cache.ts",
       "engine/forward_batch.ts",
       "engine/tokenizer.ts",

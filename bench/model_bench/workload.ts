@@ -129,8 +129,22 @@ export class BenchWorkload {
     });
   }
 
+  /**
+   * Per table of {@linkcode tables}, the array handed to the runner: grown by appending as the
+   * position crosses blocks, as the scheduler grows a sequence's table, so the runner's
+   * block-table rows (engine/block_table_rows.ts) upload only the new entries.
+   */
+  readonly #live = new WeakMap<number[], number[]>();
+
   /** The greedy decode step at position `pos` of the sequences of `tables`, fed `id(s)`. */
   decodeStep(tables: number[][], pos: number, id: (s: number) => number): ForwardBatch {
+    const needed = Math.ceil((pos + 1) / BLOCK);
+    const live = (t: number[]) => {
+      let a = this.#live.get(t);
+      if (a === undefined || a.length > needed) this.#live.set(t, a = []);
+      while (a.length < needed) a.push(t[a.length]!);
+      return a;
+    };
     const batch = tables.length;
     const slot = (s: number) => tables[s]![Math.floor(pos / BLOCK)]! * BLOCK + (pos % BLOCK);
     return {
@@ -140,7 +154,7 @@ export class BenchWorkload {
       seqs: tables.map((t) => ({
         queryLen: 1,
         contextLen: pos + 1,
-        blockTable: t.slice(0, Math.ceil((pos + 1) / BLOCK)),
+        blockTable: live(t),
         sample: { temperature: 0 },
       })),
     };

@@ -52,8 +52,9 @@ export interface StepShape {
   /** Longest context (tokens in cache after the step). */
   readonly maxContextLen: number;
   /**
-   * Entries between two sequences' rows of the uploaded block tables: the step's longest table,
-   * so the host uploads what the tables hold, not `maxBlocksPerSeq` per sequence.
+   * How the attention finds each sequence's block-table row: rows this many entries apart, or
+   * 0 (`INDEXED_ROWS`, kernels/block_table_stride.ts; the model runner's layout) through a
+   * header of row offsets.
    */
   readonly blockTableStride: number;
   /** Sequences that sample a token this step. */
