@@ -10,9 +10,11 @@
  * step's time inside the calls in the wrapped run). The outputs of a stubbed step are garbage: nothing is checked, only timed.
  *
  * Run: `deno run -A bench/host_calls.ts [--model DIR] [--batch 1] [--steps 300]
- * [--max-model-len 4096] [--kernel-profile auto|cpu|gpu]`: the sequences hold 144-token
- * contexts; `--max-model-len` sizes the block tables' rows, as the engine's option does. Without `--model` the qwen3-0.6b preset is generated (as
- * bench:model does).
+ * [--context 144] [--max-model-len 4096] [--kernel-profile auto|cpu|gpu]`: the sequences hold
+ * `--context`-token contexts (their block tables point into a pool of 64 KV blocks: the stubbed
+ * steps compute nothing, so the cache need not be that large); `--max-model-len` sizes the block
+ * tables' rows, as the engine's option does (at least `--context`). Without `--model` the
+ * qwen3-0.6b preset is generated (as bench:model does).
  *
  * @module
  */
@@ -33,31 +35,39 @@ const { values } = parseArgs({
     batch: { type: "string", default: "1" },
     steps: { type: "string", default: "300" },
     "max-model-len": { type: "string", default: "4096" },
+    context: { type: "string", default: String(PROMPT + 16) },
     "kernel-profile": { type: "string" },
   },
 });
 const batch = Number(values.batch);
 const steps = Number(values.steps);
-const maxModelLen = Number(values["max-model-len"]);
-if (![batch, steps, maxModelLen].every((n) => Number.isInteger(n) && n >= 1)) {
-  console.error("error: --batch, --steps and --max-model-len take positive integers");
+const context = Number(values.context);
+const maxModelLen = Math.max(Number(values["max-model-len"]), context);
+if (![batch, steps, maxModelLen, context].every((n) => Number.isInteger(n) && n >= 1)) {
+  console.error("error: --batch, --steps, --context and --max-model-len take positive integers");
   Deno.exit(2);
 }
+/** KV blocks the tables point into (ids reused across sequences and positions). */
+const POOL_BLOCKS = 64;
 const ctx = await benchContext({
   kernelProfile: parseKernelProfileChoice(values["kernel-profile"]),
 });
 const model = await modelDirectory(values.model);
-const blocksPerSeq = Math.ceil((PROMPT + 16) / BLOCK);
+const blocksPerSeq = Math.ceil(context / BLOCK);
 const runner = await ModelRunner.load(ctx, model.dir, {
   maxTokens: 512,
   maxSeqs: batch,
   maxModelLen: Math.max(maxModelLen, blocksPerSeq * BLOCK),
   blockSize: BLOCK,
-  numKvBlocks: Math.max(blocksPerSeq * (batch + 1), Math.ceil(maxModelLen / BLOCK)),
+  numKvBlocks: POOL_BLOCKS,
   showProgress: false,
 });
 const work = new BenchWorkload(runner, blocksPerSeq);
-const input = work.decodeStep(work.tables(batch), PROMPT, (s) => (s * 7 + 1) % work.vocabTokens);
+const tables = Array.from(
+  { length: batch },
+  (_, s) => Array.from({ length: blocksPerSeq }, (_, j) => (s * 7 + j) % POOL_BLOCKS),
+);
+const input = work.decodeStep(tables, context - 1, (s) => (s * 7 + 1) % work.vocabTokens);
 
 const submit = GPUQueue.prototype.submit;
 /** ms inside the wrapped calls during the current step. */
@@ -128,7 +138,8 @@ console.log(`host_calls: ${describeMachine(ctx)}`);
 console.log(
   `command: deno run -A bench/host_calls.ts ${Deno.args.join(" ")}`.trim() +
     `; kernel profile ${ctx.profile}; model ${model.generated ? "qwen3-0.6b preset" : model.dir}` +
-    `; batch ${batch}, max_model_len ${maxModelLen}, ${steps} decode steps with queue.submit ` +
+    `; batch ${batch}, context ${context}, max_model_len ${maxModelLen}, ${steps} decode ` +
+    `steps with queue.submit ` +
     "stubbed out",
 );
 for (const [key, c] of [...calls].sort((a, b) => b[1].ms - a[1].ms)) {
