@@ -350,20 +350,21 @@ export class PagedAttentionDecode {
     slot.setU32(0, this.numQHeads, this.numKvHeads, this.blockSize, btStride, qStride);
     slot.setU32(5, this.partitionSize, scratch.maxPartitions, 0);
     slot.setF32(8, this.scale, this.rope?.eps ?? 1e-6);
+    const entries: GPUBindGroupEntry[] = [
+      { binding: 0, resource: buffers.q },
+      { binding: 1, resource: buffers.kCache },
+      { binding: 2, resource: buffers.vCache },
+      { binding: 3, resource: buffers.blockTables },
+      { binding: 4, resource: buffers.contextLens },
+      { binding: 5, resource: buffers.out },
+      { binding: 6, resource: { buffer: scratch.partOut } },
+      { binding: 7, resource: { buffer: scratch.partMl } },
+      { binding: 8, resource: slot.binding },
+    ];
     const decodeGroup = device.createBindGroup({
       label: "paged_attention_decode",
       layout: this.#decode.getBindGroupLayout(0),
-      entries: [
-        { binding: 0, resource: buffers.q },
-        { binding: 1, resource: buffers.kCache },
-        { binding: 2, resource: buffers.vCache },
-        { binding: 3, resource: buffers.blockTables },
-        { binding: 4, resource: buffers.contextLens },
-        { binding: 5, resource: buffers.out },
-        { binding: 6, resource: { buffer: scratch.partOut } },
-        { binding: 7, resource: { buffer: scratch.partMl } },
-        { binding: 8, resource: slot.binding },
-      ],
+      entries,
     });
     const mergeSlot = arena.allocate();
     mergeSlot.setU32(1, this.numQHeads, this.headDim, this.partitionSize, scratch.maxPartitions);
@@ -384,18 +385,7 @@ export class PagedAttentionDecode {
         group: device.createBindGroup({
           label: "paged_attention_decode_rope",
           layout: this.#fused.getBindGroupLayout(0),
-          entries: [
-            { binding: 0, resource: buffers.q },
-            { binding: 1, resource: buffers.kCache },
-            { binding: 2, resource: buffers.vCache },
-            { binding: 3, resource: buffers.blockTables },
-            { binding: 4, resource: buffers.contextLens },
-            { binding: 5, resource: buffers.out },
-            { binding: 6, resource: { buffer: scratch.partOut } },
-            { binding: 7, resource: { buffer: scratch.partMl } },
-            { binding: 8, resource: slot.binding },
-            ...ropeBindings,
-          ],
+          entries: [...entries, ...ropeBindings],
         }),
       }
       : null;
