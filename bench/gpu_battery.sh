@@ -5,11 +5,12 @@
 # leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
 # (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
 #
-#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 10 files and the tuning cache
+#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 11 files and the tuning cache
 #
 # Stages, most valuable first: adapter; bench:model (prefill 128/512, decode batch 1/8/64, host and
 # GPU time per step, per-kernel breakdown of decode and of prefill 512) under the gpu profile, then again with the default kernel
-# choices (--kernel-tuning off: what the measured tuning changes); the PyTorch peer on the same
+# choices (--kernel-tuning off: what the measured tuning changes), and decode without the fused
+# decode attention (--fused-decode off); the PyTorch peer on the same
 # checkpoint on CUDA; every matmul kernel and tile shape (bench/matmul_tune.ts) and the attention
 # kernels; the host's time per decode step call by call (bench/host_calls.ts); the test suite on the GPU (greedy parity with the float64 reference; its auto
 # profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
@@ -64,6 +65,11 @@ run_stage bench-model 120 model.txt deno run --cached-only -A bench/model_bench.
 # The same decode and prefill with the default kernel choices (A/B of the measured tuning, same run).
 run_stage bench-model-untuned 60 model_untuned.txt deno run --cached-only -A bench/model_bench.ts \
   --model $model --batches 1,8,64 --prefill 512 --steps 32 --no-breakdown --kernel-tuning off $gpu
+
+# Decode with rope_and_cache's own dispatch per layer instead of the fused decode attention (A/B of
+# the fusion: 179 against 151 dispatches per step, same run).
+run_stage bench-model-unfused 40 model_unfused.txt deno run --cached-only -A bench/model_bench.ts \
+  --model $model --batches 1,8,64 --prefill 128 --steps 64 --no-breakdown --fused-decode off $gpu
 
 if python3 -c "import torch, transformers" 2> /dev/null; then
   run_stage torch 60 torch.txt env PYTHONUNBUFFERED=1 python3 bench/torch_reference.py \

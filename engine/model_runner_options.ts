@@ -33,6 +33,12 @@ export interface ModelRunnerOptions {
   readonly showProgress?: boolean;
   /** Projections and LM head as loaded, or int8 / int4 (gpu/quant.ts). Default none. */
   readonly quantization?: Quantization;
+  /**
+   * Under the gpu profile, run a RoPE model's all-decode steps with the decode attention's fused
+   * variant (q/k norms, RoPE and the K/V write inside it, no rope_and_cache dispatch). Default
+   * true; false keeps the separate dispatch (to compare the two: bench:model --fused-decode).
+   */
+  readonly fusedDecode?: boolean;
 }
 
 /** @throws {RangeError} when a numeric option is not a positive integer. */

@@ -41,6 +41,7 @@ export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
     ...sizes,
     showProgress: false,
     quantization,
+    fusedDecode: env.options.fusedDecode,
   });
   const seconds = (performance.now() - t0) / 1000;
   env.log(loadLine(seconds, quantization, runner.weights, env.ctx.weightDtype));

@@ -32,6 +32,9 @@ const USAGE = `usage: deno task bench:model [options]
                                share the host's cores)
   --readback-batch N           overlapped steps: deferred readbacks started together (default 3,
                                as the engine; 1 starts each at the next submit)
+  --fused-decode on|off        gpu profile: all-decode steps with RoPE, q/k norms and the K/V
+                               write inside the decode attention (default on, as the engine),
+                               or rope_and_cache's own dispatch per layer (off)
   --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
                                (default none); ratios to the first are printed
   --json                       print one JSON report`;
@@ -58,6 +61,8 @@ export interface ModelBenchOptions {
   readonly kernelProfile: string | undefined;
   readonly kernelTuning: KernelTuningMode;
   readonly quantizations: readonly Quantization[];
+  /** `--fused-decode`: the runner option of the same name. */
+  readonly fusedDecode: boolean;
   /** `--overlap`: undefined for auto; "serial": each step awaited before the next. */
   readonly overlap: boolean | "serial" | undefined;
   /** `--readback-batch`: undefined for the engine's. */
@@ -102,6 +107,7 @@ function parseFlags(argv: string[]) {
         "kernel-profile": { type: "string" },
         "kernel-tuning": { type: "string", default: "auto" },
         quantization: { type: "string", default: "none" },
+        "fused-decode": { type: "string", default: "on" },
         overlap: { type: "string", default: "auto" },
         "readback-batch": { type: "string" },
         json: { type: "boolean", default: false },
@@ -158,6 +164,9 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
         `--kernel-tuning expects auto, measure or off, got "${values["kernel-tuning"]}"`,
       );
     }
+    if (!["on", "off"].includes(values["fused-decode"])) {
+      throw new TypeError(`--fused-decode expects on or off, got "${values["fused-decode"]}"`);
+    }
     if (!["auto", "on", "off", "serial"].includes(values.overlap)) {
       throw new TypeError(`--overlap expects auto, on, off or serial, got "${values.overlap}"`);
     }
@@ -183,6 +192,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
       ? "serial"
       : values.overlap === "on",
     readbackBatch: sizes.readbackBatch,
+    fusedDecode: values["fused-decode"] === "on",
     json: values.json,
   };
 }

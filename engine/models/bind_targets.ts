@@ -36,6 +36,8 @@ export interface BindTargetSizes {
   readonly blockSize: number;
   /** KV blocks in the pool. */
   readonly numKvBlocks: number;
+  /** Compile the fused decode attention for a RoPE model (gpu profile); default true. */
+  readonly fusedDecode?: boolean;
 }
 
 /**
@@ -90,7 +92,7 @@ export function allocateBindTargets(
     sizes.maxSeqs,
     tiledPrefill,
     // RoPE models (every architecture but GPT-2); head norms in the weights' dtype (Qwen3).
-    c.arch === "GPT2LMHeadModel"
+    c.arch === "GPT2LMHeadModel" || sizes.fusedDecode === false
       ? undefined
       : { normDtype: c.qkNorm ? dtype : null, eps: c.normEps },
   );
