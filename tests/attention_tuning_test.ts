@@ -183,12 +183,13 @@ async function withTinyRunner(
   maxTokens: number,
   chunk: number,
   fn: (runner: ModelRunner, ctx: GpuContext) => Promise<void> | void,
+  fusedDecode = true,
 ): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: "attention_tuning_model_" });
   try {
     await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed });
     const ctx = await testContext({ forceF32: true, ...(kernelProfile ? { kernelProfile } : {}) });
-    const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
+    const runner = await ModelRunner.load(ctx, dir, { ...SOLO_RUNNER_OPTIONS, fusedDecode });
     try {
       await fn(runner, ctx);
       const got = await soloGreedy(runner, prompt, maxTokens, { chunk });
@@ -323,6 +324,17 @@ Deno.test(
         { ok: true },
       );
       ctx.check();
+    }
+  },
+);
+
+Deno.test(
+  "ModelRunner decodes equal to the float64 reference with the fused decode attention off and on (gpu profile)",
+  GPU_TEST,
+  async () => {
+    const prompt = [5, 17, 99, 3, 42, 8, 250, 11, 64, 7];
+    for (const fused of [false, true]) {
+      await withTinyRunner(41, "gpu", prompt, 10, 4, () => {}, fused);
     }
   },
 );
