@@ -149,6 +149,10 @@ for (const [key, c] of [...calls].sort((a, b) => b[1].ms - a[1].ms)) {
   );
 }
 console.log(
+  `block tables: ${runner.stagedBlockTableEntries} entries staged per step (a header of one ` +
+    `per sequence and the entries its table gained; ${batch * blocksPerSeq} in the tables)`,
+);
+console.log(
   `execute, median step: ${plain.execute.toFixed(3)} ms (${wrapped.execute.toFixed(3)} with the ` +
     `calls wrapped), ${wrapped.inside.toFixed(3)} ms inside WebGPU calls, ` +
     `${(plain.execute - wrapped.inside).toFixed(3)} ms outside them (the engine's JavaScript: ` +

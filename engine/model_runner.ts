@@ -230,6 +230,14 @@ export class ModelRunner {
   }
 
   /**
+   * Block-table entries the last step staged for upload (a header of one per sequence, and the
+   * entries its tables gained; engine/block_table_rows.ts): for benches and tests.
+   */
+  get stagedBlockTableEntries(): number {
+    return this.#tableRows.lastStagedEntries;
+  }
+
+  /**
    * The penalty histories kept on the GPU, by key (`LogitsProcessing.history`): free a
    * sequence's when it ends; `inUse` for leak checks.
    */
