@@ -136,6 +136,12 @@ interface ExecutorWatch {
   readonly penalisedSwapped: Set<string>;
   /** Penalised requests prefilled in more than one chunk. */
   readonly penalisedChunked: Set<string>;
+  /**
+   * Decode-only steps seen (no new, swapped-in or preempted request), and those whose runner
+   * staged more block-table entries than a header and one new block per sequence: the scheduler
+   * hands over its growing arrays, so the runner's rows take only what they gained.
+   */
+  readonly blockTables: { decodeSteps: number; overflows: string[] };
   restore(): void;
 }
 
@@ -148,6 +154,7 @@ function watchExecutors(): ExecutorWatch {
     penalisedRecomputed: new Set(),
     penalisedSwapped: new Set(),
     penalisedChunked: new Set(),
+    blockTables: { decodeSteps: 0, overflows: [] },
     restore: () => (WebGpuExecutor.prototype.execute = execute),
   };
   WebGpuExecutor.prototype.execute = function (this: WebGpuExecutor, output, masks) {
@@ -164,7 +171,17 @@ function watchExecutors(): ExecutorWatch {
       if (r.samplesToken && penalised.has(r.requestId)) sampled.add(r.requestId);
       if (!r.samplesToken && penalised.has(r.requestId)) watch.penalisedChunked.add(r.requestId);
     }
-    return execute.call(this, output, masks);
+    const step = execute.call(this, output, masks);
+    const n = output.scheduled.length;
+    if (
+      n > 0 && output.scheduled.every((r) => r.numTokens === 1 && !r.isNew) &&
+      output.swappedIn.length === 0 && output.preempted.length === 0
+    ) {
+      watch.blockTables.decodeSteps++;
+      const staged = this.runner.stagedBlockTableEntries;
+      if (staged > 2 * n) watch.blockTables.overflows.push(`${staged} entries for ${n} sequences`);
+    }
+    return step;
   };
   return watch;
 }
@@ -207,6 +224,8 @@ async function withWatchedEngine(
       assert.equal(engine.executorRequests, 0, `seed ${seed}: executor state left behind`);
       const runners = [...watch.runners];
       assert.equal(runners.length, 1);
+      assert.ok(watch.blockTables.decodeSteps > 0, `seed ${seed}: no decode-only step`);
+      assert.deepEqual(watch.blockTables.overflows, [], `seed ${seed}: block tables re-sent`);
       assert.equal(runners[0]!.penaltyHistories.inUse, 0, `seed ${seed}: histories left behind`);
     } finally {
       watch.restore();
