@@ -7,8 +7,9 @@
 // words) and one f16 scale; the group's 4 steps of 8 values are written out below; the sum over
 // the group is scaled once: acc += s * (sum over the group of q * x).
 // Why whole groups (measured on lavapipe, 2 cores, 6144 x 1024 int4, M = 1, 2026-11-26):
-// lavapipe issues every storage load as a per-lane loop, and one 16-byte load costs about half
-// of four 4-byte ones; the kernel went from ~2.4 to ~0.85 ms (f16 `unrolled`: ~1.8 ms).
+// lavapipe issues every storage load as a per-lane loop, and one 16-byte load costs about a
+// third of four 4-byte ones; the kernel went from 1.29 to 0.85 ms (f16 `unrolled`: 1.5 ms;
+// bench/load_width.ts).
 //
 // Unpacking without shifts (the prelude's q_prep / q_offset / q_dot): a value is isolated in
 // place with one AND (the word with the sign bit of every value but the top one flipped, so
