@@ -68,8 +68,8 @@ run_stage bench-model-untuned 60 model_untuned.txt deno run --cached-only -A ben
 
 # Decode with rope_and_cache's own dispatch per layer instead of the fused decode attention (A/B of
 # the fusion: 179 against 151 dispatches per step, same run).
-run_stage bench-model-unfused 40 model_unfused.txt deno run --cached-only -A bench/model_bench.ts \
-  --model $model --batches 1,8,64 --prefill 128 --steps 64 --no-breakdown --fused-decode off $gpu
+run_stage bench-model-unfused 30 model_unfused.txt deno run --cached-only -A bench/model_bench.ts \
+  --model $model --batches 1,64 --prefill 128 --steps 64 --no-breakdown --fused-decode off $gpu
 
 if python3 -c "import torch, transformers" 2> /dev/null; then
   run_stage torch 60 torch.txt env PYTHONUNBUFFERED=1 python3 bench/torch_reference.py \
