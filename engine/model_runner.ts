@@ -13,7 +13,6 @@
  */
 
 import { BlockTableRows } from "./block_table_rows.ts";
-import { INDEXED_ROWS } from "../kernels/block_table_stride.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
@@ -307,7 +306,7 @@ export class ModelRunner {
     this.#writes.clear();
     const plan = this.#sampler.prepare(batch.seqs, this.#writes);
     const rows = plan.rows;
-    const { allDecode, maxContextLen, blockTableStride } = this.#upload(batch);
+    const { allDecode, maxContextLen } = this.#upload(batch);
     const T = batch.inputIds.length;
     const S = batch.seqs.length;
     const q = this.ctx.device.queue;
@@ -319,7 +318,6 @@ export class ModelRunner {
       numSeqs: S,
       allDecode,
       maxContextLen,
-      blockTableStride,
       numSampled: rows,
     };
     const encoder = this.ctx.device.createCommandEncoder({ label: "step" });
@@ -379,7 +377,7 @@ export class ModelRunner {
    */
   #upload(
     batch: ForwardBatch,
-  ): { allDecode: boolean; maxContextLen: number; blockTableStride: number } {
+  ): { allDecode: boolean; maxContextLen: number } {
     const h = this.#host;
     const T = batch.inputIds.length;
     const S = batch.seqs.length;
@@ -406,7 +404,7 @@ export class ModelRunner {
     this.#tableRows.stage(batch.seqs.map((seq) => seq.blockTable), w, bufs.blockTables);
     w.write(bufs.contextLens, h.contextLens, S);
     w.write(bufs.cuQLens, h.cuQLens, S + 1);
-    return { allDecode, maxContextLen, blockTableStride: INDEXED_ROWS };
+    return { allDecode, maxContextLen };
   }
 
   /** Releases every GPU buffer of the model. */

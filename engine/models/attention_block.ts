@@ -10,6 +10,7 @@
  * @module
  */
 
+import { INDEXED_ROWS } from "../../kernels/block_table_stride.ts";
 import type { ParamArena } from "../../gpu/params.ts";
 import type { KvCache } from "../kv_cache.ts";
 import type { StepBuffers } from "../step_buffers.ts";
@@ -51,12 +52,6 @@ export interface StepShape {
   readonly allDecode: boolean;
   /** Longest context (tokens in cache after the step). */
   readonly maxContextLen: number;
-  /**
-   * How the attention finds each sequence's block-table row: rows this many entries apart, or
-   * 0 (`INDEXED_ROWS`, kernels/block_table_stride.ts; the model runner's layout) through a
-   * header of row offsets.
-   */
-  readonly blockTableStride: number;
   /** Sequences that sample a token this step. */
   readonly numSampled: number;
 }
@@ -229,6 +224,9 @@ export class AttentionKernels {
         qStride: g.qkvWidth,
       })
     );
+    // The step buffers hold the block tables as indexed rows (engine/block_table_rows.ts), every
+    // step: set once, here.
+    for (const op of [decode, ...prefill]) op.setBlockTableStride(INDEXED_ROWS);
     return new AttentionBlock(reshape, decode, prefill, this.#prefillChoice);
   }
 
@@ -263,12 +261,9 @@ export class AttentionBlock {
   encode(pass: GPUComputePassEncoder, step: StepShape): void {
     if (this.reshape) this.reshape.encode(pass, step.numTokens);
     if (step.allDecode) {
-      this.decode.setBlockTableStride(step.blockTableStride);
       this.decode.encode(pass, step.numSeqs, step.maxContextLen, undefined, this.fusesRope);
     } else {
-      const prefill = this.prefill[this.prefillChoice.index]!;
-      prefill.setBlockTableStride(step.blockTableStride);
-      prefill.encode(pass, step.numSeqs, step.numTokens);
+      this.prefill[this.prefillChoice.index]!.encode(pass, step.numSeqs, step.numTokens);
     }
   }
 }
