@@ -118,13 +118,13 @@ export class StepBuffers {
   ) {
     this.capacity = capacity;
     const { maxTokens: T, maxSeqs: S, maxBlocksPerSeq: B } = capacity;
-    const make = (label: string, bytes: number) => {
+    const make = (label: string, bytes: number, usage = STORAGE_RW) => {
       if (bytes > ctx.maxBindingBytes) {
         throw new RangeError(
           `Cannot allocate step buffer ${label}: ${bytes} bytes exceed one binding (${ctx.maxBindingBytes}); lower max_num_batched_tokens or max_num_seqs`,
         );
       }
-      const b = ctx.createBuffer(label, bytes, STORAGE_RW);
+      const b = ctx.createBuffer(label, bytes, usage);
       this.#all.push(b);
       return b;
     };
@@ -140,13 +140,16 @@ export class StepBuffers {
     this.processParams = make("processParams", S * LOGITS_PROCESS_PARAMS_BYTES);
     this.topCounts = make("topCounts", S * 4);
     this.hidden = make("hidden", T * widths.hidden * 4);
-    this.normed = make("normed", T * widths.hidden * 4);
+    // What the projections read as X may also be bound as uniform (kernels/matmul.ts
+    // uniformXCapacity: the cpu profile's decode matmuls read X that way).
+    const x = STORAGE_RW | GPUBufferUsage.UNIFORM;
+    this.normed = make("normed", T * widths.hidden * 4, x);
     this.delta = make("delta", T * widths.hidden * 4);
     this.qkv = make("qkv", T * widths.qkv * 4);
-    this.attnOut = make("attnOut", T * widths.attn * 4);
-    this.mlpUp = make("mlpUp", T * widths.mlp * 4);
+    this.attnOut = make("attnOut", T * widths.attn * 4, x);
+    this.mlpUp = make("mlpUp", T * widths.mlp * 4, x);
     this.lastHidden = make("lastHidden", S * widths.hidden * 4);
-    this.lastNormed = make("lastNormed", S * widths.hidden * 4);
+    this.lastNormed = make("lastNormed", S * widths.hidden * 4, x);
     this.logits = make("logits", S * widths.vocab * 4);
     this.logprobsOffset = align(S * 4);
     this.topIdsOffset = align(this.logprobsOffset + S * 4);

@@ -55,6 +55,7 @@ import {
 import { type MatmulShape, type MatmulTuning, shapeKey, type SmallTile } from "./matmul_tuning.ts";
 import { checkCallSite } from "./matmul_call_site_check.ts";
 import {
+  bindingBytes,
   type KernelConfig,
   type MatmulBuffers,
   type MatmulEncodeOptions,
@@ -99,6 +100,14 @@ export interface MatmulOptions {
    * later ({@linkcode Matmul.setTuning}).
    */
   readonly tile?: TileConfig;
+}
+
+/** The fewest vec4s of X worth a uniform binding (256 bytes). */
+const MIN_UNIFORM_X_VEC4S = 16;
+
+/** vec4s per row of the buffer a call site reads X from (`swiglu`: gate and up, 2K). */
+function xRowVec4s(cols: number, xForm: XForm): number {
+  return ((xForm === "swiglu" ? 2 : 1) * cols) / 4;
 }
 
 /**
@@ -238,7 +247,8 @@ export class Matmul {
 
   /**
    * The kernel configuration for `variant` covering `mb` rows of X per workgroup (`tiled`
-   * ignores `mb` and runs `tile`, default the instance's), compiled on first use.
+   * ignores `mb` and runs `tile`, default the instance's; `unrolled` reads X through a uniform
+   * binding of `xUniform` vec4s when that is not 0), compiled on first use.
    * @internal
    */
   config(
@@ -249,6 +259,7 @@ export class Matmul {
     xForm: XForm = "plain",
     gemv: GemvKind = DEFAULT_GEMV,
     tile: TileConfig = this.#tile,
+    xUniform = 0,
   ): KernelConfig {
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
@@ -257,7 +268,7 @@ export class Matmul {
     const key = variant === "tiled"
       ? `${tag}/t${t.wx}x${t.wy}k${t.bk}m${tileRows(t)}n${tileCols(t)}`
       : variant === "unrolled"
-      ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}`
+      ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}${xUniform > 0 ? `/xu${xUniform}` : ""}`
       : variant === "gemv"
       ? `${tag}/mb${mb}${gemv.rows > 1 ? `/rb${gemv.rows}` : ""}${
         gemv.step > 4 ? `/ks${gemv.step}` : ""
@@ -276,18 +287,32 @@ export class Matmul {
       t,
       variant === "gemv" ? gemv.rows : 1,
       variant === "gemv" ? gemv.step : 4,
+      xUniform,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
     // unrolled and 8-element gemv steps read whole 8-element steps of each weight row.
     const steps8 = variant === "unrolled" || (variant === "gemv" && gemv.step === 8);
-    config = { key, variant, format, xForm, xVec4, steps8, pipeline, rowsPerGroup, mPerGroup };
+    config = {
+      key,
+      variant,
+      format,
+      xForm,
+      xVec4,
+      xUniform,
+      steps8,
+      pipeline,
+      rowsPerGroup,
+      mPerGroup,
+    };
     this.#configs.set(key, config);
     return config;
   }
 
   /**
    * The kernel configuration the policy (or `variant`) picks for `m` rows of X and a weight
-   * `rows` x `cols` whose row stride is `rowStride` elements, X read as `xForm`. @internal
+   * `rows` x `cols` whose row stride is `rowStride` elements, X read as `xForm`; `unrolled`
+   * reads X through a uniform binding of `xUniform` vec4s (the call site's
+   * {@linkcode Matmul.uniformXCapacity}) when the `m` rows fit in it. @internal
    */
   choose(
     m: number,
@@ -298,6 +323,7 @@ export class Matmul {
     format: WeightFormat = this.dtype,
     xForm: XForm = "plain",
     gemv: Partial<GemvKind> = {},
+    xUniform = 0,
   ): KernelConfig {
     const decode = m <= this.decodeMaxRows;
     const shape = { format, rows, cols, xForm, bias: this.bias };
@@ -318,7 +344,9 @@ export class Matmul {
     if (v === "unrolled") {
       const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
-      return this.config(v, mb, cols % 4 === 0, format, xForm);
+      const xVec4 = cols % 4 === 0;
+      const xu = xVec4 && m * xRowVec4s(cols, xForm) <= xUniform ? xUniform : 0;
+      return this.config(v, mb, xVec4, format, xForm, DEFAULT_GEMV, this.#tile, xu);
     }
     if (v === "blocked" && !decode) {
       return this.config(v, BLOCKED_PREFILL_MB, false, format, xForm);
@@ -341,6 +369,20 @@ export class Matmul {
   }
 
   /**
+   * How many vec4s of `x` the `unrolled` kernel can read through a uniform binding (0: none):
+   * the largest power of two (at least 16) of vec4s that `x` holds and the device binds as
+   * uniform, when `x`'s buffer has `UNIFORM` usage and its offset the uniform alignment.
+   */
+  uniformXCapacity(x: GPUBufferBinding): number {
+    const device = this.#ctx.device;
+    if ((x.buffer.usage & GPUBufferUsage.UNIFORM) === 0) return 0;
+    if ((x.offset ?? 0) % device.limits.minUniformBufferOffsetAlignment !== 0) return 0;
+    const bytes = Math.min(bindingBytes(x), this.#ctx.limits.maxUniformBufferBindingSize);
+    if (bytes < 16 * MIN_UNIFORM_X_VEC4S) return 0;
+    return 2 ** Math.floor(Math.log2(bytes / 16));
+  }
+
+  /**
    * Creates a call site: validates the shapes (kernels/matmul_call_site_check.ts), allocates one
    * parameter slot per weight part and creates the bind groups of the policy's kernels (once,
    * here).
@@ -356,10 +398,22 @@ export class Matmul {
     // The constructor compiled the policy's kernels for plain X and weights of this dtype.
     this.#compilePolicy(w.format, xForm);
     const slots = w.parts.map(() => arena.allocate());
-    const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, maxRows);
+    const xUniform = this.uniformXCapacity(buffers.x);
+    const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, maxRows, xUniform);
     this.#ops.push(op);
+    if (this.policy === "cpu" && xUniform > 0 && w.cols % 4 === 0 && w.rowStride % 8 === 0) {
+      // The uniform-X blocks some decode M will run (the smallest M of each block fits).
+      const rowVec4s = xRowVec4s(w.cols, xForm);
+      UNROLLED_BLOCKS.forEach((mb, i) => {
+        const smallest = i === 0 ? 1 : UNROLLED_BLOCKS[i - 1]! + 1;
+        if (smallest * rowVec4s > xUniform) return;
+        this.config("unrolled", mb, true, w.format, xForm, DEFAULT_GEMV, this.#tile, xUniform);
+      });
+    }
     for (const config of this.#configs.values()) {
       if (config.format !== w.format || config.xForm !== xForm) continue;
+      // Uniform-X kernels are bound to call sites of their binding's size only.
+      if (config.xUniform !== 0 && config.xUniform !== xUniform) continue;
       // Kernels reading 8-element steps are bound only to weights whose row stride allows it;
       // unrolled's vec4 X loads need K % 4 == 0.
       const xOk = !config.xVec4 || w.cols % 4 === 0;

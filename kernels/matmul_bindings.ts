@@ -153,13 +153,39 @@ export function quantWeightBinding8(format: QuantFormat): string {
 const SILU_MUL4 = "fn silu_mul4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {\n" +
   "  return g / (1.0 + exp(-g)) * u;\n}\n";
 
+/** Throws unless `uniformVec4s` is 0, or a positive integer with vec4 loads. */
+function checkUniformX(vec4: boolean, uniformVec4s: number): void {
+  if (uniformVec4s === 0) return;
+  if (!vec4 || !Number.isInteger(uniformVec4s) || uniformVec4s < 1) {
+    throw new RangeError(
+      `Cannot read X through a uniform binding of ${uniformVec4s} vec4s` +
+        (vec4 ? "" : ": only with vec4 loads (K % 4 == 0)"),
+    );
+  }
+}
+
+/**
+ * The declaration of `unrolled`'s vec4 X binding: a storage array, or with `uniformVec4s > 0` a
+ * uniform one of that many vec4s. Measured on lavapipe (Mesa 22.3, 2 cores, M = 1, 2026-11-26):
+ * lavapipe issues a storage load as a per-lane loop even when every invocation reads the same X,
+ * while a uniform load is one; X loads were ~20% of the int4 kernel's time (6144 x 1024: 0.83 ms,
+ * 0.65 ms with X made constant, 0.71 ms through a uniform binding).
+ */
+function xVec4Declaration(uniformVec4s: number): string {
+  return uniformVec4s > 0
+    ? `@group(0) @binding(0) var<uniform> x: array<vec4<f32>, ${uniformVec4s}>;\n`
+    : "@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;\n";
+}
+
 /**
  * X binding of `unrolled` on a SwiGLU gate|up buffer (`[M, 2K]`, see {@linkcode XForm}): the
- * interface of {@linkcode xBinding8}, each X value `silu_mul4(gate, up)`.
+ * interface of {@linkcode xBinding8}, each X value `silu_mul4(gate, up)`; `uniformVec4s` as
+ * there.
  */
-export function xBinding8Swiglu(vec4: boolean): string {
+export function xBinding8Swiglu(vec4: boolean, uniformVec4s = 0): string {
+  checkUniformX(vec4, uniformVec4s);
   return SILU_MUL4 + (vec4
-    ? "@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;\n" +
+    ? xVec4Declaration(uniformVec4s) +
       "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
       "  let b = row * (p.k / 2u) + 2u * q;\n" +
       "  let u = b + p.k / 4u;\n" +
@@ -187,11 +213,17 @@ export function xBinding8Swiglu(vec4: boolean): string {
 
 /**
  * X binding of `unrolled`: `load_x8` / `load_x8_tail` over vec4s when every row starts on a
- * vec4 (K % 4 == 0), else over scalars.
+ * vec4 (K % 4 == 0), else over scalars. With `uniformVec4s > 0` (vec4 loads only) X is a
+ * uniform binding of that many vec4s: the caller binds exactly that many bytes and runs M
+ * rows only when they fit (kernels/matmul_op.ts).
+ *
+ * @throws {RangeError} for a uniform X without vec4 loads, or a vec4 count that is not a
+ *   positive integer.
  */
-export function xBinding8(vec4: boolean): string {
+export function xBinding8(vec4: boolean, uniformVec4s = 0): string {
+  checkUniformX(vec4, uniformVec4s);
   return vec4
-    ? "@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;\n" +
+    ? xVec4Declaration(uniformVec4s) +
       "fn load_x8(row: u32, q: u32) -> mat2x4<f32> {\n" +
       "  let b = row * (p.k / 4u) + 2u * q;\n" +
       "  return mat2x4<f32>(x[b], x[b + 1u]);\n}\n" +

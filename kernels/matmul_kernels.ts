@@ -177,11 +177,14 @@ export interface KernelSource {
  * bindings, the constants, and `matmul_io.wgsl` (Params, the Y and parameter bindings,
  * `store_y`), shared by every kernel. `tile` replaces the `tiled` configuration (tuning benches);
  * `gemvRows` is the weight rows per `gemv` invocation (one of {@linkcode GEMV_ROW_BLOCKS}),
- * `gemvStep` its weights per invocation per step (one of {@linkcode GEMV_STEPS}).
+ * `gemvStep` its weights per invocation per step (one of {@linkcode GEMV_STEPS}); `xUniform`,
+ * when not 0, makes `unrolled` read its vec4 X through a uniform binding of that many vec4s
+ * (matmul_bindings.ts `xBinding8`).
  *
  * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`, or a
  *   `gemvRows` / `gemvStep` that is not one of {@linkcode GEMV_ROW_BLOCKS} /
- *   {@linkcode GEMV_STEPS}.
+ *   {@linkcode GEMV_STEPS}, or a uniform X with a kernel other than `unrolled` or without vec4
+ *   loads.
  */
 export function kernelSource(
   variant: MatmulVariant,
@@ -194,7 +197,11 @@ export function kernelSource(
   tile: TileConfig = TILE,
   gemvRows = 1,
   gemvStep = 4,
+  xUniform = 0,
 ): KernelSource {
+  if (xUniform !== 0 && variant !== "unrolled") {
+    throw new RangeError(`Cannot build matmul ${variant} with a uniform X: unrolled only`);
+  }
   const quant = format === "int8" || format === "int4" ? format : null;
   const step8 = variant === "gemv" && gemvStep === 8;
   const w = step8
@@ -212,7 +219,7 @@ export function kernelSource(
   const x = stat
     ? xStatBinding(xForm, normDtype)
     : variant === "unrolled"
-    ? (swiglu ? xBinding8Swiglu(xVec4) : xBinding8(xVec4))
+    ? (swiglu ? xBinding8Swiglu(xVec4, xUniform) : xBinding8(xVec4, xUniform))
     : (swiglu ? xSwigluSource : xSource);
   const prelude = x + w + biasBinding(bias);
   const kernel = (consts: Record<string, number>, source: string, rowsPerGroup: number) => ({

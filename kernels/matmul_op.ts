@@ -79,6 +79,11 @@ export interface KernelConfig {
   readonly xForm: XForm;
   /** Whether the kernel reads X as vec4s (`unrolled` only; needs K % 4 == 0). */
   readonly xVec4: boolean;
+  /**
+   * vec4s of X the kernel reads through a uniform binding (`unrolled` only); 0: X is a storage
+   * binding.
+   */
+  readonly xUniform: number;
   /** Whether it reads weights in 8-element steps (needs a row stride that is a multiple of 8). */
   readonly steps8: boolean;
   readonly pipeline: GPUComputePipeline;
@@ -104,6 +109,8 @@ export class MatmulOp {
   readonly #ldy: number;
   /** The weight's bytes on the device (what one encode reads of it). */
   readonly #weightBytes: number;
+  /** vec4s of X a uniform binding holds ({@linkcode Matmul.uniformXCapacity}); 0: none. */
+  readonly #xUniform: number;
   readonly #groups = new Map<string, GPUBindGroup[]>();
   /**
    * The last encode's choice: re-used while m, the forced variant and the matmul's tuning
@@ -127,8 +134,10 @@ export class MatmulOp {
     slots: readonly ParamSlot[],
     ldy: number,
     maxRows: number,
+    xUniform: number,
   ) {
     this.#matmul = matmul;
+    this.#xUniform = xUniform;
     this.#device = device;
     this.#buffers = buffers;
     this.#slots = slots;
@@ -159,6 +168,11 @@ export class MatmulOp {
     return this.#choose(m, { variant }).config.variant;
   }
 
+  /** The kernel configuration an encode of `m` rows runs. @internal */
+  configFor(m: number, options: MatmulEncodeOptions = {}): KernelConfig {
+    return this.#choose(m, options).config;
+  }
+
   /** The bind groups (one per weight part) of `config`, created on first use. @internal */
   bindGroups(config: KernelConfig): GPUBindGroup[] {
     let groups = this.#groups.get(config.key);
@@ -166,8 +180,12 @@ export class MatmulOp {
     const b = this.#buffers;
     const layout = config.pipeline.getBindGroupLayout(0);
     groups = b.weight.parts.map((part, i) => {
+      // A uniform X binds exactly the vec4s the kernel declares.
+      const x = config.xUniform === 0
+        ? b.x
+        : { buffer: b.x.buffer, offset: b.x.offset ?? 0, size: 16 * config.xUniform };
       const entries: GPUBindGroupEntry[] = [
-        { binding: 0, resource: b.x },
+        { binding: 0, resource: x },
         { binding: 1, resource: { buffer: part.buffer } },
         { binding: 3, resource: b.y },
         { binding: 4, resource: this.#slots[i]!.binding },
@@ -205,6 +223,7 @@ export class MatmulOp {
       w.format,
       xForm,
       { rows: gemvRows, step: gemvStep },
+      this.#xUniform,
     );
     const groups = this.bindGroups(config);
     const chosen = { m, variant, gemvRows, gemvStep, generation, config, groups };

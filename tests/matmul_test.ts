@@ -45,6 +45,13 @@ interface Case {
   readonly xForm?: XForm;
   /** The tiled kernel's configuration (default the policy's TILE). */
   readonly tile?: TileConfig;
+  /**
+   * X in a buffer with UNIFORM usage of at least this many bytes (`unrolled` may then read it
+   * through a uniform binding); undefined: a storage-only buffer.
+   */
+  readonly uniformXBytes?: number;
+  /** Whether the kernel must read X through a uniform binding (checked when given). */
+  readonly expectUniformX?: boolean;
 }
 
 const kernels = new Map<string, Matmul>();
@@ -68,7 +75,8 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
   const label = `${name} [${m}, ${n}, ${k}] ${c.dtype} ${c.bias ? "bias" : "no bias"} ` +
     `${c.variant ?? `auto/${c.policy ?? "default"}`} ldy ${ldy}` +
     (c.xForm === "swiglu" ? " x swiglu" : "") +
-    (c.tile === undefined ? "" : ` tile ${tileName(c.tile)}`);
+    (c.tile === undefined ? "" : ` tile ${tileName(c.tile)}`) +
+    (c.uniformXBytes === undefined ? "" : ` uniform-capable X of ${c.uniformXBytes} bytes`);
   const { seed, rng } = testSeed(label);
   const context = `seed ${seed} ${label}`;
   // The buffer the kernel reads, and the X it stands for (SwiGLU: gate and up in [-3, 3], where
@@ -89,7 +97,7 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
   // Three NaNs after X: a kernel that reads past K in the last row without masking fails.
   const xPadded = new Float32Array(xIn.length + 3).fill(NaN);
   xPadded.set(xIn);
-  const xBuf = upload(ctx, xPadded);
+  const xBuf = upload(ctx, xPadded, "x", c.uniformXBytes);
   const yBuf = poisonedF32(ctx, m * ldy);
   const biasBuf = bias === undefined ? undefined : upload(ctx, bias);
   try {
@@ -102,6 +110,10 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
       ldy,
       xForm: c.xForm,
     });
+    if (c.expectUniformX !== undefined) {
+      const config = op.configFor(m, forced(c.variant));
+      assertEqual(config.xUniform > 0, c.expectUniformX, `${context}: ${config.key}`);
+    }
     await runPass(ctx, arena, (pass) => op.encode(pass, m, forced(c.variant)));
     const got = await readF32(ctx, yBuf);
     const expected = matmulRef(x, roundTo(w, c.dtype), bias, m, n, k);
@@ -286,6 +298,60 @@ Deno.test(
         parts: 4,
         xForm: "swiglu",
       });
+    }
+  },
+);
+
+Deno.test(
+  "matmul() unrolled reads X through a uniform binding exactly when the M rows fit in one",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    // 1,088 bytes of X bind as a uniform array of 64 vec4s: 16 rows of K = 16 (4 vec4s each),
+    // 8 SwiGLU rows (gate and up: 8 vec4s each). One more row runs the storage binding.
+    for (const dtype of DTYPES) {
+      for (const policy of ["cpu", "gpu"] as const) {
+        for (
+          const [m, xForm, uniform] of [
+            [1, "plain", true],
+            [16, "plain", true],
+            [17, "plain", false],
+            [3, "swiglu", true],
+            [8, "swiglu", true],
+            [9, "swiglu", false],
+          ] as const
+        ) {
+          await check(ctx, "uniform", {
+            shape: [m, 37, 16],
+            dtype,
+            bias: m % 2 === 1,
+            variant: "unrolled",
+            policy,
+            xForm,
+            uniformXBytes: 1088,
+            expectUniformX: uniform,
+          });
+        }
+      }
+      // Odd shapes through the policy (cpu: unrolled), 256 vec4s of X; a K that is not a
+      // multiple of 4 reads scalars, never a uniform.
+      for (
+        const [shape, uniform] of [
+          [[1, 1000, 1024], true],
+          [[5, 67, 136], true],
+          [[13, 30, 255], false],
+          [[2, 9, 30], false],
+        ] as const
+      ) {
+        await check(ctx, "uniform", {
+          shape,
+          dtype,
+          bias: false,
+          policy: "cpu",
+          uniformXBytes: 4096,
+          expectUniformX: uniform,
+        });
+      }
     }
   },
 );

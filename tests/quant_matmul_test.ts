@@ -66,11 +66,13 @@ async function check(
   variant: TestVariant | undefined,
   parts?: number,
   xForm: XForm = "plain",
+  uniformX?: { readonly bytes: number; readonly expected: boolean },
 ): Promise<void> {
   const [m, n, k] = shape;
   const label = `quant matmul ${format} [${m}, ${n}, ${k}] ${variant ?? `auto/${kernel.policy}`} ` +
     `bias ${kernel.bias}` + (xForm === "swiglu" ? " x swiglu" : "") +
-    (variant === "tiled" ? ` tile ${tileName(kernel.tile)}` : "");
+    (variant === "tiled" ? ` tile ${tileName(kernel.tile)}` : "") +
+    (uniformX === undefined ? "" : ` uniform-capable X of ${uniformX.bytes} bytes`);
   const { seed, rng } = testSeed(label);
   const context = `seed ${seed} ${label}`;
   // The buffer the kernel reads (SwiGLU: a [M, 2K] gate|up in [-3, 3]) and the X it stands for.
@@ -82,7 +84,7 @@ async function check(
   if (parts !== undefined) assert.equal(weight.parts.length, parts, context);
   const xPadded = new Float32Array(xIn.length + 3).fill(NaN);
   xPadded.set(xIn);
-  const xBuf = upload(ctx, xPadded);
+  const xBuf = upload(ctx, xPadded, "x", uniformX?.bytes);
   const yBuf = poisonedF32(ctx, m * n);
   const biasBuf = bias === undefined ? undefined : upload(ctx, bias);
   const arena = new ParamArena(ctx, weight.parts.length);
@@ -94,6 +96,10 @@ async function check(
       y: whole(yBuf),
       xForm,
     });
+    if (uniformX !== undefined) {
+      const config = op.configFor(m, forced(variant));
+      assert.equal(config.xUniform > 0, uniformX.expected, `${context}: ${config.key}`);
+    }
     await runPass(ctx, arena, (pass) => op.encode(pass, m, forced(variant)));
     const got = await readF32(ctx, yBuf);
     const expected = matmulRef(x, quantizeRef(w, k, format).dequantized, bias, m, n, k);
@@ -130,6 +136,38 @@ Deno.test(
       for (const format of FORMATS) {
         for (const shape of SHAPES) {
           for (const variant of VARIANTS) await check(ctx, kernel, format, shape, variant);
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() unrolled reads X through a uniform binding with int8 / int4 weights when the rows fit",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const bias of [false, true]) {
+      const kernel = new Matmul(ctx, { dtype: "f16", bias, policy: "cpu" });
+      for (const format of FORMATS) {
+        // 4,096 + 64 bytes of X bind as 256 vec4s: 16 rows of K = 64, 8 SwiGLU rows; 5 rows
+        // of K = 160 (40 vec4s), 3 SwiGLU rows.
+        for (
+          const [shape, xForm, expected] of [
+            [[1, 17, 64], "plain", true],
+            [[16, 37, 64], "plain", true],
+            [[17, 37, 64], "plain", false],
+            [[8, 30, 64], "swiglu", true],
+            [[9, 30, 64], "swiglu", false],
+            [[5, 67, 160], "plain", true],
+            [[3, 67, 160], "swiglu", true],
+            [[4, 67, 160], "swiglu", false],
+          ] as const
+        ) {
+          await check(ctx, kernel, format, shape, "unrolled", undefined, xForm, {
+            bytes: 4096 + 64,
+            expected,
+          });
         }
       }
     }

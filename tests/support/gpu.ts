@@ -29,15 +29,25 @@ export function testContext(options: GpuContextOptions = {}): Promise<GpuContext
  */
 export const GPU_TEST = { sanitizeResources: false, sanitizeOps: false } as const;
 
-/** A storage buffer holding `data` (f32 unless an integer array is given). */
+/**
+ * A storage buffer holding `data` (f32 unless an integer array is given). With `uniformBytes`,
+ * the buffer may also be bound as uniform and holds at least that many bytes (a multiple of 16),
+ * all-ones bytes (f32 NaNs) after `data`.
+ */
 export function upload(
   ctx: GpuContext,
   data: Float32Array | Uint32Array | Int32Array | Float16Array,
   label = "input",
+  uniformBytes?: number,
 ): GPUBuffer {
-  const buffer = ctx.createBuffer(label, Math.max(data.byteLength, 4), STORAGE_RW);
+  const size = uniformBytes === undefined
+    ? Math.max(data.byteLength, 4)
+    : Math.ceil(Math.max(uniformBytes, data.byteLength, 16) / 16) * 16;
+  const usage = uniformBytes === undefined ? STORAGE_RW : STORAGE_RW | GPUBufferUsage.UNIFORM;
+  const buffer = ctx.createBuffer(label, size, usage);
   // Copy into a fresh, 4-byte-padded ArrayBuffer (writeBuffer sizes must be multiples of 4).
-  const bytes = new Uint8Array(Math.ceil(data.byteLength / 4) * 4);
+  const bytes = new Uint8Array(Math.ceil(size / 4) * 4);
+  if (uniformBytes !== undefined) bytes.fill(0xff, data.byteLength);
   bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
   ctx.device.queue.writeBuffer(buffer, 0, bytes);
   return buffer;
