@@ -41,6 +41,7 @@ import { breakdown, type Group, prefillBreakdown } from "./model_bench/breakdown
 import {
   breakdownLines,
   headerLines,
+  medianRatioLines,
   type ModelBenchReport,
   ratioLines,
   type RunResult,
@@ -73,16 +74,39 @@ const report: ModelBenchReport = {
 for (const line of headerLines(report)) log(line);
 const env: BenchEnv = { ctx, options, modelDir: model.dir, report, log };
 
-// One runner per weight format, measured in turn; the last one stays for the breakdown.
+// One runner per weight format, measured in turn; the last one stays for the breakdown. With
+// --rounds N > 1 every runner stays loaded and the formats are measured N times in turn.
 let work: BenchWorkload | undefined;
-const runs: RunResult[] = [];
-for (const quantization of options.quantizations) {
-  work?.runner.destroy();
-  work = await loadWorkload(env, quantization);
-  runs.push(await measure(env, work, quantization));
+const rounds: RunResult[][] = [];
+if (options.rounds === 1) {
+  const runs: RunResult[] = [];
+  for (const quantization of options.quantizations) {
+    work?.runner.destroy();
+    work = await loadWorkload(env, quantization);
+    runs.push(await measure(env, work, quantization));
+  }
+  rounds.push(runs);
+} else {
+  const works: BenchWorkload[] = [];
+  for (const quantization of options.quantizations) {
+    works.push(await loadWorkload(env, quantization));
+  }
+  for (let r = 1; r <= options.rounds; r++) {
+    const runs: RunResult[] = [];
+    for (const [i, w] of works.entries()) {
+      log(`round ${r} of ${options.rounds}, weights ${options.quantizations[i]}:`);
+      runs.push(await measure(env, w, options.quantizations[i]!));
+    }
+    rounds.push(runs);
+    for (const line of ratioLines(runs)) log(line);
+  }
+  for (const w of works.slice(0, -1)) w.runner.destroy();
+  work = works.at(-1);
 }
-report.runs = runs;
-for (const line of ratioLines(runs)) log(line);
+report.runs = rounds.flat();
+for (const line of rounds.length === 1 ? ratioLines(rounds[0]!) : medianRatioLines(rounds)) {
+  log(line);
+}
 
 const breakdownSteps = [
   ...options.breakdownBatches.map((n) => ({ kind: "decode" as const, n })),
@@ -96,7 +120,9 @@ if (breakdownSteps.length > 0 && work !== undefined) {
       ? await breakdown(ctx, work, n)
       : await prefillBreakdown(ctx, work, n);
     breakdowns[kind === "decode" ? `batch${n}` : `prefill${n}`] = groups;
-    for (const line of breakdownLines(n, groups, method, runs.at(-1)!.quantization, kind)) {
+    for (
+      const line of breakdownLines(n, groups, method, rounds.at(-1)!.at(-1)!.quantization, kind)
+    ) {
       log(line);
     }
   }

@@ -37,6 +37,9 @@ const USAGE = `usage: deno task bench:model [options]
                                or rope_and_cache's own dispatch per layer (off)
   --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
                                (default none); ratios to the first are printed
+  --rounds N                   measure the formats N times in turn, every runner loaded at
+                               once, and print the median ratios (default 1): on a shared
+                               machine the formats then see the same slow and fast spells
   --json                       print one JSON report`;
 
 /** Tokens of the prompt every decode sequence holds in the KV cache. */
@@ -61,6 +64,8 @@ export interface ModelBenchOptions {
   readonly kernelProfile: string | undefined;
   readonly kernelTuning: KernelTuningMode;
   readonly quantizations: readonly Quantization[];
+  /** `--rounds`: how many times every format is measured, in turn. */
+  readonly rounds: number;
   /** `--fused-decode`: the runner option of the same name. */
   readonly fusedDecode: boolean;
   /** `--overlap`: undefined for auto; "serial": each step awaited before the next. */
@@ -107,6 +112,7 @@ function parseFlags(argv: string[]) {
         "kernel-profile": { type: "string" },
         "kernel-tuning": { type: "string", default: "auto" },
         quantization: { type: "string", default: "none" },
+        rounds: { type: "string", default: "1" },
         "fused-decode": { type: "string", default: "on" },
         overlap: { type: "string", default: "auto" },
         "readback-batch": { type: "string" },
@@ -138,6 +144,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     breakdown: number[];
     breakdownPrefills: number[];
     readbackBatch: number | undefined;
+    rounds: number;
   };
   try {
     quantizations = list(values.quantization).map(parseQuantization);
@@ -152,6 +159,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
       readbackBatch: values["readback-batch"] === undefined
         ? undefined
         : positiveInts("readback-batch", values["readback-batch"])[0],
+      rounds: positiveInts("rounds", values.rounds)[0]!,
     };
     if (!values["no-breakdown"]) {
       const longest = Math.max(0, ...sizes.prefills);
@@ -186,6 +194,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     kernelProfile: values["kernel-profile"],
     kernelTuning: values["kernel-tuning"] as KernelTuningMode,
     quantizations,
+    rounds: sizes.rounds,
     overlap: values.overlap === "auto"
       ? undefined
       : values.overlap === "serial"

@@ -9,6 +9,7 @@ import type { Quantization } from "../../gpu/quant.ts";
 import type { WeightBytes } from "../../engine/model_runner.ts";
 import type { Group } from "./breakdown.ts";
 import type { DecodeResult } from "./workload.ts";
+import { median } from "../lib/step_cost.ts";
 
 /** The JSON report (`--json`), filled as the bench goes. */
 export interface ModelBenchReport {
@@ -111,19 +112,52 @@ export function ratioLines(runs: readonly RunResult[]): string[] {
   if (base === undefined || rest.length === 0) return [];
   return [
     `ratios to ${base.quantization} (same run):`,
-    ...rest.map((r) => {
-      const decode = r.decode.map((d, j) =>
-        `batch ${d.batch} ${(d.tokensPerS / base.decode[j]!.tokensPerS).toFixed(2)}x`
-      );
-      const prefill = r.prefill.map((p, j) =>
-        `prefill ${p.tokens} ${(p.tokensPerS / base.prefill[j]!.tokensPerS).toFixed(2)}x`
-      );
-      return `  ${r.quantization}: weight bytes ${
-        (r.weightBytes / base.weightBytes).toFixed(3)
-      }x; ` +
-        [...decode, ...prefill].join(", ");
-    }),
+    ...rest.map((r) =>
+      `  ${r.quantization}: weight bytes ${(r.weightBytes / base.weightBytes).toFixed(3)}x; ` +
+      ratios(base, r).map(({ label, ratio }) => `${label} ${ratio.toFixed(2)}x`).join(", ")
+    ),
   ];
+}
+
+/** Each decode batch's and prefill's rate in `r` over the same figure in `base`. */
+function ratios(base: RunResult, r: RunResult): { label: string; ratio: number }[] {
+  return [
+    ...r.decode.map((d, j) => ({
+      label: `batch ${d.batch}`,
+      ratio: d.tokensPerS / base.decode[j]!.tokensPerS,
+    })),
+    ...r.prefill.map((p, j) => ({
+      label: `prefill ${p.tokens}`,
+      ratio: p.tokensPerS / base.prefill[j]!.tokensPerS,
+    })),
+  ];
+}
+
+/**
+ * The ratios of {@linkcode ratioLines} over several rounds (each a run of every format, in the
+ * same order): per format and figure, the median of the rounds' ratios (the upper one of an
+ * even count) and their range.
+ */
+export function medianRatioLines(rounds: readonly (readonly RunResult[])[]): string[] {
+  const first = rounds[0];
+  if (first === undefined || first.length < 2) return [];
+  const base = first[0]!;
+  const lines = [`ratios to ${base.quantization}, median of ${rounds.length} rounds (range):`];
+  for (let i = 1; i < first.length; i++) {
+    const perRound = rounds.map((runs) => ratios(runs[0]!, runs[i]!));
+    const cells = perRound[0]!.map(({ label }, j) => {
+      const values = perRound.map((rs) => rs[j]!.ratio);
+      return `${label} ${median(values).toFixed(2)}x (${Math.min(...values).toFixed(2)}-${
+        Math.max(...values).toFixed(2)
+      })`;
+    });
+    const r = first[i]!;
+    lines.push(
+      `  ${r.quantization}: weight bytes ${(r.weightBytes / base.weightBytes).toFixed(3)}x; ` +
+        cells.join(", "),
+    );
+  }
+  return lines;
 }
 
 /**
