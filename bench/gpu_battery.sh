@@ -14,7 +14,7 @@
 # checkpoint on CUDA; every matmul kernel and tile shape (bench/matmul_tune.ts) and the attention
 # kernels; the host's time per decode step call by call (bench/host_calls.ts); the test suite on the GPU (greedy parity with the float64 reference; its auto
 # profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
-# bench:model --quantization none,int8,int4 (with the int4 runner's breakdown at decode batch 1 and
+# bench:model --quantization none,int8,int4 in two rounds (with the int4 runner's breakdown at decode batch 1 and
 # prefill 512); bench:serve at concurrency 1/16/64.
 # The matmul tuning (engine/kernel_tuning.ts) is measured by the first bench:model into a fresh cache
 # under the output directory (matmul_tuning.json: the choices, for the docs) and re-used by the
@@ -90,7 +90,8 @@ tests=$(grep -L "npm:openai\|@langchain\|npm:ai\|ai-sdk\|kubernetes-models" test
 run_stage tests 100 tests.txt env WEBGPU_LLM_KERNEL_TUNING=off deno test --cached-only --no-check -A --parallel $tests
 
 run_stage bench-quant 90 quant.txt deno run --cached-only -A bench/model_bench.ts --model $model \
-  --batches 1,8,32 --prefill 512 --steps 32 --breakdown-batches 1 --quantization none,int8,int4 $gpu
+  --batches 1,8,32 --prefill 512 --steps 32 --breakdown-batches 1 --quantization none,int8,int4 \
+  --rounds 2 $gpu
 
 run_stage serve 90 serve.txt deno run --cached-only -A bench/serve.ts --model $model \
   --concurrency 1,16,64 --input-len 128 --output-len 128 --out-dir /tmp/gpu-serve --no-progress \

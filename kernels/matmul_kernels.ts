@@ -116,8 +116,9 @@ const UNROLLED_RN = 16;
 /**
  * `unrolled` on int8 / int4 weights: weight rows per invocation. With a whole group per load
  * (matmul_unrolled_q.wgsl), 12, 16, 20 and 24 measured the same on lavapipe (6144 x 1024 int4,
- * M = 1, 2026-11-26: 0.82-0.87 ms); the kernel spends about half its time in weight loads and the
- * rest in unpacking and dots, and X loads are ~15% of it.
+ * M = 1, 2026-11-26: 0.82-0.87 ms). Where its 0.83 ms went (scratch variants, same day, best of
+ * 7): 0.35 ms weight loads, 0.14 ms scale loads, 0.18 ms X loads, 0.21 ms the rest; X read
+ * through a uniform binding (matmul_bindings.ts xBinding8) took 0.71 ms.
  */
 const QUANT_RN = 16;
 const UNROLLED_WG = 8;
