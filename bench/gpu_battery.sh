@@ -5,13 +5,13 @@
 # leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
 # (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
 #
-#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 11 files and the tuning cache
+#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 12 files and the tuning cache
 #
 # Stages, most valuable first: adapter; bench:model (prefill 128/512, decode batch 1/8/64, host and
 # GPU time per step, per-kernel breakdown of decode and of prefill 512) under the gpu profile, then again with the default kernel
 # choices (--kernel-tuning off: what the measured tuning changes), and decode without the fused
 # decode attention (--fused-decode off); the PyTorch peer on the same
-# checkpoint on CUDA; every matmul kernel and tile shape (bench/matmul_tune.ts) and the attention
+# checkpoint on CUDA; every matmul kernel and tile shape (bench/matmul_tune.ts, f16 and int4) and the attention
 # kernels; the host's time per decode step call by call (bench/host_calls.ts); the test suite on the GPU (greedy parity with the float64 reference; its auto
 # profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
 # bench:model --quantization none,int8,int4 in two rounds (with the int4 runner's breakdown at decode batch 1 and
@@ -78,6 +78,10 @@ fi
 
 run_stage kernels 60 kernels.txt deno run --cached-only -A bench/matmul_tune.ts --m 1,8,16,64,512 \
   --shapes qkv,down
+# The same at prefill and decode rows with int4 weights: why int4 prefill ran 2x slower than f16
+# (the tiled kernel's W staging unpacks and scales inside its K loop).
+run_stage kernels-int4 40 kernels_int4.txt deno run --cached-only -A bench/matmul_tune.ts \
+  --m 1,64,512 --shapes qkv,down --format int4
 run_stage attention 40 kernels.txt env DECODE_CONTEXTS=160,2048 DECODE_PARTITIONS=16,64,512 \
   deno bench --cached-only --no-check -A --filter "/^zz$/" \
   bench/attention_bench.ts bench/attention_prefill_bench.ts

@@ -2,12 +2,14 @@
  * Matmul kernel configurations measured on this adapter: every variant (`gemv` with 1 and 4
  * weight rows per invocation and steps of 4 or 8 weights, `unrolled`, `blocked`, and `tiled` under
  * several tile shapes) on
- * the Qwen3-0.6B projections at decode and prefill row counts, f16 weights, timed with GPU
- * timestamps (median of one pass, see bench/support.ts `timeGpu`). Prints GFLOP/s (2 M N K / time)
- * and weight GB/s (N K 2 / time) per case: the detail behind what the engine's kernel tuning
- * (kernels/matmul_tuner.ts) measures on a model's own call sites at start-up.
+ * the Qwen3-0.6B projections at decode and prefill row counts, f16 weights (or `--format int8 |
+ * int4`, gpu/quant.ts, with their f16 group scales), timed with GPU timestamps (median of one
+ * pass, see bench/support.ts `timeGpu`). Prints GFLOP/s (2 M N K / time) and weight GB/s (the
+ * weight's bytes, scales included, / time) per case: the detail behind what the engine's kernel
+ * tuning (kernels/matmul_tuner.ts) measures on a model's own call sites at start-up.
  *
  *   deno run -A bench/matmul_tune.ts [--m 1,8,16,32,64,512] [--shapes qkv,o,gate_up,down]
+ *     [--format f16|int8|int4]
  *
  * Weights and X are zero (timing does not depend on the values here: no tensor cores, no sparsity
  * fast path).
@@ -40,14 +42,24 @@ const { values } = parseArgs({
   options: {
     m: { type: "string", default: "1,8,16,32,64,512" },
     shapes: { type: "string", default: "qkv,o,gate_up,down" },
+    format: { type: "string", default: "f16" },
   },
 });
 const ms = values.m.split(",").map(Number);
 const shapes = values.shapes.split(",") as (keyof typeof SHAPES)[];
+const FORMATS = ["f16", "int8", "int4"] as const;
+const found = FORMATS.find((f) => f === values.format);
+if (found === undefined) {
+  console.error(`error: --format expects f16, int8 or int4, got "${values.format}"`);
+  Deno.exit(2);
+}
+const format = found;
+/** Bytes per weight of the format (the scales, 2 bytes per 32 weights, come on top). */
+const WEIGHT_BYTES = { f16: 2, int8: 1, int4: 0.5 } as const;
 
 const ctx = await benchContext();
 console.log(`matmul_tune: ${describeMachine(ctx)}`);
-console.log(`command: deno run -A bench/matmul_tune.ts ${Deno.args.join(" ")}`);
+console.log(`command: deno run -A bench/matmul_tune.ts ${Deno.args.join(" ")}; ${format} weights`);
 console.log(`copy bandwidth (same run): ${(await measureCopyBandwidth(ctx)).toFixed(1)} GB/s`);
 
 function candidates(m: number): { name: string; src: KernelSource }[] {
@@ -59,7 +71,7 @@ function candidates(m: number): { name: string; src: KernelSource }[] {
         const src = kernelSource(
           "gemv",
           mb,
-          "f16",
+          format,
           false,
           false,
           "plain",
@@ -77,14 +89,14 @@ function candidates(m: number): { name: string; src: KernelSource }[] {
   }
   for (const mb of [1, 4, 8, 16]) {
     if (mb > m && mb !== 1) continue;
-    out.push({ name: `unrolled mb${mb}`, src: kernelSource("unrolled", mb, "f16", false, true) });
+    out.push({ name: `unrolled mb${mb}`, src: kernelSource("unrolled", mb, format, false, true) });
   }
-  out.push({ name: "blocked mb8", src: kernelSource("blocked", 8, "f16", false, false) });
+  out.push({ name: "blocked mb8", src: kernelSource("blocked", 8, format, false, false) });
   for (const t of TILE_CANDIDATES) {
     const name = `tiled ${tileName(t)}`;
     out.push({
       name,
-      src: kernelSource("tiled", 0, "f16", false, false, "plain", "f32", t),
+      src: kernelSource("tiled", 0, format, false, false, "plain", "f32", t),
     });
   }
   return out;
@@ -93,7 +105,11 @@ function candidates(m: number): { name: string; src: KernelSource }[] {
 for (const shapeName of shapes) {
   const { n, k } = SHAPES[shapeName];
   const maxM = Math.max(...ms);
-  const w = ctx.createBuffer("w", n * k * 2, STORAGE_RW);
+  const wBytes = n * k * WEIGHT_BYTES[format];
+  const w = ctx.createBuffer("w", wBytes, STORAGE_RW);
+  // Quantized weights' f16 scales, one per 32 weights (zero, as the weights).
+  const scales = format === "f16" ? null : ctx.createBuffer("scales", (n * k) / 16, STORAGE_RW);
+  const readBytes = wBytes + (scales?.size ?? 0);
   const x = ctx.createBuffer("x", maxM * k * 4, STORAGE_RW);
   const y = ctx.createBuffer("y", maxM * n * 4, STORAGE_RW);
   const p = ctx.createBuffer("p", 48, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
@@ -108,6 +124,7 @@ for (const shapeName of shapes) {
           { binding: 1, resource: { buffer: w } },
           { binding: 3, resource: { buffer: y } },
           { binding: 4, resource: { buffer: p } },
+          ...(scales === null ? [] : [{ binding: 5, resource: { buffer: scales } }]),
         ],
       });
       const groupsN = Math.ceil(n / c.src.rowsPerGroup);
@@ -127,11 +144,11 @@ for (const shapeName of shapes) {
       rows.push(
         `  ${c.name.padEnd(28)} ${t.medianMs.toFixed(4).padStart(9)} ms ` +
           `${(2 * m * n * k / s / 1e9).toFixed(0).padStart(7)} GFLOP/s ` +
-          `${(n * k * 2 / s / 1e9).toFixed(0).padStart(6)} GB/s of W`,
+          `${(readBytes / s / 1e9).toFixed(0).padStart(6)} GB/s of W`,
       );
     }
     console.log(`${shapeName} N ${n} K ${k}, M ${m}:`);
     console.log(rows.join("\n"));
   }
-  for (const b of [w, x, y, p]) b.destroy();
+  for (const b of [w, x, y, p, scales]) b?.destroy();
 }
