@@ -7,8 +7,12 @@
  * then inside `GPUCommandEncoder.finish` (where wgpu validates and records the commands) and
  * `queue.submit`, median of 50 encoders (each awaited, so no submit waits on a previous one).
  *
+ * With `--drop` each command buffer is dropped unsubmitted (an empty submission instead), as
+ * bench/host_calls.ts does with its stubbed `queue.submit`: wgpu then cannot recycle the
+ * buffers' encoders, and `finish` costs more (see docs/benchmarks.md).
+ *
  * Run: `deno run -A bench/encode_floor.ts [--dispatches 235,179,120] [--bindings 6]
- * [--pipelines 24]`.
+ * [--pipelines 24] [--drop]`.
  *
  * @module
  */
@@ -23,6 +27,7 @@ const { values } = parseArgs({
     dispatches: { type: "string", default: "235,179,120" },
     bindings: { type: "string", default: "6" },
     pipelines: { type: "string", default: "24" },
+    drop: { type: "boolean", default: false },
   },
 });
 const counts = values.dispatches.split(",").map(Number);
@@ -83,7 +88,7 @@ async function measure(n: number) {
     const t1 = performance.now();
     const commands = encoder.finish();
     const t2 = performance.now();
-    device.queue.submit([commands]);
+    device.queue.submit(values.drop ? [] : [commands]);
     const t3 = performance.now();
     await device.queue.onSubmittedWorkDone();
     if (it < 10) continue; // warm-up
@@ -97,7 +102,8 @@ async function measure(n: number) {
 console.log(`encode_floor: ${describeMachine(ctx)}`);
 console.log(
   `command: deno run -A bench/encode_floor.ts ${Deno.args.join(" ")}`.trim() +
-    ` (${bindings} bindings per dispatch, ${numPipelines} pipelines)`,
+    ` (${bindings} bindings per dispatch, ${numPipelines} pipelines` +
+    `${values.drop ? ", command buffers dropped unsubmitted" : ""})`,
 );
 for (const n of counts) {
   const r = await measure(n);

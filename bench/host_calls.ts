@@ -8,6 +8,9 @@
  * the calls of each method and the mean time inside them, and what `execute` spends outside them
  * (the engine's JavaScript: the median step timed first with nothing wrapped, less the median
  * step's time inside the calls in the wrapped run). The outputs of a stubbed step are garbage: nothing is checked, only timed.
+ * The stub costs `finish` something of its own: wgpu cannot recycle the encoders of command
+ * buffers never submitted, and `finish` takes ~1.6x longer then (bench/encode_floor.ts `--drop`);
+ * read its time as an upper bound.
  *
  * Run: `deno run -A bench/host_calls.ts [--model DIR] [--batch 1] [--steps 300]
  * [--context 144] [--max-model-len 4096] [--kernel-profile auto|cpu|gpu]`: the sequences hold
