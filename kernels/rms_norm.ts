@@ -1,8 +1,10 @@
 /**
- * `rms_norm`: RMSNorm over f32 rows with an f16/f32 weight, in four variants chosen at bind time:
- * out of place, in place, and vLLM's fused residual add (`residual += x; out = norm(residual)`),
- * out of place or in place. Rows may be per-head slices of a wider buffer (Qwen3's q/k norm on
- * the fused qkv buffer). See `rms_norm.wgsl` for the addressing, bindings and grid.
+ * `rms_norm`: RMSNorm over f32 rows with an f16/f32 weight, in five variants chosen at bind time:
+ * out of place, in place, vLLM's fused residual add (`residual += x; out = norm(residual)`), out
+ * of place or in place, and the gathered add (`out[t] = norm(residual + x at token indices[t])`:
+ * a model's last residual add, the gather of its sampled rows and its final norm in one pass).
+ * Rows may be per-head slices of a wider buffer (Qwen3's q/k norm on the fused qkv buffer). See
+ * `rms_norm.wgsl` for the addressing, bindings and grid.
  *
  * @module
  */
@@ -33,6 +35,12 @@ export interface RmsNormBuffers {
   readonly residual?: GPUBufferBinding;
   /** f32 output, same layout as `x`. Omit to write the result into `x` (in place). */
   readonly out?: GPUBufferBinding;
+  /**
+   * u32 `[tokens]`: with `residual` and `out`, the gathered form: row `t` of `out` (dense,
+   * `[tokens * heads, cols]`) is the norm of `residual + x` at token `indices[t]`; `x` and
+   * `residual` are only read. Each index must be below the tokens `x` and `residual` hold.
+   */
+  readonly indices?: GPUBufferBinding;
 }
 
 /**
@@ -101,32 +109,47 @@ export function normShapePrelude(
   };
 }
 
-type Variant = "plain" | "in_place" | "fused" | "fused_in_place";
+type Variant = "plain" | "in_place" | "fused" | "fused_in_place" | "gathered";
+
+/** Rows read where they are written: token t's rows, at the same index. */
+const SAME_ROWS = `fn source_token(t: u32) -> u32 { return t; }
+fn out_start(row: u32, read_start: u32) -> u32 { return read_start; }
+`;
 
 const ACCESSORS: Record<Variant, string> = {
-  plain: `@group(0) @binding(2) var<storage, read> x: array<f32>;
+  plain: SAME_ROWS + `@group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 fn first_read(i: u32) -> f32 { return x[i]; }
 fn reread(i: u32) -> f32 { return x[i]; }
 fn store_out(i: u32, v: f32) { out[i] = v; }
 `,
-  in_place: `@group(0) @binding(2) var<storage, read_write> x: array<f32>;
+  in_place: SAME_ROWS + `@group(0) @binding(2) var<storage, read_write> x: array<f32>;
 fn first_read(i: u32) -> f32 { return x[i]; }
 fn reread(i: u32) -> f32 { return x[i]; }
 fn store_out(i: u32, v: f32) { x[i] = v; }
 `,
-  fused: `@group(0) @binding(2) var<storage, read> x: array<f32>;
+  fused: SAME_ROWS + `@group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> residual: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 fn first_read(i: u32) -> f32 { let v = residual[i] + x[i]; residual[i] = v; return v; }
 fn reread(i: u32) -> f32 { return residual[i]; }
 fn store_out(i: u32, v: f32) { out[i] = v; }
 `,
-  fused_in_place: `@group(0) @binding(2) var<storage, read_write> x: array<f32>;
+  fused_in_place: SAME_ROWS + `@group(0) @binding(2) var<storage, read_write> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> residual: array<f32>;
 fn first_read(i: u32) -> f32 { let v = residual[i] + x[i]; residual[i] = v; return v; }
 fn reread(i: u32) -> f32 { return residual[i]; }
 fn store_out(i: u32, v: f32) { x[i] = v; }
+`,
+  gathered: `@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read> residual: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<storage, read> indices: array<u32>;
+fn source_token(t: u32) -> u32 { return indices[t]; }
+fn out_start(row: u32, read_start: u32) -> u32 { return row * p.cols; }
+fn first_read(i: u32) -> f32 { return residual[i] + x[i]; }
+fn reread(i: u32) -> f32 { return residual[i] + x[i]; }
+fn store_out(i: u32, v: f32) { out[i] = v; }
 `,
 };
 
@@ -174,7 +197,14 @@ export class RmsNorm {
     }
     const fused = buffers.residual !== undefined;
     const inPlace = buffers.out === undefined;
-    const variant: Variant = fused
+    if (buffers.indices !== undefined && (!fused || inPlace)) {
+      throw new TypeError(
+        "Cannot bind rms_norm: gathered rows (indices) need a residual and an out buffer",
+      );
+    }
+    const variant: Variant = buffers.indices !== undefined
+      ? "gathered"
+      : fused
       ? (inPlace ? "fused_in_place" : "fused")
       : (inPlace ? "in_place" : "plain");
     const shape = this.#shape;
@@ -190,6 +220,7 @@ export class RmsNorm {
     ];
     if (buffers.residual !== undefined) entries.push({ binding: 3, resource: buffers.residual });
     if (buffers.out !== undefined) entries.push({ binding: 4, resource: buffers.out });
+    if (buffers.indices !== undefined) entries.push({ binding: 5, resource: buffers.indices });
     const bindGroup = this.#ctx.device.createBindGroup({
       label: `rms_norm/${variant}`,
       layout: pipeline.getBindGroupLayout(0),
@@ -207,6 +238,7 @@ export class RmsNorm {
       offset,
       eps,
       capacity,
+      indexCapacity: buffers.indices === undefined ? Infinity : f32Capacity(buffers.indices),
       rowsPerWorkgroup: shape.rowsPerWorkgroup,
     });
   }
@@ -220,6 +252,8 @@ interface BoundLayout {
   readonly eps: number;
   /** f32 elements the smallest bound activation buffer holds. */
   readonly capacity: number;
+  /** Tokens the indices binding holds (gathered form; Infinity otherwise). */
+  readonly indexCapacity: number;
   readonly rowsPerWorkgroup: number;
 }
 
@@ -233,7 +267,8 @@ export class RmsNormOp {
   ) {}
 
   /**
-   * Encodes the norm of `tokens * heads` rows (`tokens` 0 encodes nothing).
+   * Encodes the norm of `tokens * heads` rows (`tokens` 0 encodes nothing); in the gathered form
+   * `tokens` is the number of gathered tokens.
    *
    * @throws {RangeError} when the rows of `tokens` tokens exceed a bound buffer.
    */
@@ -241,9 +276,12 @@ export class RmsNormOp {
     const { heads, cols, tokenStride, offset, eps, capacity, rowsPerWorkgroup } = this.layout;
     if (tokens <= 0) return;
     const end = offset + (tokens - 1) * tokenStride + heads * cols;
-    if (end > capacity) {
+    if (end > capacity || tokens > this.layout.indexCapacity) {
       throw new RangeError(
-        `Cannot encode rms_norm for ${tokens} tokens: rows end at element ${end}, the bound buffers hold ${capacity}`,
+        `Cannot encode rms_norm for ${tokens} tokens: rows end at element ${end}, the bound buffers hold ${capacity}` +
+          (Number.isFinite(this.layout.indexCapacity)
+            ? ` and ${this.layout.indexCapacity} indices`
+            : ""),
       );
     }
     this.slot.setU32(0, tokens * heads, heads, cols, tokenStride, offset).setF32(5, eps);

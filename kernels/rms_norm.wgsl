@@ -9,22 +9,28 @@
 // x, residual and y all use this addressing.
 //
 // Variants, by the prelude the TS wrapper (kernels/rms_norm.ts) prepends; the prelude declares
-// bindings 2..4, the accessors `first_read`, `reread`, `store_out`, the shape constants
-// ROW_THREADS and ROWS_PER_WG (see Workgroup) and norm_rows.wgsl (row_sum, the reduction across
-// a row's lanes, and its workgroup memory):
+// bindings 2..5, the accessors `source_token`, `first_read`, `reread`, `out_start`, `store_out`,
+// the shape constants ROW_THREADS and ROWS_PER_WG (see Workgroup) and norm_rows.wgsl (row_sum,
+// the reduction across a row's lanes, and its workgroup memory):
 //   plain:         x read;                     y = norm(x) * w   -> out
 //   in place:      x read_write (also y);      x = norm(x) * w
 //   fused add:     x read, residual rw;        residual += x; out = norm(residual) * w
 //   fused in place: x rw, residual rw;         residual += x; x = norm(residual) * w
-// (the fused forms are vLLM's fused_add_rms_norm: the residual add saves a pass). Weights are
-// WT (f16 or f32, from weightPrelude), converted to f32; sums are f32.
+//   gathered add:  x, residual read, indices;  out row t = norm(residual + x at token
+//                  indices[t]) * w, out dense [tokens * heads, cols]; residual untouched
+// (the fused forms are vLLM's fused_add_rms_norm: the residual add saves a pass; the gathered
+// one is a model's last residual add, the gather of its sampled rows and the final norm in one
+// pass). Weights are WT (f16 or f32, from weightPrelude), converted to f32; sums are f32.
 //
 // Bindings (group 0):
 //   0 p        : uniform                              Params
 //   1 w        : storage read                         array<WT>   [cols]
 //   2 x        : storage read (rw in place)           array<f32>  rows addressed as above
-//   3 residual : storage rw (fused variants only)     array<f32>  same addressing as x
-//   4 out      : storage rw (out-of-place variants)   array<f32>  same addressing as x
+//   3 residual : storage rw (fused variants; read     array<f32>  same addressing as x
+//                only when gathered)
+//   4 out      : storage rw (out-of-place variants)   array<f32>  same addressing as x (gathered:
+//                                                                 dense rows)
+//   5 indices  : storage read (gathered only)         array<u32>  [tokens] source token of row t
 // Workgroup: ROW_THREADS * ROWS_PER_WG invocations (prelude constants, powers of two): each of
 //            ROWS_PER_WG rows gets ROW_THREADS invocations, lane l handling columns
 //            l, l + ROW_THREADS, ...; lane 0 adds the partial sums (two barriers). With
@@ -61,7 +67,7 @@ fn main(
   var sum_sq = 0.0;
   if (in_range) {
     let t = at.row / p.heads;
-    base = p.offset + t * p.token_stride + (at.row - t * p.heads) * p.cols;
+    base = p.offset + source_token(t) * p.token_stride + (at.row - t * p.heads) * p.cols;
     for (var c = lane; c < p.cols; c += ROW_THREADS) {
       let v = first_read(base + c);
       sum_sq += v * v;
@@ -69,8 +75,9 @@ fn main(
   }
   let scale = inverseSqrt(row_sum(sum_sq, at) / f32(p.cols) + p.eps);
   if (in_range) {
+    let dst = out_start(at.row, base);
     for (var c = lane; c < p.cols; c += ROW_THREADS) {
-      store_out(base + c, reread(base + c) * scale * f32(w[c]));
+      store_out(dst + c, reread(base + c) * scale * f32(w[c]));
     }
   }
 }

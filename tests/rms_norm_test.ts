@@ -179,6 +179,74 @@ Deno.test(
   },
 );
 
+Deno.test(
+  "rms_norm() gathered add normalises residual + x at the indexed tokens into dense rows and writes nothing else",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const shape of NORM_SHAPES) {
+      const kernel = new RmsNorm(ctx, shape);
+      for (const dtype of DTYPES) {
+        for (const [tokens, cols] of SHAPES) {
+          const name = `rms_norm gathered ${JSON.stringify(shape)} ${dtype} [${tokens}, ${cols}]`;
+          const { seed, rng } = testSeed(name);
+          const x = rng.normals(tokens * cols, 1);
+          const residual = rng.normals(tokens * cols, 3);
+          const w = rng.array(cols, 0.5, 1.5);
+          // Out of order, a repeat (two samples of one token), the last token; one row more in
+          // out than gathered, which must stay poisoned.
+          const indices = Uint32Array.from(
+            { length: Math.min(tokens, 4) },
+            (_, i) => [tokens - 1, 0, tokens - 1, tokens >> 1][i]!,
+          );
+          const rows = indices.length;
+          const weight = GpuMatrix.fromArray(ctx, "w", w, 1, cols, dtype);
+          const xBuf = upload(ctx, x);
+          const resBuf = upload(ctx, residual);
+          const out = poisonedF32(ctx, (rows + 1) * cols);
+          const arena = new ParamArena(ctx, 1);
+          const op = kernel.bind(
+            arena,
+            {
+              weight,
+              x: whole(xBuf),
+              residual: whole(resBuf),
+              out: whole(out),
+              indices: whole(upload(ctx, indices)),
+            },
+            { eps: EPS },
+          );
+          await runPass(ctx, arena, (pass) => op.encode(pass, rows));
+          const gathered = new Float64Array(rows * cols);
+          indices.forEach((t, r) => {
+            for (let c = 0; c < cols; c++) {
+              gathered[r * cols + c] = residual[t * cols + c]! + x[t * cols + c]!;
+            }
+          });
+          const want = rmsNormRef(gathered, roundTo(w, dtype), denseRows(rows, cols), EPS);
+          const context = `seed ${seed} ${name}`;
+          const got = await readF32(ctx, out);
+          assertClose(got.subarray(0, rows * cols), want, toleranceFor(dtype), context);
+          equal(
+            got.subarray(rows * cols).every(Number.isNaN),
+            true,
+            `${context}: row past the last`,
+          );
+          const same = (a: Float32Array, b: ArrayLike<number>) => a.every((v, i) => v === b[i]);
+          equal(same(await readF32(ctx, resBuf), residual), true, `${context}: residual written`);
+          equal(same(await readF32(ctx, xBuf), x), true, `${context}: x written`);
+        }
+      }
+    }
+    const weight = GpuMatrix.fromArray(ctx, "w", new Float32Array(4), 1, 4, "f32");
+    const buf = whole(upload(ctx, new Float32Array(8)));
+    throws(
+      () => new RmsNorm(ctx).bind(new ParamArena(ctx, 1), { weight, x: buf, indices: buf }),
+      { name: "TypeError", message: /gathered rows \(indices\) need a residual and an out/ },
+    );
+  },
+);
+
 Deno.test("rms_norm() gives the same results for every workgroup shape", GPU_TEST, async () => {
   const ctx = await testContext();
   const shapes: NormShape[] = [

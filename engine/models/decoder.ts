@@ -290,7 +290,7 @@ function bindMlp(
 /**
  * Binds the model's last call sites and returns the forward pass: `embed`, then each layer's
  * call sites, then (when a row samples) the last residual add, the gather of the sampled rows
- * and the final norm.
+ * and the final norm, one `rms_norm` dispatch (its gathered form).
  */
 function forward(
   c: ModelConfig,
@@ -301,16 +301,17 @@ function forward(
   stream: Stream,
 ): EncodeForward {
   const { kernels, arena, bufs } = t;
-  const H = c.hiddenSize;
-  const finalAdd = kernels.add.bind(arena, { a: b(stream.at), b: b(bufs.delta) });
-  const gather = kernels.gatherRows.bind(arena, {
-    src: b(stream.at),
-    indices: b(bufs.sampleIndices),
-    out: b(bufs.lastHidden),
-  });
+  // lastNormed[r] = norm(h + delta) at the token of sampled row r (the stream itself is not
+  // needed after the last layer).
   const finalNorm = kernels.rmsNorm.bind(
     arena,
-    { weight: w.finalNorm, x: b(bufs.lastHidden), out: b(bufs.lastNormed) },
+    {
+      weight: w.finalNorm,
+      x: b(bufs.delta),
+      residual: b(stream.at),
+      out: b(bufs.lastNormed),
+      indices: b(bufs.sampleIndices),
+    },
     { eps: c.normEps },
   );
   const qkvGroup = stream.fused ? GROUPS.qkvNormed : GROUPS.qkv;
@@ -333,12 +334,7 @@ function forward(
       L.gateUp.encode(passes.at(gateUpGroup), T);
       L.down.encode(passes.at(GROUPS.down), T);
     }
-    if (step.numSampled > 0) {
-      const pass = passes.at(GROUPS.final);
-      finalAdd.encode(pass, T * H);
-      gather.encode(pass, step.numSampled, H);
-      finalNorm.encode(pass, step.numSampled);
-    }
+    if (step.numSampled > 0) finalNorm.encode(passes.at(GROUPS.final), step.numSampled);
   };
 }
 
