@@ -67,7 +67,7 @@ run_stage bench-model-untuned 60 model_untuned.txt deno run --cached-only -A ben
   --model $model --batches 1,8,64 --prefill 512 --steps 32 --no-breakdown --kernel-tuning off $gpu
 
 # Decode with rope_and_cache's own dispatch per layer instead of the fused decode attention (A/B of
-# the fusion: 179 against 151 dispatches per step, same run).
+# the fusion: 177 against 149 dispatches per step, same run).
 run_stage bench-model-unfused 30 model_unfused.txt deno run --cached-only -A bench/model_bench.ts \
   --model $model --batches 1,64 --prefill 128 --steps 64 --no-breakdown --fused-decode off $gpu
 
