@@ -104,6 +104,11 @@ export interface MatmulOptions {
 
 /** The fewest vec4s of X worth a uniform binding (256 bytes). */
 const MIN_UNIFORM_X_VEC4S = 16;
+/**
+ * The most bytes of X bound as uniform (WebGPU's default limit, lavapipe's own), whatever larger
+ * limit an adapter reports: a uniform array is a fixed-size type the shader compiler must lay out.
+ */
+const MAX_UNIFORM_X_BYTES = 65536;
 
 /** vec4s per row of the buffer a call site reads X from (`swiglu`: gate and up, 2K). */
 function xRowVec4s(cols: number, xForm: XForm): number {
@@ -371,13 +376,18 @@ export class Matmul {
   /**
    * How many vec4s of `x` the `unrolled` kernel can read through a uniform binding (0: none):
    * the largest power of two (at least 16) of vec4s that `x` holds and the device binds as
-   * uniform, when `x`'s buffer has `UNIFORM` usage and its offset the uniform alignment.
+   * uniform (at most 64 KiB), when `x`'s buffer has `UNIFORM` usage and its offset the uniform
+   * alignment.
    */
   uniformXCapacity(x: GPUBufferBinding): number {
     const device = this.#ctx.device;
     if ((x.buffer.usage & GPUBufferUsage.UNIFORM) === 0) return 0;
     if ((x.offset ?? 0) % device.limits.minUniformBufferOffsetAlignment !== 0) return 0;
-    const bytes = Math.min(bindingBytes(x), this.#ctx.limits.maxUniformBufferBindingSize);
+    const bytes = Math.min(
+      bindingBytes(x),
+      this.#ctx.limits.maxUniformBufferBindingSize,
+      MAX_UNIFORM_X_BYTES,
+    );
     if (bytes < 16 * MIN_UNIFORM_X_VEC4S) return 0;
     return 2 ** Math.floor(Math.log2(bytes / 16));
   }
