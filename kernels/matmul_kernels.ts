@@ -31,6 +31,7 @@ import unrolledSource from "./matmul_unrolled.wgsl" with { type: "text" };
 import unrolledQuantSource from "./matmul_unrolled_q.wgsl" with { type: "text" };
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
 import gemvStep8Source from "./matmul_gemv_step8.wgsl" with { type: "text" };
+import tiledW8Source from "./matmul_tiled_w8.wgsl" with { type: "text" };
 import ioSource from "./matmul_io.wgsl" with { type: "text" };
 import xSource from "./matmul_x.wgsl" with { type: "text" };
 import xSwigluSource from "./matmul_x_swiglu.wgsl" with { type: "text" };
@@ -51,7 +52,7 @@ import {
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import { checkTile, TILE, tileCols, type TileConfig, tileRows } from "./matmul_tile.ts";
+import { checkTile, TILE, tileCols, type TileConfig, tileName, tileRows } from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { sourceDigest } from "./source_digest.ts";
 
@@ -73,6 +74,7 @@ export const MATMUL_SOURCES_DIGEST: string = sourceDigest(
   xRmsSource,
   xNoStatSource,
   tiledSource,
+  tiledW8Source,
 );
 
 /** The kernels behind `Matmul` (see the module documentation). */
@@ -149,13 +151,13 @@ export interface GemvKind {
 /** The `gemv` kernel without tuning: one weight row per invocation, vec4 steps. */
 export const DEFAULT_GEMV: GemvKind = { rows: 1, step: 4 };
 /**
- * `source` (`name`) with its k loop (between the "K LOOP BEGIN" and "K LOOP END" lines) replaced
- * by the fragment `loop` (its leading comment lines dropped).
+ * `source` (`name`) with the lines between its "`part` BEGIN" and "`part` END" comment lines (e.g.
+ * the k loop, "K LOOP") replaced by the fragment `fragment` (its leading comment lines dropped).
  */
-function withKLoop(source: string, name: string, loop: string): string {
-  const marked = /^ *\/\/ K LOOP BEGIN.*\n[\s\S]*?^ *\/\/ K LOOP END\n/m;
-  if (!marked.test(source)) throw new Error(`${name} has lost its K LOOP markers`);
-  return source.replace(marked, () => loop.replace(/^(\/\/.*\n)*\n*/, ""));
+function withFragment(source: string, name: string, part: string, fragment: string): string {
+  const marked = new RegExp(`^ *// ${part} BEGIN.*\\n[\\s\\S]*?^ *// ${part} END\\n`, "m");
+  if (!marked.test(source)) throw new Error(`${name} has lost its ${part} markers`);
+  return source.replace(marked, () => fragment.replace(/^(\/\/.*\n)*\n*/, ""));
 }
 
 /** A kernel configuration's WGSL source and how to size its grid. */
@@ -205,7 +207,9 @@ export function kernelSource(
   }
   const quant = format === "int8" || format === "int4" ? format : null;
   const step8 = variant === "gemv" && gemvStep === 8;
-  const w = step8
+  // `tiled` stages quantized weights 8 at a time (matmul_tiled_w8.wgsl).
+  const tiledW8 = variant === "tiled" && quant !== null;
+  const w = step8 || tiledW8
     ? weightBinding8(format)
     : variant !== "unrolled"
     ? weightBinding(format)
@@ -233,7 +237,7 @@ export function kernelSource(
     case "unrolled": {
       const template = quant === null
         ? unrolledSource
-        : withKLoop(unrolledSource, "matmul_unrolled.wgsl", unrolledQuantSource);
+        : withFragment(unrolledSource, "matmul_unrolled.wgsl", "K LOOP", unrolledQuantSource);
       const rn = quant === null ? UNROLLED_RN : QUANT_RN;
       const source = unrollTemplate(template, { i: mb, r: rn });
       return kernel({ MB: mb, RN: rn, WG: UNROLLED_WG }, source, rn * UNROLLED_WG);
@@ -255,7 +259,7 @@ export function kernelSource(
       }
       const xs = isNormXForm(xForm) ? 2 : 1;
       const template = step8
-        ? withKLoop(gemvSource, "matmul_gemv.wgsl", gemvStep8Source)
+        ? withFragment(gemvSource, "matmul_gemv.wgsl", "K LOOP", gemvStep8Source)
         : gemvSource;
       const source = unrollTemplate(template, { i: mb, r: gemvRows });
       const consts = { MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW, RB: gemvRows, XS: xs };
@@ -264,9 +268,17 @@ export function kernelSource(
     case "tiled": {
       checkTile(tile);
       const { wx, wy, bk } = tile;
+      if (tiledW8 && bk % 8 !== 0) {
+        throw new RangeError(
+          `Cannot use matmul tile ${tileName(tile)} with ${format} weights: needs bk % 8 == 0`,
+        );
+      }
       const tm = tileRows(tile);
       const tn = tileCols(tile);
-      const source = unrollTemplate(tiledSource, { i: (tm * bk) / wx, r: tm / 4, c: tn / 4 });
+      const template = tiledW8
+        ? withFragment(tiledSource, "matmul_tiled.wgsl", "W TILE", tiledW8Source)
+        : tiledSource;
+      const source = unrollTemplate(template, { i: (tm * bk) / wx, r: tm / 4, c: tn / 4 });
       return kernel({ WX: wx, WY: wy, BK: bk, TM: tm, TN: tn }, source, tn * wx);
     }
   }

@@ -25,6 +25,9 @@
 // up their squares in registers; after the K loop the partial sums are staged in xs and each
 // invocation adds up those of its TM rows and scales their outputs by x_scale.
 //
+// Quantized weights (int8 / int4) are staged 8 at a time instead: kernels/matmul_kernels.ts puts
+// matmul_tiled_w8.wgsl in place of the lines between "W TILE BEGIN" and "W TILE END".
+//
 // Prelude (prepended by kernels/matmul_kernels.ts): `const WX, WY, BK, TM, TN: u32` (BK % 4 ==
 // 0, TM and TN of 4 or 8, THREADS % BK == 0, (TM WY BK) % THREADS == 0), the weight binding `w` with
 // `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are read as packed u32 pairs),
@@ -122,6 +125,7 @@ fn main(
     let xv$i = stage_x(bm + xm$i, k0 + e$i % BK, keeper);
     sq$i += xv$i.sq;
     xs[xi$i][xm$i % 4u] = xv$i.v;
+    // W TILE BEGIN (quantized weights: matmul_tiled_w8.wgsl instead)
     // W tile: BN * BK / 4 vec4s.
     for (var e = lid; e < BN * BK / 4u; e += THREADS) {
       let nn = e / (BK / 4u);
@@ -139,6 +143,7 @@ fn main(
       ws[o + 2u * WL][c] = v.z;
       ws[o + 3u * WL][c] = v.w;
     }
+    // W TILE END
     workgroupBarrier();
     for (var kk = 0u; kk < BK; kk++) {
       let b$c = ws[kk * WL + tx * CQ + $cu];

@@ -10,7 +10,8 @@ import type { GpuContext } from "../gpu/context.ts";
 import { GROUP, type QuantFormat, quantizeRows } from "../gpu/quant.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { Matmul, TILE_CANDIDATES, type XForm } from "../kernels/matmul.ts";
-import { tileName } from "../kernels/matmul_tile.ts";
+import { kernelSource } from "../kernels/matmul_kernels.ts";
+import { TILE, tileName } from "../kernels/matmul_tile.ts";
 import { assertClose } from "./support/assert_close.ts";
 import {
   GPU_TEST,
@@ -251,3 +252,19 @@ Deno.test(
     }
   },
 );
+
+Deno.test("kernelSource() refuses a tiled K step that is not whole 8-weight loads when weights are int8 / int4", () => {
+  // A valid tile for f16 weights (bk % 4 == 0) whose K step splits the 8 weights one load stages.
+  const tile = { wx: 4, wy: 4, bk: 4 };
+  assert.ok(kernelSource("tiled", 0, "f16", false, false, "plain", "f32", tile).code.length > 0);
+  for (const format of FORMATS) {
+    assert.throws(
+      () => kernelSource("tiled", 0, format, false, false, "plain", "f32", tile),
+      /4x4 bk4 with int[48] weights: needs bk % 8 == 0/,
+    );
+    const code = kernelSource("tiled", 0, format, false, false, "plain", "f32", TILE).code;
+    assert.match(code, /load_w8/);
+    assert.doesNotMatch(code, /^ *\/\/ W TILE BEGIN/m);
+    assert.doesNotMatch(code, /= load_w4\(/);
+  }
+});
