@@ -1,6 +1,6 @@
 /**
  * Matmul kernel configurations measured on this adapter: every variant (`gemv` with 1 and 4
- * weight rows per invocation and steps of 4 or 8 weights, `unrolled`, `blocked`, and `tiled` under
+ * weight rows per invocation and steps of 4 or 8 weights, or 32 for int8 / int4, `unrolled`, `blocked`, and `tiled` under
  * several tile shapes) on
  * the Qwen3-0.6B projections at decode and prefill row counts, f16 weights (or `--format int8 |
  * int4`, gpu/quant.ts, with their f16 group scales), timed with GPU timestamps (median of one
@@ -22,6 +22,7 @@ import { STORAGE_RW } from "../gpu/context.ts";
 import {
   GEMV_ROW_BLOCKS,
   GEMV_STEPS,
+  gemvStepFits,
   type KernelSource,
   kernelSource,
 } from "../kernels/matmul_kernels.ts";
@@ -66,7 +67,7 @@ function candidates(m: number): { name: string; src: KernelSource }[] {
   const out: { name: string; src: KernelSource }[] = [];
   for (const mb of [1, 2, 4, 8]) {
     if (mb > m && mb !== 1) continue;
-    for (const ks of GEMV_STEPS) {
+    for (const ks of GEMV_STEPS.filter((step) => gemvStepFits(step, format))) {
       for (const rb of GEMV_ROW_BLOCKS) {
         const src = kernelSource(
           "gemv",

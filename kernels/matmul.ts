@@ -35,6 +35,7 @@ import {
   DEFAULT_GEMV,
   defaultMatmulPolicy,
   type GemvKind,
+  gemvStepFits,
   isNormXForm,
   kernelSource,
   type MatmulPolicy,
@@ -295,8 +296,8 @@ export class Matmul {
       xUniform,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
-    // unrolled and 8-element gemv steps read whole 8-element steps of each weight row.
-    const steps8 = variant === "unrolled" || (variant === "gemv" && gemv.step === 8);
+    // unrolled and 8- or 32-element gemv steps read whole 8-element steps of each weight row.
+    const steps8 = variant === "unrolled" || (variant === "gemv" && gemv.step >= 8);
     config = {
       key,
       variant,
@@ -366,6 +367,14 @@ export class Matmul {
         throw new RangeError(
           `Cannot encode matmul with gemv steps of 8: weight row stride ${rowStride} is not a ` +
             `multiple of 8`,
+        );
+      }
+      kind.step = 4;
+    }
+    if (!gemvStepFits(kind.step, format)) {
+      if (gemv.step !== undefined) {
+        throw new RangeError(
+          `Cannot encode matmul with gemv steps of ${kind.step}: ${format} weights`,
         );
       }
       kind.step = 4;

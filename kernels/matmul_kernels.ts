@@ -31,6 +31,7 @@ import unrolledSource from "./matmul_unrolled.wgsl" with { type: "text" };
 import unrolledQuantSource from "./matmul_unrolled_q.wgsl" with { type: "text" };
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
 import gemvStep8Source from "./matmul_gemv_step8.wgsl" with { type: "text" };
+import gemvQ32Source from "./matmul_gemv_q32.wgsl" with { type: "text" };
 import tiledW8Source from "./matmul_tiled_w8.wgsl" with { type: "text" };
 import ioSource from "./matmul_io.wgsl" with { type: "text" };
 import xSource from "./matmul_x.wgsl" with { type: "text" };
@@ -68,6 +69,7 @@ export const MATMUL_SOURCES_DIGEST: string = sourceDigest(
   unrolledQuantSource,
   gemvSource,
   gemvStep8Source,
+  gemvQ32Source,
   ioSource,
   xSource,
   xSwigluSource,
@@ -134,11 +136,19 @@ const GEMV_RPW = 4;
 export const GEMV_ROW_BLOCKS = [1, 4] as const;
 /**
  * `gemv`: weights per invocation per step compiled: 4 (a vec4 of weights, matmul_gemv.wgsl's
- * loop) or 8 (matmul_gemv_step8.wgsl: one 16-byte load of f16, a whole int4 word; needs a weight
- * row stride that is a multiple of 8). 4 is the default; the kernel tuning measures 8 per
- * call-site shape.
+ * loop), 8 (matmul_gemv_step8.wgsl: one 16-byte load of f16, a whole int4 word; needs a weight
+ * row stride that is a multiple of 8) or 32 (matmul_gemv_q32.wgsl: a whole group of int8 / int4
+ * weights, {@linkcode GEMV_Q32_TPR} invocations per row; quantized weights only). 4 is the
+ * default; the kernel tuning measures the others per call-site shape.
  */
-export const GEMV_STEPS = [4, 8] as const;
+export const GEMV_STEPS = [4, 8, 32] as const;
+/** `gemv` with steps of 32: invocations per weight row (a 1,024-wide row is 32 groups). */
+const GEMV_Q32_TPR = 32;
+
+/** Whether `gemv` with steps of `step` weights can read weights of `format`. */
+export function gemvStepFits(step: number, format: WeightFormat): boolean {
+  return step !== 32 || format === "int8" || format === "int4";
+}
 
 /** A `gemv` kernel: weight rows per invocation and weights per invocation per step. */
 export interface GemvKind {
@@ -207,15 +217,19 @@ export function kernelSource(
   }
   const quant = format === "int8" || format === "int4" ? format : null;
   const step8 = variant === "gemv" && gemvStep === 8;
+  const q32 = variant === "gemv" && gemvStep === 32;
+  if (q32 && quant === null) {
+    throw new RangeError(`Cannot build matmul gemv with steps of 32 for ${format} weights`);
+  }
   // `tiled` stages quantized weights 8 at a time (matmul_tiled_w8.wgsl).
   const tiledW8 = variant === "tiled" && quant !== null;
   const w = step8 || tiledW8
     ? weightBinding8(format)
+    : quant !== null && (q32 || variant === "unrolled")
+    ? quantWeightBinding8(quant)
     : variant !== "unrolled"
     ? weightBinding(format)
-    : quant === null
-    ? weightBinding8(format)
-    : quantWeightBinding8(quant);
+    : weightBinding8(format);
   const swiglu = xForm === "swiglu";
   const stat = variant === "gemv" || variant === "tiled";
   if (isNormXForm(xForm) && !stat) {
@@ -260,9 +274,12 @@ export function kernelSource(
       const xs = isNormXForm(xForm) ? 2 : 1;
       const template = step8
         ? withFragment(gemvSource, "matmul_gemv.wgsl", "K LOOP", gemvStep8Source)
+        : q32
+        ? withFragment(gemvSource, "matmul_gemv.wgsl", "K LOOP", gemvQ32Source)
         : gemvSource;
       const source = unrollTemplate(template, { i: mb, r: gemvRows });
-      const consts = { MB: mb, TPR: GEMV_TPR, RPW: GEMV_RPW, RB: gemvRows, XS: xs };
+      const tpr = q32 ? GEMV_Q32_TPR : GEMV_TPR;
+      const consts = { MB: mb, TPR: tpr, RPW: GEMV_RPW, RB: gemvRows, XS: xs };
       return kernel(consts, source, GEMV_RPW * gemvRows);
     }
     case "tiled": {

@@ -9,7 +9,8 @@
  *    tiles); when another tile wins there, it runs every M up to that batch
  *    ({@linkcode SmallTile});
  * 3. per shape, `gemv` (with 1 and 4 weight rows per invocation, each with steps of 4 and, where
- *    the row stride allows, 8 weights: {@linkcode gemvKinds}) against `tiled` (the tile that
+ *    the row stride allows, 8 weights, and for int8 / int4 weights 32: {@linkcode gemvKinds})
+ *    against `tiled` (the tile that
  *    runs that M) at row counts 1, 2, 4, ... up to the largest decode batch and the prefill row
  *    count; the shape's `gemv` is the one with the least total time ({@linkcode pickGemv}),
  *    and it runs up to the last M before the first where `tiled` was faster
@@ -151,7 +152,7 @@ export async function tuneMatmul(
     const gemvRows: Record<string, number> = {};
     const gemvSteps: Record<string, number> = {};
     for (const g of groups) {
-      const kinds = gemvKinds(g.op.buffers.weight.rowStride);
+      const kinds = gemvKinds(g.op.buffers.weight.rowStride, g.op.buffers.weight.format);
       const rows: { m: number; ms: number[]; tiledMs: number }[] = [];
       for (const m of rowCounts(options.maxBatch, prefill(g))) {
         const op = () => trial(g, tile);

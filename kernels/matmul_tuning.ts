@@ -13,6 +13,7 @@ import {
   GEMV_ROW_BLOCKS,
   GEMV_STEPS,
   type GemvKind,
+  gemvStepFits,
   type WeightFormat,
   type XForm,
 } from "./matmul_kernels.ts";
@@ -78,12 +79,14 @@ export interface CrossoverPoint {
 }
 
 /**
- * The `gemv` kernels the tuning tries on a weight of row stride `rowStride`: every weight rows
- * per invocation with steps of 4, then with steps of 8 where the stride is a multiple of 8.
+ * The `gemv` kernels the tuning tries on a weight of row stride `rowStride` and `format`: every
+ * weight rows per invocation with steps of 4, then with steps of 8 where the stride is a
+ * multiple of 8, then, for int8 / int4 weights, with steps of 32 (a whole group).
  */
-export function gemvKinds(rowStride: number): GemvKind[] {
-  return GEMV_STEPS.filter((step) => step === 4 || rowStride % 8 === 0)
-    .flatMap((step) => GEMV_ROW_BLOCKS.map((rows) => ({ rows, step })));
+export function gemvKinds(rowStride: number, format: WeightFormat = "f16"): GemvKind[] {
+  return GEMV_STEPS.filter((step) =>
+    (step === 4 || rowStride % 8 === 0) && gemvStepFits(step, format)
+  ).flatMap((step) => GEMV_ROW_BLOCKS.map((rows) => ({ rows, step })));
 }
 
 /** A `gemv` kernel's name in reports, e.g. "rb4 ks8". */

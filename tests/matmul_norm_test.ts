@@ -19,6 +19,8 @@ import {
 import { testSeed } from "./support/random.ts";
 import { forced, padColsFor, type TestVariant } from "./support/matmul_variants.ts";
 import { matmulRef } from "./reference/matmul.ts";
+import { quantizeRef } from "./reference/quant.ts";
+import { type QuantFormat, quantizeRows } from "../gpu/quant.ts";
 import { denseRows, fusedAddRmsNormRef, rmsNormRef } from "./reference/norms.ts";
 
 type Shape = readonly [m: number, n: number, k: number];
@@ -36,6 +38,8 @@ interface NormCase {
   readonly parts?: number;
   /** The tiled kernel's configuration (default TILE). */
   readonly tile?: TileConfig;
+  /** int8 / int4 weights (gpu/quant.ts) instead of `dtype` ones; K % 32 == 0. */
+  readonly quant?: QuantFormat;
 }
 
 const EPS = 1e-5;
@@ -59,7 +63,8 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
   const [m, n, k] = c.shape;
   const form = c.residual ? "rms_residual" : "rms";
   const label = `[${m}, ${n}, ${k}] ${c.dtype} ${c.bias ? "bias" : "no bias"} ` +
-    `${c.variant ?? "auto/gpu"} ${form}${c.tile === undefined ? "" : ` tile ${tileName(c.tile)}`}`;
+    `${c.variant ?? "auto/gpu"} ${form}${c.tile === undefined ? "" : ` tile ${tileName(c.tile)}`}` +
+    (c.quant === undefined ? "" : ` ${c.quant} weights`);
   const { seed, rng } = testSeed(label);
   const context = `seed ${seed} ${label}`;
   const h = rng.array(m * k, -2, 2);
@@ -68,7 +73,9 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
   const w = rng.array(n * k, -1, 1);
   const bias = c.bias ? rng.array(n, -1, 1) : undefined;
   const padColsTo = padColsFor(c.variant);
-  const weight = GpuMatrix.fromArray(ctx, "w", w, n, k, c.dtype, { padColsTo });
+  const weight = c.quant === undefined
+    ? GpuMatrix.fromArray(ctx, "w", w, n, k, c.dtype, { padColsTo })
+    : GpuMatrix.fromQuantized(ctx, "w", n, k, c.quant, quantizeRows(w, k, c.quant));
   const normWeight = GpuMatrix.fromArray(ctx, "gamma", gamma, 1, k, c.dtype);
   if (c.parts !== undefined && weight.parts.length !== c.parts) {
     throw new AssertionError({
@@ -107,10 +114,14 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
     const ref = delta === undefined
       ? { residual: Float64Array.from(h), out: rmsNormRef(h, g, layout, EPS) }
       : fusedAddRmsNormRef(delta, h, g, layout, EPS);
-    const expected = matmulRef(ref.out, roundTo(w, c.dtype), bias, m, n, k);
+    const wRef = c.quant === undefined
+      ? roundTo(w, c.dtype)
+      : quantizeRef(w, k, c.quant).dequantized;
+    const expected = matmulRef(ref.out, wRef, bias, m, n, k);
     const got = await readF32(ctx, yBuf);
     assertUntouched(got, m * n, `${context} y`);
-    assertClose(got.subarray(0, m * n), expected, toleranceFor(c.dtype), `${context} y`);
+    const tolerance = c.quant === undefined ? toleranceFor(c.dtype) : toleranceFor("f32");
+    assertClose(got.subarray(0, m * n), expected, tolerance, `${context} y`);
     if (outBuf !== undefined) {
       const stream = await readF32(ctx, outBuf);
       assertUntouched(stream, m * k, `${context} stream`);
@@ -151,6 +162,40 @@ Deno.test(
           }
         }
       }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() reads X as the RMSNorm of the residual stream with int8 / int4 weights in gemv and tiled",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    // gemv with vec4 steps reads quantized weights under a norm X form in the decode steps of
+    // tests/quant_model_test.ts.
+    const shapes: readonly Shape[] = [[1, 1, 32], [3, 17, 96], [17, 70, 64]];
+    for (const shape of shapes) {
+      for (const quant of ["int8", "int4"] as const) {
+        for (const residual of [false, true]) {
+          const bias = (shape[0] + (residual ? 1 : 0)) % 2 === 0;
+          for (const variant of ["gemv4x8", "gemv32", "gemv4x32", "tiled"] as const) {
+            await check(ctx, { shape, dtype: "f16", bias, residual, variant, quant });
+          }
+        }
+      }
+    }
+    // A quantized weight split across parts: the stream is still written once.
+    const small = await testContext({ maxBindingBytes: 1024 });
+    for (const variant of ["gemv32", "gemv4x32", "tiled"] as const) {
+      await check(small, {
+        shape: [3, 70, 128],
+        dtype: "f16",
+        bias: true,
+        residual: true,
+        variant,
+        quant: "int8",
+        parts: 9,
+      });
     }
   },
 );

@@ -92,7 +92,7 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
   assert(describeTuning(steps).includes("8 (steps of 8) for a"));
   assertThrows(
     () => parseMatmulTuning({ tile: TILE, gemvMaxRows: {}, gemvSteps: { a: 16 } }),
-    /gemvSteps\["a"\] must be one of 4, 8, got 16/,
+    /gemvSteps\["a"\] must be one of 4, 8, 32, got 16/,
   );
   assert(describeTuning(t).includes("32 for f16 8x8 plain"));
   // An 8 x 4 block tile and a small-M tile.
@@ -130,6 +130,14 @@ Deno.test("pickGemv() takes the least total over the row counts where gemv was u
 Deno.test("gemvKinds() tries steps of 8 only where the weight row stride allows them", () => {
   assertEqual(gemvKinds(12).map(gemvKindKey), ["rb1 ks4", "rb4 ks4"]);
   assertEqual(gemvKinds(16).map(gemvKindKey), ["rb1 ks4", "rb4 ks4", "rb1 ks8", "rb4 ks8"]);
+  assertEqual(gemvKinds(16, "f32").map(gemvKindKey), gemvKinds(16).map(gemvKindKey));
+});
+
+Deno.test("gemvKinds() tries steps of a whole group only when weights are int8 / int4", () => {
+  const quantized = ["rb1 ks4", "rb4 ks4", "rb1 ks8", "rb4 ks8", "rb1 ks32", "rb4 ks32"];
+  assertEqual(gemvKinds(64, "int4").map(gemvKindKey), quantized);
+  assertEqual(gemvKinds(64, "int8").map(gemvKindKey), quantized);
+  assertEqual(gemvKinds(64, "f16").map(gemvKindKey).includes("rb1 ks32"), false);
 });
 
 Deno.test("rowCounts() doubles up to the decode batch, then adds it and the prefill rows", () => {

@@ -24,7 +24,7 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { forced, TEST_VARIANTS, type TestVariant } from "./support/matmul_variants.ts";
+import { forced, QUANT_TEST_VARIANTS, type TestVariant } from "./support/matmul_variants.ts";
 import { matmulRef } from "./reference/matmul.ts";
 import { siluMulRef } from "./reference/activations.ts";
 import { quantizeRef, unpackRef } from "./reference/quant.ts";
@@ -119,7 +119,7 @@ const SHAPES: readonly Shape[] = [[1, 1, 32], [3, 17, 96], [5, 67, 160], [40, 13
   37,
   64,
 ]];
-const VARIANTS = TEST_VARIANTS;
+const VARIANTS = QUANT_TEST_VARIANTS;
 /**
  * SHAPES with N >= 17: one output of a sum over wide-ranging SwiGLU values can cancel to near
  * zero, where the normwise relative error of a single element measures only the cancellation.
@@ -222,14 +222,13 @@ Deno.test(
       for (const format of FORMATS) {
         const parts = format === "int8" ? 9 : 5;
         for (const m of [1, 7, 16, 33]) {
-          await check(
-            ctx,
-            kernel,
-            format,
-            [m, 70, 128],
-            undefined,
-            parts,
-          );
+          await check(ctx, kernel, format, [m, 70, 128], undefined, parts);
+        }
+        // Whole-group gemv steps index groups from each part's start.
+        if (policy === "gpu") {
+          for (const variant of ["gemv32", "gemv4x32"] as const) {
+            await check(ctx, kernel, format, [3, 70, 128], variant, parts);
+          }
         }
       }
     }
@@ -249,6 +248,34 @@ Deno.test(
       assert.throws(() => m.writeScales(ctx.device.queue, new Float16Array(5)), RangeError);
     } finally {
       m.destroy();
+    }
+  },
+);
+
+Deno.test(
+  "matmul() refuses gemv steps of a whole group when weights are f16 or f32",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const dtype of ["f16", "f32"] as const) {
+      assert.throws(
+        () => kernelSource("gemv", 1, dtype, false, false, "plain", "f32", TILE, 1, 32),
+        /Cannot build matmul gemv with steps of 32 for f(16|32) weights/,
+      );
+      const kernel = new Matmul(ctx, { dtype, bias: false, policy: "gpu" });
+      const weight = GpuMatrix.create(ctx, "w", 8, 64, dtype, { padColsTo: 8 });
+      const arena = new ParamArena(ctx, 1);
+      const x = upload(ctx, new Float32Array(64));
+      const y = poisonedF32(ctx, 8);
+      try {
+        const op = kernel.bind(arena, { x: whole(x), weight, y: whole(y) });
+        assert.throws(
+          () => op.configFor(1, { variant: "gemv", gemvStep: 32 }),
+          /Cannot encode matmul with gemv steps of 32: f(16|32) weights/,
+        );
+      } finally {
+        for (const b of [weight, arena, x, y]) b.destroy();
+      }
     }
   },
 );
