@@ -2,7 +2,8 @@
 //   y[m, n0 + n] = sum_k x[m, k] * w[n, k] (+ bias[n0 + n])   for m < M, n < rows, k < K
 // TPR invocations share RB weight rows: invocation t reads the vec4s t, t + TPR, ... of each row
 // (or, with matmul_gemv_step8.wgsl in place of the K loop, the 8-element steps t, t + TPR, ...: one
-// 16-byte load of f16 weights, one word of int4)
+// 16-byte load of f16 weights, one word of int4; with matmul_gemv_q32.wgsl, whole groups of 32
+// int8 / int4 weights)
 // (neighbouring invocations read neighbouring memory, coalesced on a GPU) and accumulates the
 // partial dot products of MB rows of X with each of the RB rows in f32, loading each X vec4 once
 // for the RB rows; the partial sums are then added in a tree in workgroup memory. Each weight row
@@ -73,7 +74,7 @@ fn main(
   let keep$i = keeper && m0 + $iu < p.m;
   var acc$i_$r = 0.0;
   var sq$i = 0.0;
-  // K LOOP BEGIN (kernels/matmul_kernels.ts puts matmul_gemv_step8.wgsl here for 8-element steps)
+  // K LOOP BEGIN (matmul_kernels.ts puts matmul_gemv_step8.wgsl or matmul_gemv_q32.wgsl here)
   let full = p.k / 4u;
   for (var q = t; q < full; q += TPR) {
     let wv$r = load_w4(row$r * p.k4 + q);
