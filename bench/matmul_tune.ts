@@ -109,7 +109,9 @@ for (const shapeName of shapes) {
   const wBytes = n * k * WEIGHT_BYTES[format];
   const w = ctx.createBuffer("w", wBytes, STORAGE_RW);
   // Quantized weights' f16 scales, one per 32 weights (zero, as the weights).
-  const scales = format === "f16" ? null : ctx.createBuffer("scales", (n * k) / 16, STORAGE_RW);
+  // (rows in blocks of 8 on the device, gpu/quant.ts).
+  const scaleBytes = (Math.ceil(n / 8) * 8 * k) / 16;
+  const scales = format === "f16" ? null : ctx.createBuffer("scales", scaleBytes, STORAGE_RW);
   const readBytes = wBytes + (scales?.size ?? 0);
   const x = ctx.createBuffer("x", maxM * k * 4, STORAGE_RW);
   const y = ctx.createBuffer("y", maxM * n * 4, STORAGE_RW);

@@ -16,8 +16,14 @@
  * complement; int8 packs 4 per u32, value `i` in bits `8 * (i % 4) ..` of word `i / 4` (8 words
  * per group). Groups follow each other along a row and rows follow each other, so the words of
  * a `[rows, in]` matrix are `rows * in / (32 / bits)` u32 with no padding. The scales are a
- * separate `[rows, in / 32]` array of f16 (row-major, no padding), read by kernels as u32 pairs
- * (scale `g` in the low half of word `g / 2` when `g` is even, the high half when odd).
+ * separate `[rows, in / 32]` array of f16 (row-major, no padding).
+ *
+ * On the device (gpu/tensor.ts) each part of a matrix holds its words as above and its scales in
+ * blocks of {@linkcode SCALE_BLOCK_ROWS} = 8 rows: the scale of row `r`, group `g` (of `G = in /
+ * 32` per row) is f16 number `(floor(r / 8) * G + g) * 8 + r % 8`, the last block padded with
+ * zeros ({@linkcode deviceScaleIndex}), so one 16-byte load reads a group's scales for 8
+ * consecutive rows. Kernels read them as u32 pairs (number `j` in the low half of word `j / 2`
+ * when `j` is even, the high half when odd) or as vec4s of 8.
  *
  * @module
  */
@@ -44,6 +50,31 @@ export function quantMax(format: QuantFormat): number {
 /** u32 words holding one group of `format`. */
 export function wordsPerGroup(format: QuantFormat): number {
   return (GROUP * quantBits(format)) / 32;
+}
+
+/** Rows per block of a matrix part's scales on the device (see the module documentation). */
+export const SCALE_BLOCK_ROWS = 8;
+
+/** Where the scale of `row`, group `group` sits in a device scale array of `groups` per row. */
+export function deviceScaleIndex(row: number, group: number, groups: number): number {
+  return (Math.floor(row / SCALE_BLOCK_ROWS) * groups + group) * SCALE_BLOCK_ROWS +
+    (row % SCALE_BLOCK_ROWS);
+}
+
+/**
+ * The device scale array of `rows` rows of `groups` scales each (row-major `scales`, as
+ * {@linkcode quantizeRows} returns them): blocks of {@linkcode SCALE_BLOCK_ROWS} rows, the last
+ * one padded with zeros.
+ */
+export function blockScales(scales: Float16Array, rows: number, groups: number): Float16Array {
+  if (scales.length !== rows * groups) {
+    throw new RangeError(`Cannot block ${scales.length} scales as ${rows} rows of ${groups}`);
+  }
+  const out = new Float16Array(Math.ceil(rows / SCALE_BLOCK_ROWS) * SCALE_BLOCK_ROWS * groups);
+  for (let r = 0; r < rows; r++) {
+    for (let g = 0; g < groups; g++) out[deviceScaleIndex(r, g, groups)] = scales[r * groups + g]!;
+  }
+  return out;
 }
 
 /** Parses a `--quantization` value. */

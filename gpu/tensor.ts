@@ -13,15 +13,24 @@
  *
  * A quantized matrix ({@linkcode GpuMatrix.createQuantized}, `quant` int8 or int4, gpu/quant.ts)
  * holds in each part the packed words of its rows (`rowStride = cols`, no padding) and, in the
- * part's `scales` buffer, their f16 scales (`rows * cols / 32`, rounded up to whole u32); its
- * `dtype` is f16, the type of the scales.
+ * part's `scales` buffer, their f16 scales in blocks of 8 rows (gpu/quant.ts, `cols / 32` per
+ * row, the part's rows rounded up to a multiple of 8); its `dtype` is f16, the type of the
+ * scales.
  *
  * @module
  */
 
 import { type GpuContext, STORAGE_RW } from "./context.ts";
 import { bytesPerElement, type DType, toDType } from "./dtype.ts";
-import { GROUP, quantBits, type QuantFormat, quantizable, type QuantizedRows } from "./quant.ts";
+import {
+  blockScales,
+  GROUP,
+  quantBits,
+  type QuantFormat,
+  quantizable,
+  type QuantizedRows,
+  SCALE_BLOCK_ROWS,
+} from "./quant.ts";
 
 /** One buffer holding rows `[rowStart, rowStart + rows)` of a {@linkcode GpuMatrix}. */
 export interface MatrixPart {
@@ -105,7 +114,7 @@ export class GpuMatrix {
       const n = Math.min(rowsPerPart, rows - rowStart);
       const range = `${label}[${rowStart}..${rowStart + n})`;
       const buffer = ctx.createBuffer(range, n * rowBytes, STORAGE_RW);
-      const scaleBytes = Math.ceil((n * cols) / GROUP / 2) * 4;
+      const scaleBytes = Math.ceil(n / SCALE_BLOCK_ROWS) * SCALE_BLOCK_ROWS * (cols / GROUP) * 2;
       const scales = ctx.createBuffer(`${range} scales`, scaleBytes, STORAGE_RW);
       parts.push({ buffer, rowStart, rows: n, scales });
     }
@@ -257,7 +266,10 @@ export class GpuMatrix {
     }
   }
 
-  /** Writes every scale of a quantized matrix (`rows * cols / 32` f16, row-major). */
+  /**
+   * Writes every scale of a quantized matrix (`rows * cols / 32` f16, row-major; each part stores
+   * them in blocks of 8 rows, gpu/quant.ts).
+   */
   writeScales(queue: GPUQueue, scales: Float16Array): void {
     this.#quantOnly("scales");
     const groupsPerRow = this.cols / GROUP;
@@ -267,10 +279,9 @@ export class GpuMatrix {
       );
     }
     for (const part of this.parts) {
-      // Whole u32 words: an odd count gets a zero half at the end.
-      const n = part.rows * groupsPerRow;
-      const staged = new Float16Array(n + (n % 2));
-      staged.set(scales.subarray(part.rowStart * groupsPerRow, part.rowStart * groupsPerRow + n));
+      const first = part.rowStart * groupsPerRow;
+      const rows = scales.subarray(first, first + part.rows * groupsPerRow);
+      const staged = blockScales(rows, part.rows, groupsPerRow);
       queue.writeBuffer(part.scales!, 0, staged.buffer as ArrayBuffer, 0, staged.byteLength);
     }
   }

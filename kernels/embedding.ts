@@ -12,26 +12,31 @@ import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
 
-/** The table binding and `table_at(i)` (element i of a part, as f32) for `table`'s format. */
+/**
+ * The table binding and `table_at(row, c)` (element c of row `row` of a part, as f32) for
+ * `table`'s format.
+ */
 function tablePrelude(table: GpuMatrix): string {
   if (table.quant === null) {
     return weightPrelude(table.dtype) +
       "@group(0) @binding(2) var<storage, read> table: array<WT>;\n" +
-      "fn table_at(i: u32) -> f32 {\n  return f32(table[i]);\n}\n";
+      "fn table_at(row: u32, c: u32) -> f32 {\n  return f32(table[row * p.row_stride + c]);\n}\n";
   }
   // Value i sits in bits bits * (i % per) of word i / per (gpu/quant.ts); shifting it to the top
-  // and back (arithmetic shift on i32) sign-extends it.
+  // and back (arithmetic shift on i32) sign-extends it. The scales are in blocks of 8 rows
+  // (gpu/quant.ts deviceScaleIndex).
   const [bits, per] = table.quant === "int4" ? [4, 8] : [8, 4];
   return "@group(0) @binding(2) var<storage, read> table: array<u32>;\n" +
     "@group(0) @binding(4) var<storage, read> scales: array<u32>;\n" +
-    "fn table_at(i: u32) -> f32 {\n" +
+    "fn table_at(row: u32, c: u32) -> f32 {\n" +
+    "  let i = row * p.hidden + c;\n" +
     `  let word = table[i / ${per}u];\n` +
     `  let q = bitcast<i32>(word << (${32 - bits}u - ${bits}u * (i % ${per}u))) >> ${
       32 - bits
     }u;\n` +
-    "  let g = i / 32u;\n" +
-    "  let pair = unpack2x16float(scales[g >> 1u]);\n" +
-    "  return f32(q) * select(pair.x, pair.y, (g & 1u) == 1u);\n}\n";
+    "  let j = ((row >> 3u) * (p.hidden / 32u) + c / 32u) * 8u + (row & 7u);\n" +
+    "  let pair = unpack2x16float(scales[j >> 1u]);\n" +
+    "  return f32(q) * select(pair.x, pair.y, (row & 1u) == 1u);\n}\n";
 }
 
 /** Buffers of one `embedding` call site; fixed for the op's lifetime. */

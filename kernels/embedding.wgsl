@@ -7,8 +7,9 @@
 // and writes only the tokens whose id falls in it. An id >= vocab yields a zero row, written
 // only by the dispatch with zero_writer = 1 (the first part), so together the dispatches write
 // every element exactly once (with ACCUMULATE such rows are left unchanged: += 0).
-// Table values come from `fn table_at(i: u32) -> f32` (prelude, kernels/embedding.ts): element i
-// of the part converted to f32, from f16 / f32 storage or dequantized from int8 / int4
+// Table values come from `fn table_at(row: u32, c: u32) -> f32` (prelude, kernels/embedding.ts):
+// element c of the part's row `row` converted to f32, from f16 / f32 storage or dequantized from
+// int8 / int4
 // (gpu/quant.ts: w' = q * scale, the scales at binding 4).
 //
 // Bindings (group 0):
@@ -17,7 +18,8 @@
 //   2 table  : storage read  array<WT> [part_rows, row_stride] (one part; row_stride >= hidden),
 //                            or array<u32> of packed int8 / int4 values [part_rows, hidden]
 //   3 out    : storage rw    array<f32>  [tokens, hidden]
-//   4 scales : storage read  array<u32>  f16 pairs [part_rows * hidden / 32] (quantized only)
+//   4 scales : storage read  array<u32>  f16 pairs [ceil(part_rows / 8) * 8 * hidden / 32] in
+//                                        blocks of 8 rows (gpu/quant.ts; quantized only)
 // Override: ACCUMULATE (bool, default false).
 // Workgroup: 256 invocations, one output element each; a workgroup covers 256 columns of one
 //            token, so the id test is uniform across it.
@@ -64,7 +66,7 @@ fn main(
   if (id < p.row_start || id - p.row_start >= p.part_rows) {
     return;
   }
-  let v = table_at((id - p.row_start) * p.row_stride + c);
+  let v = table_at(id - p.row_start, c);
   if (ACCUMULATE) {
     out[i] += v;
   } else {

@@ -34,15 +34,31 @@ export function isNormXForm(xForm: XForm): xForm is "rms" | "rms_residual" {
 }
 
 /**
- * Bindings 1 (words) and 5 (f16 scales, u32 pairs) of a quantized weight, and `scale_at(g)`,
- * the scale of group `g` counted from the start of the part (gpu/quant.ts).
+ * Bindings 1 (words) and 5 (f16 scales in blocks of 8 rows, gpu/quant.ts) of a quantized weight,
+ * and `scale_at(row, grp)`, the scale of group `grp` of the part's row `row` (`p.k / 32` groups
+ * per row). With `scaleBlocks` the scales bind as `array<vec4<u32>>` and `scale_block(row8,
+ * grp)` reads group `grp`'s scales of rows 8 row8 .. 8 row8 + 7 in one 16-byte load,
+ * `block_scale(b, r)` picking row `r` (< 8) of such a block; otherwise as `array<u32>` pairs.
  */
-function quantBindings(wordType: string): string {
-  return `@group(0) @binding(1) var<storage, read> w: array<${wordType}>;\n` +
+function quantBindings(wordType: string, scaleBlocks = false): string {
+  const words = `@group(0) @binding(1) var<storage, read> w: array<${wordType}>;\n`;
+  if (scaleBlocks) {
+    return words +
+      "@group(0) @binding(5) var<storage, read> w_scales: array<vec4<u32>>;\n" +
+      "fn scale_block(row8: u32, grp: u32) -> vec4<u32> {\n" +
+      "  return w_scales[row8 * (p.k / 32u) + grp];\n}\n" +
+      "fn block_scale(b: vec4<u32>, r: u32) -> f32 {\n" +
+      "  let pair = unpack2x16float(b[(r >> 1u) & 3u]);\n" +
+      "  return select(pair.x, pair.y, (r & 1u) == 1u);\n}\n" +
+      "fn scale_at(row: u32, grp: u32) -> f32 {\n" +
+      "  return block_scale(scale_block(row >> 3u, grp), row & 7u);\n}\n";
+  }
+  return words +
     "@group(0) @binding(5) var<storage, read> w_scales: array<u32>;\n" +
-    "fn scale_at(g: u32) -> f32 {\n" +
-    "  let pair = unpack2x16float(w_scales[g >> 1u]);\n" +
-    "  return select(pair.x, pair.y, (g & 1u) == 1u);\n}\n";
+    "fn scale_at(row: u32, grp: u32) -> f32 {\n" +
+    "  let j = ((row >> 3u) * (p.k / 32u) + grp) * 8u + (row & 7u);\n" +
+    "  let pair = unpack2x16float(w_scales[j >> 1u]);\n" +
+    "  return select(pair.x, pair.y, (row & 1u) == 1u);\n}\n";
 }
 
 /** WGSL: the 4 signed values of `word`'s low 16 bits (int4) or of `word` (int8), as f32. */
@@ -53,56 +69,65 @@ const UNPACK4 = {
     "  return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(word) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));\n}\n",
 } as const;
 
-/** `load_w4(i)`: elements 4i..4i+3 of the part (a group is 8 such steps). */
+/**
+ * `load_w4(row, q)`: elements 4q..4q+3 of the part's row `row` (row stride `4 p.k4` elements; a
+ * group is 8 such steps).
+ */
 export function weightBinding(format: WeightFormat): string {
   switch (format) {
     case "f16":
       return "@group(0) @binding(1) var<storage, read> w: array<vec2<u32>>;\n" +
-        "fn load_w4(i: u32) -> vec4<f32> {\n" +
-        "  let v = w[i];\n" +
+        "fn load_w4(row: u32, q: u32) -> vec4<f32> {\n" +
+        "  let v = w[row * p.k4 + q];\n" +
         "  return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));\n}\n";
     case "f32":
       return "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
-        "fn load_w4(i: u32) -> vec4<f32> {\n  return w[i];\n}\n";
+        "fn load_w4(row: u32, q: u32) -> vec4<f32> {\n  return w[row * p.k4 + q];\n}\n";
     case "int4":
       return quantBindings("u32") + UNPACK4.int4 +
-        "fn load_w4(i: u32) -> vec4<f32> {\n" +
-        "  return unpack4(w[i >> 1u] >> ((i & 1u) * 16u)) * scale_at(i >> 3u);\n}\n";
+        "fn load_w4(row: u32, q: u32) -> vec4<f32> {\n" +
+        "  let word = w[(row * p.k4 + q) >> 1u];\n" +
+        "  return unpack4(word >> ((q & 1u) * 16u)) * scale_at(row, q >> 3u);\n}\n";
     case "int8":
       return quantBindings("u32") + UNPACK4.int8 +
-        "fn load_w4(i: u32) -> vec4<f32> {\n" +
-        "  return unpack4(w[i]) * scale_at(i >> 3u);\n}\n";
+        "fn load_w4(row: u32, q: u32) -> vec4<f32> {\n" +
+        "  return unpack4(w[row * p.k4 + q]) * scale_at(row, q >> 3u);\n}\n";
   }
 }
 
-/** Weight binding of `unrolled`: `load_w8(i)`, 8 weights per step (row stride a multiple of 8). */
+/**
+ * Weight binding of 8-element steps: `load_w8(row, q)`, elements 8q..8q+7 of the part's row
+ * `row` (row stride `4 p.k4` elements, a multiple of 8).
+ */
 export function weightBinding8(format: WeightFormat): string {
   switch (format) {
     case "f16":
       return "@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;\n" +
-        "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
-        "  let v = w[i];\n" +
+        "fn load_w8(row: u32, q: u32) -> mat2x4<f32> {\n" +
+        "  let v = w[row * (p.k4 / 2u) + q];\n" +
         "  return mat2x4<f32>(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)),\n" +
         "    vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)));\n}\n";
     case "f32":
       return "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
-        "fn load_w8(i: u32) -> mat2x4<f32> {\n  return mat2x4<f32>(w[2u * i], w[2u * i + 1u]);\n}\n";
+        "fn load_w8(row: u32, q: u32) -> mat2x4<f32> {\n" +
+        "  let i = row * (p.k4 / 2u) + q;\n" +
+        "  return mat2x4<f32>(w[2u * i], w[2u * i + 1u]);\n}\n";
     case "int4":
       return quantBindings("u32") + UNPACK4.int4 +
-        "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
-        "  let v = w[i];\n" +
-        "  return mat2x4<f32>(unpack4(v), unpack4(v >> 16u)) * scale_at(i >> 2u);\n}\n";
+        "fn load_w8(row: u32, q: u32) -> mat2x4<f32> {\n" +
+        "  let v = w[row * (p.k4 / 2u) + q];\n" +
+        "  return mat2x4<f32>(unpack4(v), unpack4(v >> 16u)) * scale_at(row, q >> 2u);\n}\n";
     case "int8":
       return quantBindings("vec2<u32>") + UNPACK4.int8 +
-        "fn load_w8(i: u32) -> mat2x4<f32> {\n" +
-        "  let v = w[i];\n" +
-        "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y)) * scale_at(i >> 2u);\n}\n";
+        "fn load_w8(row: u32, q: u32) -> mat2x4<f32> {\n" +
+        "  let v = w[row * (p.k4 / 2u) + q];\n" +
+        "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y)) * scale_at(row, q >> 2u);\n}\n";
   }
 }
 
 /**
  * Per format, the WGSL of `unrolled`'s quantized k loop (matmul_unrolled_q.wgsl): the group type
- * `QGroup` and `load_group(g)` (one or two 16-byte loads), and the step helpers. A step is 8
+ * `QGroup` and `load_group(row, grp)` (one or two 16-byte loads), and the step helpers. A step is 8
  * values (one int4 word, two int8 words) isolated in place by a mask, on the word with every
  * value's sign bit flipped but the top one's (so they read q + 8 / q + 128 and the top one q),
  * and converted as they sit: value j of a word becomes (q + offset) * B^j (B = 16 / 256; the
@@ -112,7 +137,7 @@ export function weightBinding8(format: WeightFormat): string {
  */
 const QUANT_STEP = {
   int4: "alias QGroup = vec4<u32>;\n" +
-    "fn load_group(g: u32) -> QGroup {\n  return w[g];\n}\n" +
+    "fn load_group(row: u32, grp: u32) -> QGroup {\n  return w[row * (p.k / 32u) + grp];\n}\n" +
     "fn q_prep(x: mat2x4<f32>) -> mat2x4<f32> {\n" +
     "  return mat2x4<f32>(x[0] * vec4<f32>(1.0, 0x1p-4, 0x1p-8, 0x1p-12),\n" +
     "    x[1] * vec4<f32>(0x1p-16, 0x1p-20, 0x1p-24, 0x1p-28));\n}\n" +
@@ -125,7 +150,9 @@ const QUANT_STEP = {
     "    vec4<u32>(0xF0000u, 0xF00000u, 0xF000000u, 0xF0000000u)));\n" +
     "  return dot(xs[0], lo) + dot(xs[1], hi);\n}\n",
   int8: "struct QGroup { a: vec4<u32>, b: vec4<u32> }\n" +
-    "fn load_group(g: u32) -> QGroup {\n  return QGroup(w[2u * g], w[2u * g + 1u]);\n}\n" +
+    "fn load_group(row: u32, grp: u32) -> QGroup {\n" +
+    "  let g = row * (p.k / 32u) + grp;\n" +
+    "  return QGroup(w[2u * g], w[2u * g + 1u]);\n}\n" +
     "const Q8_PLACES = vec4<f32>(1.0, 0x1p-8, 0x1p-16, 0x1p-24);\n" +
     "const Q8_MASKS = vec4<u32>(0xFFu, 0xFF00u, 0xFF0000u, 0xFF000000u);\n" +
     "fn q_prep(x: mat2x4<f32>) -> mat2x4<f32> {\n" +
@@ -141,12 +168,13 @@ const QUANT_STEP = {
 } as const;
 
 /**
- * Weight bindings of `unrolled` on quantized weights (`matmul_unrolled_q.wgsl`): the words as
- * `array<vec4<u32>>` (a group is one such for int4, two for int8), `scale_at(g)` and the step
- * helpers of {@linkcode QUANT_STEP}.
+ * Weight bindings of whole-group steps on quantized weights (`matmul_unrolled_q.wgsl`,
+ * `matmul_gemv_q32.wgsl`): the words as `array<vec4<u32>>` (a group is one such for int4, two
+ * for int8), the scales in 16-byte blocks (`scale_block`, `block_scale`, `scale_at`; see
+ * `quantBindings`) and the step helpers of {@linkcode QUANT_STEP}.
  */
 export function quantWeightBinding8(format: QuantFormat): string {
-  return quantBindings("vec4<u32>") + QUANT_STEP[format];
+  return quantBindings("vec4<u32>", true) + QUANT_STEP[format];
 }
 
 /** WGSL: SwiGLU of gate `g` and up `u`, as matmul_x_swiglu.wgsl computes it. */

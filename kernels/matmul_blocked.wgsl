@@ -9,7 +9,7 @@
 //
 // Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32` (X rows per invocation),
 // `const RN: u32` (W rows per invocation, 4), `const WG: u32` (workgroup size), the weight
-// binding `w` with `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are read as packed u32 pairs),
+// binding `w` with `fn load_w4(row: u32, q: u32) -> vec4<f32>` (vec4 q of row `row`; f16 weights are read as packed u32 pairs),
 // `fn bias_at(n: u32) -> f32` (with the bias binding when there is one), matmul_x.wgsl (binding
 // x, x_row, load_x4, load_x4_tail; or matmul_x_swiglu.wgsl) and matmul_io.wgsl (Params,
 // bindings y and p, store_y).
@@ -46,9 +46,9 @@ fn main(
   let m0 = wid.z * MB;
   // Rows past the end are clamped to the last valid row (read, never stored): no masks in the
   // inner loop.
-  var wbase: array<u32, RN>;
+  var wrow: array<u32, RN>;
   for (var r = 0u; r < RN; r++) {
-    wbase[r] = min(row0 + r, p.rows - 1u) * p.k4;
+    wrow[r] = min(row0 + r, p.rows - 1u);
   }
   var xbase: array<u32, MB>;
   for (var i = 0u; i < MB; i++) {
@@ -59,7 +59,7 @@ fn main(
   for (var q = 0u; q < full; q++) {
     var wv: array<vec4<f32>, RN>;
     for (var r = 0u; r < RN; r++) {
-      wv[r] = load_w4(wbase[r] + q);
+      wv[r] = load_w4(wrow[r], q);
     }
     for (var i = 0u; i < MB; i++) {
       let xv = load_x4(xbase[i] + q * 4u);
@@ -73,7 +73,7 @@ fn main(
     let rem = p.k - full * 4u;
     var wv: array<vec4<f32>, RN>;
     for (var r = 0u; r < RN; r++) {
-      wv[r] = load_w4(wbase[r] + full);
+      wv[r] = load_w4(wrow[r], full);
     }
     for (var i = 0u; i < MB; i++) {
       let xv = load_x4_tail(xbase[i] + full * 4u, rem);

@@ -23,7 +23,7 @@
 // `const TPR: u32` (invocations per row, a power of two), `const RPW: u32` (invocation sets per
 // workgroup), `const RB: u32` (weight rows per invocation; a workgroup covers RPW * RB rows),
 // `const XS: u32` (2 with a row statistic, else 1), the weight binding `w` with
-// `fn load_w4(i: u32) -> vec4<f32>`, `fn bias_at(n: u32) -> f32`, the X form (x_row,
+// `fn load_w4(row: u32, q: u32) -> vec4<f32>` (vec4 q of row `row`), `fn bias_at(n: u32) -> f32`, the X form (x_row,
 // load_x4_stat, load_x4_tail_stat, x_scale, X_STAT: matmul_x.wgsl or matmul_x_swiglu.wgsl with
 // matmul_x_nostat.wgsl, or matmul_x_rms.wgsl) and matmul_io.wgsl (Params, bindings y and p,
 // store_y).
@@ -77,7 +77,7 @@ fn main(
   // K LOOP BEGIN (matmul_kernels.ts puts matmul_gemv_step8.wgsl or matmul_gemv_q32.wgsl here)
   let full = p.k / 4u;
   for (var q = t; q < full; q += TPR) {
-    let wv$r = load_w4(row$r * p.k4 + q);
+    let wv$r = load_w4(row$r, q);
     let xv$i = load_x4_stat(xbase$i + q * 4u, keep$i);
     acc$i_$r += dot(xv$i.v, wv$r);
     sq$i += xv$i.sq;
@@ -85,7 +85,7 @@ fn main(
   // K tail (one partial vec4): weight padding is zero, X past K is masked to zero.
   if (t == 0u && full * 4u < p.k) {
     let rem = p.k - full * 4u;
-    let tw$r = load_w4(row$r * p.k4 + full);
+    let tw$r = load_w4(row$r, full);
     let tv$i = load_x4_tail_stat(xbase$i + full * 4u, rem, keep$i);
     acc$i_$r += dot(tv$i.v, tw$r);
     sq$i += tv$i.sq;

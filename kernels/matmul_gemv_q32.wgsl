@@ -16,14 +16,14 @@
 // loop does. K % 32 == 0 (a quantized weight's width), so there is no K tail.
 //
 // Prelude (besides matmul_gemv.wgsl's): the weight bindings `w` (array<vec4<u32>>) and
-// `w_scales` with `fn load_group(g: u32) -> QGroup` (group g counted from the start of the
-// part), `fn scale_at(g: u32) -> f32`, `fn q_prep(x: mat2x4<f32>) -> mat2x4<f32>`,
+// `w_scales` with `fn load_group(row: u32, grp: u32) -> QGroup` (group grp of the part's row
+// `row`), `fn scale_at(row: u32, grp: u32) -> f32`, `fn q_prep(x: mat2x4<f32>) -> mat2x4<f32>`,
 // `fn q_offset(x: mat2x4<f32>) -> f32` and `fn q_dot(xs: mat2x4<f32>, v: QGroup, c: u32) -> f32`
 // (kernels/matmul_bindings.ts quantWeightBinding8).
   let groups = p.k / 32u;
   for (var g = t; g < groups; g += TPR) {
-    let v$r = load_group(row$r * groups + g);
-    let s$r = scale_at(row$r * groups + g);
+    let v$r = load_group(row$r, g);
+    let s$r = scale_at(row$r, g);
     var off$i = 0.0;
     var d$i_$r = 0.0;
     {

@@ -9,12 +9,11 @@
 // this invocation's sums, as the vec4 loop does.
 //
 // Prelude (besides matmul_gemv.wgsl's): the weight binding `w` with
-// `fn load_w8(i: u32) -> mat2x4<f32>` (kernels/matmul_bindings.ts weightBinding8: elements
-// 8i .. 8i + 7 of the part; the row stride a multiple of 8, padding zero).
+// `fn load_w8(row: u32, q: u32) -> mat2x4<f32>` (kernels/matmul_bindings.ts weightBinding8:
+// elements 8q .. 8q + 7 of row `row`; the row stride a multiple of 8, padding zero).
   let full = p.k / 8u;
-  let k8 = p.k4 / 2u;
   for (var q = t; q < full; q += TPR) {
-    let wm$r = load_w8(row$r * k8 + q);
+    let wm$r = load_w8(row$r, q);
     let xa$i = load_x4_stat(xbase$i + q * 8u, keep$i);
     let xb$i = load_x4_stat(xbase$i + q * 8u + 4u, keep$i);
     acc$i_$r += dot(xa$i.v, wm$r[0]) + dot(xb$i.v, wm$r[1]);
@@ -23,7 +22,7 @@
   // K tail (1 to 7 elements): weight padding is zero, X past K is masked to zero.
   if (t == 0u && full * 8u < p.k) {
     let rem = p.k - full * 8u;
-    let tw$r = load_w8(row$r * k8 + full);
+    let tw$r = load_w8(row$r, full);
     var ta$i = XLoad4(vec4<f32>(0.0), 0.0);
     var tb$i = XLoad4(vec4<f32>(0.0), 0.0);
     if (rem >= 4u) { ta$i = load_x4_stat(xbase$i + full * 8u, keep$i); } else { ta$i = load_x4_tail_stat(xbase$i + full * 8u, rem, keep$i); }

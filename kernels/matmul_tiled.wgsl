@@ -30,7 +30,7 @@
 //
 // Prelude (prepended by kernels/matmul_kernels.ts): `const WX, WY, BK, TM, TN: u32` (BK % 4 ==
 // 0, TM and TN of 4 or 8, THREADS % BK == 0, (TM WY BK) % THREADS == 0), the weight binding `w` with
-// `fn load_w4(i: u32) -> vec4<f32>` (f16 weights are read as packed u32 pairs),
+// `fn load_w4(row: u32, q: u32) -> vec4<f32>` (vec4 q of row `row`; f16 weights are read as packed u32 pairs),
 // `fn bias_at(n: u32) -> f32` (with the bias binding when there is one), the X form (x_row,
 // load_x1_stat, x_scale, X_STAT: matmul_x.wgsl or matmul_x_swiglu.wgsl with
 // matmul_x_nostat.wgsl, or matmul_x_rms.wgsl) and matmul_io.wgsl (Params, bindings y and p,
@@ -134,7 +134,7 @@ fn main(
       let q = k0 / 4u + kq;
       var v = vec4<f32>(0.0);
       if (n < p.rows && q < p.k4) {
-        v = load_w4(n * p.k4 + q);
+        v = load_w4(n, q);
       }
       let o = kq * 4u * WL + nn / 4u;
       let c = nn % 4u;

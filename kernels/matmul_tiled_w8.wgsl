@@ -12,8 +12,8 @@
 // shared).
 //
 // Prelude (besides matmul_tiled.wgsl's): the weight bindings `w` and `w_scales` with
-// `fn load_w8(i: u32) -> mat2x4<f32>` (kernels/matmul_bindings.ts weightBinding8: elements
-// 8i .. 8i + 7 of the part, dequantized; row stride K / 8 steps, K % 32 == 0).
+// `fn load_w8(row: u32, q: u32) -> mat2x4<f32>` (kernels/matmul_bindings.ts weightBinding8:
+// elements 8q .. 8q + 7 of row `row`, dequantized; K % 32 == 0).
 
     // W tile: BN * BK / 8 steps of 8 weights.
     for (var e = lid; e < BN * BK / 8u; e += THREADS) {
@@ -23,7 +23,7 @@
       let q = k0 / 8u + kq;
       var v = mat2x4<f32>(vec4<f32>(0.0), vec4<f32>(0.0));
       if (n < p.rows && q < p.k4 / 2u) {
-        v = load_w8(n * (p.k4 / 2u) + q);
+        v = load_w8(n, q);
       }
       let o = kq * 8u * WL + nn / 4u;
       let c = nn % 4u;

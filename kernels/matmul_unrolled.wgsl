@@ -20,8 +20,8 @@
 // the x binding with `fn load_x8(row: u32, q: u32) -> mat2x4<f32>` (elements 8q..8q+7 of X row
 // `row`, columns 0 and 1 = elements 0..3 and 4..7) and `fn load_x8_tail(row: u32, q: u32,
 // rem: u32) -> mat2x4<f32>` (the same with elements >= rem of the step zeroed); the weight
-// binding `w` with `fn load_w8(i: u32) -> mat2x4<f32>` (8-element step i counted from the start
-// of the part); `fn bias_at(n: u32) -> f32` (with the bias binding when there is one);
+// binding `w` with `fn load_w8(row: u32, q: u32) -> mat2x4<f32>` (8-element step q of the part's
+// row `row`); `fn bias_at(n: u32) -> f32` (with the bias binding when there is one);
 // matmul_io.wgsl (Params, bindings y and p, store_y).
 //
 // Bindings (group 0):
@@ -53,15 +53,14 @@ fn main(
   }
   let m0 = wid.z * MB;
   // K LOOP BEGIN (matmul_unrolled_q.wgsl replaces this part for int8 / int4 weights)
-  let k8 = p.k4 / 2u;
   // Rows past the end are clamped to the last valid one (read, never stored): no masks inside
   // the k loop.
-  let wb$r = min(row0 + $ru, p.rows - 1u) * k8;
+  let wr$r = min(row0 + $ru, p.rows - 1u);
   let xr$i = min(m0 + $iu, p.m - 1u);
   var acc$i_$r = 0.0;
   let full = p.k / 8u;
   for (var q = 0u; q < full; q++) {
-    let w$r = load_w8(wb$r + q);
+    let w$r = load_w8(wr$r, q);
     let x$i = load_x8(xr$i, q);
     acc$i_$r += dot(x$i[0], w$r[0]) + dot(x$i[1], w$r[1]);
   }
@@ -69,7 +68,7 @@ fn main(
   // the next row of X).
   let rem = p.k - full * 8u;
   if (rem > 0u) {
-    let tw$r = load_w8(wb$r + full);
+    let tw$r = load_w8(wr$r, full);
     let tx$i = load_x8_tail(xr$i, full, rem);
     acc$i_$r += dot(tx$i[0], tw$r[0]) + dot(tx$i[1], tw$r[1]);
   }

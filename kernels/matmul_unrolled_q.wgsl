@@ -4,7 +4,10 @@
 //   y[m, n0 + n] = sum_k x[m, k] * w'[n, k] (+ bias[n0 + n])   for m < M, n < rows, k < K
 // One invocation computes an MB x RN block of Y. K is walked one group of 32 at a time: per
 // weight row one 16-byte load of the group's words (int4: 4 words; int8: two such loads, 8
-// words) and one f16 scale; the group's 4 steps of 8 values are written out below; the sum over
+// words), and the group's f16 scales of the RN = 16 rows in two 16-byte loads (the scales sit in
+// blocks of 8 rows on the device, gpu/quant.ts; one 4-byte load per row before: the kernel ran
+// 0.72-0.91 ms instead of 0.81-1.24, medians of three interleaved runs, 6144 x 1024 int4, M = 1,
+// lavapipe, 2026-11-26); the group's 4 steps of 8 values are written out below; the sum over
 // the group is scaled once: acc += s * (sum over the group of q * x).
 // Why whole groups (measured on lavapipe, 2 cores, 6144 x 1024 int4, M = 1, 2026-11-26):
 // lavapipe issues every storage load as a per-lane loop, and one 16-byte load costs about a
@@ -29,8 +32,10 @@
 //
 // Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32`, `const RN: u32`,
 // `const WG: u32`; the x binding with `fn load_x8(row: u32, q: u32) -> mat2x4<f32>` (K % 4 == 0);
-// the weight bindings `w` and `w_scales` with `fn load_group(g: u32) -> QGroup` (the words of
-// group g counted from the start of the part), `fn scale_at(g: u32) -> f32`, `fn q_prep(x:
+// the weight bindings `w` and `w_scales` with `fn load_group(row: u32, grp: u32) -> QGroup` (the
+// words of group grp of the part's row `row`), `fn scale_block(row8: u32, grp: u32) ->
+// vec4<u32>` (group grp's scales of rows 8 row8 .. 8 row8 + 7, one 16-byte load) and
+// `fn block_scale(b: vec4<u32>, r: u32) -> f32` (row r of such a block), `fn q_prep(x:
 // mat2x4<f32>) -> mat2x4<f32>` (X scaled to the values' places), `fn q_offset(x: mat2x4<f32>)
 // -> f32` (the offsets' share of the step) and `fn q_dot(xs: mat2x4<f32>, v: QGroup, c: u32) ->
 // f32` (step c of the group against prepared X); `fn bias_at(n: u32) -> f32`; matmul_io.wgsl
@@ -43,7 +48,8 @@
 //   2 bias     : storage read  array<f32>                [N] (whole bias; only with bias)
 //   3 y        : storage rw    array<f32>                [M, ldy]; columns [n0, n0 + rows) written
 //   4 p        : uniform       Params
-//   5 w_scales : storage read  array<u32>                f16 pairs [rows * K / 32]
+//   5 w_scales : storage read  array<vec4<u32>>          f16 [ceil(rows / 8), K / 32, 8]: the
+//                              scales in blocks of 8 rows (gpu/quant.ts)
 // Workgroup: WG invocations, each RN rows of W x MB rows of X.
 // Dispatch:  ceil(rows / (WG * RN)) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x,
 //            count p.groups_n), times ceil(M / MB) in z.
@@ -51,12 +57,18 @@
   let groups = p.k / 32u;
   // Rows past the end are clamped to the last valid one (read, never stored): no masks inside
   // the k loop.
-  let gb$r = min(row0 + $ru, p.rows - 1u) * groups;
+  let wr$r = min(row0 + $ru, p.rows - 1u);
+  // The RN = 16 rows' scales are two blocks of 8 rows (row0 is a multiple of 16); a second block
+  // past the part's last is clamped to it (its rows are past the end: read, never stored).
+  let blk0 = row0 / 8u;
+  let blk1 = min(blk0 + 1u, (p.rows - 1u) / 8u);
   let xr$i = min(m0 + $iu, p.m - 1u);
   var acc$i_$r = 0.0;
   for (var g = 0u; g < groups; g++) {
-    let v$r = load_group(gb$r + g);
-    let s$r = scale_at(gb$r + g);
+    let v$r = load_group(wr$r, g);
+    let sb0 = scale_block(blk0, g);
+    let sb1 = scale_block(blk1, g);
+    let s$r = block_scale(select(sb0, sb1, $ru >= 8u), $ru & 7u);
     var off$i = 0.0;
     var d$i_$r = 0.0;
     {

@@ -7,7 +7,13 @@
 
 import assert from "node:assert/strict";
 import type { GpuContext } from "../gpu/context.ts";
-import { GROUP, type QuantFormat, quantizeRows } from "../gpu/quant.ts";
+import {
+  blockScales,
+  deviceScaleIndex,
+  GROUP,
+  type QuantFormat,
+  quantizeRows,
+} from "../gpu/quant.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { Matmul, TILE_CANDIDATES, type XForm } from "../kernels/matmul.ts";
 import { kernelSource } from "../kernels/matmul_kernels.ts";
@@ -55,6 +61,25 @@ Deno.test("quantizeRows() packs the values and f16 scales the format's text defi
   }
   assert.throws(() => quantizeRows(new Float32Array(40), 40, "int4"), /multiple of 32/);
   assert.throws(() => quantizeRows([1e9, ...new Array(31).fill(0)], 32, "int4"), /overflows f16/);
+});
+
+Deno.test("blockScales() lays a part's scales out in blocks of 8 rows, the last one padded with zeros", () => {
+  const rows = 11;
+  const groups = 3;
+  const scales = Float16Array.from({ length: rows * groups }, (_, i) => i + 1);
+  const blocked = blockScales(scales, rows, groups);
+  assert.equal(blocked.length, 16 * groups);
+  // Block 0: group 0's scales of rows 0..7, then group 1's, group 2's; block 1: rows 8..15.
+  assert.deepEqual([...blocked.subarray(0, 8)], [1, 4, 7, 10, 13, 16, 19, 22]);
+  assert.deepEqual([...blocked.subarray(8, 16)], [2, 5, 8, 11, 14, 17, 20, 23]);
+  assert.deepEqual([...blocked.subarray(24, 32)], [25, 28, 31, 0, 0, 0, 0, 0]);
+  for (let r = 0; r < rows; r++) {
+    for (let g = 0; g < groups; g++) {
+      assert.equal(blocked[deviceScaleIndex(r, g, groups)], scales[r * groups + g]);
+    }
+  }
+  assert.equal(blocked.filter((v) => v === 0).length, 5 * groups);
+  assert.throws(() => blockScales(scales, rows, 4), RangeError);
 });
 
 type Shape = readonly [m: number, n: number, k: number];
@@ -243,7 +268,8 @@ Deno.test(
     assert.throws(() => GpuMatrix.createQuantized(ctx, "w", 4, GROUP + 8, "int4"), /groups of 32/);
     const m = GpuMatrix.createQuantized(ctx, "w", 3, 64, "int4");
     try {
-      assert.equal(m.byteSize, 3 * 32 + 4 * 3); // 32 bytes of words per row; 6 scales in 3 words
+      // 32 bytes of words per row; the scales of 8 rows (3 padded to a block of 8), 2 per row.
+      assert.equal(m.byteSize, 3 * 32 + 8 * 2 * 2);
       assert.throws(() => m.writeWords(ctx.device.queue, 2, new Uint32Array(16)), RangeError);
       assert.throws(() => m.writeScales(ctx.device.queue, new Float16Array(5)), RangeError);
     } finally {
