@@ -26,6 +26,9 @@
     let s$r = scale_at(row$r, g);
     var off$i = 0.0;
     var d$i_$r = 0.0;
+    // The group's 4 steps of 8 values, written out: a loop would index the group's words by its
+    // counter, as the per-invocation arrays did that ran 10-30x slower on an NVIDIA H200
+    // (matmul_tiled.wgsl); not risked without a GPU to measure it.
     {
       let xa$i = load_x4_stat(xbase$i + 32u * g, keep$i);
       let xb$i = load_x4_stat(xbase$i + 32u * g + 4u, keep$i);
