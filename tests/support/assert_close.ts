@@ -13,8 +13,15 @@
 
 import { AssertionError } from "node:assert";
 
-/** Normwise relative error of `actual` against `expected` (see module doc). */
-export function relativeError(actual: ArrayLike<number>, expected: ArrayLike<number>): number {
+/**
+ * Normwise relative error of `actual` against `expected` (see module doc); with `floor`, the
+ * reference magnitude it is measured against is at least `floor`.
+ */
+export function relativeError(
+  actual: ArrayLike<number>,
+  expected: ArrayLike<number>,
+  floor = 1e-30,
+): number {
   if (actual.length !== expected.length) {
     throw new AssertionError({
       message: `length mismatch: actual ${actual.length}, expected ${expected.length}`,
@@ -29,20 +36,23 @@ export function relativeError(actual: ArrayLike<number>, expected: ArrayLike<num
     maxErr = Math.max(maxErr, Math.abs(a - e));
     maxRef = Math.max(maxRef, Math.abs(e));
   }
-  return maxErr / Math.max(maxRef, 1e-30);
+  return maxErr / Math.max(maxRef, floor);
 }
 
 /**
- * Asserts `relativeError(actual, expected) < tolerance`; the message names the first bad index,
- * the values there, and `context` (put the seed and shape in it).
+ * Asserts `relativeError(actual, expected, floor) < tolerance`; the message names the first bad
+ * index, the values there, and `context` (put the seed and shape in it). `floor` (default none)
+ * bounds the reference magnitude from below: a result that cancels to near zero (e.g. one output
+ * of a one-term sum `x w + b`) is then measured against the size of its terms, not its own.
  */
 export function assertClose(
   actual: ArrayLike<number>,
   expected: ArrayLike<number>,
   tolerance: number,
   context: string,
+  floor?: number,
 ): void {
-  const err = relativeError(actual, expected);
+  const err = relativeError(actual, expected, floor);
   if (err < tolerance) return;
   let worst = 0;
   let worstErr = -1;
