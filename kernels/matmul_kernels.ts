@@ -124,7 +124,7 @@ const UNROLLED_RN = 16;
  * 7): 0.35 ms weight loads, 0.14 ms scale loads, 0.18 ms X loads, 0.21 ms the rest; X read
  * through a uniform binding (matmul_bindings.ts xBinding8) took 0.71 ms.
  */
-const QUANT_RN = 16;
+const QUANT_RN = 16; // matmul_unrolled_q.wgsl reads these rows' scales as two blocks of 8
 const UNROLLED_WG = 8;
 /** `gemv`: invocations per weight row and invocation sets (of RB weight rows) per workgroup. */
 const GEMV_TPR = 64;
