@@ -1,8 +1,7 @@
 /**
  * Matmul kernel configurations measured on this adapter: every variant (`gemv` with 1 and 4
- * weight rows per invocation and steps of 4 or 8 weights, or 32 for int8 / int4, `unrolled`, `blocked`, and `tiled` under
- * several tile shapes) on
- * the Qwen3-0.6B projections at decode and prefill row counts, f16 weights (or `--format int8 |
+ * weight rows per invocation and steps of 4 or 8 weights, or 32 for int8 / int4, `unrolled`,
+ * `blocked`, and `tiled` under several tile shapes) on the Qwen3-0.6B projections at decode and prefill row counts, f16 weights (or `--format int8 |
  * int4`, gpu/quant.ts, with their f16 group scales), timed with GPU timestamps (median of one
  * pass, see bench/support.ts `timeGpu`). Prints GFLOP/s (2 M N K / time) and weight GB/s (the
  * weight's bytes, scales included, / time) per case: the detail behind what the engine's kernel
@@ -19,10 +18,11 @@
 
 import { parseArgs } from "node:util";
 import { STORAGE_RW } from "../gpu/context.ts";
+import { deviceScaleBytes } from "../gpu/quant.ts";
 import {
   GEMV_ROW_BLOCKS,
   GEMV_STEPS,
-  gemvStepFits,
+  gemvStepMisfit,
   type KernelSource,
   kernelSource,
 } from "../kernels/matmul_kernels.ts";
@@ -63,11 +63,12 @@ console.log(`matmul_tune: ${describeMachine(ctx)}`);
 console.log(`command: deno run -A bench/matmul_tune.ts ${Deno.args.join(" ")}; ${format} weights`);
 console.log(`copy bandwidth (same run): ${(await measureCopyBandwidth(ctx)).toFixed(1)} GB/s`);
 
-function candidates(m: number): { name: string; src: KernelSource }[] {
+/** The kernels measured at M = `m` on a weight of row stride `k`. */
+function candidates(m: number, k: number): { name: string; src: KernelSource }[] {
   const out: { name: string; src: KernelSource }[] = [];
   for (const mb of [1, 2, 4, 8]) {
     if (mb > m && mb !== 1) continue;
-    for (const ks of GEMV_STEPS.filter((step) => gemvStepFits(step, format))) {
+    for (const ks of GEMV_STEPS.filter((step) => gemvStepMisfit(step, format, k) === null)) {
       for (const rb of GEMV_ROW_BLOCKS) {
         const src = kernelSource(
           "gemv",
@@ -109,16 +110,16 @@ for (const shapeName of shapes) {
   const wBytes = n * k * WEIGHT_BYTES[format];
   const w = ctx.createBuffer("w", wBytes, STORAGE_RW);
   // Quantized weights' f16 scales, one per 32 weights (zero, as the weights).
-  // (rows in blocks of 8 on the device, gpu/quant.ts).
-  const scaleBytes = (Math.ceil(n / 8) * 8 * k) / 16;
-  const scales = format === "f16" ? null : ctx.createBuffer("scales", scaleBytes, STORAGE_RW);
+  const scales = format === "f16"
+    ? null
+    : ctx.createBuffer("scales", deviceScaleBytes(n, k), STORAGE_RW);
   const readBytes = wBytes + (scales?.size ?? 0);
   const x = ctx.createBuffer("x", maxM * k * 4, STORAGE_RW);
   const y = ctx.createBuffer("y", maxM * n * 4, STORAGE_RW);
   const p = ctx.createBuffer("p", 48, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
   for (const m of ms) {
     const rows: string[] = [];
-    for (const c of candidates(m)) {
+    for (const c of candidates(m, k)) {
       const pipeline = ctx.pipeline(`tune/${shapeName}/${c.name}`, () => c.src.code);
       const group = ctx.device.createBindGroup({
         layout: pipeline.getBindGroupLayout(0),

@@ -61,6 +61,11 @@ export function deviceScaleIndex(row: number, group: number, groups: number): nu
     (row % SCALE_BLOCK_ROWS);
 }
 
+/** Bytes of the device scales of `rows` rows of `cols` weights (f16, whole blocks of 8 rows). */
+export function deviceScaleBytes(rows: number, cols: number): number {
+  return Math.ceil(rows / SCALE_BLOCK_ROWS) * SCALE_BLOCK_ROWS * (cols / GROUP) * 2;
+}
+
 /**
  * The device scale array of `rows` rows of `groups` scales each (row-major `scales`, as
  * {@linkcode quantizeRows} returns them): blocks of {@linkcode SCALE_BLOCK_ROWS} rows, the last

@@ -24,12 +24,12 @@ import { type GpuContext, STORAGE_RW } from "./context.ts";
 import { bytesPerElement, type DType, toDType } from "./dtype.ts";
 import {
   blockScales,
+  deviceScaleBytes,
   GROUP,
   quantBits,
   type QuantFormat,
   quantizable,
   type QuantizedRows,
-  SCALE_BLOCK_ROWS,
 } from "./quant.ts";
 
 /** One buffer holding rows `[rowStart, rowStart + rows)` of a {@linkcode GpuMatrix}. */
@@ -114,8 +114,7 @@ export class GpuMatrix {
       const n = Math.min(rowsPerPart, rows - rowStart);
       const range = `${label}[${rowStart}..${rowStart + n})`;
       const buffer = ctx.createBuffer(range, n * rowBytes, STORAGE_RW);
-      const scaleBytes = Math.ceil(n / SCALE_BLOCK_ROWS) * SCALE_BLOCK_ROWS * (cols / GROUP) * 2;
-      const scales = ctx.createBuffer(`${range} scales`, scaleBytes, STORAGE_RW);
+      const scales = ctx.createBuffer(`${range} scales`, deviceScaleBytes(n, cols), STORAGE_RW);
       parts.push({ buffer, rowStart, rows: n, scales });
     }
     return new GpuMatrix(label, rows, cols, "f16", cols, parts, quant);

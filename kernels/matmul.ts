@@ -35,7 +35,7 @@ import {
   DEFAULT_GEMV,
   defaultMatmulPolicy,
   type GemvKind,
-  gemvStepFits,
+  gemvStepMisfit,
   isNormXForm,
   kernelSource,
   type MatmulPolicy,
@@ -362,20 +362,11 @@ export class Matmul {
     if (v !== "gemv") return this.config(v, mb, false, format, xForm);
     const tuned = this.gemvFor(shape);
     const kind = { rows: gemv.rows ?? tuned.rows, step: gemv.step ?? tuned.step };
-    if (kind.step === 8 && rowStride % 8 !== 0) {
-      if (gemv.step === 8) {
-        throw new RangeError(
-          `Cannot encode matmul with gemv steps of 8: weight row stride ${rowStride} is not a ` +
-            `multiple of 8`,
-        );
-      }
-      kind.step = 4;
-    }
-    if (!gemvStepFits(kind.step, format)) {
+    const misfit = gemvStepMisfit(kind.step, format, rowStride);
+    if (misfit !== null) {
+      // A forced step is an error; a tuned one falls back to vec4 steps.
       if (gemv.step !== undefined) {
-        throw new RangeError(
-          `Cannot encode matmul with gemv steps of ${kind.step}: ${format} weights`,
-        );
+        throw new RangeError(`Cannot encode matmul with gemv steps of ${kind.step}: ${misfit}`);
       }
       kind.step = 4;
     }

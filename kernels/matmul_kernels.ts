@@ -145,9 +145,21 @@ export const GEMV_STEPS = [4, 8, 32] as const;
 /** `gemv` with steps of 32: invocations per weight row (a 1,024-wide row is 32 groups). */
 const GEMV_Q32_TPR = 32;
 
-/** Whether `gemv` with steps of `step` weights can read weights of `format`. */
-export function gemvStepFits(step: number, format: WeightFormat): boolean {
-  return step !== 32 || format === "int8" || format === "int4";
+/**
+ * Why `gemv` with steps of `step` weights cannot read a weight of `format` and row stride
+ * `rowStride` (steps of 8 or 32 read whole 8-element steps; 32 reads int8 / int4 groups only), or
+ * null when it can.
+ */
+export function gemvStepMisfit(
+  step: number,
+  format: WeightFormat,
+  rowStride: number,
+): string | null {
+  if (step >= 8 && rowStride % 8 !== 0) {
+    return `weight row stride ${rowStride} is not a multiple of 8`;
+  }
+  if (step === 32 && format !== "int8" && format !== "int4") return `${format} weights`;
+  return null;
 }
 
 /** A `gemv` kernel: weight rows per invocation and weights per invocation per step. */

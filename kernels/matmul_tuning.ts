@@ -13,7 +13,7 @@ import {
   GEMV_ROW_BLOCKS,
   GEMV_STEPS,
   type GemvKind,
-  gemvStepFits,
+  gemvStepMisfit,
   type WeightFormat,
   type XForm,
 } from "./matmul_kernels.ts";
@@ -84,9 +84,8 @@ export interface CrossoverPoint {
  * multiple of 8, then, for int8 / int4 weights, with steps of 32 (a whole group).
  */
 export function gemvKinds(rowStride: number, format: WeightFormat = "f16"): GemvKind[] {
-  return GEMV_STEPS.filter((step) =>
-    (step === 4 || rowStride % 8 === 0) && gemvStepFits(step, format)
-  ).flatMap((step) => GEMV_ROW_BLOCKS.map((rows) => ({ rows, step })));
+  return GEMV_STEPS.filter((step) => gemvStepMisfit(step, format, rowStride) === null)
+    .flatMap((step) => GEMV_ROW_BLOCKS.map((rows) => ({ rows, step })));
 }
 
 /** A `gemv` kernel's name in reports, e.g. "rb4 ks8". */
