@@ -12,9 +12,10 @@
  * element type `dtype`.
  *
  * A quantized matrix ({@linkcode GpuMatrix.createQuantized}, `quant` int8 or int4, gpu/quant.ts)
- * holds in each part the packed words of its rows (`rowStride = cols`, no padding) and, in the
- * part's `scales` buffer, their f16 scales in blocks of 8 rows (gpu/quant.ts, `cols / 32` per
- * row, the part's rows rounded up to a multiple of 8); its `dtype` is f16, the type of the
+ * holds in each part the packed words of its rows (`rowStride = cols`, no padding), row by row or
+ * in blocks of 16 rows (its `wordBlock`, gpu/quant.ts; by default the kernel profile's), and, in
+ * the part's `scales` buffer, their f16 scales in blocks of 8 rows (gpu/quant.ts, `cols / 32`
+ * per row, the part's rows rounded up to a multiple of 8); its `dtype` is f16, the type of the
  * scales.
  *
  * @module
@@ -25,11 +26,16 @@ import { bytesPerElement, type DType, toDType } from "./dtype.ts";
 import {
   blockScales,
   deviceScaleBytes,
+  deviceWordBytes,
+  deviceWordIndex,
   GROUP,
   quantBits,
   type QuantFormat,
   quantizable,
   type QuantizedRows,
+  type WordBlock,
+  wordBlockFor,
+  wordsPerGroup,
 } from "./quant.ts";
 
 /** One buffer holding rows `[rowStart, rowStart + rows)` of a {@linkcode GpuMatrix}. */
@@ -49,6 +55,15 @@ export interface GpuMatrixOptions {
   maxPartBytes?: number;
 }
 
+/** Options for {@linkcode GpuMatrix.createQuantized}. */
+export interface QuantizedMatrixOptions extends Pick<GpuMatrixOptions, "maxPartBytes"> {
+  /**
+   * Rows per block of the words on the device (gpu/quant.ts); default the kernel profile's, or 1
+   * where one block of rows would exceed a part.
+   */
+  wordBlock?: WordBlock;
+}
+
 /** A `[rows, cols]` matrix of `dtype` on the GPU, split by rows across bindings when large. */
 export class GpuMatrix {
   readonly rows: number;
@@ -60,6 +75,8 @@ export class GpuMatrix {
   readonly label: string;
   /** The low-bit format of a quantized matrix; null for plain f16 / f32. */
   readonly quant: QuantFormat | null;
+  /** Rows per block of a quantized matrix's words on the device (gpu/quant.ts); 1 otherwise. */
+  readonly wordBlock: WordBlock;
 
   private constructor(
     label: string,
@@ -69,7 +86,9 @@ export class GpuMatrix {
     rowStride: number,
     parts: MatrixPart[],
     quant: QuantFormat | null = null,
+    wordBlock: WordBlock = 1,
   ) {
+    this.wordBlock = wordBlock;
     this.label = label;
     this.rows = rows;
     this.cols = cols;
@@ -86,7 +105,7 @@ export class GpuMatrix {
 
   /**
    * Allocates a quantized `[rows, cols]` matrix (`cols` a multiple of 32; contents zero), split
-   * by rows so that each part's words fit one binding.
+   * by rows so that each part's words fit one binding (parts of whole word blocks).
    */
   static createQuantized(
     ctx: GpuContext,
@@ -94,7 +113,7 @@ export class GpuMatrix {
     rows: number,
     cols: number,
     quant: QuantFormat,
-    options: Pick<GpuMatrixOptions, "maxPartBytes"> = {},
+    options: QuantizedMatrixOptions = {},
   ): GpuMatrix {
     if (!Number.isInteger(rows) || rows < 1 || !quantizable(cols)) {
       throw new RangeError(
@@ -103,21 +122,26 @@ export class GpuMatrix {
     }
     const rowBytes = (cols * quantBits(quant)) / 8;
     const maxPart = Math.min(options.maxPartBytes ?? ctx.maxBindingBytes, ctx.maxBindingBytes);
-    const rowsPerPart = Math.min(rows, Math.floor(maxPart / rowBytes));
-    if (rowsPerPart < 1) {
+    // The profile's word block, unless one block of rows would not fit a binding.
+    const profileBlock = wordBlockFor(ctx.profile);
+    const block = options.wordBlock ?? (profileBlock * rowBytes <= maxPart ? profileBlock : 1);
+    const blocksPerPart = Math.floor(maxPart / (rowBytes * block));
+    if (blocksPerPart < 1) {
       throw new RangeError(
-        `Cannot create matrix ${label}: one row of ${rowBytes} bytes exceeds the binding limit of ${maxPart}`,
+        `Cannot create matrix ${label}: ${block} row(s) of ${rowBytes} bytes exceed the binding limit of ${maxPart}`,
       );
     }
+    const rowsPerPart = Math.min(rows, blocksPerPart * block);
     const parts: MatrixPart[] = [];
     for (let rowStart = 0; rowStart < rows; rowStart += rowsPerPart) {
       const n = Math.min(rowsPerPart, rows - rowStart);
       const range = `${label}[${rowStart}..${rowStart + n})`;
-      const buffer = ctx.createBuffer(range, n * rowBytes, STORAGE_RW);
+      const words = deviceWordBytes(n, cols, quant, block);
+      const buffer = ctx.createBuffer(range, words, STORAGE_RW);
       const scales = ctx.createBuffer(`${range} scales`, deviceScaleBytes(n, cols), STORAGE_RW);
       parts.push({ buffer, rowStart, rows: n, scales });
     }
-    return new GpuMatrix(label, rows, cols, "f16", cols, parts, quant);
+    return new GpuMatrix(label, rows, cols, "f16", cols, parts, quant, block);
   }
 
   /** Allocates an uninitialised matrix (contents are zero per WebGPU). */
@@ -237,8 +261,8 @@ export class GpuMatrix {
 
   /**
    * Writes the packed words of whole rows starting at `rowStart` (a quantized matrix only;
-   * `words` as {@linkcode quantizeRows} makes them). Scales go separately, all at once
-   * ({@linkcode GpuMatrix.writeScales}).
+   * `words` as {@linkcode quantizeRows} makes them, row by row: laid out here in the matrix's
+   * word blocks). Scales go separately, all at once ({@linkcode GpuMatrix.writeScales}).
    */
   writeWords(queue: GPUQueue, rowStart: number, words: Uint32Array): void {
     const quant = this.#quantOnly("words");
@@ -255,13 +279,69 @@ export class GpuMatrix {
       const hi = Math.min(rowStart + count, part.rowStart + part.rows);
       if (lo >= hi) continue;
       const slice = words.subarray((lo - rowStart) * wordsPerRow, (hi - rowStart) * wordsPerRow);
+      this.#writePartWords(queue, part, lo - part.rowStart, slice);
+    }
+  }
+
+  /**
+   * Writes `words` (whole rows, row by row) at row `first` of `part`: one write row-major; in
+   * word blocks, one write for the whole blocks among the rows and one per group for the rows of
+   * a block they cover in part (that block's other rows keep their words).
+   */
+  #writePartWords(queue: GPUQueue, part: MatrixPart, first: number, words: Uint32Array): void {
+    const write = (byteOffset: number, data: Uint32Array) =>
       queue.writeBuffer(
         part.buffer,
-        (lo - part.rowStart) * wordsPerRow * 4,
-        slice.buffer as ArrayBuffer,
-        slice.byteOffset,
-        slice.byteLength,
+        byteOffset,
+        data.buffer as ArrayBuffer,
+        data.byteOffset,
+        data.byteLength,
       );
+    const quant = this.quant!;
+    const wordsPerRow = (this.cols * quantBits(quant)) / 32;
+    const block = this.wordBlock;
+    const count = words.length / wordsPerRow;
+    if (block === 1) {
+      write(first * wordsPerRow * 4, words);
+      return;
+    }
+    const u = wordsPerGroup(quant);
+    const groups = this.cols / GROUP;
+    const end = first + count;
+    // Whole blocks: [wholeLo, wholeHi), also the part's last block when the rows reach its end.
+    const wholeLo = Math.ceil(first / block) * block;
+    const wholeHi = end === part.rows ? Math.max(wholeLo, end) : Math.floor(end / block) * block;
+    if (wholeHi > wholeLo) {
+      const staged = new Uint32Array(Math.ceil((wholeHi - wholeLo) / block) * block * wordsPerRow);
+      for (let r = wholeLo; r < wholeHi; r++) {
+        const src = (r - first) * wordsPerRow;
+        for (let j = 0; j < wordsPerRow; j++) {
+          staged[deviceWordIndex(r - wholeLo, j, this.cols, quant, block)] = words[src + j]!;
+        }
+      }
+      write(wholeLo * wordsPerRow * 4, staged);
+    }
+    // Rows in blocks covered in part: per block and group, their words are contiguous.
+    const partial: [number, number][] = wholeHi > wholeLo
+      ? [[first, wholeLo], [wholeHi, end]]
+      : [[first, end]];
+    for (const [lo, hi] of partial) {
+      for (let b = lo; b < hi; b = (Math.floor(b / block) + 1) * block) {
+        const stop = Math.min(hi, (Math.floor(b / block) + 1) * block);
+        for (let g = 0; g < groups; g++) {
+          const staged = new Uint32Array((stop - b) * u);
+          for (let r = b; r < stop; r++) {
+            staged.set(
+              words.subarray(
+                (r - first) * wordsPerRow + g * u,
+                (r - first) * wordsPerRow + (g + 1) * u,
+              ),
+              (r - b) * u,
+            );
+          }
+          write(deviceWordIndex(b, g * u, this.cols, quant, block) * 4, staged);
+        }
+      }
     }
   }
 
@@ -293,7 +373,7 @@ export class GpuMatrix {
     cols: number,
     quant: QuantFormat,
     data: QuantizedRows,
-    options: Pick<GpuMatrixOptions, "maxPartBytes"> = {},
+    options: QuantizedMatrixOptions = {},
   ): GpuMatrix {
     const m = GpuMatrix.createQuantized(ctx, label, rows, cols, quant, options);
     m.writeWords(ctx.device.queue, 0, data.words);

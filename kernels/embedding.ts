@@ -11,6 +11,7 @@ import { weightPrelude } from "../gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
+import { wordIndexFunction } from "./matmul_bindings.ts";
 
 /**
  * The table binding and `table_at(row, c)` (element c of row `row` of a part, as f32) for
@@ -22,16 +23,16 @@ function tablePrelude(table: GpuMatrix): string {
       "@group(0) @binding(2) var<storage, read> table: array<WT>;\n" +
       "fn table_at(row: u32, c: u32) -> f32 {\n  return f32(table[row * p.row_stride + c]);\n}\n";
   }
-  // Value i sits in bits bits * (i % per) of word i / per (gpu/quant.ts); shifting it to the top
-  // and back (arithmetic shift on i32) sign-extends it. The scales are in blocks of 8 rows
-  // (gpu/quant.ts deviceScaleIndex).
+  // Value c of a row sits in bits bits * (c % per) of the row's word c / per (gpu/quant.ts; the
+  // words in the table's word blocks: w_index); shifting it to the top and back (arithmetic shift
+  // on i32) sign-extends it. The scales are in blocks of 8 rows (gpu/quant.ts deviceScaleIndex).
   const [bits, per] = table.quant === "int4" ? [4, 8] : [8, 4];
   return "@group(0) @binding(2) var<storage, read> table: array<u32>;\n" +
     "@group(0) @binding(4) var<storage, read> scales: array<u32>;\n" +
+    wordIndexFunction(table.wordBlock, "p.hidden") +
     "fn table_at(row: u32, c: u32) -> f32 {\n" +
-    "  let i = row * p.hidden + c;\n" +
-    `  let word = table[i / ${per}u];\n` +
-    `  let q = bitcast<i32>(word << (${32 - bits}u - ${bits}u * (i % ${per}u))) >> ${
+    `  let word = table[w_index(row, c / ${per}u, ${32 / per}u)];\n` +
+    `  let q = bitcast<i32>(word << (${32 - bits}u - ${bits}u * (c % ${per}u))) >> ${
       32 - bits
     }u;\n` +
     "  let j = ((row >> 3u) * (p.hidden / 32u) + c / 32u) * 8u + (row & 7u);\n" +
@@ -82,7 +83,7 @@ export class Embedding {
     const accumulate = options.accumulate ?? false;
     const mode = accumulate ? "accumulate" : "gather";
     const pipeline = this.#ctx.pipeline(
-      `embedding/${mode}/${table.format}`,
+      `embedding/${mode}/${table.format}${table.wordBlock === 1 ? "" : `b${table.wordBlock}`}`,
       () => tablePrelude(table) + source,
       { ACCUMULATE: accumulate ? 1 : 0 },
     );

@@ -28,6 +28,7 @@
 
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
+import type { WordBlock } from "../gpu/quant.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import {
   BLOCKED_PREFILL_MB,
@@ -200,14 +201,15 @@ export class Matmul {
     if (this.policy !== "gpu") return;
     for (const op of this.#ops) {
       const { format, xForm } = op.shape;
-      this.#compilePolicy(format, xForm);
+      const block = op.buffers.weight.wordBlock;
+      this.#compilePolicy(format, xForm, block);
       for (const tile of this.#tiles()) {
-        op.bindGroups(this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, tile));
+        op.bindGroups(this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, tile, 0, block));
       }
       const gemv = this.gemvFor(op.shape);
       if (gemv.rows === 1 && gemv.step === 4) continue;
       for (const mb of ROW_BLOCKS) {
-        op.bindGroups(this.config("gemv", mb, false, format, xForm, gemv));
+        op.bindGroups(this.config("gemv", mb, false, format, xForm, gemv, this.#tile, 0, block));
       }
     }
   }
@@ -234,14 +236,22 @@ export class Matmul {
     return this.policy === "gpu";
   }
 
-  /** Compiles the policy's kernels for weights of `format` and X read as `xForm`. */
-  #compilePolicy(format: WeightFormat, xForm: XForm = "plain"): void {
+  /**
+   * Compiles the policy's kernels for weights of `format` (words in blocks of `block` rows) and X
+   * read as `xForm`.
+   */
+  #compilePolicy(format: WeightFormat, xForm: XForm = "plain", block: WordBlock = 1): void {
+    const t = this.#tile;
     if (this.policy === "cpu") {
-      for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, true, format, xForm);
+      for (const mb of UNROLLED_BLOCKS) {
+        this.config("unrolled", mb, true, format, xForm, DEFAULT_GEMV, t, 0, block);
+      }
     } else {
-      for (const mb of ROW_BLOCKS) this.config("gemv", mb, false, format, xForm);
+      for (const mb of ROW_BLOCKS) {
+        this.config("gemv", mb, false, format, xForm, DEFAULT_GEMV, t, 0, block);
+      }
       for (const tile of this.#tiles()) {
-        this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, tile);
+        this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, tile, 0, block);
       }
     }
   }
@@ -254,7 +264,8 @@ export class Matmul {
   /**
    * The kernel configuration for `variant` covering `mb` rows of X per workgroup (`tiled`
    * ignores `mb` and runs `tile`, default the instance's; `unrolled` reads X through a uniform
-   * binding of `xUniform` vec4s when that is not 0), compiled on first use.
+   * binding of `xUniform` vec4s when that is not 0; quantized words in blocks of `wordBlock`
+   * rows), compiled on first use.
    * @internal
    */
   config(
@@ -266,10 +277,12 @@ export class Matmul {
     gemv: GemvKind = DEFAULT_GEMV,
     tile: TileConfig = this.#tile,
     xUniform = 0,
+    wordBlock: WordBlock = 1,
   ): KernelConfig {
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
-    const tag = `matmul/${variant}/${format}/${this.bias ? "bias" : "nobias"}${x}`;
+    const f = wordBlock === 1 ? format : `${format}b${wordBlock}`;
+    const tag = `matmul/${variant}/${f}/${this.bias ? "bias" : "nobias"}${x}`;
     const t = tile;
     const key = variant === "tiled"
       ? `${tag}/t${t.wx}x${t.wy}k${t.bk}m${tileRows(t)}n${tileCols(t)}`
@@ -294,6 +307,7 @@ export class Matmul {
       variant === "gemv" ? gemv.rows : 1,
       variant === "gemv" ? gemv.step : 4,
       xUniform,
+      wordBlock,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
     // unrolled and 8- or 32-element gemv steps read whole 8-element steps of each weight row.
@@ -302,6 +316,7 @@ export class Matmul {
       key,
       variant,
       format,
+      wordBlock,
       xForm,
       xVec4,
       xUniform,
@@ -318,7 +333,8 @@ export class Matmul {
    * The kernel configuration the policy (or `variant`) picks for `m` rows of X and a weight
    * `rows` x `cols` whose row stride is `rowStride` elements, X read as `xForm`; `unrolled`
    * reads X through a uniform binding of `xUniform` vec4s (the call site's
-   * {@linkcode Matmul.uniformXCapacity}) when the `m` rows fit in it. @internal
+   * {@linkcode Matmul.uniformXCapacity}) when the `m` rows fit in it; quantized words in blocks
+   * of `wordBlock` rows. @internal
    */
   choose(
     m: number,
@@ -330,7 +346,9 @@ export class Matmul {
     xForm: XForm = "plain",
     gemv: Partial<GemvKind> = {},
     xUniform = 0,
+    wordBlock: WordBlock = 1,
   ): KernelConfig {
+    const b = wordBlock;
     const decode = m <= this.decodeMaxRows;
     const shape = { format, rows, cols, xForm, bias: this.bias };
     const v = variant ??
@@ -345,21 +363,33 @@ export class Matmul {
       );
     }
     if (v === "tiled") {
-      return this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, this.tileFor(m));
+      return this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, this.tileFor(m), 0, b);
     }
     if (v === "unrolled") {
       const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
       const xVec4 = cols % 4 === 0;
       const xu = xVec4 && m * xRowVec4s(cols, xForm) <= xUniform ? xUniform : 0;
-      return this.config(v, mb, xVec4, format, xForm, DEFAULT_GEMV, this.#tile, xu);
+      return this.config(v, mb, xVec4, format, xForm, DEFAULT_GEMV, this.#tile, xu, b);
     }
     if (v === "blocked" && !decode) {
-      return this.config(v, BLOCKED_PREFILL_MB, false, format, xForm);
+      return this.config(
+        v,
+        BLOCKED_PREFILL_MB,
+        false,
+        format,
+        xForm,
+        DEFAULT_GEMV,
+        this.#tile,
+        0,
+        b,
+      );
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
     const mb = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
-    if (v !== "gemv") return this.config(v, mb, false, format, xForm);
+    if (v !== "gemv") {
+      return this.config(v, mb, false, format, xForm, DEFAULT_GEMV, this.#tile, 0, b);
+    }
     const tuned = this.gemvFor(shape);
     const kind = { rows: gemv.rows ?? tuned.rows, step: gemv.step ?? tuned.step };
     const misfit = gemvStepMisfit(kind.step, format, rowStride);
@@ -370,7 +400,7 @@ export class Matmul {
       }
       kind.step = 4;
     }
-    return this.config(v, mb, false, format, xForm, kind);
+    return this.config(v, mb, false, format, xForm, kind, this.#tile, 0, b);
   }
 
   /**
@@ -406,7 +436,7 @@ export class Matmul {
     const w = buffers.weight;
     const { ldy, maxRows, xForm } = checkCallSite(buffers, this);
     // The constructor compiled the policy's kernels for plain X and weights of this dtype.
-    this.#compilePolicy(w.format, xForm);
+    this.#compilePolicy(w.format, xForm, w.wordBlock);
     const slots = w.parts.map(() => arena.allocate());
     const xUniform = this.uniformXCapacity(buffers.x);
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, maxRows, xUniform);
@@ -417,11 +447,13 @@ export class Matmul {
       UNROLLED_BLOCKS.forEach((mb, i) => {
         const smallest = i === 0 ? 1 : UNROLLED_BLOCKS[i - 1]! + 1;
         if (smallest * rowVec4s > xUniform) return;
-        this.config("unrolled", mb, true, w.format, xForm, DEFAULT_GEMV, this.#tile, xUniform);
+        const t = this.#tile;
+        this.config("unrolled", mb, true, w.format, xForm, DEFAULT_GEMV, t, xUniform, w.wordBlock);
       });
     }
     for (const config of this.#configs.values()) {
       if (config.format !== w.format || config.xForm !== xForm) continue;
+      if (config.wordBlock !== w.wordBlock) continue;
       // Uniform-X kernels are bound to call sites of their binding's size only.
       if (config.xUniform !== 0 && config.xUniform !== xUniform) continue;
       // Kernels reading 8-element steps are bound only to weights whose row stride allows it;

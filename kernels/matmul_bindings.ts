@@ -12,7 +12,7 @@ import xSwigluSource from "./matmul_x_swiglu.wgsl" with { type: "text" };
 import xRmsSource from "./matmul_x_rms.wgsl" with { type: "text" };
 import xNoStatSource from "./matmul_x_nostat.wgsl" with { type: "text" };
 import type { DType } from "../gpu/dtype.ts";
-import type { QuantFormat } from "../gpu/quant.ts";
+import type { QuantFormat, WordBlock } from "../gpu/quant.ts";
 
 /** What a matmul's weights are: plain f16 / f32, or a low-bit format (gpu/quant.ts). */
 export type WeightFormat = DType | QuantFormat;
@@ -34,14 +34,30 @@ export function isNormXForm(xForm: XForm): xForm is "rms" | "rms_residual" {
 }
 
 /**
- * Bindings 1 (words) and 5 (f16 scales in blocks of 8 rows, gpu/quant.ts) of a quantized weight,
- * and `scale_at(row, grp)`, the scale of group `grp` of the part's row `row` (`p.k / 32` groups
- * per row). With `scaleBlocks` the scales bind as `array<vec4<u32>>` and `scale_block(row8,
- * grp)` reads group `grp`'s scales of rows 8 row8 .. 8 row8 + 7 in one 16-byte load,
- * `block_scale(b, r)` picking row `r` (< 8) of such a block; otherwise as `array<u32>` pairs.
+ * WGSL `fn w_index(row: u32, unit: u32, per_group: u32) -> u32`: where unit `unit` of row `row`
+ * (units of `per_group` per 32-weight group, rows of `k` weights, `k` a WGSL expression) sits
+ * in a part whose words are laid out in blocks of `block` rows (gpu/quant.ts deviceWordIndex; a
+ * unit is a whole number of words, at most a group).
  */
-function quantBindings(wordType: string, scaleBlocks = false): string {
-  const words = `@group(0) @binding(1) var<storage, read> w: array<${wordType}>;\n`;
+export function wordIndexFunction(block: WordBlock, k: string): string {
+  const body = block === 1
+    ? `  return row * (${k} / 32u) * per_group + unit;\n`
+    : `  return ((row / ${block}u) * (${k} / 32u) + unit / per_group) * ${block}u * per_group +\n` +
+      `    (row % ${block}u) * per_group + unit % per_group;\n`;
+  return `fn w_index(row: u32, unit: u32, per_group: u32) -> u32 {\n${body}}\n`;
+}
+
+/**
+ * Bindings 1 (words, laid out in blocks of `block` rows: `w_index`, {@linkcode wordIndexFunction})
+ * and 5 (f16 scales in blocks of 8 rows, gpu/quant.ts) of a quantized weight, and `scale_at(row,
+ * grp)`, the scale of group `grp` of the part's row `row` (`p.k / 32` groups per row). With
+ * `scaleBlocks` the scales bind as `array<vec4<u32>>` and `scale_block(row8, grp)` reads group
+ * `grp`'s scales of rows 8 row8 .. 8 row8 + 7 in one 16-byte load, `block_scale(b, r)` picking
+ * row `r` (< 8) of such a block; otherwise as `array<u32>` pairs.
+ */
+function quantBindings(wordType: string, block: WordBlock, scaleBlocks = false): string {
+  const words = `@group(0) @binding(1) var<storage, read> w: array<${wordType}>;\n` +
+    wordIndexFunction(block, "p.k");
   if (scaleBlocks) {
     return words +
       "@group(0) @binding(5) var<storage, read> w_scales: array<vec4<u32>>;\n" +
@@ -71,9 +87,9 @@ const UNPACK4 = {
 
 /**
  * `load_w4(row, q)`: elements 4q..4q+3 of the part's row `row` (row stride `4 p.k4` elements; a
- * group is 8 such steps).
+ * group is 8 such steps); quantized words laid out in blocks of `block` rows.
  */
-export function weightBinding(format: WeightFormat): string {
+export function weightBinding(format: WeightFormat, block: WordBlock = 1): string {
   switch (format) {
     case "f16":
       return "@group(0) @binding(1) var<storage, read> w: array<vec2<u32>>;\n" +
@@ -84,22 +100,23 @@ export function weightBinding(format: WeightFormat): string {
       return "@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;\n" +
         "fn load_w4(row: u32, q: u32) -> vec4<f32> {\n  return w[row * p.k4 + q];\n}\n";
     case "int4":
-      return quantBindings("u32") + UNPACK4.int4 +
+      return quantBindings("u32", block) + UNPACK4.int4 +
         "fn load_w4(row: u32, q: u32) -> vec4<f32> {\n" +
-        "  let word = w[(row * p.k4 + q) >> 1u];\n" +
+        "  let word = w[w_index(row, q >> 1u, 4u)];\n" +
         "  return unpack4(word >> ((q & 1u) * 16u)) * scale_at(row, q >> 3u);\n}\n";
     case "int8":
-      return quantBindings("u32") + UNPACK4.int8 +
+      return quantBindings("u32", block) + UNPACK4.int8 +
         "fn load_w4(row: u32, q: u32) -> vec4<f32> {\n" +
-        "  return unpack4(w[row * p.k4 + q]) * scale_at(row, q >> 3u);\n}\n";
+        "  return unpack4(w[w_index(row, q, 8u)]) * scale_at(row, q >> 3u);\n}\n";
   }
 }
 
 /**
  * Weight binding of 8-element steps: `load_w8(row, q)`, elements 8q..8q+7 of the part's row
- * `row` (row stride `4 p.k4` elements, a multiple of 8).
+ * `row` (row stride `4 p.k4` elements, a multiple of 8); quantized words laid out in blocks of
+ * `block` rows.
  */
-export function weightBinding8(format: WeightFormat): string {
+export function weightBinding8(format: WeightFormat, block: WordBlock = 1): string {
   switch (format) {
     case "f16":
       return "@group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;\n" +
@@ -113,14 +130,14 @@ export function weightBinding8(format: WeightFormat): string {
         "  let i = row * (p.k4 / 2u) + q;\n" +
         "  return mat2x4<f32>(w[2u * i], w[2u * i + 1u]);\n}\n";
     case "int4":
-      return quantBindings("u32") + UNPACK4.int4 +
+      return quantBindings("u32", block) + UNPACK4.int4 +
         "fn load_w8(row: u32, q: u32) -> mat2x4<f32> {\n" +
-        "  let v = w[row * (p.k4 / 2u) + q];\n" +
+        "  let v = w[w_index(row, q, 4u)];\n" +
         "  return mat2x4<f32>(unpack4(v), unpack4(v >> 16u)) * scale_at(row, q >> 2u);\n}\n";
     case "int8":
-      return quantBindings("vec2<u32>") + UNPACK4.int8 +
+      return quantBindings("vec2<u32>", block) + UNPACK4.int8 +
         "fn load_w8(row: u32, q: u32) -> mat2x4<f32> {\n" +
-        "  let v = w[row * (p.k4 / 2u) + q];\n" +
+        "  let v = w[w_index(row, q, 4u)];\n" +
         "  return mat2x4<f32>(unpack4(v.x), unpack4(v.y)) * scale_at(row, q >> 2u);\n}\n";
   }
 }
@@ -137,7 +154,7 @@ export function weightBinding8(format: WeightFormat): string {
  */
 const QUANT_STEP = {
   int4: "alias QGroup = vec4<u32>;\n" +
-    "fn load_group(row: u32, grp: u32) -> QGroup {\n  return w[row * (p.k / 32u) + grp];\n}\n" +
+    "fn load_group(row: u32, grp: u32) -> QGroup {\n  return w[w_index(row, grp, 1u)];\n}\n" +
     "fn q_prep(x: mat2x4<f32>) -> mat2x4<f32> {\n" +
     "  return mat2x4<f32>(x[0] * vec4<f32>(1.0, 0x1p-4, 0x1p-8, 0x1p-12),\n" +
     "    x[1] * vec4<f32>(0x1p-16, 0x1p-20, 0x1p-24, 0x1p-28));\n}\n" +
@@ -151,8 +168,8 @@ const QUANT_STEP = {
     "  return dot(xs[0], lo) + dot(xs[1], hi);\n}\n",
   int8: "struct QGroup { a: vec4<u32>, b: vec4<u32> }\n" +
     "fn load_group(row: u32, grp: u32) -> QGroup {\n" +
-    "  let g = row * (p.k / 32u) + grp;\n" +
-    "  return QGroup(w[2u * g], w[2u * g + 1u]);\n}\n" +
+    "  let g = w_index(row, 2u * grp, 2u);\n" +
+    "  return QGroup(w[g], w[g + 1u]);\n}\n" +
     "const Q8_PLACES = vec4<f32>(1.0, 0x1p-8, 0x1p-16, 0x1p-24);\n" +
     "const Q8_MASKS = vec4<u32>(0xFFu, 0xFF00u, 0xFF0000u, 0xFF000000u);\n" +
     "fn q_prep(x: mat2x4<f32>) -> mat2x4<f32> {\n" +
@@ -170,11 +187,12 @@ const QUANT_STEP = {
 /**
  * Weight bindings of whole-group steps on quantized weights (`matmul_unrolled_q.wgsl`,
  * `matmul_gemv_q32.wgsl`): the words as `array<vec4<u32>>` (a group is one such for int4, two
- * for int8), the scales in 16-byte blocks (`scale_block`, `block_scale`, `scale_at`; see
- * `quantBindings`) and the step helpers of {@linkcode QUANT_STEP}.
+ * for int8; laid out in blocks of `block` rows), the scales in 16-byte blocks (`scale_block`,
+ * `block_scale`, `scale_at`; see `quantBindings`) and the step helpers of
+ * {@linkcode QUANT_STEP}.
  */
-export function quantWeightBinding8(format: QuantFormat): string {
-  return quantBindings("vec4<u32>", true) + QUANT_STEP[format];
+export function quantWeightBinding8(format: QuantFormat, block: WordBlock = 1): string {
+  return quantBindings("vec4<u32>", block, true) + QUANT_STEP[format];
 }
 
 /** WGSL: SwiGLU of gate `g` and up `u`, as matmul_x_swiglu.wgsl computes it. */

@@ -53,6 +53,7 @@ import {
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
+import { WORD_BLOCK_ROWS, type WordBlock } from "../gpu/quant.ts";
 import { checkTile, TILE, tileCols, type TileConfig, tileName, tileRows } from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { sourceDigest } from "./source_digest.ts";
@@ -124,7 +125,9 @@ const UNROLLED_RN = 16;
  * 7): 0.35 ms weight loads, 0.14 ms scale loads, 0.18 ms X loads, 0.21 ms the rest; X read
  * through a uniform binding (matmul_bindings.ts xBinding8) took 0.71 ms.
  */
-const QUANT_RN = 16; // matmul_unrolled_q.wgsl reads these rows' scales as two blocks of 8
+// 16: matmul_unrolled_q.wgsl reads these rows' scales as two blocks of 8, and their words (cpu
+// profile) as one word block.
+const QUANT_RN = WORD_BLOCK_ROWS;
 const UNROLLED_WG = 8;
 /** `gemv`: invocations per weight row and invocation sets (of RB weight rows) per workgroup. */
 const GEMV_TPR = 64;
@@ -204,12 +207,13 @@ export interface KernelSource {
  * `gemvRows` is the weight rows per `gemv` invocation (one of {@linkcode GEMV_ROW_BLOCKS}),
  * `gemvStep` its weights per invocation per step (one of {@linkcode GEMV_STEPS}); `xUniform`,
  * when not 0, makes `unrolled` read its vec4 X through a uniform binding of that many vec4s
- * (matmul_bindings.ts `xBinding8`).
+ * (matmul_bindings.ts `xBinding8`); `wordBlock` is how int8 / int4 words are laid out (rows per
+ * block, gpu/quant.ts).
  *
  * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`, or a
  *   `gemvRows` / `gemvStep` that is not one of {@linkcode GEMV_ROW_BLOCKS} /
  *   {@linkcode GEMV_STEPS}, or a uniform X with a kernel other than `unrolled` or without vec4
- *   loads.
+ *   loads, or a word block other than 1 for f16 / f32 weights.
  */
 export function kernelSource(
   variant: MatmulVariant,
@@ -223,6 +227,7 @@ export function kernelSource(
   gemvRows = 1,
   gemvStep = 4,
   xUniform = 0,
+  wordBlock: WordBlock = 1,
 ): KernelSource {
   if (xUniform !== 0 && variant !== "unrolled") {
     throw new RangeError(`Cannot build matmul ${variant} with a uniform X: unrolled only`);
@@ -235,13 +240,18 @@ export function kernelSource(
   }
   // `tiled` stages quantized weights 8 at a time (matmul_tiled_w8.wgsl).
   const tiledW8 = variant === "tiled" && quant !== null;
+  if (wordBlock !== 1 && quant === null) {
+    throw new RangeError(
+      `Cannot build matmul for ${format} weights in word blocks of ${wordBlock} rows`,
+    );
+  }
   const w = step8 || tiledW8
-    ? weightBinding8(format)
+    ? weightBinding8(format, wordBlock)
     : quant !== null && (q32 || variant === "unrolled")
-    ? quantWeightBinding8(quant)
+    ? quantWeightBinding8(quant, wordBlock)
     : variant !== "unrolled"
-    ? weightBinding(format)
-    : weightBinding8(format);
+    ? weightBinding(format, wordBlock)
+    : weightBinding8(format, wordBlock);
   const swiglu = xForm === "swiglu";
   const stat = variant === "gemv" || variant === "tiled";
   if (isNormXForm(xForm) && !stat) {

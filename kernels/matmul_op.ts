@@ -6,6 +6,7 @@
  */
 
 import type { ParamSlot } from "../gpu/params.ts";
+import type { WordBlock } from "../gpu/quant.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
 import { MAX_GROUPS_PER_DIM, noteWork } from "./dispatch.ts";
 import type { Matmul } from "./matmul.ts";
@@ -75,6 +76,8 @@ export interface KernelConfig {
   readonly variant: MatmulVariant;
   /** The weight format the kernel reads. */
   readonly format: WeightFormat;
+  /** Rows per block of the quantized words it reads (gpu/quant.ts); 1 for f16 / f32. */
+  readonly wordBlock: WordBlock;
   /** How the kernel reads X. */
   readonly xForm: XForm;
   /** Whether the kernel reads X as vec4s (`unrolled` only; needs K % 4 == 0). */
@@ -224,6 +227,7 @@ export class MatmulOp {
       xForm,
       { rows: gemvRows, step: gemvStep },
       this.#xUniform,
+      w.wordBlock,
     );
     const groups = this.bindGroups(config);
     const chosen = { m, variant, gemvRows, gemvStep, generation, config, groups };

@@ -12,7 +12,10 @@
 // Why whole groups (measured on lavapipe, 2 cores, 6144 x 1024 int4, M = 1, 2026-11-26):
 // lavapipe issues every storage load as a per-lane loop, and one 16-byte load costs about a
 // third of four 4-byte ones; the kernel went from 1.29 to 0.85 ms (f16 `unrolled`: 1.5 ms;
-// bench/load_width.ts).
+// bench/load_width.ts). Under the cpu kernel profile the words sit in blocks of 16 rows
+// (gpu/quant.ts word blocks: a group of the RN = 16 rows is 256 (int4) or 512 (int8)
+// contiguous bytes), so an invocation's loads walk one stream instead of 16; `load_group` reads
+// either layout.
 //
 // Unpacking without shifts (the prelude's q_prep / q_offset / q_dot): a value is isolated in
 // place with one AND (the word with the sign bit of every value but the top one flipped, so
@@ -44,7 +47,8 @@
 // Bindings (group 0):
 //   0 x        : storage read  array<vec4<f32>>          [M, K], row stride K, K % 32 == 0
 //   1 w        : storage read  array<vec4<u32>>          the packed values of [rows, K] (one
-//                              GpuMatrix part, no padding): one (int4) or two (int8) per group
+//                              GpuMatrix part, row by row or in blocks of 16 rows, gpu/quant.ts):
+//                              one (int4) or two (int8) per group
 //   2 bias     : storage read  array<f32>                [N] (whole bias; only with bias)
 //   3 y        : storage rw    array<f32>                [M, ldy]; columns [n0, n0 + rows) written
 //   4 p        : uniform       Params

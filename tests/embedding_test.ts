@@ -17,7 +17,7 @@ import {
 import { type Rng, testSeed } from "./support/random.ts";
 import { embeddingRef } from "./reference/embedding.ts";
 import { quantizeRef } from "./reference/quant.ts";
-import { type QuantFormat, quantizeRows } from "../gpu/quant.ts";
+import { type QuantFormat, quantizeRows, type WordBlock } from "../gpu/quant.ts";
 
 const DTYPES: DType[] = ["f32", "f16"];
 
@@ -41,7 +41,12 @@ async function checkGather(
   hidden: number,
   tokens: number,
   dtype: DType | QuantFormat,
-  options: { maxPartBytes?: number; minParts?: number; accumulate?: boolean } = {},
+  options: {
+    maxPartBytes?: number;
+    minParts?: number;
+    accumulate?: boolean;
+    wordBlock?: WordBlock;
+  } = {},
 ): Promise<void> {
   const { seed, rng } = testSeed(name);
   const values = rng.normals(vocab * hidden, 1);
@@ -57,10 +62,9 @@ async function checkGather(
       hidden,
       quant,
       quantizeRows(values, hidden, quant),
-      {
-        maxPartBytes: options.maxPartBytes,
-      },
+      { maxPartBytes: options.maxPartBytes, wordBlock: options.wordBlock },
     );
+  if (options.wordBlock !== undefined) ok(table.wordBlock === options.wordBlock, name);
   ok(
     table.parts.length >= (options.minParts ?? 1),
     `seed ${seed} ${name}: expected a split table, got ${table.parts.length} parts`,
@@ -149,25 +153,37 @@ Deno.test("embedding() accumulate adds position embeddings, split or not", GPU_T
 });
 
 Deno.test(
-  "embedding() gathers dequantized rows of int8 / int4 tables, split or not",
+  "embedding() gathers dequantized rows of int8 / int4 tables, split or not, in either word layout",
   GPU_TEST,
   async () => {
     const ctx = await testContext();
     for (const format of ["int8", "int4"] as const) {
-      for (const [vocab, hidden, tokens] of [[5, 32, 1], [50, 96, 17], [30, 1024, 17]] as const) {
-        await checkGather(
-          ctx,
-          `embedding ${format} vocab ${vocab} hidden ${hidden}`,
-          vocab,
-          hidden,
-          tokens,
-          format,
-        );
+      for (const wordBlock of [1, 16] as const) {
+        for (
+          const [vocab, hidden, tokens] of [[5, 32, 1], [50, 96, 17], [30, 1024, 17]] as const
+        ) {
+          await checkGather(
+            ctx,
+            `embedding ${format} vocab ${vocab} hidden ${hidden} word block ${wordBlock}`,
+            vocab,
+            hidden,
+            tokens,
+            format,
+            { wordBlock },
+          );
+        }
       }
-      // 96 columns: 96 (int8) or 48 (int4) bytes per row; 500-byte parts hold 5 or 10 rows.
+      // 96 columns: 96 (int8) or 48 (int4) bytes per row; 500-byte parts hold 5 or 10 rows
+      // (row by row: 16-row blocks do not fit).
       await checkGather(ctx, `embedding ${format} split`, 50, 96, 17, format, {
         maxPartBytes: 500,
         minParts: 5,
+      });
+      // 1,600-byte parts: one block of 16 int8 rows (1,536 bytes; 4 parts), two of int4 (2).
+      await checkGather(ctx, `embedding ${format} split in word blocks`, 50, 96, 17, format, {
+        maxPartBytes: 1600,
+        minParts: format === "int8" ? 4 : 2,
+        wordBlock: 16,
       });
     }
   },

@@ -13,6 +13,7 @@ import {
   GROUP,
   type QuantFormat,
   quantizeRows,
+  type WordBlock,
 } from "../gpu/quant.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { Matmul, TILE_CANDIDATES, type XForm } from "../kernels/matmul.ts";
@@ -24,6 +25,7 @@ import {
   ParamArena,
   poisonedF32,
   readF32,
+  readU32,
   runPass,
   testContext,
   upload,
@@ -82,6 +84,53 @@ Deno.test("blockScales() lays a part's scales out in blocks of 8 rows, the last 
   assert.throws(() => blockScales(scales, rows, 4), RangeError);
 });
 
+Deno.test(
+  "GpuMatrix.writeWords() lays int8 / int4 rows out in blocks of 16 rows, whatever the chunks",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const format of FORMATS) {
+      const { seed, rng } = testSeed(`word blocks ${format}`);
+      const rows = 37;
+      const cols = 64;
+      const u = format === "int4" ? 4 : 8; // words per group
+      const perRow = 2 * u;
+      const words = Uint32Array.from({ length: rows * perRow }, () => rng.int(1, 0xffffffff));
+      // Parts of 32 rows (two blocks): rows 32..36 are a second part, one partial block.
+      const m = GpuMatrix.createQuantized(ctx, "w", rows, cols, format, {
+        wordBlock: 16,
+        maxPartBytes: 32 * perRow * 4,
+      });
+      try {
+        assert.deepEqual(m.parts.map((p) => [p.rowStart, p.rows]), [[0, 32], [32, 5]]);
+        // Chunks that start and end inside blocks and cross the parts' boundary.
+        for (const [lo, hi] of [[0, 5], [5, 21], [21, 35], [35, 37]] as const) {
+          m.writeWords(ctx.device.queue, lo, words.subarray(lo * perRow, hi * perRow));
+        }
+        for (const part of m.parts) {
+          // Block b, group g: the group's words of the block's 16 rows, row by row (zeros past
+          // the part's last row).
+          const expected = new Uint32Array(Math.ceil(part.rows / 16) * 16 * perRow);
+          let i = 0;
+          for (let b = 0; b < expected.length / (16 * perRow); b++) {
+            for (let g = 0; g < 2; g++) {
+              for (let r = 16 * b; r < 16 * b + 16; r++, i += u) {
+                if (r >= part.rows) continue;
+                const src = (part.rowStart + r) * perRow + g * u;
+                expected.set(words.subarray(src, src + u), i);
+              }
+            }
+          }
+          const got = await readU32(ctx, part.buffer);
+          assert.deepEqual([...got], [...expected], `seed ${seed} ${format} part ${part.rowStart}`);
+        }
+      } finally {
+        m.destroy();
+      }
+    }
+  },
+);
+
 type Shape = readonly [m: number, n: number, k: number];
 
 async function check(
@@ -93,10 +142,12 @@ async function check(
   parts?: number,
   xForm: XForm = "plain",
   uniformX?: { readonly bytes: number; readonly expected: boolean },
+  wordBlock?: WordBlock,
 ): Promise<void> {
   const [m, n, k] = shape;
   const label = `quant matmul ${format} [${m}, ${n}, ${k}] ${variant ?? `auto/${kernel.policy}`} ` +
     `bias ${kernel.bias}` + (xForm === "swiglu" ? " x swiglu" : "") +
+    (wordBlock === undefined ? "" : ` word block ${wordBlock}`) +
     (variant === "tiled" ? ` tile ${tileName(kernel.tile)}` : "") +
     (uniformX === undefined ? "" : ` uniform-capable X of ${uniformX.bytes} bytes`);
   const { seed, rng } = testSeed(label);
@@ -106,8 +157,11 @@ async function check(
   const x = xForm === "swiglu" ? siluMulRef(xIn, m, k) : xIn;
   const w = rng.array(n * k, -1, 1);
   const bias = kernel.bias ? rng.array(n, -1, 1) : undefined;
-  const weight = GpuMatrix.fromQuantized(ctx, "w", n, k, format, quantizeRows(w, k, format));
+  const weight = GpuMatrix.fromQuantized(ctx, "w", n, k, format, quantizeRows(w, k, format), {
+    wordBlock,
+  });
   if (parts !== undefined) assert.equal(weight.parts.length, parts, context);
+  if (wordBlock !== undefined) assert.equal(weight.wordBlock, wordBlock, context);
   const xPadded = new Float32Array(xIn.length + 3).fill(NaN);
   xPadded.set(xIn);
   const xBuf = upload(ctx, xPadded, "x", uniformX?.bytes);
@@ -152,7 +206,7 @@ const VARIANTS = QUANT_TEST_VARIANTS;
 const SWIGLU_SHAPES: readonly Shape[] = [[1, 17, 32], ...SHAPES.slice(1)];
 
 Deno.test(
-  "matmul() multiplies by dequantized int8 / int4 weights in every kernel",
+  "matmul() multiplies by dequantized int8 / int4 weights in every kernel, in either word layout",
   GPU_TEST,
   async () => {
     const ctx = await testContext();
@@ -161,7 +215,24 @@ Deno.test(
       const kernel = new Matmul(ctx, { dtype: "f16", bias });
       for (const format of FORMATS) {
         for (const shape of SHAPES) {
-          for (const variant of VARIANTS) await check(ctx, kernel, format, shape, variant);
+          // Each word layout (gpu/quant.ts): the profile's by default, both on 130 rows (8
+          // blocks of 16 and a partial one).
+          const blocks = shape[1] === 130 ? [1, 16] as const : [undefined];
+          for (const variant of VARIANTS) {
+            for (const block of blocks) {
+              await check(
+                ctx,
+                kernel,
+                format,
+                shape,
+                variant,
+                undefined,
+                "plain",
+                undefined,
+                block,
+              );
+            }
+          }
         }
       }
     }
@@ -240,19 +311,43 @@ Deno.test(
   "matmul() picks a kernel for quantized weights under both policies, split across parts",
   GPU_TEST,
   async () => {
-    // 1 KiB bindings: a 70 x 128 int8 weight (128 bytes per row) splits into 9 parts.
-    const ctx = await testContext({ maxBindingBytes: 1024 });
-    for (const policy of ["cpu", "gpu"] as const) {
-      const kernel = new Matmul(ctx, { dtype: "f32", bias: true, policy });
-      for (const format of FORMATS) {
-        const parts = format === "int8" ? 9 : 5;
-        for (const m of [1, 7, 16, 33]) {
-          await check(ctx, kernel, format, [m, 70, 128], undefined, parts);
-        }
-        // Whole-group gemv steps index groups from each part's start.
-        if (policy === "gpu") {
-          for (const variant of ["gemv32", "gemv4x32"] as const) {
-            await check(ctx, kernel, format, [3, 70, 128], variant, parts);
+    // 1 KiB bindings: a 70 x 128 int8 weight (128 bytes per row) splits into 9 parts, row by
+    // row (a block of 16 rows does not fit); 2.5 KiB bindings hold 20 int8 rows, one block of 16
+    // (5 parts), or 40 int4 rows, two blocks (3 parts).
+    for (const [bytes, wordBlock] of [[1024, 1], [2560, 16]] as const) {
+      const ctx = await testContext({ maxBindingBytes: bytes });
+      for (const policy of ["cpu", "gpu"] as const) {
+        const kernel = new Matmul(ctx, { dtype: "f32", bias: true, policy });
+        for (const format of FORMATS) {
+          const parts = wordBlock === 1 ? (format === "int8" ? 9 : 5) : (format === "int8" ? 5 : 3);
+          for (const m of [1, 7, 16, 33]) {
+            await check(
+              ctx,
+              kernel,
+              format,
+              [m, 70, 128],
+              undefined,
+              parts,
+              "plain",
+              undefined,
+              wordBlock,
+            );
+          }
+          // Whole-group gemv steps index groups from each part's start.
+          if (policy === "gpu") {
+            for (const variant of ["gemv32", "gemv4x32"] as const) {
+              await check(
+                ctx,
+                kernel,
+                format,
+                [3, 70, 128],
+                variant,
+                parts,
+                "plain",
+                undefined,
+                wordBlock,
+              );
+            }
           }
         }
       }
@@ -266,14 +361,24 @@ Deno.test(
   async () => {
     const ctx = await testContext();
     assert.throws(() => GpuMatrix.createQuantized(ctx, "w", 4, GROUP + 8, "int4"), /groups of 32/);
-    const m = GpuMatrix.createQuantized(ctx, "w", 3, 64, "int4");
+    const m = GpuMatrix.createQuantized(ctx, "w", 3, 64, "int4", { wordBlock: 1 });
+    const b = GpuMatrix.createQuantized(ctx, "w", 3, 64, "int4", { wordBlock: 16 });
     try {
       // 32 bytes of words per row; the scales of 8 rows (3 padded to a block of 8), 2 per row.
       assert.equal(m.byteSize, 3 * 32 + 8 * 2 * 2);
+      // In word blocks, the words of 16 rows (3 padded to a block of 16).
+      assert.equal(b.byteSize, 16 * 32 + 8 * 2 * 2);
       assert.throws(() => m.writeWords(ctx.device.queue, 2, new Uint32Array(16)), RangeError);
       assert.throws(() => m.writeScales(ctx.device.queue, new Float16Array(5)), RangeError);
+      // One block of 16 rows of 32 bytes exceeds a 500-byte part.
+      assert.throws(
+        () =>
+          GpuMatrix.createQuantized(ctx, "w", 40, 64, "int4", { wordBlock: 16, maxPartBytes: 500 }),
+        /16 row\(s\) of 32 bytes exceed the binding limit of 500/,
+      );
     } finally {
       m.destroy();
+      b.destroy();
     }
   },
 );
