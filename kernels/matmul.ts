@@ -117,6 +117,24 @@ function xRowVec4s(cols: number, xForm: XForm): number {
   return ((xForm === "swiglu" ? 2 : 1) * cols) / 4;
 }
 
+/** How {@linkcode Matmul.config} builds a kernel configuration; each field has a default. */
+interface ConfigOptions {
+  /** `unrolled`: X read as vec4s (K % 4 == 0); default false. */
+  readonly xVec4?: boolean;
+  /** The weight format; default the instance's dtype. */
+  readonly format?: WeightFormat;
+  /** How X is read; default `"plain"`. */
+  readonly xForm?: XForm;
+  /** `gemv`: weight rows per invocation and weights per step; default {@linkcode DEFAULT_GEMV}. */
+  readonly gemv?: GemvKind;
+  /** `tiled`: the tile; default the instance's. */
+  readonly tile?: TileConfig;
+  /** `unrolled`: vec4s of X in a uniform binding, 0 for a storage one; default 0. */
+  readonly xUniform?: number;
+  /** Rows per block of quantized words (gpu/quant.ts); default 1. */
+  readonly wordBlock?: WordBlock;
+}
+
 /**
  * The compiled matmul kernels for one weight dtype and bias setting; {@linkcode Matmul.bind}
  * makes call sites. Pipelines are compiled once per context (cached by key).
@@ -204,12 +222,12 @@ export class Matmul {
       const block = op.buffers.weight.wordBlock;
       this.#compilePolicy(format, xForm, block);
       for (const tile of this.#tiles()) {
-        op.bindGroups(this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, tile, 0, block));
+        op.bindGroups(this.config("tiled", 0, { format, xForm, tile, wordBlock: block }));
       }
       const gemv = this.gemvFor(op.shape);
       if (gemv.rows === 1 && gemv.step === 4) continue;
       for (const mb of ROW_BLOCKS) {
-        op.bindGroups(this.config("gemv", mb, false, format, xForm, gemv, this.#tile, 0, block));
+        op.bindGroups(this.config("gemv", mb, { format, xForm, gemv, wordBlock: block }));
       }
     }
   }
@@ -241,18 +259,12 @@ export class Matmul {
    * read as `xForm`.
    */
   #compilePolicy(format: WeightFormat, xForm: XForm = "plain", block: WordBlock = 1): void {
-    const t = this.#tile;
+    const options = { format, xForm, wordBlock: block };
     if (this.policy === "cpu") {
-      for (const mb of UNROLLED_BLOCKS) {
-        this.config("unrolled", mb, true, format, xForm, DEFAULT_GEMV, t, 0, block);
-      }
+      for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, { ...options, xVec4: true });
     } else {
-      for (const mb of ROW_BLOCKS) {
-        this.config("gemv", mb, false, format, xForm, DEFAULT_GEMV, t, 0, block);
-      }
-      for (const tile of this.#tiles()) {
-        this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, tile, 0, block);
-      }
+      for (const mb of ROW_BLOCKS) this.config("gemv", mb, options);
+      for (const tile of this.#tiles()) this.config("tiled", 0, { ...options, tile });
     }
   }
 
@@ -263,22 +275,19 @@ export class Matmul {
 
   /**
    * The kernel configuration for `variant` covering `mb` rows of X per workgroup (`tiled`
-   * ignores `mb` and runs `tile`, default the instance's; `unrolled` reads X through a uniform
-   * binding of `xUniform` vec4s when that is not 0; quantized words in blocks of `wordBlock`
-   * rows), compiled on first use.
+   * ignores `mb`), as `options` specify it, compiled on first use.
    * @internal
    */
-  config(
-    variant: MatmulVariant,
-    mb: number,
-    xVec4 = false,
-    format: WeightFormat = this.dtype,
-    xForm: XForm = "plain",
-    gemv: GemvKind = DEFAULT_GEMV,
-    tile: TileConfig = this.#tile,
-    xUniform = 0,
-    wordBlock: WordBlock = 1,
-  ): KernelConfig {
+  config(variant: MatmulVariant, mb: number, options: ConfigOptions = {}): KernelConfig {
+    const {
+      xVec4 = false,
+      format = this.dtype,
+      xForm = "plain",
+      gemv = DEFAULT_GEMV,
+      tile = this.#tile,
+      xUniform = 0,
+      wordBlock = 1,
+    } = options;
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
     const f = wordBlock === 1 ? format : `${format}b${wordBlock}`;
@@ -348,7 +357,6 @@ export class Matmul {
     xUniform = 0,
     wordBlock: WordBlock = 1,
   ): KernelConfig {
-    const b = wordBlock;
     const decode = m <= this.decodeMaxRows;
     const shape = { format, rows, cols, xForm, bias: this.bias };
     const v = variant ??
@@ -363,32 +371,22 @@ export class Matmul {
       );
     }
     if (v === "tiled") {
-      return this.config("tiled", 0, false, format, xForm, DEFAULT_GEMV, this.tileFor(m), 0, b);
+      return this.config("tiled", 0, { format, xForm, tile: this.tileFor(m), wordBlock });
     }
     if (v === "unrolled") {
       const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
       const xVec4 = cols % 4 === 0;
       const xu = xVec4 && m * xRowVec4s(cols, xForm) <= xUniform ? xUniform : 0;
-      return this.config(v, mb, xVec4, format, xForm, DEFAULT_GEMV, this.#tile, xu, b);
+      return this.config(v, mb, { xVec4, format, xForm, xUniform: xu, wordBlock });
     }
     if (v === "blocked" && !decode) {
-      return this.config(
-        v,
-        BLOCKED_PREFILL_MB,
-        false,
-        format,
-        xForm,
-        DEFAULT_GEMV,
-        this.#tile,
-        0,
-        b,
-      );
+      return this.config(v, BLOCKED_PREFILL_MB, { format, xForm, wordBlock });
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
     const mb = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
     if (v !== "gemv") {
-      return this.config(v, mb, false, format, xForm, DEFAULT_GEMV, this.#tile, 0, b);
+      return this.config(v, mb, { format, xForm, wordBlock });
     }
     const tuned = this.gemvFor(shape);
     const kind = { rows: gemv.rows ?? tuned.rows, step: gemv.step ?? tuned.step };
@@ -400,7 +398,7 @@ export class Matmul {
       }
       kind.step = 4;
     }
-    return this.config(v, mb, false, format, xForm, kind, this.#tile, 0, b);
+    return this.config(v, mb, { format, xForm, gemv: kind, wordBlock });
   }
 
   /**
@@ -447,8 +445,8 @@ export class Matmul {
       UNROLLED_BLOCKS.forEach((mb, i) => {
         const smallest = i === 0 ? 1 : UNROLLED_BLOCKS[i - 1]! + 1;
         if (smallest * rowVec4s > xUniform) return;
-        const t = this.#tile;
-        this.config("unrolled", mb, true, w.format, xForm, DEFAULT_GEMV, t, xUniform, w.wordBlock);
+        const wordBlock = w.wordBlock;
+        this.config("unrolled", mb, { xVec4: true, format: w.format, xForm, xUniform, wordBlock });
       });
     }
     for (const config of this.#configs.values()) {
