@@ -308,15 +308,19 @@ export class GpuMatrix {
     const u = wordsPerGroup(quant);
     const groups = this.cols / GROUP;
     const end = first + count;
+    // The u words of group g of the part's row r (first <= r < end).
+    const group = (r: number, g: number) => {
+      const at = (r - first) * wordsPerRow + g * u;
+      return words.subarray(at, at + u);
+    };
     // Whole blocks: [wholeLo, wholeHi), also the part's last block when the rows reach its end.
     const wholeLo = Math.ceil(first / block) * block;
     const wholeHi = end === part.rows ? Math.max(wholeLo, end) : Math.floor(end / block) * block;
     if (wholeHi > wholeLo) {
       const staged = new Uint32Array(Math.ceil((wholeHi - wholeLo) / block) * block * wordsPerRow);
       for (let r = wholeLo; r < wholeHi; r++) {
-        const src = (r - first) * wordsPerRow;
-        for (let j = 0; j < wordsPerRow; j++) {
-          staged[deviceWordIndex(r - wholeLo, j, this.cols, quant, block)] = words[src + j]!;
+        for (let g = 0; g < groups; g++) {
+          staged.set(group(r, g), deviceWordIndex(r - wholeLo, g * u, this.cols, quant, block));
         }
       }
       write(wholeLo * wordsPerRow * 4, staged);
@@ -330,15 +334,7 @@ export class GpuMatrix {
         const stop = Math.min(hi, (Math.floor(b / block) + 1) * block);
         for (let g = 0; g < groups; g++) {
           const staged = new Uint32Array((stop - b) * u);
-          for (let r = b; r < stop; r++) {
-            staged.set(
-              words.subarray(
-                (r - first) * wordsPerRow + g * u,
-                (r - first) * wordsPerRow + (g + 1) * u,
-              ),
-              (r - b) * u,
-            );
-          }
+          for (let r = b; r < stop; r++) staged.set(group(r, g), (r - b) * u);
           write(deviceWordIndex(b, g * u, this.cols, quant, block) * 4, staged);
         }
       }
