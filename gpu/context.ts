@@ -59,6 +59,8 @@ export const REQUESTED_LIMITS = [
   "maxComputeWorkgroupSizeY",
   "maxComputeWorkgroupSizeZ",
   "maxComputeWorkgroupsPerDimension",
+  "maxTextureDimension2D",
+  "maxTextureArrayLayers",
 ] as const;
 
 /** Name of one of the {@linkcode REQUESTED_LIMITS}. */

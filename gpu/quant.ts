@@ -37,6 +37,16 @@
  * distinct weight buffers, 15 interleaved rounds, 2026-11-26: int4 0.88x, int8 0.89x the
  * row-major kernel time, medians of the per-round ratios; blocks of 128 rows: 0.95x, 0.90x).
  *
+ * Or, the cpu kernel profile's choice where it fits ({@linkcode WordLayout} `"texture"`,
+ * gpu/word_texture.ts), the words sit in an `rgba32uint` 2D-array texture, one texel per unit of
+ * 4 words (16 bytes): unit `u` of row `r` (word `4 u .. 4 u + 3` of the row) is texel `(u, r %
+ * L)` of layer `floor(r / L)`, `L` = {@linkcode TEXTURE_LAYER_ROWS} (the matrix's row count if
+ * smaller); one part holds the whole matrix. Why (lavapipe, Mesa 22.3): a storage load runs as a
+ * per-lane loop with a branch and a bounds check per component, a texel fetch as a gather; the
+ * cpu profile's `unrolled` int4 kernel at M = 1 took 0.76-0.80x the time of the 16-row word
+ * blocks (6144 x 1024, 28 distinct weights, nine interleaved rounds, per-round medians,
+ * 2026-11-27), int8 0.89x. Only `unrolled` and the embedding lookup read such matrices.
+ *
  * @module
  */
 
@@ -106,6 +116,28 @@ export const WORD_BLOCK_ROWS = 16;
 /** The word block of the quantized matrices of a kernel profile (module documentation). */
 export function wordBlockFor(profile: "cpu" | "gpu"): WordBlock {
   return profile === "cpu" ? WORD_BLOCK_ROWS : 1;
+}
+
+/**
+ * How a quantized matrix's words sit on the device: in a buffer, row by row or in blocks of 16
+ * rows ({@linkcode WordBlock}), or in a texture (see the module documentation).
+ */
+export type WordLayout = WordBlock | "texture";
+
+/** Where a quantized matrix keeps its words: a storage buffer, or a texture. */
+export type WordStorage = "buffer" | "texture";
+
+/** The word storage of the quantized matrices of a kernel profile (module documentation). */
+export function wordStorageFor(profile: "cpu" | "gpu"): WordStorage {
+  return profile === "cpu" ? "texture" : "buffer";
+}
+
+/** Rows per layer of a word texture (module documentation); a power of two. */
+export const TEXTURE_LAYER_ROWS = 2048;
+
+/** Texels (16-byte units of 4 words) per row of `cols` weights of `format` in a word texture. */
+export function textureUnitsPerRow(cols: number, format: QuantFormat): number {
+  return (cols * quantBits(format)) / 128;
 }
 
 /**

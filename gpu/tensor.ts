@@ -13,10 +13,10 @@
  *
  * A quantized matrix ({@linkcode GpuMatrix.createQuantized}, `quant` int8 or int4, gpu/quant.ts)
  * holds in each part the packed words of its rows (`rowStride = cols`, no padding), row by row or
- * in blocks of 16 rows (its `wordBlock`, gpu/quant.ts; by default the kernel profile's), and, in
- * the part's `scales` buffer, their f16 scales in blocks of 8 rows (gpu/quant.ts, `cols / 32`
- * per row, the part's rows rounded up to a multiple of 8); its `dtype` is f16, the type of the
- * scales.
+ * in blocks of 16 rows, or all of them in one part's texture (its `wordLayout`, gpu/quant.ts; by
+ * default the kernel profile's), and, in the part's `scales` buffer, their f16 scales in blocks
+ * of 8 rows (gpu/quant.ts, `cols / 32` per row, the part's rows rounded up to a multiple of 8);
+ * its `dtype` is f16, the type of the scales.
  *
  * @module
  */
@@ -27,7 +27,6 @@ import {
   blockScales,
   deviceScaleBytes,
   deviceWordBytes,
-  deviceWordIndex,
   GROUP,
   quantBits,
   type QuantFormat,
@@ -35,12 +34,22 @@ import {
   type QuantizedRows,
   type WordBlock,
   wordBlockFor,
-  wordsPerGroup,
+  type WordLayout,
+  type WordStorage,
+  wordStorageFor,
 } from "./quant.ts";
+import { WordTexture } from "./word_texture.ts";
+import { writePartWords } from "./word_blocks.ts";
 
-/** One buffer holding rows `[rowStart, rowStart + rows)` of a {@linkcode GpuMatrix}. */
+/** One binding's worth of rows `[rowStart, rowStart + rows)` of a {@linkcode GpuMatrix}. */
 export interface MatrixPart {
+  /**
+   * The rows' values, or a quantized matrix's words when they are in a buffer.
+   * @throws {TypeError} on reading it where the words are in a texture (`texture`).
+   */
   readonly buffer: GPUBuffer;
+  /** The words of a quantized matrix of word layout `"texture"` (gpu/quant.ts); else null. */
+  readonly texture: WordTexture | null;
   readonly rowStart: number;
   readonly rows: number;
   /** f16 scales of a quantized matrix's rows (u32 pairs); null otherwise. */
@@ -58,10 +67,36 @@ export interface GpuMatrixOptions {
 /** Options for {@linkcode GpuMatrix.createQuantized}. */
 export interface QuantizedMatrixOptions extends Pick<GpuMatrixOptions, "maxPartBytes"> {
   /**
-   * Rows per block of the words on the device (gpu/quant.ts); default the kernel profile's, or 1
+   * Where the words go (gpu/quant.ts): default the kernel profile's ({@linkcode wordStorageFor}),
+   * a buffer where a texture would not fit the device (or its scales one binding) or where
+   * `wordBlock` is given.
+   */
+  wordStorage?: WordStorage;
+  /**
+   * Rows per block of the words in a buffer (gpu/quant.ts); default the kernel profile's, or 1
    * where one block of rows would exceed a part.
    */
   wordBlock?: WordBlock;
+}
+
+/** The binding resource of a part's words or values: its texture's view, else its buffer. */
+export function partResource(part: MatrixPart): GPUBindingResource {
+  return part.texture === null ? { buffer: part.buffer } : part.texture.view;
+}
+
+/** The one part of a matrix whose words are in `texture`. */
+function texturePart(texture: WordTexture, rows: number, scales: GPUBuffer): MatrixPart {
+  return {
+    get buffer(): GPUBuffer {
+      throw new TypeError(
+        `Cannot bind the words of ${texture.texture.label} as a buffer: they are in a texture`,
+      );
+    },
+    texture,
+    rowStart: 0,
+    rows,
+    scales,
+  };
 }
 
 /** A `[rows, cols]` matrix of `dtype` on the GPU, split by rows across bindings when large. */
@@ -75,8 +110,8 @@ export class GpuMatrix {
   readonly label: string;
   /** The low-bit format of a quantized matrix; null for plain f16 / f32. */
   readonly quant: QuantFormat | null;
-  /** Rows per block of a quantized matrix's words on the device (gpu/quant.ts); 1 otherwise. */
-  readonly wordBlock: WordBlock;
+  /** How a quantized matrix's words sit on the device (gpu/quant.ts); 1 otherwise. */
+  readonly wordLayout: WordLayout;
 
   private constructor(
     label: string,
@@ -86,9 +121,9 @@ export class GpuMatrix {
     rowStride: number,
     parts: MatrixPart[],
     quant: QuantFormat | null = null,
-    wordBlock: WordBlock = 1,
+    wordLayout: WordLayout = 1,
   ) {
-    this.wordBlock = wordBlock;
+    this.wordLayout = wordLayout;
     this.label = label;
     this.rows = rows;
     this.cols = cols;
@@ -104,8 +139,12 @@ export class GpuMatrix {
   }
 
   /**
-   * Allocates a quantized `[rows, cols]` matrix (`cols` a multiple of 32; contents zero), split
-   * by rows so that each part's words fit one binding (parts of whole word blocks).
+   * Allocates a quantized `[rows, cols]` matrix (`cols` a multiple of 32; contents zero): its
+   * words in a texture (one part), or in buffers split by rows so that each part's words fit one
+   * binding (parts of whole word blocks).
+   *
+   * @throws {RangeError} when the shape is not whole groups or a part cannot hold one block.
+   * @throws {TypeError} when `wordStorage` "texture" comes with a `wordBlock`.
    */
   static createQuantized(
     ctx: GpuContext,
@@ -122,6 +161,26 @@ export class GpuMatrix {
     }
     const rowBytes = (cols * quantBits(quant)) / 8;
     const maxPart = Math.min(options.maxPartBytes ?? ctx.maxBindingBytes, ctx.maxBindingBytes);
+    const scaleBytes = deviceScaleBytes(rows, cols);
+    const storage = options.wordStorage ??
+      (options.wordBlock === undefined && wordStorageFor(ctx.profile) === "texture" &&
+          WordTexture.fits(ctx, rows, cols, quant) && scaleBytes <= maxPart
+        ? "texture"
+        : "buffer");
+    if (storage === "texture") {
+      if (options.wordBlock !== undefined) {
+        throw new TypeError(`Cannot create ${label}: word blocks are for words in a buffer`);
+      }
+      if (scaleBytes > maxPart) {
+        throw new RangeError(
+          `Cannot create ${label} with its words in a texture: its ${scaleBytes} bytes of scales exceed the binding limit of ${maxPart}`,
+        );
+      }
+      const texture = new WordTexture(ctx, label, rows, cols, quant);
+      const scales = ctx.createBuffer(`${label} scales`, scaleBytes, STORAGE_RW);
+      const parts = [texturePart(texture, rows, scales)];
+      return new GpuMatrix(label, rows, cols, "f16", cols, parts, quant, "texture");
+    }
     // The profile's word block, unless one block of rows would not fit a binding.
     const profileBlock = wordBlockFor(ctx.profile);
     const block = options.wordBlock ?? (profileBlock * rowBytes <= maxPart ? profileBlock : 1);
@@ -139,7 +198,7 @@ export class GpuMatrix {
       const words = deviceWordBytes(n, cols, quant, block);
       const buffer = ctx.createBuffer(range, words, STORAGE_RW);
       const scales = ctx.createBuffer(`${range} scales`, deviceScaleBytes(n, cols), STORAGE_RW);
-      parts.push({ buffer, rowStart, rows: n, scales });
+      parts.push({ buffer, texture: null, rowStart, rows: n, scales });
     }
     return new GpuMatrix(label, rows, cols, "f16", cols, parts, quant, block);
   }
@@ -177,7 +236,7 @@ export class GpuMatrix {
         n * rowBytes,
         STORAGE_RW,
       );
-      parts.push({ buffer, rowStart, rows: n, scales: null });
+      parts.push({ buffer, texture: null, rowStart, rows: n, scales: null });
     }
     return new GpuMatrix(label, rows, cols, dtype, rowStride, parts);
   }
@@ -200,7 +259,10 @@ export class GpuMatrix {
   /** Total bytes on the GPU, padding (and a quantized matrix's scales) included. */
   get byteSize(): number {
     if (this.quant === null) return this.rows * this.rowStride * bytesPerElement(this.dtype);
-    return this.parts.reduce((n, p) => n + p.buffer.size + p.scales!.size, 0);
+    return this.parts.reduce(
+      (n, p) => n + (p.texture?.byteSize ?? p.buffer.size) + p.scales!.size,
+      0,
+    );
   }
 
   /**
@@ -262,7 +324,7 @@ export class GpuMatrix {
   /**
    * Writes the packed words of whole rows starting at `rowStart` (a quantized matrix only;
    * `words` as {@linkcode quantizeRows} makes them, row by row: laid out here in the matrix's
-   * word blocks). Scales go separately, all at once ({@linkcode GpuMatrix.writeScales}).
+   * word layout). Scales go separately, all at once ({@linkcode GpuMatrix.writeScales}).
    */
   writeWords(queue: GPUQueue, rowStart: number, words: Uint32Array): void {
     const quant = this.#quantOnly("words");
@@ -278,66 +340,13 @@ export class GpuMatrix {
       const lo = Math.max(rowStart, part.rowStart);
       const hi = Math.min(rowStart + count, part.rowStart + part.rows);
       if (lo >= hi) continue;
+      if (part.texture !== null) {
+        part.texture.write(queue, rowStart, words);
+        continue;
+      }
       const slice = words.subarray((lo - rowStart) * wordsPerRow, (hi - rowStart) * wordsPerRow);
-      this.#writePartWords(queue, part, lo - part.rowStart, slice);
-    }
-  }
-
-  /**
-   * Writes `words` (whole rows, row by row) at row `first` of `part`: one write row-major; in
-   * word blocks, one write for the whole blocks among the rows and one per group for the rows of
-   * a block they cover in part (that block's other rows keep their words).
-   */
-  #writePartWords(queue: GPUQueue, part: MatrixPart, first: number, words: Uint32Array): void {
-    const write = (byteOffset: number, data: Uint32Array) =>
-      queue.writeBuffer(
-        part.buffer,
-        byteOffset,
-        data.buffer as ArrayBuffer,
-        data.byteOffset,
-        data.byteLength,
-      );
-    const quant = this.quant!;
-    const wordsPerRow = (this.cols * quantBits(quant)) / 32;
-    const block = this.wordBlock;
-    const count = words.length / wordsPerRow;
-    if (block === 1) {
-      write(first * wordsPerRow * 4, words);
-      return;
-    }
-    const u = wordsPerGroup(quant);
-    const groups = this.cols / GROUP;
-    const end = first + count;
-    // The u words of group g of the part's row r (first <= r < end).
-    const group = (r: number, g: number) => {
-      const at = (r - first) * wordsPerRow + g * u;
-      return words.subarray(at, at + u);
-    };
-    // Whole blocks: [wholeLo, wholeHi), also the part's last block when the rows reach its end.
-    const wholeLo = Math.ceil(first / block) * block;
-    const wholeHi = end === part.rows ? Math.max(wholeLo, end) : Math.floor(end / block) * block;
-    if (wholeHi > wholeLo) {
-      const staged = new Uint32Array(Math.ceil((wholeHi - wholeLo) / block) * block * wordsPerRow);
-      for (let r = wholeLo; r < wholeHi; r++) {
-        for (let g = 0; g < groups; g++) {
-          staged.set(group(r, g), deviceWordIndex(r - wholeLo, g * u, this.cols, quant, block));
-        }
-      }
-      write(wholeLo * wordsPerRow * 4, staged);
-    }
-    // Rows in blocks covered in part: per block and group, their words are contiguous.
-    const partial: [number, number][] = wholeHi > wholeLo
-      ? [[first, wholeLo], [wholeHi, end]]
-      : [[first, end]];
-    for (const [lo, hi] of partial) {
-      for (let b = lo; b < hi; b = (Math.floor(b / block) + 1) * block) {
-        const stop = Math.min(hi, (Math.floor(b / block) + 1) * block);
-        for (let g = 0; g < groups; g++) {
-          const staged = new Uint32Array((stop - b) * u);
-          for (let r = b; r < stop; r++) staged.set(group(r, g), (r - b) * u);
-          write(deviceWordIndex(b, g * u, this.cols, quant, block) * 4, staged);
-        }
-      }
+      const layout = { cols: this.cols, quant, block: this.wordLayout as WordBlock };
+      writePartWords(queue, part.buffer, part.rows, layout, lo - part.rowStart, slice);
     }
   }
 
@@ -386,10 +395,11 @@ export class GpuMatrix {
     return this.quant;
   }
 
-  /** Releases the GPU buffers. */
+  /** Releases the GPU buffers (and texture). */
   destroy(): void {
     for (const part of this.parts) {
-      part.buffer.destroy();
+      if (part.texture === null) part.buffer.destroy();
+      else part.texture.destroy();
       part.scales?.destroy();
     }
   }

@@ -9,9 +9,10 @@ import source from "./embedding.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import { weightPrelude } from "../gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../gpu/params.ts";
-import type { GpuMatrix } from "../gpu/tensor.ts";
+import { type GpuMatrix, partResource } from "../gpu/tensor.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
 import { wordIndexFunction } from "./matmul_bindings.ts";
+import { TEXTURE_LAYER_ROWS } from "../gpu/quant.ts";
 
 /**
  * The table binding and `table_at(row, c)` (element c of row `row` of a part, as f32) for
@@ -24,14 +25,28 @@ function tablePrelude(table: GpuMatrix): string {
       "fn table_at(row: u32, c: u32) -> f32 {\n  return f32(table[row * p.row_stride + c]);\n}\n";
   }
   // Value c of a row sits in bits bits * (c % per) of the row's word c / per (gpu/quant.ts; the
-  // words in the table's word blocks: w_index); shifting it to the top and back (arithmetic shift
-  // on i32) sign-extends it. The scales are in blocks of 8 rows (gpu/quant.ts deviceScaleIndex).
+  // words in the table's word layout: `table_word`); shifting it to the top and back (arithmetic
+  // shift on i32) sign-extends it. The scales are in blocks of 8 rows (gpu/quant.ts
+  // deviceScaleIndex).
   const [bits, per] = table.quant === "int4" ? [4, 8] : [8, 4];
-  return "@group(0) @binding(2) var<storage, read> table: array<u32>;\n" +
+  const layout = table.wordLayout;
+  // Word j of row `row`: in a buffer through w_index; in a texture component j % 4 of texel
+  // (j / 4, row % L), layer row / L (gpu/quant.ts, L a power of two).
+  const words = layout === "texture"
+    ? "@group(0) @binding(2) var table: texture_2d_array<u32>;\n" +
+      "fn table_word(row: u32, j: u32) -> u32 {\n" +
+      `  let y = i32(row & ${TEXTURE_LAYER_ROWS - 1}u);\n` +
+      "  let t = textureLoad(table, vec2<i32>(i32(j >> 2u), y), " +
+      `i32(row >> ${Math.log2(TEXTURE_LAYER_ROWS)}u), 0);\n` +
+      "  return t[j & 3u];\n}\n"
+    : "@group(0) @binding(2) var<storage, read> table: array<u32>;\n" +
+      wordIndexFunction(layout, "p.hidden") +
+      "fn table_word(row: u32, j: u32) -> u32 {\n" +
+      `  return table[w_index(row, j, ${32 / per}u)];\n}\n`;
+  return words +
     "@group(0) @binding(4) var<storage, read> scales: array<u32>;\n" +
-    wordIndexFunction(table.wordBlock, "p.hidden") +
     "fn table_at(row: u32, c: u32) -> f32 {\n" +
-    `  let word = table[w_index(row, c / ${per}u, ${32 / per}u)];\n` +
+    `  let word = table_word(row, c / ${per}u);\n` +
     `  let q = bitcast<i32>(word << (${32 - bits}u - ${bits}u * (c % ${per}u))) >> ${
       32 - bits
     }u;\n` +
@@ -83,7 +98,13 @@ export class Embedding {
     const accumulate = options.accumulate ?? false;
     const mode = accumulate ? "accumulate" : "gather";
     const pipeline = this.#ctx.pipeline(
-      `embedding/${mode}/${table.format}${table.wordBlock === 1 ? "" : `b${table.wordBlock}`}`,
+      `embedding/${mode}/${table.format}${
+        table.wordLayout === 1
+          ? ""
+          : table.wordLayout === "texture"
+          ? "/tex"
+          : `b${table.wordLayout}`
+      }`,
       () => tablePrelude(table) + source,
       { ACCUMULATE: accumulate ? 1 : 0 },
     );
@@ -95,7 +116,7 @@ export class Embedding {
         entries: [
           { binding: 0, resource: slot.binding },
           { binding: 1, resource: buffers.ids },
-          { binding: 2, resource: { buffer: part.buffer } },
+          { binding: 2, resource: partResource(part) },
           { binding: 3, resource: buffers.out },
           ...(part.scales === null ? [] : [{ binding: 4, resource: { buffer: part.scales } }]),
         ],

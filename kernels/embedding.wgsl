@@ -17,6 +17,8 @@
 //   1 ids    : storage read  array<u32>  [tokens]
 //   2 table  : storage read  array<WT> [part_rows, row_stride] (one part; row_stride >= hidden),
 //                            or array<u32> of packed int8 / int4 values [part_rows, hidden]
+//                            (gpu/quant.ts word layouts), or texture_2d_array<u32> of those words
+//                            (rgba32uint, 4 per texel: layout "texture")
 //   3 out    : storage rw    array<f32>  [tokens, hidden]
 //   4 scales : storage read  array<u32>  f16 pairs [ceil(part_rows / 8) * 8 * hidden / 32] in
 //                                        blocks of 8 rows (gpu/quant.ts; quantized only)

@@ -28,7 +28,7 @@
 
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import type { WordBlock } from "../gpu/quant.ts";
+import type { WordLayout } from "../gpu/quant.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import {
   BLOCKED_PREFILL_MB,
@@ -132,7 +132,7 @@ interface ConfigOptions {
   /** `unrolled`: vec4s of X in a uniform binding, 0 for a storage one; default 0. */
   readonly xUniform?: number;
   /** Rows per block of quantized words (gpu/quant.ts); default 1. */
-  readonly wordBlock?: WordBlock;
+  readonly wordLayout?: WordLayout;
 }
 
 /**
@@ -219,15 +219,15 @@ export class Matmul {
     if (this.policy !== "gpu") return;
     for (const op of this.#ops) {
       const { format, xForm } = op.shape;
-      const block = op.buffers.weight.wordBlock;
+      const block = op.buffers.weight.wordLayout;
       this.#compilePolicy(format, xForm, block);
       for (const tile of this.#tiles()) {
-        op.bindGroups(this.config("tiled", 0, { format, xForm, tile, wordBlock: block }));
+        op.bindGroups(this.config("tiled", 0, { format, xForm, tile, wordLayout: block }));
       }
       const gemv = this.gemvFor(op.shape);
       if (gemv.rows === 1 && gemv.step === 4) continue;
       for (const mb of ROW_BLOCKS) {
-        op.bindGroups(this.config("gemv", mb, { format, xForm, gemv, wordBlock: block }));
+        op.bindGroups(this.config("gemv", mb, { format, xForm, gemv, wordLayout: block }));
       }
     }
   }
@@ -258,8 +258,8 @@ export class Matmul {
    * Compiles the policy's kernels for weights of `format` (words in blocks of `block` rows) and X
    * read as `xForm`.
    */
-  #compilePolicy(format: WeightFormat, xForm: XForm = "plain", block: WordBlock = 1): void {
-    const options = { format, xForm, wordBlock: block };
+  #compilePolicy(format: WeightFormat, xForm: XForm = "plain", block: WordLayout = 1): void {
+    const options = { format, xForm, wordLayout: block };
     if (this.policy === "cpu") {
       for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, { ...options, xVec4: true });
     } else {
@@ -286,11 +286,15 @@ export class Matmul {
       gemv = DEFAULT_GEMV,
       tile = this.#tile,
       xUniform = 0,
-      wordBlock = 1,
+      wordLayout = 1,
     } = options;
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
-    const f = wordBlock === 1 ? format : `${format}b${wordBlock}`;
+    const f = wordLayout === 1
+      ? format
+      : wordLayout === "texture"
+      ? `${format}tex`
+      : `${format}b${wordLayout}`;
     const tag = `matmul/${variant}/${f}/${this.bias ? "bias" : "nobias"}${x}`;
     const t = tile;
     const key = variant === "tiled"
@@ -316,7 +320,7 @@ export class Matmul {
       variant === "gemv" ? gemv.rows : 1,
       variant === "gemv" ? gemv.step : 4,
       xUniform,
-      wordBlock,
+      wordLayout,
     );
     const pipeline = this.#ctx.pipeline(key, () => code);
     // unrolled and 8- or 32-element gemv steps read whole 8-element steps of each weight row.
@@ -325,7 +329,7 @@ export class Matmul {
       key,
       variant,
       format,
-      wordBlock,
+      wordLayout,
       xForm,
       xVec4,
       xUniform,
@@ -343,7 +347,7 @@ export class Matmul {
    * `rows` x `cols` whose row stride is `rowStride` elements, X read as `xForm`; `unrolled`
    * reads X through a uniform binding of `xUniform` vec4s (the call site's
    * {@linkcode Matmul.uniformXCapacity}) when the `m` rows fit in it; quantized words in blocks
-   * of `wordBlock` rows. @internal
+   * of `wordLayout` rows. @internal
    */
   choose(
     m: number,
@@ -355,7 +359,7 @@ export class Matmul {
     xForm: XForm = "plain",
     gemv: Partial<GemvKind> = {},
     xUniform = 0,
-    wordBlock: WordBlock = 1,
+    wordLayout: WordLayout = 1,
   ): KernelConfig {
     const decode = m <= this.decodeMaxRows;
     const shape = { format, rows, cols, xForm, bias: this.bias };
@@ -371,22 +375,22 @@ export class Matmul {
       );
     }
     if (v === "tiled") {
-      return this.config("tiled", 0, { format, xForm, tile: this.tileFor(m), wordBlock });
+      return this.config("tiled", 0, { format, xForm, tile: this.tileFor(m), wordLayout });
     }
     if (v === "unrolled") {
       const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
       const xVec4 = cols % 4 === 0;
       const xu = xVec4 && m * xRowVec4s(cols, xForm) <= xUniform ? xUniform : 0;
-      return this.config(v, mb, { xVec4, format, xForm, xUniform: xu, wordBlock });
+      return this.config(v, mb, { xVec4, format, xForm, xUniform: xu, wordLayout });
     }
     if (v === "blocked" && !decode) {
-      return this.config(v, BLOCKED_PREFILL_MB, { format, xForm, wordBlock });
+      return this.config(v, BLOCKED_PREFILL_MB, { format, xForm, wordLayout });
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
     const mb = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
     if (v !== "gemv") {
-      return this.config(v, mb, { format, xForm, wordBlock });
+      return this.config(v, mb, { format, xForm, wordLayout });
     }
     const tuned = this.gemvFor(shape);
     const kind = { rows: gemv.rows ?? tuned.rows, step: gemv.step ?? tuned.step };
@@ -398,7 +402,7 @@ export class Matmul {
       }
       kind.step = 4;
     }
-    return this.config(v, mb, { format, xForm, gemv: kind, wordBlock });
+    return this.config(v, mb, { format, xForm, gemv: kind, wordLayout });
   }
 
   /**
@@ -433,8 +437,13 @@ export class Matmul {
   bind(arena: ParamArena, buffers: MatmulBuffers): MatmulOp {
     const w = buffers.weight;
     const { ldy, maxRows, xForm } = checkCallSite(buffers, this);
+    if (w.wordLayout === "texture" && this.policy !== "cpu") {
+      throw new TypeError(
+        `Cannot bind ${w.label} to the ${this.policy} policy's matmul: its words are in a texture, which only the cpu policy's kernel reads`,
+      );
+    }
     // The constructor compiled the policy's kernels for plain X and weights of this dtype.
-    this.#compilePolicy(w.format, xForm, w.wordBlock);
+    this.#compilePolicy(w.format, xForm, w.wordLayout);
     const slots = w.parts.map(() => arena.allocate());
     const xUniform = this.uniformXCapacity(buffers.x);
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, maxRows, xUniform);
@@ -445,13 +454,13 @@ export class Matmul {
       UNROLLED_BLOCKS.forEach((mb, i) => {
         const smallest = i === 0 ? 1 : UNROLLED_BLOCKS[i - 1]! + 1;
         if (smallest * rowVec4s > xUniform) return;
-        const wordBlock = w.wordBlock;
-        this.config("unrolled", mb, { xVec4: true, format: w.format, xForm, xUniform, wordBlock });
+        const wordLayout = w.wordLayout;
+        this.config("unrolled", mb, { xVec4: true, format: w.format, xForm, xUniform, wordLayout });
       });
     }
     for (const config of this.#configs.values()) {
       if (config.format !== w.format || config.xForm !== xForm) continue;
-      if (config.wordBlock !== w.wordBlock) continue;
+      if (config.wordLayout !== w.wordLayout) continue;
       // Uniform-X kernels are bound to call sites of their binding's size only.
       if (config.xUniform !== 0 && config.xUniform !== xUniform) continue;
       // Kernels reading 8-element steps are bound only to weights whose row stride allows it;

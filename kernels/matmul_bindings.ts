@@ -12,7 +12,12 @@ import xSwigluSource from "./matmul_x_swiglu.wgsl" with { type: "text" };
 import xRmsSource from "./matmul_x_rms.wgsl" with { type: "text" };
 import xNoStatSource from "./matmul_x_nostat.wgsl" with { type: "text" };
 import type { DType } from "../gpu/dtype.ts";
-import type { QuantFormat, WordBlock } from "../gpu/quant.ts";
+import {
+  type QuantFormat,
+  TEXTURE_LAYER_ROWS,
+  type WordBlock,
+  type WordLayout,
+} from "../gpu/quant.ts";
 
 /** What a matmul's weights are: plain f16 / f32, or a low-bit format (gpu/quant.ts). */
 export type WeightFormat = DType | QuantFormat;
@@ -48,16 +53,38 @@ export function wordIndexFunction(block: WordBlock, k: string): string {
 }
 
 /**
- * Bindings 1 (words, laid out in blocks of `block` rows: `w_index`, {@linkcode wordIndexFunction})
- * and 5 (f16 scales in blocks of 8 rows, gpu/quant.ts) of a quantized weight, and `scale_at(row,
+ * Binding 1 as a word texture (gpu/quant.ts, gpu/word_texture.ts) and `fn w_unit(row: u32, unit:
+ * u32, per_group: u32) -> vec4<u32>`, unit `unit` (4 words) of the matrix's row `row`: texel
+ * (unit, row % L) of layer row / L, L = TEXTURE_LAYER_ROWS (a power of two; a matrix of fewer
+ * rows has one layer of its rows, where row / L is 0 and row % L is row). `per_group` is unused
+ * (the buffer form's `w_index` needs it).
+ */
+function textureUnitFunction(): string {
+  const shift = Math.log2(TEXTURE_LAYER_ROWS);
+  return "@group(0) @binding(1) var w: texture_2d_array<u32>;\n" +
+    "fn w_unit(row: u32, unit: u32, per_group: u32) -> vec4<u32> {\n" +
+    `  let y = i32(row & ${TEXTURE_LAYER_ROWS - 1}u);\n` +
+    `  return textureLoad(w, vec2<i32>(i32(unit), y), i32(row >> ${shift}u), 0);\n}\n`;
+}
+
+/**
+ * Bindings 1 (words, laid out in blocks of `block` rows: `w_index`, {@linkcode wordIndexFunction};
+ * as vec4s also `w_unit(row, unit, per_group)`, the unit's 16 bytes; or, layout `"texture"`,
+ * {@linkcode textureUnitFunction}) and 5 (f16 scales in blocks of 8 rows, gpu/quant.ts) of a quantized weight, and `scale_at(row,
  * grp)`, the scale of group `grp` of the part's row `row` (`p.k / 32` groups per row). With
  * `scaleBlocks` the scales bind as `array<vec4<u32>>` and `scale_block(row8, grp)` reads group
  * `grp`'s scales of rows 8 row8 .. 8 row8 + 7 in one 16-byte load, `block_scale(b, r)` picking
  * row `r` (< 8) of such a block; otherwise as `array<u32>` pairs.
  */
-function quantBindings(wordType: string, block: WordBlock, scaleBlocks = false): string {
-  const words = `@group(0) @binding(1) var<storage, read> w: array<${wordType}>;\n` +
-    wordIndexFunction(block, "p.k");
+function quantBindings(wordType: string, layout: WordLayout, scaleBlocks = false): string {
+  const words = layout === "texture"
+    ? textureUnitFunction()
+    : `@group(0) @binding(1) var<storage, read> w: array<${wordType}>;\n` +
+      wordIndexFunction(layout, "p.k") +
+      (wordType === "vec4<u32>"
+        ? "fn w_unit(row: u32, unit: u32, per_group: u32) -> vec4<u32> {\n" +
+          "  return w[w_index(row, unit, per_group)];\n}\n"
+        : "");
   if (scaleBlocks) {
     return words +
       "@group(0) @binding(5) var<storage, read> w_scales: array<vec4<u32>>;\n" +
@@ -154,7 +181,7 @@ export function weightBinding8(format: WeightFormat, block: WordBlock = 1): stri
  */
 const QUANT_STEP = {
   int4: "alias QGroup = vec4<u32>;\n" +
-    "fn load_group(row: u32, grp: u32) -> QGroup {\n  return w[w_index(row, grp, 1u)];\n}\n" +
+    "fn load_group(row: u32, grp: u32) -> QGroup {\n  return w_unit(row, grp, 1u);\n}\n" +
     "fn q_prep(x: mat2x4<f32>) -> mat2x4<f32> {\n" +
     "  return mat2x4<f32>(x[0] * vec4<f32>(1.0, 0x1p-4, 0x1p-8, 0x1p-12),\n" +
     "    x[1] * vec4<f32>(0x1p-16, 0x1p-20, 0x1p-24, 0x1p-28));\n}\n" +
@@ -168,8 +195,7 @@ const QUANT_STEP = {
     "  return dot(xs[0], lo) + dot(xs[1], hi);\n}\n",
   int8: "struct QGroup { a: vec4<u32>, b: vec4<u32> }\n" +
     "fn load_group(row: u32, grp: u32) -> QGroup {\n" +
-    "  let g = w_index(row, 2u * grp, 2u);\n" +
-    "  return QGroup(w[g], w[g + 1u]);\n}\n" +
+    "  return QGroup(w_unit(row, 2u * grp, 2u), w_unit(row, 2u * grp + 1u, 2u));\n}\n" +
     "const Q8_PLACES = vec4<f32>(1.0, 0x1p-8, 0x1p-16, 0x1p-24);\n" +
     "const Q8_MASKS = vec4<u32>(0xFFu, 0xFF00u, 0xFF0000u, 0xFF000000u);\n" +
     "fn q_prep(x: mat2x4<f32>) -> mat2x4<f32> {\n" +
@@ -191,8 +217,8 @@ const QUANT_STEP = {
  * `block_scale`, `scale_at`; see `quantBindings`) and the step helpers of
  * {@linkcode QUANT_STEP}.
  */
-export function quantWeightBinding8(format: QuantFormat, block: WordBlock = 1): string {
-  return quantBindings("vec4<u32>", block, true) + QUANT_STEP[format];
+export function quantWeightBinding8(format: QuantFormat, layout: WordLayout = 1): string {
+  return quantBindings("vec4<u32>", layout, true) + QUANT_STEP[format];
 }
 
 /** WGSL: SwiGLU of gate `g` and up `u`, as matmul_x_swiglu.wgsl computes it. */

@@ -53,7 +53,7 @@ import {
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import { WORD_BLOCK_ROWS, type WordBlock } from "../gpu/quant.ts";
+import { WORD_BLOCK_ROWS, type WordLayout } from "../gpu/quant.ts";
 import { checkTile, TILE, tileCols, type TileConfig, tileName, tileRows } from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { sourceDigest } from "./source_digest.ts";
@@ -207,13 +207,14 @@ export interface KernelSource {
  * `gemvRows` is the weight rows per `gemv` invocation (one of {@linkcode GEMV_ROW_BLOCKS}),
  * `gemvStep` its weights per invocation per step (one of {@linkcode GEMV_STEPS}); `xUniform`,
  * when not 0, makes `unrolled` read its vec4 X through a uniform binding of that many vec4s
- * (matmul_bindings.ts `xBinding8`); `wordBlock` is how int8 / int4 words are laid out (rows per
- * block, gpu/quant.ts).
+ * (matmul_bindings.ts `xBinding8`); `wordLayout` is how int8 / int4 words are laid out (rows per
+ * block, or a texture: `unrolled` only; gpu/quant.ts).
  *
  * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`, or a
  *   `gemvRows` / `gemvStep` that is not one of {@linkcode GEMV_ROW_BLOCKS} /
  *   {@linkcode GEMV_STEPS}, or a uniform X with a kernel other than `unrolled` or without vec4
- *   loads, or a word block other than 1 for f16 / f32 weights.
+ *   loads, or a word layout other than 1 for f16 / f32 weights, or words in a texture for a
+ *   kernel other than `unrolled`.
  */
 export function kernelSource(
   variant: MatmulVariant,
@@ -227,7 +228,7 @@ export function kernelSource(
   gemvRows = 1,
   gemvStep = 4,
   xUniform = 0,
-  wordBlock: WordBlock = 1,
+  wordLayout: WordLayout = 1,
 ): KernelSource {
   if (xUniform !== 0 && variant !== "unrolled") {
     throw new RangeError(`Cannot build matmul ${variant} with a uniform X: unrolled only`);
@@ -240,18 +241,20 @@ export function kernelSource(
   }
   // `tiled` stages quantized weights 8 at a time (matmul_tiled_w8.wgsl).
   const tiledW8 = variant === "tiled" && quant !== null;
-  if (wordBlock !== 1 && quant === null) {
-    throw new RangeError(
-      `Cannot build matmul for ${format} weights in word blocks of ${wordBlock} rows`,
-    );
+  if (wordLayout !== 1 && quant === null) {
+    throw new RangeError(`Cannot build matmul for ${format} weights in word layout ${wordLayout}`);
   }
+  if (wordLayout === "texture" && variant !== "unrolled") {
+    throw new RangeError(`Cannot build matmul ${variant} for ${format} words in a texture`);
+  }
+  const block = wordLayout === "texture" ? 1 : wordLayout;
   const w = step8 || tiledW8
-    ? weightBinding8(format, wordBlock)
+    ? weightBinding8(format, block)
     : quant !== null && (q32 || variant === "unrolled")
-    ? quantWeightBinding8(quant, wordBlock)
+    ? quantWeightBinding8(quant, wordLayout)
     : variant !== "unrolled"
-    ? weightBinding(format, wordBlock)
-    : weightBinding8(format, wordBlock);
+    ? weightBinding(format, block)
+    : weightBinding8(format, block);
   const swiglu = xForm === "swiglu";
   const stat = variant === "gemv" || variant === "tiled";
   if (isNormXForm(xForm) && !stat) {

@@ -6,8 +6,8 @@
  */
 
 import type { ParamSlot } from "../gpu/params.ts";
-import type { WordBlock } from "../gpu/quant.ts";
-import type { GpuMatrix } from "../gpu/tensor.ts";
+import type { WordLayout } from "../gpu/quant.ts";
+import { type GpuMatrix, partResource } from "../gpu/tensor.ts";
 import { MAX_GROUPS_PER_DIM, noteWork } from "./dispatch.ts";
 import type { Matmul } from "./matmul.ts";
 import type { MatmulShape } from "./matmul_tuning.ts";
@@ -77,7 +77,7 @@ export interface KernelConfig {
   /** The weight format the kernel reads. */
   readonly format: WeightFormat;
   /** Rows per block of the quantized words it reads (gpu/quant.ts); 1 for f16 / f32. */
-  readonly wordBlock: WordBlock;
+  readonly wordLayout: WordLayout;
   /** How the kernel reads X. */
   readonly xForm: XForm;
   /** Whether the kernel reads X as vec4s (`unrolled` only; needs K % 4 == 0). */
@@ -189,7 +189,7 @@ export class MatmulOp {
         : { buffer: b.x.buffer, offset: b.x.offset ?? 0, size: 16 * config.xUniform };
       const entries: GPUBindGroupEntry[] = [
         { binding: 0, resource: x },
-        { binding: 1, resource: { buffer: part.buffer } },
+        { binding: 1, resource: partResource(part) },
         { binding: 3, resource: b.y },
         { binding: 4, resource: this.#slots[i]!.binding },
       ];
@@ -227,7 +227,7 @@ export class MatmulOp {
       xForm,
       { rows: gemvRows, step: gemvStep },
       this.#xUniform,
-      w.wordBlock,
+      w.wordLayout,
     );
     const groups = this.bindGroups(config);
     const chosen = { m, variant, gemvRows, gemvStep, generation, config, groups };

@@ -14,8 +14,10 @@
 // third of four 4-byte ones; the kernel went from 1.29 to 0.85 ms (f16 `unrolled`: 1.5 ms;
 // bench/load_width.ts). Under the cpu kernel profile the words sit in blocks of 16 rows
 // (gpu/quant.ts word blocks: a group of the RN = 16 rows is 256 (int4) or 512 (int8)
-// contiguous bytes), so an invocation's loads walk one stream instead of 16; `load_group` reads
-// either layout.
+// contiguous bytes), so an invocation's loads walk one stream instead of 16; or, the cpu
+// profile's default, in a texture (gpu/quant.ts, gpu/word_texture.ts: one texel per 16 bytes of a
+// row), whose fetches lavapipe runs as gathers rather than per-lane loops (0.76-0.80x the time of
+// the blocks, int4; 0.89x int8; 2026-11-27); `load_group` reads any of the three (`w_unit`).
 //
 // Unpacking without shifts (the prelude's q_prep / q_offset / q_dot): a value is isolated in
 // place with one AND (the word with the sign bit of every value but the top one flipped, so
@@ -36,7 +38,7 @@
 // Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32`, `const RN: u32`,
 // `const WG: u32`; the x binding with `fn load_x8(row: u32, q: u32) -> mat2x4<f32>` (K % 4 == 0);
 // the weight bindings `w` and `w_scales` with `fn load_group(row: u32, grp: u32) -> QGroup` (the
-// words of group grp of the part's row `row`), `fn scale_block(row8: u32, grp: u32) ->
+// words of group grp of the part's row `row`, through `fn w_unit(row, unit, per_group)`), `fn scale_block(row8: u32, grp: u32) ->
 // vec4<u32>` (group grp's scales of rows 8 row8 .. 8 row8 + 7, one 16-byte load) and
 // `fn block_scale(b: vec4<u32>, r: u32) -> f32` (row r of such a block), `fn q_prep(x:
 // mat2x4<f32>) -> mat2x4<f32>` (X scaled to the values' places), `fn q_offset(x: mat2x4<f32>)
@@ -49,6 +51,8 @@
 //   1 w        : storage read  array<vec4<u32>>          the packed values of [rows, K] (one
 //                              GpuMatrix part, row by row or in blocks of 16 rows, gpu/quant.ts):
 //                              one (int4) or two (int8) per group
+//                or texture_2d_array<u32> (rgba32uint)  the same 16-byte units, unit u of row r
+//                              at texel (u, r % 2048), layer r / 2048 (gpu/quant.ts)
 //   2 bias     : storage read  array<f32>                [N] (whole bias; only with bias)
 //   3 y        : storage rw    array<f32>                [M, ldy]; columns [n0, n0 + rows) written
 //   4 p        : uniform       Params

@@ -17,7 +17,7 @@ import {
 import { type Rng, testSeed } from "./support/random.ts";
 import { embeddingRef } from "./reference/embedding.ts";
 import { quantizeRef } from "./reference/quant.ts";
-import { type QuantFormat, quantizeRows, type WordBlock } from "../gpu/quant.ts";
+import { type QuantFormat, quantizeRows, type WordLayout } from "../gpu/quant.ts";
 
 const DTYPES: DType[] = ["f32", "f16"];
 
@@ -45,7 +45,7 @@ async function checkGather(
     maxPartBytes?: number;
     minParts?: number;
     accumulate?: boolean;
-    wordBlock?: WordBlock;
+    layout?: WordLayout;
   } = {},
 ): Promise<void> {
   const { seed, rng } = testSeed(name);
@@ -62,9 +62,16 @@ async function checkGather(
       hidden,
       quant,
       quantizeRows(values, hidden, quant),
-      { maxPartBytes: options.maxPartBytes, wordBlock: options.wordBlock },
+      {
+        maxPartBytes: options.maxPartBytes,
+        ...(options.layout === "texture"
+          ? { wordStorage: "texture" }
+          : options.layout === undefined
+          ? {}
+          : { wordBlock: options.layout }),
+      },
     );
-  if (options.wordBlock !== undefined) ok(table.wordBlock === options.wordBlock, name);
+  if (options.layout !== undefined) ok(table.wordLayout === options.layout, name);
   ok(
     table.parts.length >= (options.minParts ?? 1),
     `seed ${seed} ${name}: expected a split table, got ${table.parts.length} parts`,
@@ -153,37 +160,42 @@ Deno.test("embedding() accumulate adds position embeddings, split or not", GPU_T
 });
 
 Deno.test(
-  "embedding() gathers dequantized rows of int8 / int4 tables, split or not, in either word layout",
+  "embedding() gathers dequantized rows of int8 / int4 tables, split or not, in every word layout",
   GPU_TEST,
   async () => {
     const ctx = await testContext();
     for (const format of ["int8", "int4"] as const) {
-      for (const wordBlock of [1, 16] as const) {
+      for (const layout of [1, 16, "texture"] as const) {
         for (
           const [vocab, hidden, tokens] of [[5, 32, 1], [50, 96, 17], [30, 1024, 17]] as const
         ) {
           await checkGather(
             ctx,
-            `embedding ${format} vocab ${vocab} hidden ${hidden} word block ${wordBlock}`,
+            `embedding ${format} vocab ${vocab} hidden ${hidden} word layout ${layout}`,
             vocab,
             hidden,
             tokens,
             format,
-            { wordBlock },
+            { layout },
           );
         }
       }
+      // A texture of three layers (2,048 rows each, gpu/quant.ts).
+      await checkGather(ctx, `embedding ${format} texture layers`, 4200, 64, 33, format, {
+        layout: "texture",
+      });
       // 96 columns: 96 (int8) or 48 (int4) bytes per row; 500-byte parts hold 5 or 10 rows
       // (row by row: 16-row blocks do not fit).
       await checkGather(ctx, `embedding ${format} split`, 50, 96, 17, format, {
         maxPartBytes: 500,
         minParts: 5,
+        layout: 1,
       });
       // 1,600-byte parts: one block of 16 int8 rows (1,536 bytes; 4 parts), two of int4 (2).
       await checkGather(ctx, `embedding ${format} split in word blocks`, 50, 96, 17, format, {
         maxPartBytes: 1600,
         minParts: format === "int8" ? 4 : 2,
-        wordBlock: 16,
+        layout: 16,
       });
     }
   },

@@ -6,16 +6,17 @@
  */
 
 import assert from "node:assert/strict";
-import type { GpuContext } from "../gpu/context.ts";
+import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import {
   blockScales,
   deviceScaleIndex,
   GROUP,
   type QuantFormat,
   quantizeRows,
-  type WordBlock,
+  TEXTURE_LAYER_ROWS,
+  type WordLayout,
 } from "../gpu/quant.ts";
-import { GpuMatrix } from "../gpu/tensor.ts";
+import { GpuMatrix, type QuantizedMatrixOptions } from "../gpu/tensor.ts";
 import { Matmul, TILE_CANDIDATES, type XForm } from "../kernels/matmul.ts";
 import { kernelSource } from "../kernels/matmul_kernels.ts";
 import { TILE, tileName } from "../kernels/matmul_tile.ts";
@@ -133,6 +134,21 @@ Deno.test(
 
 type Shape = readonly [m: number, n: number, k: number];
 
+/**
+ * The matrix options of a case: its word layout when given; else the kernel profile's where the
+ * kernel can read it (words in a texture: `unrolled` under the cpu policy only), else a buffer.
+ */
+function layoutOptions(
+  kernel: Matmul,
+  variant: TestVariant | undefined,
+  layout: WordLayout | undefined,
+): QuantizedMatrixOptions {
+  if (layout === "texture") return { wordStorage: "texture" };
+  if (layout !== undefined) return { wordBlock: layout };
+  const readsTexture = kernel.policy === "cpu" && (variant ?? "unrolled") === "unrolled";
+  return readsTexture ? {} : { wordStorage: "buffer" };
+}
+
 async function check(
   ctx: GpuContext,
   kernel: Matmul,
@@ -142,12 +158,12 @@ async function check(
   parts?: number,
   xForm: XForm = "plain",
   uniformX?: { readonly bytes: number; readonly expected: boolean },
-  wordBlock?: WordBlock,
+  layout?: WordLayout,
 ): Promise<void> {
   const [m, n, k] = shape;
   const label = `quant matmul ${format} [${m}, ${n}, ${k}] ${variant ?? `auto/${kernel.policy}`} ` +
     `bias ${kernel.bias}` + (xForm === "swiglu" ? " x swiglu" : "") +
-    (wordBlock === undefined ? "" : ` word block ${wordBlock}`) +
+    (layout === undefined ? "" : ` word layout ${layout}`) +
     (variant === "tiled" ? ` tile ${tileName(kernel.tile)}` : "") +
     (uniformX === undefined ? "" : ` uniform-capable X of ${uniformX.bytes} bytes`);
   const { seed, rng } = testSeed(label);
@@ -157,11 +173,17 @@ async function check(
   const x = xForm === "swiglu" ? siluMulRef(xIn, m, k) : xIn;
   const w = rng.array(n * k, -1, 1);
   const bias = kernel.bias ? rng.array(n, -1, 1) : undefined;
-  const weight = GpuMatrix.fromQuantized(ctx, "w", n, k, format, quantizeRows(w, k, format), {
-    wordBlock,
-  });
+  const weight = GpuMatrix.fromQuantized(
+    ctx,
+    "w",
+    n,
+    k,
+    format,
+    quantizeRows(w, k, format),
+    layoutOptions(kernel, variant, layout),
+  );
   if (parts !== undefined) assert.equal(weight.parts.length, parts, context);
-  if (wordBlock !== undefined) assert.equal(weight.wordBlock, wordBlock, context);
+  if (layout !== undefined) assert.equal(weight.wordLayout, layout, context);
   const xPadded = new Float32Array(xIn.length + 3).fill(NaN);
   xPadded.set(xIn);
   const xBuf = upload(ctx, xPadded, "x", uniformX?.bytes);
@@ -215,11 +237,15 @@ Deno.test(
       const kernel = new Matmul(ctx, { dtype: "f16", bias });
       for (const format of FORMATS) {
         for (const shape of SHAPES) {
-          // Each word layout (gpu/quant.ts): the profile's by default, both on 130 rows (8
-          // blocks of 16 and a partial one).
-          const blocks = shape[1] === 130 ? [1, 16] as const : [undefined];
+          // Each word layout (gpu/quant.ts): the profile's by default, all on 130 rows (8
+          // blocks of 16 and a partial one); a texture for `unrolled` only.
           for (const variant of VARIANTS) {
-            for (const block of blocks) {
+            const layouts = shape[1] !== 130
+              ? [undefined]
+              : variant === "unrolled"
+              ? [1, 16, "texture"] as const
+              : [1, 16] as const;
+            for (const block of layouts) {
               await check(
                 ctx,
                 kernel,
@@ -379,6 +405,147 @@ Deno.test(
     } finally {
       m.destroy();
       b.destroy();
+    }
+  },
+);
+
+/** Texels of `layers` layers of a `width` x `height` rgba32uint texture, as u32 in row order. */
+async function readTexture(
+  ctx: GpuContext,
+  texture: GPUTexture,
+  width: number,
+  height: number,
+  layers: number,
+): Promise<Uint32Array> {
+  const rowBytes = Math.ceil((width * 16) / 256) * 256;
+  const staging = ctx.createBuffer("texture readback", rowBytes * height * layers, STORAGE_RW);
+  try {
+    const encoder = ctx.device.createCommandEncoder();
+    encoder.copyTextureToBuffer(
+      { texture },
+      { buffer: staging, bytesPerRow: rowBytes, rowsPerImage: height },
+      [width, height, layers],
+    );
+    ctx.device.queue.submit([encoder.finish()]);
+    const padded = await readU32(ctx, staging);
+    const out = new Uint32Array(width * 4 * height * layers);
+    for (let row = 0; row < height * layers; row++) {
+      out.set(
+        padded.subarray((row * rowBytes) / 4, (row * rowBytes) / 4 + width * 4),
+        row * width * 4,
+      );
+    }
+    return out;
+  } finally {
+    staging.destroy();
+  }
+}
+
+Deno.test(
+  "GpuMatrix.writeWords() puts int8 / int4 rows in a texture of 2,048-row layers, whatever the chunks",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const format of FORMATS) {
+      const { seed, rng } = testSeed(`word texture ${format}`);
+      const rows = 2 * TEXTURE_LAYER_ROWS + 5;
+      const cols = 64;
+      const perRow = format === "int4" ? 8 : 16; // words per row: 2 or 4 texels
+      const words = Uint32Array.from({ length: rows * perRow }, () => rng.int(1, 0xffffffff));
+      const m = GpuMatrix.createQuantized(ctx, "w", rows, cols, format, { wordStorage: "texture" });
+      try {
+        assert.equal(m.wordLayout, "texture");
+        assert.equal(m.parts.length, 1);
+        const texture = m.parts[0]!.texture!;
+        assert.deepEqual([texture.layerRows, texture.layers], [TEXTURE_LAYER_ROWS, 3]);
+        // Chunks that cross layer boundaries and end inside a layer.
+        for (const [lo, hi] of [[0, 100], [100, 2050], [2050, 4097], [4097, rows]] as const) {
+          m.writeWords(ctx.device.queue, lo, words.subarray(lo * perRow, hi * perRow));
+        }
+        const got = await readTexture(ctx, texture.texture, perRow / 4, TEXTURE_LAYER_ROWS, 3);
+        // Texel (u, y) of layer l is unit u of row l * 2048 + y; rows past the last are zero.
+        const expected = new Uint32Array(3 * TEXTURE_LAYER_ROWS * perRow);
+        expected.set(words);
+        assert.deepEqual(got, expected, `seed ${seed} ${format}`);
+        // 2 or 4 texels of 16 bytes per row, three layers of 2,048 rows; scales of 4,101 rows
+        // padded to 4,104, two per row.
+        assert.equal(m.byteSize, 3 * TEXTURE_LAYER_ROWS * perRow * 4 + 4104 * 2 * 2);
+        assert.throws(() => m.parts[0]!.buffer, /in a texture/);
+        assert.throws(() => m.writeWords(ctx.device.queue, rows - 1, words), RangeError);
+      } finally {
+        m.destroy();
+      }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() unrolled multiplies by int8 / int4 words from a texture of several layers",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const bias of [false, true]) {
+      const kernel = new Matmul(ctx, { dtype: "f16", bias, policy: "cpu" });
+      for (const format of FORMATS) {
+        for (const shape of [[1, 4200, 32], [7, 2100, 96], [17, 4101, 64]] as const) {
+          await check(ctx, kernel, format, shape, "unrolled", 1, "plain", undefined, "texture");
+        }
+        await check(
+          ctx,
+          kernel,
+          format,
+          [5, 2100, 64],
+          "unrolled",
+          1,
+          "swiglu",
+          undefined,
+          "texture",
+        );
+      }
+    }
+  },
+);
+
+Deno.test(
+  "words in a texture are refused by every kernel but unrolled, and by the gpu policy",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const variant of ["gemv", "tiled", "blocked"] as const) {
+      assert.throws(
+        () =>
+          kernelSource(variant, 1, "int4", false, false, "plain", "f32", TILE, 1, 4, 0, "texture"),
+        new RegExp(`Cannot build matmul ${variant} for int4 words in a texture`),
+      );
+    }
+    assert.throws(
+      () =>
+        kernelSource("unrolled", 1, "f16", false, true, "plain", "f32", TILE, 1, 4, 0, "texture"),
+      /Cannot build matmul for f16 weights in word layout texture/,
+    );
+    assert.throws(
+      () =>
+        GpuMatrix.createQuantized(ctx, "w", 3, 64, "int4", {
+          wordStorage: "texture",
+          wordBlock: 16,
+        }),
+      TypeError,
+    );
+    const weight = GpuMatrix.createQuantized(ctx, "w", 8, 64, "int4", { wordStorage: "texture" });
+    const arena = new ParamArena(ctx, 1);
+    const x = upload(ctx, new Float32Array(64));
+    const y = poisonedF32(ctx, 8);
+    try {
+      const gpu = new Matmul(ctx, { dtype: "f16", bias: false, policy: "gpu" });
+      assert.throws(
+        () => gpu.bind(arena, { x: whole(x), weight, y: whole(y) }),
+        /its words are in a texture, which only the cpu policy's kernel reads/,
+      );
+      const cpu = new Matmul(ctx, { dtype: "f16", bias: false, policy: "cpu" });
+      const op = cpu.bind(arena, { x: whole(x), weight, y: whole(y) });
+      assert.throws(() => op.configFor(1, { variant: "gemv" }), /in a texture/);
+    } finally {
+      for (const b of [weight, arena, x, y]) b.destroy();
     }
   },
 );
