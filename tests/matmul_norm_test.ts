@@ -75,7 +75,10 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
   const padColsTo = padColsFor(c.variant);
   const weight = c.quant === undefined
     ? GpuMatrix.fromArray(ctx, "w", w, n, k, c.dtype, { padColsTo })
-    : GpuMatrix.fromQuantized(ctx, "w", n, k, c.quant, quantizeRows(w, k, c.quant));
+    // In a buffer whatever the kernel profile: gemv and tiled do not read words in a texture.
+    : GpuMatrix.fromQuantized(ctx, "w", n, k, c.quant, quantizeRows(w, k, c.quant), {
+      wordStorage: "buffer",
+    });
   const normWeight = GpuMatrix.fromArray(ctx, "gamma", gamma, 1, k, c.dtype);
   if (c.parts !== undefined && weight.parts.length !== c.parts) {
     throw new AssertionError({
