@@ -19,7 +19,9 @@ const USAGE = `usage: deno task bench:model [options]
   --no-breakdown               skip the per-kernel breakdown
   --breakdown-batches LIST     decode batch sizes of the breakdown (default 1,8)
   --breakdown-prefill LIST     prefill lengths of the breakdown (default the longest --prefill)
-  --matmul-variant V           force one matmul kernel (tiled, gemv, blocked, unrolled)
+  --matmul-variant V           force one matmul kernel (tiled, gemv, blocked, unrolled); with
+                               --quantization under the cpu profile only unrolled reads the
+                               words (they are in a texture there)
   --force-f32                  f32 weights even with shader-f16
   --kernel-profile auto|cpu|gpu   kernel variants (default auto: from the adapter)
   --kernel-tuning auto|measure|off   gpu profile: the matmul tile and gemv/tiled choice per

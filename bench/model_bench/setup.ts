@@ -23,8 +23,10 @@ export function forceMatmulVariant(variant: string | undefined): MatmulVariant |
     throw new TypeError(`--matmul-variant must be one of ${MATMUL_VARIANTS.join(", ")}`);
   }
   const choose = Matmul.prototype.choose;
-  Matmul.prototype.choose = function (m, rows, cols, rowStride, _variant, format, xForm, rb) {
-    return choose.call(this, m, rows, cols, rowStride, forced, format, xForm, rb);
+  // Every other argument passes through (the uniform X capacity, the word layout).
+  Matmul.prototype.choose = function (...args: Parameters<typeof choose>) {
+    args[4] = forced;
+    return choose.apply(this, args);
   };
   return forced;
 }
