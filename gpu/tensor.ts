@@ -143,7 +143,8 @@ export class GpuMatrix {
    * words in a texture (one part), or in buffers split by rows so that each part's words fit one
    * binding (parts of whole word blocks).
    *
-   * @throws {RangeError} when the shape is not whole groups or a part cannot hold one block.
+   * @throws {RangeError} when the shape is not whole groups, a part cannot hold one block, or
+   *   `wordStorage` "texture" does not fit the device (its size limits; the scales one binding).
    * @throws {TypeError} when `wordStorage` "texture" comes with a `wordBlock`.
    */
   static createQuantized(
