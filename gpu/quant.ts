@@ -124,6 +124,11 @@ export function wordBlockFor(profile: "cpu" | "gpu"): WordBlock {
  */
 export type WordLayout = WordBlock | "texture";
 
+/** A pipeline-key suffix naming `layout`: none for row-major words, `b16`, or `tex`. */
+export function wordLayoutTag(layout: WordLayout): string {
+  return layout === 1 ? "" : layout === "texture" ? "tex" : `b${layout}`;
+}
+
 /** Where a quantized matrix keeps its words: a storage buffer, or a texture. */
 export type WordStorage = "buffer" | "texture";
 

@@ -11,8 +11,8 @@ import { weightPrelude } from "../gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { type GpuMatrix, partResource } from "../gpu/tensor.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
-import { wordIndexFunction } from "./matmul_bindings.ts";
-import { TEXTURE_LAYER_ROWS } from "../gpu/quant.ts";
+import { wordIndexFunction, wordTextureFunction } from "./matmul_bindings.ts";
+import { wordLayoutTag } from "../gpu/quant.ts";
 
 /**
  * The table binding and `table_at(row, c)` (element c of row `row` of a part, as f32) for
@@ -30,15 +30,11 @@ function tablePrelude(table: GpuMatrix): string {
   // deviceScaleIndex).
   const [bits, per] = table.quant === "int4" ? [4, 8] : [8, 4];
   const layout = table.wordLayout;
-  // Word j of row `row`: in a buffer through w_index; in a texture component j % 4 of texel
-  // (j / 4, row % L), layer row / L (gpu/quant.ts, L a power of two).
+  // Word j of row `row`: in a buffer through w_index; in a texture component j % 4 of unit j / 4
+  // (wordTextureFunction).
   const words = layout === "texture"
-    ? "@group(0) @binding(2) var table: texture_2d_array<u32>;\n" +
-      "fn table_word(row: u32, j: u32) -> u32 {\n" +
-      `  let y = i32(row & ${TEXTURE_LAYER_ROWS - 1}u);\n` +
-      "  let t = textureLoad(table, vec2<i32>(i32(j >> 2u), y), " +
-      `i32(row >> ${Math.log2(TEXTURE_LAYER_ROWS)}u), 0);\n` +
-      "  return t[j & 3u];\n}\n"
+    ? wordTextureFunction(2, "table") +
+      "fn table_word(row: u32, j: u32) -> u32 {\n  return table_texel(row, j >> 2u)[j & 3u];\n}\n"
     : "@group(0) @binding(2) var<storage, read> table: array<u32>;\n" +
       wordIndexFunction(layout, "p.hidden") +
       "fn table_word(row: u32, j: u32) -> u32 {\n" +
@@ -98,13 +94,7 @@ export class Embedding {
     const accumulate = options.accumulate ?? false;
     const mode = accumulate ? "accumulate" : "gather";
     const pipeline = this.#ctx.pipeline(
-      `embedding/${mode}/${table.format}${
-        table.wordLayout === 1
-          ? ""
-          : table.wordLayout === "texture"
-          ? "/tex"
-          : `b${table.wordLayout}`
-      }`,
+      `embedding/${mode}/${table.format}${wordLayoutTag(table.wordLayout)}`,
       () => tablePrelude(table) + source,
       { ACCUMULATE: accumulate ? 1 : 0 },
     );

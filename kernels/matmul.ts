@@ -28,7 +28,7 @@
 
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import type { WordLayout } from "../gpu/quant.ts";
+import { type WordLayout, wordLayoutTag } from "../gpu/quant.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import {
   BLOCKED_PREFILL_MB,
@@ -290,11 +290,7 @@ export class Matmul {
     } = options;
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
-    const f = wordLayout === 1
-      ? format
-      : wordLayout === "texture"
-      ? `${format}tex`
-      : `${format}b${wordLayout}`;
+    const f = `${format}${wordLayoutTag(wordLayout)}`;
     const tag = `matmul/${variant}/${f}/${this.bias ? "bias" : "nobias"}${x}`;
     const t = tile;
     const key = variant === "tiled"

@@ -53,32 +53,35 @@ export function wordIndexFunction(block: WordBlock, k: string): string {
 }
 
 /**
- * Binding 1 as a word texture (gpu/quant.ts, gpu/word_texture.ts) and `fn w_unit(row: u32, unit:
- * u32, per_group: u32) -> vec4<u32>`, unit `unit` (4 words) of the matrix's row `row`: texel
- * (unit, row % L) of layer row / L, L = TEXTURE_LAYER_ROWS (a power of two; a matrix of fewer
- * rows has one layer of its rows, where row / L is 0 and row % L is row). `per_group` is unused
- * (the buffer form's `w_index` needs it).
+ * WGSL: binding `binding` as the word texture `name` (gpu/quant.ts, gpu/word_texture.ts) and `fn
+ * name_texel(row: u32, unit: u32) -> vec4<u32>`, unit `unit` (4 words) of the matrix's row `row`:
+ * texel (unit, row % L) of layer row / L, L = TEXTURE_LAYER_ROWS (a power of two; a matrix of
+ * fewer rows has one layer of its rows, where row / L is 0 and row % L is row).
  */
-function textureUnitFunction(): string {
+export function wordTextureFunction(binding: number, name: string): string {
   const shift = Math.log2(TEXTURE_LAYER_ROWS);
-  return "@group(0) @binding(1) var w: texture_2d_array<u32>;\n" +
-    "fn w_unit(row: u32, unit: u32, per_group: u32) -> vec4<u32> {\n" +
+  return `@group(0) @binding(${binding}) var ${name}: texture_2d_array<u32>;\n` +
+    `fn ${name}_texel(row: u32, unit: u32) -> vec4<u32> {\n` +
     `  let y = i32(row & ${TEXTURE_LAYER_ROWS - 1}u);\n` +
-    `  return textureLoad(w, vec2<i32>(i32(unit), y), i32(row >> ${shift}u), 0);\n}\n`;
+    `  return textureLoad(${name}, vec2<i32>(i32(unit), y), i32(row >> ${shift}u), 0);\n}\n`;
 }
 
 /**
  * Bindings 1 (words, laid out in blocks of `block` rows: `w_index`, {@linkcode wordIndexFunction};
  * as vec4s also `w_unit(row, unit, per_group)`, the unit's 16 bytes; or, layout `"texture"`,
- * {@linkcode textureUnitFunction}) and 5 (f16 scales in blocks of 8 rows, gpu/quant.ts) of a quantized weight, and `scale_at(row,
- * grp)`, the scale of group `grp` of the part's row `row` (`p.k / 32` groups per row). With
+ * {@linkcode wordTextureFunction} and `w_unit`) and 5 (f16 scales in blocks of 8 rows,
+ * gpu/quant.ts) of a quantized weight, and `scale_at(row, grp)`, the scale of group `grp` of the
+ * part's row `row` (`p.k / 32` groups per row). With
  * `scaleBlocks` the scales bind as `array<vec4<u32>>` and `scale_block(row8, grp)` reads group
  * `grp`'s scales of rows 8 row8 .. 8 row8 + 7 in one 16-byte load, `block_scale(b, r)` picking
  * row `r` (< 8) of such a block; otherwise as `array<u32>` pairs.
  */
 function quantBindings(wordType: string, layout: WordLayout, scaleBlocks = false): string {
+  // `w_unit(row, unit, per_group)`: the unit's 16 bytes (`per_group` is for `w_index`).
   const words = layout === "texture"
-    ? textureUnitFunction()
+    ? wordTextureFunction(1, "w") +
+      "fn w_unit(row: u32, unit: u32, per_group: u32) -> vec4<u32> {\n" +
+      "  return w_texel(row, unit);\n}\n"
     : `@group(0) @binding(1) var<storage, read> w: array<${wordType}>;\n` +
       wordIndexFunction(layout, "p.k") +
       (wordType === "vec4<u32>"
