@@ -305,6 +305,13 @@ Deno.test("bench:batching rejects bad flags with exit status 2", async () => {
   const mode = await bench(["--preemption-mode", "drop"]);
   assert.equal(mode.code, 2);
   assert.match(mode.err.join("\n"), /^error: --preemption-mode must be recompute or swap/);
+  const format = await bench(["--executor", "webgpu", "--quantization", "int3"]);
+  assert.equal(format.code, 2);
+  assert.match(format.err.join("\n"), /^error: --quantization expects none, int8 or int4/);
+  // The mock executor alone has no weights: the flag would be ignored, so it is refused.
+  const mock = await bench(["--quantization", "int4"]);
+  assert.equal(mock.code, 2);
+  assert.match(mock.err.join("\n"), /^error: --quantization applies to the WebGPU runner/);
 });
 
 Deno.test("bench:batching --sweep writes the Markdown table, JSON and SVG charts", async () => {
@@ -329,13 +336,16 @@ Deno.test("bench:batching --sweep writes the Markdown table, JSON and SVG charts
 });
 
 Deno.test({
-  name: "bench:batching --executor webgpu runs the tiny model and measures the decode rates",
+  name:
+    "bench:batching --executor webgpu runs the tiny model with int8 weights and measures the decode rates",
   ...GPU_TEST,
   fn: async () => {
     const dir = await Deno.makeTempDir();
     const { code, out } = await bench([
       "--executor",
       "webgpu",
+      "--quantization",
+      "int8",
       "--json",
       ...SMALL.slice(2),
       "--requests",
@@ -354,8 +364,13 @@ Deno.test({
         one_readback_per_step_steps_per_s: z.number().positive(),
         pipelined_steps_per_s: z.number().positive(),
       }),
+      quantization: z.literal("int8"),
+      weight_device_bytes: z.number().positive(),
+      weight_unquantized_bytes: z.number().positive(),
     }).parse(JSON.parse(out[0]!));
     assert.equal(report.executor, "webgpu");
+    // int8: a byte and a 32nd of an f16 scale per weight against 2 (f16) or 4 (f32) bytes.
+    assert.ok(report.weight_device_bytes < 0.6 * report.weight_unquantized_bytes);
     for (const r of report.results) assert.equal(r.requests, 4);
   },
 });

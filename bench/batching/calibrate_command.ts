@@ -10,6 +10,7 @@ import { describeMachine } from "../support.ts";
 import { calibrate, type Calibration, measureSwapOutMs } from "./calibrate.ts";
 import type { BenchIo } from "../bench_io.ts";
 import type { Options } from "./options.ts";
+import type { Quantization } from "../../gpu/quant.ts";
 import { destroyRunner, loadRunner } from "./runner_timing.ts";
 
 /** What one calibration found, with where it ran. */
@@ -17,6 +18,7 @@ interface CalibrationRun {
   readonly machine: string;
   readonly model: string;
   readonly weightDtype: string;
+  readonly quantization: Quantization;
   readonly calibration: Calibration;
   readonly swapOutMs: number;
 }
@@ -29,6 +31,7 @@ function calibrationJson(run: CalibrationRun): string {
     machine: run.machine,
     model: run.model,
     weight_dtype: run.weightDtype,
+    quantization: run.quantization,
     fit: {
       base_ms: baseMs,
       per_token_ms: perTokenMs,
@@ -86,12 +89,16 @@ export async function runCalibrate(o: Options, io: BenchIo): Promise<number> {
     },
     o.blockSize,
     o.kernelProfile,
+    o.quantization,
   );
   try {
     const machine = describeMachine(runner.ctx);
     if (!o.json) {
       io.log(machine);
-      io.log(`model: ${dir} (${runner.config.arch}, weights ${runner.ctx.weightDtype})`);
+      io.log(
+        `model: ${dir} (${runner.config.arch}, weights ${runner.ctx.weightDtype}, ` +
+          `quantization ${o.quantization})`,
+      );
       io.log(`timing: host wall time of N identical steps, ${runner.maxInFlight} in flight, / N`);
     }
     const calibration = await calibrate(runner, undefined, (shape, ms) => {
@@ -107,6 +114,7 @@ export async function runCalibrate(o: Options, io: BenchIo): Promise<number> {
       machine,
       model: dir,
       weightDtype: runner.ctx.weightDtype,
+      quantization: o.quantization,
       calibration,
       swapOutMs,
     };

@@ -104,11 +104,15 @@ async function compareOnWebGpu(
     },
     o.blockSize,
     o.kernelProfile,
+    o.quantization,
   );
   try {
     meta.machine = describeMachine(runner.ctx);
     meta.model = dir;
     meta.weight_dtype = runner.ctx.weightDtype;
+    meta.quantization = o.quantization;
+    meta.weight_device_bytes = runner.weights.device;
+    meta.weight_unquantized_bytes = runner.weights.unquantized;
     meta.latency_model = null;
     const rate = await measureDecodeRate(runner, 1, Math.min(128, o.maxModelLen), 64);
     meta.decode_rate = {

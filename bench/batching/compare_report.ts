@@ -154,7 +154,10 @@ export function printComparison(
       `executor: mock, step = ${latencyText(o)} (${JSON.stringify(meta.latency_model)})`,
     );
   } else {
-    io.log(`executor: webgpu, model ${String(meta.model)}; ${String(meta.machine)}`);
+    io.log(
+      `executor: webgpu, model ${String(meta.model)} (weights ${String(meta.weight_dtype)}, ` +
+        `quantization ${String(meta.quantization)}); ${String(meta.machine)}`,
+    );
   }
   io.log(textTable(RESULT_HEADER, resultRows(results)));
   io.log(

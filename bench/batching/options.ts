@@ -7,7 +7,8 @@
  */
 
 import type { KernelProfileChoice } from "../../gpu/kernel_profile.ts";
-import { kernelProfileOption, oneOf, parseFlags, UsageError } from "../bench_io.ts";
+import { parseQuantization, type Quantization } from "../../gpu/quant.ts";
+import { kernelProfileOption, oneOf, orUsageError, parseFlags, UsageError } from "../bench_io.ts";
 
 /**
  * The mock executor's default latency model, fitted by `--calibrate` from the WebGPU runner's
@@ -38,6 +39,8 @@ const USAGE = `usage: deno task bench:batching [options]
   --executor mock|webgpu     step executor (default mock: simulated time, calibrated latency)
   --model DIR                model for webgpu / --calibrate (default: tiny-qwen3, generated)
   --kernel-profile auto|cpu|gpu   kernel variants of the webgpu runs (default auto)
+  --quantization none|int8|int4  weights of the webgpu runs' projections and LM head
+                             (default none; not with the mock executor alone)
   --json                     print one JSON object instead of tables
   --requests N               requests (default 256)
   --seed S                   workload seed (default 0)
@@ -71,6 +74,8 @@ export interface Options {
   model: string | undefined;
   /** Kernel variants of the WebGPU runner (webgpu executor, --calibrate). */
   kernelProfile: KernelProfileChoice;
+  /** Weight format of the WebGPU runner (webgpu executor, --calibrate). */
+  quantization: Quantization;
   json: boolean;
   requests: number;
   seed: number;
@@ -121,6 +126,7 @@ const FLAGS = {
   executor: { type: "string", default: "mock" },
   model: { type: "string" },
   "kernel-profile": { type: "string" },
+  quantization: { type: "string", default: "none" },
   json: { type: "boolean", default: false },
   requests: { type: "string", default: "256" },
   seed: { type: "string", default: "0" },
@@ -159,6 +165,7 @@ export function parseBatchingArgs(argv: string[]): Options {
     executor,
     model: v.model,
     kernelProfile: kernelProfileOption(v["kernel-profile"]),
+    quantization: orUsageError(() => parseQuantization(v.quantization)),
     json: v.json,
     requests: parseNum("requests", v.requests, 1),
     seed: parseNum("seed", v.seed, 0),
@@ -200,6 +207,11 @@ function checkCombination(o: Options): void {
       `--prompt-len max ${o.promptLen[1]} + --output-len max ${
         o.outputLen[1]
       } exceeds --max-model-len ${o.maxModelLen}`,
+    );
+  }
+  if (o.quantization !== "none" && o.executor === "mock" && !o.calibrate) {
+    throw new UsageError(
+      "--quantization applies to the WebGPU runner: --executor webgpu or --calibrate",
     );
   }
   if (o.sweep && !(o.rate > 0)) throw new UsageError(`--rate must be > 0, got ${o.rate}`);
