@@ -312,6 +312,9 @@ Deno.test("bench:batching rejects bad flags with exit status 2", async () => {
   const mock = await bench(["--quantization", "int4"]);
   assert.equal(mock.code, 2);
   assert.match(mock.err.join("\n"), /^error: --quantization applies to the WebGPU runner/);
+  const profile = await bench(["--kernel-profile", "gpu"]);
+  assert.equal(profile.code, 2);
+  assert.match(profile.err.join("\n"), /^error: --kernel-profile applies to the WebGPU runner/);
 });
 
 Deno.test("bench:batching --sweep writes the Markdown table, JSON and SVG charts", async () => {

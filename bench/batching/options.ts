@@ -196,12 +196,12 @@ export function parseBatchingArgs(argv: string[]): Options {
     rate: parseNum("rate", v.rate, 0, false),
     outDir: v["out-dir"],
   };
-  checkCombination(o);
+  checkCombination(o, v["kernel-profile"] !== undefined);
   return o;
 }
 
 /** Rejects flags that are valid alone but not together. */
-function checkCombination(o: Options): void {
+function checkCombination(o: Options, kernelProfileGiven: boolean): void {
   if (o.promptLen[1] + o.outputLen[1] > o.maxModelLen) {
     throw new UsageError(
       `--prompt-len max ${o.promptLen[1]} + --output-len max ${
@@ -209,10 +209,18 @@ function checkCombination(o: Options): void {
       } exceeds --max-model-len ${o.maxModelLen}`,
     );
   }
-  if (o.quantization !== "none" && o.executor === "mock" && !o.calibrate) {
-    throw new UsageError(
-      "--quantization applies to the WebGPU runner: --executor webgpu or --calibrate",
-    );
+  if (o.executor === "mock" && !o.calibrate) {
+    // The mock executor alone runs no kernels and holds no weights: these would be ignored.
+    if (o.quantization !== "none") {
+      throw new UsageError(
+        "--quantization applies to the WebGPU runner: --executor webgpu or --calibrate",
+      );
+    }
+    if (kernelProfileGiven) {
+      throw new UsageError(
+        "--kernel-profile applies to the WebGPU runner: --executor webgpu or --calibrate",
+      );
+    }
   }
   if (o.sweep && !(o.rate > 0)) throw new UsageError(`--rate must be > 0, got ${o.rate}`);
   if (o.sweep && o.executor !== "mock") throw new UsageError("--sweep runs on the mock executor");
