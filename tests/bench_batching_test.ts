@@ -315,6 +315,9 @@ Deno.test("bench:batching rejects bad flags with exit status 2", async () => {
   const profile = await bench(["--kernel-profile", "gpu"]);
   assert.equal(profile.code, 2);
   assert.match(profile.err.join("\n"), /^error: --kernel-profile applies to the WebGPU runner/);
+  const model = await bench(["--model", "/tmp/none"]);
+  assert.equal(model.code, 2);
+  assert.match(model.err.join("\n"), /^error: --model applies to the WebGPU runner/);
 });
 
 Deno.test("bench:batching --sweep writes the Markdown table, JSON and SVG charts", async () => {

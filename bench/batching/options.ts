@@ -221,6 +221,11 @@ function checkCombination(o: Options, kernelProfileGiven: boolean): void {
         "--kernel-profile applies to the WebGPU runner: --executor webgpu or --calibrate",
       );
     }
+    if (o.model !== undefined) {
+      throw new UsageError(
+        "--model applies to the WebGPU runner: --executor webgpu or --calibrate",
+      );
+    }
   }
   if (o.sweep && !(o.rate > 0)) throw new UsageError(`--rate must be > 0, got ${o.rate}`);
   if (o.sweep && o.executor !== "mock") throw new UsageError("--sweep runs on the mock executor");
