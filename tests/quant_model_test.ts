@@ -21,7 +21,7 @@ const MAX_TOKENS = 24;
 /** Reference steps whose top-2 logits are closer than this are near-ties (not compared on). */
 const GAP_TOLERANCE = 1e-3;
 
-for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama"] as const) {
+for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gpt2"] as const) {
   for (const format of ["int8", "int4"] as const) {
     Deno.test(
       `ModelRunner --quantization ${format} greedy generation equals the float64 reference on the dequantized weights for ${preset}`,
@@ -40,7 +40,9 @@ for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama"] as const) {
           });
           try {
             assert.deepEqual(runner.weights.notes, [], "every matrix of the preset is quantized");
-            assert.ok(runner.weights.device < 0.6 * runner.weights.unquantized);
+            // tiny-gpt2's position table (2,048 x 64, kept as it is) is half its parameters.
+            const bound = preset === "tiny-gpt2" ? 0.75 : 0.6;
+            assert.ok(runner.weights.device < bound * runner.weights.unquantized);
             let compared = 0;
             let differsFromPlain = false;
             // Three prompts, and up to three more while near-ties left fewer than MAX_TOKENS

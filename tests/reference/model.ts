@@ -30,6 +30,15 @@ async function load(ck: Checkpoint, name: string): Promise<Mat> {
   return { rows: values.length / cols, cols, data: Float64Array.from(values) };
 }
 
+/** `m` transposed. */
+function transpose(m: Mat): Mat {
+  const out = new Float64Array(m.data.length);
+  for (let r = 0; r < m.rows; r++) {
+    for (let c = 0; c < m.cols; c++) out[c * m.rows + r] = m.data[r * m.cols + c]!;
+  }
+  return { rows: m.cols, cols: m.rows, data: out };
+}
+
 /** `x [T, in] * W^T` with W in the Hugging Face `[out, in]` layout, plus an optional bias. */
 function linear(x: Mat, w: Mat, bias?: Mat): Mat {
   if (x.cols !== w.cols) {
@@ -173,7 +182,8 @@ export class ReferenceModel {
 
   /**
    * Loads every tensor of the checkpoint in `dir` into float64 (with `quantize`, the quantized
-   * ones as their dequantized values; Llama-like architectures only).
+   * ones as their dequantized values: every linear projection and the LM head, a tied embedding
+   * too; GPT-2's Conv1D weights grouped along their input dimension).
    */
   static async load(
     dir: string,
@@ -183,20 +193,32 @@ export class ReferenceModel {
     try {
       const weights = new Map<string, Mat>();
       const format = options.quantize;
-      if (format !== undefined && ck.config.arch === "GPT2LMHeadModel") {
-        throw new RangeError("reference model: quantize covers the Llama-like architectures");
-      }
+      const gpt2 = ck.config.arch === "GPT2LMHeadModel";
+      // GPT-2's Conv1D weights are stored [in, out]; the format's groups run along `in`.
+      const isConv1d = (name: string) => gpt2 && /\.(c_attn|c_proj|c_fc)\.weight$/.test(name);
       const quantized = (name: string) =>
-        /_proj\.weight$/.test(name) || name === "lm_head.weight" ||
-        (ck.config.tieWordEmbeddings && name === "model.embed_tokens.weight");
+        gpt2
+          ? isConv1d(name) || name === "transformer.wte.weight"
+          : /_proj\.weight$/.test(name) || name === "lm_head.weight" ||
+            (ck.config.tieWordEmbeddings && name === "model.embed_tokens.weight");
       for (const name of ck.tensors.keys()) {
         const m = await load(ck, name);
-        weights.set(
-          name,
-          format !== undefined && quantized(name) && m.cols % 32 === 0
-            ? { ...m, data: quantizeRef(m.data, m.cols, format).dequantized }
-            : m,
-        );
+        if (format === undefined || !quantized(name)) {
+          weights.set(name, m);
+        } else if (isConv1d(name)) {
+          const t = transpose(m);
+          weights.set(
+            name,
+            m.rows % 32 === 0
+              ? transpose({ ...t, data: quantizeRef(t.data, t.cols, format).dequantized })
+              : m,
+          );
+        } else {
+          weights.set(
+            name,
+            m.cols % 32 === 0 ? { ...m, data: quantizeRef(m.data, m.cols, format).dequantized } : m,
+          );
+        }
       }
       return new ReferenceModel(ck.config, weights);
     } finally {
