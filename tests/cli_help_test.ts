@@ -79,3 +79,25 @@ Deno.test("the bench tasks say the same one line for a --model that is not a mod
     ], script);
   }
 });
+
+Deno.test("bench:model refuses flags that others would make ignored, with one line and exit 2", async () => {
+  const cases: [string[], string][] = [
+    [
+      ["--no-breakdown", "--breakdown-batches", "1"],
+      "error: --breakdown-batches and --breakdown-prefill need the breakdown",
+    ],
+    [
+      ["--no-breakdown", "--breakdown-prefill", "64"],
+      "error: --breakdown-batches and --breakdown-prefill need the breakdown",
+    ],
+    [
+      ["--overlap", "off", "--readback-batch", "2"],
+      "error: --readback-batch applies to overlapped steps, not --overlap off",
+    ],
+  ];
+  for (const [flags, line] of cases) {
+    const r = await run(["bench/model_bench.ts", ...flags]);
+    assert.equal(r.code, 2, `${flags.join(" ")}: ${r.stderr}`);
+    assert.deepEqual(r.stderr.trim().split("\n"), [line], flags.join(" "));
+  }
+});

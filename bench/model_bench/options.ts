@@ -107,7 +107,7 @@ function parseFlags(argv: string[]) {
         batches: { type: "string", default: "1,8,32" },
         prefill: { type: "string", default: "128,512" },
         "no-breakdown": { type: "boolean", default: false },
-        "breakdown-batches": { type: "string", default: "1,8" },
+        "breakdown-batches": { type: "string" },
         "breakdown-prefill": { type: "string" },
         "matmul-variant": { type: "string" },
         "force-f32": { type: "boolean", default: false },
@@ -156,7 +156,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
       prefills: positiveInts("prefill", values.prefill, true),
       breakdown: values["no-breakdown"]
         ? []
-        : positiveInts("breakdown-batches", values["breakdown-batches"], true),
+        : positiveInts("breakdown-batches", values["breakdown-batches"] ?? "1,8", true),
       breakdownPrefills: [],
       readbackBatch: values["readback-batch"] === undefined
         ? undefined
@@ -168,6 +168,18 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
       sizes.breakdownPrefills = values["breakdown-prefill"] === undefined
         ? (longest > 0 ? [longest] : [])
         : positiveInts("breakdown-prefill", values["breakdown-prefill"], true);
+    }
+    // Flags that the others would make ignored are refused.
+    if (
+      values["no-breakdown"] &&
+      (values["breakdown-batches"] !== undefined || values["breakdown-prefill"] !== undefined)
+    ) {
+      throw new TypeError("--breakdown-batches and --breakdown-prefill need the breakdown");
+    }
+    if (values["readback-batch"] !== undefined && ["off", "serial"].includes(values.overlap)) {
+      throw new TypeError(
+        `--readback-batch applies to overlapped steps, not --overlap ${values.overlap}`,
+      );
     }
     if (!KERNEL_TUNING_MODES.some((m) => m === values["kernel-tuning"])) {
       throw new TypeError(
