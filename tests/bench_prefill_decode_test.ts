@@ -128,3 +128,17 @@ Deno.test("bench:prefill-decode rejects bad flags with exit status 2", async () 
   assert.equal(code, 2);
   assert.match(err.join("\n"), /--gen must be an integer >= 2/);
 });
+
+Deno.test("bench:prefill-decode rejects sweep flags with --no-batch-sweep (they would be ignored)", async () => {
+  for (const flag of ["--batch-model", "--batch-sizes", "--batch-requests", "--batch-gen"]) {
+    const err: string[] = [];
+    const value = flag === "--batch-model" ? "main" : "4";
+    const code = await runPrefillDecodeBench(["--no-batch-sweep", flag, value], {
+      log: () => {},
+      err: (l) => err.push(l),
+    });
+    assert.equal(code, 2, flag);
+    assert.equal(err.length, 1, flag);
+    assert.match(err[0]!, new RegExp(`^error: ${flag} applies to the batch-size sweep, not --no`));
+  }
+});

@@ -54,10 +54,10 @@ const FLAGS = {
   quantization: { type: "string", default: "none" },
   "prompt-len": { type: "string", default: "512" },
   gen: { type: "string", default: "64" },
-  "batch-model": { type: "string", default: "tiny" },
-  "batch-sizes": { type: "string", default: "1,2,4,8,16" },
-  "batch-requests": { type: "string", default: "16" },
-  "batch-gen": { type: "string", default: "32" },
+  "batch-model": { type: "string" },
+  "batch-sizes": { type: "string" },
+  "batch-requests": { type: "string" },
+  "batch-gen": { type: "string" },
   "no-batch-sweep": { type: "boolean", default: false },
   json: { type: "boolean", default: false },
   "out-dir": { type: "string" },
@@ -68,7 +68,12 @@ const FLAGS = {
 export function parsePrefillDecodeArgs(argv: string[]): Options {
   const v = parseFlags(argv, FLAGS);
   if (v.help) throw new UsageError(USAGE);
-  const batchModel = oneOf("batch-model", v["batch-model"], ["tiny", "main"]);
+  const sweepFlags = ["batch-model", "batch-sizes", "batch-requests", "batch-gen"] as const;
+  const given = sweepFlags.filter((f) => v[f] !== undefined);
+  if (v["no-batch-sweep"] && given.length > 0) {
+    throw new UsageError(`--${given[0]} applies to the batch-size sweep, not --no-batch-sweep`);
+  }
+  const batchModel = oneOf("batch-model", v["batch-model"] ?? "tiny", ["tiny", "main"]);
   return {
     model: v.model,
     kernelProfile: kernelProfileOption(v["kernel-profile"]),
@@ -76,9 +81,9 @@ export function parsePrefillDecodeArgs(argv: string[]): Options {
     promptLen: int("prompt-len", v["prompt-len"], 1),
     gen: int("gen", v.gen, 2),
     batchModel,
-    batchSizes: v["batch-sizes"].split(",").map((s) => int("batch-sizes", s, 1)),
-    batchRequests: int("batch-requests", v["batch-requests"], 1),
-    batchGen: int("batch-gen", v["batch-gen"], 4),
+    batchSizes: (v["batch-sizes"] ?? "1,2,4,8,16").split(",").map((s) => int("batch-sizes", s, 1)),
+    batchRequests: int("batch-requests", v["batch-requests"] ?? "16", 1),
+    batchGen: int("batch-gen", v["batch-gen"] ?? "32", 4),
     batchSweep: !v["no-batch-sweep"],
     json: v.json,
     outDir: v["out-dir"],
