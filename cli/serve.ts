@@ -13,7 +13,7 @@
  */
 
 import type { ModelInfo } from "../engine/engine_api.ts";
-import type { EngineOptions } from "../engine/engine_config.ts";
+import { type EngineOptions, resolveEngineConfig } from "../engine/engine_config.ts";
 import { LLMEngine, resolveMaxModelLen } from "../engine/llm_engine.ts";
 import { parseModelConfig } from "../engine/model/config.ts";
 import { mockBatchTestFactory } from "../server/batch_test.ts";
@@ -61,6 +61,8 @@ export async function runServe(args: string[]): Promise<number> {
     ? undefined
     : await resolveModelDir(values.model, values.revision);
   const options = engineOptionsFromFlags({ ...values, ...(model !== undefined ? { model } : {}) });
+  // Checked before the port is bound: a bad option never opens it.
+  resolveEngineConfig(options);
   const servedName = values["served-model-name"] ??
     (model !== undefined ? await defaultServedName(values.model ?? model, model) : "mock");
   const loading = new LoadingEngine(

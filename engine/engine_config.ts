@@ -113,5 +113,69 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
   if (c.kvCacheMemory !== undefined && c.numKvBlocks !== undefined) {
     throw new RangeError("Invalid engine options: give kvCacheMemory or numKvBlocks, not both");
   }
+  checkApplicable(options, c);
   return Object.freeze(c);
+}
+
+/**
+ * Options that only one executor, scheduler or preemption mode reads, each with where it
+ * applies: given elsewhere they would be silently ignored, so they are refused.
+ */
+const APPLIES_TO: readonly {
+  readonly options: readonly (keyof EngineOptions)[];
+  readonly where: string;
+  readonly applies: (c: z.output<typeof engineOptionsSchema>) => boolean;
+  readonly otherwise: (c: z.output<typeof engineOptionsSchema>) => string;
+}[] = [
+  {
+    options: ["quantization", "kernelProfile", "kernelTuning", "forceF32"],
+    where: "the webgpu executor",
+    applies: (c) => c.executor === "webgpu",
+    otherwise: (c) => `executor ${c.executor}`,
+  },
+  {
+    options: ["mockBaseMs", "mockPerTokenMs", "mockFailAtStep", "mockBlockingSubmit"],
+    where: "the mock executor",
+    applies: (c) => c.executor === "mock",
+    otherwise: (c) => `executor ${c.executor}`,
+  },
+  {
+    options: ["maxBatchSize"],
+    where: "the static and dynamic schedulers",
+    applies: (c) => c.scheduler !== "continuous",
+    otherwise: (c) => `scheduler ${c.scheduler}`,
+  },
+  {
+    options: ["batchWaitMs"],
+    where: "the dynamic scheduler",
+    applies: (c) => c.scheduler === "dynamic",
+    otherwise: (c) => `scheduler ${c.scheduler}`,
+  },
+  {
+    options: ["swapSpace"],
+    where: "preemption mode swap",
+    applies: (c) => c.preemptionMode === "swap",
+    otherwise: (c) => `preemption mode ${c.preemptionMode}`,
+  },
+];
+
+/** The defaults, to tell an option set to a value of its own from one left as it is. */
+let defaults: z.output<typeof engineOptionsSchema> | undefined;
+
+/**
+ * Throws naming the first option of `options` that the resolved config `c` would ignore: one
+ * set, to anything but its default (a resolved config passes again, as the mock set-up does).
+ */
+function checkApplicable(options: EngineOptions, c: z.output<typeof engineOptionsSchema>): void {
+  defaults ??= engineOptionsSchema.parse({});
+  const d = defaults;
+  for (const rule of APPLIES_TO) {
+    if (rule.applies(c)) continue;
+    const given = rule.options.find((k) => options[k] !== undefined && options[k] !== d[k]);
+    if (given !== undefined) {
+      throw new RangeError(
+        `Invalid engine option ${given}: it applies to ${rule.where}, not ${rule.otherwise(c)}`,
+      );
+    }
+  }
 }

@@ -36,7 +36,8 @@ export const mockBatchTestFactory: BatchTestFactory = (c) =>
   LLMEngine.createMock({
     scheduler: c.scheduler,
     maxNumSeqs: c.batchSize,
-    maxBatchSize: c.batchSize,
+    // The baselines' batch; continuous batching bounds its batch by maxNumSeqs alone.
+    ...(c.scheduler === "continuous" ? {} : { maxBatchSize: c.batchSize }),
     mockBaseMs: c.latencyMs,
     mockPerTokenMs: 0,
     maxModelLen: 4096,

@@ -101,3 +101,21 @@ Deno.test("bench:model refuses flags that others would make ignored, with one li
     assert.deepEqual(r.stderr.trim().split("\n"), [line], flags.join(" "));
   }
 });
+
+Deno.test("serve refuses an engine flag its executor would ignore before it binds a port", async () => {
+  const r = await run([
+    "main.ts",
+    "serve",
+    "--port",
+    "0",
+    "--executor",
+    "mock",
+    "--quantization",
+    "int4",
+  ]);
+  assert.equal(r.code, 1, r.stderr);
+  assert.doesNotMatch(r.stdout + r.stderr, /Listening on/);
+  assert.deepEqual(r.stderr.trim().split("\n"), [
+    "error: Invalid engine option quantization: it applies to the webgpu executor, not executor mock",
+  ]);
+});
