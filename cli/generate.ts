@@ -77,6 +77,9 @@ export async function runGenerate(args: string[]): Promise<number> {
     console.log(GENERATE_USAGE);
     return 0;
   }
+  if (values["served-model-name"] !== undefined) {
+    throw new TypeError("--served-model-name applies to serve: generate names no model");
+  }
   const prompts = promptsOf(tokens);
   const params = samplingParamsOf(values);
   const model = await resolveModelDir(values.model, values.revision);

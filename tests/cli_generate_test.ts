@@ -74,6 +74,9 @@ Deno.test("main.ts generate rejects bad flags with one line and no stack trace",
       ["--bogus"],
       [],
       ["--prompt", "a", "--scheduler", "nope", "--executor", "mock"],
+      // Flags that would be ignored: a server's name; a model option of the mock executor.
+      ["--prompt", "a", "--served-model-name", "x", "--executor", "mock"],
+      ["--prompt", "a", "--executor", "mock", "--quantization", "int4"],
     ]
   ) {
     const r = await generate(args);
