@@ -221,6 +221,10 @@ Deno.test("bench/serve.ts rejects bad input with a UsageError, and the CLI exits
     [["--url", "http://x", "--", "--max-num-seqs", "8"], /engine flags after '--' need --model/],
     [["--url", "http://x", "stray"], /unexpected argument 'stray'/],
     [["--url", "http://x", "--frobnicate"], /frobnicate/],
+    // Flags another choice would make ignored.
+    [["--url", "http://x", "--burstiness", "2"], /--burstiness applies to --request-rate/],
+    [["--url", "http://x", "--num-requests", "3"], /--num-requests applies to --request-rate/],
+    [["--url", "http://x", "--startup-timeout-s", "5"], /--startup-timeout-s applies to a server/],
   ];
   for (const [argv, message] of cases) {
     await assert.rejects(bench(argv), (e) => e instanceof UsageError && message.test(e.message));

@@ -50,12 +50,12 @@ const OPTIONS = {
   url: { type: "string" },
   model: { type: "string" },
   "served-model-name": { type: "string" },
-  "startup-timeout-s": { type: "string", default: "600" },
+  "startup-timeout-s": { type: "string" },
   concurrency: { type: "string" },
   "requests-per-level": { type: "string" },
   "request-rate": { type: "string" },
-  burstiness: { type: "string", default: "1" },
-  "num-requests": { type: "string", default: "64" },
+  burstiness: { type: "string" },
+  "num-requests": { type: "string" },
   "max-concurrency": { type: "string" },
   "input-len": { type: "string", default: "256" },
   "output-len": { type: "string", default: "128" },
@@ -158,6 +158,9 @@ function checkServer(values: Values, engineFlags: readonly string[]): void {
   if (values.url !== undefined && !/^https?:\/\/[^\s/]+/.test(values.url)) {
     throw new UsageError(`--url must be http(s)://host[:port], got '${values.url}'`);
   }
+  if (values.url !== undefined && values["startup-timeout-s"] !== undefined) {
+    throw new UsageError("--startup-timeout-s applies to a server started here (--model)");
+  }
   if (values.url !== undefined && engineFlags.length > 0) {
     throw new UsageError("engine flags after '--' need --model (the server is started here)");
   }
@@ -180,6 +183,11 @@ function parseLoad(
   if (mode === "concurrency" && values["max-concurrency"] !== undefined) {
     throw new UsageError("--max-concurrency applies to --request-rate levels only");
   }
+  for (const flag of ["burstiness", "num-requests"] as const) {
+    if (mode === "concurrency" && values[flag] !== undefined) {
+      throw new UsageError(`--${flag} applies to --request-rate levels only`);
+    }
+  }
   if (mode === "rate" && values["requests-per-level"] !== undefined) {
     throw new UsageError(
       "--requests-per-level applies to --concurrency levels; use --num-requests",
@@ -197,7 +205,7 @@ function parseLoad(
   const fixedPerLevel = values["requests-per-level"] === undefined
     ? undefined
     : integer(values["requests-per-level"], "requests-per-level", 1);
-  const numRequests = integer(values["num-requests"], "num-requests", 1);
+  const numRequests = integer(values["num-requests"] ?? "64", "num-requests", 1);
   const requestsPerLevel = mode === "concurrency"
     ? concurrency.map((c) => fixedPerLevel ?? Math.max(4 * c, 16))
     : rates.map(() => numRequests);
@@ -230,7 +238,7 @@ export function parseServeArgs(argv: string[]): Settings | "help" {
     mode: load.mode,
     concurrency: load.concurrency,
     requestRates: load.requestRates,
-    burstiness: positiveNumber(values.burstiness, "burstiness"),
+    burstiness: positiveNumber(values.burstiness ?? "1", "burstiness"),
     requestsPerLevel: load.requestsPerLevel,
     inputLen: range(values["input-len"], "input-len", 1),
     outputLen: range(values["output-len"], "output-len", 1),
@@ -249,7 +257,8 @@ export function parseServeArgs(argv: string[]): Settings | "help" {
     vocabGiven: values["vocab-range"] !== undefined,
     engineFlags,
     servedModelName: values["served-model-name"],
-    startupTimeoutMs: positiveNumber(values["startup-timeout-s"], "startup-timeout-s") * 1000,
+    startupTimeoutMs: positiveNumber(values["startup-timeout-s"] ?? "600", "startup-timeout-s") *
+      1000,
     config,
     outDir: values["out-dir"],
     json: values.json,
