@@ -93,6 +93,9 @@ export function clusterSettingsFromArgs(args: readonly string[]): ClusterSetting
     }
     values_.forEach((v, i) => replicaEnv[i]![entry.slice(0, eq)] = v);
   }
+  if (values["no-nginx"] && values.nginx !== undefined) {
+    throw new UsageError("--nginx names the binary to start: not with --no-nginx");
+  }
   const timeoutS = Number(values["startup-timeout-s"]);
   if (!(timeoutS > 0)) {
     throw new UsageError(

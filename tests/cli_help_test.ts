@@ -119,3 +119,12 @@ Deno.test("serve refuses an engine flag its executor would ignore before it bind
     "error: Invalid engine option quantization: it applies to the webgpu executor, not executor mock",
   ]);
 });
+
+Deno.test("cluster refuses --nginx with --no-nginx, with one line and exit 2", async () => {
+  const r = await run(["main.ts", "cluster", "--no-nginx", "--nginx", "/usr/sbin/nginx"]);
+  assert.equal(r.code, 2, r.stderr);
+  const errors = r.stderr.split("\n").filter((l) => l.startsWith("error:"));
+  assert.equal(errors.length, 1, r.stderr);
+  assert.match(errors[0]!, /^error: --nginx names the binary to start: not with --no-nginx/);
+  assert.doesNotMatch(r.stdout, /Listening|Replicas/);
+});
