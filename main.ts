@@ -44,7 +44,7 @@ export async function main(argv: string[]): Promise<number> {
           "force-f32": { type: "boolean", default: false },
           "kernel-profile": { type: "string", default: "auto" },
           model: { type: "string" },
-          quantization: { type: "string", default: "none" },
+          quantization: { type: "string" },
           help: { type: "boolean", default: false },
         },
       });
@@ -52,11 +52,15 @@ export async function main(argv: string[]): Promise<number> {
         console.log(INFO_USAGE);
         return 0;
       }
+      const quantization = parseQuantization(values.quantization ?? "none");
+      if (values.quantization !== undefined && values.model === undefined) {
+        throw new TypeError("--quantization applies to the model of --model: info loads none");
+      }
       return await runInfo({
         forceF32: values["force-f32"],
         kernelProfile: parseKernelProfileChoice(values["kernel-profile"]),
         ...(values.model !== undefined ? { model: values.model } : {}),
-        quantization: parseQuantization(values.quantization),
+        quantization,
       });
     }
     case "generate":

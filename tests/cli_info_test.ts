@@ -23,6 +23,16 @@ Deno.test("main.ts info fails with one line when no adapter exists", async () =>
   assert.doesNotMatch(stderr, /at .*\.ts:\d+/); // no stack trace
 });
 
+Deno.test("main.ts info refuses --quantization without --model (there are no weights to quantize)", async () => {
+  const { code, stdout, stderr } = await runMain(["info", "--quantization", "int4"]);
+  assert.equal(code, 1);
+  assert.equal(stdout, "");
+  assert.equal(
+    stderr.trim(),
+    "error: --quantization applies to the model of --model: info loads none",
+  );
+});
+
 Deno.test("main.ts rejects an unknown command with one line", async () => {
   const { code, stderr } = await runMain(["frobnicate"]);
   assert.equal(code, 2);
