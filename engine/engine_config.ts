@@ -124,8 +124,8 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
 const APPLIES_TO: readonly {
   readonly options: readonly (keyof EngineOptions)[];
   readonly where: string;
-  readonly applies: (c: z.output<typeof engineOptionsSchema>) => boolean;
-  readonly otherwise: (c: z.output<typeof engineOptionsSchema>) => string;
+  readonly applies: (c: EngineConfig) => boolean;
+  readonly otherwise: (c: EngineConfig) => string;
 }[] = [
   {
     options: ["quantization", "kernelProfile", "kernelTuning", "forceF32"],
@@ -160,18 +160,16 @@ const APPLIES_TO: readonly {
 ];
 
 /** The defaults, to tell an option set to a value of its own from one left as it is. */
-let defaults: z.output<typeof engineOptionsSchema> | undefined;
+const DEFAULTS: EngineConfig = engineOptionsSchema.parse({});
 
 /**
  * Throws naming the first option of `options` that the resolved config `c` would ignore: one
  * set, to anything but its default (a resolved config passes again, as the mock set-up does).
  */
-function checkApplicable(options: EngineOptions, c: z.output<typeof engineOptionsSchema>): void {
-  defaults ??= engineOptionsSchema.parse({});
-  const d = defaults;
+function checkApplicable(options: EngineOptions, c: EngineConfig): void {
   for (const rule of APPLIES_TO) {
     if (rule.applies(c)) continue;
-    const given = rule.options.find((k) => options[k] !== undefined && options[k] !== d[k]);
+    const given = rule.options.find((k) => options[k] !== undefined && options[k] !== DEFAULTS[k]);
     if (given !== undefined) {
       throw new RangeError(
         `Invalid engine option ${given}: it applies to ${rule.where}, not ${rule.otherwise(c)}`,

@@ -201,24 +201,19 @@ export class ReferenceModel {
           ? isConv1d(name) || name === "transformer.wte.weight"
           : /_proj\.weight$/.test(name) || name === "lm_head.weight" ||
             (ck.config.tieWordEmbeddings && name === "model.embed_tokens.weight");
+      // A row-major [out, in] matrix as its dequantized values (kept when `in % 32 != 0`).
+      const dequantized = (m: Mat, f: "int8" | "int4"): Mat =>
+        m.cols % 32 === 0 ? { ...m, data: quantizeRef(m.data, m.cols, f).dequantized } : m;
       for (const name of ck.tensors.keys()) {
         const m = await load(ck, name);
-        if (format === undefined || !quantized(name)) {
-          weights.set(name, m);
-        } else if (isConv1d(name)) {
-          const t = transpose(m);
-          weights.set(
-            name,
-            m.rows % 32 === 0
-              ? transpose({ ...t, data: quantizeRef(t.data, t.cols, format).dequantized })
-              : m,
-          );
-        } else {
-          weights.set(
-            name,
-            m.cols % 32 === 0 ? { ...m, data: quantizeRef(m.data, m.cols, format).dequantized } : m,
-          );
-        }
+        weights.set(
+          name,
+          format === undefined || !quantized(name)
+            ? m
+            : isConv1d(name)
+            ? transpose(dequantized(transpose(m), format))
+            : dequantized(m, format),
+        );
       }
       return new ReferenceModel(ck.config, weights);
     } finally {
