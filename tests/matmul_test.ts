@@ -25,7 +25,7 @@ import {
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 import { forced, padColsFor, TEST_VARIANTS, type TestVariant } from "./support/matmul_variants.ts";
-import { matmulRef } from "./reference/matmul.ts";
+import { matmulRef, termFloor } from "./reference/matmul.ts";
 import { siluMulRef } from "./reference/activations.ts";
 
 type Shape = readonly [m: number, n: number, k: number];
@@ -128,11 +128,8 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
         }
       }
     }
-    // A few outputs cancel to near zero on random inputs (one output of K = 1: x w + b): measure
-    // the error against at least a thousandth of the largest output's terms, |x| |w| + |b|.
-    const abs = (v: ArrayLike<number>) => Array.from(v, Math.abs);
-    const terms = matmulRef(abs(x), abs(roundTo(w, c.dtype)), bias && abs(bias), m, n, k);
-    const floor = 1e-3 * terms.reduce((a, t) => Math.max(a, t), 0);
+    // A few outputs cancel to near zero on random inputs (one output of K = 1: x w + b).
+    const floor = termFloor(x, roundTo(w, c.dtype), bias, m, n, k);
     assertClose(inside, expected, toleranceFor(c.dtype), context, floor);
     arena.destroy();
   } finally {

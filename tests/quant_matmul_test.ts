@@ -34,7 +34,7 @@ import {
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 import { forced, QUANT_TEST_VARIANTS, type TestVariant } from "./support/matmul_variants.ts";
-import { matmulRef } from "./reference/matmul.ts";
+import { matmulRef, termFloor } from "./reference/matmul.ts";
 import { siluMulRef } from "./reference/activations.ts";
 import { quantizeRef, unpackRef } from "./reference/quant.ts";
 
@@ -204,8 +204,10 @@ async function check(
     }
     await runPass(ctx, arena, (pass) => op.encode(pass, m, forced(variant)));
     const got = await readF32(ctx, yBuf);
-    const expected = matmulRef(x, quantizeRef(w, k, format).dequantized, bias, m, n, k);
-    assertClose(got, expected, 1e-4, context);
+    const wRef = quantizeRef(w, k, format).dequantized;
+    const expected = matmulRef(x, wRef, bias, m, n, k);
+    // One output of [1, 1, 32] can cancel to near zero (seed 850073341 with a bias, in CI).
+    assertClose(got, expected, 1e-4, context, termFloor(x, wRef, bias, m, n, k));
   } finally {
     arena.destroy();
     weight.destroy();
@@ -221,11 +223,6 @@ const SHAPES: readonly Shape[] = [[1, 1, 32], [3, 17, 96], [5, 67, 160], [40, 13
   64,
 ]];
 const VARIANTS = QUANT_TEST_VARIANTS;
-/**
- * SHAPES with N >= 17: one output of a sum over wide-ranging SwiGLU values can cancel to near
- * zero, where the normwise relative error of a single element measures only the cancellation.
- */
-const SWIGLU_SHAPES: readonly Shape[] = [[1, 17, 32], ...SHAPES.slice(1)];
 
 Deno.test(
   "matmul() multiplies by dequantized int8 / int4 weights in every kernel, in either word layout",
@@ -321,7 +318,7 @@ Deno.test(
     for (const policy of ["cpu", "gpu"] as const) {
       const kernel = new Matmul(ctx, { dtype: "f16", bias: policy === "gpu", policy });
       for (const format of FORMATS) {
-        for (const shape of SWIGLU_SHAPES) {
+        for (const shape of SHAPES) {
           for (const variant of [...VARIANTS, undefined]) {
             // Forced kernels once, under the first policy.
             if (variant !== undefined && policy === "gpu") continue;

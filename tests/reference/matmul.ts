@@ -27,3 +27,23 @@ export function matmulRef(
   }
   return y;
 }
+
+/**
+ * A floor for `assertClose` when comparing with `matmulRef`: `fraction` of the largest output's
+ * term magnitude `sum_k |x| |w| (+ |bias|)`. A few outputs cancel to near zero on random inputs
+ * (one output of a short sum, `x w + b`), where the normwise error would measure only the
+ * cancellation; rounding errors scale with the terms, not with what is left of them.
+ */
+export function termFloor(
+  x: ArrayLike<number>,
+  w: ArrayLike<number>,
+  bias: ArrayLike<number> | undefined,
+  m: number,
+  n: number,
+  k: number,
+  fraction = 1e-3,
+): number {
+  const abs = (v: ArrayLike<number>) => Array.from(v, Math.abs);
+  const terms = matmulRef(abs(x), abs(w), bias && abs(bias), m, n, k);
+  return fraction * terms.reduce((a, t) => Math.max(a, t), 0);
+}

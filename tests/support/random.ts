@@ -1,7 +1,10 @@
 /**
- * Seeded random numbers for tests. Each test draws fresh inputs: the seed comes from the
- * `TEST_SEED` environment variable when set, otherwise from the clock, and is printed in every
- * failure message (see {@linkcode testSeed}) so a failing run can be replayed exactly.
+ * Seeded random numbers for tests. Each test draws fresh inputs: the run's base seed comes from
+ * the `TEST_SEED` environment variable when set, otherwise from the clock, and each check's seed
+ * (derived from it and the check's name, see {@linkcode testSeed}) is printed in its failure
+ * messages. To replay one failing check exactly, run its test alone with that printed seed in
+ * `TEST_RNG_SEED` (every check of the run then draws from it):
+ * `TEST_RNG_SEED=850073341 deno test -A tests/quant_matmul_test.ts --filter "word layout"`.
  *
  * @module
  */
@@ -64,16 +67,26 @@ export class Rng {
   }
 }
 
-const envSeed = Deno.env.get("TEST_SEED");
-const baseSeed = envSeed !== undefined
-  ? Number(envSeed)
-  : (Date.now() ^ (Math.random() * 2 ** 31)) >>> 0;
+/** A seed from the environment variable `name`, or undefined; not a 32-bit integer: an error. */
+function envSeed(name: string): number | undefined {
+  const text = Deno.env.get(name);
+  if (text === undefined) return undefined;
+  const seed = Number(text);
+  if (!/^\d+$/.test(text) || seed >= 2 ** 32) {
+    throw new RangeError(`${name} must be an integer in [0, 2^32): got "${text}"`);
+  }
+  return seed;
+}
+
+const baseSeed = envSeed("TEST_SEED") ?? (Date.now() ^ (Math.random() * 2 ** 31)) >>> 0;
+const replaySeed = envSeed("TEST_RNG_SEED");
 
 /**
  * A fresh seed for one test, derived from the run's base seed and the test's name, and an
  * {@linkcode Rng} for it. Put `seed` in assertion messages.
  */
 export function testSeed(name: string): { seed: number; rng: Rng } {
+  if (replaySeed !== undefined) return { seed: replaySeed, rng: new Rng(replaySeed) };
   let h = baseSeed >>> 0;
   for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193) >>> 0;
   return { seed: h, rng: new Rng(h) };
