@@ -111,45 +111,56 @@ export function normShapePrelude(
 
 type Variant = "plain" | "in_place" | "fused" | "fused_in_place" | "gathered";
 
+/**
+ * The access width (rms_norm.wgsl): 4 elements per load and store where every row starts on a
+ * multiple of 4 and holds a multiple of 4 elements, else 1.
+ */
+const WIDTH_PRELUDE = {
+  1: "const VW: u32 = 1u;\nalias XV = f32;\nalias WV = WT;\n" +
+    "fn sq(v: f32) -> f32 { return v * v; }\n",
+  4: "const VW: u32 = 4u;\nalias XV = vec4<f32>;\nalias WV = WT4;\n" +
+    "fn sq(v: vec4<f32>) -> f32 { return dot(v, v); }\n",
+} as const;
+
 /** Rows read where they are written: token t's rows, at the same index. */
 const SAME_ROWS = `fn source_token(t: u32) -> u32 { return t; }
 fn out_start(row: u32, read_start: u32) -> u32 { return read_start; }
 `;
 
 const ACCESSORS: Record<Variant, string> = {
-  plain: SAME_ROWS + `@group(0) @binding(2) var<storage, read> x: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
-fn first_read(i: u32) -> f32 { return x[i]; }
-fn reread(i: u32) -> f32 { return x[i]; }
-fn store_out(i: u32, v: f32) { out[i] = v; }
+  plain: SAME_ROWS + `@group(0) @binding(2) var<storage, read> x: array<XV>;
+@group(0) @binding(4) var<storage, read_write> out: array<XV>;
+fn first_read(i: u32) -> XV { return x[i]; }
+fn reread(i: u32) -> XV { return x[i]; }
+fn store_out(i: u32, v: XV) { out[i] = v; }
 `,
-  in_place: SAME_ROWS + `@group(0) @binding(2) var<storage, read_write> x: array<f32>;
-fn first_read(i: u32) -> f32 { return x[i]; }
-fn reread(i: u32) -> f32 { return x[i]; }
-fn store_out(i: u32, v: f32) { x[i] = v; }
+  in_place: SAME_ROWS + `@group(0) @binding(2) var<storage, read_write> x: array<XV>;
+fn first_read(i: u32) -> XV { return x[i]; }
+fn reread(i: u32) -> XV { return x[i]; }
+fn store_out(i: u32, v: XV) { x[i] = v; }
 `,
-  fused: SAME_ROWS + `@group(0) @binding(2) var<storage, read> x: array<f32>;
-@group(0) @binding(3) var<storage, read_write> residual: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
-fn first_read(i: u32) -> f32 { let v = residual[i] + x[i]; residual[i] = v; return v; }
-fn reread(i: u32) -> f32 { return residual[i]; }
-fn store_out(i: u32, v: f32) { out[i] = v; }
+  fused: SAME_ROWS + `@group(0) @binding(2) var<storage, read> x: array<XV>;
+@group(0) @binding(3) var<storage, read_write> residual: array<XV>;
+@group(0) @binding(4) var<storage, read_write> out: array<XV>;
+fn first_read(i: u32) -> XV { let v = residual[i] + x[i]; residual[i] = v; return v; }
+fn reread(i: u32) -> XV { return residual[i]; }
+fn store_out(i: u32, v: XV) { out[i] = v; }
 `,
-  fused_in_place: SAME_ROWS + `@group(0) @binding(2) var<storage, read_write> x: array<f32>;
-@group(0) @binding(3) var<storage, read_write> residual: array<f32>;
-fn first_read(i: u32) -> f32 { let v = residual[i] + x[i]; residual[i] = v; return v; }
-fn reread(i: u32) -> f32 { return residual[i]; }
-fn store_out(i: u32, v: f32) { x[i] = v; }
+  fused_in_place: SAME_ROWS + `@group(0) @binding(2) var<storage, read_write> x: array<XV>;
+@group(0) @binding(3) var<storage, read_write> residual: array<XV>;
+fn first_read(i: u32) -> XV { let v = residual[i] + x[i]; residual[i] = v; return v; }
+fn reread(i: u32) -> XV { return residual[i]; }
+fn store_out(i: u32, v: XV) { x[i] = v; }
 `,
-  gathered: `@group(0) @binding(2) var<storage, read> x: array<f32>;
-@group(0) @binding(3) var<storage, read> residual: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+  gathered: `@group(0) @binding(2) var<storage, read> x: array<XV>;
+@group(0) @binding(3) var<storage, read> residual: array<XV>;
+@group(0) @binding(4) var<storage, read_write> out: array<XV>;
 @group(0) @binding(5) var<storage, read> indices: array<u32>;
 fn source_token(t: u32) -> u32 { return indices[t]; }
-fn out_start(row: u32, read_start: u32) -> u32 { return row * p.cols; }
-fn first_read(i: u32) -> f32 { return residual[i] + x[i]; }
-fn reread(i: u32) -> f32 { return residual[i] + x[i]; }
-fn store_out(i: u32, v: f32) { out[i] = v; }
+fn out_start(row: u32, read_start: u32) -> u32 { return row * (p.cols / VW); }
+fn first_read(i: u32) -> XV { return residual[i] + x[i]; }
+fn reread(i: u32) -> XV { return residual[i] + x[i]; }
+fn store_out(i: u32, v: XV) { out[i] = v; }
 `,
 };
 
@@ -208,9 +219,12 @@ export class RmsNorm {
       ? (inPlace ? "fused_in_place" : "fused")
       : (inPlace ? "in_place" : "plain");
     const shape = this.#shape;
+    const width = cols % 4 === 0 && offset % 4 === 0 && tokenStride % 4 === 0 ? 4 : 1;
     const pipeline = this.#ctx.pipeline(
-      `rms_norm/${variant}/${weight.dtype}/${shape.key}`,
-      () => weightPrelude(weight.dtype) + shape.prelude + ACCESSORS[variant] + source,
+      `rms_norm/${variant}/${weight.dtype}/${shape.key}/w${width}`,
+      () =>
+        weightPrelude(weight.dtype) + shape.prelude + WIDTH_PRELUDE[width] + ACCESSORS[variant] +
+        source,
     );
     const slot = arena.allocate();
     const entries: GPUBindGroupEntry[] = [

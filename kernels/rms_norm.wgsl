@@ -22,18 +22,25 @@
 // one is a model's last residual add, the gather of its sampled rows and the final norm in one
 // pass). Weights are WT (f16 or f32, from weightPrelude), converted to f32; sums are f32.
 //
+// Access width, also from the prelude: VW elements per load and store, `XV` the activation type
+// (f32 or vec4<f32>), `WV` the weight's (WT or WT4) and `sq(v)` the sum of squares of one XV.
+// VW = 4 when cols, offset and token_stride are multiples of 4 (every hidden and head width of
+// the supported models): lavapipe runs each storage access as a loop over its SIMD lanes, and one
+// 16-byte access costs about a third of four 4-byte ones (bench/load_width.ts). Indices below
+// (the accessors' i, base, dst, c) count XV units; Params count f32 elements.
+//
 // Bindings (group 0):
 //   0 p        : uniform                              Params
-//   1 w        : storage read                         array<WT>   [cols]
-//   2 x        : storage read (rw in place)           array<f32>  rows addressed as above
-//   3 residual : storage rw (fused variants; read     array<f32>  same addressing as x
+//   1 w        : storage read                         array<WV>   [cols / VW]
+//   2 x        : storage read (rw in place)           array<XV>   rows addressed as above
+//   3 residual : storage rw (fused variants; read     array<XV>   same addressing as x
 //                only when gathered)
-//   4 out      : storage rw (out-of-place variants)   array<f32>  same addressing as x (gathered:
+//   4 out      : storage rw (out-of-place variants)   array<XV>   same addressing as x (gathered:
 //                                                                 dense rows)
 //   5 indices  : storage read (gathered only)         array<u32>  [tokens] source token of row t
 // Workgroup: ROW_THREADS * ROWS_PER_WG invocations (prelude constants, powers of two): each of
-//            ROWS_PER_WG rows gets ROW_THREADS invocations, lane l handling columns
-//            l, l + ROW_THREADS, ...; lane 0 adds the partial sums (two barriers). With
+//            ROWS_PER_WG rows gets ROW_THREADS invocations, lane l handling XV units
+//            l, l + ROW_THREADS, ... of the row; lane 0 adds the partial sums (two barriers). With
 //            ROW_THREADS = 1 (the choice on CPU adapters, where barriers and many small
 //            workgroups are expensive) each invocation owns a whole row and there is no barrier.
 // Dispatch:  ceil(tokens * heads / ROWS_PER_WG) workgroups as a 1-D grid folded into (x, y)
@@ -49,7 +56,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<WT>;
+@group(0) @binding(1) var<storage, read> w: array<WV>;
 
 // row_lane, row_sum and their workgroup memory: norm_rows.wgsl (prepended).
 
@@ -65,19 +72,19 @@ fn main(
   let in_range = at.row < p.rows;
   var base = 0u;
   var sum_sq = 0.0;
+  let units = p.cols / VW;
   if (in_range) {
     let t = at.row / p.heads;
-    base = p.offset + source_token(t) * p.token_stride + (at.row - t * p.heads) * p.cols;
-    for (var c = lane; c < p.cols; c += ROW_THREADS) {
-      let v = first_read(base + c);
-      sum_sq += v * v;
+    base = (p.offset + source_token(t) * p.token_stride + (at.row - t * p.heads) * p.cols) / VW;
+    for (var c = lane; c < units; c += ROW_THREADS) {
+      sum_sq += sq(first_read(base + c));
     }
   }
   let scale = inverseSqrt(row_sum(sum_sq, at) / f32(p.cols) + p.eps);
   if (in_range) {
     let dst = out_start(at.row, base);
-    for (var c = lane; c < p.cols; c += ROW_THREADS) {
-      store_out(dst + c, reread(base + c) * scale * f32(w[c]));
+    for (var c = lane; c < units; c += ROW_THREADS) {
+      store_out(dst + c, reread(base + c) * scale * XV(w[c]));
     }
   }
 }
