@@ -113,9 +113,10 @@ export class RopeAndCache {
     if (norm !== undefined && norm.k.dtype !== normDtype) {
       throw new RangeError(`Cannot bind rope_and_cache: q and k norm weights differ in dtype`);
     }
+    const width = headDim % 8 === 0 ? 4 : 1;
     const pipeline = this.#ctx.pipeline(
-      `rope_and_cache/${normDtype ?? "no_norm"}/${cacheDtype}/${this.#shape.key}`,
-      () => prelude(cacheDtype, normDtype) + this.#shape.prelude + ropeAngleSource + source,
+      `rope_and_cache/${normDtype ?? "no_norm"}/${cacheDtype}/${this.#shape.key}/w${width}`,
+      () => prelude(cacheDtype, normDtype, width) + this.#shape.prelude + ropeAngleSource + source,
     );
     const site = new CallSite(this.#ctx, arena, pipeline, "rope_and_cache", [
       buffers.qkv,
@@ -140,33 +141,57 @@ export class RopeAndCache {
 }
 
 /**
- * The variant prelude: the cache type `CT`, and {@linkcode qkNormPrelude} with the norm
- * weights at bindings 6 and 7.
+ * The access width of rope_and_cache.wgsl (VW, XV, CV, sq, angles): 4 elements per access
+ * where each half of a head is whole vec4s (head_dim a multiple of 8), else 1.
  */
-function prelude(cacheDtype: DType, normDtype: DType | null): string {
+const WIDTH_PRELUDE = {
+  1: "const VW: u32 = 1u;\nalias XV = f32;\nalias CV = CT;\n" +
+    "fn sq(v: f32) -> f32 { return v * v; }\n" +
+    "fn angles(pos: u32, f: f32) -> f32 { return rope_angle(pos, f); }\n",
+  4: "const VW: u32 = 4u;\nalias XV = vec4<f32>;\nalias CV = vec4<CT>;\n" +
+    "fn sq(v: vec4<f32>) -> f32 { return dot(v, v); }\n" +
+    "fn angles(pos: u32, f: vec4<f32>) -> vec4<f32> {\n" +
+    "  return vec4<f32>(rope_angle(pos, f.x), rope_angle(pos, f.y), rope_angle(pos, f.z),\n" +
+    "    rope_angle(pos, f.w));\n}\n",
+} as const;
+
+/**
+ * The variant prelude: the cache type `CT`, the access width and {@linkcode qkNormPrelude} with
+ * the norm weights at bindings 6 and 7.
+ */
+function prelude(cacheDtype: DType, normDtype: DType | null, width: 1 | 4): string {
   const f16 = cacheDtype === "f16" || normDtype === "f16" ? "enable f16;\n" : "";
-  return f16 + `alias CT = ${cacheDtype};\n` + qkNormPrelude(normDtype, 6, 7);
+  return f16 + `alias CT = ${cacheDtype};\n` + WIDTH_PRELUDE[width] +
+    qkNormPrelude(normDtype, 6, 7, width);
 }
 
 /**
  * WGSL of the q/k head norms of a kernel that applies them (rope_and_cache.wgsl, the fused decode
- * attention): `HAS_NORM` and `norm_weight(is_q, i)`, element i of q_norm or k_norm, with those
- * weights (type `NT`, `normDtype`) at bindings `qBinding` and `kBinding`; without norm
- * (`normDtype` null) a weight of 1 and no bindings. `enable f16` is the caller's.
+ * attention): `HAS_NORM` and `norm_weight(is_q, i)`, unit i of q_norm or k_norm as f32 (`width`
+ * 1) or vec4<f32> (4: elements 4i .. 4i + 3), with those weights (type `NT`, `normDtype`) at
+ * bindings `qBinding` and `kBinding`; without norm (`normDtype` null) a weight of 1 and no
+ * bindings. `enable f16` is the caller's.
  */
-export function qkNormPrelude(normDtype: DType | null, qBinding: number, kBinding: number): string {
+export function qkNormPrelude(
+  normDtype: DType | null,
+  qBinding: number,
+  kBinding: number,
+  width: 1 | 4 = 1,
+): string {
+  const out = width === 1 ? "f32" : "vec4<f32>";
   if (normDtype === null) {
-    return "const HAS_NORM = false;\nfn norm_weight(is_q: bool, i: u32) -> f32 { return 1.0; }\n";
+    return `const HAS_NORM = false;\nfn norm_weight(is_q: bool, i: u32) -> ${out} { return ${out}(1.0); }\n`;
   }
+  const unit = width === 1 ? "NT" : "vec4<NT>";
   return `alias NT = ${normDtype};
 const HAS_NORM = true;
-@group(0) @binding(${qBinding}) var<storage, read> q_norm: array<NT>;
-@group(0) @binding(${kBinding}) var<storage, read> k_norm: array<NT>;
-fn norm_weight(is_q: bool, i: u32) -> f32 {
+@group(0) @binding(${qBinding}) var<storage, read> q_norm: array<${unit}>;
+@group(0) @binding(${kBinding}) var<storage, read> k_norm: array<${unit}>;
+fn norm_weight(is_q: bool, i: u32) -> ${out} {
   if (is_q) {
-    return f32(q_norm[i]);
+    return ${out}(q_norm[i]);
   }
-  return f32(k_norm[i]);
+  return ${out}(k_norm[i]);
 }
 `;
 }

@@ -17,23 +17,28 @@
 // the host. The decode attention's fused variant (paged_attention_decode_rope.wgsl) does the same
 // work for all-decode steps of the gpu profile.
 //
-// Prelude (kernels/rope_and_cache.ts): `alias CT` (cache type, f16 or f32) and, in the NORM
-// variant, `alias NT` (norm weight type) with bindings 6 and 7; `HAS_NORM`, `norm_weight`;
-// the shape constants ROW_THREADS, ROWS_PER_WG and norm_rows.wgsl (row_lane, row_sum and its
-// workgroup memory, (ROW_THREADS * ROWS_PER_WG + ROWS_PER_WG) f32).
+// Prelude (kernels/rope_and_cache.ts): `alias CT` (cache type, f16 or f32); the access width:
+// VW elements per access, `XV` (f32 or vec4<f32>), `CV` (CT or vec4<CT>), `sq(v)` (the sum of
+// squares of one XV) and `angles(pos, f)` (rope_angle of each element); in the NORM variant,
+// `alias NT` (norm weight type) with bindings 6 and 7; `HAS_NORM`, `norm_weight(is_q, i)` (XV
+// unit i of the weight); the shape constants ROW_THREADS, ROWS_PER_WG and norm_rows.wgsl
+// (row_lane, row_sum and its workgroup memory, (ROW_THREADS * ROWS_PER_WG + ROWS_PER_WG) f32).
+// VW = 4 when head_dim is a multiple of 8 (so each half of a head is whole vec4s): lavapipe runs
+// each storage access as a loop over its SIMD lanes, and a 16-byte access costs about a third of
+// four 4-byte ones. Indices below (base, dst, c, i, half) count XV units; Params count elements.
 //
 // Bindings (group 0):
-//   0 qkv          : storage rw    array<f32>  [tokens, token_stride]; q heads rewritten
+//   0 qkv          : storage rw    array<XV>   [tokens, token_stride]; q heads rewritten
 //   1 positions    : storage read  array<u32>  [tokens]
-//   2 inv_freq     : storage read  array<f32>  [half]
+//   2 inv_freq     : storage read  array<XV>   [half]
 //   3 slot_mapping : storage read  array<u32>  [tokens]; 0xFFFFFFFF = no cache write
-//   4 k_cache      : storage rw    array<CT>   [num_blocks, Hkv, block_size, head_dim]
-//   5 v_cache      : storage rw    array<CT>   same shape as k_cache
-//   6 q_norm       : storage read  array<NT>   [head_dim]   (NORM variant only)
-//   7 k_norm       : storage read  array<NT>   [head_dim]   (NORM variant only)
+//   4 k_cache      : storage rw    array<CV>   [num_blocks, Hkv, block_size, head_dim]
+//   5 v_cache      : storage rw    array<CV>   same shape as k_cache
+//   6 q_norm       : storage read  array<NT or vec4<NT>>   [head_dim]   (NORM variant only)
+//   7 k_norm       : storage read  array<NT or vec4<NT>>   [head_dim]   (NORM variant only)
 //   8 p            : uniform       Params
 // Workgroup: ROW_THREADS * ROWS_PER_WG invocations: ROW_THREADS lanes per row (lane l handles
-//            columns / pairs l, l + ROW_THREADS, ...), ROWS_PER_WG rows; the cpu profile uses
+//            units / pairs l, l + ROW_THREADS, ...), ROWS_PER_WG rows; the cpu profile uses
 //            1 x 64 (no barrier), the gpu profile 64 x 1 (see rms_norm.ts defaultNormShape).
 // Dispatch:  ceil(tokens * (Hq + 2 Hkv) / ROWS_PER_WG) workgroups as a 1-D grid folded into
 //            (x, y) (kernels/dispatch.ts dispatch1d).
@@ -48,20 +53,20 @@ struct Params {
   eps: f32,
 }
 
-@group(0) @binding(0) var<storage, read_write> qkv: array<f32>;
+@group(0) @binding(0) var<storage, read_write> qkv: array<XV>;
 @group(0) @binding(1) var<storage, read> positions: array<u32>;
-@group(0) @binding(2) var<storage, read> inv_freq: array<f32>;
+@group(0) @binding(2) var<storage, read> inv_freq: array<XV>;
 @group(0) @binding(3) var<storage, read> slot_mapping: array<u32>;
-@group(0) @binding(4) var<storage, read_write> k_cache: array<CT>;
-@group(0) @binding(5) var<storage, read_write> v_cache: array<CT>;
+@group(0) @binding(4) var<storage, read_write> k_cache: array<CV>;
+@group(0) @binding(5) var<storage, read_write> v_cache: array<CV>;
 @group(0) @binding(8) var<uniform> p: Params;
 
 const SKIP_SLOT: u32 = 0xFFFFFFFFu;
-// First element of kv head kh's vector for cache slot s.
+// First XV unit of kv head kh's vector for cache slot s.
 fn cache_base(s: u32, kh: u32) -> u32 {
   let block = s / p.block_size;
   let o = s - block * p.block_size;
-  return ((block * p.hkv + kh) * p.block_size + o) * p.head_dim;
+  return ((block * p.hkv + kh) * p.block_size + o) * (p.head_dim / VW);
 }
 
 @compute @workgroup_size(ROW_THREADS * ROWS_PER_WG)
@@ -73,6 +78,7 @@ fn main(
   let at = row_lane(wid, nwg, lid);
   let lane = at.lane;
   let heads = p.hq + 2u * p.hkv;
+  let units = p.head_dim / VW;
   // No early return before row_sum: with ROW_THREADS > 1 every invocation reaches its barriers.
   let in_range = at.row < p.tokens * heads;
   var t = 0u;
@@ -82,11 +88,10 @@ fn main(
   if (in_range) {
     t = at.row / heads;
     h = at.row - t * heads;
-    base = t * p.token_stride + h * p.head_dim;
+    base = (t * p.token_stride + h * p.head_dim) / VW;
     if (HAS_NORM && h < p.hq + p.hkv) {
-      for (var c = lane; c < p.head_dim; c += ROW_THREADS) {
-        let v = qkv[base + c];
-        sum_sq += v * v;
+      for (var c = lane; c < units; c += ROW_THREADS) {
+        sum_sq += sq(qkv[base + c]);
       }
     }
   }
@@ -104,8 +109,8 @@ fn main(
   }
   if (h >= p.hq + p.hkv) {
     let dst = cache_base(slot, h - p.hq - p.hkv);
-    for (var c = lane; c < p.head_dim; c += ROW_THREADS) {
-      v_cache[dst + c] = CT(qkv[base + c]);
+    for (var c = lane; c < units; c += ROW_THREADS) {
+      v_cache[dst + c] = CV(qkv[base + c]);
     }
     return;
   }
@@ -113,10 +118,10 @@ fn main(
   if (!is_q) {
     dst = cache_base(slot, h - p.hq);
   }
-  let half = p.head_dim / 2u;
+  let half = units / 2u;
   let pos = positions[t];
   for (var i = lane; i < half; i += ROW_THREADS) {
-    let a = rope_angle(pos, inv_freq[i]);
+    let a = angles(pos, inv_freq[i]);
     let cs = cos(a);
     let sn = sin(a);
     let x0 = qkv[base + i] * scale * norm_weight(is_q, i);
@@ -127,8 +132,8 @@ fn main(
       qkv[base + i] = y0;
       qkv[base + i + half] = y1;
     } else {
-      k_cache[dst + i] = CT(y0);
-      k_cache[dst + i + half] = CT(y1);
+      k_cache[dst + i] = CV(y0);
+      k_cache[dst + i + half] = CV(y1);
     }
   }
 }
