@@ -130,6 +130,35 @@ Deno.test(
 );
 
 Deno.test(
+  "rms_norm() normalises rows that start off a multiple of 4 elements, in place, and nothing else",
+  GPU_TEST,
+  async () => {
+    // Rows of 8 columns (a multiple of 4) from element 2 of each 14-element token: 16-byte
+    // accesses would be misaligned, so the kernel must take its scalar form here.
+    const ctx = await testContext();
+    const kernel = new RmsNorm(ctx);
+    for (const dtype of DTYPES) {
+      const { seed, rng } = testSeed(`rms_norm offset rows ${dtype}`);
+      const layout = { tokens: 5, heads: 1, cols: 8, tokenStride: 14, offset: 2 };
+      const input = rng.normals(layout.tokens * layout.tokenStride, 2);
+      const w = rng.array(layout.cols, 0.5, 1.5);
+      const buf = upload(ctx, input);
+      const arena = new ParamArena(ctx, 1);
+      const op = kernel.bind(
+        arena,
+        { weight: GpuMatrix.fromArray(ctx, "w", w, 1, layout.cols, dtype), x: whole(buf) },
+        { tokenStride: layout.tokenStride, offset: layout.offset, eps: EPS },
+      );
+      await runPass(ctx, arena, (pass) => op.encode(pass, layout.tokens));
+      const got = await readF32(ctx, buf);
+      const want = rmsNormRef(input, roundTo(w, dtype), layout, EPS);
+      assertClose(got, want, toleranceFor(dtype), `seed ${seed} ${dtype}`);
+      assertUntouched(got, input, layout, `seed ${seed} ${dtype}`);
+    }
+  },
+);
+
+Deno.test(
   "rms_norm() fused residual add matches the reference, out of place and in place",
   GPU_TEST,
   async () => {
