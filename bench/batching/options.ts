@@ -211,19 +211,14 @@ function checkCombination(o: Options, kernelProfileGiven: boolean): void {
   }
   if (o.executor === "mock" && !o.calibrate) {
     // The mock executor alone runs no kernels and holds no weights: these would be ignored.
-    if (o.quantization !== "none") {
+    const given = [
+      ["quantization", o.quantization !== "none"],
+      ["kernel-profile", kernelProfileGiven],
+      ["model", o.model !== undefined],
+    ].find(([, set]) => set);
+    if (given !== undefined) {
       throw new UsageError(
-        "--quantization applies to the WebGPU runner: --executor webgpu or --calibrate",
-      );
-    }
-    if (kernelProfileGiven) {
-      throw new UsageError(
-        "--kernel-profile applies to the WebGPU runner: --executor webgpu or --calibrate",
-      );
-    }
-    if (o.model !== undefined) {
-      throw new UsageError(
-        "--model applies to the WebGPU runner: --executor webgpu or --calibrate",
+        `--${given[0]} applies to the WebGPU runner: --executor webgpu or --calibrate`,
       );
     }
   }
