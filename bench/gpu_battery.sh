@@ -5,7 +5,8 @@
 # leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
 # (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
 #
-#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 12 files and the tuning cache
+#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 12 files and the tuning cache,
+#                                                   # then summary.md (bench/battery_summary.ts: the figures against the goals)
 #
 # Stages, most valuable first: adapter; bench:model (prefill 128/512, decode batch 1/8/64, host and
 # GPU time per step, per-kernel breakdown of decode and of prefill 512) under the gpu profile, then again with the default kernel
@@ -101,3 +102,5 @@ run_stage serve 90 serve.txt deno run --cached-only -A bench/serve.ts --model $m
   --concurrency 1,16,64 --input-len 128 --output-len 128 --out-dir /tmp/gpu-serve --no-progress \
   -- $gpu
 log "done"
+# The figures against issue 18's and issue 20's goals, read from the logs above (no GPU work).
+deno run --cached-only -A bench/battery_summary.ts "$out" > "$out/summary.md" 2>&1

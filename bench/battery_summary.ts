@@ -1,0 +1,328 @@
+/**
+ * The GPU battery's figures set against the goals of issue 18 (point 3 to 5) and issue 20 (point
+ * 5), read from the logs `bench/gpu_battery.sh` writes, so that a session with a GPU sees at once
+ * what held and what fell short. The battery runs it last (`summary.md` in its output folder); by
+ * hand:
+ *
+ *   deno run -A bench/battery_summary.ts DIR      # DIR: the battery's output folder
+ *
+ * Every figure is copied from a log line; a figure whose stage was cut short or failed is printed
+ * as "not measured", never estimated. The goals are issue 18's for the Qwen3-0.6B preset on an
+ * H100 and issue 20's for its int4 weights; on any other preset or adapter the comparison is
+ * printed all the same and says so in its header.
+ *
+ * @module
+ */
+
+/** One rate line of `bench:model` (decode at a batch size, or a prefill). */
+export interface StepFigure {
+  readonly tokPerS: number;
+  readonly msPerStep: number;
+  /** Host time to prepare, encode and submit one decode step, ms (decode only). */
+  readonly hostMs?: number;
+  /** Dispatches per decode step and per layer (decode only). */
+  readonly dispatches?: number;
+  readonly dispatchesPerLayer?: number;
+  /** GPU idle time between decode steps, ms (decode only, with timestamps). */
+  readonly gpuIdleMs?: number;
+}
+
+/** `bench:model`'s figures of one run: decode by batch size, prefill by token count. */
+export interface ModelRun {
+  readonly adapter: string | null;
+  readonly decode: ReadonlyMap<number, StepFigure>;
+  readonly prefill: ReadonlyMap<number, StepFigure>;
+}
+
+/** `bench:serve`'s figures of one concurrency level. */
+export interface ServeLevel {
+  readonly outputTokPerS: number;
+  readonly tpotP50Ms: number;
+  readonly ok: string;
+}
+
+/** Everything {@linkcode summaryLines} compares, read by {@linkcode readBattery}. */
+export interface BatteryFigures {
+  readonly gpu: string | null;
+  readonly commit: string | null;
+  readonly model: ModelRun;
+  readonly untuned: ModelRun;
+  readonly unfused: ModelRun;
+  readonly torch: ModelRun;
+  /** Per weight format ("int8", "int4"): its median ratios to f16 over the rounds. */
+  readonly quant: ReadonlyMap<string, ReadonlyMap<string, number>>;
+  readonly serve: ReadonlyMap<number, ServeLevel>;
+  readonly tests: { readonly passed: number; readonly failed: number; readonly summary: string };
+  /** Stages whose exit status was not 0 ("bench-model: rc 124"). */
+  readonly stagesCut: readonly string[];
+}
+
+// deno-lint-ignore no-control-regex
+const ANSI = /\x1b\[[0-9;]*m/g;
+const NUM = String.raw`([0-9][0-9,]*(?:\.[0-9]+)?)`;
+
+/** bench:model's "decode batch 1: 77.44 tok/s, 12.9 ms/step (...)"; the peer's "decode batch 1:
+ * 18.10 tok/s (55 ms/step, ...)". */
+const DECODE_LINE = new RegExp(String.raw`^decode batch (\d+): ${NUM} tok/s,? \(?${NUM} ms/step`);
+/** The line after a bench:model decode line: dispatches, per layer, host ms per step. */
+const HOST_LINE = new RegExp(
+  String.raw`host per step: (\d+) dispatches \(${NUM} per layer.*?\), ${NUM} ms to prepare`,
+);
+/** The line after that, where the adapter has timestamps: the GPU's idle ms between steps. */
+const GPU_LINE = new RegExp(String.raw`ms computing, ${NUM} ms idle`);
+/** bench:model's "prefill 512 tokens: 172 ms, 2970.4 tok/s"; the peer's "prefill 512 tokens:
+ * 23492.00 tok/s (22 ms)". */
+const PREFILL_LINE = new RegExp(
+  String.raw`^prefill (\d+) tokens: ${NUM} (ms|tok/s),? \(?${NUM} (?:ms|tok/s)`,
+);
+
+function num(s: string): number {
+  return Number(s.replaceAll(",", ""));
+}
+
+/**
+ * Reads a `bench:model` (or `bench/torch_reference.py`) log: the decode and prefill rate lines,
+ * each decode line's host and GPU lines after it. Only the first line of a batch size or prefill
+ * length counts.
+ */
+export function readModelRun(text: string): ModelRun {
+  const decode = new Map<number, StepFigure>();
+  const prefill = new Map<number, StepFigure>();
+  const adapter = /adapter: ([^;\n]+)/.exec(text)?.[1]?.trim() ?? null;
+  const lines = text.replace(ANSI, "").split("\n");
+  lines.forEach((line, i) => {
+    const d = DECODE_LINE.exec(line);
+    if (d !== null && !decode.has(num(d[1]!))) {
+      const host = HOST_LINE.exec(lines[i + 1] ?? "");
+      const gpu = GPU_LINE.exec(lines[i + 2] ?? "");
+      decode.set(num(d[1]!), {
+        tokPerS: num(d[2]!),
+        msPerStep: num(d[3]!),
+        ...(host === null ? {} : {
+          dispatches: num(host[1]!),
+          dispatchesPerLayer: num(host[2]!),
+          hostMs: num(host[3]!),
+        }),
+        ...(gpu === null ? {} : { gpuIdleMs: num(gpu[1]!) }),
+      });
+    }
+    const p = PREFILL_LINE.exec(line);
+    if (p !== null && !prefill.has(num(p[1]!))) {
+      const [first, second] = [num(p[2]!), num(p[4]!)];
+      const msFirst = p[3] === "ms";
+      prefill.set(num(p[1]!), {
+        msPerStep: msFirst ? first : second,
+        tokPerS: msFirst ? second : first,
+      });
+    }
+  });
+  return { adapter, decode, prefill };
+}
+
+/** Reads the battery's logs, keyed by file name (`model.txt`, ...); absent files are empty. */
+export function readBattery(files: Readonly<Record<string, string>>): BatteryFigures {
+  const f = (name: string) => (files[name] ?? "").replace(ANSI, "");
+  const info = f("info.txt");
+  const gpuCsv = /^name, driver_version.*\n(.+)$/m.exec(info)?.[1] ?? null;
+  const quant = new Map<string, Map<string, number>>();
+  const medians = f("quant.txt").split("ratios to none, median of")[1] ?? "";
+  for (const m of medians.matchAll(/^ {2}(int[48]): (.+)$/gm)) {
+    const ratios = new Map<string, number>();
+    for (const r of m[2]!.matchAll(/(weight bytes|batch \d+|prefill \d+) ([0-9.]+)x/g)) {
+      ratios.set(r[1]!, Number(r[2]));
+    }
+    quant.set(m[1]!, ratios);
+  }
+  const serve = new Map<number, ServeLevel>();
+  for (
+    const m of f("serve.txt").matchAll(
+      new RegExp(
+        String.raw`^concurrency (\d+): (\S+) ok, .*?${NUM} output tok/s, .*TPOT p50 ${NUM} ms`,
+        "gm",
+      ),
+    )
+  ) {
+    serve.set(num(m[1]!), { ok: m[2]!, outputTokPerS: num(m[3]!), tpotP50Ms: num(m[4]!) });
+  }
+  const tests = f("tests.txt");
+  const summary = /^(ok|FAILED) \| .*$/m.exec(tests)?.[0] ?? "";
+  return {
+    gpu: gpuCsv,
+    commit: /^commit (\S+)/m.exec(info)?.[1] ?? null,
+    model: readModelRun(f("model.txt")),
+    untuned: readModelRun(f("model_untuned.txt")),
+    unfused: readModelRun(f("model_unfused.txt")),
+    torch: readModelRun(f("torch.txt")),
+    quant,
+    serve,
+    tests: {
+      passed: num(
+        /(\d+) passed/.exec(summary)?.[1] ?? `${(tests.match(/ \.\.\. ok /g) ?? []).length}`,
+      ),
+      failed: num(
+        /(\d+) failed/.exec(summary)?.[1] ?? `${(tests.match(/ \.\.\. FAILED/g) ?? []).length}`,
+      ),
+      summary,
+    },
+    stagesCut: [...f("progress.txt").matchAll(/\] (\S+): rc ([1-9]\d*)/g)].map((m) =>
+      `${m[1]} (rc ${m[2]})`
+    ),
+  };
+}
+
+/** A figure, or "not measured" when its stage did not print it. */
+function show(v: number | undefined, digits = 1, unit = ""): string {
+  if (v === undefined) return "not measured";
+  return `${v.toLocaleString("en-US", { maximumFractionDigits: digits })}${unit}`;
+}
+
+/** "met" / "short" against a goal, or nothing to say. */
+function verdict(v: number | undefined, goal: number, atLeast: boolean): string {
+  if (v === undefined) return "-";
+  return (atLeast ? v >= goal : v <= goal) ? "met" : "short";
+}
+
+function ratio(a: number | undefined, b: number | undefined): number | undefined {
+  return a === undefined || b === undefined || b === 0 ? undefined : a / b;
+}
+
+/** The summary as Markdown lines: the header, then one table row per figure. */
+export function summaryLines(b: BatteryFigures): string[] {
+  const d = (run: ModelRun, batch: number) => run.decode.get(batch);
+  const p = (run: ModelRun, tokens: number) => run.prefill.get(tokens);
+  const int4 = b.quant.get("int4");
+  const int8 = b.quant.get("int8");
+  const rows: [string, string, string, string][] = [];
+  const row = (what: string, value: string, goal = "", met = "-") =>
+    rows.push([what, value, goal, met]);
+  for (const batch of [1, 8, 64]) {
+    const v = d(b.model, batch)?.tokPerS;
+    const goal = batch === 1 ? 400 : batch === 64 ? 8000 : undefined;
+    row(
+      `decode batch ${batch}, tok/s (PyTorch peer: ${show(d(b.torch, batch)?.tokPerS)})`,
+      show(v),
+      goal === undefined ? "" : `>= ${goal.toLocaleString("en-US")}`,
+      goal === undefined ? "-" : verdict(v, goal, true),
+    );
+  }
+  for (const tokens of [128, 512]) {
+    const v = p(b.model, tokens)?.tokPerS;
+    row(
+      `prefill ${tokens}, tok/s (PyTorch peer: ${show(p(b.torch, tokens)?.tokPerS, 0)})`,
+      show(v, 0),
+      tokens === 512 ? ">= 20,000" : "",
+      tokens === 512 ? verdict(v, 20000, true) : "-",
+    );
+  }
+  for (const [batch, goal] of [[1, 0.5], [64, 1]] as const) {
+    const s = d(b.model, batch);
+    row(
+      `host ms per decode step, batch ${batch} (${show(s?.dispatches, 0)} dispatches)`,
+      show(s?.hostMs, 2),
+      `<= ${goal} (on the project's 2-core machine)`,
+    );
+    row(`GPU idle between decode steps, batch ${batch}, ms`, show(s?.gpuIdleMs, 3), "0");
+  }
+  row(
+    "dispatches per layer (decode)",
+    show(d(b.model, 1)?.dispatchesPerLayer),
+    "<= 8",
+    verdict(d(b.model, 1)?.dispatchesPerLayer, 8, false),
+  );
+  const c64 = b.serve.get(64)?.outputTokPerS;
+  for (const c of [1, 16, 64]) {
+    const level = b.serve.get(c);
+    row(
+      `serve, concurrency ${c}: output tok/s (${level?.ok ?? "-"} ok)`,
+      show(level?.outputTokPerS),
+      c === 64 ? ">= 4,000" : "",
+      c === 64 ? verdict(c64, 4000, true) : "-",
+    );
+  }
+  for (const c of [1, 64]) {
+    const r = ratio(b.serve.get(c)?.tpotP50Ms, d(b.model, c)?.msPerStep);
+    row(
+      `serve TPOT p50 / bench:model step, batch ${c}`,
+      show(r, 2, "x"),
+      "<= 1.15",
+      verdict(r, 1.15, false),
+    );
+  }
+  for (const batch of [1, 64]) {
+    const tuned = d(b.model, batch)?.tokPerS;
+    row(
+      `decode batch ${batch}: tuned / defaults (--kernel-tuning off)`,
+      show(ratio(tuned, d(b.untuned, batch)?.tokPerS), 2, "x"),
+    );
+    row(
+      `decode batch ${batch}: fused / unfused decode attention (--fused-decode off)`,
+      show(ratio(tuned, d(b.unfused, batch)?.tokPerS), 2, "x"),
+    );
+  }
+  row(
+    "prefill 512: tuned / defaults (--kernel-tuning off)",
+    show(ratio(p(b.model, 512)?.tokPerS, p(b.untuned, 512)?.tokPerS), 2, "x"),
+  );
+  row(
+    "int4: device weight bytes / f16",
+    show(int4?.get("weight bytes"), 3, "x"),
+    "<= 0.30",
+    verdict(int4?.get("weight bytes"), 0.3, false),
+  );
+  row(
+    "int8: device weight bytes / f16",
+    show(int8?.get("weight bytes"), 3, "x"),
+    "<= 0.55",
+    verdict(int8?.get("weight bytes"), 0.55, false),
+  );
+  row(
+    "int4: decode batch 1 / f16 (median of rounds)",
+    show(int4?.get("batch 1"), 2, "x"),
+    ">= 1.8 (NVIDIA)",
+    verdict(int4?.get("batch 1"), 1.8, true),
+  );
+  row("int8: decode batch 1 / f16 (median of rounds)", show(int8?.get("batch 1"), 2, "x"));
+  row("int4: prefill 512 / f16 (median of rounds)", show(int4?.get("prefill 512"), 2, "x"));
+  row(
+    "tests on the GPU",
+    b.tests.summary !== ""
+      ? b.tests.summary
+      : `${b.tests.passed} passed, ${b.tests.failed} failed (stage cut before its summary)`,
+    "0 failed",
+    b.tests.summary === "" ? "-" : b.tests.failed === 0 ? "met" : "short",
+  );
+  return [
+    `# GPU battery summary`,
+    "",
+    `GPU: ${b.gpu ?? "not reported (no nvidia-smi)"}; adapter: ${
+      b.model.adapter ?? "not reported"
+    }; ` +
+    `commit ${b.commit ?? "unknown"}. Goals: issue 18 points 3-5 and issue 20 point 5, set for ` +
+    `the Qwen3-0.6B preset on an H100 (other presets and adapters are compared all the same).`,
+    `Stages cut short or failed: ${b.stagesCut.length === 0 ? "none" : b.stagesCut.join(", ")}.`,
+    "",
+    "| figure | measured | goal | |",
+    "| --- | --- | --- | --- |",
+    ...rows.map((r) => `| ${r.map((cell) => cell.replaceAll("|", "\\|")).join(" | ")} |`),
+  ];
+}
+
+if (import.meta.main) {
+  const dir = Deno.args[0];
+  if (dir === undefined || Deno.args.length > 1) {
+    console.error("usage: deno run -A bench/battery_summary.ts DIR (the battery's output folder)");
+    Deno.exit(2);
+  }
+  const files: Record<string, string> = {};
+  try {
+    for (const entry of Deno.readDirSync(dir)) {
+      if (entry.isFile && entry.name.endsWith(".txt")) {
+        files[entry.name] = Deno.readTextFileSync(`${dir}/${entry.name}`);
+      }
+    }
+  } catch (e) {
+    console.error(`error: Cannot read the battery's logs in ${dir}: ${(e as Error).message}`);
+    Deno.exit(1);
+  }
+  console.log(summaryLines(readBattery(files)).join("\n"));
+}

@@ -1,0 +1,93 @@
+import assert from "node:assert/strict";
+import { readBattery, readModelRun, summaryLines } from "../bench/battery_summary.ts";
+
+// Lines as bench/model_bench.ts, bench/torch_reference.py, bench/serve.ts, deno test and
+// bench/gpu_battery.sh print them (copied from a lavapipe run of the battery, 2026-11-27).
+const MODEL = `model_bench: adapter: NVIDIA H100 80GB HBM3 (vendor 4318); 16 CPU cores; Deno 2.9.6
+prefill 128 tokens: 46 ms, 2766.5 tok/s (CPU 0.1 s)
+prefill 512 tokens: 172 ms, 2970.4 tok/s (CPU 0.3 s)
+decode batch 1: 77.44 tok/s, 12.9 ms/step (64 steps, CPU 22 ms/step), weights 0.03 GB/s
+  host per step: 149 dispatches (5.3 per layer, fixed ones included), 0.36 ms to prepare, encode and submit (prepare 0.09, record 0.10, finish 0.12, rest 0.05); blocked in WebGPU: 7.9 ms in queue.submit, 4.2 ms in mapAsync
+  GPU per step (timestamps): 12.25 ms computing, 0.466 ms idle between steps (waiting for the host)
+decode batch 64: 2416.88 tok/s, 26.5 ms/step (64 steps, CPU 45 ms/step), weights 0.02 GB/s
+  host per step: 149 dispatches (5.3 per layer, fixed ones included), 1.37 ms to prepare, encode and submit (prepare 0.13, record 0.10, finish 0.11, rest 0.03); blocked in WebGPU: 16.9 ms in queue.submit, 8.5 ms in mapAsync
+`;
+const TORCH = `# torch 2.5.1, transformers 4.57.0, bfloat16, 16 threads
+prefill 512 tokens: 23492.00 tok/s (22 ms)
+decode batch 1: 18.10 tok/s (55 ms/step, 32 steps)
+`;
+
+/** Fails with the whole text when `part` is not in it. */
+function assertHas(text: string, part: string): void {
+  assert.ok(text.includes(part), `missing ${JSON.stringify(part)} in:\n${text}`);
+}
+
+Deno.test("readModelRun() reads bench:model's rates with each decode step's host and GPU lines", () => {
+  const run = readModelRun(MODEL);
+  assert.deepEqual(run.adapter, "NVIDIA H100 80GB HBM3 (vendor 4318)");
+  assert.deepEqual(run.prefill.get(512), { msPerStep: 172, tokPerS: 2970.4 });
+  assert.deepEqual(run.decode.get(1), {
+    tokPerS: 77.44,
+    msPerStep: 12.9,
+    dispatches: 149,
+    dispatchesPerLayer: 5.3,
+    hostMs: 0.36,
+    gpuIdleMs: 0.466,
+  });
+  // No GPU line after batch 64's host line (no timestamps): no idle figure, not a wrong one.
+  assert.deepEqual(run.decode.get(64)?.gpuIdleMs, undefined);
+  assert.deepEqual(run.decode.get(64)?.hostMs, 1.37);
+});
+
+Deno.test("readModelRun() reads the PyTorch peer's rate lines", () => {
+  const run = readModelRun(TORCH);
+  assert.deepEqual(run.prefill.get(512), { msPerStep: 22, tokPerS: 23492 });
+  assert.deepEqual(run.decode.get(1), { tokPerS: 18.1, msPerStep: 55 });
+});
+
+Deno.test("readBattery() reads the quantization medians, serving levels, coloured test lines and cut stages", () => {
+  const b = readBattery({
+    "info.txt": "name, driver_version, memory.total\nNVIDIA H100 80GB HBM3, 580.1, 81559 MiB\n" +
+      "commit 8138a63\n",
+    "quant.txt": "ratios to none (same run):\n  int4: weight bytes 0.283x; batch 8 9.99x\n" +
+      "ratios to none, median of 2 rounds (range):\n" +
+      "  int8: weight bytes 0.533x; batch 1 1.12x (1.06-1.12), prefill 512 1.02x (0.76-1.02)\n" +
+      "  int4: weight bytes 0.283x; batch 1 1.05x (0.87-1.05), prefill 512 1.23x (0.76-1.23)\n",
+    "serve.txt": "concurrency 1: 16/16 ok, 0.41 req/s, 52.18 output tok/s, TTFT p50 121.2 ms " +
+      "p95 141.4 ms, TPOT p50 19.29 ms, E2E p50 2558.3 ms\n",
+    "tests.txt":
+      "\x1b[0m./tests/a_test.ts => \x1b[0mthing() works ... \x1b[0m\x1b[32mok\x1b[0m (1ms)\n" +
+      "./tests/b_test.ts => other() works ... \x1b[31mFAILED\x1b[0m (2ms)\n",
+    "progress.txt": "[0 s] info: rc 0\n[124 s] bench-model: rc 124\n[130 s] tests: rc 1\n",
+  });
+  assert.deepEqual(b.gpu, "NVIDIA H100 80GB HBM3, 580.1, 81559 MiB");
+  assert.deepEqual(b.commit, "8138a63");
+  // The medians, not the last round's own ratios printed before them.
+  assert.deepEqual(b.quant.get("int4")?.get("batch 1"), 1.05);
+  assert.deepEqual(b.quant.get("int4")?.has("batch 8"), false);
+  assert.deepEqual(b.quant.get("int8")?.get("weight bytes"), 0.533);
+  assert.deepEqual(b.quant.get("int4")?.get("prefill 512"), 1.23);
+  assert.deepEqual(b.serve.get(1), { ok: "16/16", outputTokPerS: 52.18, tpotP50Ms: 19.29 });
+  assert.deepEqual(b.tests, { passed: 1, failed: 1, summary: "" });
+  assert.deepEqual(b.stagesCut, ["bench-model (rc 124)", "tests (rc 1)"]);
+});
+
+Deno.test("summaryLines() sets figures against the goals and says 'not measured' for missing ones", () => {
+  const text = summaryLines(
+    readBattery({
+      "model.txt": MODEL,
+      "torch.txt": TORCH,
+      "tests.txt": "ok | 369 passed | 0 failed (120s)\n",
+    }),
+  ).join("\n");
+  assertHas(text, "| decode batch 1, tok/s (PyTorch peer: 18.1) | 77.4 | >= 400 | short |");
+  assertHas(text, "| prefill 512, tok/s (PyTorch peer: 23,492) | 2,970 | >= 20,000 | short |");
+  assertHas(text, "| dispatches per layer (decode) | 5.3 | <= 8 | met |");
+  assertHas(text, "| serve, concurrency 64: output tok/s (- ok) | not measured | >= 4,000 | - |");
+  assertHas(
+    text,
+    "| int4: decode batch 1 / f16 (median of rounds) | not measured | >= 1.8 (NVIDIA) | - |",
+  );
+  assertHas(text, "| tests on the GPU | ok \\| 369 passed \\| 0 failed (120s) | 0 failed | met |");
+  assertHas(text, "Stages cut short or failed: none.");
+});
