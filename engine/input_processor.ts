@@ -151,6 +151,9 @@ export function validateSamplingParams(params: SamplingParams, model: ModelLimit
   }
   checkTokenIds(params.stopTokenIds, model, "stop_token_ids");
   if (typeof params.ignoreEos !== "boolean") fail("ignore_eos", "expected a boolean");
+  if (typeof params.includeStopStrInOutput !== "boolean") {
+    fail("include_stop_str_in_output", "expected a boolean");
+  }
   checkRange("presence_penalty", params.presencePenalty, -2, 2);
   checkRange("frequency_penalty", params.frequencyPenalty, -2, 2);
   checkRange("repetition_penalty", params.repetitionPenalty, 0, L.maxRepetitionPenalty, true);

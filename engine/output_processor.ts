@@ -20,11 +20,13 @@
  * Text rules (vLLM / OpenAI semantics):
  * - The concatenation of all increments' `text` is
  *   `decode(outputIds, { skipSpecialTokens: true, cleanUpTokenizationSpaces: false })`, cut
- *   before the stop string that matched (if one did). An increment never ends inside a UTF-8
- *   character (see engine/detokenizer.ts).
+ *   before the stop string that matched (if one did; with `includeStopStrInOutput`, after it).
+ *   An increment never ends inside a UTF-8 character (see engine/detokenizer.ts).
  * - Hold-back: the longest suffix of the text that is a proper prefix of some stop string is not
  *   emitted until more text shows whether it completes the stop string. With stop
- *   `["\n\nUser:"]`, the text `"Hi\n\nUs"` emits `"Hi"` and holds `"\n\nUs"`.
+ *   `["\n\nUser:"]`, the text `"Hi\n\nUs"` emits `"Hi"` and holds `"\n\nUs"`. With
+ *   `includeStopStrInOutput` nothing is held back (the text up to the stop string's end is
+ *   emitted whether or not it completes), as vLLM does.
  * - Matching: a stop string may span several tokens and start or end in the middle of a token's
  *   text. The first stop string to be completed wins (smallest end offset in the text; on a tie,
  *   the one that starts first, i.e. the longest): the text is cut where it starts, so it is
@@ -61,7 +63,7 @@ export interface OutputRequest {
   readonly requestId: string;
   /** Prompt token ids (its last few decode as left context; its length is `numPromptTokens`). */
   readonly promptTokenIds: readonly number[];
-  /** Sampling parameters: `stop`, `minTokens` and `logprobs` are read. */
+  /** Sampling parameters: `stop`, `includeStopStrInOutput`, `minTokens` and `logprobs` are read. */
   readonly params: SamplingParams;
 }
 
@@ -110,6 +112,8 @@ export class RequestOutputState {
   readonly #detok: IncrementalDetokenizer | null;
   readonly #stops: readonly string[];
   readonly #maxStopLen: number;
+  /** `includeStopStrInOutput`: the matched stop string ends the text; nothing is held back. */
+  readonly #keepStop: boolean;
   readonly #minTokens: number;
   readonly #wantLogprobs: boolean;
   readonly #emitTokenOnly: boolean;
@@ -117,6 +121,11 @@ export class RequestOutputState {
 
   /** Detokenized text not emitted yet because it may be the start of a stop string. */
   #held = "";
+  /**
+   * With `includeStopStrInOutput`: the last characters already passed on (at most the longest
+   * stop string minus one), searched with the new text, since nothing is held back.
+   */
+  #tail = "";
   /** Text, tokens and logprobs accumulated for the next increment. */
   #text = "";
   #tokens: number[] = [];
@@ -148,6 +157,7 @@ export class RequestOutputState {
     });
     this.#stops = tokenizer === null ? [] : [...new Set(request.params.stop)].filter((s) => s);
     this.#maxStopLen = this.#stops.reduce((m, s) => Math.max(m, s.length), 0);
+    this.#keepStop = request.params.includeStopStrInOutput;
   }
 
   /** Output tokens accepted so far (the `numOutputTokens` of the next increment, before it). */
@@ -265,19 +275,42 @@ export class RequestOutputState {
    */
   #feedText(delta: string): void {
     if (delta === "") return;
+    if (this.#keepStop) {
+      this.#feedKeepingStop(delta);
+      return;
+    }
     const buf = this.#held + delta;
     if (this.#numOutput >= this.#minTokens) {
       const match = this.#firstMatch(buf, this.#held.length);
       if (match !== null) {
-        this.#text += buf.slice(0, match.start);
+        this.#text += buf.slice(0, this.#keepStop ? match.end : match.start);
         this.#held = "";
         this.#stopString = match.stop;
         return;
       }
     }
-    const hold = this.#holdLength(buf);
+    const hold = this.#keepStop ? 0 : this.#holdLength(buf);
     this.#text += buf.slice(0, buf.length - hold);
     this.#held = buf.slice(buf.length - hold);
+  }
+
+  /**
+   * `#feedText` with `includeStopStrInOutput`: `delta` is passed on whole, unless a stop
+   * string completes in it (searched in the tail of the earlier text plus `delta`); then it is
+   * cut after that stop string.
+   */
+  #feedKeepingStop(delta: string): void {
+    const buf = this.#tail + delta;
+    if (this.#numOutput >= this.#minTokens) {
+      const match = this.#firstMatch(buf, this.#tail.length);
+      if (match !== null) {
+        this.#text += buf.slice(this.#tail.length, match.end);
+        this.#stopString = match.stop;
+        return;
+      }
+    }
+    this.#text += delta;
+    this.#tail = buf.slice(Math.max(0, buf.length - (this.#maxStopLen - 1)));
   }
 
   /** The first stop string completed in `buf` after offset `from` (smallest end, then start). */

@@ -27,6 +27,11 @@ export interface SamplingParams {
   readonly minTokens: number;
   /** Stop strings (checked by the detokenizer, which then calls `finishRequest`). */
   readonly stop: readonly string[];
+  /**
+   * Keep the stop string that ended the request at the end of the output text (vLLM's
+   * `include_stop_str_in_output`); text is then never held back for a possible stop string.
+   */
+  readonly includeStopStrInOutput: boolean;
   /** Token ids that end the request (the token is kept in the output, like vLLM). */
   readonly stopTokenIds: readonly number[];
   /** Keep generating past the model's EOS token. */
@@ -85,6 +90,7 @@ export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
   maxTokens: 16,
   minTokens: 0,
   stop: Object.freeze([]),
+  includeStopStrInOutput: false,
   stopTokenIds: Object.freeze([]),
   ignoreEos: false,
   presencePenalty: 0,

@@ -37,6 +37,26 @@ export interface ServerContext {
   readonly metrics: ServerMetrics;
   /** Readiness, draining and the in-flight responses. */
   readonly lifecycle: Lifecycle;
+  /** Receives the server's warnings (one line each). */
+  readonly warn: (message: string) => void;
+  /** Request field names already reported as ignored ({@linkcode noteIgnoredFields}). */
+  readonly ignoredFieldsSeen: Set<string>;
+}
+
+/**
+ * Logs the request fields a request ignores (server/protocol.ts `unlistedFields`), each name
+ * once per server, as vLLM logs them: the operator learns that a client relies on something this
+ * server does not do, without a line per request.
+ */
+export function noteIgnoredFields(ctx: ServerContext, names: readonly string[]): void {
+  const fresh = names.filter((n) => !ctx.ignoredFieldsSeen.has(n));
+  if (fresh.length === 0) return;
+  for (const n of fresh) ctx.ignoredFieldsSeen.add(n);
+  ctx.warn(
+    `Request fields ignored (not part of this server's API; reported once each): ${
+      fresh.join(", ")
+    }`,
+  );
 }
 
 /** The model name to report for a request's `model` (404 when it is not served). */

@@ -11,10 +11,15 @@
  */
 
 import { type ChoiceRun, launch, usageOf } from "./choice_run.ts";
-import type { ServerContext } from "./context.ts";
+import { noteIgnoredFields, type ServerContext } from "./context.ts";
 import { chatLogprobs, completionLogprobs } from "./logprobs.ts";
 import { prepareChat, prepareCompletion, type Prepared } from "./prepare.ts";
-import { chatRequestSchema, completionRequestSchema, parseBody } from "./protocol.ts";
+import {
+  chatRequestSchema,
+  completionRequestSchema,
+  parseBody,
+  unlistedFields,
+} from "./protocol.ts";
 import { readJson } from "./read_json.ts";
 import { splitReasoning } from "./reasoning.ts";
 import { parseToolCalls } from "./tools.ts";
@@ -33,6 +38,10 @@ export async function generateEndpoint(
   const { engine, lifecycle } = ctx;
   lifecycle.checkAvailable(engine);
   const json = await readJson(req, ctx.maxBody, ctx.readTimeoutMs);
+  noteIgnoredFields(
+    ctx,
+    unlistedFields(kind === "chat" ? chatRequestSchema : completionRequestSchema, json),
+  );
   const prep = kind === "chat"
     ? prepareChat(ctx, parseBody(chatRequestSchema, json))
     : prepareCompletion(ctx, parseBody(completionRequestSchema, json));

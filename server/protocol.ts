@@ -2,9 +2,13 @@
  * The OpenAI-compatible request bodies (validated with zod) and the error responses of the HTTP
  * server.
  *
- * Unknown fields are ignored (as vLLM does), so clients that send OpenAI-only fields (`user`,
- * `store`, ...) work. Every range or type error becomes a 400 naming the offending parameter
- * (`param`, dotted path such as `messages.0.content`).
+ * Fields outside the schemas: the ones of OpenAI's or vLLM's API that this server does not
+ * implement and that would change the answer ({@linkcode UNIMPLEMENTED_FIELDS}: `prompt_logprobs`,
+ * `allowed_token_ids`, ...) are a 400 naming them unless they hold their default value; any
+ * other field is ignored, as vLLM ignores it, so clients that send OpenAI-only fields (`store`,
+ * `metadata`, ...) work, and the server logs each such name once ({@linkcode unlistedFields}).
+ * Every range or type error becomes a 400 naming the offending parameter (`param`, dotted path
+ * such as `messages.0.content`).
  *
  * @module
  */
@@ -120,6 +124,7 @@ const samplingFields = {
   /** Any JSON integer, as vLLM accepts (mapped into the kernel's 32 bits by `kernelSeed`). */
   seed: z.number().refine(Number.isInteger, "expected an integer").nullish(),
   stop: stopSchema,
+  include_stop_str_in_output: z.boolean().nullish(),
   stop_token_ids: z.array(int()).nullish(),
   min_tokens: int().nullish(),
   ignore_eos: z.boolean().nullish(),
@@ -165,6 +170,71 @@ const samplingFields = {
   guided_choice: z.array(z.string()).nullish(),
   guided_grammar: z.string().nullish(),
 };
+
+/** Whether a field holds what leaving it out means: absent or null. */
+const unset = (v: unknown) => v === undefined || v === null;
+/** ... or false. */
+const unsetOrFalse = (v: unknown) => unset(v) || v === false;
+/** ... or an empty list. */
+const unsetOrEmpty = (v: unknown) => unset(v) || (Array.isArray(v) && v.length === 0);
+
+/**
+ * Request fields of OpenAI's or vLLM's API that this server does not implement, each with what
+ * it would change and the values that change nothing (a 400 otherwise, see
+ * {@linkcode unlistedFields}).
+ */
+export const UNIMPLEMENTED_FIELDS: Readonly<
+  Record<string, { readonly what: string; readonly harmless: (v: unknown) => boolean }>
+> = {
+  prompt_logprobs: { what: "log-probabilities of prompt tokens", harmless: unset },
+  allowed_token_ids: { what: "restricting the output to listed token ids", harmless: unset },
+  bad_words: { what: "banned words", harmless: unsetOrEmpty },
+  truncate_prompt_tokens: { what: "prompt truncation", harmless: unset },
+  use_beam_search: { what: "beam search", harmless: unsetOrFalse },
+  skip_special_tokens: {
+    what: "special tokens in the output text (they are always skipped)",
+    harmless: (v) => unset(v) || v === true,
+  },
+  logits_processors: { what: "custom logits processors", harmless: unsetOrEmpty },
+  return_tokens_as_token_ids: { what: "token ids as logprob tokens", harmless: unsetOrFalse },
+  return_token_ids: { what: "token ids in the response", harmless: unsetOrFalse },
+  continue_final_message: { what: "continuing the last assistant message", harmless: unsetOrFalse },
+  chat_template: { what: "a chat template sent with the request", harmless: unset },
+  documents: { what: "documents passed to the chat template", harmless: unsetOrEmpty },
+  guided_whitespace_pattern: { what: "a whitespace pattern for JSON output", harmless: unset },
+  cache_salt: { what: "per-request prefix-cache isolation", harmless: unset },
+  audio: { what: "audio output", harmless: unset },
+  modalities: {
+    what: "output modalities other than text",
+    harmless: (v) => unset(v) || (Array.isArray(v) && v.every((m) => m === "text")),
+  },
+  web_search_options: { what: "web search", harmless: unset },
+};
+
+/**
+ * The top-level fields of `body` that `schema` does not list: throws a 400 (code
+ * `unsupported_parameter`, naming the field) for the first one in
+ * {@linkcode UNIMPLEMENTED_FIELDS} that holds more than its default, and returns the names of
+ * the others, which the request ignores. Not an object: nothing (the schema reports it).
+ */
+export function unlistedFields(schema: z.ZodObject, body: unknown): string[] {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return [];
+  const ignored: string[] = [];
+  for (const [name, value] of Object.entries(body)) {
+    if (name in schema.shape) continue;
+    const field = UNIMPLEMENTED_FIELDS[name];
+    if (field === undefined) {
+      ignored.push(name);
+    } else if (!field.harmless(value)) {
+      throw new ApiError(
+        400,
+        `Unsupported parameter: '${name}': this server does not implement ${field.what}`,
+        { param: name, code: "unsupported_parameter" },
+      );
+    }
+  }
+  return ignored;
+}
 
 /** `POST /v1/completions`. */
 export const completionRequestSchema = z.object({

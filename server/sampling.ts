@@ -94,6 +94,7 @@ export function samplingFor(
     maxTokens,
     minTokens: body.min_tokens ?? 0,
     stop,
+    includeStopStrInOutput: body.include_stop_str_in_output ?? false,
     stopTokenIds: body.stop_token_ids ?? [],
     ignoreEos: body.ignore_eos ?? false,
     presencePenalty: body.presence_penalty ?? 0,

@@ -74,6 +74,8 @@ export interface ServerOptions {
   retryAfterSeconds?: number;
   /** Called with unexpected errors (answered 500). Default: `console.error`. */
   onError?: (error: unknown) => void;
+  /** Called with the server's warnings, e.g. ignored request fields. Default: `console.warn`. */
+  onWarning?: (message: string) => void;
   /** Bearer token required by `/v1/*`, `/tokenize`, `/detokenize`, `/batch/test` (server/security.ts). */
   apiKey?: string | null;
   /** Origins allowed by CORS (`*`: any). Default: CORS off. */
@@ -134,6 +136,8 @@ function serverContext(engine: EngineClient, options: ServerOptions): ServerCont
     onError: options.onError ?? ((e: unknown) => console.error("[server] internal error:", e)),
     metrics: new ServerMetrics(modelName, engine.model.maxModelLen),
     lifecycle: new Lifecycle(options.ready ?? true, options.requestTimeoutMs ?? 0),
+    warn: options.onWarning ?? ((message: string) => console.warn(`[server] ${message}`)),
+    ignoredFieldsSeen: new Set(),
   };
 }
 

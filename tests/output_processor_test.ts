@@ -257,6 +257,32 @@ Deno.test("RequestOutputState holds back '\\n\\nUs' for stop '\\n\\nUser:' and r
   assert.equal(aborted.final.stopReason, null);
 });
 
+Deno.test("RequestOutputState keeps the stop string and holds nothing back with includeStopStrInOutput", async () => {
+  const tok = await tokenizer();
+  const ids = encode(tok, "The answer is STOP now");
+  const s = ids.map((id) => tok.decode([id])).indexOf("S");
+  const r = run(tok, ids, { stop: ["STOP"], includeStopStrInOutput: true });
+  assert.equal(r.text, "The answer is STOP");
+  assert.equal(r.final.stopReason, "STOP");
+  assert.deepEqual(r.tokenIds, ids.slice(0, s + 4));
+  // "S", "T", "O" stream as they come (no hold-back); "P" completes the match and finishes.
+  assert.deepEqual(r.pushed.slice(s).map((o) => o?.text ?? null), ["S", "T", "O", null]);
+  assert.equal(r.final.text, "P");
+  // Text after the stop string in the same push is cut.
+  const whole = run(tok, ids, { stop: ["STOP"], includeStopStrInOutput: true }, {
+    chunks: [ids.length],
+  });
+  assert.equal(whole.final.text, "The answer is STOP");
+  // A partial stop string is text like any other at the finish.
+  const partial = run(tok, encode(tok, "Hi\n\nUs"), {
+    stop: ["\n\nUser:"],
+    includeStopStrInOutput: true,
+  }, { end: ["length", null] });
+  assert.equal(partial.text, "Hi\n\nUs");
+  assert.ok(partial.pushed.every((o) => o !== null && o.text !== ""), "every token's text at once");
+  assert.equal(partial.final.text, "");
+});
+
 Deno.test("RequestOutputState never splits Chinese or emoji and matches stop strings in them", async () => {
   const tok = await tokenizer();
   const text = "中文和表情 😀🚀👍🏽 works";
@@ -431,9 +457,10 @@ Deno.test("RequestOutputState matches the indexOf reference on random texts, sto
     if (rng.next() < 0.3) ids.splice(rng.int(0, ids.length), 0, rng.int(509, 510)); // special
     if (rng.next() < 0.5) ids.push(tok.eosTokenId!);
     const minTokens = rng.next() < 0.3 ? rng.int(0, 6) : 0;
+    const keep = rng.next() < 0.3;
     const ctx = `seed ${seed} case ${c}: text ${JSON.stringify(text)} stops ${
       JSON.stringify(stops)
-    } minTokens ${minTokens}`;
+    } minTokens ${minTokens} includeStopStrInOutput ${keep}`;
 
     // Streamed text after each token (the detokenizer's deltas), for the references.
     const detok = new IncrementalDetokenizer(tok, { skipSpecialTokens: true, promptIds: PROMPT });
@@ -444,7 +471,8 @@ Deno.test("RequestOutputState matches the indexOf reference on random texts, sto
     const from = streamedAt[Math.max(0, Math.min(minTokens, ids.length + 1) - 1)]?.length ??
       full.length;
     const match = referenceMatch(full, stops, minTokens > ids.length ? full.length : from);
-    const expectedText = match === null ? full : full.slice(0, match.start);
+    const cut = match === null ? full.length : keep ? match.end : match.start;
+    const expectedText = full.slice(0, cut);
     // The token that completed the match: the first whose streamed text reaches its end.
     let stopToken = ids.length;
     if (match !== null) {
@@ -452,7 +480,12 @@ Deno.test("RequestOutputState matches the indexOf reference on random texts, sto
       if (stopToken < 0) stopToken = ids.length; // completed by the final flush
     }
 
-    const p = samplingParams({ stop: stops, minTokens, logprobs: c % 2 === 0 ? null : 1 });
+    const p = samplingParams({
+      stop: stops,
+      minTokens,
+      logprobs: c % 2 === 0 ? null : 1,
+      includeStopStrInOutput: keep,
+    });
     const state = new RequestOutputState(tok, {
       requestId: "r1",
       promptTokenIds: PROMPT,
@@ -472,12 +505,13 @@ Deno.test("RequestOutputState matches the indexOf reference on random texts, sto
         emitted += r.output.text;
       }
       if (stopString === null) {
-        // Exactly the streamed text minus the longest possible start of a stop string.
+        // Exactly the streamed text minus the longest possible start of a stop string (none
+        // with includeStopStrInOutput: the stop string would be emitted anyway).
         const streamed = streamedAt[fed]!;
-        const hold = referenceHold(streamed, stops);
+        const hold = keep ? 0 : referenceHold(streamed, stops);
         assert.equal(emitted, streamed.slice(0, streamed.length - hold), `${ctx} after ${fed}`);
       }
-      if (match !== null) assert(emitted.length <= match.start, `${ctx}: stop string emitted`);
+      if (match !== null) assert(emitted.length <= cut, `${ctx}: text past the cut emitted`);
     }
     const final = stopString !== null
       ? state.finish("stop", stopString)

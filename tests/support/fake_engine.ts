@@ -416,7 +416,12 @@ export async function withServer(
   options: StartServerOptions,
   fn: (url: string, server: RunningServer) => Promise<void>,
 ): Promise<void> {
-  const server = startServer(engine, { port: 0, onError: () => {}, ...options });
+  const server = startServer(engine, {
+    port: 0,
+    onError: () => {},
+    onWarning: () => {},
+    ...options,
+  });
   try {
     await fn(server.url, server);
   } finally {

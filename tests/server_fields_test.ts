@@ -1,0 +1,126 @@
+/**
+ * Request fields outside the server's schemas: OpenAI's and vLLM's fields that the server does
+ * not implement are a 400 naming them unless they hold their default; any other field is
+ * ignored (as vLLM does) and logged once per name.
+ */
+
+import assert from "node:assert/strict";
+import {
+  chatRequestSchema,
+  completionRequestSchema,
+  UNIMPLEMENTED_FIELDS,
+  unlistedFields,
+} from "../server/protocol.ts";
+import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
+
+function post(url: string, path: string, body: unknown): Promise<Response> {
+  return fetch(`${url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+const messages = [{ role: "user", content: "hi" }];
+
+Deno.test("unlistedFields() rejects an unimplemented field set to more than its default", () => {
+  const cases: [string, unknown][] = [
+    ["prompt_logprobs", 1],
+    ["allowed_token_ids", [1, 2]],
+    ["bad_words", ["x"]],
+    ["truncate_prompt_tokens", 5],
+    ["use_beam_search", true],
+    ["skip_special_tokens", false],
+    ["chat_template", "{{ messages }}"],
+    ["cache_salt", "tenant-a"],
+    ["modalities", ["text", "audio"]],
+  ];
+  for (const [name, value] of cases) {
+    assert.throws(
+      () => unlistedFields(chatRequestSchema, { messages, [name]: value }),
+      (e: unknown) => {
+        const err = e as { status: number; param: string; code: string; message: string };
+        assert.equal(err.status, 400, name);
+        assert.equal(err.param, name);
+        assert.equal(err.code, "unsupported_parameter");
+        assert.match(
+          err.message,
+          new RegExp(`^Unsupported parameter: '${name}': this server does not implement .+$`),
+        );
+        return true;
+      },
+    );
+  }
+});
+
+Deno.test("unlistedFields() lets default values of unimplemented fields through and lists unknown ones", () => {
+  const body = {
+    messages,
+    temperature: 0,
+    prompt_logprobs: null,
+    bad_words: [],
+    skip_special_tokens: true,
+    modalities: ["text"],
+    store: true,
+    metadata: { a: "b" },
+    frobnicate: 1,
+  };
+  assert.deepEqual(unlistedFields(chatRequestSchema, body), ["store", "metadata", "frobnicate"]);
+  // Not an object: nothing here (the schema's own 400 names the problem).
+  assert.deepEqual(unlistedFields(chatRequestSchema, [1]), []);
+  assert.deepEqual(unlistedFields(chatRequestSchema, "x"), []);
+});
+
+Deno.test("UNIMPLEMENTED_FIELDS names no field the request schemas accept", () => {
+  for (const name of Object.keys(UNIMPLEMENTED_FIELDS)) {
+    assert.ok(!(name in chatRequestSchema.shape), name);
+    assert.ok(!(name in completionRequestSchema.shape), name);
+  }
+});
+
+Deno.test("POST /v1/chat/completions answers 400 for allowed_token_ids and logs unknown fields once", async () => {
+  const tok = await tinyTokenizer();
+  const engine = new FakeEngine(tok, { maxModelLen: 64 });
+  const warnings: string[] = [];
+  await withServer(engine, { onWarning: (m) => warnings.push(m) }, async (url) => {
+    const CH = "/v1/chat/completions";
+    const rejected = await post(url, CH, { messages, max_tokens: 2, allowed_token_ids: [3] });
+    const err = (await rejected.json()).error;
+    assert.equal(rejected.status, 400);
+    assert.equal(err.param, "allowed_token_ids");
+    assert.equal(err.code, "unsupported_parameter");
+    assert.equal(engine.requests.length, 0, "nothing reached the engine");
+    for (let i = 0; i < 2; i++) {
+      const ok = await post(url, CH, { messages, max_tokens: 2, store: true, frobnicate: i });
+      assert.equal(ok.status, 200, await ok.text());
+    }
+    const done = await post(url, "/v1/completions", { prompt: "a", max_tokens: 1, metadata: {} });
+    assert.equal(done.status, 200, await done.text());
+  });
+  assert.deepEqual(warnings, [
+    "Request fields ignored (not part of this server's API; reported once each): store, frobnicate",
+    "Request fields ignored (not part of this server's API; reported once each): metadata",
+  ]);
+});
+
+Deno.test("POST /v1/completions passes include_stop_str_in_output to the engine and type-checks it", async () => {
+  const tok = await tinyTokenizer();
+  const engine = new FakeEngine(tok, { maxModelLen: 64 });
+  await withServer(engine, {}, async (url) => {
+    const C = "/v1/completions";
+    const ok = await post(url, C, {
+      prompt: "a",
+      max_tokens: 2,
+      stop: ["x"],
+      include_stop_str_in_output: true,
+    });
+    assert.equal(ok.status, 200, await ok.text());
+    assert.equal(engine.requests.at(-1)?.params.includeStopStrInOutput, true);
+    const plain = await post(url, C, { prompt: "a", max_tokens: 2 });
+    assert.equal(plain.status, 200, await plain.text());
+    assert.equal(engine.requests.at(-1)?.params.includeStopStrInOutput, false);
+    const bad = await post(url, C, { prompt: "a", include_stop_str_in_output: "yes" });
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).error.param, "include_stop_str_in_output");
+  });
+});
