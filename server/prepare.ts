@@ -70,6 +70,29 @@ function rejectUnsupported(body: CompletionRequest | ChatRequest): void {
   }
 }
 
+/**
+ * vLLM's `truncate_prompt_tokens`: the last `k` tokens of `ids` (`-1`: the last `max_model_len`);
+ * `ids` itself when the field is absent. 400 for 0, values below -1 and values above
+ * `max_model_len` (vLLM's rules).
+ */
+function truncatePrompt(
+  ctx: ServerContext,
+  ids: number[],
+  k: number | null | undefined,
+): number[] {
+  if (k === null || k === undefined) return ids;
+  const maxModelLen = ctx.engine.model.maxModelLen;
+  if (k === 0 || k < -1 || k > maxModelLen) {
+    throw new ApiError(
+      400,
+      `truncate_prompt_tokens must be -1 (the model's max_model_len) or 1 to ${maxModelLen}, got ${k}`,
+      { param: "truncate_prompt_tokens", code: "invalid_value" },
+    );
+  }
+  const keep = k === -1 ? maxModelLen : k;
+  return ids.length > keep ? ids.slice(ids.length - keep) : ids;
+}
+
 /** Request messages -> the chat template's messages (content parts joined, null names dropped). */
 export function chatMessages(messages: ChatRequest["messages"]): ChatMessage[] {
   return messages.map((m) => {
@@ -108,6 +131,7 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
   } else {
     prompts = p.filter((x) => Array.isArray(x));
   }
+  prompts = prompts.map((ids) => truncatePrompt(ctx, ids, body.truncate_prompt_tokens));
   const nested = prompts.length > 1 || (Array.isArray(p) && Array.isArray(p[0]));
   prompts.forEach((ids, i) => checkTokenIds(ids, engine.model, nested ? `prompt.${i}` : "prompt"));
   const logprobs = body.logprobs ?? null;
@@ -156,7 +180,11 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
       ...(tools.templateTools === null ? {} : { tools: tools.templateTools }),
     },
   });
-  const ids = tok.encode(text, { addSpecialTokens: false });
+  const ids = truncatePrompt(
+    ctx,
+    tok.encode(text, { addSpecialTokens: false }),
+    body.truncate_prompt_tokens,
+  );
   if ((body.top_logprobs ?? 0) > 0 && body.logprobs !== true) {
     throw new ApiError(400, "top_logprobs requires logprobs to be true", {
       param: "top_logprobs",

@@ -125,6 +125,8 @@ const samplingFields = {
   seed: z.number().refine(Number.isInteger, "expected an integer").nullish(),
   stop: stopSchema,
   include_stop_str_in_output: z.boolean().nullish(),
+  /** vLLM's: keep the last k prompt tokens (-1: the last max_model_len). */
+  truncate_prompt_tokens: int().nullish(),
   stop_token_ids: z.array(int()).nullish(),
   min_tokens: int().nullish(),
   ignore_eos: z.boolean().nullish(),
@@ -189,7 +191,6 @@ export const UNIMPLEMENTED_FIELDS: Readonly<
   prompt_logprobs: { what: "log-probabilities of prompt tokens", harmless: unset },
   allowed_token_ids: { what: "restricting the output to listed token ids", harmless: unset },
   bad_words: { what: "banned words", harmless: unsetOrEmpty },
-  truncate_prompt_tokens: { what: "prompt truncation", harmless: unset },
   use_beam_search: { what: "beam search", harmless: unsetOrFalse },
   skip_special_tokens: {
     what: "special tokens in the output text (they are always skipped)",

@@ -28,7 +28,6 @@ Deno.test("unlistedFields() rejects an unimplemented field set to more than its 
     ["prompt_logprobs", 1],
     ["allowed_token_ids", [1, 2]],
     ["bad_words", ["x"]],
-    ["truncate_prompt_tokens", 5],
     ["use_beam_search", true],
     ["skip_special_tokens", false],
     ["chat_template", "{{ messages }}"],
@@ -122,5 +121,47 @@ Deno.test("POST /v1/completions passes include_stop_str_in_output to the engine 
     const bad = await post(url, C, { prompt: "a", include_stop_str_in_output: "yes" });
     assert.equal(bad.status, 400);
     assert.equal((await bad.json()).error.param, "include_stop_str_in_output");
+  });
+});
+
+Deno.test("truncate_prompt_tokens keeps the last k prompt tokens, as vLLM does", async () => {
+  const tok = await tinyTokenizer();
+  const engine = new FakeEngine(tok, { maxModelLen: 64 });
+  await withServer(engine, {}, async (url) => {
+    const C = "/v1/completions";
+    const ids = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20];
+    const cut = await post(url, C, { prompt: ids, max_tokens: 1, truncate_prompt_tokens: 3 });
+    assert.equal(cut.status, 200, await cut.text());
+    assert.deepEqual(engine.requests.at(-1)?.promptTokenIds, [18, 19, 20]);
+    // Shorter than k, and -1 (max_model_len): the prompt as it is.
+    for (const k of [10, 50, -1]) {
+      const same = await post(url, C, { prompt: ids, max_tokens: 1, truncate_prompt_tokens: k });
+      assert.equal(same.status, 200, await same.text());
+      assert.deepEqual(engine.requests.at(-1)?.promptTokenIds, ids, `k = ${k}`);
+    }
+    // Every prompt of a list is truncated.
+    const list = await post(url, C, {
+      prompt: [ids, [7, 8]],
+      max_tokens: 1,
+      truncate_prompt_tokens: 1,
+    });
+    assert.equal(list.status, 200, await list.text());
+    assert.deepEqual(engine.requests.slice(-2).map((r) => r.promptTokenIds), [[20], [8]]);
+    // Chat: the templated prompt's last tokens.
+    const full = await post(url, "/v1/chat/completions", { messages, max_tokens: 1 });
+    assert.equal(full.status, 200, await full.text());
+    const chatIds = engine.requests.at(-1)!.promptTokenIds;
+    const chat = await post(url, "/v1/chat/completions", {
+      messages,
+      max_tokens: 1,
+      truncate_prompt_tokens: 4,
+    });
+    assert.equal(chat.status, 200, await chat.text());
+    assert.deepEqual(engine.requests.at(-1)?.promptTokenIds, chatIds.slice(-4));
+    for (const k of [0, -2, 65]) {
+      const bad = await post(url, C, { prompt: ids, max_tokens: 1, truncate_prompt_tokens: k });
+      assert.equal(bad.status, 400, `k = ${k}`);
+      assert.equal((await bad.json()).error.param, "truncate_prompt_tokens");
+    }
   });
 });
