@@ -22,6 +22,7 @@
  * | `repetition_penalty` | in (0, `maxRepetitionPenalty`] |
  * | `logprobs` | integer 0 to `maxLogprobs`, or null |
  * | `logit_bias` | at most `maxLogitBias` entries; keys token ids of the model, values in [-100, 100] |
+ * | `allowed_token_ids` | a non-empty list of token ids of the model, not with a structured output |
  *
  * A violation throws {@linkcode InvalidParameterError} naming the parameter by its OpenAI name
  * (`param`, e.g. `stop_token_ids.2`), which the server answers with a 400.
@@ -171,6 +172,19 @@ export function validateSamplingParams(params: SamplingParams, model: ModelLimit
     }
   }
   checkStructuredOutput(params.structuredOutput ?? null);
+  const allowed = params.allowedTokenIds ?? null;
+  if (allowed !== null) {
+    if (!Array.isArray(allowed) || allowed.length === 0) {
+      fail("allowed_token_ids", "expected a non-empty list of token ids");
+    }
+    checkTokenIds(allowed, model, "allowed_token_ids");
+    if ((params.structuredOutput ?? null) !== null) {
+      fail(
+        "allowed_token_ids",
+        "cannot be combined with a structured output (response_format, tools, guided_*)",
+      );
+    }
+  }
   const topK = params.topK < 0 || (vocab > 0 && params.topK >= vocab) ? 0 : params.topK;
   const after = params.structuredOutputAfter ?? null;
   if (after !== null && (typeof after !== "string" || after.length === 0 || after.length > 64)) {
@@ -181,6 +195,7 @@ export function validateSamplingParams(params: SamplingParams, model: ModelLimit
     topK,
     structuredOutput: params.structuredOutput ?? null,
     structuredOutputAfter: after,
+    allowedTokenIds: allowed === null ? null : Object.freeze([...new Set(allowed)]),
   });
 }
 

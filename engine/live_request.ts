@@ -16,14 +16,23 @@ export class LiveRequest {
   /** Detokenization, stop strings and logprob shaping of the request's output. */
   readonly state: RequestOutputState;
   readonly params: SamplingParams;
+  /**
+   * The fixed token mask of `params.allowedTokenIds` (one bit per id of the logits width, set
+   * for the allowed ones), applied at every step the request samples in; null without one.
+   */
+  readonly tokenMask: Uint32Array | null;
   readonly #queue: RequestOutput[] = [];
   #notify: (() => void) | null = null;
   #finished = false;
   #error: Error | null = null;
 
-  constructor(state: RequestOutputState, params: SamplingParams) {
+  /** @param vocabSize the logits width (the mask's bits). */
+  constructor(state: RequestOutputState, params: SamplingParams, vocabSize: number) {
     this.state = state;
     this.params = params;
+    this.tokenMask = params.allowedTokenIds === null
+      ? null
+      : allowedTokenMask(params.allowedTokenIds, vocabSize);
   }
 
   /** Whether the request has ended (finished, aborted or failed). */
@@ -100,4 +109,11 @@ export class LiveRequest {
     this.#notify = null;
     notify?.();
   }
+}
+
+/** A token mask (kernels/token_mask.ts: bit `id % 32` of word `id / 32`) allowing `ids` only. */
+export function allowedTokenMask(ids: readonly number[], vocabSize: number): Uint32Array {
+  const mask = new Uint32Array(Math.ceil(vocabSize / 32));
+  for (const id of ids) mask[id >>> 5]! |= 1 << (id & 31);
+  return mask;
 }

@@ -164,6 +164,12 @@ export class LLMEngine implements EngineClient {
         "Structured outputs need the webgpu executor: the mock executor runs no model to constrain",
       );
     }
+    if (request.params.allowedTokenIds !== null && this.#executor.kind !== "webgpu") {
+      throw new InvalidParameterError(
+        "allowed_token_ids",
+        "allowed_token_ids needs the webgpu executor: the mock executor samples no logits to mask",
+      );
+    }
     if (spec === null) admit();
     // One increment per step with new tokens, even when their text is held back or empty (as
     // vLLM streams): clients see every token arrive, e.g. for TTFT and ITL.
@@ -172,7 +178,7 @@ export class LLMEngine implements EngineClient {
       promptTokenIds: request.promptTokenIds,
       params: request.params,
     }, { emitTokenOnly: true });
-    const live = new LiveRequest(state, request.params);
+    const live = new LiveRequest(state, request.params, this.model.vocabSize);
     this.#live.set(id, live);
     this.#promptTokens += request.promptTokenIds.length;
     signal?.addEventListener("abort", () => this.abort(id), { once: true });
@@ -316,12 +322,26 @@ export class LLMEngine implements EngineClient {
       }
       const landing = this.#executor.swapInReady?.(output);
       if (landing !== undefined) await landing;
-      const masks = this.#structured.active ? this.#structured.masks(output) : undefined;
+      const masks = this.#masks(output);
       const step = this.#pipeline.submit(this.#executor, output, masks);
       for (const [id, error] of step.failed ?? []) this.#failRequest(id, error);
       this.#steps++;
     }
     return false;
+  }
+
+  /**
+   * The token masks of `output`'s sampling requests: their grammar's next mask (structured
+   * outputs) or their fixed `allowed_token_ids` mask (the two are never combined:
+   * engine/input_processor.ts).
+   */
+  #masks(output: SchedulerOutput): Map<string, Uint32Array> | undefined {
+    let masks = this.#structured.active ? this.#structured.masks(output) : undefined;
+    for (const r of output.scheduled) {
+      const mask = r.samplesToken ? this.#live.get(r.requestId)?.tokenMask : null;
+      if (mask !== null && mask !== undefined) (masks ??= new Map()).set(r.requestId, mask);
+    }
+    return masks;
   }
 
   /**

@@ -46,6 +46,11 @@ export interface SamplingParams {
   readonly logprobs: number | null;
   /** Added to the logits of the given token ids before sampling. */
   readonly logitBias: ReadonlyMap<number, number> | null;
+  /**
+   * Only these token ids can be sampled (vLLM's `allowed_token_ids`; EOS too only when listed);
+   * null = any. Applied as a fixed token mask on the GPU, as structured outputs' masks are.
+   */
+  readonly allowedTokenIds: readonly number[] | null;
   /** Number of completions to return for the prompt (the edge expands n > 1 into requests). */
   readonly n: number;
   /**
@@ -98,6 +103,7 @@ export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
   repetitionPenalty: 1,
   logprobs: null,
   logitBias: null,
+  allowedTokenIds: null,
   n: 1,
   structuredOutput: null,
   structuredOutputAfter: null,

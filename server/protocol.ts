@@ -134,6 +134,8 @@ const samplingFields = {
   frequency_penalty: z.number().nullish(),
   repetition_penalty: z.number().nullish(),
   logit_bias: z.record(z.string(), z.number()).nullish(),
+  /** vLLM's: only these token ids can be sampled. */
+  allowed_token_ids: z.array(int()).nullish(),
   priority: int().nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({
@@ -189,7 +191,6 @@ export const UNIMPLEMENTED_FIELDS: Readonly<
   Record<string, { readonly what: string; readonly harmless: (v: unknown) => boolean }>
 > = {
   prompt_logprobs: { what: "log-probabilities of prompt tokens", harmless: unset },
-  allowed_token_ids: { what: "restricting the output to listed token ids", harmless: unset },
   bad_words: { what: "banned words", harmless: unsetOrEmpty },
   use_beam_search: { what: "beam search", harmless: unsetOrFalse },
   skip_special_tokens: {

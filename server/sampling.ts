@@ -102,6 +102,7 @@ export function samplingFor(
     repetitionPenalty: body.repetition_penalty ?? d.repetitionPenalty ?? 1,
     logprobs,
     logitBias,
+    allowedTokenIds: body.allowed_token_ids ?? null,
     n: body.n ?? 1,
     structuredOutput: structuredOutputOf(body, shape.toolSpec ?? null),
   });

@@ -26,7 +26,6 @@ const messages = [{ role: "user", content: "hi" }];
 Deno.test("unlistedFields() rejects an unimplemented field set to more than its default", () => {
   const cases: [string, unknown][] = [
     ["prompt_logprobs", 1],
-    ["allowed_token_ids", [1, 2]],
     ["bad_words", ["x"]],
     ["use_beam_search", true],
     ["skip_special_tokens", false],
@@ -77,16 +76,16 @@ Deno.test("UNIMPLEMENTED_FIELDS names no field the request schemas accept", () =
   }
 });
 
-Deno.test("POST /v1/chat/completions answers 400 for allowed_token_ids and logs unknown fields once", async () => {
+Deno.test("POST /v1/chat/completions answers 400 for prompt_logprobs and logs unknown fields once", async () => {
   const tok = await tinyTokenizer();
   const engine = new FakeEngine(tok, { maxModelLen: 64 });
   const warnings: string[] = [];
   await withServer(engine, { onWarning: (m) => warnings.push(m) }, async (url) => {
     const CH = "/v1/chat/completions";
-    const rejected = await post(url, CH, { messages, max_tokens: 2, allowed_token_ids: [3] });
+    const rejected = await post(url, CH, { messages, max_tokens: 2, prompt_logprobs: 1 });
     const err = (await rejected.json()).error;
     assert.equal(rejected.status, 400);
-    assert.equal(err.param, "allowed_token_ids");
+    assert.equal(err.param, "prompt_logprobs");
     assert.equal(err.code, "unsupported_parameter");
     assert.equal(engine.requests.length, 0, "nothing reached the engine");
     for (let i = 0; i < 2; i++) {
@@ -102,7 +101,7 @@ Deno.test("POST /v1/chat/completions answers 400 for allowed_token_ids and logs 
   ]);
 });
 
-Deno.test("POST /v1/completions passes include_stop_str_in_output to the engine and type-checks it", async () => {
+Deno.test("POST /v1/completions passes include_stop_str_in_output and allowed_token_ids to the engine and checks them", async () => {
   const tok = await tinyTokenizer();
   const engine = new FakeEngine(tok, { maxModelLen: 64 });
   await withServer(engine, {}, async (url) => {
@@ -118,6 +117,13 @@ Deno.test("POST /v1/completions passes include_stop_str_in_output to the engine 
     const plain = await post(url, C, { prompt: "a", max_tokens: 2 });
     assert.equal(plain.status, 200, await plain.text());
     assert.equal(engine.requests.at(-1)?.params.includeStopStrInOutput, false);
+    assert.equal(engine.requests.at(-1)?.params.allowedTokenIds, null);
+    const allowed = await post(url, C, { prompt: "a", max_tokens: 2, allowed_token_ids: [3, 4] });
+    assert.equal(allowed.status, 200, await allowed.text());
+    assert.deepEqual(engine.requests.at(-1)?.params.allowedTokenIds, [3, 4]);
+    const outside = await post(url, C, { prompt: "a", allowed_token_ids: [3, 99999] });
+    assert.equal(outside.status, 400);
+    assert.equal((await outside.json()).error.param, "allowed_token_ids.1");
     const bad = await post(url, C, { prompt: "a", include_stop_str_in_output: "yes" });
     assert.equal(bad.status, 400);
     assert.equal((await bad.json()).error.param, "include_stop_str_in_output");
