@@ -283,13 +283,13 @@ export class RequestOutputState {
     if (this.#numOutput >= this.#minTokens) {
       const match = this.#firstMatch(buf, this.#held.length);
       if (match !== null) {
-        this.#text += buf.slice(0, this.#keepStop ? match.end : match.start);
+        this.#text += buf.slice(0, match.start);
         this.#held = "";
         this.#stopString = match.stop;
         return;
       }
     }
-    const hold = this.#keepStop ? 0 : this.#holdLength(buf);
+    const hold = this.#holdLength(buf);
     this.#text += buf.slice(0, buf.length - hold);
     this.#held = buf.slice(buf.length - hold);
   }
