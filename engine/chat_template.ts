@@ -22,6 +22,11 @@ export interface ChatTemplateOptions {
   addGenerationPrompt?: boolean;
   /** Further template variables (e.g. `enable_thinking`, `tools`). */
   extra?: Record<string, unknown>;
+  /**
+   * Leave the final message open, cut after its content (no end-of-turn after it), so the model
+   * continues it: a "prefilled" answer (transformers' and vLLM's `continue_final_message`).
+   */
+  continueFinalMessage?: boolean;
 }
 
 /** Thrown when a model has no chat template or its template fails to parse or render. */
@@ -64,8 +69,9 @@ export class ChatTemplate {
    * @throws {ChatTemplateError} when rendering fails (e.g. the template's `raise_exception`).
    */
   render(messages: readonly ChatMessage[], options: ChatTemplateOptions = {}): string {
+    let rendered: string;
     try {
-      return this.#template.render({
+      rendered = this.#template.render({
         ...this.#specials,
         ...options.extra,
         messages: messages.map((m) => ({ ...m })),
@@ -77,5 +83,33 @@ export class ChatTemplate {
         { cause: e },
       );
     }
+    return options.continueFinalMessage ? openFinalMessage(rendered, messages) : rendered;
   }
+}
+
+/**
+ * `rendered` cut right after the final message's content, transformers' rule for
+ * `continue_final_message`: the last occurrence of the content (trimmed) in the rendered chat;
+ * trailing whitespace of the content is kept where the template kept it.
+ *
+ * @throws {ChatTemplateError} when the final message has no text, or the template changed it so
+ *   that it does not appear in the rendered chat.
+ */
+function openFinalMessage(rendered: string, messages: readonly ChatMessage[]): string {
+  const content = messages.at(-1)?.content ?? "";
+  const text = typeof content === "string" ? content : "";
+  if (text.trim() === "") {
+    throw new ChatTemplateError("continue_final_message needs a final message with text");
+  }
+  const at = rendered.lastIndexOf(text.trim());
+  if (at < 0) {
+    throw new ChatTemplateError(
+      "continue_final_message is set but the final message does not appear in the chat after " +
+        "applying the chat template (the template changes it)",
+    );
+  }
+  const kept = text.trimStart();
+  return rendered.slice(at, at + kept.length) === text
+    ? rendered.slice(0, at + kept.length)
+    : rendered.slice(0, at + text.trim().length);
 }

@@ -12,7 +12,13 @@ import { checkTokenIds } from "../engine/input_processor.ts";
 import type { ChatMessage } from "../engine/tokenizer.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
 import { checkModel, requireTokenizer, type ServerContext } from "./context.ts";
-import { ApiError, type ChatRequest, type CompletionRequest, messageText } from "./protocol.ts";
+import {
+  ApiError,
+  type ChatRequest,
+  type CompletionRequest,
+  generationPromptOptions,
+  messageText,
+} from "./protocol.ts";
 import { samplingFor } from "./sampling.ts";
 
 /** A validated, tokenized request ready to be fanned out. */
@@ -174,7 +180,7 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
   const tok = requireTokenizer(ctx.engine, "messages");
   const tools = toolPlanFor(body);
   const text = tok.applyChatTemplate(chatMessages(body.messages).map(templateMessage), {
-    addGenerationPrompt: body.add_generation_prompt ?? true,
+    ...generationPromptOptions(body),
     extra: {
       ...(body.chat_template_kwargs ?? {}),
       ...(tools.templateTools === null ? {} : { tools: tools.templateTools }),

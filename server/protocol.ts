@@ -200,7 +200,6 @@ export const UNIMPLEMENTED_FIELDS: Readonly<
   logits_processors: { what: "custom logits processors", harmless: unsetOrEmpty },
   return_tokens_as_token_ids: { what: "token ids as logprob tokens", harmless: unsetOrFalse },
   return_token_ids: { what: "token ids in the response", harmless: unsetOrFalse },
-  continue_final_message: { what: "continuing the last assistant message", harmless: unsetOrFalse },
   chat_template: { what: "a chat template sent with the request", harmless: unset },
   documents: { what: "documents passed to the chat template", harmless: unsetOrEmpty },
   guided_whitespace_pattern: { what: "a whitespace pattern for JSON output", harmless: unset },
@@ -282,6 +281,7 @@ export const chatRequestSchema = z.object({
   functions: z.array(z.unknown()).nullish(),
   function_call: z.unknown().optional(),
   add_generation_prompt: z.boolean().nullish(),
+  continue_final_message: z.boolean().nullish(),
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
 });
 
@@ -294,9 +294,32 @@ export const tokenizeRequestSchema = z.object({
   prompt: z.string().optional(),
   messages: z.array(chatMessageSchema).min(1).optional(),
   add_generation_prompt: z.boolean().nullish(),
+  continue_final_message: z.boolean().nullish(),
   add_special_tokens: z.boolean().nullish(),
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
 });
+
+/**
+ * The chat template's generation-prompt options of a chat or `/tokenize` request: vLLM's
+ * `add_generation_prompt` (default true) and `continue_final_message` (default false), which
+ * cannot both be true (a 400, as vLLM answers).
+ */
+export function generationPromptOptions(body: {
+  add_generation_prompt?: boolean | null;
+  continue_final_message?: boolean | null;
+}): { addGenerationPrompt: boolean; continueFinalMessage: boolean } {
+  const addGenerationPrompt = body.add_generation_prompt ?? true;
+  const continueFinalMessage = body.continue_final_message ?? false;
+  if (addGenerationPrompt && continueFinalMessage) {
+    throw new ApiError(
+      400,
+      "Cannot set both continue_final_message and add_generation_prompt to true " +
+        "(add_generation_prompt defaults to true: send it as false)",
+      { param: "continue_final_message", code: "invalid_value" },
+    );
+  }
+  return { addGenerationPrompt, continueFinalMessage };
+}
 
 /** `POST /detokenize`. */
 export const detokenizeRequestSchema = z.object({

@@ -9,7 +9,13 @@
 import { checkTokenIds } from "../engine/input_processor.ts";
 import { checkModel, requireTokenizer, type ServerContext } from "./context.ts";
 import { chatMessages } from "./prepare.ts";
-import { ApiError, detokenizeRequestSchema, parseBody, tokenizeRequestSchema } from "./protocol.ts";
+import {
+  ApiError,
+  detokenizeRequestSchema,
+  generationPromptOptions,
+  parseBody,
+  tokenizeRequestSchema,
+} from "./protocol.ts";
 import { readJson } from "./read_json.ts";
 
 /**
@@ -37,7 +43,7 @@ export async function tokenizeEndpoint(ctx: ServerContext, req: Request): Promis
   } else {
     const tok = requireTokenizer(engine, "messages");
     const text = tok.applyChatTemplate(chatMessages(body.messages ?? []), {
-      addGenerationPrompt: body.add_generation_prompt ?? true,
+      ...generationPromptOptions(body),
       extra: body.chat_template_kwargs ?? {},
     });
     tokens = tok.encode(text, { addSpecialTokens: body.add_special_tokens ?? false });

@@ -171,3 +171,31 @@ Deno.test("truncate_prompt_tokens keeps the last k prompt tokens, as vLLM does",
     }
   });
 });
+
+Deno.test("continue_final_message leaves the final message open in chat and /tokenize, not with add_generation_prompt", async () => {
+  const tok = await tinyTokenizer();
+  const engine = new FakeEngine(tok, { maxModelLen: 256 });
+  await withServer(engine, {}, async (url) => {
+    const prefilled = [...messages, { role: "assistant", content: "Sure: " }];
+    const expected = tok.encode(
+      tok.applyChatTemplate(prefilled, { continueFinalMessage: true }),
+      { addSpecialTokens: false },
+    );
+    const body = { messages: prefilled, continue_final_message: true };
+    const chat = await post(url, "/v1/chat/completions", {
+      ...body,
+      add_generation_prompt: false,
+      max_tokens: 1,
+    });
+    assert.equal(chat.status, 200, await chat.text());
+    assert.deepEqual(engine.requests.at(-1)?.promptTokenIds, expected);
+    const counted = await post(url, "/tokenize", { ...body, add_generation_prompt: false });
+    assert.deepEqual((await counted.json()).tokens, expected);
+    // add_generation_prompt defaults to true, as in vLLM: both at once is a 400.
+    for (const path of ["/v1/chat/completions", "/tokenize"]) {
+      const both = await post(url, path, body);
+      assert.equal(both.status, 400, path);
+      assert.equal((await both.json()).error.param, "continue_final_message", path);
+    }
+  });
+});

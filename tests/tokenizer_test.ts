@@ -165,6 +165,39 @@ Deno.test("applyChatTemplate() renders a 2-message conversation as ChatML", asyn
   assert.deepEqual(ids.filter((id) => id === 511).length, 2);
 });
 
+Deno.test("applyChatTemplate() with continueFinalMessage leaves the final message open", async () => {
+  const user = { role: "user", content: "Name a colour." };
+  const open = "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\nIt is ";
+  for (const preset of ["tiny-qwen3", "tiny-qwen2"]) {
+    const tok = await tokenizerOf(preset);
+    // Trailing whitespace the template kept stays; the end of turn after it goes.
+    assert.deepEqual(
+      tok.applyChatTemplate([user, { role: "assistant", content: "It is " }], {
+        continueFinalMessage: true,
+      }),
+      open,
+      preset,
+    );
+  }
+  const gpt2 = await tokenizerOf("tiny-gpt2");
+  assert.deepEqual(
+    gpt2.applyChatTemplate([user, { role: "assistant", content: "Blue, or" }], {
+      continueFinalMessage: true,
+    }),
+    "user: Name a colour.\nassistant: Blue, or",
+  );
+  const qwen = await tokenizerOf("tiny-qwen3");
+  for (const content of ["", "  "]) {
+    assert.throws(
+      () =>
+        qwen.applyChatTemplate([user, { role: "assistant", content }], {
+          continueFinalMessage: true,
+        }),
+      (e: unknown) => e instanceof ChatTemplateError && /final message with text/.test(e.message),
+    );
+  }
+});
+
 Deno.test("applyChatTemplate() without a template throws one clear line", () => {
   const built = buildBpeTokenizer({
     flavor: "qwen",
