@@ -155,6 +155,9 @@ export function validateSamplingParams(params: SamplingParams, model: ModelLimit
   if (typeof params.includeStopStrInOutput !== "boolean") {
     fail("include_stop_str_in_output", "expected a boolean");
   }
+  if (typeof params.skipSpecialTokens !== "boolean") {
+    fail("skip_special_tokens", "expected a boolean");
+  }
   checkRange("presence_penalty", params.presencePenalty, -2, 2);
   checkRange("frequency_penalty", params.frequencyPenalty, -2, 2);
   checkRange("repetition_penalty", params.repetitionPenalty, 0, L.maxRepetitionPenalty, true);

@@ -45,10 +45,12 @@ export class LiveRequest {
    * detokenizes them, checks the stop strings, shapes the logprobs the request asked for and
    * queues the increment, if any. Returns how many tokens count as generated (tokens after a
    * matched stop string are dropped, not counted) and the stop string matched, if any.
+   * `stopToken`: the last token ended the request (see `RequestOutputState.push`).
    */
   accept(
     tokenIds: readonly number[],
     sampled: SampledToken | undefined,
+    stopToken = false,
   ): { generated: number; stopString: string | null } {
     const wantTop = (this.params.logprobs ?? 0) > 0;
     const logprobs: TokenLogprob[] | null = this.params.logprobs === null
@@ -59,7 +61,7 @@ export class LiveRequest {
         ...(wantTop ? { top: sampled?.top ?? [] } : {}),
       }));
     const before = this.state.numOutputTokens;
-    const { output, stopString } = this.state.push(tokenIds, logprobs);
+    const { output, stopString } = this.state.push(tokenIds, logprobs, stopToken);
     if (output !== null) this.emit(output);
     return { generated: this.state.numOutputTokens - before, stopString };
   }

@@ -404,7 +404,12 @@ export class LLMEngine implements EngineClient {
       const live = this.#live.get(u.requestId);
       if (live === undefined || live.finished) continue;
       this.#structured.accept(u.requestId, u.newTokenIds);
-      const { generated, stopString } = live.accept(u.newTokenIds, sampled.get(u.requestId));
+      // A token that stopped the request (EOS, stop_token_ids) leaves its text out (vLLM v1).
+      const { generated, stopString } = live.accept(
+        u.newTokenIds,
+        sampled.get(u.requestId),
+        u.finishReason === "stop",
+      );
       this.#generationTokens += generated;
       if (stopString !== null && u.finishReason === null) {
         this.#scheduler.finishRequest(u.requestId, "stop", stopString);

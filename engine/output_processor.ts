@@ -1,9 +1,9 @@
 /**
  * Per-request output processing: turns the token ids the scheduler produces into the
  * {@linkcode RequestOutput} increments a client streams. It detokenizes incrementally (special
- * tokens skipped, like vLLM's default `skip_special_tokens=true`), searches the text for the
- * request's stop strings, holds back text that may still become a stop string, and attaches
- * log-probabilities and token counts.
+ * tokens skipped unless `skipSpecialTokens` is false, vLLM's `skip_special_tokens`), searches
+ * the text for the request's stop strings, holds back text that may still become a stop string,
+ * and attaches log-probabilities and token counts.
  *
  * The engine keeps one {@linkcode RequestOutputState} per request:
  *
@@ -19,7 +19,8 @@
  *
  * Text rules (vLLM / OpenAI semantics):
  * - The concatenation of all increments' `text` is
- *   `decode(outputIds, { skipSpecialTokens: true, cleanUpTokenizationSpaces: false })`, cut
+ *   `decode(outputIds, { skipSpecialTokens, cleanUpTokenizationSpaces: false })` (the
+ *   request's, true by default) less the text of a token that ended the request, cut
  *   before the stop string that matched (if one did; with `includeStopStrInOutput`, after it).
  *   An increment never ends inside a UTF-8 character (see engine/detokenizer.ts).
  * - Hold-back: the longest suffix of the text that is a proper prefix of some stop string is not
@@ -39,11 +40,11 @@
  *   and stop strings are never matched; only token ids flow.
  *
  * Token rules:
- * - `tokenIds` holds every token the scheduler produced, including EOS and stop token ids (their
- *   text is empty since special tokens are skipped; a stop token id that is not a special token
- *   keeps its text, like vLLM), except tokens pushed after the token that completed a stop
- *   string: those are dropped (never emitted, not counted). `numOutputTokens` counts the tokens
- *   emitted so far, including the increment's own.
+ * - `tokenIds` holds every token the scheduler produced, including EOS and stop token ids (the
+ *   text of the token that ended the request is left out, pushed with `stopToken`, unless
+ *   `includeStopStrInOutput`, as vLLM v1 does), except tokens pushed after the token that
+ *   completed a stop string: those are dropped (never emitted, not counted). `numOutputTokens`
+ *   counts the tokens emitted so far, including the increment's own.
  * - Increments: with a tokenizer, {@linkcode RequestOutputState.push} returns an increment only
  *   when it has new text (tokens whose text is held back, incomplete, or empty ride along with the
  *   next increment that has text, or with the final one); set `emitTokenOnly` to get an increment
@@ -63,7 +64,10 @@ export interface OutputRequest {
   readonly requestId: string;
   /** Prompt token ids (its last few decode as left context; its length is `numPromptTokens`). */
   readonly promptTokenIds: readonly number[];
-  /** Sampling parameters: `stop`, `includeStopStrInOutput`, `minTokens` and `logprobs` are read. */
+  /**
+   * Sampling parameters: `stop`, `includeStopStrInOutput`, `skipSpecialTokens`, `minTokens` and
+   * `logprobs` are read.
+   */
   readonly params: SamplingParams;
 }
 
@@ -152,7 +156,7 @@ export class RequestOutputState {
     this.#minTokens = request.params.minTokens;
     this.#wantLogprobs = request.params.logprobs !== null;
     this.#detok = tokenizer === null ? null : new IncrementalDetokenizer(tokenizer, {
-      skipSpecialTokens: true,
+      skipSpecialTokens: request.params.skipSpecialTokens,
       promptIds: request.promptTokenIds,
     });
     this.#stops = tokenizer === null ? [] : [...new Set(request.params.stop)].filter((s) => s);
@@ -179,18 +183,25 @@ export class RequestOutputState {
    * Feeds output tokens that became known, in order, with their log-probabilities (one per
    * token, required when `params.logprobs` is not null, ignored otherwise). Tokens pushed after a
    * stop string matched are ignored (a pipelined engine may still have some in flight).
+   * `stopToken`: the last token ended the request (EOS or one of `stop_token_ids`, the
+   * scheduler's "stop"); it counts as an output token but its text is left out, unless
+   * `includeStopStrInOutput` (vLLM's rule).
    *
    * @throws {RangeError} after {@linkcode finish}, or when `logprobs` does not align with
    *   `tokenIds`.
    */
-  push(tokenIds: readonly number[], logprobs: readonly TokenLogprob[] | null): PushResult {
+  push(
+    tokenIds: readonly number[],
+    logprobs: readonly TokenLogprob[] | null,
+    stopToken = false,
+  ): PushResult {
     if (this.#finished) {
       throw new RangeError(`Cannot push to request ${this.requestId}: it is finished`);
     }
     if (this.#stopString !== null) return { output: null, stopString: null };
     const textBefore = this.#text.length;
     const tokensBefore = this.#tokens.length;
-    const stop = this.#accept(tokenIds, logprobs);
+    const stop = this.#accept(tokenIds, logprobs, stopToken && !this.#keepStop);
     if (stop !== null) return { output: null, stopString: stop };
     const hasText = this.#text.length > textBefore;
     const hasTokens = this.#tokens.length > tokensBefore;
@@ -236,8 +247,15 @@ export class RequestOutputState {
     return this.#increment(reason, stopReason);
   }
 
-  /** Accepts tokens until one completes a stop string; returns that stop string or null. */
-  #accept(tokenIds: readonly number[], logprobs: readonly TokenLogprob[] | null): string | null {
+  /**
+   * Accepts tokens until one completes a stop string; returns that stop string or null. With
+   * `lastTextless`, the last token is taken without its text.
+   */
+  #accept(
+    tokenIds: readonly number[],
+    logprobs: readonly TokenLogprob[] | null,
+    lastTextless = false,
+  ): string | null {
     if (this.#wantLogprobs) {
       if (logprobs === null || logprobs.length !== tokenIds.length) {
         throw new RangeError(
@@ -261,7 +279,7 @@ export class RequestOutputState {
       this.#tokens.push(id);
       if (this.#wantLogprobs) this.#logprobs.push(logprobs![i]!);
       this.#numOutput++;
-      if (this.#detok === null) continue;
+      if (this.#detok === null || (lastTextless && i === tokenIds.length - 1)) continue;
       this.#feedText(this.#detok.push(id));
       if (this.#stopString !== null) return this.#stopString;
     }

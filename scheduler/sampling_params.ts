@@ -32,7 +32,12 @@ export interface SamplingParams {
    * `include_stop_str_in_output`); text is then never held back for a possible stop string.
    */
   readonly includeStopStrInOutput: boolean;
-  /** Token ids that end the request (the token is kept in the output, like vLLM). */
+  /** Leave special tokens (chat markers, EOS) out of the output text (vLLM's default: true). */
+  readonly skipSpecialTokens: boolean;
+  /**
+   * Token ids that end the request: the token is kept in the output's token ids, its text left
+   * out unless `includeStopStrInOutput` (as vLLM does, and as for EOS).
+   */
   readonly stopTokenIds: readonly number[];
   /** Keep generating past the model's EOS token. */
   readonly ignoreEos: boolean;
@@ -96,6 +101,7 @@ export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
   minTokens: 0,
   stop: Object.freeze([]),
   includeStopStrInOutput: false,
+  skipSpecialTokens: true,
   stopTokenIds: Object.freeze([]),
   ignoreEos: false,
   presencePenalty: 0,

@@ -125,6 +125,7 @@ const samplingFields = {
   seed: z.number().refine(Number.isInteger, "expected an integer").nullish(),
   stop: stopSchema,
   include_stop_str_in_output: z.boolean().nullish(),
+  skip_special_tokens: z.boolean().nullish(),
   /** vLLM's: keep the last k prompt tokens (-1: the last max_model_len). */
   truncate_prompt_tokens: int().nullish(),
   stop_token_ids: z.array(int()).nullish(),
@@ -193,10 +194,6 @@ export const UNIMPLEMENTED_FIELDS: Readonly<
   prompt_logprobs: { what: "log-probabilities of prompt tokens", harmless: unset },
   bad_words: { what: "banned words", harmless: unsetOrEmpty },
   use_beam_search: { what: "beam search", harmless: unsetOrFalse },
-  skip_special_tokens: {
-    what: "special tokens in the output text (they are always skipped)",
-    harmless: (v) => unset(v) || v === true,
-  },
   logits_processors: { what: "custom logits processors", harmless: unsetOrEmpty },
   return_tokens_as_token_ids: { what: "token ids as logprob tokens", harmless: unsetOrFalse },
   return_token_ids: { what: "token ids in the response", harmless: unsetOrFalse },

@@ -95,6 +95,7 @@ export function samplingFor(
     minTokens: body.min_tokens ?? 0,
     stop,
     includeStopStrInOutput: body.include_stop_str_in_output ?? false,
+    skipSpecialTokens: body.skip_special_tokens ?? true,
     stopTokenIds: body.stop_token_ids ?? [],
     ignoreEos: body.ignore_eos ?? false,
     presencePenalty: body.presence_penalty ?? 0,

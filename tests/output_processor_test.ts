@@ -283,6 +283,40 @@ Deno.test("RequestOutputState keeps the stop string and holds nothing back with 
   assert.equal(partial.final.text, "");
 });
 
+Deno.test("RequestOutputState leaves out the text of the token that ended the request, unless includeStopStrInOutput", async () => {
+  const tok = await tokenizer();
+  const ids = encode(tok, "Hello world");
+  const stopId = ids[ids.length - 1]!;
+  for (const keep of [false, true]) {
+    const state = new RequestOutputState(tok, {
+      requestId: "r1",
+      promptTokenIds: PROMPT,
+      params: samplingParams({ stopTokenIds: [stopId], includeStopStrInOutput: keep }),
+    });
+    const first = state.push(ids.slice(0, -1), null);
+    const last = state.push(ids.slice(-1), null, true);
+    const final = state.finish("stop", stopId);
+    const text = [first.output, last.output, final].map((o) => o?.text ?? "").join("");
+    const tokens = [first.output, last.output, final].flatMap((o) => [...(o?.tokenIds ?? [])]);
+    assert.equal(text, fullDecode(tok, keep ? ids : ids.slice(0, -1)), `keep ${keep}`);
+    assert.deepEqual(tokens, ids, "the stop token is still an output token");
+    assert.equal(final.numOutputTokens, ids.length);
+  }
+});
+
+Deno.test("RequestOutputState keeps special tokens' text with skipSpecialTokens false", async () => {
+  const tok = await tokenizer();
+  const ids = [...encode(tok, "Hi"), 510, ...encode(tok, "there")];
+  const skipped = run(tok, ids, {});
+  const kept = run(tok, ids, { skipSpecialTokens: false });
+  assert.equal(skipped.text, fullDecode(tok, ids));
+  assert.equal(
+    kept.text,
+    tok.decode(ids, { skipSpecialTokens: false, cleanUpTokenizationSpaces: false }),
+  );
+  assert.ok(kept.text.length > skipped.text.length, `${kept.text} vs ${skipped.text}`);
+});
+
 Deno.test("RequestOutputState never splits Chinese or emoji and matches stop strings in them", async () => {
   const tok = await tokenizer();
   const text = "中文和表情 😀🚀👍🏽 works";

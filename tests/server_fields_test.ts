@@ -28,7 +28,6 @@ Deno.test("unlistedFields() rejects an unimplemented field set to more than its 
     ["prompt_logprobs", 1],
     ["bad_words", ["x"]],
     ["use_beam_search", true],
-    ["skip_special_tokens", false],
     ["chat_template", "{{ messages }}"],
     ["cache_salt", "tenant-a"],
     ["modalities", ["text", "audio"]],
@@ -121,6 +120,10 @@ Deno.test("POST /v1/completions passes include_stop_str_in_output and allowed_to
     const allowed = await post(url, C, { prompt: "a", max_tokens: 2, allowed_token_ids: [3, 4] });
     assert.equal(allowed.status, 200, await allowed.text());
     assert.deepEqual(engine.requests.at(-1)?.params.allowedTokenIds, [3, 4]);
+    assert.equal(engine.requests.at(-1)?.params.skipSpecialTokens, true);
+    const special = await post(url, C, { prompt: "a", max_tokens: 2, skip_special_tokens: false });
+    assert.equal(special.status, 200, await special.text());
+    assert.equal(engine.requests.at(-1)?.params.skipSpecialTokens, false);
     const outside = await post(url, C, { prompt: "a", allowed_token_ids: [3, 99999] });
     assert.equal(outside.status, 400);
     assert.equal((await outside.json()).error.param, "allowed_token_ids.1");
