@@ -179,10 +179,14 @@ export class WebGpuExecutor implements Executor {
       return { result: Promise.resolve(new Map()) };
     }
     const plan = this.#plan(output, tokenMasks);
-    // A first token, or one a grammar waits for before its request's next step: read back at
+    // A first token, or one a grammar waits for before its request's next step (a masked row,
+    // unless its mask is allowed_token_ids' fixed one, which waits for nothing): read back at
     // the next step, not batched.
-    const batched = output.scheduled.every((r) => r.numTokens === 1 && !r.isNew) &&
-      (tokenMasks === undefined || tokenMasks.size === 0);
+    const grammarWaits = output.scheduled.some((r) =>
+      tokenMasks?.has(r.requestId) === true && r.params.allowedTokenIds === null
+    );
+    const batched = !grammarWaits &&
+      output.scheduled.every((r) => r.numTokens === 1 && !r.isNew);
     const handle = this.runner.execute(plan.batch, {
       overlap: this.#overlap,
       readbackBatch: batched ? this.#readbackBatch : 1,
