@@ -23,6 +23,7 @@
  * | `logprobs` | integer 0 to `maxLogprobs`, or null |
  * | `logit_bias` | at most `maxLogitBias` entries; keys token ids of the model, values in [-100, 100] |
  * | `allowed_token_ids` | a non-empty list of token ids of the model, not with a structured output |
+ * | `bad_words` | at most `maxStopStrings` words of 1 to `maxStopStringChars` characters (not blank), not with a structured output |
  *
  * A violation throws {@linkcode InvalidParameterError} naming the parameter by its OpenAI name
  * (`param`, e.g. `stop_token_ids.2`), which the server answers with a 400.
@@ -188,6 +189,23 @@ export function validateSamplingParams(params: SamplingParams, model: ModelLimit
       );
     }
   }
+  const bad = params.badWords ?? null;
+  if (bad !== null) {
+    if (!Array.isArray(bad) || bad.length > L.maxStopStrings) {
+      fail("bad_words", `expected a list of at most ${L.maxStopStrings} words`);
+    }
+    bad.forEach((w, i) => {
+      if (typeof w !== "string" || w.trim() === "" || w.length > L.maxStopStringChars) {
+        fail(`bad_words.${i}`, `expected 1 to ${L.maxStopStringChars} characters, not blank`);
+      }
+    });
+    if (bad.length > 0 && (params.structuredOutput ?? null) !== null) {
+      fail(
+        "bad_words",
+        "cannot be combined with a structured output (response_format, tools, guided_*)",
+      );
+    }
+  }
   const topK = params.topK < 0 || (vocab > 0 && params.topK >= vocab) ? 0 : params.topK;
   const after = params.structuredOutputAfter ?? null;
   if (after !== null && (typeof after !== "string" || after.length === 0 || after.length > 64)) {
@@ -199,6 +217,7 @@ export function validateSamplingParams(params: SamplingParams, model: ModelLimit
     structuredOutput: params.structuredOutput ?? null,
     structuredOutputAfter: after,
     allowedTokenIds: allowed === null ? null : Object.freeze([...new Set(allowed)]),
+    badWords: bad === null || bad.length === 0 ? null : Object.freeze([...bad]),
   });
 }
 

@@ -10,6 +10,7 @@ import type { FinishReason, RequestOutput, TokenLogprob } from "./engine_api.ts"
 import type { SampledToken } from "./executors/executor.ts";
 import type { RequestOutputState } from "./output_processor.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
+import type { BadWords } from "./bad_words.ts";
 
 /** One request's output queue and end state. */
 export class LiveRequest {
@@ -21,18 +22,41 @@ export class LiveRequest {
    * for the allowed ones), applied at every step the request samples in; null without one.
    */
   readonly tokenMask: Uint32Array | null;
+  /** `params.badWords` as token sequences and the output's last tokens; null without them. */
+  readonly badWords: BadWords | null;
+  readonly #vocabSize: number;
   readonly #queue: RequestOutput[] = [];
   #notify: (() => void) | null = null;
   #finished = false;
   #error: Error | null = null;
 
-  /** @param vocabSize the logits width (the mask's bits). */
-  constructor(state: RequestOutputState, params: SamplingParams, vocabSize: number) {
+  /**
+   * @param vocabSize the logits width (the masks' bits).
+   * @param badWords the state of `params.badWords` (engine/bad_words.ts), or null.
+   */
+  constructor(
+    state: RequestOutputState,
+    params: SamplingParams,
+    vocabSize: number,
+    badWords: BadWords | null = null,
+  ) {
     this.state = state;
     this.params = params;
+    this.#vocabSize = vocabSize;
     this.tokenMask = params.allowedTokenIds === null
       ? null
       : allowedTokenMask(params.allowedTokenIds, vocabSize);
+    this.badWords = badWords;
+  }
+
+  /**
+   * The mask of the request's next token: its fixed `allowed_token_ids` mask, less what its bad
+   * words ban after the output so far; null when it has neither.
+   */
+  nextMask(): Uint32Array | null {
+    return this.badWords === null
+      ? this.tokenMask
+      : this.badWords.mask(this.tokenMask, this.#vocabSize);
   }
 
   /** Whether the request has ended (finished, aborted or failed). */
@@ -60,6 +84,7 @@ export class LiveRequest {
         logprob: sampled?.logprob ?? 0,
         ...(wantTop ? { top: sampled?.top ?? [] } : {}),
       }));
+    this.badWords?.push(tokenIds);
     const before = this.state.numOutputTokens;
     const { output, stopString } = this.state.push(tokenIds, logprobs, stopToken);
     if (output !== null) this.emit(output);

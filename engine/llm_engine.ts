@@ -19,6 +19,7 @@
  * @module
  */
 
+import { BadWords, badWordTokenIds } from "./bad_words.ts";
 import type { StructuredOutputs } from "./structured_output/structured_outputs.ts";
 import type { StructuredOutputSpec } from "../scheduler/sampling_params.ts";
 import type { EngineConfig, EngineOptions } from "./engine_config.ts";
@@ -164,11 +165,20 @@ export class LLMEngine implements EngineClient {
         "Structured outputs need the webgpu executor: the mock executor runs no model to constrain",
       );
     }
-    if (request.params.allowedTokenIds !== null && this.#executor.kind !== "webgpu") {
+    const masked = request.params.allowedTokenIds !== null
+      ? "allowed_token_ids"
+      : request.params.badWords !== null
+      ? "bad_words"
+      : null;
+    if (masked !== null && this.#executor.kind !== "webgpu") {
       throw new InvalidParameterError(
-        "allowed_token_ids",
-        "allowed_token_ids needs the webgpu executor: the mock executor samples no logits to mask",
+        masked,
+        `${masked} needs the webgpu executor: the mock executor samples no logits to mask`,
       );
+    }
+    const words = request.params.badWords;
+    if (words !== null && this.tokenizer === null) {
+      throw new InvalidParameterError("bad_words", "bad_words needs the model's tokenizer");
     }
     if (spec === null) admit();
     // One increment per step with new tokens, even when their text is held back or empty (as
@@ -178,7 +188,12 @@ export class LLMEngine implements EngineClient {
       promptTokenIds: request.promptTokenIds,
       params: request.params,
     }, { emitTokenOnly: true });
-    const live = new LiveRequest(state, request.params, this.model.vocabSize);
+    const live = new LiveRequest(
+      state,
+      request.params,
+      this.model.vocabSize,
+      words === null ? null : new BadWords(badWordTokenIds(this.tokenizer!, words)),
+    );
     this.#live.set(id, live);
     this.#promptTokens += request.promptTokenIds.length;
     signal?.addEventListener("abort", () => this.abort(id), { once: true });
@@ -332,13 +347,13 @@ export class LLMEngine implements EngineClient {
 
   /**
    * The token masks of `output`'s sampling requests: their grammar's next mask (structured
-   * outputs) or their fixed `allowed_token_ids` mask (the two are never combined:
-   * engine/input_processor.ts).
+   * outputs), or their `allowed_token_ids` mask less what their bad words ban now (a grammar is
+   * never combined with those: engine/input_processor.ts).
    */
   #masks(output: SchedulerOutput): Map<string, Uint32Array> | undefined {
     let masks = this.#structured.active ? this.#structured.masks(output) : undefined;
     for (const r of output.scheduled) {
-      const mask = r.samplesToken ? this.#live.get(r.requestId)?.tokenMask : null;
+      const mask = r.samplesToken ? this.#live.get(r.requestId)?.nextMask() : null;
       if (mask !== null && mask !== undefined) (masks ??= new Map()).set(r.requestId, mask);
     }
     return masks;

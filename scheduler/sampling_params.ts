@@ -56,6 +56,11 @@ export interface SamplingParams {
    * null = any. Applied as a fixed token mask on the GPU, as structured outputs' masks are.
    */
   readonly allowedTokenIds: readonly number[] | null;
+  /**
+   * Words the output must not contain (vLLM's `bad_words`; engine/bad_words.ts); null = none. A
+   * request with them runs a step only once its previous token is known, like a constrained one.
+   */
+  readonly badWords: readonly string[] | null;
   /** Number of completions to return for the prompt (the edge expands n > 1 into requests). */
   readonly n: number;
   /**
@@ -110,6 +115,7 @@ export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
   logprobs: null,
   logitBias: null,
   allowedTokenIds: null,
+  badWords: null,
   n: 1,
   structuredOutput: null,
   structuredOutputAfter: null,

@@ -96,7 +96,8 @@ export function applySampledToken(
 /**
  * Tokens `seq` could run now, ignoring the budget: what it has not computed, or 0 while its
  * latest sampled token is its final one (max_tokens or maxModelLen reached), and for a
- * grammar-constrained request while its latest token or its next mask is not on the host.
+ * grammar-constrained request (or one with bad words) while its latest token or its next mask is
+ * not on the host.
  */
 export function tokensToRun(
   seq: Sequence,
@@ -104,12 +105,11 @@ export function tokensToRun(
   hostReady: HostReady = () => true,
 ): number {
   if (seq.numOutputTokens >= seq.maxTokens || seq.numTokens >= maxModelLen) return 0;
-  // A grammar-constrained request waits for its last sampled token and then for its next mask
-  // (which depends on it).
-  if (
-    (seq.params.structuredOutput ?? null) !== null &&
-    (seq.numPlaceholders > 0 || !hostReady(seq.requestId))
-  ) return 0;
+  // A grammar-constrained request (or one with bad words) waits for its last sampled token and
+  // then for its next mask (which depends on it).
+  const masked = (seq.params.structuredOutput ?? null) !== null ||
+    (seq.params.badWords?.length ?? 0) > 0;
+  if (masked && (seq.numPlaceholders > 0 || !hostReady(seq.requestId))) return 0;
   return seq.numTokens - seq.numComputedTokens;
 }
 

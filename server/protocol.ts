@@ -137,6 +137,8 @@ const samplingFields = {
   logit_bias: z.record(z.string(), z.number()).nullish(),
   /** vLLM's: only these token ids can be sampled. */
   allowed_token_ids: z.array(int()).nullish(),
+  /** vLLM's: words the output must not contain. */
+  bad_words: z.array(z.string()).nullish(),
   priority: int().nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({
@@ -192,7 +194,6 @@ export const UNIMPLEMENTED_FIELDS: Readonly<
   Record<string, { readonly what: string; readonly harmless: (v: unknown) => boolean }>
 > = {
   prompt_logprobs: { what: "log-probabilities of prompt tokens", harmless: unset },
-  bad_words: { what: "banned words", harmless: unsetOrEmpty },
   use_beam_search: { what: "beam search", harmless: unsetOrFalse },
   logits_processors: { what: "custom logits processors", harmless: unsetOrEmpty },
   return_tokens_as_token_ids: { what: "token ids as logprob tokens", harmless: unsetOrFalse },

@@ -104,6 +104,7 @@ export function samplingFor(
     logprobs,
     logitBias,
     allowedTokenIds: body.allowed_token_ids ?? null,
+    badWords: body.bad_words ?? null,
     n: body.n ?? 1,
     structuredOutput: structuredOutputOf(body, shape.toolSpec ?? null),
   });

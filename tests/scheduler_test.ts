@@ -278,6 +278,25 @@ Deno.test("schedule() reports ended ids once, also of requests never scheduled",
   assertEquals([h.step().finished, h.sched.hasUnfinishedRequests()], [[], false]);
 });
 
+Deno.test("a request with bad words waits for its last token on the host; a plain one runs ahead", () => {
+  const h = new Harness(continuous(), 64, 4);
+  h.add("plain", range(1, 3), { maxTokens: 5 });
+  h.add("bad", range(10, 3), { maxTokens: 5, badWords: ["no"] });
+  const s1 = h.sched.schedule();
+  const t1 = h.exec.run(s1);
+  assertEquals(summary(s1), [["plain", 3, 0, true], ["bad", 3, 0, true]]);
+  // Step 1's tokens are not back: only the plain request decodes on a placeholder.
+  const s2 = h.sched.schedule();
+  const t2 = h.exec.run(s2);
+  assertEquals(summary(s2), [["plain", 1, 3, true]]);
+  h.sched.updateFromOutput(s1, t1);
+  // Its token is known now: the bad-words request runs again.
+  const s3 = h.sched.schedule();
+  assertEquals(summary(s3).map((r) => r[0]).sort(), ["bad", "plain"]);
+  h.sched.updateFromOutput(s2, t2);
+  h.sched.updateFromOutput(s3, h.exec.run(s3));
+});
+
 Deno.test("async scheduling feeds placeholders and resolves them in step order", () => {
   const h = new Harness(continuous(), 64, 4);
   h.add("a", range(1, 3), { maxTokens: 5 });

@@ -26,7 +26,6 @@ const messages = [{ role: "user", content: "hi" }];
 Deno.test("unlistedFields() rejects an unimplemented field set to more than its default", () => {
   const cases: [string, unknown][] = [
     ["prompt_logprobs", 1],
-    ["bad_words", ["x"]],
     ["use_beam_search", true],
     ["chat_template", "{{ messages }}"],
     ["cache_salt", "tenant-a"],
@@ -55,7 +54,6 @@ Deno.test("unlistedFields() lets default values of unimplemented fields through 
     messages,
     temperature: 0,
     prompt_logprobs: null,
-    bad_words: [],
     skip_special_tokens: true,
     modalities: ["text"],
     store: true,
@@ -124,6 +122,12 @@ Deno.test("POST /v1/completions passes include_stop_str_in_output and allowed_to
     const special = await post(url, C, { prompt: "a", max_tokens: 2, skip_special_tokens: false });
     assert.equal(special.status, 200, await special.text());
     assert.equal(engine.requests.at(-1)?.params.skipSpecialTokens, false);
+    const banned = await post(url, C, { prompt: "a", max_tokens: 2, bad_words: ["no", "never"] });
+    assert.equal(banned.status, 200, await banned.text());
+    assert.deepEqual(engine.requests.at(-1)?.params.badWords, ["no", "never"]);
+    const blank = await post(url, C, { prompt: "a", bad_words: ["ok", " "] });
+    assert.equal(blank.status, 400);
+    assert.equal((await blank.json()).error.param, "bad_words.1");
     const outside = await post(url, C, { prompt: "a", allowed_token_ids: [3, 99999] });
     assert.equal(outside.status, 400);
     assert.equal((await outside.json()).error.param, "allowed_token_ids.1");

@@ -179,11 +179,12 @@ export class WebGpuExecutor implements Executor {
       return { result: Promise.resolve(new Map()) };
     }
     const plan = this.#plan(output, tokenMasks);
-    // A first token, or one a grammar waits for before its request's next step (a masked row,
-    // unless its mask is allowed_token_ids' fixed one, which waits for nothing): read back at
-    // the next step, not batched.
+    // A first token, or one whose request's next mask depends on it (a grammar, bad words; not
+    // allowed_token_ids' fixed mask, which waits for nothing): read back at the next step, not
+    // batched.
     const grammarWaits = output.scheduled.some((r) =>
-      tokenMasks?.has(r.requestId) === true && r.params.allowedTokenIds === null
+      tokenMasks?.has(r.requestId) === true &&
+      (r.params.allowedTokenIds === null || (r.params.badWords?.length ?? 0) > 0)
     );
     const batched = !grammarWaits &&
       output.scheduled.every((r) => r.numTokens === 1 && !r.isNew);
