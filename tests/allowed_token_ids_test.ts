@@ -10,8 +10,8 @@ import { InvalidParameterError, validateSamplingParams } from "../engine/input_p
 import { allowedTokenMask } from "../engine/live_request.ts";
 import type { RequestOutput } from "../engine/engine_api.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
-import { makeModel } from "../tools/make_model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
+import { withTinyEngine } from "./support/tiny_engine.ts";
 
 async function collect(stream: AsyncIterable<RequestOutput>): Promise<number[]> {
   const ids: number[] = [];
@@ -50,57 +50,47 @@ Deno.test("validateSamplingParams() checks allowed_token_ids and keeps each id o
 Deno.test(
   "LLMEngine samples only allowed_token_ids, greedy and random, beside free requests",
   GPU_TEST,
-  async () => {
-    const dir = await Deno.makeTempDir();
-    try {
-      await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: 5 });
-      const engine = await LLMEngine.create({ model: dir, showProgress: false, forceF32: true });
-      try {
-        const prompt = [1, 2, 3, 4, 5];
-        const free = await collect(engine.generate({
-          requestId: "free",
+  () =>
+    withTinyEngine(async (engine) => {
+      const prompt = [1, 2, 3, 4, 5];
+      const free = await collect(engine.generate({
+        requestId: "free",
+        promptTokenIds: prompt,
+        params: samplingParams({ temperature: 0, maxTokens: 12, ignoreEos: true }),
+      }));
+      // Ids the free greedy run did not pick first, so the mask has to change the answer.
+      const allowed = [7, 300, 301, 450].filter((id) => id !== free[0]);
+      const runs = await Promise.all([
+        collect(engine.generate({
+          requestId: "greedy",
+          promptTokenIds: prompt,
+          params: samplingParams({ temperature: 0, maxTokens: 12, allowedTokenIds: allowed }),
+        })),
+        collect(engine.generate({
+          requestId: "random",
+          promptTokenIds: prompt,
+          params: samplingParams({
+            temperature: 1.5,
+            seed: 3,
+            maxTokens: 40,
+            allowedTokenIds: allowed,
+          }),
+        })),
+        collect(engine.generate({
+          requestId: "free-again",
           promptTokenIds: prompt,
           params: samplingParams({ temperature: 0, maxTokens: 12, ignoreEos: true }),
-        }));
-        // Ids the free greedy run did not pick first, so the mask has to change the answer.
-        const allowed = [7, 300, 301, 450].filter((id) => id !== free[0]);
-        const runs = await Promise.all([
-          collect(engine.generate({
-            requestId: "greedy",
-            promptTokenIds: prompt,
-            params: samplingParams({ temperature: 0, maxTokens: 12, allowedTokenIds: allowed }),
-          })),
-          collect(engine.generate({
-            requestId: "random",
-            promptTokenIds: prompt,
-            params: samplingParams({
-              temperature: 1.5,
-              seed: 3,
-              maxTokens: 40,
-              allowedTokenIds: allowed,
-            }),
-          })),
-          collect(engine.generate({
-            requestId: "free-again",
-            promptTokenIds: prompt,
-            params: samplingParams({ temperature: 0, maxTokens: 12, ignoreEos: true }),
-          })),
-        ]);
-        const [greedy, random, freeAgain] = runs;
-        // EOS is not listed: both run to max_tokens.
-        assert.equal(greedy!.length, 12);
-        assert.equal(random!.length, 40);
-        for (const id of [...greedy!, ...random!]) assert.ok(allowed.includes(id), `token ${id}`);
-        assert.ok(new Set(random).size > 1, `random sampling used one id only: ${random}`);
-        // The free request in the same batches is untouched by the others' masks.
-        assert.deepEqual(freeAgain, free);
-      } finally {
-        await engine.shutdown();
-      }
-    } finally {
-      await Deno.remove(dir, { recursive: true });
-    }
-  },
+        })),
+      ]);
+      const [greedy, random, freeAgain] = runs;
+      // EOS is not listed: both run to max_tokens.
+      assert.equal(greedy!.length, 12);
+      assert.equal(random!.length, 40);
+      for (const id of [...greedy!, ...random!]) assert.ok(allowed.includes(id), `token ${id}`);
+      assert.ok(new Set(random).size > 1, `random sampling used one id only: ${random}`);
+      // The free request in the same batches is untouched by the others' masks.
+      assert.deepEqual(freeAgain, free);
+    }),
 );
 
 Deno.test("LLMEngine refuses allowed_token_ids on the mock executor, which samples no logits", async () => {

@@ -6,12 +6,13 @@
 import assert from "node:assert/strict";
 import { BadWords, badWordTokenIds } from "../engine/bad_words.ts";
 import { InvalidParameterError, validateSamplingParams } from "../engine/input_processor.ts";
-import { LLMEngine } from "../engine/llm_engine.ts";
+import type { LLMEngine } from "../engine/llm_engine.ts";
 import type { RequestOutput } from "../engine/engine_api.ts";
 import { Tokenizer } from "../engine/tokenizer.ts";
 import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
+import { withTinyEngine } from "./support/tiny_engine.ts";
 
 /** The ids a mask allows, of the first `n`. */
 function allowed(mask: Uint32Array, n: number): number[] {
@@ -102,47 +103,37 @@ function contains(ids: readonly number[], seq: readonly number[]): boolean {
 Deno.test(
   "LLMEngine never outputs a bad word's token sequences, one token or several",
   GPU_TEST,
-  async () => {
-    const dir = await Deno.makeTempDir();
-    try {
-      await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: 5 });
-      const engine = await LLMEngine.create({ model: dir, showProgress: false, forceF32: true });
-      try {
-        const tok = engine.tokenizer!;
-        const free = await generate(engine, "free", {});
-        const text = (ids: number[]) => tok.decode(ids, { skipSpecialTokens: true });
-        // Words the free output holds whose token sequences include what it generated.
-        const word = (len: number) => {
-          for (let i = 0; i + len <= free.length; i++) {
-            const w = text(free.slice(i, i + len));
-            if (w.trim() === "" || w !== w.trimStart()) continue;
-            const seqs = badWordTokenIds(tok, [w]);
-            if (seqs.some((s) => s.length === len && s.every((t, j) => t === free[i + j]))) {
-              return { w, seqs };
-            }
+  () =>
+    withTinyEngine(async (engine) => {
+      const tok = engine.tokenizer!;
+      const free = await generate(engine, "free", {});
+      const text = (ids: number[]) => tok.decode(ids, { skipSpecialTokens: true });
+      // Words the free output holds whose token sequences include what it generated.
+      const word = (len: number) => {
+        for (let i = 0; i + len <= free.length; i++) {
+          const w = text(free.slice(i, i + len));
+          if (w.trim() === "" || w !== w.trimStart()) continue;
+          const seqs = badWordTokenIds(tok, [w]);
+          if (seqs.some((s) => s.length === len && s.every((t, j) => t === free[i + j]))) {
+            return { w, seqs };
           }
-          return null;
-        };
-        const one = word(1);
-        const two = word(2);
-        assert.ok(one !== null && two !== null, `no usable words in ${free}`);
-        for (const { w, seqs } of [one, two]) {
-          const out = await generate(engine, `bad-${w}`, { badWords: [w] });
-          assert.equal(out.length, 24);
-          for (const s of seqs) assert.ok(!contains(out, s), `${JSON.stringify(w)}: ${out}`);
-          assert.notDeepEqual(out, free, "the ban changed the greedy output");
         }
-        // A free request beside banned ones is unchanged.
-        const [again] = await Promise.all([
-          generate(engine, "free-again", {}),
-          generate(engine, "banned", { badWords: [one.w, two.w] }),
-        ]);
-        assert.deepEqual(again, free);
-      } finally {
-        await engine.shutdown();
+        return null;
+      };
+      const one = word(1);
+      const two = word(2);
+      assert.ok(one !== null && two !== null, `no usable words in ${free}`);
+      for (const { w, seqs } of [one, two]) {
+        const out = await generate(engine, `bad-${w}`, { badWords: [w] });
+        assert.equal(out.length, 24);
+        for (const s of seqs) assert.ok(!contains(out, s), `${JSON.stringify(w)}: ${out}`);
+        assert.notDeepEqual(out, free, "the ban changed the greedy output");
       }
-    } finally {
-      await Deno.remove(dir, { recursive: true });
-    }
-  },
+      // A free request beside banned ones is unchanged.
+      const [again] = await Promise.all([
+        generate(engine, "free-again", {}),
+        generate(engine, "banned", { badWords: [one.w, two.w] }),
+      ]);
+      assert.deepEqual(again, free);
+    }),
 );
