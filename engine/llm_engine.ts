@@ -285,7 +285,10 @@ export class LLMEngine implements EngineClient {
       wake();
     }
     if (this.#loop === null && !this.#stopped) {
-      this.#loop = this.#run().finally(() => (this.#loop = null));
+      const loop: Promise<void> = this.#run().finally(() => {
+        if (this.#loop === loop) this.#loop = null;
+      });
+      this.#loop = loop;
     }
   }
 
@@ -313,7 +316,14 @@ export class LLMEngine implements EngineClient {
           if (!idle || this.#pipeline.length > 0) continue;
         }
         // 3. Nothing to run now.
-        if (!(await this.#waitForWork())) return;
+        if (!(await this.#waitForWork())) {
+          // A request that arrived while waitForWork returned found this loop still running
+          // (its kick did nothing): serve it. Otherwise end, marking the loop gone before the
+          // next turn of the event loop, so that the next request starts a new one.
+          if (this.#live.size > 0 || this.#scheduler.hasUnfinishedRequests()) continue;
+          this.#loop = null;
+          return;
+        }
       } catch (error) {
         this.#fail(error instanceof Error ? error : new Error(String(error)));
       }

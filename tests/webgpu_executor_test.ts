@@ -197,11 +197,6 @@ class HandScheduler {
       aborted?: HandRequest[];
       /** Requests that sample under a grammar's token mask (one that allows every token). */
       masked?: HandRequest[];
-      /**
-       * The masks of `masked` are fixed ones (allowed_token_ids, listing every token): their
-       * requests' params say so for this step.
-       */
-      fixed?: boolean;
     } = {},
   ): Promise<void> {
     const step = ++this.step;
@@ -214,11 +209,7 @@ class HandScheduler {
       r.isNew = true;
     }
     const samplers: HandRequest[] = [];
-    const fixedIds = new Set(life.fixed ? (life.masked ?? []).map((r) => r.id) : []);
-    const everyId = Array.from({ length: this.#executor.runner.config.vocabSize }, (_, i) => i);
-    const scheduled = work.map(([r, n]) => this.#schedule(r, n, step, samplers)).map((s) =>
-      fixedIds.has(s.requestId) ? { ...s, params: { ...s.params, allowedTokenIds: everyId } } : s
-    );
+    const scheduled = work.map(([r, n]) => this.#schedule(r, n, step, samplers));
     const output: SchedulerOutput = {
       step,
       newRequests: (life.newRequests ?? []).map((r) => ({
@@ -404,11 +395,6 @@ Deno.test(
         await h.run(decode(A, B, C, D, E, F), { masked: [A] });
         await h.run(decode(A, B, C, D, E, F));
         assert.deepEqual(h.started().slice(-2), [true, false], `seed ${seed}: masked step`);
-        // A fixed mask (allowed_token_ids) waits for nothing: its step's readback is batched.
-        await h.drain();
-        await h.run(decode(A, B, C, D, E, F), { masked: [A], fixed: true });
-        await h.run(decode(A, B, C, D, E, F));
-        assert.deepEqual(h.started().slice(-2), [false, false], `seed ${seed}: fixed-mask step`);
         // B: preempted by recompute mid-decode, then recomputed in two chunks.
         await h.drain();
         await h.run(decode(A, C, D, E, F), { preempted: [B] });

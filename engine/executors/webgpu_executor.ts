@@ -179,15 +179,11 @@ export class WebGpuExecutor implements Executor {
       return { result: Promise.resolve(new Map()) };
     }
     const plan = this.#plan(output, tokenMasks);
-    // A first token, or one whose request's next mask depends on it (a grammar, bad words; not
-    // allowed_token_ids' fixed mask, which waits for nothing): read back at the next step, not
+    // A first token, or one a grammar or bad words wait for before the request's next step (any
+    // step with token masks, allowed_token_ids' fixed ones too): read back at the next step, not
     // batched.
-    const grammarWaits = output.scheduled.some((r) =>
-      tokenMasks?.has(r.requestId) === true &&
-      (r.params.allowedTokenIds === null || (r.params.badWords?.length ?? 0) > 0)
-    );
-    const batched = !grammarWaits &&
-      output.scheduled.every((r) => r.numTokens === 1 && !r.isNew);
+    const batched = output.scheduled.every((r) => r.numTokens === 1 && !r.isNew) &&
+      (tokenMasks === undefined || tokenMasks.size === 0);
     const handle = this.runner.execute(plan.batch, {
       overlap: this.#overlap,
       readbackBatch: batched ? this.#readbackBatch : 1,
