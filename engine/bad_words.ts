@@ -10,6 +10,7 @@
  * @module
  */
 
+import { maskWords } from "../kernels/token_mask.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 
 /**
@@ -54,7 +55,7 @@ export class BadWords {
    */
   mask(base: Uint32Array | null, vocabSize: number): Uint32Array {
     const mask = base === null
-      ? new Uint32Array(Math.ceil(vocabSize / 32)).fill(0xffffffff)
+      ? new Uint32Array(maskWords(vocabSize)).fill(0xffffffff)
       : base.slice();
     for (const seq of this.#sequences) {
       const prefix = seq.length - 1;

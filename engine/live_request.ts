@@ -11,6 +11,7 @@ import type { SampledToken } from "./executors/executor.ts";
 import type { RequestOutputState } from "./output_processor.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
 import type { BadWords } from "./bad_words.ts";
+import { maskWords } from "../kernels/token_mask.ts";
 
 /** One request's output queue and end state. */
 export class LiveRequest {
@@ -140,7 +141,7 @@ export class LiveRequest {
 
 /** A token mask (kernels/token_mask.ts: bit `id % 32` of word `id / 32`) allowing `ids` only. */
 export function allowedTokenMask(ids: readonly number[], vocabSize: number): Uint32Array {
-  const mask = new Uint32Array(Math.ceil(vocabSize / 32));
+  const mask = new Uint32Array(maskWords(vocabSize));
   for (const id of ids) mask[id >>> 5]! |= 1 << (id & 31);
   return mask;
 }
