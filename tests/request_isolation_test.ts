@@ -9,12 +9,12 @@
 import assert from "node:assert/strict";
 import { RequestFailedError, type RequestOutput } from "../engine/engine_api.ts";
 import { WebGpuExecutor } from "../engine/executors/webgpu_executor.ts";
-import { LLMEngine } from "../engine/llm_engine.ts";
+import type { LLMEngine } from "../engine/llm_engine.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
 import type { ScheduledRequest } from "../scheduler/scheduler_output.ts";
 import { startServer } from "../server/server.ts";
-import { makeModel } from "../tools/make_model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
+import { withTinyEngine } from "./support/tiny_engine.ts";
 
 /**
  * Makes the executor's per-request sampling throw for the requests `isVictim` picks (checked
@@ -45,19 +45,9 @@ async function collect(stream: AsyncIterable<RequestOutput>): Promise<number[]> 
 const PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8], [2, 7, 1, 8]];
 const params = samplingParams({ temperature: 0, maxTokens: 8, ignoreEos: true });
 
-async function withEngine(fn: (engine: LLMEngine) => Promise<void>): Promise<void> {
-  const dir = await Deno.makeTempDir();
-  try {
-    await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: 11 });
-    const engine = await LLMEngine.create({ model: dir, showProgress: false, forceF32: true });
-    try {
-      await fn(engine);
-    } finally {
-      await engine.shutdown();
-    }
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+/** The engine on a tiny-qwen3 checkpoint with weight seed 11. */
+function withEngine(fn: (engine: LLMEngine) => Promise<void>): Promise<void> {
+  return withTinyEngine(fn, 11);
 }
 
 Deno.test(
