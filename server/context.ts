@@ -43,19 +43,30 @@ export interface ServerContext {
   readonly ignoredFieldsSeen: Set<string>;
 }
 
+/** Ignored field names a server reports (and remembers) at most; clients choose the names. */
+export const MAX_REPORTED_IGNORED_FIELDS = 256;
+
 /**
  * Logs the request fields a request ignores (server/protocol.ts `unlistedFields`), each name
  * once per server, as vLLM logs them: the operator learns that a client relies on something this
- * server does not do, without a line per request.
+ * server does not do, without a line per request. The first
+ * {@linkcode MAX_REPORTED_IGNORED_FIELDS} names are reported (the line that reaches the limit
+ * says so); later ones are neither logged nor kept.
  */
 export function noteIgnoredFields(ctx: ServerContext, names: readonly string[]): void {
-  const fresh = names.filter((n) => !ctx.ignoredFieldsSeen.has(n));
+  const seen = ctx.ignoredFieldsSeen;
+  if (seen.size >= MAX_REPORTED_IGNORED_FIELDS) return;
+  const fresh = [...new Set(names)].filter((n) => !seen.has(n));
   if (fresh.length === 0) return;
-  for (const n of fresh) ctx.ignoredFieldsSeen.add(n);
+  const reported = fresh.slice(0, MAX_REPORTED_IGNORED_FIELDS - seen.size);
+  for (const n of reported) seen.add(n);
+  const full = seen.size >= MAX_REPORTED_IGNORED_FIELDS
+    ? `; ${MAX_REPORTED_IGNORED_FIELDS} names reported, later ones are not`
+    : "";
   ctx.warn(
     `Request fields ignored (not part of this server's API; reported once each): ${
-      fresh.join(", ")
-    }`,
+      reported.join(", ")
+    }${full}`,
   );
 }
 

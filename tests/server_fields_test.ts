@@ -11,6 +11,7 @@ import {
   UNIMPLEMENTED_FIELDS,
   unlistedFields,
 } from "../server/protocol.ts";
+import { MAX_REPORTED_IGNORED_FIELDS } from "../server/context.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
 
 function post(url: string, path: string, body: unknown): Promise<Response> {
@@ -205,4 +206,23 @@ Deno.test("continue_final_message leaves the final message open in chat and /tok
       assert.equal((await both.json()).error.param, "continue_final_message", path);
     }
   });
+});
+
+Deno.test("ignored field names are reported up to MAX_REPORTED_IGNORED_FIELDS, then no more", async () => {
+  const tok = await tinyTokenizer();
+  const engine = new FakeEngine(tok, { maxModelLen: 64 });
+  const warnings: string[] = [];
+  await withServer(engine, { onWarning: (m) => warnings.push(m) }, async (url) => {
+    for (let batch = 0; batch < 3; batch++) {
+      const extra = Object.fromEntries(
+        Array.from({ length: 100 }, (_, i) => [`f${batch}_${i}`, 1]),
+      );
+      const r = await post(url, "/v1/completions", { prompt: "a", max_tokens: 1, ...extra });
+      assert.equal(r.status, 200, await r.text());
+    }
+  });
+  const names = warnings.flatMap((w) => w.split(": ")[1]!.split("; ")[0]!.split(", "));
+  assert.equal(names.length, MAX_REPORTED_IGNORED_FIELDS);
+  assert.equal(warnings.length, 3);
+  assert.match(warnings[2]!, new RegExp(`; ${MAX_REPORTED_IGNORED_FIELDS} names reported`));
 });
