@@ -13,7 +13,7 @@
 import { type ChoiceRun, launch, usageOf } from "./choice_run.ts";
 import { noteIgnoredFields, type ServerContext } from "./context.ts";
 import { chatLogprobs, completionLogprobs } from "./logprobs.ts";
-import { prepareChat, prepareCompletion, type Prepared } from "./prepare.ts";
+import { echoText, prepareChat, prepareCompletion, type Prepared } from "./prepare.ts";
 import {
   chatRequestSchema,
   completionRequestSchema,
@@ -91,11 +91,13 @@ async function completeNonStreaming(
       const content = split === null ? r.text : split.content;
       const tools = prep.toolCalls && content !== null ? parseToolCalls(content) : null;
       const called = tools !== null && tools.calls.length > 0;
+      const answer = called ? tools.content : content;
+      const echo = echoText(prep, r.index);
       return {
         index: r.index,
         message: {
           role: "assistant",
-          content: called ? tools.content : content,
+          content: echo === "" ? answer : echo + (answer ?? ""),
           ...(split === null ? {} : { reasoning_content: split.reasoning }),
           ...(called ? { tool_calls: tools.calls } : {}),
         },
@@ -106,7 +108,7 @@ async function completeNonStreaming(
     }
     return {
       index: r.index,
-      text: r.text,
+      text: echoText(prep, r.index) + r.text,
       logprobs: r.logprobs ? completionLogprobs(engine, r.tokenLogprobs, 0) : null,
       finish_reason: finish,
       stop_reason: r.stopReason,

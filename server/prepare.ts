@@ -47,6 +47,16 @@ export interface Prepared {
   reasoning: boolean;
   /** Chat with tools: answers are parsed for tool calls (server/tools.ts). */
   toolCalls: boolean;
+  /**
+   * `echo`: per prompt, the text each of its choices starts with (a completion's prompt; a chat's
+   * last message when it is the assistant's, as vLLM echoes); null: none.
+   */
+  echo: readonly string[] | null;
+}
+
+/** The text choice `index` of `prep` starts with (`echo`; "" without). */
+export function echoText(prep: Prepared, index: number): string {
+  return prep.echo?.[Math.floor(index / prep.n)] ?? "";
 }
 
 function randomId(prefix: string): string {
@@ -110,14 +120,23 @@ export function chatMessages(messages: ChatRequest["messages"]): ChatMessage[] {
 
 /**
  * Prepares a `/v1/completions` request: `prompt` is a string, a list of strings, token ids or a
- * list of token-id lists; `max_tokens` defaults to 16. `echo` and `suffix` are refused (400).
+ * list of token-id lists; `max_tokens` defaults to 16. With `echo`, each choice's text starts with
+ * its prompt (the string sent, or the prompt's tokens decoded with their special tokens when ids
+ * were sent or the prompt was truncated); `echo` with `logprobs` would need the prompt tokens'
+ * log-probabilities, which this server does not compute, and `suffix` is not implemented: both
+ * are refused (400).
  */
 export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): Prepared {
   const { engine } = ctx;
   const model = checkModel(ctx, body.model);
   rejectUnsupported(body);
-  if (body.echo === true) {
-    throw new ApiError(400, "echo is not supported", { param: "echo", code: "invalid_value" });
+  const echo = body.echo === true;
+  if (echo && body.logprobs !== null && body.logprobs !== undefined) {
+    throw new ApiError(
+      400,
+      "echo with logprobs is not supported: it needs the prompt tokens' log-probabilities, which this server does not compute",
+      { param: "echo", code: "not_supported" },
+    );
   }
   if (body.suffix !== null && body.suffix !== undefined) {
     throw new ApiError(400, "suffix is not supported", {
@@ -137,7 +156,16 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
   } else {
     prompts = p.filter((x) => Array.isArray(x));
   }
+  const sent = prompts;
   prompts = prompts.map((ids) => truncatePrompt(ctx, ids, body.truncate_prompt_tokens));
+  const texts = typeof p === "string" ? [p] : p.every((x) => typeof x === "string") ? p : null;
+  const echoed = echo
+    ? prompts.map((ids, i) =>
+      texts !== null && ids === sent[i]
+        ? texts[i]!
+        : requireTokenizer(engine, "echo").decode(ids, { skipSpecialTokens: false })
+    )
+    : null;
   const nested = prompts.length > 1 || (Array.isArray(p) && Array.isArray(p[0]));
   prompts.forEach((ids, i) => checkTokenIds(ids, engine.model, nested ? `prompt.${i}` : "prompt"));
   const logprobs = body.logprobs ?? null;
@@ -166,18 +194,21 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
     params,
     priority: body.priority ?? 0,
     logprobs: logprobs !== null,
+    echo: echoed,
   };
 }
 
 /**
  * Prepares a `/v1/chat/completions` request: the messages go through the model's chat template
  * (with the generation prompt unless `add_generation_prompt` is false); `max_completion_tokens`
- * wins over `max_tokens`, and without either the output may use the whole context.
+ * wins over `max_tokens`, and without either the output may use the whole context. With vLLM's
+ * `echo`, when the last message is the assistant's, the answer's content starts with its text.
  */
 export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
   const model = checkModel(ctx, body.model);
   rejectUnsupported(body);
   const tok = requireTokenizer(ctx.engine, "messages");
+  const last = body.messages[body.messages.length - 1]!;
   const tools = toolPlanFor(body);
   const text = tok.applyChatTemplate(chatMessages(body.messages).map(templateMessage), {
     ...generationPromptOptions(body),
@@ -235,5 +266,6 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
     params,
     priority: body.priority ?? 0,
     logprobs: logprobs !== null,
+    echo: body.echo === true && last.role === "assistant" ? [messageText(last.content)] : null,
   };
 }

@@ -281,6 +281,8 @@ export const chatRequestSchema = z.object({
   add_generation_prompt: z.boolean().nullish(),
   continue_final_message: z.boolean().nullish(),
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  /** vLLM's: the answer starts with the last message's text when that is the assistant's. */
+  echo: z.boolean().nullish(),
 });
 
 /** A validated chat request. */

@@ -16,7 +16,7 @@ import { type ChoiceRun, type Usage, usageOf } from "./choice_run.ts";
 import type { ServerContext } from "./context.ts";
 import { internalError, toApiError } from "./errors.ts";
 import { chatLogprobs, completionLogprobs } from "./logprobs.ts";
-import type { Prepared } from "./prepare.ts";
+import { echoText, type Prepared } from "./prepare.ts";
 
 const encoder = new TextEncoder();
 
@@ -125,7 +125,10 @@ class ChunkEvents {
     } catch { /* already closed */ }
   }
 
-  /** A chat stream's opening chunk per choice: `delta: {role: "assistant", content: ""}`. */
+  /**
+   * A chat stream's opening chunk per choice: `delta: {role: "assistant", content: ""}` (with
+   * `echo`, the content echoed).
+   */
   sendRoles(): void {
     if (this.#prep.kind !== "chat") return;
     for (const r of this.#runs) {
@@ -133,7 +136,7 @@ class ChunkEvents {
         ...this.#head,
         choices: [{
           index: r.index,
-          delta: { role: "assistant", content: "" },
+          delta: { role: "assistant", content: echoText(this.#prep, r.index) },
           logprobs: null,
           finish_reason: null,
         }],
@@ -147,6 +150,7 @@ class ChunkEvents {
     const prep = this.#prep;
     const state: ChoiceState = {
       offset: 0,
+      echo: prep.kind === "completion" ? echoText(prep, r.index) : "",
       reasoning: prep.reasoning ? new ReasoningStream() : null,
       tools: prep.toolCalls ? new ToolCallStream() : null,
     };
@@ -193,6 +197,8 @@ class ChunkEvents {
 interface ChoiceState {
   /** Characters of text streamed so far (completion logprobs' `text_offset`). */
   offset: number;
+  /** A completion's `echo` text, sent with its first chunk ("" once sent, or without echo). */
+  echo: string;
   readonly reasoning: ReasoningStream | null;
   readonly tools: ToolCallStream | null;
 }
@@ -212,9 +218,11 @@ function streamedChoice(
   const { engine } = ctx;
   const reason = out.finishReason === "abort" ? null : out.finishReason;
   const hasLogprobs = r.logprobs && out.logprobs !== null && out.logprobs.length > 0;
-  if (out.tokenIds.length === 0 && out.text === "" && reason === null && !hasLogprobs) {
+  const text = state.echo + out.text;
+  if (out.tokenIds.length === 0 && text === "" && reason === null && !hasLogprobs) {
     return null;
   }
+  state.echo = "";
   const lps = out.logprobs ?? [];
   const { reasoning, tools } = state;
   const delta = chatDelta(reasoning, tools, out.text, out.finishReason !== null);
@@ -228,12 +236,12 @@ function streamedChoice(
     }
     : {
       index: r.index,
-      text: out.text,
+      text,
       logprobs: r.logprobs ? completionLogprobs(engine, lps, state.offset) : null,
       finish_reason: reason,
       stop_reason: out.finishReason === null ? undefined : out.stopReason,
     };
-  state.offset += out.text.length;
+  state.offset += text.length;
   return choice;
 }
 

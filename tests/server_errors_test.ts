@@ -282,7 +282,7 @@ Deno.test("invalid request bodies answer 400 with the offending parameter named"
       "max_tokens",
       "context_length_exceeded",
     ],
-    ["echo", C, completion({ echo: true }), "echo", "invalid_value"],
+    ["echo with logprobs", C, completion({ echo: true, logprobs: 1 }), "echo", "not_supported"],
     ["tokenize bad", "/tokenize", { prompt: 3 }, "prompt", "invalid_type"],
     ["detokenize bad", "/detokenize", { tokens: ["a"] }, "tokens.0", "invalid_type"],
   ];
