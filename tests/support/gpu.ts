@@ -113,7 +113,8 @@ export { ParamArena };
 
 /**
  * Whether the test adapter has `shader-f16`. Without it (e.g. llvmpipe through OpenGL instead of
- * lavapipe), f16 cases cannot run: tests loop over {@linkcode WEIGHT_DTYPES} and a warning says that f16
+ * lavapipe, when the tests run outside `deno task test`, which leaves wgpu's OpenGL backend out),
+ * f16 cases cannot run: tests loop over {@linkcode WEIGHT_DTYPES} and a warning says that f16
  * was skipped (CI installs lavapipe, which has it).
  */
 export const HAS_F16: boolean = await (async () => {
