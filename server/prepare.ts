@@ -69,10 +69,17 @@ function notSupported(param: string, what: string): ApiError {
 
 /**
  * Throws a 400 for a field this server accepts but cannot honour yet (never a silent plain-text
- * answer): `best_of` other than `n`, the legacy `functions` / `function_call`.
+ * answer): `best_of` other than `n`, the legacy `functions` / `function_call`; and for
+ * `stream_options` without `stream` (meaningless there; OpenAI and vLLM answer 400 too).
  */
 function rejectUnsupported(body: CompletionRequest | ChatRequest): void {
   const has = (v: unknown) => v !== undefined && v !== null;
+  if (has(body.stream_options) && body.stream !== true) {
+    throw new ApiError(400, "stream_options is only allowed when stream is true", {
+      param: "stream_options",
+      code: "invalid_value",
+    });
+  }
   if (has(body.best_of) && body.best_of !== (body.n ?? 1)) {
     throw notSupported("best_of", `best_of ${body.best_of} (other than n = ${body.n ?? 1})`);
   }

@@ -283,6 +283,13 @@ Deno.test("invalid request bodies answer 400 with the offending parameter named"
       "context_length_exceeded",
     ],
     ["echo with logprobs", C, completion({ echo: true, logprobs: 1 }), "echo", "not_supported"],
+    [
+      "stream_options without stream",
+      CH,
+      chat({ stream_options: { include_usage: true } }),
+      "stream_options",
+      "invalid_value",
+    ],
     ["tokenize bad", "/tokenize", { prompt: 3 }, "prompt", "invalid_type"],
     ["detokenize bad", "/detokenize", { tokens: ["a"] }, "tokens.0", "invalid_type"],
   ];

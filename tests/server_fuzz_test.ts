@@ -206,6 +206,9 @@ function bodies(clean: boolean) {
       fc.oneof(fc.constant({ type: "json_object" }), fc.record({ type: oddString }), wrongType),
     ),
   };
+  // stream_options needs stream: true; clean requests keep that rule.
+  const streamRule = <T extends { stream?: unknown }>(b: T) =>
+    clean && b.stream !== true ? { ...b, stream_options: undefined } : b;
   // Budgets: clean ones give max_tokens (<= 6) with min_tokens below it; chat without a budget
   // may use the whole (64-token) context.
   const completion = fc.record({
@@ -226,7 +229,7 @@ function bodies(clean: boolean) {
       : fc.record({ max_tokens: small(1, 6, -1, 8), min_tokens: small(0, 6, -1, 8) }, {
         requiredKeys: [],
       }).map((x) => ({ ...b, ...x }))
-  );
+  ).map(streamRule);
   const role = pick(
     fc.constantFrom("user", "system", "assistant", "developer"),
     fc.oneof(fc.constantFrom("user", "tool", "alien"), oddString, wrongType),
@@ -267,7 +270,7 @@ function bodies(clean: boolean) {
     ),
   }, { requiredKeys: clean ? ["messages"] : [] }).map((b) =>
     // top_logprobs needs logprobs: true; clean requests keep that rule.
-    clean && b.logprobs !== true ? { ...b, top_logprobs: undefined } : b
+    streamRule(clean && b.logprobs !== true ? { ...b, top_logprobs: undefined } : b)
   );
   const tokenize = fc.record({
     model,
