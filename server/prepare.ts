@@ -127,7 +127,7 @@ export function chatMessages(messages: ChatRequest["messages"]): ChatMessage[] {
 
 /**
  * Prepares a `/v1/completions` request: `prompt` is a string, a list of strings, token ids or a
- * list of token-id lists; `max_tokens` defaults to 16. With `echo`, each choice's text starts with
+ * list of token-id lists (strings encoded with the special tokens unless `add_special_tokens` is false); `max_tokens` defaults to 16. With `echo`, each choice's text starts with
  * its prompt (the string sent, or the prompt's tokens decoded with their special tokens when ids
  * were sent or the prompt was truncated); `echo` with `logprobs` would need the prompt tokens'
  * log-probabilities, which this server does not compute, and `suffix` is not implemented: both
@@ -153,11 +153,12 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
   }
   const p = body.prompt;
   let prompts: number[][];
+  const encoding = { addSpecialTokens: body.add_special_tokens ?? true };
   if (typeof p === "string") {
-    prompts = [requireTokenizer(engine, "prompt").encode(p)];
+    prompts = [requireTokenizer(engine, "prompt").encode(p, encoding)];
   } else if (p.every((x) => typeof x === "string")) {
     const tok = requireTokenizer(engine, "prompt");
-    prompts = p.map((s) => tok.encode(s));
+    prompts = p.map((s) => tok.encode(s, encoding));
   } else if (p.every((x) => typeof x === "number")) {
     prompts = [p];
   } else {
@@ -226,7 +227,7 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
   });
   const ids = truncatePrompt(
     ctx,
-    tok.encode(text, { addSpecialTokens: false }),
+    tok.encode(text, { addSpecialTokens: body.add_special_tokens ?? false }),
     body.truncate_prompt_tokens,
   );
   if ((body.top_logprobs ?? 0) > 0 && body.logprobs !== true) {

@@ -248,6 +248,8 @@ export const completionRequestSchema = z.object({
   logprobs: int().nullish(),
   echo: z.boolean().nullish(),
   suffix: z.string().nullish(),
+  /** vLLM's: a string prompt is encoded with the tokenizer's special tokens (BOS); default true. */
+  add_special_tokens: z.boolean().nullish(),
 });
 
 /** A validated completion request. */
@@ -283,6 +285,8 @@ export const chatRequestSchema = z.object({
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
   /** vLLM's: the answer starts with the last message's text when that is the assistant's. */
   echo: z.boolean().nullish(),
+  /** vLLM's: the rendered template is encoded with the tokenizer's special tokens; default false. */
+  add_special_tokens: z.boolean().nullish(),
 });
 
 /** A validated chat request. */

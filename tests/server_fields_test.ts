@@ -13,6 +13,8 @@ import {
 } from "../server/protocol.ts";
 import { MAX_REPORTED_IGNORED_FIELDS } from "../server/context.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
+import { makeModel } from "../tools/make_model.ts";
+import { Tokenizer } from "../engine/tokenizer.ts";
 
 function post(url: string, path: string, body: unknown): Promise<Response> {
   return fetch(`${url}${path}`, {
@@ -225,4 +227,52 @@ Deno.test("ignored field names are reported up to MAX_REPORTED_IGNORED_FIELDS, t
   assert.equal(names.length, MAX_REPORTED_IGNORED_FIELDS);
   assert.equal(warnings.length, 3);
   assert.match(warnings[2]!, new RegExp(`; ${MAX_REPORTED_IGNORED_FIELDS} names reported`));
+});
+
+Deno.test("add_special_tokens decides whether a string prompt gets BOS, as in /tokenize", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "bos_tok_" });
+  try {
+    await makeModel({ out: dir, preset: "tiny-llama", dtype: "f16" });
+    const tok = await Tokenizer.fromDir(dir);
+    const bos = tok.bosTokenId!;
+    const engine = new FakeEngine(tok, { maxModelLen: 64 });
+    await withServer(engine, {}, async (url) => {
+      const bare = tok.encode("hello world", { addSpecialTokens: false });
+      assert.notEqual(bare[0], bos);
+      const cases: [boolean | undefined, number[]][] = [
+        [undefined, [bos, ...bare]],
+        [true, [bos, ...bare]],
+        [false, bare],
+      ];
+      for (const [add, want] of cases) {
+        const body = { prompt: "hello world", max_tokens: 1, add_special_tokens: add };
+        const res = await post(url, "/v1/completions", body);
+        assert.equal(res.status, 200, await res.text());
+        assert.deepEqual(engine.requests.at(-1)?.promptTokenIds, want, `completions, ${add}`);
+        const list = await post(url, "/v1/completions", { ...body, prompt: ["hello world"] });
+        assert.equal(list.status, 200, await list.text());
+        assert.deepEqual(engine.requests.at(-1)?.promptTokenIds, want, `list, ${add}`);
+        const counted = await post(url, "/tokenize", {
+          prompt: "hello world",
+          add_special_tokens: add,
+        });
+        assert.deepEqual((await counted.json()).tokens, want, `/tokenize, ${add}`);
+      }
+      // Chat: the template writes BOS itself; add_special_tokens: true adds the tokenizer's
+      // before it, as transformers (and so vLLM) do.
+      for (const add of [undefined, false, true]) {
+        const res = await post(url, "/v1/chat/completions", {
+          messages,
+          max_tokens: 1,
+          add_special_tokens: add,
+        });
+        assert.equal(res.status, 200, await res.text());
+        const ids = engine.requests.at(-1)!.promptTokenIds;
+        assert.equal(ids[0], bos, `chat, ${add}`);
+        assert.equal(ids[1] === bos, add === true, `chat, ${add}`);
+      }
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
