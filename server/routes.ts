@@ -1,19 +1,21 @@
 /**
  * The route table of the HTTP server ({@linkcode ROUTES}: path -> allowed methods) and
  * {@linkcode route}, which answers 404 / 405 / 415 and dispatches a request to its endpoint; with
- * the small read-only endpoints `GET /v1/models`, `GET /health` and `GET /metrics`. The other
- * endpoints live in server/generate.ts, server/tokenize.ts and server/batch_test.ts.
+ * the small read-only endpoints `GET /v1/models` (and `/v1/models/{id}`), `GET /health` (and
+ * SageMaker's `/ping`, as vLLM serves it), `GET /version` and `GET /metrics`. The other endpoints
+ * live in server/generate.ts, server/tokenize.ts and server/batch_test.ts.
  *
  * @module
  */
 
 import { batchTestEndpoint, type BatchTestFactory } from "./batch_test.ts";
-import type { ServerContext } from "./context.ts";
+import { checkModel, type ServerContext } from "./context.ts";
 import { generateEndpoint } from "./generate.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "./prometheus.ts";
 import { ApiError } from "./protocol.ts";
 import { checkJsonContentType } from "./security.ts";
 import { detokenizeEndpoint, tokenizeEndpoint } from "./tokenize.ts";
+import denoConfig from "../deno.json" with { type: "json" };
 
 /** The served paths and the methods each accepts (405 with `Allow` for the others). */
 const ROUTES: Readonly<Record<string, readonly string[]>> = {
@@ -21,11 +23,16 @@ const ROUTES: Readonly<Record<string, readonly string[]>> = {
   "/v1/chat/completions": ["POST"],
   "/v1/models": ["GET"],
   "/health": ["GET"],
+  "/ping": ["GET", "POST"],
+  "/version": ["GET"],
   "/metrics": ["GET"],
   "/tokenize": ["POST"],
   "/detokenize": ["POST"],
   "/batch/test": ["POST"],
 };
+
+/** `GET /v1/models/{id}`: one served model (OpenAI's retrieve); any id after the prefix. */
+const MODEL_PREFIX = "/v1/models/";
 
 /** What the routes need beyond the {@linkcode ServerContext}. */
 export interface RouteSettings {
@@ -47,7 +54,7 @@ export async function route(
   req: Request,
   path: string,
 ): Promise<Response> {
-  const methods = ROUTES[path];
+  const methods = ROUTES[path] ?? (path.startsWith(MODEL_PREFIX) ? ["GET"] : undefined);
   if (methods === undefined) {
     throw new ApiError(404, `Not found: ${req.method} ${path}`, { code: "not_found" });
   }
@@ -57,7 +64,8 @@ export async function route(
       headers: { allow: methods.join(", ") },
     });
   }
-  if (req.method === "POST") checkJsonContentType(req);
+  // `POST /ping` (SageMaker's health check) has no body.
+  if (req.method === "POST" && path !== "/ping") checkJsonContentType(req);
   switch (path) {
     case "/v1/completions":
       return await generateEndpoint(ctx, req, "completion");
@@ -66,36 +74,57 @@ export async function route(
     case "/v1/models":
       return modelsEndpoint(ctx, settings.startedAt);
     case "/health":
+    case "/ping":
       return new Response(null, { status: ctx.lifecycle.healthy(ctx.engine) ? 200 : 503 });
+    case "/version":
+      return Response.json({ version: denoConfig.version });
     case "/metrics":
       return metricsEndpoint(ctx);
     case "/tokenize":
       return await tokenizeEndpoint(ctx, req);
     case "/detokenize":
       return await detokenizeEndpoint(ctx, req);
-    default:
+    case "/batch/test":
       return await batchTestEndpoint(ctx, settings.batchTest, req);
+    default:
+      return modelEndpoint(ctx, settings.startedAt, path.slice(MODEL_PREFIX.length));
   }
 }
 
 /** `GET /v1/models`: the served names, with `max_model_len` (and `vocab_size` when known). */
 function modelsEndpoint(ctx: ServerContext, startedAt: number): Response {
-  const { engine } = ctx;
   return Response.json({
     object: "list",
-    data: ctx.names.map((id) => ({
-      id,
-      object: "model",
-      created: startedAt,
-      owned_by: "webgpu-llm",
-      root: engine.model.name,
-      parent: null,
-      max_model_len: engine.model.maxModelLen,
-      // An extension (like max_model_len): benchmarks draw prompt ids below it.
-      ...(engine.model.vocabSize > 0 ? { vocab_size: engine.model.vocabSize } : {}),
-      permission: [],
-    })),
+    data: ctx.names.map((id) => modelCard(ctx, id, startedAt)),
   });
+}
+
+/** `GET /v1/models/{id}` (`id` URL-encoded, or not): that model's card, 404 if not served. */
+function modelEndpoint(ctx: ServerContext, startedAt: number, encoded: string): Response {
+  let id: string;
+  try {
+    id = decodeURIComponent(encoded);
+  } catch {
+    id = encoded;
+  }
+  return Response.json(modelCard(ctx, checkModel(ctx, id), startedAt));
+}
+
+/** One entry of `/v1/models`. */
+function modelCard(ctx: ServerContext, id: string, startedAt: number): Record<string, unknown> {
+  const { engine } = ctx;
+  return {
+    id,
+    object: "model",
+    created: startedAt,
+    owned_by: "webgpu-llm",
+    root: engine.model.name,
+    parent: null,
+    max_model_len: engine.model.maxModelLen,
+    // An extension (like max_model_len): benchmarks draw prompt ids below it.
+    ...(engine.model.vocabSize > 0 ? { vocab_size: engine.model.vocabSize } : {}),
+    permission: [],
+  };
 }
 
 /** `GET /metrics`: the metric set with the engine's stats (without them if `stats()` throws). */

@@ -13,7 +13,8 @@
  *    headers for an allowed origin, 403 `origin_not_allowed` otherwise. CORS is off by default
  *    (no CORS headers; `OPTIONS` gets the router's 405), so browsers keep other origins out.
  * 3. API key: `/v1/*`, `/tokenize`, `/detokenize` and `/batch/test` need
- *    `Authorization: Bearer KEY` (compared in constant time); `/health` and `/metrics` stay open.
+ *    `Authorization: Bearer KEY` (compared in constant time); `/health`, `/ping`, `/version`
+ *    and `/metrics` stay open.
  *    Failure: 401 `invalid_api_key` with `WWW-Authenticate: Bearer`.
  * 4. A POST body must be `application/json` (parameters such as `charset` allowed): a browser
  *    cannot send that cross-origin without a CORS preflight. Failure: 415

@@ -5,8 +5,10 @@
  * | --- | --- |
  * | `POST /v1/completions` | text completion; `prompt` is a string, a list of strings, token ids or a list of token-id lists |
  * | `POST /v1/chat/completions` | chat completion through the model's chat template |
- * | `GET /v1/models` | the served model names, with `max_model_len` |
+ * | `GET /v1/models` | the served model names, with `max_model_len`; `/v1/models/{id}`: one |
  * | `GET /health` | 200 (empty) when ready, 503 while loading, draining or after an engine error |
+ * | `GET`, `POST /ping` | the same as `/health` (SageMaker's check) |
+ * | `GET /version` | `{"version"}` of this server |
  * | `GET /metrics` | Prometheus text format, vLLM's metric names (server/metrics.ts) |
  * | `POST /tokenize`, `POST /detokenize` | vLLM's tokenizer endpoints |
  * | `POST /batch/test` | the mock batching experiment (server/batch_test.ts), when a factory is given |

@@ -331,6 +331,23 @@ Deno.test("/v1/models, /tokenize and /detokenize answer vLLM's shapes", async ()
     const listed = [];
     for await (const m of oa.models.list()) listed.push(m.id);
     assert.deepEqual(listed, ["tiny", "tiny-alias"]);
+    // One model (OpenAI's retrieve): the list's entry; an id that is not served is a 404.
+    assert.deepEqual(await oa.models.retrieve("tiny-alias"), models.data[1]);
+    const missing = await fetch(`${url}/v1/models/tiny-other`);
+    assert.equal(missing.status, 404);
+    const { error } = await missing.json();
+    assert.deepEqual([error.param, error.code], ["model", "model_not_found"]);
+    const posted = await fetch(`${url}/v1/models/tiny`, { method: "POST" });
+    assert.equal(posted.status, 405);
+    await posted.body?.cancel();
+    // vLLM's /version and SageMaker's /ping (GET or POST, no body), like /health.
+    const version = JSON.parse(await Deno.readTextFile(new URL("../deno.json", import.meta.url)));
+    assert.deepEqual(await (await fetch(`${url}/version`)).json(), { version: version.version });
+    for (const method of ["GET", "POST"]) {
+      const ping = await fetch(`${url}/ping`, { method });
+      assert.equal(ping.status, 200, method);
+      assert.equal(await ping.text(), "");
+    }
 
     const post = async (path: string, body: unknown) =>
       await (await fetch(`${url}${path}`, {

@@ -25,7 +25,7 @@ async function errorOf(res: Response): Promise<{ status: number; code: string | 
   return { status: res.status, code: body.error.code };
 }
 
-Deno.test("createHandler() answers 401 without the right API key and keeps /health and /metrics open", async () => {
+Deno.test("createHandler() answers 401 without the right API key and keeps /health, /ping, /version and /metrics open", async () => {
   const handler = await handlerFor({ apiKey: "s3cret" });
   const post = (headers: Record<string, string>, path = "/v1/completions") =>
     handler(
@@ -53,10 +53,12 @@ Deno.test("createHandler() answers 401 without the right API key and keeps /heal
   const ok = await post({ authorization: "Bearer s3cret" });
   assert.equal(ok.status, 200);
   await ok.body?.cancel();
-  const models = await handler(new Request("http://localhost/v1/models"));
-  assert.equal(models.status, 401);
-  await models.body?.cancel();
-  for (const path of ["/health", "/metrics"]) {
+  for (const path of ["/v1/models", "/v1/models/fake-model"]) {
+    const models = await handler(new Request(`http://localhost${path}`));
+    assert.equal(models.status, 401, path);
+    await models.body?.cancel();
+  }
+  for (const path of ["/health", "/metrics", "/ping", "/version"]) {
     const res = await handler(new Request(`http://localhost${path}`));
     assert.equal(res.status, 200, path);
     await res.body?.cancel();
