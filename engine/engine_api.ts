@@ -76,6 +76,11 @@ export interface RequestOutput {
   readonly numOutputTokens: number;
   /** Prompt tokens found in the prefix cache at admission (known from the first increment). */
   readonly numCachedTokens: number;
+  /**
+   * Seconds from the request's arrival at the engine to its first scheduling (vLLM's queue
+   * time), on every increment after it; absent before, and from engines that do not measure it.
+   */
+  readonly queueTime?: number;
 }
 
 /** Gauges and counters for `/metrics` and `/health` (vLLM's metric meanings). */

@@ -26,6 +26,10 @@ export class LiveRequest {
   /** `params.badWords` as token sequences and the output's last tokens; null without them. */
   readonly badWords: BadWords | null;
   readonly #vocabSize: number;
+  /** `performance.now()` at construction (the request's arrival at the engine). */
+  readonly #arrivedAt = performance.now();
+  /** Seconds from arrival to the first scheduling; null until then. */
+  #queueTime: number | null = null;
   readonly #queue: RequestOutput[] = [];
   #notify: (() => void) | null = null;
   #finished = false;
@@ -92,9 +96,14 @@ export class LiveRequest {
     return { generated: this.state.numOutputTokens - before, stopString };
   }
 
-  /** Queues an increment for the consumer. */
+  /** Notes that a step scheduled the request (its first such step sets its queue time). */
+  scheduled(): void {
+    this.#queueTime ??= (performance.now() - this.#arrivedAt) / 1000;
+  }
+
+  /** Queues an increment for the consumer (with the queue time, once scheduled). */
   emit(output: RequestOutput): void {
-    this.#queue.push(output);
+    this.#queue.push(this.#queueTime === null ? output : { ...output, queueTime: this.#queueTime });
     this.#wake();
   }
 

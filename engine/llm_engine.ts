@@ -340,6 +340,7 @@ export class LLMEngine implements EngineClient {
       // them (unless it is compiling a grammar first) so those requests run now.
       if (this.#structured.active) await this.#structured.settled();
       const output = this.#scheduler.schedule();
+      for (const r of output.scheduled) if (r.isNew) this.#live.get(r.requestId)?.scheduled();
       if (!hasDeviceWork(output)) {
         this.#reportEndedIn(output);
         this.#pipeline.pushEmpty(output);

@@ -33,6 +33,8 @@ export class ChoiceRun {
   readonly #arrival: number;
   #last = 0;
   #ttft: number | null = null;
+  /** The engine's queue time (seconds), once reported. */
+  #queueTime: number | null = null;
   readonly #gaps: number[] = [];
   /** Text generated so far. */
   text = "";
@@ -95,6 +97,7 @@ export class ChoiceRun {
         else this.#gaps.push((now - this.#last) / 1000);
         this.#last = now;
       }
+      if (out.queueTime !== undefined) this.#queueTime = out.queueTime;
       this.text += out.text;
       this.outputTokens = out.numOutputTokens;
       if (out.logprobs !== null) this.tokenLogprobs.push(...out.logprobs);
@@ -137,6 +140,7 @@ export class ChoiceRun {
       promptTokens: this.promptTokens,
       generationTokens: this.outputTokens,
       ttft: this.#ttft,
+      queueTime: this.#queueTime,
       interTokenLatencies: this.#gaps,
       e2e: ((this.#ttft === null ? performance.now() : this.#last) - this.#arrival) / 1000,
       finishReason: this.finishReason ?? "abort",

@@ -23,7 +23,7 @@ export const ITL_BUCKETS = [
 ];
 
 // deno-fmt-ignore
-/** vLLM's request latency buckets (seconds): e2e and queue time. */
+/** vLLM's request latency buckets (seconds): e2e and the phases (queue, prefill, decode, inference). */
 export const REQUEST_LATENCY_BUCKETS = [
   0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
   480.0, 960.0, 1920.0, 7680.0,
@@ -69,7 +69,19 @@ const METRICS = {
   e2e: ["vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."],
   queueTime: [
     "vllm:request_queue_time_seconds",
-    "Histogram of time spent waiting in the queue in seconds (approximated: arrival to first output).",
+    "Histogram of time spent in WAITING phase for request.",
+  ],
+  prefillTime: [
+    "vllm:request_prefill_time_seconds",
+    "Histogram of time spent in PREFILL phase for request.",
+  ],
+  decodeTime: [
+    "vllm:request_decode_time_seconds",
+    "Histogram of time spent in DECODE phase for request.",
+  ],
+  inferenceTime: [
+    "vllm:request_inference_time_seconds",
+    "Histogram of time spent in RUNNING phase for request.",
   ],
   requestPromptTokens: ["vllm:request_prompt_tokens", "Number of prefill tokens processed."],
   requestGenerationTokens: [
@@ -95,6 +107,11 @@ export interface RequestTimings {
   generationTokens: number;
   /** Arrival at the server to the first increment (seconds), or null when none came. */
   ttft: number | null;
+  /**
+   * The engine's queue time: arrival at the engine to the first scheduling (seconds); null when
+   * the engine did not report one (then arrival to the first increment stands in for it).
+   */
+  queueTime: number | null;
   /** Gaps between consecutive increments (seconds). */
   interTokenLatencies: readonly number[];
   /** Arrival to the last increment (seconds). */
@@ -108,8 +125,10 @@ export interface RequestTimings {
  * and `vllm:request_success_total` are fed by the server per finished engine request
  * ({@linkcode ServerMetrics.observeRequest}).
  *
- * `vllm:request_queue_time_seconds` is approximated: the engine API reports no per-request
- * scheduling time, so it records arrival to first increment (which also contains the prefill).
+ * The phases, as vLLM splits a request: queue (the engine's figure, `RequestOutput.queueTime`),
+ * prefill (time to the first increment less the queue time; it includes the server's own work
+ * before the engine), decode (first increment to last), inference (prefill and decode). Requests
+ * that produced no increment are left out of the phase histograms, as vLLM leaves them out.
  */
 export class ServerMetrics {
   readonly registry = new Registry();
@@ -127,6 +146,9 @@ export class ServerMetrics {
   readonly itl: Histogram;
   readonly e2e: Histogram;
   readonly queueTime: Histogram;
+  readonly prefillTime: Histogram;
+  readonly decodeTime: Histogram;
+  readonly inferenceTime: Histogram;
   readonly requestPromptTokens: Histogram;
   readonly requestGenerationTokens: Histogram;
 
@@ -158,6 +180,9 @@ export class ServerMetrics {
     this.itl = histogram(METRICS.itl, ITL_BUCKETS);
     this.e2e = histogram(METRICS.e2e, REQUEST_LATENCY_BUCKETS);
     this.queueTime = histogram(METRICS.queueTime, REQUEST_LATENCY_BUCKETS);
+    this.prefillTime = histogram(METRICS.prefillTime, REQUEST_LATENCY_BUCKETS);
+    this.decodeTime = histogram(METRICS.decodeTime, REQUEST_LATENCY_BUCKETS);
+    this.inferenceTime = histogram(METRICS.inferenceTime, REQUEST_LATENCY_BUCKETS);
     const tokenBuckets = buckets125(Math.max(1, maxModelLen));
     this.requestPromptTokens = histogram(METRICS.requestPromptTokens, tokenBuckets);
     this.requestGenerationTokens = histogram(METRICS.requestGenerationTokens, tokenBuckets);
@@ -169,7 +194,12 @@ export class ServerMetrics {
     this.requestSuccess.inc([this.modelName, t.finishReason]);
     if (t.ttft !== null) {
       this.ttft.observe(m, t.ttft);
-      this.queueTime.observe(m, t.ttft);
+      // Without the engine's figure the queue time is arrival to first output (prefill 0).
+      const queue = Math.min(t.queueTime ?? t.ttft, t.ttft);
+      this.queueTime.observe(m, queue);
+      this.prefillTime.observe(m, t.ttft - queue);
+      this.decodeTime.observe(m, Math.max(0, t.e2e - t.ttft));
+      this.inferenceTime.observe(m, Math.max(0, t.e2e - queue));
     }
     for (const gap of t.interTokenLatencies) this.itl.observe(m, gap);
     this.e2e.observe(m, t.e2e);

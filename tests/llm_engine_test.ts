@@ -655,3 +655,41 @@ Deno.test("LLMEngine streams one token per step when the device works inside sub
     await engine.shutdown();
   }
 });
+
+Deno.test("LLMEngine reports each request's queue time: one waiting behind a full batch waits as long as the batch runs", async () => {
+  // One sequence at a time (max_num_seqs 1): "b" is scheduled once "a" has finished.
+  const engine = LLMEngine.createMock({ mockBaseMs: 5, mockPerTokenMs: 0, maxNumSeqs: 1 });
+  try {
+    const run = async (id: string) => {
+      const t0 = performance.now();
+      const queue = new Set<number | undefined>();
+      let first: number | undefined;
+      for await (
+        const o of engine.generate({
+          requestId: id,
+          promptTokenIds: [1, 2, 3],
+          params: samplingParams({ maxTokens: 8, ignoreEos: true }),
+        })
+      ) {
+        queue.add(o.queueTime);
+        first ??= (performance.now() - t0) / 1000;
+      }
+      return { queue: [...queue], first: first!, total: (performance.now() - t0) / 1000 };
+    };
+    const [a, b] = await Promise.all([run("a"), run("b")]);
+    // The same figure on every increment, in seconds, at most the time to the first output.
+    for (const r of [a, b]) {
+      assert.equal(r.queue.length, 1, `${r.queue}`);
+      assert.ok(r.queue[0]! >= 0 && r.queue[0]! <= r.first, `${r.queue[0]} vs ${r.first}`);
+    }
+    // "a" is scheduled at once; "b" waits while "a" runs its eight steps of at least 5 ms each
+    // (it may be scheduled while the last of them is still in flight).
+    assert.ok(a.queue[0]! < b.queue[0]!, `a waited ${a.queue[0]} s, b ${b.queue[0]} s`);
+    assert.ok(
+      b.queue[0]! >= 0.03 && b.queue[0]! >= 0.75 * a.total,
+      `b ${b.queue[0]}, a ${a.total}`,
+    );
+  } finally {
+    await engine.shutdown();
+  }
+});

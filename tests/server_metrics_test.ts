@@ -9,6 +9,7 @@ import {
   buckets125,
   ITL_BUCKETS,
   REQUEST_LATENCY_BUCKETS,
+  ServerMetrics,
   TTFT_BUCKETS,
 } from "../server/metrics.ts";
 import { formatValue, PROMETHEUS_CONTENT_TYPE, Registry } from "../server/prometheus.ts";
@@ -190,7 +191,12 @@ Deno.test("GET /metrics shows vLLM's metrics exactly after a known sequence of r
       ["vllm:inter_token_latency_seconds", ITL_BUCKETS, 3 + 2],
       ["vllm:e2e_request_latency_seconds", REQUEST_LATENCY_BUCKETS, 2],
       ["vllm:request_queue_time_seconds", REQUEST_LATENCY_BUCKETS, 2],
+      ["vllm:request_prefill_time_seconds", REQUEST_LATENCY_BUCKETS, 2],
+      ["vllm:request_decode_time_seconds", REQUEST_LATENCY_BUCKETS, 2],
+      ["vllm:request_inference_time_seconds", REQUEST_LATENCY_BUCKETS, 2],
     ];
+    // The fake engine reports no queue time: arrival to first output stands in, prefill is 0.
+    const zeroSum = new Set(["vllm:request_prefill_time_seconds"]);
     for (const [name, buckets, count] of latency) {
       const lines = family(text, name);
       assert.equal(lines[1], `# TYPE ${name} histogram`);
@@ -208,7 +214,8 @@ Deno.test("GET /metrics shows vLLM's metrics exactly after a known sequence of r
       assert.equal(prev, count, `${name} +Inf bucket`);
       assert.equal(lines.at(-2), `${name}_count{model_name="m1"} ${formatValue(count)}`);
       const sum = Number(lines.at(-1)!.split(" ")[1]);
-      assert.ok(sum > 0 && sum < 10, `${name} sum ${sum}`);
+      if (zeroSum.has(name)) assert.equal(sum, 0, `${name} sum`);
+      else assert.ok(sum > 0 && sum < 10, `${name} sum ${sum}`);
     }
     // Family order as registered, and nothing else in the exposition.
     const helps = text.split("\n").filter((l) => l.startsWith("# HELP ")).map((l) =>
@@ -228,8 +235,42 @@ Deno.test("GET /metrics shows vLLM's metrics exactly after a known sequence of r
       "vllm:inter_token_latency_seconds",
       "vllm:e2e_request_latency_seconds",
       "vllm:request_queue_time_seconds",
+      "vllm:request_prefill_time_seconds",
+      "vllm:request_decode_time_seconds",
+      "vllm:request_inference_time_seconds",
       "vllm:request_prompt_tokens",
       "vllm:request_generation_tokens",
     ]);
   });
+});
+
+Deno.test("ServerMetrics.observeRequest() splits a request into vLLM's phases by the engine's queue time", () => {
+  const metrics = new ServerMetrics("m", 64);
+  const base = {
+    promptTokens: 4,
+    generationTokens: 3,
+    interTokenLatencies: [],
+    finishReason: "stop" as const,
+  };
+  // Queued 0.5 s, first output at 0.8 s, last at 2.0 s.
+  metrics.observeRequest({ ...base, ttft: 0.8, queueTime: 0.5, e2e: 2.0 });
+  // No queue time from the engine: arrival to first output stands in for it.
+  metrics.observeRequest({ ...base, ttft: 0.25, queueTime: null, e2e: 1.0 });
+  // No output at all: only e2e and the counters.
+  metrics.observeRequest({ ...base, ttft: null, queueTime: null, e2e: 0.1, finishReason: "abort" });
+  const text = metrics.registry.format();
+  const sum = (name: string) =>
+    Number(text.split("\n").find((l) => l.startsWith(`${name}_sum{`))!.split(" ")[1]);
+  const count = (name: string) =>
+    Number(text.split("\n").find((l) => l.startsWith(`${name}_count{`))!.split(" ")[1]);
+  const close = (a: number, b: number, what: string) =>
+    assert.ok(Math.abs(a - b) < 1e-9, `${what}: ${a} vs ${b}`);
+  close(sum("vllm:request_queue_time_seconds"), 0.5 + 0.25, "queue");
+  close(sum("vllm:request_prefill_time_seconds"), 0.3 + 0, "prefill");
+  close(sum("vllm:request_decode_time_seconds"), 1.2 + 0.75, "decode");
+  close(sum("vllm:request_inference_time_seconds"), 1.5 + 0.75, "inference");
+  for (const name of ["queue", "prefill", "decode", "inference"]) {
+    assert.equal(count(`vllm:request_${name}_time_seconds`), 2, name);
+  }
+  assert.equal(count("vllm:e2e_request_latency_seconds"), 3);
 });
