@@ -9,7 +9,7 @@
  *
  * Writes `--files` test files to a temporary directory, each requesting a device, compiling two
  * small compute pipelines (fresh constants, so the shader cache misses), dispatching them and
- * reading back. Each round runs `deno test -A DIR` with and without `--parallel`, once with the
+ * reading back. Each round runs `deno test -A .` in it, with and without `--parallel`, once with the
  * backends wgpu picks by default (`DENO_WEBGPU_BACKEND` removed from the environment) and once
  * with `--backends`; it prints each run's exit status as it goes, then the counts of runs that
  * failed (an abort at exit is status 134, SIGABRT).
@@ -108,7 +108,9 @@ for (let round = 1; round <= rounds; round++) {
     for (const mode of modes) {
       const key = `${v.name}, ${mode.length > 0 ? "--parallel" : "serial"}`;
       const out = await new Deno.Command(Deno.execPath(), {
-        args: ["test", "-A", ...mode, dir],
+        // From inside the directory, as a project without a deno.json would run its tests.
+        args: ["test", "-A", ...mode, "."],
+        cwd: dir,
         env: v.env,
         clearEnv: true,
         stdout: "null",
