@@ -127,11 +127,12 @@ export function chatMessages(messages: ChatRequest["messages"]): ChatMessage[] {
 
 /**
  * Prepares a `/v1/completions` request: `prompt` is a string, a list of strings, token ids or a
- * list of token-id lists (strings encoded with the special tokens unless `add_special_tokens` is false); `max_tokens` defaults to 16. With `echo`, each choice's text starts with
- * its prompt (the string sent, or the prompt's tokens decoded with their special tokens when ids
- * were sent or the prompt was truncated); `echo` with `logprobs` would need the prompt tokens'
- * log-probabilities, which this server does not compute, and `suffix` is not implemented: both
- * are refused (400).
+ * list of token-id lists (strings are encoded with the tokenizer's special tokens unless
+ * `add_special_tokens` is false); `max_tokens` defaults to 16. With `echo`, each choice's text
+ * starts with its prompt (the string sent, or the prompt's tokens decoded with their special
+ * tokens when ids were sent or the prompt was truncated); `echo` with `logprobs` would need the
+ * prompt tokens' log-probabilities, which this server does not compute, and `suffix` is not
+ * implemented: both are refused (400).
  */
 export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): Prepared {
   const { engine } = ctx;
@@ -165,6 +166,7 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
     prompts = p.filter((x) => Array.isArray(x));
   }
   const sent = prompts;
+  // truncatePrompt returns the very array it was given when it keeps the whole prompt.
   prompts = prompts.map((ids) => truncatePrompt(ctx, ids, body.truncate_prompt_tokens));
   const texts = typeof p === "string" ? [p] : p.every((x) => typeof x === "string") ? p : null;
   const echoed = echo
