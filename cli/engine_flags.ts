@@ -235,7 +235,7 @@ export async function resolveModelDir(
     exists = false;
   }
   if (!exists) {
-    await makeModel({ out: DEFAULT_MODEL_DIR, preset: "tiny-qwen3", seed: 0 });
+    await createDefaultModel();
     console.error(
       `No --model given: created the default tiny model (tiny-qwen3, random weights) in ${DEFAULT_MODEL_DIR}`,
     );
@@ -245,4 +245,29 @@ export async function resolveModelDir(
     );
   }
   return DEFAULT_MODEL_DIR;
+}
+
+/**
+ * Writes the default model (into `dir`, default {@linkcode DEFAULT_MODEL_DIR}) in a directory of
+ * its own, then renames that into place: a process starting meanwhile (two servers, or parallel
+ * tests, on first use) never reads a half-written checkpoint; when another process got there
+ * first, its model stays and this one's copy is removed.
+ */
+export async function createDefaultModel(dir: string = DEFAULT_MODEL_DIR): Promise<void> {
+  const parent = dir.slice(0, dir.lastIndexOf("/"));
+  await Deno.mkdir(parent, { recursive: true });
+  const tmp = await Deno.makeTempDir({ dir: parent, prefix: ".tiny-qwen3-" });
+  try {
+    await makeModel({ out: tmp, preset: "tiny-qwen3", seed: 0 });
+    await Deno.rename(tmp, dir);
+  } catch (e) {
+    // Renaming onto a directory that is not empty fails: another process created it.
+    let created = false;
+    try {
+      created = (await Deno.stat(`${dir}/config.json`)).isFile;
+    } catch { /* not there */ }
+    if (!created) throw e;
+  } finally {
+    await Deno.remove(tmp, { recursive: true }).catch(() => {});
+  }
 }

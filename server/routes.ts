@@ -15,7 +15,7 @@ import { PROMETHEUS_CONTENT_TYPE } from "./prometheus.ts";
 import { ApiError } from "./protocol.ts";
 import { checkJsonContentType } from "./security.ts";
 import { detokenizeEndpoint, tokenizeEndpoint } from "./tokenize.ts";
-import denoConfig from "../deno.json" with { type: "json" };
+import { VERSION } from "./version.ts";
 
 /** The served paths and the methods each accepts (405 with `Allow` for the others). */
 const ROUTES: Readonly<Record<string, readonly string[]>> = {
@@ -77,7 +77,7 @@ export async function route(
     case "/ping":
       return new Response(null, { status: ctx.lifecycle.healthy(ctx.engine) ? 200 : 503 });
     case "/version":
-      return Response.json({ version: denoConfig.version });
+      return Response.json({ version: VERSION });
     case "/metrics":
       return metricsEndpoint(ctx);
     case "/tokenize":

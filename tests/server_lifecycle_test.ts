@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import OpenAI from "npm:openai@7.57.0";
 import { percentile } from "../server/batch_test.ts";
 import { type BatchTestConfig, startServer } from "../server/server.ts";
+import { VERSION } from "../server/version.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
 
 /** Polls `cond` every 5 ms for up to `ms`. */
@@ -341,8 +342,9 @@ Deno.test("/v1/models, /tokenize and /detokenize answer vLLM's shapes", async ()
     assert.equal(posted.status, 405);
     await posted.body?.cancel();
     // vLLM's /version and SageMaker's /ping (GET or POST, no body), like /health.
-    const version = JSON.parse(await Deno.readTextFile(new URL("../deno.json", import.meta.url)));
-    assert.deepEqual(await (await fetch(`${url}/version`)).json(), { version: version.version });
+    const config = JSON.parse(await Deno.readTextFile(new URL("../deno.json", import.meta.url)));
+    assert.equal(VERSION, config.version, "server/version.ts follows deno.json");
+    assert.deepEqual(await (await fetch(`${url}/version`)).json(), { version: config.version });
     for (const method of ["GET", "POST"]) {
       const ping = await fetch(`${url}/ping`, { method });
       assert.equal(ping.status, 200, method);
