@@ -28,8 +28,6 @@ export class LiveRequest {
   readonly #vocabSize: number;
   /** `performance.now()` at construction (the request's arrival at the engine). */
   readonly #arrivedAt = performance.now();
-  /** Seconds from arrival to the first scheduling; null until then. */
-  #queueTime: number | null = null;
   readonly #queue: RequestOutput[] = [];
   #notify: (() => void) | null = null;
   #finished = false;
@@ -96,14 +94,17 @@ export class LiveRequest {
     return { generated: this.state.numOutputTokens - before, stopString };
   }
 
-  /** Notes that a step scheduled the request (its first such step sets its queue time). */
+  /**
+   * Notes that a step scheduled the request: its first such step sets the queue time its
+   * increments carry from then on.
+   */
   scheduled(): void {
-    this.#queueTime ??= (performance.now() - this.#arrivedAt) / 1000;
+    this.state.queueTime ??= (performance.now() - this.#arrivedAt) / 1000;
   }
 
-  /** Queues an increment for the consumer (with the queue time, once scheduled). */
+  /** Queues an increment for the consumer. */
   emit(output: RequestOutput): void {
-    this.#queue.push(this.#queueTime === null ? output : { ...output, queueTime: this.#queueTime });
+    this.#queue.push(output);
     this.#wake();
   }
 

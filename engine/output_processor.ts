@@ -112,6 +112,8 @@ export class RequestOutputState {
   readonly requestId: string;
   /** Prompt tokens found in the prefix cache (set by the engine once the request is admitted). */
   numCachedTokens: number;
+  /** Seconds from arrival to the first scheduling (set by the engine then); null before. */
+  queueTime: number | null = null;
 
   readonly #detok: IncrementalDetokenizer | null;
   readonly #stops: readonly string[];
@@ -377,6 +379,7 @@ export class RequestOutputState {
       numPromptTokens: this.#numPromptTokens,
       numOutputTokens: this.#numOutput,
       numCachedTokens: this.numCachedTokens,
+      ...(this.queueTime === null ? {} : { queueTime: this.queueTime }),
     };
     this.#tokens = [];
     this.#logprobs = [];
