@@ -50,6 +50,18 @@ export interface TokenLogprob {
   readonly top?: readonly { readonly tokenId: number; readonly logprob: number }[];
 }
 
+/** One prompt token's log-probability (`params.promptLogprobs`, vLLM's `prompt_logprobs`). */
+export interface PromptLogprob {
+  /** The prompt token. */
+  readonly tokenId: number;
+  /** Its log-probability given the prompt before it, under the model's raw distribution. */
+  readonly logprob: number;
+  /** 1 + the number of tokens more likely there (vLLM's rank; ties share the better rank). */
+  readonly rank: number;
+  /** The `params.promptLogprobs` most likely tokens there, best first (ties: lower id first). */
+  readonly top: readonly { readonly tokenId: number; readonly logprob: number }[];
+}
+
 /** Why a request finished (OpenAI's `finish_reason`, plus `abort`). */
 export type FinishReason = "stop" | "length" | "abort";
 
@@ -66,6 +78,11 @@ export interface RequestOutput {
   readonly text: string;
   /** One entry per token of `tokenIds`, when `params.logprobs` is not null. */
   readonly logprobs: readonly TokenLogprob[] | null;
+  /**
+   * With `params.promptLogprobs` (not null): one entry per prompt token, null for the first
+   * (nothing precedes it), on the request's first increment only.
+   */
+  readonly promptLogprobs?: readonly (PromptLogprob | null)[];
   /** Set on the last increment. */
   readonly finishReason: FinishReason | null;
   /** The stop token id or stop string that ended the request (last increment only). */

@@ -47,6 +47,24 @@ export interface SequenceChunk {
    * Only with `sample`.
    */
   readonly tokenMask?: Uint32Array | null;
+  /**
+   * Prompt log-probabilities (vLLM's `prompt_logprobs`): new tokens `first`, `first + 1`, ...
+   * of this chunk each score `targets[j]`, the prompt token after them (its log-softmax under
+   * the raw logits at that token, its rank, and the `topLogprobs` most likely tokens there).
+   * Each is one more row of the step's sampler, after every sampled row; a step holds at most
+   * `maxSeqs` rows in all. Absent or null: none.
+   */
+  readonly promptLogprobs?: PromptLogprobRows | null;
+}
+
+/** The prompt positions of a chunk that are scored (see `SequenceChunk.promptLogprobs`). */
+export interface PromptLogprobRows {
+  /** Index among the chunk's new tokens of the first scored one. */
+  readonly first: number;
+  /** Token ids scored, one per position from `first` on (each < vocab). */
+  readonly targets: readonly number[];
+  /** Most likely tokens returned per position, 0 to TOP_LOGPROBS_MAX (20). */
+  readonly topLogprobs: number;
 }
 
 /**
@@ -134,6 +152,15 @@ export function validateBatch(
     }
     if (s.sample === null && ((s.topLogprobs ?? 0) > 0 || (s.process ?? null) !== null)) {
       throw new RangeError(`Sequence ${i}: logits processing or top logprobs without sampling`);
+    }
+    const prompt = s.promptLogprobs ?? null;
+    if (
+      prompt !== null &&
+      (!(prompt.first >= 0) || prompt.first + prompt.targets.length > s.queryLen)
+    ) {
+      throw new RangeError(
+        `Sequence ${i}: prompt logprobs of ${prompt.targets.length} tokens from token ${prompt.first} of ${s.queryLen}`,
+      );
     }
     const needed = Math.ceil(s.contextLen / limits.blockSize);
     if (s.blockTable.length < needed || s.blockTable.length > limits.maxBlocksPerSeq) {

@@ -21,6 +21,7 @@
  * | `presence_penalty`, `frequency_penalty` | in [-2, 2] |
  * | `repetition_penalty` | in (0, `maxRepetitionPenalty`] |
  * | `logprobs` | integer 0 to `maxLogprobs`, or null |
+ * | `prompt_logprobs` | integer 0 to `maxLogprobs`, or null |
  * | `logit_bias` | at most `maxLogitBias` entries; keys token ids of the model, values in [-100, 100] |
  * | `allowed_token_ids` | a non-empty list of token ids of the model, not with a structured output |
  * | `bad_words` | at most `maxStopStrings` words of 1 to `maxStopStringChars` characters (not blank), not with a structured output |
@@ -163,6 +164,8 @@ export function validateSamplingParams(params: SamplingParams, model: ModelLimit
   checkRange("frequency_penalty", params.frequencyPenalty, -2, 2);
   checkRange("repetition_penalty", params.repetitionPenalty, 0, L.maxRepetitionPenalty, true);
   if (params.logprobs !== null) checkInt("logprobs", params.logprobs, 0, L.maxLogprobs);
+  const promptLogprobs = params.promptLogprobs ?? null;
+  if (promptLogprobs !== null) checkInt("prompt_logprobs", promptLogprobs, 0, L.maxLogprobs);
   const bias = params.logitBias;
   if (bias !== null) {
     if (bias.size > L.maxLogitBias) {

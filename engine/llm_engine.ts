@@ -35,7 +35,7 @@ import {
   type RequestOutput,
 } from "./engine_api.ts";
 import { type EngineParts, type Logger, setupEngine, setupMockEngine } from "./engine_setup.ts";
-import type { Executor, SampledToken } from "./executors/executor.ts";
+import type { Executor, SampledToken, ScoredPromptToken } from "./executors/executor.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { checkTokenIds, InvalidParameterError, validateSamplingParams } from "./input_processor.ts";
 import { LiveRequest } from "./live_request.ts";
@@ -163,6 +163,12 @@ export class LLMEngine implements EngineClient {
       throw new InvalidParameterError(
         STRUCTURED_PARAM[spec.kind],
         "Structured outputs need the webgpu executor: the mock executor runs no model to constrain",
+      );
+    }
+    if (request.params.promptLogprobs !== null && this.#executor.kind !== "webgpu") {
+      throw new InvalidParameterError(
+        "prompt_logprobs",
+        "prompt_logprobs needs the webgpu executor: the mock executor computes no logits",
       );
     }
     const masked = request.params.allowedTokenIds !== null
@@ -304,7 +310,9 @@ export class LLMEngine implements EngineClient {
           // Its readback may be waiting for a later submit (overlapped steps): start it now.
           if (!oldest.readbackStarted()) this.#executor.flush?.();
           const sampled = await oldest.result;
+          const scored = await oldest.promptLogprobs;
           if (this.#stopped) break;
+          if (scored !== undefined) this.#score(scored);
           this.#postprocess(oldest.output, sampled);
           for (const empty of this.#pipeline.shiftEmpty()) this.#postprocess(empty, new Map());
           // With a synchronous device the next submit blocks for a whole step: first give the
@@ -413,6 +421,11 @@ export class LLMEngine implements EngineClient {
         resolve();
       };
     });
+  }
+
+  /** Hands a step's scored prompt tokens to their requests (before the step's tokens). */
+  #score(scored: ReadonlyMap<string, readonly ScoredPromptToken[]>): void {
+    for (const [id, tokens] of scored) this.#live.get(id)?.state.scorePrompt(tokens);
   }
 
   /** Applies a step's tokens: stop checks, detokenization, stop strings, increments. */

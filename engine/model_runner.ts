@@ -4,7 +4,8 @@
  * resolve input ids (host ids or the previous step's samples, on the GPU), the model's forward
  * pass, then the sampling stage ({@linkcode Sampler}: the LM head over the sampled rows only,
  * `top_logprobs` on the raw logits when some row asks for them, `logits_process` in place when
- * some row has a penalty or a logit bias, GPU sampling); then one copy of the sampled ids and
+ * some row has a penalty or a logit bias, GPU sampling; scored prompt positions are rows too,
+ * after the sampled ones); then one copy of the sampled ids and
  * logprobs (and top logprobs when asked) into a staging buffer of a readback ring. `execute`
  * returns without waiting for the GPU: the caller awaits the readback when it needs the tokens,
  * so several steps can be in flight. The runner decides nothing: the batch says what to compute.
@@ -351,16 +352,23 @@ export class ModelRunner {
           tokens: new Uint32Array(0),
           logprobs: new Float32Array(0),
           top: [],
+          prompt: [],
         }))
         : readback.start().data.then((bytes) => this.#sampler.read(bytes, plan));
     if (options.overlap !== true) {
       const result = complete();
-      return { step: stepIndex, rows, result, readbackStarted: () => true, wait: () => result };
+      return {
+        step: stepIndex,
+        rows: plan.sampled,
+        result,
+        readbackStarted: () => true,
+        wait: () => result,
+      };
     }
     const deferred = this.#deferred.defer(complete, readbackBatch ?? 1);
     return {
       step: stepIndex,
-      rows,
+      rows: plan.sampled,
       result: deferred.result,
       readbackStarted: deferred.started,
       wait: () => {

@@ -54,7 +54,7 @@
  * @module
  */
 
-import type { FinishReason, RequestOutput, TokenLogprob } from "./engine_api.ts";
+import type { FinishReason, PromptLogprob, RequestOutput, TokenLogprob } from "./engine_api.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
 import type { Tokenizer } from "./tokenizer.ts";
 import { IncrementalDetokenizer } from "./detokenizer.ts";
@@ -124,6 +124,11 @@ export class RequestOutputState {
   readonly #wantLogprobs: boolean;
   readonly #emitTokenOnly: boolean;
   readonly #numPromptTokens: number;
+  /**
+   * With `params.promptLogprobs`: each prompt token's log-probability (null for the first, and
+   * until scored), sent with the first increment; null without them or once sent.
+   */
+  #promptLogprobs: (PromptLogprob | null)[] | null;
 
   /** Detokenized text not emitted yet because it may be the start of a stop string. */
   #held = "";
@@ -155,6 +160,9 @@ export class RequestOutputState {
     this.numCachedTokens = options.numCachedTokens ?? 0;
     this.#emitTokenOnly = options.emitTokenOnly ?? false;
     this.#numPromptTokens = request.promptTokenIds.length;
+    this.#promptLogprobs = (request.params.promptLogprobs ?? null) === null
+      ? null
+      : new Array<PromptLogprob | null>(this.#numPromptTokens).fill(null);
     this.#minTokens = request.params.minTokens;
     this.#wantLogprobs = request.params.logprobs !== null;
     this.#detok = tokenizer === null ? null : new IncrementalDetokenizer(tokenizer, {
@@ -367,6 +375,25 @@ export class RequestOutputState {
     return hold;
   }
 
+  /**
+   * Records scored prompt tokens (`position` >= 1 in the prompt) for the first increment; ignored
+   * once that is built, or without `params.promptLogprobs`.
+   *
+   * @throws {RangeError} for a position outside the prompt.
+   */
+  scorePrompt(tokens: readonly (PromptLogprob & { readonly position: number })[]): void {
+    const list = this.#promptLogprobs;
+    if (list === null) return;
+    for (const { position, ...entry } of tokens) {
+      if (!Number.isInteger(position) || position < 1 || position >= list.length) {
+        throw new RangeError(
+          `Cannot score prompt position ${position} of request ${this.requestId}: its prompt has ${list.length} tokens`,
+        );
+      }
+      list[position] = entry;
+    }
+  }
+
   /** Builds an increment from the pending text and tokens and clears them. */
   #increment(finishReason: FinishReason | null, stopReason: number | string | null): RequestOutput {
     const output: RequestOutput = {
@@ -374,6 +401,7 @@ export class RequestOutputState {
       tokenIds: this.#tokens,
       text: this.#text,
       logprobs: this.#wantLogprobs ? this.#logprobs : null,
+      ...(this.#promptLogprobs === null ? {} : { promptLogprobs: this.#promptLogprobs }),
       finishReason,
       stopReason: finishReason === null ? null : stopReason,
       numPromptTokens: this.#numPromptTokens,
@@ -384,6 +412,7 @@ export class RequestOutputState {
     this.#tokens = [];
     this.#logprobs = [];
     this.#text = "";
+    this.#promptLogprobs = null;
     return output;
   }
 }

@@ -50,6 +50,18 @@ export interface TopLogprob {
   readonly logprob: number;
 }
 
+/** One scored prompt position (see `SequenceChunk.promptLogprobs`), once read back. */
+export interface PromptLogprobRow {
+  /** The prompt token scored. */
+  readonly tokenId: number;
+  /** Its log-softmax under the raw logits at the position before it. */
+  readonly logprob: number;
+  /** 1 + the number of tokens with a strictly larger logit there. */
+  readonly rank: number;
+  /** The `topLogprobs` most likely tokens there, best first (ties: lower id first). */
+  readonly top: readonly TopLogprob[];
+}
+
 /** The sampled rows of one step, once read back. */
 export interface SampledRows {
   /** u32 `[rows]`: token id per sampling sequence, in batch order. */
@@ -64,6 +76,11 @@ export interface SampledRows {
    * first (ties: lower id first); empty for rows that asked for none.
    */
   readonly top: readonly (readonly TopLogprob[])[];
+  /**
+   * The scored prompt positions of the step's sequences, in batch order and position order
+   * (`SequenceChunk.promptLogprobs`); empty when none.
+   */
+  readonly prompt: readonly PromptLogprobRow[];
 }
 
 /** Sizes fixed at load time. */
@@ -78,8 +95,15 @@ export interface SamplerLimits {
 
 /** What one step samples, packed and uploaded by {@linkcode Sampler.prepare}. */
 export interface SamplingPlan {
-  /** Sequences that sample (rows of the logits and of the result), in batch order. */
+  /**
+   * Rows of the logits: the sequences that sample, in batch order, then the scored prompt
+   * positions (`promptTargets`).
+   */
   readonly rows: number;
+  /** Sequences that sample (the first rows; rows of the result's tokens). */
+  readonly sampled: number;
+  /** The token each scored prompt position scores, in row order (rows `sampled` on). */
+  readonly promptTargets: readonly number[];
   /** `[rows]`: top log-probabilities asked per row (0: none). */
   readonly topCounts: readonly number[];
   /** Some row asks for top log-probabilities (dispatch `top_logprobs`, read its regions back). */
@@ -227,6 +251,38 @@ export class Sampler {
         if (n !== 0) anyTop = true;
       }
     }
+    const sampled = rows;
+    const promptTargets: number[] = [];
+    tokens = 0;
+    for (const seq of seqs) {
+      const prompt = seq.promptLogprobs ?? null;
+      if (prompt !== null && prompt.targets.length > 0) {
+        const n = prompt.topLogprobs;
+        if (rows + prompt.targets.length > this.limits.maxSeqs) {
+          throw new RangeError(
+            `Cannot score ${prompt.targets.length} prompt tokens: the step has ${rows} of ${this.limits.maxSeqs} sampler rows taken`,
+          );
+        }
+        prompt.targets.forEach((target, j) => {
+          if (!Number.isInteger(target) || target < 0 || target >= this.limits.vocab) {
+            throw new RangeError(
+              `Cannot score prompt token ${target}: the vocabulary has ${this.limits.vocab}`,
+            );
+          }
+          h.sampleIndices[rows++] = tokens + prompt.first + j;
+          samples.push({ target });
+          processes.push({
+            process: null,
+            contextLen: seq.contextLen,
+            lastIndex: tokens + prompt.first + j,
+          });
+          topCounts.push(n);
+          promptTargets.push(target);
+          if (n !== 0) anyTop = true;
+        });
+      }
+      tokens += seq.queryLen;
+    }
     packSampleParams(samples, h.sampleParams);
     if (anyTop) packTopLogprobCounts(topCounts, h.topCounts);
     // Packs and uploads the records (validating them) before anything else is uploaded.
@@ -241,7 +297,7 @@ export class Sampler {
         writes.write(this.#maskBuffers.rows, h.maskRows, masked);
       }
     }
-    return { rows, topCounts, anyTop, process, masked };
+    return { rows, sampled, promptTargets, topCounts, anyTop, process, masked };
   }
 
   /**
@@ -268,13 +324,24 @@ export class Sampler {
    */
   read(bytes: ArrayBuffer, plan: SamplingPlan): SampledRows {
     const bufs = this.#bufs;
-    const { rows, topCounts } = plan;
+    const { rows, sampled, topCounts } = plan;
+    const tokens = new Uint32Array(bytes, 0, rows);
+    const logprobs = new Float32Array(bytes, bufs.logprobsOffset, rows);
+    const top = plan.anyTop
+      ? readTop(bytes, bufs, topCounts, this.limits.vocab)
+      : topCounts.map(() => []);
+    // A scored row's "token" is the target's rank (kernels/sample.ts).
+    const prompt = plan.promptTargets.map((tokenId, j) => ({
+      tokenId,
+      logprob: logprobs[sampled + j]!,
+      rank: tokens[sampled + j]!,
+      top: top[sampled + j]!,
+    }));
     return {
-      tokens: new Uint32Array(bytes, 0, rows),
-      logprobs: new Float32Array(bytes, bufs.logprobsOffset, rows),
-      top: plan.anyTop
-        ? readTop(bytes, bufs, topCounts, this.limits.vocab)
-        : topCounts.map(() => []),
+      tokens: tokens.subarray(0, sampled),
+      logprobs: logprobs.subarray(0, sampled),
+      top: top.slice(0, sampled),
+      prompt,
     };
   }
 

@@ -35,6 +35,8 @@ export const READBACK_BATCH = 3;
 export interface InFlight {
   readonly output: SchedulerOutput;
   readonly result: Promise<ReadonlyMap<string, SampledToken>>;
+  /** The prompt tokens the step scored (see `ExecutedStep.promptLogprobs`), when it scored any. */
+  readonly promptLogprobs?: ExecutedStep["promptLogprobs"];
   /** Nothing was scheduled: no GPU work, nothing to wait for. */
   readonly empty: boolean;
   /** Whether the result's readback has started (see `ExecutedStep.readbackStarted`). */
@@ -84,8 +86,15 @@ export class StepPipeline {
     // The engine awaits results in order; a step that fails before its turn must not be
     // reported as an unhandled rejection meanwhile (the await still throws).
     step.result.catch(() => {});
+    step.promptLogprobs?.catch(() => {});
     const started = step.readbackStarted?.bind(step) ?? (() => true);
-    this.#queue.push({ output, result: step.result, empty: false, readbackStarted: started });
+    this.#queue.push({
+      output,
+      result: step.result,
+      ...(step.promptLogprobs === undefined ? {} : { promptLogprobs: step.promptLogprobs }),
+      empty: false,
+      readbackStarted: started,
+    });
     return step;
   }
 

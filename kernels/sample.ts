@@ -1,7 +1,8 @@
 /**
  * `sample`: picks the next token of every sequence on the GPU from its logits, greedy or random
  * with temperature / min-p / top-k / top-p, and returns the raw log-probability of the pick.
- * See `sample.wgsl` for the exact rules, bindings and grid.
+ * A row with a `target` is scored instead (forced mode, for prompt logprobs): it returns the
+ * target's rank and raw log-probability. See `sample.wgsl` for the exact rules, bindings and grid.
  *
  * Per-sequence parameters live in a storage buffer of {@linkcode SAMPLE_PARAMS_BYTES}-byte
  * records, packed on the host with {@linkcode packSampleParams}:
@@ -14,6 +15,14 @@
  * | 12   | `min_p`       | f32  | `0`: off; in [0, 1]                              |
  * | 16   | `seed`        | u32  | random stream of the request                     |
  * | 20   | `counter`     | u32  | draw index in the stream (e.g. output position)  |
+ * | 24   | `target`      | u32  | `0xFFFFFFFF`: sample; else the forced token id   |
+ *
+ * Forced mode (`target` set): no draw, and temperature, top-k, top-p, min-p, seed and counter
+ * are ignored. The row's token output is the rank of the target, `1 + #{i : l_i > l[target]}`
+ * (strictly greater: ties do not count, so the argmax has rank 1), and its logprob output is
+ * `l[target] - logsumexp(l)` (raw log-softmax, as for a sampled token; `-inf` when `l[target]`
+ * is `-inf`). A target `>= vocab` gives rank 0 and logprob `-inf`: callers must keep
+ * `target < vocab`, which the packer cannot check.
  *
  * The same logits, seed and counter always give the same token.
  *
@@ -26,8 +35,11 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { CallSite } from "./call_site.ts";
 
-/** Bytes of one sequence's record in the `params` buffer (6 words). */
-export const SAMPLE_PARAMS_BYTES = 24;
+/** Bytes of one sequence's record in the `params` buffer (7 words). */
+export const SAMPLE_PARAMS_BYTES = 28;
+
+/** The `target` word of a record that samples (no forced token). */
+const NO_TARGET = 0xffffffff;
 
 /** Sampling parameters of one sequence (host side; see the module doc for the GPU layout). */
 export interface SampleParams {
@@ -43,6 +55,12 @@ export interface SampleParams {
   seed?: number;
   /** u32 draw index (e.g. the output position); default 0. */
   counter?: number;
+  /**
+   * Forced (scoring) mode: the token id, in [0, 0xFFFFFFFE] and `< vocab`, whose rank and
+   * logprob the row returns instead of a draw (the other fields are then ignored); default
+   * undefined = sample.
+   */
+  target?: number;
 }
 
 function checkU32(name: string, value: number, index: number): number {
@@ -54,9 +72,10 @@ function checkU32(name: string, value: number, index: number): number {
 
 /**
  * Throws a RangeError unless `p` packs (sequence `index` in the message): a finite temperature
- * `>= 0`, `topP` in (0, 1], `minP` in [0, 1], and u32 `topK`, `seed` and `counter`. The packer
- * applies it to every sequence; the WebGPU executor applies it to one request before a step, so
- * that a bad request fails alone.
+ * `>= 0`, `topP` in (0, 1], `minP` in [0, 1], u32 `topK`, `seed` and `counter`, and a `target`,
+ * when given, that is an integer in [0, 0xFFFFFFFE] (`target < vocab` is the caller's to check).
+ * The packer applies it to every sequence; the WebGPU executor applies it to one request before a
+ * step, so that a bad request fails alone.
  */
 export function checkSampleParams(p: SampleParams, index = 0): void {
   const temperature = p.temperature ?? 0;
@@ -76,6 +95,10 @@ export function checkSampleParams(p: SampleParams, index = 0): void {
   checkU32("topK", p.topK ?? 0, index);
   checkU32("seed", p.seed ?? 0, index);
   checkU32("counter", p.counter ?? 0, index);
+  const target = p.target;
+  if (target !== undefined && !(Number.isInteger(target) && target >= 0 && target < NO_TARGET)) {
+    throw new RangeError(`Cannot pack sampling parameters: sequence ${index} has target ${target}`);
+  }
 }
 
 /**
@@ -105,6 +128,7 @@ export function packSampleParams(
     f32[w + 3] = p.minP ?? 0;
     u32[w + 4] = p.seed ?? 0;
     u32[w + 5] = p.counter ?? 0;
+    u32[w + 6] = p.target ?? NO_TARGET;
   });
   return out;
 }
@@ -115,9 +139,9 @@ export interface SampleBuffers {
   readonly logits: GPUBufferBinding;
   /** `[numSeqs]` records of {@linkcode SAMPLE_PARAMS_BYTES} bytes ({@linkcode packSampleParams}). */
   readonly params: GPUBufferBinding;
-  /** u32 `[numSeqs]`: the chosen token ids (output). */
+  /** u32 `[numSeqs]`: the chosen token ids; for a forced row, the target's rank (output). */
   readonly tokens: GPUBufferBinding;
-  /** f32 `[numSeqs]`: log-softmax of the raw logits at the chosen token (output). */
+  /** f32 `[numSeqs]`: log-softmax of the raw logits at the chosen / target token (output). */
   readonly logprobs: GPUBufferBinding;
 }
 

@@ -14,6 +14,13 @@
 //     variate, u_i in (0, 1) from a counter-based hash of (seed, counter, i): an exact draw from
 //     softmax over the survivors, reproducible for the same (seed, counter, logits).
 //   logprob = l[token] - lse  (raw log-softmax at temperature 1, before any filtering)
+//   forced (target_id != 0xffffffff, for prompt logprobs / scoring): no draw; temperature, top-k,
+//     top-p, min-p, seed and counter are ignored, and with lt = l[target]:
+//       tokens[s]   = rank = 1 + #{i : l_i > lt}  (strictly greater: ties with lt do not count,
+//                     -inf logits never count; the argmax, or any logit tied with it, has rank 1)
+//       logprobs[s] = lt - lse  (same formula as above; -inf when lt is -inf)
+//     A target >= vocab reads nothing and writes rank 0 and logprob -inf (callers must keep
+//     target < vocab; the host cannot check it).
 // Every filter keeps {i : key(l_i) >= tau} for an order-preserving u32 key of the f32 logit.
 // tau for top-k / top-p is found by an NB-way radix search on the key: each pass histograms the
 // elements inside the current key interval [lo, hi] into NB equal power-of-two sub-ranges
@@ -28,9 +35,10 @@
 //
 // Bindings (group 0):
 //   0 logits   : storage read   array<f32>        [num_seqs, vocab] (row stride vocab)
-//   1 seq      : storage read   array<SeqParams>  [num_seqs] (24 bytes each, see below)
-//   2 tokens   : storage rw     array<u32>        [num_seqs]  chosen token ids
-//   3 logprobs : storage rw     array<f32>        [num_seqs]  raw logprob of the chosen token
+//   1 seq      : storage read   array<SeqParams>  [num_seqs] (28 bytes each, see below)
+//   2 tokens   : storage rw     array<u32>        [num_seqs]  chosen token ids (forced: rank)
+//   3 logprobs : storage rw     array<f32>        [num_seqs]  raw logprob of the chosen (forced:
+//                                                             target) token
 //   4 p        : uniform        Params
 // Prelude (kernels/sample.ts): `const WG` (invocations per workgroup), `const NB` (buckets per
 // search pass) and `const NB_LOG2`; logit_row.wgsl (NEG_INF, POS_INF, order_key, mix32);
@@ -52,6 +60,8 @@ struct SeqParams {
   min_p: f32, //       0: off; in [0, 1]
   seed: u32,
   counter: u32, //     e.g. the output position: fresh randomness per step
+  target_id: u32, //   the record's `target` (a reserved word in WGSL): 0xffffffff: sample;
+  //                   else forced (scoring) mode, see above
 }
 
 // Search state shared by the workgroup (written by thread 0, read with workgroupUniformLoad).
@@ -345,6 +355,34 @@ fn main(
     sh_stats = Stats(m, select(0u, t_arg, t_arg < vocab), sum, mn);
   }
   let st = workgroupUniformLoad(&sh_stats);
+
+  // Forced (scoring) mode: the rank and logprob of the target instead of a draw. sp is a read-only
+  // storage value at a uniform index, so the branch (and the barrier inside) is uniform.
+  let tgt = sp.target_id;
+  if (tgt != 0xffffffffu) {
+    if (tgt >= vocab) {
+      if (lid == 0u) {
+        tokens[row] = 0u;
+        logprobs[row] = bitcast<f32>(0xff800000u); // -inf
+      }
+      return;
+    }
+    let lt = logits[base + tgt];
+    var above = 0u;
+    ROW_SCAN(above += u32($logit > lt));
+    red_u[lid] = above; // red_u is free again: reduce_argmax's reads ended before sh_stats
+    workgroupBarrier();
+    if (lid == 0u) {
+      var rank = 1u;
+      for (var j = 0u; j < WG; j++) {
+        rank += red_u[j];
+      }
+      tokens[row] = rank;
+      // lt - m - log(sum) is -inf for lt = -inf except in an all -inf row (m = -inf): NaN there.
+      logprobs[row] = select(bitcast<f32>(0xff800000u), lt - st.m - log(st.sum), lt >= NEG_INF);
+    }
+    return;
+  }
 
   let temperature = sp.temperature;
   if (!(temperature > 0.0) || !(st.m > NEG_INF)) {

@@ -63,7 +63,11 @@ export interface SwapInCopy {
   readonly gpuBlock: number;
 }
 
-const NO_HIT: PrefixHit = Object.freeze({ blocks: Object.freeze([]), numTokens: 0 });
+/** No cached prefix. */
+export const NO_PREFIX_HIT: PrefixHit = Object.freeze({
+  blocks: Object.freeze([]),
+  numTokens: 0,
+});
 
 /** KV block allocator with reference counts, prefix caching and swap bookkeeping. */
 export class BlockManager {
@@ -182,7 +186,7 @@ export class BlockManager {
    * never including the block that holds its last token. Pure: changes no ref count.
    */
   findCachedPrefix(seq: Sequence): PrefixHit {
-    if (!this.enablePrefixCaching || seq.blockTable.length > 0) return NO_HIT;
+    if (!this.enablePrefixCaching || seq.blockTable.length > 0) return NO_PREFIX_HIT;
     this.#updateHashes(seq);
     const limit = Math.min(
       Math.floor((seq.numTokens - 1) / this.blockSize),
@@ -196,7 +200,9 @@ export class BlockManager {
       blocks.push(b);
       parent = b;
     }
-    return blocks.length === 0 ? NO_HIT : { blocks, numTokens: blocks.length * this.blockSize };
+    return blocks.length === 0
+      ? NO_PREFIX_HIT
+      : { blocks, numTokens: blocks.length * this.blockSize };
   }
 
   /**
@@ -205,7 +211,7 @@ export class BlockManager {
    * holding no blocks), then fresh blocks. Returns false, changing nothing, when the pool is
    * too small. A hit is counted in the prefix-cache statistics.
    */
-  allocateSlots(seq: Sequence, numNewTokens: number, hit: PrefixHit = NO_HIT): boolean {
+  allocateSlots(seq: Sequence, numNewTokens: number, hit: PrefixHit = NO_PREFIX_HIT): boolean {
     const total = seq.numComputedTokens + hit.numTokens + numNewTokens;
     const fresh = Math.max(0, this.blocksFor(total) - seq.blockTable.length - hit.blocks.length);
     let revived = 0;
@@ -229,7 +235,7 @@ export class BlockManager {
    * Like {@linkcode allocateSlots} but throws RangeError ("Cannot allocate 12 KV blocks: 3
    * free") instead of returning false.
    */
-  allocateOrThrow(seq: Sequence, numNewTokens: number, hit: PrefixHit = NO_HIT): void {
+  allocateOrThrow(seq: Sequence, numNewTokens: number, hit: PrefixHit = NO_PREFIX_HIT): void {
     if (!this.allocateSlots(seq, numNewTokens, hit)) {
       const total = seq.numComputedTokens + hit.numTokens + numNewTokens;
       const need = this.blocksFor(total) - seq.blockTable.length - hit.blocks.length;

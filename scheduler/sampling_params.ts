@@ -49,6 +49,13 @@ export interface SamplingParams {
   readonly repetitionPenalty: number;
   /** Number of top log-probabilities to return per token; null = none. */
   readonly logprobs: number | null;
+  /**
+   * vLLM's `prompt_logprobs`: for every prompt token after the first, its log-probability given
+   * the tokens before it, its rank, and this many most likely tokens at that position; null =
+   * none. The scheduler computes a prompt with them in full (no prefix-cache reads) and hands
+   * its positions to the sampler as rows, at most a step's rows at a time.
+   */
+  readonly promptLogprobs: number | null;
   /** Added to the logits of the given token ids before sampling. */
   readonly logitBias: ReadonlyMap<number, number> | null;
   /**
@@ -113,6 +120,7 @@ export const DEFAULT_SAMPLING_PARAMS: SamplingParams = Object.freeze({
   frequencyPenalty: 0,
   repetitionPenalty: 1,
   logprobs: null,
+  promptLogprobs: null,
   logitBias: null,
   allowedTokenIds: null,
   badWords: null,

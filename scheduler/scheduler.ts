@@ -23,7 +23,7 @@
  * @module
  */
 
-import { BlockManager, type PrefixHit } from "./block_manager.ts";
+import { BlockManager, NO_PREFIX_HIT, type PrefixHit } from "./block_manager.ts";
 import { enqueueWaiting, pickVictim, type SchedulingPolicy } from "./policy.ts";
 import { BaseScheduler } from "./base_scheduler.ts";
 import type { Clock, HostReady, NewRequest, SchedulerStats } from "./scheduler_api.ts";
@@ -34,7 +34,7 @@ import type {
   SwappedOutRequest,
 } from "./scheduler_output.ts";
 import type { Sequence } from "./sequence.ts";
-import { commitTokens, tokensToRun } from "./step_commit.ts";
+import { commitTokens, fitRows, needsPromptRows, samplerRows, tokensToRun } from "./step_commit.ts";
 
 /** Configuration of a {@linkcode ContinuousScheduler}. */
 export interface ContinuousSchedulerConfig {
@@ -79,6 +79,11 @@ export interface ContinuousSchedulerConfig {
 interface StepState {
   /** Token budget left. */
   budget: number;
+  /**
+   * Sampler rows left (from maxNumSeqs, the runner's rows): each picked chunk takes
+   * `samplerRows` of them (one per sampled token, one per prompt log-probability position).
+   */
+  rows: number;
   /** Requests scheduled so far -> tokens, in scheduling order. */
   picked: Map<Sequence, number>;
   /** Requests admitted, swapped in or preempted this step (not victims, not re-admitted). */
@@ -190,6 +195,7 @@ export class ContinuousScheduler extends BaseScheduler {
     const step = this.nextStep();
     const st: StepState = {
       budget: this.maxNumBatchedTokens,
+      rows: this.maxNumSeqs,
       picked: new Map(),
       touched: new Set(),
       fresh: new Set(),
@@ -202,7 +208,14 @@ export class ContinuousScheduler extends BaseScheduler {
     let i = 0;
     while (i < this.#running.length && st.budget > 0) {
       const seq = this.#running[i]!;
-      const n = Math.min(tokensToRun(seq, this.maxModelLen, this.#hostReady), st.budget);
+      // One row stays for each running request after this one: a chunk of prompt
+      // log-probabilities never starves them.
+      const n = fitRows(
+        seq,
+        seq.numComputedTokens,
+        Math.min(tokensToRun(seq, this.maxModelLen, this.#hostReady), st.budget),
+        st.rows - (this.#running.length - i - 1),
+      );
       if (n === 0) {
         i++;
         continue;
@@ -222,6 +235,7 @@ export class ContinuousScheduler extends BaseScheduler {
       if (ok) {
         st.picked.set(seq, n);
         st.budget -= n;
+        st.rows -= samplerRows(seq, seq.numComputedTokens, n);
         i++;
       }
     }
@@ -276,7 +290,11 @@ export class ContinuousScheduler extends BaseScheduler {
   #preempt(st: StepState, victim: Sequence): void {
     const bm = this.blockManager;
     this.#running.splice(this.#running.indexOf(victim), 1);
-    st.budget += st.picked.get(victim) ?? 0;
+    const picked = st.picked.get(victim);
+    if (picked !== undefined) {
+      st.budget += picked;
+      st.rows += samplerRows(victim, victim.numComputedTokens, picked);
+    }
     st.picked.delete(victim);
     st.fresh.delete(victim);
     st.touched.add(victim);
@@ -300,7 +318,12 @@ export class ContinuousScheduler extends BaseScheduler {
     const bm = this.blockManager;
     while (this.#swapped.length > 0 && this.#running.length < this.maxNumSeqs && st.budget > 0) {
       const seq = this.#swapped[0]!;
-      const n = Math.min(tokensToRun(seq, this.maxModelLen, this.#hostReady), st.budget);
+      const n = fitRows(
+        seq,
+        seq.numComputedTokens,
+        Math.min(tokensToRun(seq, this.maxModelLen, this.#hostReady), st.budget),
+        st.rows,
+      );
       if (!bm.canSwapIn(seq, n)) break;
       this.#swapped.shift();
       st.swappedIn.push({ requestId: seq.requestId, copies: bm.swapIn(seq) });
@@ -311,6 +334,7 @@ export class ContinuousScheduler extends BaseScheduler {
       if (n > 0) {
         st.picked.set(seq, n);
         st.budget -= n;
+        st.rows -= samplerRows(seq, seq.numComputedTokens, n);
       }
     }
   }
@@ -330,10 +354,12 @@ export class ContinuousScheduler extends BaseScheduler {
         if (this.#preemptFor(st, seq)) continue;
         break;
       }
-      const hit: PrefixHit = bm.findCachedPrefix(seq);
+      // Prompt log-probabilities need the prompt computed, not read from the cache.
+      const hit: PrefixHit = needsPromptRows(seq) ? NO_PREFIX_HIT : bm.findCachedPrefix(seq);
       const remaining = seq.numTokens - hit.numTokens;
       if (!this.enableChunkedPrefill && remaining > st.budget) break;
-      const n = Math.min(remaining, st.budget);
+      const n = fitRows(seq, hit.numTokens, Math.min(remaining, st.budget), st.rows);
+      if (n === 0) break;
       const blocksNeeded = Math.ceil((hit.numTokens + n) / bm.blockSize) - hit.blocks.length;
       if (
         this.#running.length > 0 && seq.numPreemptions === 0 &&
@@ -354,6 +380,7 @@ export class ContinuousScheduler extends BaseScheduler {
       st.fresh.add(seq);
       st.picked.set(seq, n);
       st.budget -= n;
+      st.rows -= samplerRows(seq, hit.numTokens, n);
     }
   }
 

@@ -13,7 +13,8 @@
  *    K/V to its `slotMapping` slot and attending over positions [0, positionStart + numTokens)
  *    of its request through its `blockTable`;
  * 3. one sampled token for every request with `samplesToken`, kept on the GPU per request (the
- *    next step's {@linkcode SAMPLED_TOKEN} entries read it) and read back to the host later.
+ *    next step's {@linkcode SAMPLED_TOKEN} entries read it) and read back to the host later;
+ *    and the log-probabilities of the prompt positions in each `promptLogprobs`.
  *
  * @module
  */
@@ -70,6 +71,25 @@ export interface ScheduledRequest {
    * (step n's results applied before step n+2 is scheduled) `step` is always this step - 1.
    */
   readonly sampledFrom: { readonly step: number; readonly row: number } | null;
+  /**
+   * Prompt log-probabilities this step computes for the request (`params.promptLogprobs`):
+   * absent or null when none.
+   */
+  readonly promptLogprobs?: PromptLogprobRows | null;
+}
+
+/**
+ * The prompt positions of a step's chunk whose log-probabilities the sampler computes: fed
+ * tokens `first`, `first + 1`, ... of the chunk, scoring the prompt token that follows each.
+ * They are rows of the step's sampler after every sampled row, in `scheduled` order.
+ */
+export interface PromptLogprobRows {
+  /** Index in the chunk's `tokenIds` of the first such position. */
+  readonly first: number;
+  /** `targets[j]`: the prompt token at position `positionStart + first + j + 1`. */
+  readonly targets: readonly number[];
+  /** Most likely tokens to return per position (`params.promptLogprobs`). */
+  readonly topLogprobs: number;
 }
 
 /** A request scheduled for the first time: what the executor keeps about it until it ends. */

@@ -79,6 +79,12 @@ export class Sequence {
   lastSampledAt: { readonly step: number; readonly row: number } | null = null;
   /** Leading blocks of blockTable already offered to the prefix cache (owned by BlockManager). */
   numCachedBlocks = 0;
+  /**
+   * With `params.promptLogprobs`: prompt positions `[0, n)` whose log-probability rows a step
+   * has already been given (owned by the scheduler; kept across preemptions, so a recompute
+   * does not compute them again).
+   */
+  promptLogprobsUntil = 0;
 
   readonly #tokens: number[];
   readonly #outputs: number[] = [];

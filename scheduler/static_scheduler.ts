@@ -19,7 +19,7 @@ import { BaseScheduler } from "./base_scheduler.ts";
 import type { Clock, HostReady, NewRequest, SchedulerStats } from "./scheduler_api.ts";
 import type { ScheduledRequest, SchedulerOutput } from "./scheduler_output.ts";
 import type { Sequence } from "./sequence.ts";
-import { commitTokens, tokensToRun } from "./step_commit.ts";
+import { commitTokens, fitRows, samplerRows, tokensToRun } from "./step_commit.ts";
 
 /** Configuration of a {@linkcode StaticScheduler}. */
 export interface StaticSchedulerConfig {
@@ -151,11 +151,24 @@ export class StaticScheduler extends BaseScheduler {
     let budget = this.maxNumBatchedTokens;
     const scheduled: ScheduledRequest[] = [];
     let rows = 0;
+    // Sampler rows left (one per member and batch: the runner holds at least batchSize); a
+    // member's chunk of prompt log-probabilities leaves one to each live member after it.
+    let rowsLeft = this.batchSize;
+    let after = this.#batch.filter((s) => !s.isFinished).length;
     for (const seq of this.#batch) {
-      if (seq.isFinished || budget === 0) continue;
-      const n = Math.min(tokensToRun(seq, this.maxModelLen, this.#hostReady), budget);
+      if (seq.isFinished) continue;
+      after--;
+      if (budget === 0) continue;
+      const from = seq.numComputedTokens;
+      const n = fitRows(
+        seq,
+        from,
+        Math.min(tokensToRun(seq, this.maxModelLen, this.#hostReady), budget),
+        rowsLeft - after,
+      );
       if (n === 0) continue;
-      const isNew = seq.numComputedTokens === 0;
+      rowsLeft -= samplerRows(seq, from, n);
+      const isNew = from === 0;
       const r = commitTokens(seq, n, this.blockSize, isNew, step, rows);
       if (r.samplesToken) rows++;
       scheduled.push(r);

@@ -7,6 +7,7 @@
  */
 
 import {
+  type PromptLogprobRows,
   type RequestUpdate,
   SAMPLED_TOKEN,
   type ScheduledRequest,
@@ -53,6 +54,16 @@ export function commitTokens(
     }
     slotMapping[k] = block * blockSize + (p % blockSize);
   }
+  const prompt = promptRange(seq, start, n);
+  let promptLogprobs: PromptLogprobRows | null = null;
+  if (prompt.end > prompt.start) {
+    promptLogprobs = {
+      first: prompt.start - start,
+      targets: seq.promptTokenIds.slice(prompt.start + 1, prompt.end + 1),
+      topLogprobs: seq.params.promptLogprobs ?? 0,
+    };
+    seq.promptLogprobsUntil = prompt.end;
+  }
   seq.numComputedTokens += n;
   const samplesToken = seq.numComputedTokens === seq.numTokens;
   if (samplesToken) {
@@ -73,7 +84,51 @@ export function commitTokens(
     params: seq.params,
     sampleRow: samplesToken ? row : -1,
     sampledFrom,
+    ...(promptLogprobs === null ? {} : { promptLogprobs }),
   };
+}
+
+/**
+ * The prompt positions `[start, end)` whose log-probability rows a chunk of `n` tokens of `seq`
+ * from position `from` computes (`params.promptLogprobs`): each position before the prompt's
+ * last not given to an earlier step. Empty (`end <= start`) when none.
+ */
+function promptRange(seq: Sequence, from: number, n: number): { start: number; end: number } {
+  if (seq.params.promptLogprobs === null) return { start: from, end: from };
+  const start = Math.max(from, seq.promptLogprobsUntil);
+  return { start, end: Math.max(start, Math.min(from + n, seq.promptTokenIds.length - 1)) };
+}
+
+/**
+ * Whether `seq` still has prompt log-probabilities to compute: it must then compute its prompt
+ * itself, without reading the prefix cache.
+ */
+export function needsPromptRows(seq: Sequence): boolean {
+  return seq.params.promptLogprobs !== null &&
+    seq.promptLogprobsUntil < seq.promptTokenIds.length - 1;
+}
+
+/**
+ * Rows a chunk of `n` tokens of `seq` from position `from` takes in its step's sampler (whose
+ * rows are bounded by the runner's `maxSeqs`): one when it samples (it reaches the sequence's
+ * end) and one per prompt position whose log-probability it computes.
+ */
+export function samplerRows(seq: Sequence, from: number, n: number): number {
+  const p = promptRange(seq, from, n);
+  return p.end - p.start + (from + n === seq.numTokens ? 1 : 0);
+}
+
+/**
+ * The longest chunk of at most `n` tokens of `seq` from position `from` whose sampler rows fit
+ * in `rows` (0 when none does). Only a request with prompt log-probabilities is ever cut
+ * shorter than `n` while `rows >= 1`.
+ */
+export function fitRows(seq: Sequence, from: number, n: number, rows: number): number {
+  if (samplerRows(seq, from, n) <= rows) return n;
+  // Too many rows: stop the chunk after `rows` prompt positions (before the prompt's end, so
+  // it samples nothing).
+  const start = Math.max(from, seq.promptLogprobsUntil);
+  return Math.min(n, Math.max(0, start + Math.max(0, rows) - from));
 }
 
 /**

@@ -345,23 +345,197 @@ Deno.test(
   },
 );
 
+/** Rank of `row[target]`: 1 + the number of logits strictly greater than it (float64). */
+function rankRef(row: ArrayLike<number>, target: number): number {
+  let rank = 1;
+  for (let i = 0; i < row.length; i++) if (row[i]! > row[target]!) rank++;
+  return rank;
+}
+
+Deno.test(
+  "sample() returns the target's rank and logprob when a row is forced, beside sampled rows",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const { seed, rng } = testSeed("sample forced");
+    for (const v of [1, 7, 1000, 4099]) {
+      const rows: Float32Array[] = [];
+      const params: SampleParams[] = [];
+      /** Rank the case forces by construction (checked on top of the reference). */
+      const expectRank: (number | undefined)[] = [];
+      const add = (row: Float32Array, p: SampleParams, rank?: number) => {
+        rows.push(row);
+        params.push(p);
+        expectRank.push(rank);
+      };
+      const fresh = () => rng.normals(v, 3);
+      const pick = () => rng.int(0, v - 1);
+      /** Up to `n` distinct random indices other than `t`. */
+      const others = (t: number, n: number) =>
+        rng.permutation(v).filter((i) => i !== t).slice(0, n);
+      const u32 = () => rng.int(0, 2 ** 32 - 1);
+      {
+        add(fresh(), { target: pick() });
+      }
+      {
+        // Ties with the target's logit: only strictly greater logits count.
+        const r = fresh();
+        const t = pick();
+        for (const i of others(t, 5)) r[i] = r[t]!;
+        add(r, { target: t });
+      }
+      {
+        // The maximum, tied with other indices (some lower): rank 1.
+        const r = fresh();
+        const t = pick();
+        r[t] = Math.max(...r) + 1;
+        for (const i of others(t, 2)) r[i] = r[t]!;
+        add(r, { target: t }, 1);
+      }
+      {
+        // The minimum, tied with other indices: rank = vocab - ties + 1.
+        const r = fresh();
+        const t = pick();
+        r[t] = Math.min(...r) - 1;
+        const ties = others(t, 3);
+        for (const i of ties) r[i] = r[t]!;
+        add(r, { target: t }, v - (ties.length + 1) + 1);
+      }
+      {
+        // -inf logits elsewhere (never counted), the target the smallest finite logit.
+        const r = fresh();
+        const t = pick();
+        const dead = others(t, Math.floor(v / 8) + 1);
+        for (const i of dead) r[i] = -Infinity;
+        r[t] = -20;
+        add(r, { target: t }, v - dead.length);
+      }
+      {
+        // A -inf target: logprob -inf, rank 1 + the finite logits (vocab 1: an all -inf row).
+        const r = fresh();
+        const t = pick();
+        r[t] = -Infinity;
+        add(r, { target: t }, v);
+      }
+      {
+        // The sampling fields are ignored (top-k 1 would otherwise give the argmax).
+        add(fresh(), {
+          target: pick(),
+          temperature: 0.7,
+          topK: 1,
+          topP: 0.5,
+          minP: 0.5,
+          seed: u32(),
+          counter: 9,
+        });
+      }
+      // Out-of-range targets: rank 0, logprob -inf, no read.
+      add(fresh(), { target: v }, 0);
+      add(fresh(), { target: 0xfffffffe }, 0);
+      // Sampled rows in the same dispatch.
+      add(fresh(), {});
+      add(fresh(), { temperature: 0 });
+      add(fresh(), { temperature: 1, seed: u32(), counter: rng.int(0, 100) });
+      add(fresh(), { temperature: 0.8, topK: 5, topP: 0.9, seed: u32(), counter: 1 });
+
+      // Interleave forced and sampled rows.
+      const order = rng.permutation(rows.length);
+      const logits = new Float32Array(rows.length * v);
+      order.forEach((from, s) => logits.set(rows[from]!, s * v));
+      const batch = order.map((from) => params[from]!);
+      const sampledRows = batch.flatMap((p, s) => p.target === undefined ? [s] : []);
+      const sampledLogits = new Float32Array(sampledRows.length * v);
+      sampledRows.forEach((s, j) => sampledLogits.set(rowOf(logits, v, s), j * v));
+
+      for (const variant of VARIANTS) {
+        const { tokens, logprobs } = await runSample(ctx, logits, v, batch, variant);
+        // The sampled rows alone: the forced rows beside them must not change them.
+        const alone = await runSample(
+          ctx,
+          sampledLogits,
+          v,
+          sampledRows.map((s) => batch[s]!),
+          variant,
+        );
+        for (let s = 0; s < batch.length; s++) {
+          const p = batch[s]!;
+          const row = rowOf(logits, v, s);
+          const context = `seed ${seed} ${tag(variant)} vocab ${v} row ${s} ${JSON.stringify(p)}`;
+          const token = tokens[s]!;
+          if (p.target === undefined) {
+            const j = sampledRows.indexOf(s);
+            assertEquals(
+              [token, logprobs[s]],
+              [alone.tokens[j], alone.logprobs[j]],
+              `${context}: differs from the same row sampled without forced rows`,
+            );
+            if (!(token < v)) throw new AssertionError({ message: `${context}: token ${token}` });
+            if ((p.temperature ?? 0) === 0) {
+              assertEquals(token, argmaxRef(row), `${context}: greedy`);
+            } else {
+              const ref: SampleRefParams = { ...p, temperature: p.temperature ?? 0 };
+              if (!(filteredDistributionRef(row, ref)[token]! > 0)) {
+                throw new AssertionError({ message: `${context}: drew filtered-out ${token}` });
+              }
+            }
+            assertLogprob(logprobs[s]!, row, token, context);
+            continue;
+          }
+          const forced = expectRank[order[s]!];
+          if (p.target >= v) {
+            assertEquals([token, logprobs[s]], [0, -Infinity], `${context}: out of range`);
+            continue;
+          }
+          assertEquals(token, rankRef(row, p.target), `${context}: rank`);
+          if (forced !== undefined) assertEquals(token, forced, `${context}: constructed rank`);
+          if (row[p.target] === -Infinity) {
+            assertEquals(logprobs[s], -Infinity, `${context}: logprob of a -inf target`);
+          } else {
+            // Tolerance LOGPROB_TOL: 1e-4 absolute (relative beyond |ref| = 1).
+            assertLogprob(logprobs[s]!, row, p.target, context);
+          }
+        }
+      }
+    }
+  },
+);
+
 Deno.test("packSampleParams() writes the documented layout and rejects bad values", () => {
   const bytes = packSampleParams([
     {},
     { temperature: 0.5, topK: 40, topP: 0.9, minP: 0.05, seed: 0xfffffffe, counter: 12 },
+    { target: 0 },
+    { temperature: 0.7, seed: 3, target: 0xfffffffe },
+    { target: 151935 },
   ]);
-  assertEquals(bytes.byteLength, 2 * SAMPLE_PARAMS_BYTES);
+  assertEquals(SAMPLE_PARAMS_BYTES, 28);
+  assertEquals(bytes.byteLength, 5 * SAMPLE_PARAMS_BYTES);
   const f32 = new Float32Array(bytes);
   const u32 = new Uint32Array(bytes);
-  assertEquals([f32[0], u32[1], f32[2], f32[3], u32[4], u32[5]], [0, 0, 1, 0, 0, 0]);
+  const record = (s: number) => {
+    const w = s * 7;
+    return [f32[w], u32[w + 1], f32[w + 2], f32[w + 3], u32[w + 4], u32[w + 5], u32[w + 6]];
+  };
+  assertEquals(record(0), [0, 0, 1, 0, 0, 0, 0xffffffff]);
   assertEquals(
-    [f32[6], u32[7], f32[8], f32[9], u32[10], u32[11]],
-    [0.5, 40, Math.fround(0.9), Math.fround(0.05), 0xfffffffe, 12],
+    record(1),
+    [0.5, 40, Math.fround(0.9), Math.fround(0.05), 0xfffffffe, 12, 0xffffffff],
   );
+  assertEquals(record(2), [0, 0, 1, 0, 0, 0, 0]);
+  assertEquals(record(3), [0.7, 0, 1, 0, 3, 0, 0xfffffffe].map((x, i) => i ? x : Math.fround(x)));
+  assertEquals(record(4), [0, 0, 1, 0, 0, 0, 151935]);
+  for (const target of [-1, 1.5, 0xffffffff, 2 ** 32, NaN]) {
+    assertThrows(
+      () => packSampleParams([{}, { target }]),
+      (e: unknown) =>
+        e instanceof RangeError &&
+        e.message === `Cannot pack sampling parameters: sequence 1 has target ${target}`,
+    );
+  }
   assertThrows(() => packSampleParams([{ topP: 0 }]), RangeError);
   assertThrows(() => packSampleParams([{ minP: 1.5 }]), RangeError);
   assertThrows(() => packSampleParams([{ temperature: -1 }]), RangeError);
   assertThrows(() => packSampleParams([{ topK: 2.5 }]), RangeError);
   assertThrows(() => packSampleParams([{ seed: 2 ** 32 }]), RangeError);
-  assertThrows(() => packSampleParams([{}, {}], new ArrayBuffer(24)), RangeError);
+  assertThrows(() => packSampleParams([{}, {}], new ArrayBuffer(2 * 28 - 4)), RangeError);
 });

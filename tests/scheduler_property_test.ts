@@ -35,6 +35,12 @@ function checkInvariants(s: ContinuousScheduler, out: SchedulerOutput, ctx: stri
     sum += r.numTokens;
   }
   if (sum !== out.totalTokens) fail(`${ctx}: totalTokens ${out.totalTokens}, sum ${sum}`);
+  // Sampler rows: one per sampled token, one per scored prompt position (prompt_logprobs).
+  let rows = 0;
+  for (const r of out.scheduled) {
+    rows += (r.samplesToken ? 1 : 0) + (r.promptLogprobs?.targets.length ?? 0);
+  }
+  if (rows > s.maxNumSeqs) fail(`${ctx}: ${rows} sampler rows`);
   if (s.running.length > s.maxNumSeqs) fail(`${ctx}: ${s.running.length} running`);
   const refs = new Int32Array(bm.numBlocks);
   const host = new Set<number>();
@@ -80,6 +86,8 @@ function run(rng: Rng, seed: number, count: number, config: ContinuousSchedulerC
   const params = new Map<string, SamplingParams>();
   const outputs = new Map<string, number[]>();
   const cut = new Set<string>(); // aborted or stopped by a "stop string"
+  /** Prompt positions scored per request (prompt_logprobs), in step order. */
+  const scored = new Map<string, number[]>();
   const exec = new MockExecutor({
     tokenAt: mockTokenAt,
     kv: {
@@ -119,6 +127,7 @@ function run(rng: Rng, seed: number, count: number, config: ContinuousSchedulerC
         maxTokens,
         ignoreEos: rng.next() < 0.2,
         minTokens: rng.int(0, 2),
+        promptLogprobs: rng.next() < 0.15 ? rng.int(0, 3) : null,
       });
       prompts.set(id, prompt);
       params.set(id, p);
@@ -133,6 +142,18 @@ function run(rng: Rng, seed: number, count: number, config: ContinuousSchedulerC
     const out = s.schedule();
     swaps += out.swappedOut.length;
     checkInvariants(s, out, ctx);
+    for (const r of out.scheduled) {
+      const pl = r.promptLogprobs;
+      if (!pl) continue;
+      const prompt = prompts.get(r.requestId)!;
+      const seen = scored.get(r.requestId) ?? [];
+      pl.targets.forEach((t, j) => {
+        const position = r.positionStart + pl.first + j;
+        if (t !== prompt[position + 1]) fail(`${ctx}: ${r.requestId} scores ${t} at ${position}`);
+        seen.push(position);
+      });
+      scored.set(r.requestId, seen);
+    }
     const sampled = exec.run(out);
     if (pending !== null) apply(pending);
     pending = { out, sampled };
@@ -155,12 +176,26 @@ function run(rng: Rng, seed: number, count: number, config: ContinuousSchedulerC
     assertEquals(bm.refCount(b), 0, `seed ${seed}: block ${b}`);
   }
   assertEquals(bm.numFreeHostSlots, bm.numSwapBlocks, `seed ${seed}: host slots leaked`);
+  let scoredRequests = 0;
   for (const [id, got] of outputs) {
-    const want = aloneOutputs(id, prompts.get(id)!.length, params.get(id)!);
+    const promptLen = prompts.get(id)!.length;
+    // Each position before the prompt's last scored once, in order (a cut request: a prefix).
+    if (params.get(id)!.promptLogprobs !== null) {
+      const seen = scored.get(id) ?? [];
+      const all = Array.from({ length: promptLen - 1 }, (_, p) => p);
+      if (got.length > 0) scoredRequests++;
+      assertEquals(
+        seen,
+        cut.has(id) || got.length === 0 ? all.slice(0, seen.length) : all,
+        `seed ${seed}: ${id} scored positions`,
+      );
+    } else if (scored.has(id)) fail(`seed ${seed}: ${id} scored without prompt_logprobs`);
+    const want = aloneOutputs(id, promptLen, params.get(id)!);
     if (cut.has(id)) {
       assertEquals(got, want.slice(0, got.length), `seed ${seed}: ${id} is no prefix`);
     } else assertEquals(got, want, `seed ${seed}: ${id} differs from running alone`);
   }
+  if (scoredRequests === 0) fail(`${ctx}: no request with prompt_logprobs completed`);
 }
 
 Deno.test("10,000 random requests with aborts on a small pool keep every invariant every step", () => {

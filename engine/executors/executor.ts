@@ -10,6 +10,7 @@
  */
 
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
+import type { PromptLogprob } from "../engine_api.ts";
 
 /** The token sampled for one request in one step. */
 export interface SampledToken {
@@ -27,6 +28,12 @@ export interface SampledToken {
   readonly top?: readonly { readonly tokenId: number; readonly logprob: number }[];
 }
 
+/** The log-probability of one prompt token, scored in a step (`params.promptLogprobs`). */
+export interface ScoredPromptToken extends PromptLogprob {
+  /** The token's position in the prompt (>= 1). */
+  readonly position: number;
+}
+
 /** A submitted step. */
 export interface ExecutedStep {
   /** Request id -> sampled token, for every scheduled request with `samplesToken`. */
@@ -37,6 +44,11 @@ export interface ExecutedStep {
    * these with an error. Absent when none failed.
    */
   readonly failed?: ReadonlyMap<string, Error>;
+  /**
+   * When the step scores prompt tokens (`ScheduledRequest.promptLogprobs`): request id -> its
+   * scored tokens, in position order; resolves with `result`. Absent when it scores none.
+   */
+  readonly promptLogprobs?: Promise<ReadonlyMap<string, readonly ScoredPromptToken[]>>;
   /**
    * Whether the result's readback has started; false while it waits for a later submit (the
    * WebGPU executor's overlapped steps: {@linkcode Executor.flush} starts it). Absent: started.

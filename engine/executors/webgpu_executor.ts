@@ -38,7 +38,7 @@ import { checkSampleParams } from "../../kernels/sample.ts";
 import { TOP_LOGPROBS_MAX } from "../../kernels/top_logprobs.ts";
 import type { ForwardBatch, SequenceChunk } from "../forward_batch.ts";
 import type { ModelRunner, SampledRows } from "../model_runner.ts";
-import type { ExecutedStep, Executor, SampledToken } from "./executor.ts";
+import type { ExecutedStep, Executor, SampledToken, ScoredPromptToken } from "./executor.ts";
 import { SwapSpace } from "./swap_space.ts";
 
 /** Options of {@linkcode WebGpuExecutor}. */
@@ -75,6 +75,8 @@ interface StepPlan {
   readonly batch: ForwardBatch;
   /** Request id of each sampled row, in row order. */
   readonly samplers: string[];
+  /** Each scored prompt position's request and position, in row order (after the samplers). */
+  readonly scored: { readonly requestId: string; readonly position: number }[];
   /** Requests that cannot be sampled this step: they fail alone (see `samplingOf`). */
   readonly failed: Map<string, Error>;
 }
@@ -92,6 +94,27 @@ function collect(rows: SampledRows, plan: StepPlan): Map<string, SampledToken> {
       tokenId,
       logprob: raw?.logprob ?? rows.logprobs[row]!,
       ...(top.length > 0 ? { top } : {}),
+    });
+  });
+  return map;
+}
+
+/** The scored prompt tokens of a step read back, by request id. */
+function collectPrompt(
+  rows: SampledRows,
+  plan: StepPlan,
+): Map<string, readonly ScoredPromptToken[]> {
+  const map = new Map<string, ScoredPromptToken[]>();
+  plan.scored.forEach(({ requestId, position }, j) => {
+    const row = rows.prompt[j]!;
+    let list = map.get(requestId);
+    if (list === undefined) map.set(requestId, list = []);
+    list.push({
+      position,
+      tokenId: row.tokenId,
+      logprob: row.logprob,
+      rank: row.rank,
+      top: row.top,
     });
   });
   return map;
@@ -194,7 +217,13 @@ export class WebGpuExecutor implements Executor {
       if (handle.step - runnerStep > this.runner.maxInFlight) this.#runnerStep.delete(step);
     }
     const result = handle.result.then((rows) => collect(rows, plan));
-    const step = { result, readbackStarted: handle.readbackStarted };
+    const step: ExecutedStep = {
+      result,
+      readbackStarted: handle.readbackStarted,
+      ...(plan.scored.length > 0
+        ? { promptLogprobs: handle.result.then((rows) => collectPrompt(rows, plan)) }
+        : {}),
+    };
     return plan.failed.size > 0 ? { ...step, failed: plan.failed } : step;
   }
 
@@ -207,7 +236,7 @@ export class WebGpuExecutor implements Executor {
       slotMapping: new Uint32Array(n),
       seqs: [] as SequenceChunk[],
     };
-    const plan: StepPlan = { batch, samplers: [], failed: new Map() };
+    const plan: StepPlan = { batch, samplers: [], scored: [], failed: new Map() };
     this.#newHistories.clear();
     let t = 0;
     for (const r of output.scheduled) {
@@ -217,7 +246,22 @@ export class WebGpuExecutor implements Executor {
         batch.slotMapping[t] = r.slotMapping[i]!;
       }
       const contextLen = r.positionStart + r.numTokens;
-      const chunk = { queryLen: r.numTokens, contextLen, blockTable: r.blockTable };
+      const prompt = r.promptLogprobs ?? null;
+      const chunk = {
+        queryLen: r.numTokens,
+        contextLen,
+        blockTable: r.blockTable,
+        ...(prompt === null ? {} : { promptLogprobs: prompt }),
+      };
+      if (prompt !== null) {
+        prompt.targets.forEach((_, j) => {
+          // The token at position p + 1 is scored by the row of position p.
+          plan.scored.push({
+            requestId: r.requestId,
+            position: r.positionStart + prompt.first + j + 1,
+          });
+        });
+      }
       const row = this.#rowOrFallback(r, contextLen, plan.failed);
       if (row === null) {
         batch.seqs.push({ ...chunk, sample: null });
