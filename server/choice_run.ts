@@ -6,7 +6,12 @@
  * @module
  */
 
-import type { EngineClient, RequestOutput, TokenLogprob } from "../engine/engine_api.ts";
+import type {
+  EngineClient,
+  PromptLogprob,
+  RequestOutput,
+  TokenLogprob,
+} from "../engine/engine_api.ts";
 import { kernelSeed, type SamplingParams } from "../scheduler/sampling_params.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { Prepared } from "./prepare.ts";
@@ -42,6 +47,11 @@ export class ChoiceRun {
   outputTokens = 0;
   /** Logprobs of the tokens generated so far (when requested). */
   readonly tokenLogprobs: TokenLogprob[] = [];
+  /**
+   * The prompt tokens' log-probabilities (one per prompt token, null first), once the engine
+   * sent them with the first increment; null before, or when the request asked for none.
+   */
+  promptLogprobs: readonly (PromptLogprob | null)[] | null = null;
   /** Why the request finished; null while it runs. */
   finishReason: "stop" | "length" | "abort" | null = null;
   /** The stop string or token id that ended it, if any. */
@@ -101,6 +111,7 @@ export class ChoiceRun {
       this.text += out.text;
       this.outputTokens = out.numOutputTokens;
       if (out.logprobs !== null) this.tokenLogprobs.push(...out.logprobs);
+      if (out.promptLogprobs !== undefined) this.promptLogprobs = out.promptLogprobs;
       if (out.finishReason !== null) {
         this.finishReason = out.finishReason;
         this.stopReason = out.stopReason;
@@ -162,8 +173,10 @@ export function usageOf(prep: Prepared, runs: readonly ChoiceRun[]): Usage {
 /**
  * Starts every choice's engine request and waits for their first outputs, so admission errors
  * surface before the response starts. Choice `p * n + i` is prompt `p`'s i-th sample; with a
- * seed, choice i uses `seed + i` (exact; see `kernelSeed`). On error every started request is aborted and the error
- * rethrown.
+ * seed, choice i uses `seed + i` (exact; see `kernelSeed`). With `promptLogprobs`, only each
+ * prompt's first choice asks the engine to score the prompt (the others may reuse its cached
+ * prefix) and its prompt logprobs are shared with the prompt's other choices. On error every
+ * started request is aborted and the error rethrown.
  */
 export async function launch(
   engine: EngineClient,
@@ -178,7 +191,9 @@ export async function launch(
       for (let i = 0; i < prep.n; i++) {
         const index = p * prep.n + i;
         // Exact seed + index, mapped into the kernel's 32 bits (no overflow, deterministic).
-        const params = base.seed !== null ? { ...base, seed: kernelSeed(base.seed, index) } : base;
+        let params = base.seed !== null ? { ...base, seed: kernelSeed(base.seed, index) } : base;
+        // One scoring of the prompt serves all its choices.
+        if (i > 0 && params.promptLogprobs !== null) params = { ...params, promptLogprobs: null };
         const run = new ChoiceRun(
           index,
           `${prep.id}-${index}`,
@@ -191,6 +206,18 @@ export async function launch(
       }
     });
     await Promise.all(runs.map((r) => r.prime()));
+    runs.forEach((r, index) => {
+      if (index % prep.n !== 0) r.promptLogprobs = runs[index - (index % prep.n)]!.promptLogprobs;
+      const p = Math.floor(index / prep.n);
+      const len = prep.prompts[p]!.length;
+      if (prep.params[p]!.promptLogprobs !== null && r.promptLogprobs?.length !== len) {
+        throw new Error(
+          `The engine sent ${
+            r.promptLogprobs === null ? "no" : r.promptLogprobs.length
+          } prompt log-probabilities for request ${r.requestId} (a prompt of ${len} tokens)`,
+        );
+      }
+    });
     return runs;
   } catch (e) {
     ac.abort();

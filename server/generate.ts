@@ -12,7 +12,7 @@
 
 import { type ChoiceRun, launch, usageOf } from "./choice_run.ts";
 import { noteIgnoredFields, type ServerContext } from "./context.ts";
-import { chatLogprobs, completionLogprobs } from "./logprobs.ts";
+import { chatLogprobs, completionChoiceLogprobs, promptLogprobsOf } from "./logprobs.ts";
 import { echoText, prepareChat, prepareCompletion, type Prepared } from "./prepare.ts";
 import {
   chatRequestSchema,
@@ -106,12 +106,16 @@ async function completeNonStreaming(
         stop_reason: r.stopReason,
       };
     }
+    const echo = echoText(prep, r.index);
     return {
       index: r.index,
-      text: echoText(prep, r.index) + r.text,
-      logprobs: r.logprobs ? completionLogprobs(engine, r.tokenLogprobs, 0) : null,
+      text: echo + r.text,
+      logprobs: r.logprobs
+        ? completionChoiceLogprobs(engine, prep, r, r.tokenLogprobs, echo.length, true)
+        : null,
       finish_reason: finish,
       stop_reason: r.stopReason,
+      ...promptLogprobsOf(engine, prep, r),
     };
   });
   return Response.json({
@@ -121,5 +125,7 @@ async function completeNonStreaming(
     model: prep.model,
     choices,
     usage: usageOf(prep, runs),
+    // vLLM's: a chat response's prompt_logprobs are top level (its choices share the prompt).
+    ...(prep.kind === "chat" ? promptLogprobsOf(engine, prep, runs[0]) : {}),
   });
 }

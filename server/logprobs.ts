@@ -1,12 +1,15 @@
 /**
  * The engine's per-token log-probabilities in OpenAI's two response shapes: the legacy
  * completions shape (`tokens`, `token_logprobs`, `top_logprobs`, `text_offset`) and the chat
- * shape (`content: [{token, logprob, bytes, top_logprobs}]`).
+ * shape (`content: [{token, logprob, bytes, top_logprobs}]`); and the prompt tokens'
+ * log-probabilities in vLLM's `prompt_logprobs` shape, or echoed in the completions shape.
  *
  * @module
  */
 
-import type { EngineClient, TokenLogprob } from "../engine/engine_api.ts";
+import type { EngineClient, PromptLogprob, TokenLogprob } from "../engine/engine_api.ts";
+import type { ChoiceRun } from "./choice_run.ts";
+import type { Prepared } from "./prepare.ts";
 
 const encoder = new TextEncoder();
 
@@ -14,10 +17,13 @@ const encoder = new TextEncoder();
 export interface CompletionLogprobs {
   /** Text of each token. */
   tokens: string[];
-  /** Log-probability of each sampled token. */
-  token_logprobs: number[];
-  /** Per token: the top alternatives' texts -> log-probabilities (the sampled token included). */
-  top_logprobs: Record<string, number>[];
+  /** Log-probability of each sampled token (echoed prompt: null for its first token). */
+  token_logprobs: (number | null)[];
+  /**
+   * Per token: the top alternatives' texts -> log-probabilities (the token itself included);
+   * null for an echoed prompt's first token.
+   */
+  top_logprobs: (Record<string, number> | null)[];
   /** Per token: its character offset in the choice's text. */
   text_offset: number[];
 }
@@ -79,5 +85,133 @@ export function chatLogprobs(engine: EngineClient, lps: readonly TokenLogprob[])
       ...item(lp.tokenId, lp.logprob),
       top_logprobs: (lp.top ?? []).map((alt) => item(alt.tokenId, alt.logprob)),
     })),
+  };
+}
+
+/** One entry of a prompt token's `prompt_logprobs` dict (vLLM's `Logprob`). */
+export interface PromptLogprobEntry {
+  logprob: number;
+  /** 1-based rank among the vocabulary at that position. */
+  rank: number;
+  decoded_token: string;
+}
+
+/** A prompt token's entry in vLLM's `prompt_logprobs`: token id (a string) -> entry. */
+export type PromptLogprobsDict = Record<string, PromptLogprobEntry>;
+
+/** A log-probability for JSON: -Infinity is -9999, as vLLM writes it (JSON has no infinity). */
+function finite(logprob: number): number {
+  return Math.max(logprob, -9999);
+}
+
+/**
+ * vLLM's `prompt_logprobs` of a prompt: null for the first token (and any the engine did not
+ * score), then per token a dict of its `count` most likely tokens (ranks 1..count, best first)
+ * and the prompt token itself when it is not among them (with the engine's rank).
+ */
+export function promptLogprobsField(
+  engine: EngineClient,
+  lps: readonly (PromptLogprob | null)[],
+  count: number,
+): (PromptLogprobsDict | null)[] {
+  const entry = (id: number, logprob: number, rank: number): PromptLogprobEntry => ({
+    logprob: finite(logprob),
+    rank,
+    decoded_token: tokenText(engine, id),
+  });
+  return lps.map((lp) => {
+    if (lp === null) return null;
+    const dict: PromptLogprobsDict = {};
+    lp.top.slice(0, count).forEach((alt, i) => {
+      dict[String(alt.tokenId)] = entry(alt.tokenId, alt.logprob, i + 1);
+    });
+    const key = String(lp.tokenId);
+    if (!Object.hasOwn(dict, key)) dict[key] = entry(lp.tokenId, lp.logprob, lp.rank);
+    return dict;
+  });
+}
+
+/**
+ * The completions-shaped logprobs of an echoed prompt `ids` (`echo` with `logprobs` `count`):
+ * its first token (and any the engine did not score) has null `token_logprobs` and
+ * `top_logprobs`, every other token its log-probability and a dict of its `count` most likely
+ * tokens' texts plus its own, like a generated token's; `text_offset` counts the tokens' texts
+ * from 0.
+ */
+export function echoedLogprobs(
+  engine: EngineClient,
+  ids: readonly number[],
+  lps: readonly (PromptLogprob | null)[],
+  count: number,
+): CompletionLogprobs {
+  const out: CompletionLogprobs = {
+    tokens: [],
+    token_logprobs: [],
+    top_logprobs: [],
+    text_offset: [],
+  };
+  let pos = 0;
+  ids.forEach((id, i) => {
+    const t = tokenText(engine, id);
+    const lp = lps[i] ?? null;
+    out.tokens.push(t);
+    out.text_offset.push(pos);
+    pos += t.length;
+    if (lp === null) {
+      out.token_logprobs.push(null);
+      out.top_logprobs.push(null);
+      return;
+    }
+    const entry: Record<string, number> = {};
+    for (const alt of lp.top.slice(0, count)) {
+      entry[tokenText(engine, alt.tokenId)] = finite(alt.logprob);
+    }
+    entry[t] = finite(lp.logprob);
+    out.token_logprobs.push(finite(lp.logprob));
+    out.top_logprobs.push(entry);
+  });
+  return out;
+}
+
+/** `a`'s tokens followed by `b`'s (each keeps its own `text_offset`s). */
+export function joinLogprobs(a: CompletionLogprobs, b: CompletionLogprobs): CompletionLogprobs {
+  return {
+    tokens: [...a.tokens, ...b.tokens],
+    token_logprobs: [...a.token_logprobs, ...b.token_logprobs],
+    top_logprobs: [...a.top_logprobs, ...b.top_logprobs],
+    text_offset: [...a.text_offset, ...b.text_offset],
+  };
+}
+
+/**
+ * The `logprobs` of completion choice `r` for its generated tokens `lps`, the first of which
+ * starts at character `offset` of the choice's text (after its `echo` text); with `withPrompt`
+ * (the whole choice, or its first streamed chunk) and `echo` with `logprobs`, the echoed
+ * prompt's tokens come first.
+ */
+export function completionChoiceLogprobs(
+  engine: EngineClient,
+  prep: Prepared,
+  r: ChoiceRun,
+  lps: readonly TokenLogprob[],
+  offset: number,
+  withPrompt: boolean,
+): CompletionLogprobs {
+  const generated = completionLogprobs(engine, lps, offset);
+  if (!withPrompt || prep.echoLogprobs === null) return generated;
+  const ids = prep.prompts[Math.floor(r.index / prep.n)]!;
+  const prompt = echoedLogprobs(engine, ids, r.promptLogprobs ?? [], prep.echoLogprobs);
+  return joinLogprobs(prompt, generated);
+}
+
+/** The `prompt_logprobs` field of choice `r` (`{}` when the request did not ask for it). */
+export function promptLogprobsOf(
+  engine: EngineClient,
+  prep: Prepared,
+  r: ChoiceRun | undefined,
+): { prompt_logprobs?: (PromptLogprobsDict | null)[] } {
+  if (prep.promptLogprobs === null || r === undefined) return {};
+  return {
+    prompt_logprobs: promptLogprobsField(engine, r.promptLogprobs ?? [], prep.promptLogprobs),
   };
 }

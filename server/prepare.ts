@@ -43,6 +43,17 @@ export interface Prepared {
   params: SamplingParams[];
   priority: number;
   logprobs: boolean;
+  /**
+   * `prompt_logprobs`: the top entries each prompt token's `prompt_logprobs` dict shows; null:
+   * the response has no `prompt_logprobs` (the engine may still compute them for `echo` with
+   * `logprobs`, see {@linkcode Prepared.echoLogprobs}).
+   */
+  promptLogprobs: number | null;
+  /**
+   * A completion's `echo` with `logprobs`: the top entries of each echoed prompt token's
+   * `top_logprobs` (its `logprobs` start with the prompt's tokens); null otherwise.
+   */
+  echoLogprobs: number | null;
   /** Chat with a reasoning parser: answers are split into `reasoning_content` and `content`. */
   reasoning: boolean;
   /** Chat with tools: answers are parsed for tool calls (server/tools.ts). */
@@ -126,26 +137,35 @@ export function chatMessages(messages: ChatRequest["messages"]): ChatMessage[] {
 }
 
 /**
+ * The engine's `promptLogprobs` for a request's `prompt_logprobs` (`requested`) and, with a
+ * completion's `echo` and `logprobs`, the echoed tokens' `logprobs` (`echoed`): the larger of
+ * the two. An out-of-range `requested` is passed as it is, so the engine's 400 names
+ * `prompt_logprobs` (an out-of-range `logprobs` is reported first, as `logprobs`).
+ */
+export function enginePromptLogprobs(
+  requested: number | null,
+  echoed: number | null,
+): number | null {
+  if (echoed === null) return requested;
+  if (requested === null) return echoed;
+  return requested >= 0 && requested < echoed ? echoed : requested;
+}
+
+/**
  * Prepares a `/v1/completions` request: `prompt` is a string, a list of strings, token ids or a
  * list of token-id lists (strings are encoded with the tokenizer's special tokens unless
  * `add_special_tokens` is false); `max_tokens` defaults to 16. With `echo`, each choice's text
  * starts with its prompt (the string sent, or the prompt's tokens decoded with their special
- * tokens when ids were sent or the prompt was truncated); `echo` with `logprobs` would need the
- * prompt tokens' log-probabilities, which this server does not compute, and `suffix` is not
- * implemented: both are refused (400).
+ * tokens when ids were sent or the prompt was truncated); with `echo` and `logprobs` k its
+ * `logprobs` start with the prompt's tokens (the engine scores the prompt with
+ * `promptLogprobs` = max(k, `prompt_logprobs`), as vLLM does). `suffix` is not implemented
+ * (400).
  */
 export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): Prepared {
   const { engine } = ctx;
   const model = checkModel(ctx, body.model);
   rejectUnsupported(body);
   const echo = body.echo === true;
-  if (echo && body.logprobs !== null && body.logprobs !== undefined) {
-    throw new ApiError(
-      400,
-      "echo with logprobs is not supported: it needs the prompt tokens' log-probabilities, which this server does not compute",
-      { param: "echo", code: "not_supported" },
-    );
-  }
   if (body.suffix !== null && body.suffix !== undefined) {
     throw new ApiError(400, "suffix is not supported", {
       param: "suffix",
@@ -179,12 +199,15 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
   const nested = prompts.length > 1 || (Array.isArray(p) && Array.isArray(p[0]));
   prompts.forEach((ids, i) => checkTokenIds(ids, engine.model, nested ? `prompt.${i}` : "prompt"));
   const logprobs = body.logprobs ?? null;
+  const promptLogprobs = body.prompt_logprobs ?? null;
+  const echoLogprobs = echo ? logprobs : null;
   const params = prompts.map((ids) =>
     samplingFor(engine, body, {
       promptLen: ids.length,
       requestedMax: body.max_tokens ?? null,
       defaultMax: 16,
       logprobs,
+      promptLogprobs: enginePromptLogprobs(promptLogprobs, echoLogprobs),
       promptParam: "prompt",
       maxParam: "max_tokens",
     })
@@ -204,6 +227,8 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
     params,
     priority: body.priority ?? 0,
     logprobs: logprobs !== null,
+    promptLogprobs,
+    echoLogprobs,
     echo: echoed,
   };
 }
@@ -276,6 +301,8 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
     params,
     priority: body.priority ?? 0,
     logprobs: logprobs !== null,
+    promptLogprobs: body.prompt_logprobs ?? null,
+    echoLogprobs: null,
     echo: body.echo === true && last.role === "assistant" ? [messageText(last.content)] : null,
   };
 }

@@ -3,8 +3,8 @@
  * server.
  *
  * Fields outside the schemas: the ones of OpenAI's or vLLM's API that this server does not
- * implement and that would change the answer ({@linkcode UNIMPLEMENTED_FIELDS}: `prompt_logprobs`,
- * `allowed_token_ids`, ...) are a 400 naming them unless they hold their default value; any
+ * implement and that would change the answer ({@linkcode UNIMPLEMENTED_FIELDS}: `use_beam_search`,
+ * `chat_template`, ...) are a 400 naming them unless they hold their default value; any
  * other field is ignored, as vLLM ignores it, so clients that send OpenAI-only fields (`store`,
  * `metadata`, ...) work, and the server logs each such name once ({@linkcode unlistedFields}).
  * Every range or type error becomes a 400 naming the offending parameter (`param`, dotted path
@@ -135,6 +135,11 @@ const samplingFields = {
   frequency_penalty: z.number().nullish(),
   repetition_penalty: z.number().nullish(),
   logit_bias: z.record(z.string(), z.number()).nullish(),
+  /**
+   * vLLM's: each prompt token's log-probability and rank, with this many most likely tokens at
+   * its position (0..20; the range is the engine's rule), null = none.
+   */
+  prompt_logprobs: int().nullish(),
   /** vLLM's: only these token ids can be sampled. */
   allowed_token_ids: z.array(int()).nullish(),
   /** vLLM's: words the output must not contain. */
@@ -193,7 +198,6 @@ const unsetOrEmpty = (v: unknown) => unset(v) || (Array.isArray(v) && v.length =
 export const UNIMPLEMENTED_FIELDS: Readonly<
   Record<string, { readonly what: string; readonly harmless: (v: unknown) => boolean }>
 > = {
-  prompt_logprobs: { what: "log-probabilities of prompt tokens", harmless: unset },
   use_beam_search: { what: "beam search", harmless: unsetOrFalse },
   logits_processors: { what: "custom logits processors", harmless: unsetOrEmpty },
   return_tokens_as_token_ids: { what: "token ids as logprob tokens", harmless: unsetOrFalse },

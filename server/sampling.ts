@@ -28,6 +28,11 @@ export interface SamplingRequestShape {
   defaultMax: number | null;
   /** Top log-probabilities per token (0: only the sampled token's), or null for none. */
   logprobs: number | null;
+  /**
+   * Top log-probabilities per prompt token (`params.promptLogprobs`), or null for none; default
+   * the request's `prompt_logprobs`.
+   */
+  promptLogprobs?: number | null;
   /** The parameter errors about the prompt name (`prompt` or `messages`). */
   promptParam: string;
   /** The parameter errors about the budget name. */
@@ -102,6 +107,9 @@ export function samplingFor(
     frequencyPenalty: body.frequency_penalty ?? 0,
     repetitionPenalty: body.repetition_penalty ?? d.repetitionPenalty ?? 1,
     logprobs,
+    promptLogprobs: shape.promptLogprobs !== undefined
+      ? shape.promptLogprobs
+      : body.prompt_logprobs ?? null,
     logitBias,
     allowedTokenIds: body.allowed_token_ids ?? null,
     badWords: body.bad_words ?? null,

@@ -2,7 +2,10 @@
  * Streaming responses as Server-Sent Events: `data: {chunk}\n\n` per increment, ending
  * `data: [DONE]\n\n`. Chat streams open with one role chunk per choice; with
  * `stream_options.include_usage` one chunk with empty `choices` and `usage` precedes `[DONE]`
- * (with `continuous_usage_stats`, every chunk carries usage). An error after the response
+ * (with `continuous_usage_stats`, every chunk carries usage). With `prompt_logprobs`, a chat
+ * stream's first chunk carries them (top level), a completion's first chunk of each choice in
+ * that choice; with a completion's `echo` and `logprobs`, a choice's first chunk's `logprobs`
+ * start with the echoed prompt's tokens. An error after the response
  * started is sent as an error event before `[DONE]`; cancelling the stream (client disconnect)
  * aborts every engine request of the response.
  *
@@ -15,7 +18,7 @@ import { type ToolCallDelta, ToolCallStream } from "./tools.ts";
 import { type ChoiceRun, type Usage, usageOf } from "./choice_run.ts";
 import type { ServerContext } from "./context.ts";
 import { internalError, toApiError } from "./errors.ts";
-import { chatLogprobs, completionLogprobs } from "./logprobs.ts";
+import { chatLogprobs, completionChoiceLogprobs, promptLogprobsOf } from "./logprobs.ts";
 import { echoText, type Prepared } from "./prepare.ts";
 
 const encoder = new TextEncoder();
@@ -127,22 +130,24 @@ class ChunkEvents {
 
   /**
    * A chat stream's opening chunk per choice: `delta: {role: "assistant", content: ""}` (with
-   * `echo`, the content echoed).
+   * `echo`, the content echoed); the first one carries `prompt_logprobs` when requested.
    */
   sendRoles(): void {
-    if (this.#prep.kind !== "chat") return;
-    for (const r of this.#runs) {
+    const prep = this.#prep;
+    if (prep.kind !== "chat") return;
+    this.#runs.forEach((r, i) => {
       this.send({
         ...this.#head,
         choices: [{
           index: r.index,
-          delta: { role: "assistant", content: echoText(this.#prep, r.index) },
+          delta: { role: "assistant", content: echoText(prep, r.index) },
           logprobs: null,
           finish_reason: null,
         }],
+        ...(i === 0 ? promptLogprobsOf(this.#ctx.engine, prep, r) : {}),
         ...this.#usageField(),
       });
-    }
+    });
   }
 
   /** Sends `r`'s increments, one chunk each, until it ends or the stream closes. */
@@ -150,6 +155,7 @@ class ChunkEvents {
     const prep = this.#prep;
     const state: ChoiceState = {
       offset: 0,
+      first: true,
       echo: prep.kind === "completion" ? echoText(prep, r.index) : "",
       reasoning: prep.reasoning ? new ReasoningStream() : null,
       tools: prep.toolCalls ? new ToolCallStream() : null,
@@ -197,6 +203,8 @@ class ChunkEvents {
 interface ChoiceState {
   /** Characters of text streamed so far (completion logprobs' `text_offset`). */
   offset: number;
+  /** Whether the choice's first chunk is still to be sent. */
+  first: boolean;
   /** A completion's `echo` text, sent with its first chunk ("" once sent, or without echo). */
   echo: string;
   readonly reasoning: ReasoningStream | null;
@@ -219,10 +227,16 @@ function streamedChoice(
   const reason = out.finishReason === "abort" ? null : out.finishReason;
   const hasLogprobs = r.logprobs && out.logprobs !== null && out.logprobs.length > 0;
   const text = state.echo + out.text;
-  if (out.tokenIds.length === 0 && text === "" && reason === null && !hasLogprobs) {
+  // A completion's first chunk carries the prompt's logprobs (prompt_logprobs, echoed ones).
+  const prompt = state.first && prep.kind === "completion" &&
+    (prep.promptLogprobs !== null || prep.echoLogprobs !== null);
+  if (out.tokenIds.length === 0 && text === "" && reason === null && !hasLogprobs && !prompt) {
     return null;
   }
+  // The generated text starts after the echoed one.
+  const offset = state.offset + state.echo.length;
   state.echo = "";
+  state.first = false;
   const lps = out.logprobs ?? [];
   const { reasoning, tools } = state;
   const delta = chatDelta(reasoning, tools, out.text, out.finishReason !== null);
@@ -237,9 +251,10 @@ function streamedChoice(
     : {
       index: r.index,
       text,
-      logprobs: r.logprobs ? completionLogprobs(engine, lps, state.offset) : null,
+      logprobs: r.logprobs ? completionChoiceLogprobs(engine, prep, r, lps, offset, prompt) : null,
       finish_reason: reason,
       stop_reason: out.finishReason === null ? undefined : out.stopReason,
+      ...(prompt ? promptLogprobsOf(engine, prep, r) : {}),
     };
   state.offset += text.length;
   return choice;

@@ -28,7 +28,6 @@ const messages = [{ role: "user", content: "hi" }];
 
 Deno.test("unlistedFields() rejects an unimplemented field set to more than its default", () => {
   const cases: [string, unknown][] = [
-    ["prompt_logprobs", 1],
     ["use_beam_search", true],
     ["chat_template", "{{ messages }}"],
     ["cache_salt", "tenant-a"],
@@ -56,7 +55,7 @@ Deno.test("unlistedFields() lets default values of unimplemented fields through 
   const body = {
     messages,
     temperature: 0,
-    prompt_logprobs: null,
+    use_beam_search: false,
     skip_special_tokens: true,
     modalities: ["text"],
     store: true,
@@ -76,16 +75,16 @@ Deno.test("UNIMPLEMENTED_FIELDS names no field the request schemas accept", () =
   }
 });
 
-Deno.test("POST /v1/chat/completions answers 400 for prompt_logprobs and logs unknown fields once", async () => {
+Deno.test("POST /v1/chat/completions answers 400 for use_beam_search and logs unknown fields once", async () => {
   const tok = await tinyTokenizer();
   const engine = new FakeEngine(tok, { maxModelLen: 64 });
   const warnings: string[] = [];
   await withServer(engine, { onWarning: (m) => warnings.push(m) }, async (url) => {
     const CH = "/v1/chat/completions";
-    const rejected = await post(url, CH, { messages, max_tokens: 2, prompt_logprobs: 1 });
+    const rejected = await post(url, CH, { messages, max_tokens: 2, use_beam_search: true });
     const err = (await rejected.json()).error;
     assert.equal(rejected.status, 400);
-    assert.equal(err.param, "prompt_logprobs");
+    assert.equal(err.param, "use_beam_search");
     assert.equal(err.code, "unsupported_parameter");
     assert.equal(engine.requests.length, 0, "nothing reached the engine");
     for (let i = 0; i < 2; i++) {

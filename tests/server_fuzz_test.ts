@@ -194,6 +194,7 @@ function bodies(clean: boolean) {
     frequency_penalty: real(-2, 2, -3, 3),
     repetition_penalty: real(0.5, 2, -1, 3),
     logit_bias: logitBias,
+    prompt_logprobs: small(0, 3, -1, 21),
     priority: small(-5, 5, -5, 5),
     stream: field(fc.boolean()),
     stream_options: field(fc.record({

@@ -10,6 +10,12 @@
  * text, held back while it could still be the start of one, never emitted). Special tokens are
  * left out of the text. One token per increment, `stepMs` apart.
  *
+ * Prompt logprobs: with `params.promptLogprobs` not null, the first increment carries
+ * {@linkcode fakePromptLogprobs}: null for prompt position 0, then for position k the prompt token
+ * with logprob -(k + 1) / 10 and rank k % 5 + 1, and `promptLogprobs` top entries, best first,
+ * entry j with logprob -(k + 1) / 10 - (j - rank + 1) / 100; entry rank - 1 (when there is one)
+ * is the prompt token itself, the others ids (prompt token + 1 + j) mod the vocabulary size.
+ *
  * `generate` throws synchronously, like the real engine: RangeError for an empty, too long or
  * out-of-vocabulary prompt or a duplicate id, EngineOverloadedError when `maxActive` requests
  * are already active, EngineDeadError after {@linkcode FakeEngine.kill} or `shutdown`.
@@ -24,6 +30,7 @@ import {
   type EngineStats,
   type GenerateRequest,
   type ModelInfo,
+  type PromptLogprob,
   type RequestOutput,
   type TokenLogprob,
 } from "../../engine/engine_api.ts";
@@ -54,6 +61,30 @@ function mix(a: number, b: number): number {
   h = Math.imul(h ^ (h >>> 15), 0xc2b2ae35);
   h ^= h >>> 13;
   return h >>> 0;
+}
+
+/**
+ * The prompt logprobs {@linkcode FakeEngine} answers for `prompt` with `promptLogprobs` `count`
+ * (see the module doc) on a vocabulary of `vocabSize` ids.
+ */
+export function fakePromptLogprobs(
+  prompt: readonly number[],
+  count: number,
+  vocabSize: number,
+): (PromptLogprob | null)[] {
+  return prompt.map((tokenId, k) => {
+    if (k === 0) return null;
+    const logprob = -(k + 1) / 10;
+    const rank = k % 5 + 1;
+    const top = [];
+    for (let j = 0; j < count; j++) {
+      top.push({
+        tokenId: j === rank - 1 ? tokenId : (tokenId + 1 + j) % vocabSize,
+        logprob: logprob - (j - rank + 1) / 100,
+      });
+    }
+    return { tokenId, logprob, rank, top };
+  });
 }
 
 /** A fake engine (see the module doc). */
@@ -272,11 +303,20 @@ export class FakeEngine implements EngineClient {
       numPromptTokens: numPrompt,
       numCachedTokens: 0,
     };
+    // Prompt logprobs ride on the first increment only.
+    let prompt = p.promptLogprobs === null ? {} : {
+      promptLogprobs: fakePromptLogprobs(
+        request.promptTokenIds,
+        p.promptLogprobs,
+        this.model.vocabSize,
+      ),
+    };
     for (let k = 0; k < maxTokens; k++) {
       await this.#sleep(this.stepMs, signal);
       if (signal.aborted) {
         yield {
           ...base,
+          ...prompt,
           tokenIds: [],
           text: "",
           logprobs: p.logprobs === null ? null : [],
@@ -341,6 +381,7 @@ export class FakeEngine implements EngineClient {
       }
       yield {
         ...base,
+        ...prompt,
         tokenIds: [id],
         text: delta,
         logprobs,
@@ -348,6 +389,7 @@ export class FakeEngine implements EngineClient {
         stopReason: finish === null ? null : stopReason,
         numOutputTokens: out.length,
       };
+      prompt = {};
       if (finish !== null) return;
     }
   }
