@@ -109,9 +109,16 @@ async function completeNonStreaming(
     const echo = echoText(prep, r.index);
     return {
       index: r.index,
-      text: echo + r.text,
+      text: prep.echoOnly ? echo : echo + r.text,
       logprobs: r.logprobs
-        ? completionChoiceLogprobs(engine, prep, r, r.tokenLogprobs, echo.length, true)
+        ? completionChoiceLogprobs(
+          engine,
+          prep,
+          r,
+          prep.echoOnly ? [] : r.tokenLogprobs,
+          echo.length,
+          true,
+        )
         : null,
       finish_reason: finish,
       stop_reason: r.stopReason,

@@ -54,6 +54,11 @@ export interface Prepared {
    * `top_logprobs` (its `logprobs` start with the prompt's tokens); null otherwise.
    */
   echoLogprobs: number | null;
+  /**
+   * A completion's `echo` with `max_tokens` 0 (OpenAI's echo without generation, as vLLM serves
+   * it): the engine generates one token, which the response leaves out (text and logprobs).
+   */
+  echoOnly: boolean;
   /** Chat with a reasoning parser: answers are split into `reasoning_content` and `content`. */
   reasoning: boolean;
   /** Chat with tools: answers are parsed for tool calls (server/tools.ts). */
@@ -158,8 +163,9 @@ export function enginePromptLogprobs(
  * starts with its prompt (the string sent, or the prompt's tokens decoded with their special
  * tokens when ids were sent or the prompt was truncated); with `echo` and `logprobs` k its
  * `logprobs` start with the prompt's tokens (the engine scores the prompt with
- * `promptLogprobs` = max(k, `prompt_logprobs`), as vLLM does). `suffix` is not implemented
- * (400).
+ * `promptLogprobs` = max(k, `prompt_logprobs`), as vLLM does); with `echo` and `max_tokens` 0
+ * the choices are their prompts alone (one token is generated and left out, as vLLM does).
+ * `suffix` is not implemented (400).
  */
 export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): Prepared {
   const { engine } = ctx;
@@ -201,10 +207,11 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
   const logprobs = body.logprobs ?? null;
   const promptLogprobs = body.prompt_logprobs ?? null;
   const echoLogprobs = echo ? logprobs : null;
+  const echoOnly = echo && body.max_tokens === 0;
   const params = prompts.map((ids) =>
     samplingFor(engine, body, {
       promptLen: ids.length,
-      requestedMax: body.max_tokens ?? null,
+      requestedMax: echoOnly ? 1 : body.max_tokens ?? null,
       defaultMax: 16,
       logprobs,
       promptLogprobs: enginePromptLogprobs(promptLogprobs, echoLogprobs),
@@ -229,6 +236,7 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
     logprobs: logprobs !== null,
     promptLogprobs,
     echoLogprobs,
+    echoOnly,
     echo: echoed,
   };
 }
@@ -303,6 +311,7 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
     logprobs: logprobs !== null,
     promptLogprobs: body.prompt_logprobs ?? null,
     echoLogprobs: null,
+    echoOnly: false,
     echo: body.echo === true && last.role === "assistant" ? [messageText(last.content)] : null,
   };
 }

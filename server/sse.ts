@@ -225,19 +225,22 @@ function streamedChoice(
 ): Record<string, unknown> | null {
   const { engine } = ctx;
   const reason = out.finishReason === "abort" ? null : out.finishReason;
-  const hasLogprobs = r.logprobs && out.logprobs !== null && out.logprobs.length > 0;
-  const text = state.echo + out.text;
+  // Echo without generation (`max_tokens` 0): the generated token is left out.
+  const generated = prep.echoOnly ? "" : out.text;
+  const lps = prep.echoOnly ? [] : out.logprobs ?? [];
+  const hasLogprobs = r.logprobs && lps.length > 0;
+  const text = state.echo + generated;
   // A completion's first chunk carries the prompt's logprobs (prompt_logprobs, echoed ones).
   const prompt = state.first && prep.kind === "completion" &&
     (prep.promptLogprobs !== null || prep.echoLogprobs !== null);
-  if (out.tokenIds.length === 0 && text === "" && reason === null && !hasLogprobs && !prompt) {
+  const tokens = prep.echoOnly ? 0 : out.tokenIds.length;
+  if (tokens === 0 && text === "" && reason === null && !hasLogprobs && !prompt) {
     return null;
   }
   // The generated text starts after the echoed one.
   const offset = state.offset + state.echo.length;
   state.echo = "";
   state.first = false;
-  const lps = out.logprobs ?? [];
   const { reasoning, tools } = state;
   const delta = chatDelta(reasoning, tools, out.text, out.finishReason !== null);
   const choice = prep.kind === "chat"

@@ -151,3 +151,71 @@ Deno.test("chat with echo starts the answer with the last message when it is the
     assert.equal(b.choices[0]!.message.content, a.choices[0]!.message.content);
   });
 });
+
+Deno.test(
+  "completions with echo and max_tokens 0 return each prompt alone, streamed or not",
+  async () => {
+    const tok = await tinyTokenizer();
+    const engine = new FakeEngine(tok, { maxModelLen: 64 });
+    await withServer(engine, {}, async (url) => {
+      const prompts = [[11, 12, 13], [21, 22]];
+      for (const stream of [false, true]) {
+        const body = {
+          model: "fake-model",
+          prompt: prompts,
+          max_tokens: 0,
+          echo: true,
+          logprobs: 1,
+          temperature: 0,
+          stream,
+          ...(stream ? { stream_options: { include_usage: true } } : {}),
+        };
+        const res = await fetch(`${url}/v1/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify(body),
+        });
+        assert.equal(res.status, 200, await (stream ? "" : res.clone().text()));
+        type Choice = {
+          index: number;
+          text: string;
+          finish_reason: string | null;
+          logprobs: { tokens: string[]; token_logprobs: (number | null)[] } | null;
+        };
+        type Chunk = { choices: Choice[]; usage?: { completion_tokens: number } | null };
+        const chunks: Chunk[] = stream
+          ? (await res.text()).split("\n\n").filter((l) => l.startsWith("data: {")).map((l) =>
+            JSON.parse(l.slice(6))
+          )
+          : [await res.json()];
+        const texts: string[] = [];
+        const tokens: string[][] = [[], []];
+        const reasons: (string | null)[] = [];
+        for (const chunk of chunks) {
+          for (const c of chunk.choices) {
+            texts[c.index] = (texts[c.index] ?? "") + c.text;
+            tokens[c.index]!.push(...(c.logprobs?.tokens ?? []));
+            if (c.finish_reason !== null) reasons[c.index] = c.finish_reason;
+          }
+        }
+        prompts.forEach((p, i) => {
+          // The prompt, its tokens' logprobs, nothing generated.
+          assert.equal(texts[i], tok.decode(p, { skipSpecialTokens: false }), `stream ${stream}`);
+          assert.deepEqual(tokens[i], p.map((id) => tok.decode([id])), `stream ${stream}`);
+          assert.equal(reasons[i], "length");
+        });
+        // The engine generated one token per prompt, counted as vLLM counts it.
+        const usage = chunks.at(-1)!.usage;
+        assert.equal(usage?.completion_tokens, 2, `stream ${stream}`);
+      }
+      // Without echo, max_tokens 0 is still a 400 naming it.
+      const res = await fetch(`${url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "fake-model", prompt: "Hi", max_tokens: 0 }),
+      });
+      assert.equal(res.status, 400);
+      assert.equal((await res.json()).error.param, "max_tokens");
+    });
+  },
+);
