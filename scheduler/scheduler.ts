@@ -20,6 +20,12 @@
  * A request's step ends on the last token of its sequence, so one token is sampled; the
  * sampled token is a placeholder until {@linkcode ContinuousScheduler.updateFromOutput}.
  *
+ * Sampler rows: a step's sampler holds `maxNumSeqs` rows, one per sampled token and one per
+ * prompt position scored for `params.promptLogprobs` (step_commit.ts `samplerRows`). A chunk of
+ * such a prompt is cut to the rows left (`fitRows`), leaving one to each running request after
+ * it, whether chunked prefill is enabled or not; such a request reads no cached prefix while
+ * positions remain to be scored.
+ *
  * @module
  */
 
