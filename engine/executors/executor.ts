@@ -10,7 +10,7 @@
  */
 
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
-import type { PromptLogprob } from "../engine_api.ts";
+import type { PromptLogprobRow } from "../sampler.ts";
 
 /** The token sampled for one request in one step. */
 export interface SampledToken {
@@ -29,7 +29,7 @@ export interface SampledToken {
 }
 
 /** The log-probability of one prompt token, scored in a step (`params.promptLogprobs`). */
-export interface ScoredPromptToken extends PromptLogprob {
+export interface ScoredPromptToken extends PromptLogprobRow {
   /** The token's position in the prompt (>= 1). */
   readonly position: number;
 }
