@@ -22,6 +22,11 @@ export interface GenerateRequest {
   readonly params: SamplingParams;
   /** Lower number = served first under `--scheduling-policy priority`; default 0. */
   readonly priority?: number;
+  /**
+   * vLLM's `cache_salt` (a non-empty string): the request reads and shares prefix-cache blocks
+   * only with requests of the same salt. Absent: the shared, unsalted cache.
+   */
+  readonly cacheSalt?: string;
 }
 
 /**

@@ -157,6 +157,7 @@ export class LLMEngine implements EngineClient {
         promptTokenIds: request.promptTokenIds,
         params: request.params,
         priority: request.priority ?? 0,
+        ...(request.cacheSalt === undefined ? {} : { cacheSalt: request.cacheSalt }),
       });
     const spec = request.params.structuredOutput;
     if (spec !== null && this.#executor.kind !== "webgpu") {

@@ -15,6 +15,17 @@ const OFFSET_LO = 0x84222325;
 const TWO32 = 4294967296;
 
 /**
+ * The key a salted sequence's first block takes as its parent's (`NewRequest.cacheSalt`): FNV-1a
+ * over the salt's UTF-16 code units, so salted prefixes never share keys with unsalted ones or
+ * with other salts' (up to collisions, which the block manager's checks catch).
+ */
+export function saltKey(salt: string): BlockHash {
+  const units = Array.from({ length: salt.length }, (_, i) => salt.charCodeAt(i));
+  // The unit count first: a salt never hashes like a block of tokens.
+  return hashBlock(null, [0xffffffff, units.length, ...units], 0, units.length + 2);
+}
+
+/**
  * Key of the block holding `tokens[start..end)` whose parent block has key `parent` (null for
  * the first block of a sequence).
  */

@@ -27,7 +27,7 @@
  * @module
  */
 
-import { type BlockHash, hashBlock } from "./block_hash.ts";
+import { type BlockHash, hashBlock, saltKey } from "./block_hash.ts";
 import { IdQueue } from "./id_queue.ts";
 import type { Sequence } from "./sequence.ts";
 
@@ -86,6 +86,8 @@ export class BlockManager {
   readonly #cachedTokens: Int32Array;
   readonly #parent: Int32Array;
   readonly #parentGeneration: Uint32Array;
+  /** The cache salt of each cached first block (`Sequence.cacheSalt`; null: unsalted). */
+  readonly #rootSalt: (string | null)[];
   readonly #cache = new Map<BlockHash, number>();
   readonly #free: IdQueue;
   readonly #evictable: IdQueue;
@@ -120,6 +122,7 @@ export class BlockManager {
     this.#cachedTokens = new Int32Array(numBlocks * blockSize);
     this.#parent = new Int32Array(numBlocks).fill(-1);
     this.#parentGeneration = new Uint32Array(numBlocks);
+    this.#rootSalt = new Array<string | null>(numBlocks).fill(null);
     this.#free = new IdQueue(numBlocks);
     this.#evictable = new IdQueue(numBlocks);
     for (let b = 0; b < numBlocks; b++) this.#free.pushBack(b);
@@ -196,7 +199,7 @@ export class BlockManager {
     let parent = -1;
     for (let i = 0; i < limit; i++) {
       const b = this.#cache.get(seq.blockHashes[i]!);
-      if (b === undefined || !this.#matches(b, seq.tokenIds, i * this.blockSize, parent)) break;
+      if (b === undefined || !this.#matches(b, seq, i * this.blockSize, parent)) break;
       blocks.push(b);
       parent = b;
     }
@@ -268,6 +271,7 @@ export class BlockManager {
       );
       const parent = i > 0 ? seq.blockTable[i - 1]! : -1;
       this.#parent[b] = parent;
+      this.#rootSalt[b] = parent < 0 ? seq.cacheSalt : null;
       this.#parentGeneration[b] = parent >= 0 ? this.#generation[parent]! : 0;
     }
     seq.numCachedBlocks = Math.max(seq.numCachedBlocks, limit);
@@ -384,11 +388,16 @@ export class BlockManager {
     if (this.#cache.get(h) === b) this.#cache.delete(h);
     this.#hashOf[b] = null;
     this.#parent[b] = -1;
+    this.#rootSalt[b] = null;
   }
 
-  #matches(b: number, tokens: readonly number[], start: number, parent: number): boolean {
+  /** Whether cached block `b` holds `seq`'s tokens from `start`, after block `parent`. */
+  #matches(b: number, seq: Sequence, start: number, parent: number): boolean {
     if (this.#parent[b] !== parent) return false;
     if (parent >= 0 && this.#parentGeneration[b] !== this.#generation[parent]) return false;
+    // A first block is shared only within its salt (a hash collision cannot cross salts).
+    if (parent < 0 && this.#rootSalt[b] !== seq.cacheSalt) return false;
+    const tokens = seq.tokenIds;
     const base = b * this.blockSize;
     for (let j = 0; j < this.blockSize; j++) {
       if (this.#cachedTokens[base + j] !== tokens[start + j]) return false;
@@ -399,9 +408,11 @@ export class BlockManager {
   #updateHashes(seq: Sequence): void {
     const bs = this.blockSize;
     const tokens = seq.tokenIds;
+    // A salted sequence's first block hangs off its salt's key (block_hash.ts `saltKey`).
+    const root = seq.cacheSalt === null ? null : saltKey(seq.cacheSalt);
     for (let i = seq.blockHashes.length; (i + 1) * bs <= tokens.length; i++) {
       seq.blockHashes.push(
-        hashBlock(i > 0 ? seq.blockHashes[i - 1]! : null, tokens, i * bs, (i + 1) * bs),
+        hashBlock(i > 0 ? seq.blockHashes[i - 1]! : root, tokens, i * bs, (i + 1) * bs),
       );
     }
   }

@@ -41,6 +41,12 @@ export interface NewRequest {
   readonly priority?: number;
   /** Arrival time in ms; default: the scheduler's clock now. */
   readonly arrivalTime?: number;
+  /**
+   * vLLM's `cache_salt`: the request shares prefix-cache blocks only with requests of the same
+   * salt (a non-empty string; absent: the unsalted cache), so one tenant cannot probe another's
+   * prompts through cache timing.
+   */
+  readonly cacheSalt?: string;
 }
 
 /** Gauges and counters for metrics. */
@@ -136,6 +142,10 @@ export function createSequence(
   if (!Number.isInteger(maxTokens) || maxTokens < 1) {
     throw new RangeError(`Cannot add request "${id}": max_tokens is ${maxTokens}, expected >= 1`);
   }
+  const salt = request.cacheSalt;
+  if (salt !== undefined && (typeof salt !== "string" || salt.length === 0)) {
+    throw new TypeError(`Cannot add request "${id}": cacheSalt must be a non-empty string`);
+  }
   const kvTokens = prompt.length + maxTokens - 1;
   if (kvTokens > limits.maxKvTokens) {
     throw new RangeError(
@@ -150,5 +160,6 @@ export function createSequence(
     request.priority ?? 0,
     request.arrivalTime ?? now,
     order,
+    salt ?? null,
   );
 }

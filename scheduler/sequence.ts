@@ -53,6 +53,8 @@ export class Sequence {
   readonly arrivalTime: number;
   /** Monotonic admission order (tie-breaker after arrivalTime). */
   readonly order: number;
+  /** The prefix-cache salt (`NewRequest.cacheSalt`), or null. */
+  readonly cacheSalt: string | null;
 
   /** Life cycle state (owned by the scheduler). */
   status: RequestStatus = "waiting";
@@ -98,6 +100,7 @@ export class Sequence {
     priority: number,
     arrivalTime: number,
     order: number,
+    cacheSalt: string | null = null,
   ) {
     this.requestId = requestId;
     this.promptTokenIds = promptTokenIds;
@@ -106,6 +109,7 @@ export class Sequence {
     this.priority = priority;
     this.arrivalTime = arrivalTime;
     this.order = order;
+    this.cacheSalt = cacheSalt;
     this.#tokens = [...promptTokenIds];
   }
 

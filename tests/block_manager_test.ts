@@ -1,6 +1,6 @@
 import { deepStrictEqual as assertEquals, ok as assert, throws } from "node:assert/strict";
 import { BlockManager } from "../scheduler/block_manager.ts";
-import { hashBlock } from "../scheduler/block_hash.ts";
+import { hashBlock, saltKey } from "../scheduler/block_hash.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
 import { Sequence } from "../scheduler/sequence.ts";
 
@@ -10,8 +10,8 @@ function assertThrows(fn: () => unknown, type: ErrorConstructor, text: string): 
 }
 
 let order = 0;
-function seq(id: string, prompt: number[]): Sequence {
-  return new Sequence(id, prompt, samplingParams(), 16, 0, 0, order++);
+function seq(id: string, prompt: number[], salt: string | null = null): Sequence {
+  return new Sequence(id, prompt, samplingParams(), 16, 0, 0, order++, salt);
 }
 
 function range(lo: number, hi: number): number[] {
@@ -118,6 +118,23 @@ Deno.test("findCachedPrefix() reuses full cached blocks, never the block of the 
   bm.free(a);
   assertEquals(bm.numFreeBlocks, 16);
   assertEquals(bm.evictableQueue(), [1, 0], "a's cached blocks, tail first");
+});
+
+Deno.test("findCachedPrefix() shares blocks only among sequences of the same cache salt", () => {
+  const bm = new BlockManager({ numBlocks: 32, blockSize: 4 });
+  const prompt = range(0, 13);
+  assertEquals(admit(bm, seq("a", prompt)), 0);
+  // Another salt, or a salt against the unsalted cache: no hit; the same salt: a hit.
+  assertEquals(admit(bm, seq("b", prompt, "tenant-1")), 0);
+  assertEquals(admit(bm, seq("c", prompt, "tenant-2")), 0);
+  assertEquals(admit(bm, seq("d", prompt, "tenant-1")), 12);
+  assertEquals(admit(bm, seq("e", prompt)), 12);
+  // A salted first block hangs off the salt's key, so its keys differ from the unsalted ones.
+  const salted = seq("f", prompt, "tenant-1");
+  bm.findCachedPrefix(salted);
+  assertEquals(salted.blockHashes[0], hashBlock(saltKey("tenant-1"), prompt, 0, 4));
+  assert(salted.blockHashes[0] !== hashBlock(null, prompt, 0, 4));
+  assert(saltKey("ab") !== saltKey("ba") && saltKey("a") !== saltKey("a\u0000"));
 });
 
 Deno.test("cached free blocks are evicted least recently used, after the uncached ones", () => {

@@ -693,3 +693,39 @@ Deno.test("LLMEngine reports each request's queue time: one waiting behind a ful
     await engine.shutdown();
   }
 });
+
+Deno.test("LLMEngine shares cached prefixes only among requests with the same cache salt", async () => {
+  const engine = await LLMEngine.create({ executor: "mock", blockSize: 4, showProgress: false });
+  try {
+    const prompt = Array.from({ length: 13 }, (_, i) => 10 + i);
+    const cached = async (id: string, cacheSalt?: string) => {
+      let n = -1;
+      for await (
+        const out of engine.generate({
+          requestId: id,
+          promptTokenIds: prompt,
+          params: samplingParams({ maxTokens: 1 }),
+          ...(cacheSalt === undefined ? {} : { cacheSalt }),
+        })
+      ) n = out.numCachedTokens;
+      return n;
+    };
+    assert.equal(await cached("a"), 0);
+    assert.equal(await cached("b", "tenant-1"), 0);
+    assert.equal(await cached("c", "tenant-2"), 0);
+    assert.equal(await cached("d", "tenant-1"), 12);
+    assert.equal(await cached("e"), 12);
+    assert.throws(
+      () =>
+        engine.generate({
+          requestId: "f",
+          promptTokenIds: prompt,
+          params: samplingParams(),
+          cacheSalt: "",
+        }),
+      TypeError,
+    );
+  } finally {
+    await engine.shutdown();
+  }
+});

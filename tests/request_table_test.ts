@@ -28,6 +28,18 @@ Deno.test("RequestTable.add() numbers requests in arrival order and rejects a li
   assertEquals(table.get("b"), b);
 });
 
+Deno.test("RequestTable.add() keeps a request's cache salt and rejects an empty one", () => {
+  const table = new RequestTable(() => {});
+  assertEquals(table.add({ ...request("a"), cacheSalt: "t1" }, LIMITS, 0).cacheSalt, "t1");
+  assertEquals(table.add(request("b"), LIMITS, 0).cacheSalt, null);
+  assertThrows(
+    () => table.add({ ...request("c"), cacheSalt: "" }, LIMITS, 0),
+    TypeError,
+    "cacheSalt must be a non-empty string",
+  );
+  assertEquals(table.size, 2);
+});
+
 Deno.test("RequestTable.finishById() releases first, then reports each id once in takeEnded()", () => {
   const seen: string[] = [];
   const table = new RequestTable((seq: Sequence) => {
