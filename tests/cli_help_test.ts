@@ -18,6 +18,7 @@ const COMMANDS: readonly (readonly string[])[] = [
   ["bench/prefill_decode.ts"],
   ["bench/serve.ts"],
   ["bench/model_bench.ts"],
+  ["bench/prompt_logprobs_bench.ts"],
 ];
 
 async function run(args: readonly string[]) {
