@@ -45,6 +45,8 @@ export class ChoiceRun {
   text = "";
   /** Tokens generated so far. */
   outputTokens = 0;
+  /** Ids of the tokens generated so far (`return_token_ids`). */
+  readonly tokenIds: number[] = [];
   /** Logprobs of the tokens generated so far (when requested). */
   readonly tokenLogprobs: TokenLogprob[] = [];
   /**
@@ -74,16 +76,26 @@ export class ChoiceRun {
     this.#arrival = arrival;
   }
 
-  /** Starts the engine request (may throw the engine's admission errors). */
+  /**
+   * Starts the engine request (may throw the engine's admission errors); `cacheSalt` (vLLM's
+   * `cache_salt`, null: none) confines its prefix-cache sharing to requests of the same salt.
+   */
   start(
     engine: EngineClient,
     params: SamplingParams,
     ids: readonly number[],
     priority: number,
     signal: AbortSignal,
+    cacheSalt: string | null = null,
   ): void {
     const stream = engine.generate(
-      { requestId: this.requestId, promptTokenIds: ids, params, priority },
+      {
+        requestId: this.requestId,
+        promptTokenIds: ids,
+        params,
+        priority,
+        ...(cacheSalt === null ? {} : { cacheSalt }),
+      },
       signal,
     );
     this.#iterator = stream[Symbol.asyncIterator]();
@@ -110,6 +122,7 @@ export class ChoiceRun {
       if (out.queueTime !== undefined) this.#queueTime = out.queueTime;
       this.text += out.text;
       this.outputTokens = out.numOutputTokens;
+      this.tokenIds.push(...out.tokenIds);
       if (out.logprobs !== null) this.tokenLogprobs.push(...out.logprobs);
       if (out.promptLogprobs !== undefined) this.promptLogprobs = out.promptLogprobs;
       if (out.finishReason !== null) {
@@ -175,8 +188,9 @@ export function usageOf(prep: Prepared, runs: readonly ChoiceRun[]): Usage {
  * surface before the response starts. Choice `p * n + i` is prompt `p`'s i-th sample; with a
  * seed, choice i uses `seed + i` (exact; see `kernelSeed`). With `promptLogprobs`, only each
  * prompt's first choice asks the engine to score the prompt (the others may reuse its cached
- * prefix) and its prompt logprobs are shared with the prompt's other choices. On error every
- * started request is aborted and the error rethrown.
+ * prefix) and its prompt logprobs are shared with the prompt's other choices. Every choice
+ * carries the request's `cache_salt`. On error every started request is aborted and the error
+ * rethrown.
  */
 export async function launch(
   engine: EngineClient,
@@ -201,7 +215,7 @@ export async function launch(
           prep.logprobs,
           arrival,
         );
-        run.start(engine, params, ids, prep.priority, ac.signal);
+        run.start(engine, params, ids, prep.priority, ac.signal, prep.cacheSalt);
         runs.push(run);
       }
     });

@@ -101,9 +101,10 @@ async function completeNonStreaming(
           ...(split === null ? {} : { reasoning_content: split.reasoning }),
           ...(called ? { tool_calls: tools.calls } : {}),
         },
-        logprobs: r.logprobs ? chatLogprobs(engine, r.tokenLogprobs) : null,
+        logprobs: r.logprobs ? chatLogprobs(engine, r.tokenLogprobs, prep.tokensAsIds) : null,
         finish_reason: called && finish === "stop" ? "tool_calls" : finish,
         stop_reason: r.stopReason,
+        ...(prep.returnTokenIds ? { token_ids: r.tokenIds } : {}),
       };
     }
     const echo = echoText(prep, r.index);
@@ -123,6 +124,7 @@ async function completeNonStreaming(
       finish_reason: finish,
       stop_reason: r.stopReason,
       ...promptLogprobsOf(engine, prep, r),
+      ...(prep.returnTokenIds ? tokenIdsOf(prep, r) : {}),
     };
   });
   return Response.json({
@@ -132,7 +134,23 @@ async function completeNonStreaming(
     model: prep.model,
     choices,
     usage: usageOf(prep, runs),
-    // vLLM's: a chat response's prompt_logprobs are top level (its choices share the prompt).
+    // vLLM's: a chat response's prompt_logprobs and prompt_token_ids are top level (its choices
+    // share the prompt).
     ...(prep.kind === "chat" ? promptLogprobsOf(engine, prep, runs[0]) : {}),
+    ...(prep.kind === "chat" && prep.returnTokenIds ? { prompt_token_ids: prep.prompts[0] } : {}),
   });
+}
+
+/**
+ * A completion choice's `return_token_ids` fields, as vLLM answers them: its prompt's ids and the
+ * ids it generated (none for `echo` without generation, whose generated token is left out).
+ */
+function tokenIdsOf(
+  prep: Prepared,
+  r: ChoiceRun,
+): { prompt_token_ids: number[]; token_ids: number[] } {
+  return {
+    prompt_token_ids: prep.prompts[Math.floor(r.index / prep.n)]!,
+    token_ids: prep.echoOnly ? [] : r.tokenIds,
+  };
 }

@@ -4,6 +4,15 @@
  * shape (`content: [{token, logprob, bytes, top_logprobs}]`); and the prompt tokens'
  * log-probabilities in vLLM's `prompt_logprobs` shape, or echoed in the completions shape.
  *
+ * With vLLM's `return_tokens_as_token_ids` (`asIds`), every token string of the two OpenAI
+ * shapes is `token_id:<id>` ({@linkcode tokenIdString}), as vLLM writes it: the completions
+ * `tokens` and `top_logprobs` keys, the chat `token`s. What vLLM keeps, this module keeps too: a
+ * chat token's `bytes` are its decoded text's (its alternatives' are their `token_id:<id>`
+ * strings'), and `prompt_logprobs` entries keep their `decoded_token` text (their keys are the
+ * ids already). Unlike vLLM, whose `text_offset` then adds up the lengths of the `token_id:<id>`
+ * strings, `text_offset` keeps counting the tokens' decoded texts, so it stays an offset into the
+ * choice's `text` whichever way the tokens are written.
+ *
  * @module
  */
 
@@ -41,19 +50,34 @@ export interface ChatLogprobs {
   content: (ChatTokenLogprob & { top_logprobs: ChatTokenLogprob[] })[];
 }
 
-/** Token text for logprobs (a lone piece of a multi-byte character decodes to U+FFFD). */
+/** vLLM's `return_tokens_as_token_ids` spelling of token `id`: `token_id:<id>`. */
+export function tokenIdString(id: number): string {
+  return `token_id:${id}`;
+}
+
+/**
+ * Token text for logprobs (a lone piece of a multi-byte character decodes to U+FFFD; without a
+ * tokenizer, `token_id:<id>`).
+ */
 export function tokenText(engine: EngineClient, id: number): string {
-  return engine.tokenizer === null ? `token_id:${id}` : engine.tokenizer.decode([id]);
+  return engine.tokenizer === null ? tokenIdString(id) : engine.tokenizer.decode([id]);
+}
+
+/** How token `id` is written in logprobs: its text, or `token_id:<id>` with `asIds`. */
+function tokenLabel(engine: EngineClient, id: number, asIds: boolean): string {
+  return asIds ? tokenIdString(id) : tokenText(engine, id);
 }
 
 /**
  * The completions-shaped logprobs of `lps`, whose text starts at character `offset` of the
- * choice's text (streamed chunks continue the offsets of earlier ones).
+ * choice's text (streamed chunks continue the offsets of earlier ones); with `asIds`, the tokens
+ * are written `token_id:<id>` (the offsets still count their texts).
  */
 export function completionLogprobs(
   engine: EngineClient,
   lps: readonly TokenLogprob[],
   offset: number,
+  asIds = false,
 ): CompletionLogprobs {
   const tokens: string[] = [];
   const tokenLogprobs: number[] = [];
@@ -61,30 +85,44 @@ export function completionLogprobs(
   const textOffset: number[] = [];
   let pos = offset;
   for (const lp of lps) {
-    const t = tokenText(engine, lp.tokenId);
+    const text = tokenText(engine, lp.tokenId);
+    const t = asIds ? tokenIdString(lp.tokenId) : text;
     tokens.push(t);
     tokenLogprobs.push(lp.logprob);
     const entry: Record<string, number> = {};
-    for (const alt of lp.top ?? []) entry[tokenText(engine, alt.tokenId)] = alt.logprob;
+    for (const alt of lp.top ?? []) entry[tokenLabel(engine, alt.tokenId, asIds)] = alt.logprob;
     entry[t] = lp.logprob;
     top.push(entry);
     textOffset.push(pos);
-    pos += t.length;
+    pos += text.length;
   }
   return { tokens, token_logprobs: tokenLogprobs, top_logprobs: top, text_offset: textOffset };
 }
 
-/** The chat-shaped logprobs of `lps`. */
-export function chatLogprobs(engine: EngineClient, lps: readonly TokenLogprob[]): ChatLogprobs {
-  const item = (id: number, logprob: number): ChatTokenLogprob => {
-    const token = tokenText(engine, id);
+/**
+ * The chat-shaped logprobs of `lps`; with `asIds`, the tokens are written `token_id:<id>`, and,
+ * as vLLM answers, each sampled token's `bytes` are still its text's while its alternatives'
+ * are their `token_id:<id>` strings'.
+ */
+export function chatLogprobs(
+  engine: EngineClient,
+  lps: readonly TokenLogprob[],
+  asIds = false,
+): ChatLogprobs {
+  const alternative = (id: number, logprob: number): ChatTokenLogprob => {
+    const token = tokenLabel(engine, id, asIds);
     return { token, logprob, bytes: [...encoder.encode(token)] };
   };
   return {
-    content: lps.map((lp) => ({
-      ...item(lp.tokenId, lp.logprob),
-      top_logprobs: (lp.top ?? []).map((alt) => item(alt.tokenId, alt.logprob)),
-    })),
+    content: lps.map((lp) => {
+      const text = tokenText(engine, lp.tokenId);
+      return {
+        token: asIds ? tokenIdString(lp.tokenId) : text,
+        logprob: lp.logprob,
+        bytes: [...encoder.encode(text)],
+        top_logprobs: (lp.top ?? []).map((alt) => alternative(alt.tokenId, alt.logprob)),
+      };
+    }),
   };
 }
 
@@ -136,13 +174,14 @@ export function promptLogprobsField(
  * its first token (and any the engine did not score) has null `token_logprobs` and
  * `top_logprobs`, every other token its log-probability and a dict of its `count` most likely
  * tokens' texts plus its own, like a generated token's; `text_offset` counts the tokens' texts
- * from 0.
+ * from 0 (with `asIds` too, where the tokens are written `token_id:<id>`).
  */
 export function echoedLogprobs(
   engine: EngineClient,
   ids: readonly number[],
   lps: readonly (PromptLogprob | null)[],
   count: number,
+  asIds = false,
 ): CompletionLogprobs {
   const out: CompletionLogprobs = {
     tokens: [],
@@ -152,11 +191,12 @@ export function echoedLogprobs(
   };
   let pos = 0;
   ids.forEach((id, i) => {
-    const t = tokenText(engine, id);
+    const text = tokenText(engine, id);
+    const t = asIds ? tokenIdString(id) : text;
     const lp = lps[i] ?? null;
     out.tokens.push(t);
     out.text_offset.push(pos);
-    pos += t.length;
+    pos += text.length;
     if (lp === null) {
       out.token_logprobs.push(null);
       out.top_logprobs.push(null);
@@ -164,7 +204,7 @@ export function echoedLogprobs(
     }
     const entry: Record<string, number> = {};
     for (const alt of lp.top.slice(0, count)) {
-      entry[tokenText(engine, alt.tokenId)] = finite(alt.logprob);
+      entry[tokenLabel(engine, alt.tokenId, asIds)] = finite(alt.logprob);
     }
     entry[t] = finite(lp.logprob);
     out.token_logprobs.push(finite(lp.logprob));
@@ -197,10 +237,16 @@ export function completionChoiceLogprobs(
   offset: number,
   withPrompt: boolean,
 ): CompletionLogprobs {
-  const generated = completionLogprobs(engine, lps, offset);
+  const generated = completionLogprobs(engine, lps, offset, prep.tokensAsIds);
   if (!withPrompt || prep.echoLogprobs === null) return generated;
   const ids = prep.prompts[Math.floor(r.index / prep.n)]!;
-  const prompt = echoedLogprobs(engine, ids, r.promptLogprobs ?? [], prep.echoLogprobs);
+  const prompt = echoedLogprobs(
+    engine,
+    ids,
+    r.promptLogprobs ?? [],
+    prep.echoLogprobs,
+    prep.tokensAsIds,
+  );
   return joinLogprobs(prompt, generated);
 }
 

@@ -68,11 +68,34 @@ export interface Prepared {
    * last message when it is the assistant's, as vLLM echoes); null: none.
    */
   echo: readonly string[] | null;
+  /**
+   * vLLM's `return_tokens_as_token_ids`: every token string of the logprobs is `token_id:<id>`
+   * (`text_offset` still counts the tokens' decoded texts, so it stays an offset into the text).
+   */
+  tokensAsIds: boolean;
+  /**
+   * vLLM's `return_token_ids`: the answer carries the prompt's token ids (`prompt_token_ids`) and
+   * each choice's generated ids (`token_ids`).
+   */
+  returnTokenIds: boolean;
+  /** vLLM's `cache_salt`, the same for every choice; null: the shared prefix cache. */
+  cacheSalt: string | null;
 }
 
 /** The text choice `index` of `prep` starts with (`echo`; "" without). */
 export function echoText(prep: Prepared, index: number): string {
   return prep.echo?.[Math.floor(index / prep.n)] ?? "";
+}
+
+/** The fields of {@linkcode Prepared} both endpoints take as they are (vLLM's output options). */
+function outputOptions(
+  body: CompletionRequest | ChatRequest,
+): Pick<Prepared, "tokensAsIds" | "returnTokenIds" | "cacheSalt"> {
+  return {
+    tokensAsIds: body.return_tokens_as_token_ids ?? false,
+    returnTokenIds: body.return_token_ids ?? false,
+    cacheSalt: body.cache_salt ?? null,
+  };
 }
 
 function randomId(prefix: string): string {
@@ -238,6 +261,7 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
     echoLogprobs,
     echoOnly,
     echo: echoed,
+    ...outputOptions(body),
   };
 }
 
@@ -313,5 +337,6 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
     echoLogprobs: null,
     echoOnly: false,
     echo: body.echo === true && last.role === "assistant" ? [messageText(last.content)] : null,
+    ...outputOptions(body),
   };
 }

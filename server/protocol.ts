@@ -108,9 +108,9 @@ const tokenIdList = z.array(int().nonnegative());
 const stopSchema = z.union([z.string(), z.array(z.string())]).nullish();
 
 /**
- * Sampling fields common to both endpoints (OpenAI names, plus vLLM's extras). Only their types
- * are checked here; their ranges and the model-dependent rules (vocabulary, caps) are the
- * engine's, in one place: engine/input_processor.ts.
+ * Sampling and output fields common to both endpoints (OpenAI names, plus vLLM's extras). Only
+ * their types are checked here; their ranges and the model-dependent rules (vocabulary, caps) are
+ * the engine's, in one place: engine/input_processor.ts.
  */
 const samplingFields = {
   model: z.string().nullish(),
@@ -181,6 +181,18 @@ const samplingFields = {
   guided_regex: z.string().nullish(),
   guided_choice: z.array(z.string()).nullish(),
   guided_grammar: z.string().nullish(),
+  /**
+   * vLLM's: every token string of the logprobs is written `token_id:<id>` (distinct tokens stay
+   * distinct even when they decode to the same text).
+   */
+  return_tokens_as_token_ids: z.boolean().nullish(),
+  /** vLLM's: the answer carries the prompt's token ids and each choice's generated ids. */
+  return_token_ids: z.boolean().nullish(),
+  /**
+   * vLLM's: the request reads and shares prefix-cache blocks only with requests of the same salt
+   * (a non-empty string; null = the shared cache).
+   */
+  cache_salt: z.string().min(1, "expected a non-empty string").nullish(),
 };
 
 /** Whether a field holds what leaving it out means: absent or null. */
@@ -200,12 +212,9 @@ export const UNIMPLEMENTED_FIELDS: Readonly<
 > = {
   use_beam_search: { what: "beam search", harmless: unsetOrFalse },
   logits_processors: { what: "custom logits processors", harmless: unsetOrEmpty },
-  return_tokens_as_token_ids: { what: "token ids as logprob tokens", harmless: unsetOrFalse },
-  return_token_ids: { what: "token ids in the response", harmless: unsetOrFalse },
   chat_template: { what: "a chat template sent with the request", harmless: unset },
   documents: { what: "documents passed to the chat template", harmless: unsetOrEmpty },
   guided_whitespace_pattern: { what: "a whitespace pattern for JSON output", harmless: unset },
-  cache_salt: { what: "per-request prefix-cache isolation", harmless: unset },
   audio: { what: "audio output", harmless: unset },
   modalities: {
     what: "output modalities other than text",

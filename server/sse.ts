@@ -5,9 +5,11 @@
  * (with `continuous_usage_stats`, every chunk carries usage). With `prompt_logprobs`, a chat
  * stream's first chunk carries them (top level), a completion's first chunk of each choice in
  * that choice; with a completion's `echo` and `logprobs`, a choice's first chunk's `logprobs`
- * start with the echoed prompt's tokens. An error after the response
- * started is sent as an error event before `[DONE]`; cancelling the stream (client disconnect)
- * aborts every engine request of the response.
+ * start with the echoed prompt's tokens. With `return_token_ids` (vLLM's placement), every
+ * chunk's choice carries the `token_ids` it adds; a completion choice's first chunk also carries
+ * `prompt_token_ids`, and each chat role chunk carries them at the top level. An error after the
+ * response started is sent as an error event before `[DONE]`; cancelling the stream (client
+ * disconnect) aborts every engine request of the response.
  *
  * @module
  */
@@ -130,7 +132,8 @@ class ChunkEvents {
 
   /**
    * A chat stream's opening chunk per choice: `delta: {role: "assistant", content: ""}` (with
-   * `echo`, the content echoed); the first one carries `prompt_logprobs` when requested.
+   * `echo`, the content echoed); the first one carries `prompt_logprobs` when requested, each
+   * one `prompt_token_ids` with `return_token_ids` (as vLLM's role chunks do).
    */
   sendRoles(): void {
     const prep = this.#prep;
@@ -145,6 +148,7 @@ class ChunkEvents {
           finish_reason: null,
         }],
         ...(i === 0 ? promptLogprobsOf(this.#ctx.engine, prep, r) : {}),
+        ...(prep.returnTokenIds ? { prompt_token_ids: prep.prompts[0] } : {}),
         ...this.#usageField(),
       });
     });
@@ -239,17 +243,27 @@ function streamedChoice(
   }
   // The generated text starts after the echoed one.
   const offset = state.offset + state.echo.length;
+  const first = state.first;
   state.echo = "";
   state.first = false;
   const { reasoning, tools } = state;
   const delta = chatDelta(reasoning, tools, out.text, out.finishReason !== null);
+  // vLLM's `return_token_ids`: the ids this chunk adds; a completion's first chunk also carries
+  // its prompt's.
+  const ids = !prep.returnTokenIds ? {} : {
+    ...(first && prep.kind === "completion"
+      ? { prompt_token_ids: prep.prompts[Math.floor(r.index / prep.n)]! }
+      : {}),
+    token_ids: prep.echoOnly ? [] : out.tokenIds,
+  };
   const choice = prep.kind === "chat"
     ? {
       index: r.index,
       delta,
-      logprobs: r.logprobs ? chatLogprobs(engine, lps) : null,
+      logprobs: r.logprobs ? chatLogprobs(engine, lps, prep.tokensAsIds) : null,
       finish_reason: tools !== null && tools.calls > 0 && reason === "stop" ? "tool_calls" : reason,
       stop_reason: out.finishReason === null ? undefined : out.stopReason,
+      ...ids,
     }
     : {
       index: r.index,
@@ -258,6 +272,7 @@ function streamedChoice(
       finish_reason: reason,
       stop_reason: out.finishReason === null ? undefined : out.stopReason,
       ...(prompt ? promptLogprobsOf(engine, prep, r) : {}),
+      ...ids,
     };
   state.offset += text.length;
   return choice;

@@ -30,7 +30,7 @@ Deno.test("unlistedFields() rejects an unimplemented field set to more than its 
   const cases: [string, unknown][] = [
     ["use_beam_search", true],
     ["chat_template", "{{ messages }}"],
-    ["cache_salt", "tenant-a"],
+    ["logits_processors", ["my.module.Processor"]],
     ["modalities", ["text", "audio"]],
   ];
   for (const [name, value] of cases) {
