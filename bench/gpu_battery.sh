@@ -5,7 +5,7 @@
 # leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
 # (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
 #
-#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 12 files and the tuning cache,
+#   BATTERY_SECONDS=330 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, 13 files and the tuning cache,
 #                                                   # then summary.md (bench/battery_summary.ts: the figures against the goals)
 #
 # Stages, most valuable first: adapter; bench:model (prefill 128/512, decode batch 1/8/64, host and
@@ -16,7 +16,7 @@
 # kernels; the host's time per decode step call by call (bench/host_calls.ts); the test suite on the GPU (greedy parity with the float64 reference; its auto
 # profile there is the gpu one), less the files importing the client SDKs the bundle leaves out;
 # bench:model --quantization none,int8,int4 in two rounds (with the int4 runner's breakdown at decode batch 1 and
-# prefill 512); bench:serve at concurrency 1/16/64.
+# prefill 512); bench:serve at concurrency 1/16/64; prompt scoring (bench:prompt-logprobs).
 # The matmul tuning (engine/kernel_tuning.ts) is measured by the first bench:model into a fresh cache
 # under the output directory (matmul_tuning.json: the choices, for the docs) and re-used by the
 # later stages with the same call sites; the test stage runs with WEBGPU_LLM_KERNEL_TUNING=off
@@ -101,6 +101,9 @@ run_stage bench-quant 90 quant.txt deno run --cached-only -A bench/model_bench.t
 run_stage serve 90 serve.txt deno run --cached-only -A bench/serve.ts --model $model \
   --concurrency 1,16,64 --input-len 128 --output-len 128 --out-dir /tmp/gpu-serve --no-progress \
   -- $gpu
+
+run_stage prompt-logprobs 40 prompt_logprobs.txt deno run --cached-only -A \
+  bench/prompt_logprobs_bench.ts --model $model --prompts 16 --len 512 --rounds 3 $gpu
 log "done"
 # The figures against issue 18's and issue 20's goals, read from the logs above (no GPU work).
 deno run --cached-only -A bench/battery_summary.ts "$out" > "$out/summary.md" 2>&1
