@@ -46,6 +46,7 @@ import type { Scheduler } from "../scheduler/scheduler_api.ts";
 import {
   endsRequests,
   hasDeviceWork,
+  type ScheduledRequest,
   type SchedulerOutput,
 } from "../scheduler/scheduler_output.ts";
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
@@ -313,7 +314,7 @@ export class LLMEngine implements EngineClient {
           const sampled = await oldest.result;
           const scored = await oldest.promptLogprobs;
           if (this.#stopped) break;
-          if (scored !== undefined) this.#score(scored);
+          if (scored !== undefined) this.#score(oldest.output, scored);
           this.#postprocess(oldest.output, sampled);
           for (const empty of this.#pipeline.shiftEmpty()) this.#postprocess(empty, new Map());
           // With a synchronous device the next submit blocks for a whole step: first give the
@@ -425,14 +426,27 @@ export class LLMEngine implements EngineClient {
   }
 
   /** Hands a step's scored prompt tokens to their requests (before the step's tokens). */
-  #score(scored: ReadonlyMap<string, readonly ScoredPromptToken[]>): void {
-    for (const [id, tokens] of scored) this.#live.get(id)?.state.scorePrompt(tokens);
+  #score(output: SchedulerOutput, scored: ReadonlyMap<string, readonly ScoredPromptToken[]>): void {
+    for (const r of output.scheduled) {
+      const tokens = scored.get(r.requestId);
+      if (tokens !== undefined && this.#current(r)) {
+        this.#live.get(r.requestId)?.state.scorePrompt(tokens);
+      }
+    }
+  }
+
+  /**
+   * Whether `r`'s request is still the live one of its id (not ended, its id not reused by a
+   * newer request since the step was scheduled).
+   */
+  #current(r: ScheduledRequest): boolean {
+    return this.#scheduler.getRequest(r.requestId)?.order === r.order;
   }
 
   /** Applies a step's tokens: stop checks, detokenization, stop strings, increments. */
   #postprocess(output: SchedulerOutput, sampled: ReadonlyMap<string, SampledToken>): void {
     for (const r of output.scheduled) {
-      if (r.isNew) {
+      if (r.isNew && this.#current(r)) {
         const live = this.#live.get(r.requestId);
         if (live !== undefined) live.state.numCachedTokens = r.numCachedTokens;
       }

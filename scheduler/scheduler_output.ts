@@ -32,6 +32,11 @@ export const SAMPLED_TOKEN = -1;
 export interface ScheduledRequest {
   /** The request's id. */
   readonly requestId: string;
+  /**
+   * The request's sequence (`Sequence.order`): unique for the scheduler's lifetime, so a step's
+   * results never reach a later request that reuses the id of one that ended meanwhile.
+   */
+  readonly order: number;
   /** Tokens computed this step (>= 1): a decode step is 1, a prefill chunk is more. */
   readonly numTokens: number;
   /** The numTokens token ids to feed, each a vocabulary id or {@linkcode SAMPLED_TOKEN}. */

@@ -72,6 +72,7 @@ export function commitTokens(
   }
   return {
     requestId: seq.requestId,
+    order: seq.order,
     numTokens: n,
     tokenIds,
     positionStart: start,
@@ -171,7 +172,7 @@ export function tokensToRun(
 /**
  * Applies one step's sampled tokens (request id -> token) to the live requests of a scheduler:
  * appends each token, runs the stop checks, finishes requests through `finish`, and returns one
- * update per live request that got a token. Requests no longer live (finished, aborted) are
+ * update per live request that got a token. Requests no longer live (finished, aborted; or their id now another's) are
  * skipped. Shared by every scheduler; the caller checks step order.
  *
  * @throws {RangeError} when a request that sampled in this step has no token in `sampled`.
@@ -188,7 +189,8 @@ export function applyStepTokens(
   for (const r of output.scheduled) {
     if (!r.samplesToken) continue;
     const seq = live(r.requestId);
-    if (seq === undefined || seq.isFinished) continue;
+    // Ended, or its id reused by a newer request since this step was scheduled: not its token.
+    if (seq === undefined || seq.isFinished || seq.order !== r.order) continue;
     const token = sampled.get(r.requestId);
     if (token === undefined) {
       throw new RangeError(

@@ -729,3 +729,41 @@ Deno.test("LLMEngine shares cached prefixes only among requests with the same ca
     await engine.shutdown();
   }
 });
+
+Deno.test("LLMEngine gives a reused request id none of the ended request's tokens", async () => {
+  const options = { executor: "mock", showProgress: false, mockBaseMs: 2 } as const;
+  const prompt = [5, 6, 7, 8, 9, 10, 11];
+  const short = samplingParams({ maxTokens: 6, ignoreEos: true });
+  const tokensOf = async (stream: AsyncIterable<{ tokenIds: readonly number[] }>) => {
+    const tokens: number[] = [];
+    for await (const out of stream) tokens.push(...out.tokenIds);
+    return tokens;
+  };
+  // What the second "x" generates alone (the mock's tokens depend on id and position).
+  const alone = await LLMEngine.create(options);
+  let want: number[];
+  try {
+    want = await tokensOf(
+      alone.generate({ requestId: "x", promptTokenIds: prompt, params: short }),
+    );
+  } finally {
+    await alone.shutdown();
+  }
+  const engine = await LLMEngine.create(options);
+  try {
+    const params = samplingParams({ maxTokens: 40, ignoreEos: true });
+    for (let round = 0; round < 5; round++) {
+      // The first "x" is aborted after its first increment, with steps still in flight; a new
+      // "x" with another prompt starts at once.
+      const first = engine.generate({ requestId: "x", promptTokenIds: [1, 2, 3], params });
+      for await (const _ of first) break;
+      const got = await tokensOf(
+        engine.generate({ requestId: "x", promptTokenIds: prompt, params: short }),
+      );
+      assert.deepEqual(got, want, `round ${round}`);
+    }
+    assert.equal(engine.stats().kvBlocksUsed, 0);
+  } finally {
+    await engine.shutdown();
+  }
+});

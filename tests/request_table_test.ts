@@ -108,3 +108,30 @@ for (
     assertEquals(s.schedule().aborted, ["a"]);
   });
 }
+
+Deno.test(
+  "ContinuousScheduler.updateFromOutput() gives a step's token to no newer request reusing an ended id",
+  () => {
+    const s = new ContinuousScheduler({
+      maxNumBatchedTokens: 64,
+      maxNumSeqs: 4,
+      maxModelLen: 64,
+      blockSize: 4,
+      numGpuBlocks: 16,
+    });
+    s.addRequest(request("x", [1, 2, 3]));
+    const s1 = s.schedule();
+    // "x" is aborted while step 1 is in flight, and a new "x" arrives at once.
+    s.abortRequest("x");
+    const fresh = s.addRequest(request("x", [7, 8, 9, 10, 11]));
+    const s2 = s.schedule();
+    assertEquals(s2.scheduled.map((r) => [r.requestId, r.numTokens]), [["x", 5]]);
+    assert(s1.scheduled[0]!.order !== s2.scheduled[0]!.order);
+    // Step 1's token was the old request's: the new one gets nothing from it.
+    assertEquals(s.updateFromOutput(s1, new Map([["x", 42]])), []);
+    assertEquals([...fresh.outputTokenIds, fresh.numPlaceholders], [1]);
+    const updates = s.updateFromOutput(s2, new Map([["x", 43]]));
+    assertEquals(updates.map((u) => u.newTokenIds), [[43]]);
+    assertEquals(fresh.outputTokenIds, [43]);
+  },
+);

@@ -279,6 +279,7 @@ class HandScheduler {
     const row = samplesToken ? samplers.length : -1;
     const scheduled: ScheduledRequest = {
       requestId: r.id,
+      order: 0, // only the scheduler's own result handling reads it
       numTokens,
       tokenIds,
       positionStart: start,
