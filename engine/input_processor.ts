@@ -289,3 +289,54 @@ function checkStructuredOutput(spec: StructuredOutputSpec | null): void {
       );
   }
 }
+
+/** The OpenAI / vLLM parameter a structured-output error names, by kind. */
+export const STRUCTURED_PARAM: Readonly<Record<StructuredOutputSpec["kind"], string>> = {
+  json_object: "response_format",
+  json_schema: "response_format",
+  regex: "structured_outputs.regex",
+  choice: "structured_outputs.choice",
+  grammar: "structured_outputs.grammar",
+  tool_calls: "tools",
+};
+
+/**
+ * The rules that depend on what serves the request (after {@linkcode validateSamplingParams}):
+ * structured outputs, token masks (`allowed_token_ids`, `bad_words`) and `prompt_logprobs` need
+ * the webgpu executor (the mock runs no model), and `bad_words` the model's tokenizer.
+ *
+ * @throws {InvalidParameterError} naming the first parameter the engine cannot serve.
+ */
+export function checkServable(
+  params: SamplingParams,
+  engine: { readonly executor: "webgpu" | "mock"; readonly hasTokenizer: boolean },
+): void {
+  const mock = engine.executor !== "webgpu";
+  const spec = params.structuredOutput ?? null;
+  if (spec !== null && mock) {
+    throw new InvalidParameterError(
+      STRUCTURED_PARAM[spec.kind],
+      "Structured outputs need the webgpu executor: the mock executor runs no model to constrain",
+    );
+  }
+  if ((params.promptLogprobs ?? null) !== null && mock) {
+    throw new InvalidParameterError(
+      "prompt_logprobs",
+      "prompt_logprobs needs the webgpu executor: the mock executor computes no logits",
+    );
+  }
+  const masked = (params.allowedTokenIds ?? null) !== null
+    ? "allowed_token_ids"
+    : (params.badWords ?? null) !== null
+    ? "bad_words"
+    : null;
+  if (masked !== null && mock) {
+    throw new InvalidParameterError(
+      masked,
+      `${masked} needs the webgpu executor: the mock executor samples no logits to mask`,
+    );
+  }
+  if ((params.badWords ?? null) !== null && !engine.hasTokenizer) {
+    throw new InvalidParameterError("bad_words", "bad_words needs the model's tokenizer");
+  }
+}

@@ -37,7 +37,12 @@ import {
 import { type EngineParts, type Logger, setupEngine, setupMockEngine } from "./engine_setup.ts";
 import type { Executor, SampledToken, ScoredPromptToken } from "./executors/executor.ts";
 import type { GpuContext } from "../gpu/context.ts";
-import { checkTokenIds, InvalidParameterError, validateSamplingParams } from "./input_processor.ts";
+import {
+  checkServable,
+  checkTokenIds,
+  STRUCTURED_PARAM,
+  validateSamplingParams,
+} from "./input_processor.ts";
 import { LiveRequest } from "./live_request.ts";
 import { RequestOutputState } from "./output_processor.ts";
 import { StepPipeline } from "./step_pipeline.ts";
@@ -52,16 +57,6 @@ import {
 import type { SamplingParams } from "../scheduler/sampling_params.ts";
 
 export { type Logger, resolveMaxModelLen } from "./engine_setup.ts";
-
-/** The OpenAI / vLLM parameter a structured-output error names, by kind. */
-const STRUCTURED_PARAM: Record<StructuredOutputSpec["kind"], string> = {
-  json_object: "response_format",
-  json_schema: "response_format",
-  regex: "structured_outputs.regex",
-  choice: "structured_outputs.choice",
-  grammar: "structured_outputs.grammar",
-  tool_calls: "tools",
-};
 
 /** The engine (see the module documentation). */
 export class LLMEngine implements EngineClient {
@@ -160,34 +155,12 @@ export class LLMEngine implements EngineClient {
         priority: request.priority ?? 0,
         ...(request.cacheSalt === undefined ? {} : { cacheSalt: request.cacheSalt }),
       });
+    checkServable(request.params, {
+      executor: this.#executor.kind,
+      hasTokenizer: this.tokenizer !== null,
+    });
     const spec = request.params.structuredOutput;
-    if (spec !== null && this.#executor.kind !== "webgpu") {
-      throw new InvalidParameterError(
-        STRUCTURED_PARAM[spec.kind],
-        "Structured outputs need the webgpu executor: the mock executor runs no model to constrain",
-      );
-    }
-    if (request.params.promptLogprobs !== null && this.#executor.kind !== "webgpu") {
-      throw new InvalidParameterError(
-        "prompt_logprobs",
-        "prompt_logprobs needs the webgpu executor: the mock executor computes no logits",
-      );
-    }
-    const masked = request.params.allowedTokenIds !== null
-      ? "allowed_token_ids"
-      : request.params.badWords !== null
-      ? "bad_words"
-      : null;
-    if (masked !== null && this.#executor.kind !== "webgpu") {
-      throw new InvalidParameterError(
-        masked,
-        `${masked} needs the webgpu executor: the mock executor samples no logits to mask`,
-      );
-    }
     const words = request.params.badWords;
-    if (words !== null && this.tokenizer === null) {
-      throw new InvalidParameterError("bad_words", "bad_words needs the model's tokenizer");
-    }
     if (spec === null) admit();
     // One increment per step with new tokens, even when their text is held back or empty (as
     // vLLM streams): clients see every token arrive, e.g. for TTFT and ITL.
