@@ -45,6 +45,8 @@ export class ChoiceRun {
   text = "";
   /** Tokens generated so far. */
   outputTokens = 0;
+  /** Prompt tokens the engine found in its prefix cache (known from the first increment). */
+  cachedTokens = 0;
   /** Ids of the tokens generated so far (`return_token_ids`). */
   readonly tokenIds: number[] = [];
   /** Logprobs of the tokens generated so far (when requested). */
@@ -122,6 +124,7 @@ export class ChoiceRun {
       if (out.queueTime !== undefined) this.#queueTime = out.queueTime;
       this.text += out.text;
       this.outputTokens = out.numOutputTokens;
+      this.cachedTokens = out.numCachedTokens;
       this.tokenIds.push(...out.tokenIds);
       if (out.logprobs !== null) this.tokenLogprobs.push(...out.logprobs);
       if (out.promptLogprobs !== undefined) this.promptLogprobs = out.promptLogprobs;

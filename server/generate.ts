@@ -10,6 +10,7 @@
  * @module
  */
 
+import { chatAnswer } from "./chat_answer.ts";
 import { type ChoiceRun, launch, usageOf } from "./choice_run.ts";
 import { noteIgnoredFields, type ServerContext } from "./context.ts";
 import { chatLogprobs, completionChoiceLogprobs, promptLogprobsOf } from "./logprobs.ts";
@@ -21,8 +22,6 @@ import {
   unlistedFields,
 } from "./protocol.ts";
 import { readJson } from "./read_json.ts";
-import { splitReasoning } from "./reasoning.ts";
-import { parseToolCalls } from "./tools.ts";
 import { completeStreaming } from "./sse.ts";
 
 /**
@@ -87,19 +86,16 @@ async function completeNonStreaming(
   const choices = runs.map((r) => {
     const finish = r.finishReason === "abort" ? null : r.finishReason;
     if (prep.kind === "chat") {
-      const split = prep.reasoning ? splitReasoning(r.text) : null;
-      const content = split === null ? r.text : split.content;
-      const tools = prep.toolCalls && content !== null ? parseToolCalls(content) : null;
-      const called = tools !== null && tools.calls.length > 0;
-      const answer = called ? tools.content : content;
+      const answer = chatAnswer(prep, r.text);
+      const called = answer.toolCalls.length > 0;
       const echo = echoText(prep, r.index);
       return {
         index: r.index,
         message: {
           role: "assistant",
-          content: echo === "" ? answer : echo + (answer ?? ""),
-          ...(split === null ? {} : { reasoning_content: split.reasoning }),
-          ...(called ? { tool_calls: tools.calls } : {}),
+          content: echo === "" ? answer.content : echo + (answer.content ?? ""),
+          ...(answer.reasoning === undefined ? {} : { reasoning_content: answer.reasoning }),
+          ...(called ? { tool_calls: answer.toolCalls } : {}),
         },
         logprobs: r.logprobs ? chatLogprobs(engine, r.tokenLogprobs, prep.tokensAsIds) : null,
         finish_reason: called && finish === "stop" ? "tool_calls" : finish,

@@ -196,20 +196,23 @@ const samplingFields = {
 };
 
 /** Whether a field holds what leaving it out means: absent or null. */
-const unset = (v: unknown) => v === undefined || v === null;
+export const unset = (v: unknown) => v === undefined || v === null;
 /** ... or false. */
-const unsetOrFalse = (v: unknown) => unset(v) || v === false;
+export const unsetOrFalse = (v: unknown) => unset(v) || v === false;
 /** ... or an empty list. */
 const unsetOrEmpty = (v: unknown) => unset(v) || (Array.isArray(v) && v.length === 0);
+
+/** A table of unimplemented request fields (see {@linkcode UNIMPLEMENTED_FIELDS}). */
+export type UnimplementedFields = Readonly<
+  Record<string, { readonly what: string; readonly harmless: (v: unknown) => boolean }>
+>;
 
 /**
  * Request fields of OpenAI's or vLLM's API that this server does not implement, each with what
  * it would change and the values that change nothing (a 400 otherwise, see
  * {@linkcode unlistedFields}).
  */
-export const UNIMPLEMENTED_FIELDS: Readonly<
-  Record<string, { readonly what: string; readonly harmless: (v: unknown) => boolean }>
-> = {
+export const UNIMPLEMENTED_FIELDS: UnimplementedFields = {
   use_beam_search: { what: "beam search", harmless: unsetOrFalse },
   logits_processors: { what: "custom logits processors", harmless: unsetOrEmpty },
   chat_template: { what: "a chat template sent with the request", harmless: unset },
@@ -225,16 +228,20 @@ export const UNIMPLEMENTED_FIELDS: Readonly<
 
 /**
  * The top-level fields of `body` that `schema` does not list: throws a 400 (code
- * `unsupported_parameter`, naming the field) for the first one in
- * {@linkcode UNIMPLEMENTED_FIELDS} that holds more than its default, and returns the names of
+ * `unsupported_parameter`, naming the field) for the first one in `unimplemented` (default
+ * {@linkcode UNIMPLEMENTED_FIELDS}) that holds more than its default, and returns the names of
  * the others, which the request ignores. Not an object: nothing (the schema reports it).
  */
-export function unlistedFields(schema: z.ZodObject, body: unknown): string[] {
+export function unlistedFields(
+  schema: z.ZodObject,
+  body: unknown,
+  unimplemented: UnimplementedFields = UNIMPLEMENTED_FIELDS,
+): string[] {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return [];
   const ignored: string[] = [];
   for (const [name, value] of Object.entries(body)) {
     if (name in schema.shape) continue;
-    const field = UNIMPLEMENTED_FIELDS[name];
+    const field = Object.hasOwn(unimplemented, name) ? unimplemented[name] : undefined;
     if (field === undefined) {
       ignored.push(name);
     } else if (!field.harmless(value)) {

@@ -3,7 +3,7 @@
  * {@linkcode route}, which answers 404 / 405 / 415 and dispatches a request to its endpoint; with
  * the small read-only endpoints `GET /v1/models` (and `/v1/models/{id}`), `GET /health` (and
  * SageMaker's `/ping`, as vLLM serves it), `GET /version` and `GET /metrics`. The other endpoints
- * live in server/generate.ts, server/tokenize.ts and server/batch_test.ts.
+ * live in server/generate.ts, server/responses.ts, server/tokenize.ts and server/batch_test.ts.
  *
  * @module
  */
@@ -13,6 +13,7 @@ import { checkModel, type ServerContext } from "./context.ts";
 import { generateEndpoint } from "./generate.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "./prometheus.ts";
 import { ApiError } from "./protocol.ts";
+import { responsesEndpoint } from "./responses.ts";
 import { checkJsonContentType } from "./security.ts";
 import { detokenizeEndpoint, tokenizeEndpoint } from "./tokenize.ts";
 import { VERSION } from "./version.ts";
@@ -21,6 +22,7 @@ import { VERSION } from "./version.ts";
 const ROUTES: Readonly<Record<string, readonly string[]>> = {
   "/v1/completions": ["POST"],
   "/v1/chat/completions": ["POST"],
+  "/v1/responses": ["POST"],
   "/v1/models": ["GET"],
   "/health": ["GET"],
   "/ping": ["GET", "POST"],
@@ -71,6 +73,8 @@ export async function route(
       return await generateEndpoint(ctx, req, "completion");
     case "/v1/chat/completions":
       return await generateEndpoint(ctx, req, "chat");
+    case "/v1/responses":
+      return await responsesEndpoint(ctx, req);
     case "/v1/models":
       return modelsEndpoint(ctx, settings.startedAt);
     case "/health":

@@ -5,6 +5,7 @@
  * | --- | --- |
  * | `POST /v1/completions` | text completion; `prompt` is a string, a list of strings, token ids or a list of token-id lists |
  * | `POST /v1/chat/completions` | chat completion through the model's chat template |
+ * | `POST /v1/responses` | OpenAI's Responses API on the chat path (server/responses.ts) |
  * | `GET /v1/models` | the served model names, with `max_model_len`; `/v1/models/{id}`: one |
  * | `GET /health` | 200 (empty) when ready, 503 while loading, draining or after an engine error |
  * | `GET`, `POST /ping` | the same as `/health` (SageMaker's check) |

@@ -281,9 +281,10 @@ function streamedChoice(
 /**
  * A chat delta of `text`: split by the reasoning parser into `reasoning_content` and content,
  * then the content by the tool-call parser into `content` and `tool_calls` (what the parsers
- * hold back, a possible tag, comes with a later delta, or the last one).
+ * hold back, a possible tag, comes with a later delta, or the last one, `last`). Also what
+ * `/v1/responses` streams its events from (server/responses_stream.ts).
  */
-function chatDelta(
+export function chatDelta(
   reasoning: ReasoningStream | null,
   tools: ToolCallStream | null,
   text: string,
