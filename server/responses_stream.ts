@@ -40,16 +40,10 @@ import {
   responseStatus,
   responseUsage,
 } from "./responses_output.ts";
-import { chatDelta } from "./sse.ts";
+import { chatDelta, eventStream, EventWriter } from "./sse.ts";
 import { type ToolCallDelta, ToolCallStream } from "./tools.ts";
 
 const encoder = new TextEncoder();
-
-const SSE_HEADERS = {
-  "content-type": "text/event-stream; charset=utf-8",
-  "cache-control": "no-cache",
-  "x-accel-buffering": "no",
-};
 
 /**
  * The streaming response of `prep` (its one primed `run`). `done` is called once the stream has
@@ -65,38 +59,11 @@ export function streamResponse(
   done: () => void,
 ): Response {
   const events = new ResponseEvents(ctx, prep, head, run);
-  let finished = false;
-  const finish = () => {
-    if (finished) return;
-    finished = true;
-    run.observe(ctx.metrics);
-    done();
-  };
-  const stop = () => {
-    if (!ac.signal.aborted) ac.abort();
-    void run.cancel(ctx.engine).finally(finish);
-  };
-  const body = new ReadableStream<Uint8Array>({
-    start(controller) {
-      events.attach(controller);
-      events.open();
-      events.pump().then(
-        () => events.end(ac),
-        (e: unknown) => {
-          events.sendError(e);
-          stop();
-        },
-      ).finally(() => {
-        events.close();
-        finish();
-      });
-    },
-    cancel() {
-      events.closed = true;
-      stop();
-    },
+  return eventStream(ctx, [run], ac, done, events, async () => {
+    events.open();
+    await events.pump();
+    events.end(ac);
   });
-  return new Response(body, { headers: SSE_HEADERS });
 }
 
 /** The output item being streamed. */
@@ -106,12 +73,11 @@ type OpenItem =
   | { kind: "call"; id: string; callId: string; name: string; args: string };
 
 /** The events of one streamed response, written to its stream's controller. */
-class ResponseEvents {
+class ResponseEvents extends EventWriter {
   readonly #ctx: ServerContext;
   readonly #prep: Prepared;
   readonly #head: ResponseHead;
   readonly #run: ChoiceRun;
-  #controller: ReadableStreamDefaultController<Uint8Array> | null = null;
   #sequence = 0;
   /** The finished output items, in order. */
   readonly #output: Record<string, unknown>[] = [];
@@ -122,41 +88,20 @@ class ResponseEvents {
   #pendingLogprobs: OutputLogprob[] = [];
   /** The whole reasoning streamed (for `usage`); null: none. */
   #reasoning: string | null = null;
-  /** Whether the stream is closed (ended, cancelled, or the controller refused an event). */
-  closed = false;
 
   constructor(ctx: ServerContext, prep: Prepared, head: ResponseHead, run: ChoiceRun) {
+    super();
     this.#ctx = ctx;
     this.#prep = prep;
     this.#head = head;
     this.#run = run;
   }
 
-  /** Sets the controller events are written to. */
-  attach(controller: ReadableStreamDefaultController<Uint8Array>): void {
-    this.#controller = controller;
-  }
-
   /** Sends one event of `type` (nothing once closed; a refused event closes the stream). */
   #send(type: string, fields: Record<string, unknown>): void {
     if (this.closed) return;
     const data = { type, sequence_number: this.#sequence++, ...fields };
-    try {
-      this.#controller!.enqueue(
-        encoder.encode(`event: ${type}\ndata: ${JSON.stringify(data)}\n\n`),
-      );
-    } catch {
-      this.closed = true;
-    }
-  }
-
-  /** Closes the stream (once). */
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    try {
-      this.#controller!.close();
-    } catch { /* already closed */ }
+    this.write(encoder.encode(`event: ${type}\ndata: ${JSON.stringify(data)}\n\n`));
   }
 
   /** `response.created` and `response.in_progress`. */
@@ -321,7 +266,7 @@ class ResponseEvents {
   }
 
   /** `e` as an `error` event. */
-  sendError(e: unknown): void {
+  override sendError(e: unknown): void {
     const ctx = this.#ctx;
     this.#sendApiError(toApiError(e, ctx.retryAfter) ?? internalError(e, ctx.onError));
   }

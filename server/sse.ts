@@ -30,25 +30,65 @@ export function sseEvent(data: unknown): Uint8Array {
   return encoder.encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`);
 }
 
-const SSE_HEADERS = {
+/** The headers of every Server-Sent Events response. */
+export const SSE_HEADERS = {
   "content-type": "text/event-stream; charset=utf-8",
   "cache-control": "no-cache",
   "x-accel-buffering": "no",
 };
 
 /**
- * The streaming response of `prep` over its primed `runs`. `done` is called once the stream has
- * ended (finished, failed or cancelled) and every run is recorded in the metrics; `ac` is
- * aborted when the stream is cancelled or fails.
+ * Writes a streamed response's events to its stream's controller, until the stream closes
+ * (ended, cancelled, or the controller refused an event); {@linkcode eventStream} drives it.
  */
-export function completeStreaming(
+export abstract class EventWriter {
+  #controller: ReadableStreamDefaultController<Uint8Array> | null = null;
+  /** Whether the stream is closed: nothing more is sent. */
+  closed = false;
+
+  /** Sets the controller events are written to (before anything is sent). */
+  attach(controller: ReadableStreamDefaultController<Uint8Array>): void {
+    this.#controller = controller;
+  }
+
+  /** Enqueues one encoded event (nothing once closed; a refused event closes the stream). */
+  protected write(bytes: Uint8Array): void {
+    if (this.closed) return;
+    try {
+      this.#controller!.enqueue(bytes);
+    } catch {
+      this.closed = true;
+    }
+  }
+
+  /** Closes the stream (once). */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      this.#controller!.close();
+    } catch { /* already closed */ }
+  }
+
+  /** Sends `e` as the stream's error event (and whatever ends the stream after one). */
+  abstract sendError(e: unknown): void;
+}
+
+/**
+ * A streamed response over the primed `runs`: `produce` sends every event but an error; when it
+ * throws, the error is sent and every run's engine request cancelled; a cancelled stream (client
+ * disconnect) cancels them too. `done` is called once the stream has ended (finished, failed or
+ * cancelled) and every run is recorded in the metrics; `ac` is aborted when the stream is
+ * cancelled or fails.
+ */
+export function eventStream(
   ctx: ServerContext,
-  prep: Prepared,
-  runs: ChoiceRun[],
+  runs: readonly ChoiceRun[],
   ac: AbortController,
   done: () => void,
+  events: EventWriter,
+  produce: () => Promise<void>,
 ): Response {
-  const events = new ChunkEvents(ctx, prep, runs);
   let finished = false;
   const finish = () => {
     if (finished) return;
@@ -63,14 +103,10 @@ export function completeStreaming(
   const body = new ReadableStream<Uint8Array>({
     start(controller) {
       events.attach(controller);
-      events.sendRoles();
-      Promise.all(runs.map((r) => events.pump(r))).then(
-        () => events.sendEnd(ac),
-        (e: unknown) => {
-          events.sendError(e);
-          stopAll();
-        },
-      ).finally(() => {
+      produce().catch((e: unknown) => {
+        events.sendError(e);
+        stopAll();
+      }).finally(() => {
         events.close();
         finish();
       });
@@ -84,21 +120,39 @@ export function completeStreaming(
 }
 
 /**
+ * The streaming response of `prep` over its primed `runs`. `done` is called once the stream has
+ * ended (finished, failed or cancelled) and every run is recorded in the metrics; `ac` is
+ * aborted when the stream is cancelled or fails.
+ */
+export function completeStreaming(
+  ctx: ServerContext,
+  prep: Prepared,
+  runs: ChoiceRun[],
+  ac: AbortController,
+  done: () => void,
+): Response {
+  const events = new ChunkEvents(ctx, prep, runs);
+  return eventStream(ctx, runs, ac, done, events, async () => {
+    events.sendRoles();
+    await Promise.all(runs.map((r) => events.pump(r)));
+    events.sendEnd(ac);
+  });
+}
+
+/**
  * The events of one streaming response, written to its stream's controller: the chat role
  * chunks, each choice's increments, the usage chunk and `[DONE]` (or an error event). Nothing
  * is sent once the stream is closed.
  */
-class ChunkEvents {
+class ChunkEvents extends EventWriter {
   readonly #ctx: ServerContext;
   readonly #prep: Prepared;
   readonly #runs: readonly ChoiceRun[];
   /** The fields every chunk starts with. */
   readonly #head: { id: string; object: string; created: number; model: string };
-  #controller: ReadableStreamDefaultController<Uint8Array> | null = null;
-  /** Whether the stream is closed (ended, cancelled, or the controller refused an event). */
-  closed = false;
 
   constructor(ctx: ServerContext, prep: Prepared, runs: readonly ChoiceRun[]) {
+    super();
     this.#ctx = ctx;
     this.#prep = prep;
     this.#runs = runs;
@@ -106,28 +160,9 @@ class ChunkEvents {
     this.#head = { id: prep.id, object, created: prep.created, model: prep.model };
   }
 
-  /** Sets the controller events are written to. */
-  attach(controller: ReadableStreamDefaultController<Uint8Array>): void {
-    this.#controller = controller;
-  }
-
-  /** Sends `data` as one event (nothing once closed; a refused event closes the stream). */
+  /** Sends `data` as one event (nothing once closed). */
   send(data: unknown): void {
-    if (this.closed) return;
-    try {
-      this.#controller!.enqueue(sseEvent(data));
-    } catch {
-      this.closed = true;
-    }
-  }
-
-  /** Closes the stream (once). */
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    try {
-      this.#controller!.close();
-    } catch { /* already closed */ }
+    this.write(sseEvent(data));
   }
 
   /**
@@ -185,7 +220,7 @@ class ChunkEvents {
   }
 
   /** `e` as an error event, then `[DONE]`. */
-  sendError(e: unknown): void {
+  override sendError(e: unknown): void {
     const ctx = this.#ctx;
     const err = toApiError(e, ctx.retryAfter) ?? internalError(e, ctx.onError);
     this.send(err.body());
