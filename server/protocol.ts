@@ -321,6 +321,8 @@ export const tokenizeRequestSchema = z.object({
   continue_final_message: z.boolean().nullish(),
   add_special_tokens: z.boolean().nullish(),
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  /** vLLM's: also answer each token's vocabulary string (`token_strs`); default false. */
+  return_token_strs: z.boolean().nullish(),
 });
 
 /**

@@ -1,6 +1,7 @@
 /**
  * vLLM's tokenizer endpoints: `POST /tokenize` (a prompt, or chat messages through the chat
- * template, -> token ids with `count` and `max_model_len`) and `POST /detokenize` (token ids ->
+ * template, -> token ids with `count` and `max_model_len`, and with `return_token_strs` each
+ * token's vocabulary string) and `POST /detokenize` (token ids ->
  * text).
  *
  * @module
@@ -48,7 +49,16 @@ export async function tokenizeEndpoint(ctx: ServerContext, req: Request): Promis
     });
     tokens = tok.encode(text, { addSpecialTokens: body.add_special_tokens ?? false });
   }
-  return Response.json({ count: tokens.length, max_model_len: engine.model.maxModelLen, tokens });
+  const tok = requireTokenizer(engine, body.prompt !== undefined ? "prompt" : "messages");
+  return Response.json({
+    count: tokens.length,
+    max_model_len: engine.model.maxModelLen,
+    tokens,
+    // vLLM's: the vocabulary strings (`convert_ids_to_tokens`: byte-level pieces, not text).
+    ...(body.return_token_strs === true
+      ? { token_strs: tokens.map((id) => tok.idToToken(id) ?? null) }
+      : {}),
+  });
 }
 
 /** `POST /detokenize`: token ids -> `{prompt: text}`; an id outside the vocabulary is a 400. */

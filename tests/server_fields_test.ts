@@ -275,3 +275,27 @@ Deno.test("add_special_tokens decides whether a string prompt gets BOS, as in /t
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("/tokenize answers each token's vocabulary string when return_token_strs is set", async () => {
+  const tok = await tinyTokenizer();
+  const engine = new FakeEngine(tok, { maxModelLen: 64 });
+  await withServer(engine, {}, async (url) => {
+    const plain = await (await post(url, "/tokenize", { prompt: "hello world" })).json();
+    assert.equal(plain.token_strs, undefined);
+    const res = await post(url, "/tokenize", { prompt: "hello world", return_token_strs: true });
+    assert.equal(res.status, 200);
+    const body = await res.json();
+    assert.equal(body.token_strs.length, body.tokens.length);
+    body.tokens.forEach((id: number, i: number) => {
+      assert.equal(body.token_strs[i], tok.idToToken(id));
+      assert.equal(typeof body.token_strs[i], "string");
+    });
+    // Chat messages too (through the template).
+    const chat = await post(url, "/tokenize", { messages, return_token_strs: true });
+    const c = await chat.json();
+    assert.deepEqual(c.token_strs, c.tokens.map((id: number) => tok.idToToken(id)));
+    const bad = await post(url, "/tokenize", { prompt: "x", return_token_strs: "yes" });
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).error.param, "return_token_strs");
+  });
+});
