@@ -2,7 +2,8 @@
  * The route table of the HTTP server ({@linkcode ROUTES}: path -> allowed methods) and
  * {@linkcode route}, which answers 404 / 405 / 415 and dispatches a request to its endpoint; with
  * the small read-only endpoints `GET /v1/models` (and `/v1/models/{id}`), `GET /health` (and
- * SageMaker's `/ping`, as vLLM serves it), `GET /version` and `GET /metrics`. The other endpoints
+ * SageMaker's `/ping`, as vLLM serves it), `GET /version` and `GET /metrics`; SageMaker's
+ * `POST /invocations` dispatches to chat or completions by its body. The other endpoints
  * live in server/generate.ts, server/responses.ts, server/tokenize.ts and server/batch_test.ts.
  *
  * @module
@@ -12,6 +13,7 @@ import { batchTestEndpoint, type BatchTestFactory } from "./batch_test.ts";
 import { checkModel, type ServerContext } from "./context.ts";
 import { generateEndpoint } from "./generate.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "./prometheus.ts";
+import { readJson } from "./read_json.ts";
 import { ApiError } from "./protocol.ts";
 import { responsesEndpoint } from "./responses.ts";
 import { checkJsonContentType } from "./security.ts";
@@ -31,6 +33,7 @@ const ROUTES: Readonly<Record<string, readonly string[]>> = {
   "/tokenize": ["POST"],
   "/detokenize": ["POST"],
   "/batch/test": ["POST"],
+  "/invocations": ["POST"],
 };
 
 /** `GET /v1/models/{id}`: one served model (OpenAI's retrieve); any id after the prefix. */
@@ -90,9 +93,30 @@ export async function route(
       return await detokenizeEndpoint(ctx, req);
     case "/batch/test":
       return await batchTestEndpoint(ctx, settings.batchTest, req);
+    case "/invocations":
+      return await generateEndpoint(ctx, req, await invocationKind(ctx, req));
     default:
       return modelEndpoint(ctx, settings.startedAt, path.slice(MODEL_PREFIX.length));
   }
+}
+
+/**
+ * SageMaker's `POST /invocations`, as vLLM serves it: a body with `messages` is a chat
+ * completion, one with `prompt` a completion; anything else is a 400 naming `messages`. The
+ * body is read from a copy (within the same size and time limits) and the endpoint reads it
+ * again.
+ */
+async function invocationKind(ctx: ServerContext, req: Request): Promise<"chat" | "completion"> {
+  const body = await readJson(req.clone(), ctx.maxBody, ctx.readTimeoutMs);
+  if (typeof body === "object" && body !== null && !Array.isArray(body)) {
+    if ("messages" in body) return "chat";
+    if ("prompt" in body) return "completion";
+  }
+  throw new ApiError(
+    400,
+    "POST /invocations takes a chat request (messages) or a completion request (prompt)",
+    { param: "messages", code: "missing_required_parameter" },
+  );
 }
 
 /** `GET /v1/models`: the served names, with `max_model_len` (and `vocab_size` when known). */

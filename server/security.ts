@@ -12,7 +12,7 @@
  * 2. CORS preflight (`OPTIONS` with `Access-Control-Request-Method`): answered 204 with the CORS
  *    headers for an allowed origin, 403 `origin_not_allowed` otherwise. CORS is off by default
  *    (no CORS headers; `OPTIONS` gets the router's 405), so browsers keep other origins out.
- * 3. API key: `/v1/*`, `/tokenize`, `/detokenize` and `/batch/test` need
+ * 3. API key: `/v1/*`, `/tokenize`, `/detokenize`, `/batch/test` and `/invocations` need
  *    `Authorization: Bearer KEY` (compared in constant time); `/health`, `/ping`, `/version`
  *    and `/metrics` stay open.
  *    Failure: 401 `invalid_api_key` with `WWW-Authenticate: Bearer`.
@@ -44,7 +44,7 @@ export interface SecurityOptions {
   readonly bindHost?: string;
 }
 
-const PROTECTED = /^\/(v1\/|tokenize$|detokenize$|batch\/test$)/;
+const PROTECTED = /^\/(v1\/|tokenize$|detokenize$|batch\/test$|invocations$)/;
 const ALLOW_METHODS = "GET, POST, OPTIONS";
 const ALLOW_HEADERS = "authorization, content-type, x-session-id";
 

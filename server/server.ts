@@ -9,6 +9,7 @@
  * | `GET /v1/models` | the served model names, with `max_model_len`; `/v1/models/{id}`: one |
  * | `GET /health` | 200 (empty) when ready, 503 while loading, draining or after an engine error |
  * | `GET`, `POST /ping` | the same as `/health` (SageMaker's check) |
+ * | `POST /invocations` | SageMaker's inference route: chat (`messages`) or completions (`prompt`) by the body |
  * | `GET /version` | `{"version"}` of this server |
  * | `GET /metrics` | Prometheus text format, vLLM's metric names (server/metrics.ts) |
  * | `POST /tokenize`, `POST /detokenize` | vLLM's tokenizer endpoints |
@@ -79,7 +80,10 @@ export interface ServerOptions {
   onError?: (error: unknown) => void;
   /** Called with the server's warnings, e.g. ignored request fields. Default: `console.warn`. */
   onWarning?: (message: string) => void;
-  /** Bearer token required by `/v1/*`, `/tokenize`, `/detokenize`, `/batch/test` (server/security.ts). */
+  /**
+   * Bearer token required by `/v1/*`, `/tokenize`, `/detokenize`, `/batch/test` and
+   * `/invocations` (server/security.ts).
+   */
   apiKey?: string | null;
   /** Origins allowed by CORS (`*`: any). Default: CORS off. */
   allowedOrigins?: readonly string[] | "*" | null;

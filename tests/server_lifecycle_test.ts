@@ -377,6 +377,24 @@ Deno.test("/v1/models, /tokenize and /detokenize answer vLLM's shapes", async ()
     });
     assert.equal(both.status, 400);
     assert.equal((await both.json()).error.param, "messages");
+    // SageMaker's /invocations (as vLLM serves it): chat or completions by the body.
+    const direct = {
+      chat: await post("/v1/chat/completions", { messages, max_tokens: 3, temperature: 0 }),
+      completion: await post("/v1/completions", { prompt: text, max_tokens: 3, temperature: 0 }),
+    };
+    const via = {
+      chat: await post("/invocations", { messages, max_tokens: 3, temperature: 0 }),
+      completion: await post("/invocations", { prompt: text, max_tokens: 3, temperature: 0 }),
+    };
+    assert.equal(via.chat.object, "chat.completion");
+    assert.equal(via.chat.choices[0].message.content, direct.chat.choices[0].message.content);
+    assert.equal(via.completion.object, "text_completion");
+    assert.equal(via.completion.choices[0].text, direct.completion.choices[0].text);
+    const neither = await post("/invocations", { input: "x" });
+    assert.equal(neither.error.param, "messages");
+    const get = await fetch(`${url}/invocations`);
+    assert.equal(get.status, 405);
+    await get.body?.cancel();
   });
 });
 

@@ -46,10 +46,12 @@ Deno.test("createHandler() answers 401 without the right API key and keeps /heal
     status: 401,
     code: "invalid_api_key",
   });
-  assert.deepEqual(await errorOf(await post({}, "/detokenize")), {
-    status: 401,
-    code: "invalid_api_key",
-  });
+  for (const path of ["/detokenize", "/invocations"]) {
+    assert.deepEqual(await errorOf(await post({}, path)), {
+      status: 401,
+      code: "invalid_api_key",
+    }, path);
+  }
   const ok = await post({ authorization: "Bearer s3cret" });
   assert.equal(ok.status, 200);
   await ok.body?.cancel();
