@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { EngineDeadError, EngineOverloadedError } from "../engine/engine_api.ts";
 import { kernelSeed } from "../scheduler/sampling_params.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
+import { post } from "./support/http.ts";
 
 interface ErrorBody {
   error: { message: string; type: string; param: string | null; code: string | null };
@@ -32,14 +33,6 @@ async function expectError(
   assert.equal(err.param, param, `${context}: param`);
   if (code !== null) assert.equal(err.code, code, `${context}: code`);
   return body as ErrorBody;
-}
-
-function post(url: string, path: string, body: unknown): Promise<Response> {
-  return fetch(`${url}${path}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: typeof body === "string" ? body : JSON.stringify(body),
-  });
 }
 
 const chat = (extra: Record<string, unknown>) => ({

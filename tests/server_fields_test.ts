@@ -15,14 +15,7 @@ import { MAX_REPORTED_IGNORED_FIELDS } from "../server/context.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { Tokenizer } from "../engine/tokenizer.ts";
-
-function post(url: string, path: string, body: unknown): Promise<Response> {
-  return fetch(`${url}${path}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-}
+import { post } from "./support/http.ts";
 
 const messages = [{ role: "user", content: "hi" }];
 

@@ -20,6 +20,7 @@ import {
 } from "./support/fake_engine.ts";
 import { GPU_TEST } from "./support/gpu.ts";
 import { withTinyEngine } from "./support/tiny_engine.ts";
+import { byIndex, chunks, ok, post } from "./support/http.ts";
 
 type Dict = Record<string, { logprob: number; rank: number; decoded_token: string }>;
 
@@ -36,35 +37,6 @@ interface CompletionChoice {
   logprobs: CompletionLogprobs | null;
   finish_reason: string | null;
   prompt_logprobs?: (Dict | null)[];
-}
-
-function post(url: string, path: string, body: unknown): Promise<Response> {
-  return fetch(`${url}${path}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-}
-
-/** The JSON body of a 200 answer (fails the test otherwise). */
-async function ok<T = Record<string, unknown>>(res: Response): Promise<T> {
-  const text = await res.text();
-  assert.equal(res.status, 200, text);
-  return JSON.parse(text);
-}
-
-/** The chunks of an SSE answer, `[DONE]` checked and left out. */
-async function chunks(res: Response): Promise<Record<string, unknown>[]> {
-  const text = await res.text();
-  assert.equal(res.status, 200, text);
-  const events = text.split("\n\n").filter((e) => e !== "").map((e) => e.replace(/^data: /, ""));
-  assert.equal(events.pop(), "[DONE]");
-  return events.map((e) => JSON.parse(e));
-}
-
-/** Sorted by `index`. */
-function byIndex<T extends { index: number }>(choices: T[]): T[] {
-  return [...choices].sort((a, b) => a.index - b.index);
 }
 
 /**

@@ -12,17 +12,10 @@ import { Tokenizer } from "../engine/tokenizer.ts";
 import { createHandler } from "../server/server.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
+import { post } from "./support/http.ts";
 
 function client(url: string): OpenAI {
   return new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 });
-}
-
-function post(url: string, path: string, body: unknown): Promise<Response> {
-  return fetch(`${url}${path}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
 }
 
 /** The raw events of a streamed `/v1/responses` answer: `event:` name and parsed data. */

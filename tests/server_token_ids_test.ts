@@ -15,6 +15,7 @@ import { LLMEngine } from "../engine/llm_engine.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import { chatLogprobs, completionLogprobs } from "../server/logprobs.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
+import { byIndex, chunks, ok, post } from "./support/http.ts";
 
 interface CompletionLogprobs {
   tokens: string[];
@@ -52,35 +53,6 @@ interface ChatChunkChoice {
   delta: { role?: string; content?: string };
   logprobs: ChatChoice["logprobs"];
   token_ids?: number[];
-}
-
-function post(url: string, path: string, body: unknown): Promise<Response> {
-  return fetch(`${url}${path}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-}
-
-/** The JSON body of a 200 answer (fails the test otherwise). */
-async function ok<T = Record<string, unknown>>(res: Response): Promise<T> {
-  const text = await res.text();
-  assert.equal(res.status, 200, text);
-  return JSON.parse(text);
-}
-
-/** The chunks of an SSE answer, `[DONE]` checked and left out. */
-async function chunks<T = Record<string, unknown>>(res: Response): Promise<T[]> {
-  const text = await res.text();
-  assert.equal(res.status, 200, text);
-  const events = text.split("\n\n").filter((e) => e !== "").map((e) => e.replace(/^data: /, ""));
-  assert.equal(events.pop(), "[DONE]");
-  return events.map((e) => JSON.parse(e));
-}
-
-/** Sorted by `index`. */
-function byIndex<T extends { index: number }>(choices: T[]): T[] {
-  return [...choices].sort((a, b) => a.index - b.index);
 }
 
 /** The fake's greedy answer of `count` tokens to `source`: its tokens repeated. */
