@@ -63,19 +63,28 @@ export class ChoiceRun {
   #observed = false;
   #started = false;
   #ended = false;
+  /** Echo without generation: the generated tokens are counted, never shown (see constructor). */
+  readonly #hideOutput: boolean;
 
+  /**
+   * @param hideOutput `echo` with `max_tokens` 0 (Prepared.echoOnly): increments reach the
+   *   response without their generated text, ids and logprobs (still counted in the usage and
+   *   timed in the metrics).
+   */
   constructor(
     index: number,
     requestId: string,
     promptTokens: number,
     logprobs: boolean,
     arrival: number,
+    hideOutput = false,
   ) {
     this.index = index;
     this.requestId = requestId;
     this.promptTokens = promptTokens;
     this.logprobs = logprobs;
     this.#arrival = arrival;
+    this.#hideOutput = hideOutput;
   }
 
   /**
@@ -113,14 +122,17 @@ export class ChoiceRun {
     if (this.#iterator === null) return { done: true, value: undefined };
     const r = await this.#iterator.next();
     if (!r.done) {
-      const out = r.value;
-      if (out.tokenIds.length > 0) {
+      if (r.value.tokenIds.length > 0) {
         // Timings per increment that carries tokens (one gap per increment, not per token).
         const now = performance.now();
         if (this.#ttft === null) this.#ttft = (now - this.#arrival) / 1000;
         else this.#gaps.push((now - this.#last) / 1000);
         this.#last = now;
       }
+      const out = this.#hideOutput
+        ? { ...r.value, text: "", tokenIds: [], logprobs: r.value.logprobs === null ? null : [] }
+        : r.value;
+      r.value = out;
       if (out.queueTime !== undefined) this.#queueTime = out.queueTime;
       this.text += out.text;
       this.outputTokens = out.numOutputTokens;
@@ -217,6 +229,7 @@ export async function launch(
           ids.length,
           prep.logprobs,
           arrival,
+          prep.echoOnly,
         );
         run.start(engine, params, ids, prep.priority, ac.signal, prep.cacheSalt);
         runs.push(run);

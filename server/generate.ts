@@ -106,16 +106,9 @@ async function completeNonStreaming(
     const echo = echoText(prep, r.index);
     return {
       index: r.index,
-      text: prep.echoOnly ? echo : echo + r.text,
+      text: echo + r.text,
       logprobs: r.logprobs
-        ? completionChoiceLogprobs(
-          engine,
-          prep,
-          r,
-          prep.echoOnly ? [] : r.tokenLogprobs,
-          echo.length,
-          true,
-        )
+        ? completionChoiceLogprobs(engine, prep, r, r.tokenLogprobs, echo.length, true)
         : null,
       finish_reason: finish,
       stop_reason: r.stopReason,
@@ -139,7 +132,7 @@ async function completeNonStreaming(
 
 /**
  * A completion choice's `return_token_ids` fields, as vLLM answers them: its prompt's ids and the
- * ids it generated (none for `echo` without generation, whose generated token is left out).
+ * ids it generated (none for `echo` without generation: ChoiceRun leaves its token out).
  */
 function tokenIdsOf(
   prep: Prepared,
@@ -147,6 +140,6 @@ function tokenIdsOf(
 ): { prompt_token_ids: number[]; token_ids: number[] } {
   return {
     prompt_token_ids: prep.prompts[Math.floor(r.index / prep.n)]!,
-    token_ids: prep.echoOnly ? [] : r.tokenIds,
+    token_ids: r.tokenIds,
   };
 }

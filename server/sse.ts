@@ -264,16 +264,13 @@ function streamedChoice(
 ): Record<string, unknown> | null {
   const { engine } = ctx;
   const reason = out.finishReason === "abort" ? null : out.finishReason;
-  // Echo without generation (`max_tokens` 0): the generated token is left out.
-  const generated = prep.echoOnly ? "" : out.text;
-  const lps = prep.echoOnly ? [] : out.logprobs ?? [];
+  const lps = out.logprobs ?? [];
   const hasLogprobs = r.logprobs && lps.length > 0;
-  const text = state.echo + generated;
+  const text = state.echo + out.text;
   // A completion's first chunk carries the prompt's logprobs (prompt_logprobs, echoed ones).
   const prompt = state.first && prep.kind === "completion" &&
     (prep.promptLogprobs !== null || prep.echoLogprobs !== null);
-  const tokens = prep.echoOnly ? 0 : out.tokenIds.length;
-  if (tokens === 0 && text === "" && reason === null && !hasLogprobs && !prompt) {
+  if (out.tokenIds.length === 0 && text === "" && reason === null && !hasLogprobs && !prompt) {
     return null;
   }
   // The generated text starts after the echoed one.
@@ -289,7 +286,7 @@ function streamedChoice(
     ...(first && prep.kind === "completion"
       ? { prompt_token_ids: prep.prompts[Math.floor(r.index / prep.n)]! }
       : {}),
-    token_ids: prep.echoOnly ? [] : out.tokenIds,
+    token_ids: out.tokenIds,
   };
   const choice = prep.kind === "chat"
     ? {
