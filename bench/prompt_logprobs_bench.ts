@@ -13,7 +13,8 @@
  * their ratio, then the median ratio.
  *
  * Run: `deno task bench:prompt-logprobs [--model tiny|qwen3-0.6b|DIR] [--prompts N]
- * [--len L] [--top K] [--max-num-seqs S] [--rounds R] [--kernel-profile auto|cpu|gpu] [--json]`.
+ * [--len L] [--top K] [--max-num-seqs S] [--rounds R] [--kernel-profile auto|cpu|gpu]
+ * [--quantization none|int8|int4] [--json]`.
  *
  * @module
  */
@@ -34,6 +35,7 @@ const USAGE = `usage: deno task bench:prompt-logprobs [options]
   --max-num-seqs S             max_num_seqs: sampler rows per step (default 64)
   --rounds R                   interleaved rounds (default 3)
   --kernel-profile P           auto | cpu | gpu (default auto)
+  --quantization Q             none | int8 | int4: weights quantized while loading (default none)
   --json                       print the rounds as JSON
   --help                       this text`;
 
@@ -89,6 +91,7 @@ function parseOptions(argv: string[]) {
     "max-num-seqs": { type: "string", default: "64" },
     rounds: { type: "string", default: "3" },
     "kernel-profile": { type: "string", default: "auto" },
+    quantization: { type: "string", default: "none" },
     json: { type: "boolean", default: false },
     help: { type: "boolean", default: false },
   });
@@ -102,6 +105,7 @@ function parseOptions(argv: string[]) {
     maxNumSeqs: positiveInt("max-num-seqs", args["max-num-seqs"]),
     rounds: positiveInt("rounds", args.rounds),
     profile: oneOf("kernel-profile", args["kernel-profile"], ["auto", "cpu", "gpu"] as const),
+    quantization: oneOf("quantization", args.quantization, ["none", "int8", "int4"] as const),
   };
 }
 
@@ -132,14 +136,18 @@ async function main(): Promise<number> {
       enablePrefixCaching: false,
       maxNumSeqs: o.maxNumSeqs,
       kernelProfile: o.profile,
+      quantization: o.quantization,
     });
     try {
       const vocab = Math.min(engine.model.vocabSize, 30_000);
       let seed = 1;
       const next = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) % vocab;
       const prompts = Array.from({ length: o.prompts }, () => Array.from({ length: o.len }, next));
-      // Warm-up: compiles and first-use allocations out of the timed runs.
-      await run(engine, prompts.slice(0, 1), o.top, "warm");
+      // Warm-up of both runs, all prompts (the plain run's whole-prompt chunks and the scored
+      // run's row-bounded ones compile different kernels and shapes): compiles and first-use
+      // allocations out of the timed rounds.
+      await run(engine, prompts, null, "warm-plain");
+      await run(engine, prompts, o.top, "warm-scored");
       const rounds: { plain: RunResult; scored: RunResult; ratio: number }[] = [];
       for (let r = 0; r < o.rounds; r++) {
         const plain = await run(engine, prompts, null, `plain-${r}`);
@@ -156,7 +164,7 @@ async function main(): Promise<number> {
         return 0;
       }
       console.log(
-        `${machine}\nmodel: ${o.model} (${engine.model.architecture}, ${engine.model.dtype})`,
+        `${machine}\nmodel: ${o.model} (${engine.model.architecture}, ${engine.model.dtype}; weights ${o.quantization})`,
       );
       console.log(
         `command: deno task bench:prompt-logprobs ${Deno.args.join(" ")}`.trimEnd(),
