@@ -137,11 +137,16 @@ export function packSampleParams(
 export interface SampleBuffers {
   /** f32 `[numSeqs, vocab]` (row stride `vocab`): the logits. Must not contain NaN. */
   readonly logits: GPUBufferBinding;
-  /** `[numSeqs]` records of {@linkcode SAMPLE_PARAMS_BYTES} bytes ({@linkcode packSampleParams}). */
+  /**
+   * `[row0 + numSeqs]` records of {@linkcode SAMPLE_PARAMS_BYTES} bytes
+   * ({@linkcode packSampleParams}).
+   */
   readonly params: GPUBufferBinding;
-  /** u32 `[numSeqs]`: the chosen token ids; for a forced row, the target's rank (output). */
+  /**
+   * u32 `[row0 + numSeqs]`: the chosen token ids; for a forced row, the target's rank (output).
+   */
   readonly tokens: GPUBufferBinding;
-  /** f32 `[numSeqs]`: log-softmax of the raw logits at the chosen / target token (output). */
+  /** f32 `[row0 + numSeqs]`: log-softmax of the raw logits at the chosen / target token (output). */
   readonly logprobs: GPUBufferBinding;
 }
 
@@ -224,15 +229,21 @@ export class SampleOp {
   constructor(private readonly site: CallSite) {}
 
   /**
-   * Encodes the sampling of `numSeqs` rows of `vocab` logits (one workgroup per row).
+   * Encodes the sampling of `numSeqs` rows of `vocab` logits (one workgroup per row): logits
+   * row s with record `row0 + s`, into tokens / logprobs `row0 + s` (`row0` > 0: a later
+   * sub-batch of a step's rows, its logits computed into rows 0.. of the same buffer).
    *
-   * @throws {RangeError} when `vocab` is 0 or `numSeqs * vocab` exceeds 2^32 elements.
+   * @throws {RangeError} when `vocab` is 0, `numSeqs * vocab` exceeds 2^32 elements or `row0`
+   *   is not a non-negative integer.
    */
-  encode(pass: GPUComputePassEncoder, numSeqs: number, vocab: number): void {
+  encode(pass: GPUComputePassEncoder, numSeqs: number, vocab: number, row0 = 0): void {
     if (!Number.isInteger(vocab) || vocab < 1 || numSeqs * vocab > 0xffffffff) {
       throw new RangeError(`Cannot sample ${numSeqs} rows of ${vocab} logits`);
     }
-    this.site.slot.setU32(0, numSeqs, vocab);
+    if (!Number.isInteger(row0) || row0 < 0) {
+      throw new RangeError(`Cannot sample from row ${row0}`);
+    }
+    this.site.slot.setU32(0, numSeqs, vocab, row0);
     this.site.dispatch(pass, numSeqs);
   }
 }

@@ -1,6 +1,8 @@
 // sample: picks one token per sequence from its logits, on the GPU, over the full vocabulary.
 //
-// Per row s (one workgroup), with l = logits[s, :] and the row's SeqParams:
+// Per row s < num_seqs (one workgroup), with l = logits[s, :] and the row's SeqParams
+// seq[row0 + s], writing tokens[row0 + s] and logprobs[row0 + s] (row0: the first of a sub-batch
+// of rows whose logits were computed into rows 0.. of `logits`, engine/sampler.ts):
 //   m      = max(l), argmax = lowest index holding m, lse = m + log(sum(exp(l - m)))
 //   greedy (temperature <= 0):  token = argmax
 //   random (temperature T > 0): filters, in vLLM's order, on the scaled distribution
@@ -35,10 +37,11 @@
 //
 // Bindings (group 0):
 //   0 logits   : storage read   array<f32>        [num_seqs, vocab] (row stride vocab)
-//   1 seq      : storage read   array<SeqParams>  [num_seqs] (28 bytes each, see below)
-//   2 tokens   : storage rw     array<u32>        [num_seqs]  chosen token ids (forced: rank)
-//   3 logprobs : storage rw     array<f32>        [num_seqs]  raw logprob of the chosen (forced:
-//                                                             target) token
+//   1 seq      : storage read   array<SeqParams>  [row0 + num_seqs] (28 bytes each, see below)
+//   2 tokens   : storage rw     array<u32>        [row0 + num_seqs]  chosen token ids (forced:
+//                                                                    rank)
+//   3 logprobs : storage rw     array<f32>        [row0 + num_seqs]  raw logprob of the chosen
+//                                                                    (forced: target) token
 //   4 p        : uniform        Params
 // Prelude (kernels/sample.ts): `const WG` (invocations per workgroup), `const NB` (buckets per
 // search pass) and `const NB_LOG2`; logit_row.wgsl (NEG_INF, POS_INF, order_key, mix32);
@@ -51,6 +54,7 @@
 struct Params {
   num_seqs: u32,
   vocab: u32,
+  row0: u32, // index of logits row 0 in seq, tokens and logprobs
 }
 
 struct SeqParams {
@@ -330,7 +334,8 @@ fn main(
   }
   let vocab = p.vocab;
   let base = row * vocab;
-  let sp = seq[row];
+  let out = p.row0 + row;
+  let sp = seq[out];
 
   // Pass 1: max, argmax, sum(exp(l - max)), smallest finite logit.
   t_m = NEG_INF;
@@ -362,8 +367,8 @@ fn main(
   if (tgt != 0xffffffffu) {
     if (tgt >= vocab) {
       if (lid == 0u) {
-        tokens[row] = 0u;
-        logprobs[row] = bitcast<f32>(0xff800000u); // -inf
+        tokens[out] = 0u;
+        logprobs[out] = bitcast<f32>(0xff800000u); // -inf
       }
       return;
     }
@@ -377,9 +382,9 @@ fn main(
       for (var j = 0u; j < WG; j++) {
         rank += red_u[j];
       }
-      tokens[row] = rank;
+      tokens[out] = rank;
       // lt - m - log(sum) is -inf for lt = -inf except in an all -inf row (m = -inf): NaN there.
-      logprobs[row] = select(bitcast<f32>(0xff800000u), lt - st.m - log(st.sum), lt >= NEG_INF);
+      logprobs[out] = select(bitcast<f32>(0xff800000u), lt - st.m - log(st.sum), lt >= NEG_INF);
     }
     return;
   }
@@ -388,8 +393,8 @@ fn main(
   if (!(temperature > 0.0) || !(st.m > NEG_INF)) {
     // Greedy (or a row that is all -inf: token 0).
     if (lid == 0u) {
-      tokens[row] = st.arg;
-      logprobs[row] = -log(st.sum);
+      tokens[out] = st.arg;
+      logprobs[out] = -log(st.sum);
     }
     return;
   }
@@ -425,7 +430,7 @@ fn main(
   reduce_argmax(lid);
   if (lid == 0u) {
     let tok = select(st.arg, t_arg, t_arg < vocab);
-    tokens[row] = tok;
-    logprobs[row] = logits[base + tok] - m - log(st.sum);
+    tokens[out] = tok;
+    logprobs[out] = logits[base + tok] - m - log(st.sum);
   }
 }

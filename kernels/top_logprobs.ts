@@ -48,11 +48,13 @@ export function packTopLogprobCounts(
 export interface TopLogprobsBuffers {
   /** f32 `[numSeqs, vocab]` (row stride `vocab`): the raw logits. Must not contain NaN. */
   readonly logits: GPUBufferBinding;
-  /** u32 `[numSeqs]`: tokens wanted per row, 0 to {@linkcode TOP_LOGPROBS_MAX}; 0 = skip. */
+  /**
+   * u32 `[row0 + numSeqs]`: tokens wanted per row, 0 to {@linkcode TOP_LOGPROBS_MAX}; 0 = skip.
+   */
   readonly counts: GPUBufferBinding;
-  /** u32 `[numSeqs, k]` (row stride `k`): token ids, best first (output). */
+  /** u32 `[row0 + numSeqs, k]` (row stride `k`): token ids, best first (output). */
   readonly ids: GPUBufferBinding;
-  /** f32 `[numSeqs, k]` (row stride `k`): their log-probabilities (output). */
+  /** f32 `[row0 + numSeqs, k]` (row stride `k`): their log-probabilities (output). */
   readonly logprobs: GPUBufferBinding;
 }
 
@@ -117,13 +119,21 @@ export class TopLogprobsOp {
   ) {}
 
   /**
-   * Encodes the top-`counts[s]` search of `numSeqs` rows of `vocab` logits, writing row s of
-   * `ids` / `logprobs` at `s * k` (entries past `min(counts[s], k, vocab)` are not written).
+   * Encodes the top-`counts[row0 + s]` search of `numSeqs` rows of `vocab` logits, writing
+   * logits row s into `ids` / `logprobs` at `(row0 + s) * k` (entries past
+   * `min(counts[row0 + s], k, vocab)` are not written; `row0` > 0: a later sub-batch of a step's
+   * rows, its logits computed into rows 0.. of the same buffer).
    *
-   * @throws {RangeError} when `vocab` is 0, `numSeqs * vocab` exceeds 2^32 elements, or `k` is
-   *   not in [1, {@linkcode TOP_LOGPROBS_MAX}].
+   * @throws {RangeError} when `vocab` is 0, `numSeqs * vocab` exceeds 2^32 elements, `k` is
+   *   not in [1, {@linkcode TOP_LOGPROBS_MAX}], or `row0` is not a non-negative integer.
    */
-  encode(pass: GPUComputePassEncoder, numSeqs: number, vocab: number, k: number): void {
+  encode(
+    pass: GPUComputePassEncoder,
+    numSeqs: number,
+    vocab: number,
+    k: number,
+    row0 = 0,
+  ): void {
     if (!Number.isInteger(vocab) || vocab < 1 || numSeqs * vocab > 0xffffffff) {
       throw new RangeError(`Cannot find top logprobs of ${numSeqs} rows of ${vocab} logits`);
     }
@@ -132,7 +142,10 @@ export class TopLogprobsOp {
         `Cannot find top logprobs: row stride k is ${k}, must be 1 to ${TOP_LOGPROBS_MAX}`,
       );
     }
-    this.slot.setU32(0, numSeqs, vocab, k);
+    if (!Number.isInteger(row0) || row0 < 0) {
+      throw new RangeError(`Cannot find top logprobs from row ${row0}`);
+    }
+    this.slot.setU32(0, numSeqs, vocab, k, row0);
     pass.setPipeline(this.pipeline);
     pass.setBindGroup(0, this.bindGroup);
     dispatch1d(pass, numSeqs);

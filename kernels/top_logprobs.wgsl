@@ -25,9 +25,11 @@
 //
 // Bindings (group 0):
 //   0 logits   : storage read   array<f32>  [num_seqs, vocab] (row stride vocab)
-//   1 counts   : storage read   array<u32>  [num_seqs] tokens wanted per row (0: skip)
-//   2 ids      : storage rw     array<u32>  [num_seqs, k] (row stride k) token ids (output)
-//   3 logprobs : storage rw     array<f32>  [num_seqs, k] (row stride k) log-probs (output)
+//   1 counts   : storage read   array<u32>  [row0 + num_seqs] tokens wanted per row (0: skip)
+//   2 ids      : storage rw     array<u32>  [row0 + num_seqs, k] (row stride k) token ids (output)
+//   3 logprobs : storage rw     array<f32>  [row0 + num_seqs, k] (row stride k) log-probs (output)
+// Logits row s is row row0 + s of counts, ids and logprobs (row0: the first of a sub-batch of
+// rows whose logits were computed into rows 0.. of `logits`, engine/sampler.ts).
 //   4 p        : uniform        Params
 // Prelude (kernels/top_logprobs.ts): `const WG` (invocations per workgroup, 16 to 128) and
 // logit_row.wgsl (NEG_INF, order_key); KMAX (20) is the largest k. Each `ROW_SCAN(visit)` line
@@ -42,6 +44,7 @@ struct Params {
   num_seqs: u32,
   vocab: u32,
   k: u32, // row stride of ids / logprobs, <= KMAX
+  row0: u32, // index of logits row 0 in counts, ids and logprobs
 }
 
 struct Stats {
@@ -136,12 +139,12 @@ fn main(
     return;
   }
   let vocab = p.vocab;
-  let n = min(min(counts[row], min(p.k, KMAX)), vocab);
+  let n = min(min(counts[p.row0 + row], min(p.k, KMAX)), vocab);
   if (n == 0u) {
     return;
   }
   let base = row * vocab;
-  let out = row * p.k;
+  let out = (p.row0 + row) * p.k;
 
   // Pass 1: max, sum(exp(l - max)), the thread's two largest keys.
   t_m = NEG_INF;

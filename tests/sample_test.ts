@@ -42,13 +42,18 @@ const VARIANTS: SampleVariant[] = [{ workgroup: 16, buckets: 128 }, {
 }];
 const tag = (v: SampleVariant) => `wg${v.workgroup}/nb${v.buckets}`;
 
-/** Runs `sample` on `rows` (each `vocab` logits) with per-row params; returns tokens, logprobs. */
+/**
+ * Runs `sample` on `rows` (each `vocab` logits) with per-row params; returns tokens, logprobs
+ * (`params.length` each, poisoned where not written). With `row0` > 0 the logits hold the rows
+ * of `params` from `row0` on only, as a later sub-batch of the sampler computes them.
+ */
 async function runSample(
   ctx: GpuContext,
   logits: Float32Array,
   vocab: number,
   params: SampleParams[],
   variant: SampleVariant,
+  row0 = 0,
 ): Promise<{ tokens: Uint32Array; logprobs: Float32Array }> {
   const numSeqs = params.length;
   const arena = new ParamArena(ctx, 2);
@@ -63,7 +68,7 @@ async function runSample(
       tokens: whole(tokensBuf),
       logprobs: whole(logprobsBuf),
     });
-    await runPass(ctx, arena, (pass) => op.encode(pass, numSeqs, vocab));
+    await runPass(ctx, arena, (pass) => op.encode(pass, numSeqs - row0, vocab, row0));
     return {
       tokens: await readU32(ctx, tokensBuf, numSeqs),
       logprobs: await readF32(ctx, logprobsBuf, numSeqs),
@@ -494,6 +499,48 @@ Deno.test(
             // Tolerance LOGPROB_TOL: 1e-4 absolute (relative beyond |ref| = 1).
             assertLogprob(logprobs[s]!, row, p.target, context);
           }
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "sample() with row0 reads record row0 + s and writes token and logprob row0 + s for logits row s",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const { seed, rng } = testSeed("sample row0");
+    const vocab = 777;
+    const row0 = 5;
+    const n = 6;
+    const logits = rng.normals(n * vocab, 3);
+    // Records 0..4 belong to an earlier sub-batch (forced rows: a kernel reading them for
+    // logits rows 0.. would return ranks); records 5.. alternate greedy and forced.
+    const targets = Array.from({ length: n }, () => rng.int(0, vocab - 1));
+    const params: SampleParams[] = [
+      ...Array.from({ length: row0 }, () => ({ target: 0 })),
+      ...targets.map((target, s) => (s % 2 === 0 ? { temperature: 0 } : { target })),
+    ];
+    for (const v of VARIANTS) {
+      const got = await runSample(ctx, logits, vocab, params, v, row0);
+      const context = `seed ${seed} ${tag(v)}`;
+      for (let r = 0; r < row0; r++) {
+        if (got.tokens[r] !== 0xdeadbeef || !Number.isNaN(got.logprobs[r])) {
+          throw new AssertionError({ message: `${context}: row ${r} written` });
+        }
+      }
+      for (let s = 0; s < n; s++) {
+        const row = rowOf(logits, vocab, s);
+        const token = got.tokens[row0 + s]!;
+        if (s % 2 === 0) {
+          assertEquals(token, argmaxRef(row), `${context} row ${s}`);
+          assertLogprob(got.logprobs[row0 + s]!, row, token, `${context} row ${s}`);
+        } else {
+          const t = targets[s]!;
+          const rank = 1 + Array.from(row).filter((l) => l > row[t]!).length;
+          assertEquals(token, rank, `${context} row ${s} rank`);
+          assertLogprob(got.logprobs[row0 + s]!, row, t, `${context} row ${s}`);
         }
       }
     }

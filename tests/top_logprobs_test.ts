@@ -29,7 +29,11 @@ const LOGPROB_TOL = 3e-5;
 /** The CPU-adapter and GPU workgroup sizes, and one between. */
 const WORKGROUPS = [16, 128, 32];
 
-/** Runs `top_logprobs` with poisoned outputs; returns ids and logprobs `[rows, k]`. */
+/**
+ * Runs `top_logprobs` with poisoned outputs; returns ids and logprobs `[rows, k]` (`rows`:
+ * `counts.length`). With `row0` > 0 the logits hold the last `rows - row0` rows only, as a later
+ * sub-batch of the sampler computes them.
+ */
 async function runTop(
   ctx: GpuContext,
   logits: Float32Array,
@@ -37,6 +41,7 @@ async function runTop(
   counts: number[],
   k: number,
   workgroup: number,
+  row0 = 0,
 ): Promise<{ ids: Uint32Array; logprobs: Float32Array }> {
   const rows = counts.length;
   const arena = new ParamArena(ctx, 2);
@@ -51,7 +56,7 @@ async function runTop(
       ids: whole(idsBuf),
       logprobs: whole(logprobsBuf),
     });
-    await runPass(ctx, arena, (pass) => op.encode(pass, rows, vocab, k));
+    await runPass(ctx, arena, (pass) => op.encode(pass, rows - row0, vocab, k, row0));
     return {
       ids: await readU32(ctx, idsBuf, rows * k),
       logprobs: await readF32(ctx, logprobsBuf, rows * k),
@@ -151,6 +156,39 @@ Deno.test(
   },
 );
 
+Deno.test(
+  "top_logprobs() with row0 reads counts and writes rows row0 + s for logits row s",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const { seed, rng } = testSeed("top_logprobs row0");
+    const vocab = 1000;
+    const k = 6;
+    // Rows 0..2 belong to an earlier sub-batch: their counts ask for entries, yet nothing may
+    // be written there.
+    const counts = [6, 6, 6, 4, 0, 6, 1];
+    const row0 = 3;
+    const logits = rng.normals((counts.length - row0) * vocab, 3);
+    for (const wg of [16, 128]) {
+      const got = await runTop(ctx, logits, vocab, counts, k, wg, row0);
+      const context = `seed ${seed} wg ${wg}`;
+      for (let i = 0; i < row0 * k; i++) {
+        if (got.ids[i] !== 0xdeadbeef || !Number.isNaN(got.logprobs[i])) {
+          throw new AssertionError({ message: `${context}: row ${Math.floor(i / k)} written` });
+        }
+      }
+      check(
+        { ids: got.ids.subarray(row0 * k), logprobs: got.logprobs.subarray(row0 * k) },
+        logits,
+        vocab,
+        counts.slice(row0),
+        k,
+        context,
+      );
+    }
+  },
+);
+
 Deno.test("top_logprobs() rejects invalid counts, k and workgroup sizes", GPU_TEST, async () => {
   const ctx = await testContext();
   assertThrows(() => packTopLogprobCounts([21]), RangeError);
@@ -172,6 +210,8 @@ Deno.test("top_logprobs() rejects invalid counts, k and workgroup sizes", GPU_TE
     assertThrows(() => op.encode(pass, 1, 4, 0), RangeError);
     assertThrows(() => op.encode(pass, 1, 4, 21), RangeError);
     assertThrows(() => op.encode(pass, 1, 0, 20), RangeError);
+    assertThrows(() => op.encode(pass, 1, 4, 20, -1), RangeError);
+    assertThrows(() => op.encode(pass, 1, 4, 20, 0.5), RangeError);
     pass.end();
     ctx.device.queue.submit([encoder.finish()]);
   } finally {
