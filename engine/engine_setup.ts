@@ -107,6 +107,7 @@ async function webGpuParts(
   const runner = await ModelRunner.fromCheckpoint(ctx, ck, {
     maxTokens: config.maxNumBatchedTokens,
     maxSeqs: config.maxNumSeqs,
+    maxSamplerRows: samplerRowsWanted(config),
     maxModelLen,
     blockSize: config.blockSize,
     numKvBlocks: kvBlocks,
@@ -141,7 +142,9 @@ async function webGpuParts(
     },
     tokenizer,
     generationDefaults: generationDefaultsOf(gen),
-    scheduler: makeScheduler(config, kvBlocks, maxModelLen, eos, numSwapBlocks, structured),
+    scheduler: makeScheduler(config, kvBlocks, maxModelLen, eos, numSwapBlocks, structured, {
+      samplerRows: runner.samplerRows,
+    }),
     executor: new WebGpuExecutor(runner, {
       numSwapBlocks,
       seedSource: requestSeeds(config.seed),
@@ -295,6 +298,25 @@ function logKv(log: Logger, blocks: number, blockSize: number, maxModelLen: numb
   );
 }
 
+/**
+ * Sampler rows a step of the WebGPU runner asks for: up to `SCORING_SUB_BATCHES` sub-batches of
+ * `max_num_seqs` rows, no more than a step's tokens (a chunk of a prompt with
+ * `prompt_logprobs` is scored in one step when it fits; engine/sampler.ts).
+ */
+function samplerRowsWanted(c: EngineConfig): number {
+  return Math.max(
+    c.maxNumSeqs,
+    Math.min(c.maxNumBatchedTokens, SCORING_SUB_BATCHES * c.maxNumSeqs),
+  );
+}
+
+/**
+ * Most sub-batches of `max_num_seqs` logits rows one step's sampler runs (scored prompt
+ * positions): at the defaults (64 sequences, 2,048 tokens) 512 rows per step, ~4 MiB of step
+ * buffers for a hidden size of 1,024 (engine/step_buffers.ts).
+ */
+const SCORING_SUB_BATCHES = 8;
+
 /** The scheduler `c.scheduler` names, sized for the KV cache and the model. */
 function makeScheduler(
   c: EngineConfig,
@@ -303,6 +325,7 @@ function makeScheduler(
   eosTokenIds: readonly number[],
   numSwapBlocks: number,
   structured: StructuredOutputs,
+  runner: { readonly samplerRows?: number } = {},
 ): Scheduler {
   const common = {
     maxModelLen,
@@ -311,6 +334,9 @@ function makeScheduler(
     maxNumBatchedTokens: c.maxNumBatchedTokens,
     eosTokenIds,
     hostReady: (requestId: string) => structured.ready(requestId),
+    // The runner's rows per step (sampled tokens and scored prompt positions); by default the
+    // schedulers' own bound (max_num_seqs, or the batch size).
+    ...(runner.samplerRows === undefined ? {} : { maxSamplerRows: runner.samplerRows }),
   };
   if (c.scheduler === "continuous") {
     return createScheduler({

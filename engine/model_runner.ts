@@ -26,7 +26,7 @@ import type { PenaltyHistorySlots } from "./logits_process_lists.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
-import { type SampledRows, Sampler } from "./sampler.ts";
+import { type SampledRows, Sampler, samplerRowsFor } from "./sampler.ts";
 import type { StepBuffers } from "./step_buffers.ts";
 import { type StepShape, tiledPrefillCompiles } from "./models/attention_block.ts";
 import { allocateBindTargets, type BindTargets } from "./models/bind_targets.ts";
@@ -112,6 +112,7 @@ export class ModelRunner {
     });
     this.#sampler = new Sampler(ctx, parts.kernels, parts.arena, bufs, parts.model.lmHead, {
       maxSeqs: options.maxSeqs,
+      maxRows: bufs.maxRows,
       maxModelLen: options.maxModelLen,
       vocab: config.vocabSize,
     });
@@ -156,7 +157,12 @@ export class ModelRunner {
     // A kernel never run on this adapter kind is compiled inside error scopes first: one that
     // fails there is left out (noted), not fatal to the context.
     const tiled = await tiledPrefillCompiles(ctx, c, ctx.weightDtype);
-    const targets = allocateBindTargets(ctx, c, options, tiled.ok);
+    const maxRows = samplerRowsFor(
+      options.maxSeqs,
+      c.hiddenSize,
+      options.maxSamplerRows ?? options.maxSeqs,
+    );
+    const targets = allocateBindTargets(ctx, c, { ...options, maxRows }, tiled.ok);
     // What to destroy on failure or at the end, in allocation order.
     const own: { destroy(): void }[] = [
       targets.kv,
@@ -222,6 +228,15 @@ export class ModelRunner {
       variant: a.prefillVariant,
       use: (variant) => a.usePrefill(variant),
     };
+  }
+
+  /**
+   * Sampler rows one step may hold, sampled tokens and scored prompt positions together (at least
+   * `maxSeqs`; `maxSamplerRows` where {@linkcode samplerRowsFor} allows it): the scheduler's
+   * bound on a step's rows.
+   */
+  get samplerRows(): number {
+    return this.#bufs.maxRows;
   }
 
   /** Steps that may be in flight at once (the sampled-token ring's size minus one). */
@@ -335,7 +350,7 @@ export class ModelRunner {
         encoder,
         bufs.sampled,
         slot * bufs.slotStride,
-        bufs.readbackBytes(plan.anyTop),
+        bufs.readbackBytes(plan.anyTop, rows),
       )
       : undefined;
     this.#arena.flush();

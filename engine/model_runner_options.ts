@@ -23,6 +23,13 @@ export interface ModelRunnerOptions {
   readonly maxTokens: number;
   /** Most sequences in one step (max_num_seqs). */
   readonly maxSeqs: number;
+  /**
+   * Most sampler rows in one step, sampled tokens and scored prompt positions
+   * (`prompt_logprobs`) together, when more than `maxSeqs` are wanted: the LM head and sampling
+   * then run in sub-batches of `maxSeqs` rows (engine/sampler.ts; `samplerRowsFor` says where
+   * that is possible, `ModelRunner.samplerRows` what the runner holds). Default `maxSeqs`.
+   */
+  readonly maxSamplerRows?: number;
   /** Longest sequence, prompt and output (max_model_len). */
   readonly maxModelLen: number;
   /** Tokens per KV block. */

@@ -1,10 +1,14 @@
 /**
  * The sampling stage of a step, after the model's forward pass: the LM head over the sampled
- * rows only, then `token_mask` on the rows of grammar-constrained sequences (structured
+ * rows only (and the scored prompt positions), then `token_mask` on the rows of grammar-constrained sequences (structured
  * outputs; only when some row has a mask), then for those rows `top_logprobs` on the raw logits (only when some row asks for
  * top logprobs), `logits_process` in place (only when some row has a penalty or a logit bias),
  * and GPU sampling into the step's slot of the sampled-token ring ({@linkcode StepBuffers.sampled}).
- * Every call site is bound once, at construction; {@linkcode Sampler.prepare} packs and uploads
+ * The logits hold `maxSeqs` rows; a step with more rows (scored prompt positions, up to
+ * `maxRows`) runs the LM head, `top_logprobs` and `sample` once per sub-batch of `maxSeqs` rows,
+ * each sub-batch's logits overwriting the last's (the step's pass orders them); the sampled rows,
+ * at most `maxSeqs` and first, all fall in the first sub-batch, which alone has token masks and
+ * logits processing. Every call site is bound once, at construction; {@linkcode Sampler.prepare} packs and uploads
  * one step's per-row records, {@linkcode Sampler.encode} dispatches, {@linkcode Sampler.read}
  * decodes the read-back slot. The model runner owns the pass, the submission and the readback.
  * The logits-processing records, the penalty histories kept on the GPU per sequence, and their
@@ -85,8 +89,13 @@ export interface SampledRows {
 
 /** Sizes fixed at load time. */
 export interface SamplerLimits {
-  /** Most sequences in one step (max_num_seqs). */
+  /** Most sequences in one step (max_num_seqs): the logits' rows. */
   readonly maxSeqs: number;
+  /**
+   * Most rows in one step, sampled and scored (`StepBuffers.maxRows`, at least `maxSeqs`; more
+   * only where {@linkcode samplerRowsFor} allows).
+   */
+  readonly maxRows: number;
   /** Longest sequence, prompt and output (max_model_len). */
   readonly maxModelLen: number;
   /** Vocabulary size (columns of the logits). */
@@ -119,21 +128,22 @@ export class Sampler {
   readonly ctx: GpuContext;
   readonly limits: SamplerLimits;
   readonly #bufs: StepBuffers;
-  readonly #lmHead: MatmulOp;
-  /** One per ring slot. */
-  readonly #sample: SampleOp[];
-  /** One per ring slot. */
-  readonly #top: TopLogprobsOp[];
+  /** One per sub-batch of `maxSeqs` rows: X is that sub-batch's rows of `bufs.lastNormed`. */
+  readonly #lmHead: MatmulOp[];
+  /** `[ring slot][sub-batch]`. */
+  readonly #sample: SampleOp[][];
+  /** `[ring slot][sub-batch]`. */
+  readonly #top: TopLogprobsOp[][];
   readonly #lists: LogitsProcessLists;
   readonly #mask: TokenMaskOp;
   /** u32 `[maxSeqs, maskWords(vocab)]` grammar masks, then u32 `[maxSeqs]` their rows. */
   readonly #maskBuffers: { readonly masks: GPUBuffer; readonly rows: GPUBuffer };
   readonly #host: {
-    /** u32 `[maxSeqs]`: token index of each sampled row. */
+    /** u32 `[maxRows]`: token index of each row. */
     sampleIndices: Uint32Array<ArrayBuffer>;
-    /** `[maxSeqs]` records of SAMPLE_PARAMS_BYTES bytes. */
+    /** `[maxRows]` records of SAMPLE_PARAMS_BYTES bytes. */
     sampleParams: ArrayBuffer;
-    /** u32 `[maxSeqs]`: top log-probabilities per row. */
+    /** u32 `[maxRows]`: top log-probabilities per row. */
     topCounts: Uint32Array<ArrayBuffer>;
     /** u32 `[maxSeqs, maskWords(vocab)]`: the step's grammar masks, packed. */
     masks: Uint32Array<ArrayBuffer>;
@@ -142,11 +152,12 @@ export class Sampler {
   };
 
   /**
-   * Binds the LM head (`bufs.lastNormed` x `lmHead` -> `bufs.logits`), a `sample` and a
-   * `top_logprobs` per ring slot of `bufs.sampled`; `logits_process` is bound on the first step
-   * that needs it.
+   * Binds the LM head (`bufs.lastNormed` x `lmHead` -> `bufs.logits`) per sub-batch of rows, a
+   * `sample` and a `top_logprobs` per ring slot of `bufs.sampled` and sub-batch;
+   * `logits_process` is bound on the first step that needs it.
    *
    * @param lmHead `[vocab, hidden]` weight (f16 or f32) of the LM head.
+   * @throws {RangeError} when `limits.maxRows` exceeds what {@linkcode samplerRowsFor} allows.
    */
   constructor(
     ctx: GpuContext,
@@ -156,38 +167,56 @@ export class Sampler {
     lmHead: GpuMatrix,
     limits: SamplerLimits,
   ) {
+    const hidden = lmHead.cols;
+    const allowed = samplerRowsFor(limits.maxSeqs, hidden, limits.maxRows);
+    if (allowed !== limits.maxRows || bufs.maxRows !== limits.maxRows) {
+      throw new RangeError(
+        `Cannot sample ${limits.maxRows} rows per step in sub-batches of ${limits.maxSeqs} ` +
+          `(hidden size ${hidden}, step buffers of ${bufs.maxRows} rows): at most ${allowed}`,
+      );
+    }
     this.ctx = ctx;
     this.limits = limits;
     this.#bufs = bufs;
     const b = (buffer: GPUBuffer) => ({ buffer });
-    this.#lmHead = kernels.matmul(false).bind(arena, {
-      x: b(bufs.lastNormed),
-      weight: lmHead,
-      y: b(bufs.logits),
-    });
+    const C = limits.maxSeqs;
+    const subBatches = Math.ceil(limits.maxRows / C);
+    this.#lmHead = Array.from({ length: subBatches }, (_, k) =>
+      kernels.matmul(false).bind(arena, {
+        x: {
+          buffer: bufs.lastNormed,
+          offset: k * C * hidden * 4,
+          size: Math.min(C, limits.maxRows - k * C) * hidden * 4,
+        },
+        weight: lmHead,
+        y: b(bufs.logits),
+      }));
     this.#sample = Array.from(
       { length: bufs.ringSlots },
       (_, slot) =>
-        kernels.sample.bind(arena, {
-          logits: b(bufs.logits),
-          params: b(bufs.sampleParams),
-          tokens: bufs.sampledTokens(slot),
-          logprobs: bufs.sampledLogprobs(slot),
-        }),
+        Array.from({ length: subBatches }, () =>
+          kernels.sample.bind(arena, {
+            logits: b(bufs.logits),
+            params: b(bufs.sampleParams),
+            tokens: bufs.sampledTokens(slot),
+            logprobs: bufs.sampledLogprobs(slot),
+          })),
     );
     const top = new TopLogprobs(ctx);
     this.#top = Array.from(
       { length: bufs.ringSlots },
       (_, slot) =>
-        top.bind(arena, {
-          logits: b(bufs.logits),
-          counts: b(bufs.topCounts),
-          ids: bufs.sampledTopIds(slot),
-          logprobs: bufs.sampledTopLogprobs(slot),
-        }),
+        Array.from({ length: subBatches }, () =>
+          top.bind(arena, {
+            logits: b(bufs.logits),
+            counts: b(bufs.topCounts),
+            ids: bufs.sampledTopIds(slot),
+            logprobs: bufs.sampledTopLogprobs(slot),
+          })),
     );
     this.#lists = new LogitsProcessLists(ctx, arena, bufs, limits);
     const S = limits.maxSeqs;
+    const R = limits.maxRows;
     const words = maskWords(limits.vocab);
     this.#maskBuffers = {
       masks: ctx.createBuffer("sampler.tokenMasks", S * words * 4, STORAGE_RW),
@@ -199,9 +228,9 @@ export class Sampler {
       rows: b(this.#maskBuffers.rows),
     });
     this.#host = {
-      sampleIndices: new Uint32Array(S),
-      sampleParams: new ArrayBuffer(S * SAMPLE_PARAMS_BYTES),
-      topCounts: new Uint32Array(S),
+      sampleIndices: new Uint32Array(R),
+      sampleParams: new ArrayBuffer(R * SAMPLE_PARAMS_BYTES),
+      topCounts: new Uint32Array(R),
       masks: new Uint32Array(S * words),
       maskRows: new Uint32Array(S),
     };
@@ -258,9 +287,9 @@ export class Sampler {
       const prompt = seq.promptLogprobs ?? null;
       if (prompt !== null && prompt.targets.length > 0) {
         const n = prompt.topLogprobs;
-        if (rows + prompt.targets.length > this.limits.maxSeqs) {
+        if (rows + prompt.targets.length > this.limits.maxRows) {
           throw new RangeError(
-            `Cannot score ${prompt.targets.length} prompt tokens: the step has ${rows} of ${this.limits.maxSeqs} sampler rows taken`,
+            `Cannot score ${prompt.targets.length} prompt tokens: the step has ${rows} of ${this.limits.maxRows} sampler rows taken`,
           );
         }
         prompt.targets.forEach((target, j) => {
@@ -271,11 +300,6 @@ export class Sampler {
           }
           h.sampleIndices[rows++] = tokens + prompt.first + j;
           samples.push({ target });
-          processes.push({
-            process: null,
-            contextLen: seq.contextLen,
-            lastIndex: tokens + prompt.first + j,
-          });
           topCounts.push(n);
           promptTargets.push(target);
           if (n !== 0) anyTop = true;
@@ -285,8 +309,9 @@ export class Sampler {
     }
     packSampleParams(samples, h.sampleParams);
     if (anyTop) packTopLogprobCounts(topCounts, h.topCounts);
-    // Packs and uploads the records (validating them) before anything else is uploaded.
-    const process = rows > 0 ? this.#lists.upload(processes, writes) : null;
+    // Packs and uploads the records (validating them) before anything else is uploaded: one per
+    // sampled row (the first rows); scored rows are not processed.
+    const process = sampled > 0 ? this.#lists.upload(processes, writes) : null;
     if (rows > 0) {
       const bufs = this.#bufs;
       writes.write(bufs.sampleIndices, h.sampleIndices, rows);
@@ -302,25 +327,30 @@ export class Sampler {
 
   /**
    * Encodes the stage for a prepared step into ring slot `slot` of `bufs.sampled` (nothing when
-   * no row samples): LM head, then raw-logit top logprobs, processing in place, sampling, each
-   * into its kernel group's pass (models/step_passes.ts).
+   * no row samples), per sub-batch of `maxSeqs` rows: LM head, then raw-logit top logprobs,
+   * (first sub-batch) token masks and processing in place, sampling, each into its kernel
+   * group's pass (models/step_passes.ts).
    */
   encode(passes: StepPasses, plan: SamplingPlan, slot: number): void {
     const { rows } = plan;
-    if (rows === 0) return;
     const vocab = this.limits.vocab;
-    this.#lmHead.encode(passes.at(KERNEL_GROUPS.lmHead), rows);
-    const pass = passes.at(KERNEL_GROUPS.sample);
-    this.#mask.encode(pass, plan.masked, vocab, maskWords(vocab));
-    // Raw logits first (vLLM's default logprobs), then processing in place, then sampling.
-    if (plan.anyTop) this.#top[slot]!.encode(pass, rows, vocab, TOP_LOGPROBS_MAX);
-    plan.process?.encode(pass, rows, vocab);
-    this.#sample[slot]!.encode(pass, rows, vocab);
+    const C = this.limits.maxSeqs;
+    for (let k = 0; k * C < rows; k++) {
+      const row0 = k * C;
+      const n = Math.min(C, rows - row0);
+      this.#lmHead[k]!.encode(passes.at(KERNEL_GROUPS.lmHead), n);
+      const pass = passes.at(KERNEL_GROUPS.sample);
+      if (k === 0) this.#mask.encode(pass, plan.masked, vocab, maskWords(vocab));
+      // Raw logits first (vLLM's default logprobs), then processing in place, then sampling.
+      if (plan.anyTop) this.#top[slot]![k]!.encode(pass, n, vocab, TOP_LOGPROBS_MAX, row0);
+      if (k === 0) plan.process?.encode(pass, plan.sampled, vocab);
+      this.#sample[slot]![k]!.encode(pass, n, vocab, row0);
+    }
   }
 
   /**
-   * Decodes a read-back ring slot: `bytes` holds `bufs.readbackBytes(plan.anyTop)` bytes from
-   * the start of the slot the step was encoded into.
+   * Decodes a read-back ring slot: `bytes` holds `bufs.readbackBytes(plan.anyTop, plan.rows)`
+   * bytes from the start of the slot the step was encoded into.
    */
   read(bytes: ArrayBuffer, plan: SamplingPlan): SampledRows {
     const bufs = this.#bufs;
@@ -356,6 +386,16 @@ export class Sampler {
     this.#maskBuffers.masks.destroy();
     this.#maskBuffers.rows.destroy();
   }
+}
+
+/**
+ * The sampler rows a step may hold when `wanted` are asked for: `wanted`, at least `maxSeqs`
+ * (the logits' rows), where the sub-batches of `maxSeqs` rows of `hidden`-wide LM head inputs
+ * start on the 256-byte offsets a binding needs; `maxSeqs` (one sub-batch) otherwise.
+ */
+export function samplerRowsFor(maxSeqs: number, hidden: number, wanted: number): number {
+  if (wanted <= maxSeqs || (maxSeqs * hidden * 4) % 256 !== 0) return maxSeqs;
+  return wanted;
 }
 
 /** Decodes the top-logprob regions of a read-back ring slot. */

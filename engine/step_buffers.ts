@@ -16,8 +16,14 @@ import { TOP_LOGPROBS_MAX } from "../kernels/top_logprobs.ts";
 export interface StepCapacity {
   /** Largest number of new tokens in one step (max_num_batched_tokens). */
   readonly maxTokens: number;
-  /** Largest number of sequences in one step (max_num_seqs). */
+  /** Largest number of sequences in one step (max_num_seqs); the logits' rows. */
   readonly maxSeqs: number;
+  /**
+   * Largest number of sampler rows in one step, sampled tokens and scored prompt positions
+   * together: at least `maxSeqs` (the default). Rows past `maxSeqs` go through the LM head and
+   * sampling in sub-batches of `maxSeqs` rows of the logits (engine/sampler.ts).
+   */
+  readonly maxRows?: number;
   /** Block-table entries per sequence (ceil(max_model_len / block_size)). */
   readonly maxBlocksPerSeq: number;
 }
@@ -40,6 +46,8 @@ const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
 /** The step's metadata, activations and outputs. Shapes are the maxima; dtypes in the names. */
 export class StepBuffers {
   readonly capacity: StepCapacity;
+  /** Sampler rows per step (`capacity.maxRows`, default `maxSeqs`): the rows below sized so. */
+  readonly maxRows: number;
   /** u32 `[maxTokens]`: ids as written by the host (bit 31 = previous step's sample row). */
   readonly hostIds: GPUBuffer;
   /** u32 `[maxTokens]`: resolved input ids. */
@@ -57,13 +65,13 @@ export class StepBuffers {
   readonly contextLens: GPUBuffer;
   /** u32 `[maxSeqs + 1]`: prefix sums of new tokens per sequence. */
   readonly cuQLens: GPUBuffer;
-  /** u32 `[maxSeqs]`: token index of each sampled row. */
+  /** u32 `[maxRows]`: token index of each sampler row. */
   readonly sampleIndices: GPUBuffer;
-  /** `[maxSeqs]` sampling records of SAMPLE_PARAMS_BYTES bytes. */
+  /** `[maxRows]` sampling records of SAMPLE_PARAMS_BYTES bytes. */
   readonly sampleParams: GPUBuffer;
   /** `[maxSeqs]` logits-processing records of LOGITS_PROCESS_PARAMS_BYTES bytes. */
   readonly processParams: GPUBuffer;
-  /** u32 `[maxSeqs]`: top log-probabilities wanted per sampled row (0 to TOP_LOGPROBS_MAX). */
+  /** u32 `[maxRows]`: top log-probabilities wanted per sampler row (0 to TOP_LOGPROBS_MAX). */
   readonly topCounts: GPUBuffer;
   /** f32 `[maxTokens, hidden]`: the residual stream. */
   readonly hidden: GPUBuffer;
@@ -84,11 +92,11 @@ export class StepBuffers {
    * projection as `silu(gate) * up`).
    */
   readonly mlpUp: GPUBuffer;
-  /** f32 `[maxSeqs, hidden]`: hidden state of each sampled row. */
+  /** f32 `[maxRows, hidden]`: hidden state of each sampler row. */
   readonly lastHidden: GPUBuffer;
-  /** f32 `[maxSeqs, hidden]`: the same after the final norm. */
+  /** f32 `[maxRows, hidden]`: the same after the final norm. */
   readonly lastNormed: GPUBuffer;
-  /** f32 `[maxSeqs, vocab]`: logits of the sampled rows. */
+  /** f32 `[maxSeqs, vocab]`: logits of the sampler rows (a sub-batch of them at a time). */
   readonly logits: GPUBuffer;
   /**
    * The sampler's output, a ring of {@linkcode StepBuffers.ringSlots} slots (step n writes slot
@@ -97,10 +105,10 @@ export class StepBuffers {
    *
    * | byte of the slot     | contents                                                      |
    * | -------------------- | ------------------------------------------------------------- |
-   * | 0                    | u32 `[maxSeqs]`: sampled token ids                            |
-   * | `logprobsOffset`     | f32 `[maxSeqs]`: their logprobs                               |
-   * | `topIdsOffset`       | u32 `[maxSeqs, TOP_LOGPROBS_MAX]`: top-logprob token ids      |
-   * | `topLogprobsOffset`  | f32 `[maxSeqs, TOP_LOGPROBS_MAX]`: their logprobs             |
+   * | 0                    | u32 `[maxRows]`: sampled token ids (scored rows: ranks)       |
+   * | `logprobsOffset`     | f32 `[maxRows]`: their logprobs                               |
+   * | `topIdsOffset`       | u32 `[maxRows, TOP_LOGPROBS_MAX]`: top-logprob token ids      |
+   * | `topLogprobsOffset`  | f32 `[maxRows, TOP_LOGPROBS_MAX]`: their logprobs             |
    */
   readonly sampled: GPUBuffer;
   readonly ringSlots: number;
@@ -118,6 +126,11 @@ export class StepBuffers {
   ) {
     this.capacity = capacity;
     const { maxTokens: T, maxSeqs: S, maxBlocksPerSeq: B } = capacity;
+    const R = capacity.maxRows ?? S;
+    if (!Number.isInteger(R) || R < S) {
+      throw new RangeError(`Cannot allocate ${R} sampler rows: at least max_num_seqs (${S})`);
+    }
+    this.maxRows = R;
     const make = (label: string, bytes: number, usage = STORAGE_RW) => {
       if (bytes > ctx.maxBindingBytes) {
         throw new RangeError(
@@ -135,10 +148,10 @@ export class StepBuffers {
     this.blockTables = make("blockTables", blockTableEntries(S, B) * 4);
     this.contextLens = make("contextLens", S * 4);
     this.cuQLens = make("cuQLens", (S + 1) * 4);
-    this.sampleIndices = make("sampleIndices", S * 4);
-    this.sampleParams = make("sampleParams", S * SAMPLE_PARAMS_BYTES);
+    this.sampleIndices = make("sampleIndices", R * 4);
+    this.sampleParams = make("sampleParams", R * SAMPLE_PARAMS_BYTES);
     this.processParams = make("processParams", S * LOGITS_PROCESS_PARAMS_BYTES);
-    this.topCounts = make("topCounts", S * 4);
+    this.topCounts = make("topCounts", R * 4);
     this.hidden = make("hidden", T * widths.hidden * 4);
     // What the projections read as X may also be bound as uniform (kernels/matmul.ts
     // uniformXCapacity: the cpu profile's decode matmuls read X that way).
@@ -148,14 +161,14 @@ export class StepBuffers {
     this.qkv = make("qkv", T * widths.qkv * 4);
     this.attnOut = make("attnOut", T * widths.attn * 4, x);
     this.mlpUp = make("mlpUp", T * widths.mlp * 4, x);
-    this.lastHidden = make("lastHidden", S * widths.hidden * 4);
-    this.lastNormed = make("lastNormed", S * widths.hidden * 4, x);
+    this.lastHidden = make("lastHidden", R * widths.hidden * 4);
+    this.lastNormed = make("lastNormed", R * widths.hidden * 4, x);
     this.logits = make("logits", S * widths.vocab * 4);
-    this.logprobsOffset = align(S * 4);
-    this.topIdsOffset = align(this.logprobsOffset + S * 4);
-    this.topLogprobsOffset = align(this.topIdsOffset + S * TOP_LOGPROBS_MAX * 4);
+    this.logprobsOffset = align(R * 4);
+    this.topIdsOffset = align(this.logprobsOffset + R * 4);
+    this.topLogprobsOffset = align(this.topIdsOffset + R * TOP_LOGPROBS_MAX * 4);
     this.ringSlots = ringSlots;
-    this.slotStride = align(this.topLogprobsOffset + S * TOP_LOGPROBS_MAX * 4);
+    this.slotStride = align(this.topLogprobsOffset + R * TOP_LOGPROBS_MAX * 4);
     this.sampled = make("sampled", this.slotStride * ringSlots);
   }
 
@@ -164,7 +177,7 @@ export class StepBuffers {
     return {
       buffer: this.sampled,
       offset: slot * this.slotStride,
-      size: this.capacity.maxSeqs * 4,
+      size: this.maxRows * 4,
     };
   }
 
@@ -173,35 +186,35 @@ export class StepBuffers {
     return {
       buffer: this.sampled,
       offset: slot * this.slotStride + this.logprobsOffset,
-      size: this.capacity.maxSeqs * 4,
+      size: this.maxRows * 4,
     };
   }
 
-  /** The top-logprob token ids `[maxSeqs, TOP_LOGPROBS_MAX]` of ring slot `slot`. */
+  /** The top-logprob token ids `[maxRows, TOP_LOGPROBS_MAX]` of ring slot `slot`. */
   sampledTopIds(slot: number): GPUBufferBinding {
     return {
       buffer: this.sampled,
       offset: slot * this.slotStride + this.topIdsOffset,
-      size: this.capacity.maxSeqs * TOP_LOGPROBS_MAX * 4,
+      size: this.maxRows * TOP_LOGPROBS_MAX * 4,
     };
   }
 
-  /** The top logprobs `[maxSeqs, TOP_LOGPROBS_MAX]` of ring slot `slot`. */
+  /** The top logprobs `[maxRows, TOP_LOGPROBS_MAX]` of ring slot `slot`. */
   sampledTopLogprobs(slot: number): GPUBufferBinding {
     return {
       buffer: this.sampled,
       offset: slot * this.slotStride + this.topLogprobsOffset,
-      size: this.capacity.maxSeqs * TOP_LOGPROBS_MAX * 4,
+      size: this.maxRows * TOP_LOGPROBS_MAX * 4,
     };
   }
 
   /**
-   * Bytes read back per step from the start of a ring slot: tokens and logprobs, and with
-   * `top` the top-logprob regions too.
+   * Bytes read back per step from the start of a ring slot for its first `rows` rows (default
+   * all): tokens and logprobs, and with `top` the top-logprob regions too.
    */
-  readbackBytes(top = false): number {
+  readbackBytes(top = false, rows = this.maxRows): number {
     const end = top ? this.topLogprobsOffset : this.logprobsOffset;
-    return end + this.capacity.maxSeqs * (top ? TOP_LOGPROBS_MAX : 1) * 4;
+    return end + rows * (top ? TOP_LOGPROBS_MAX : 1) * 4;
   }
 
   /** Releases every buffer. */

@@ -20,8 +20,9 @@
  * A request's step ends on the last token of its sequence, so one token is sampled; the
  * sampled token is a placeholder until {@linkcode ContinuousScheduler.updateFromOutput}.
  *
- * Sampler rows: a step's sampler holds `maxNumSeqs` rows, one per sampled token and one per
- * prompt position scored for `params.promptLogprobs` (step_commit.ts `samplerRows`). A chunk of
+ * Sampler rows: a step's sampler holds `maxSamplerRows` rows (default `maxNumSeqs`; the model
+ * runner's `samplerRows`), one per sampled token and one per prompt position scored for
+ * `params.promptLogprobs` (step_commit.ts `samplerRows`). A chunk of
  * such a prompt is cut to the rows left (`fitRows`), leaving one to each running request after
  * it, whether chunked prefill is enabled or not; such a request reads no cached prefix while
  * positions remain to be scored.
@@ -48,6 +49,11 @@ export interface ContinuousSchedulerConfig {
   readonly maxNumBatchedTokens: number;
   /** Most requests in the running set. */
   readonly maxNumSeqs: number;
+  /**
+   * Sampler rows of one step: sampled tokens and scored prompt positions together (the model
+   * runner's `samplerRows`); at least, and by default, `maxNumSeqs`.
+   */
+  readonly maxSamplerRows?: number;
   /** Most tokens (prompt + output) in one sequence. */
   readonly maxModelLen: number;
   /** Token slots per KV block. */
@@ -86,7 +92,7 @@ interface StepState {
   /** Token budget left. */
   budget: number;
   /**
-   * Sampler rows left (from maxNumSeqs, the runner's rows): each picked chunk takes
+   * Sampler rows left (from maxSamplerRows, the runner's rows): each picked chunk takes
    * `samplerRows` of them (one per sampled token, one per prompt log-probability position).
    */
   rows: number;
@@ -118,6 +124,8 @@ export class ContinuousScheduler extends BaseScheduler {
   readonly maxNumBatchedTokens: number;
   /** Most requests in the running set. */
   readonly maxNumSeqs: number;
+  /** Sampler rows of one step (sampled tokens and scored prompt positions). */
+  readonly maxSamplerRows: number;
   /** Most tokens in one sequence. */
   readonly maxModelLen: number;
   /** Whether prompts may be split across steps. */
@@ -143,6 +151,12 @@ export class ContinuousScheduler extends BaseScheduler {
     super();
     this.maxNumBatchedTokens = positiveInt("maxNumBatchedTokens", config.maxNumBatchedTokens);
     this.maxNumSeqs = positiveInt("maxNumSeqs", config.maxNumSeqs);
+    this.maxSamplerRows = positiveInt("maxSamplerRows", config.maxSamplerRows ?? this.maxNumSeqs);
+    if (this.maxSamplerRows < this.maxNumSeqs) {
+      throw new RangeError(
+        `Cannot create scheduler: maxSamplerRows (${this.maxSamplerRows}) must be >= maxNumSeqs (${this.maxNumSeqs})`,
+      );
+    }
     this.maxModelLen = positiveInt("maxModelLen", config.maxModelLen);
     this.enableChunkedPrefill = config.enableChunkedPrefill ?? true;
     if (!this.enableChunkedPrefill && this.maxNumBatchedTokens < this.maxModelLen) {
@@ -201,7 +215,7 @@ export class ContinuousScheduler extends BaseScheduler {
     const step = this.nextStep();
     const st: StepState = {
       budget: this.maxNumBatchedTokens,
-      rows: this.maxNumSeqs,
+      rows: this.maxSamplerRows,
       picked: new Map(),
       touched: new Set(),
       fresh: new Set(),

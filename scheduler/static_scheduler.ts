@@ -33,6 +33,11 @@ export interface StaticSchedulerConfig {
   readonly numGpuBlocks: number;
   /** Token budget of one step (the runner's limit). */
   readonly maxNumBatchedTokens: number;
+  /**
+   * Sampler rows of one step: sampled tokens and scored prompt positions together (the model
+   * runner's `samplerRows`); at least, and by default, `batchSize`.
+   */
+  readonly maxSamplerRows?: number;
   /** The model's end-of-sequence token ids. */
   readonly eosTokenIds?: readonly number[];
   /**
@@ -58,6 +63,8 @@ export class StaticScheduler extends BaseScheduler {
   readonly numGpuBlocks: number;
   /** Token budget of one step. */
   readonly maxNumBatchedTokens: number;
+  /** Sampler rows of one step (sampled tokens and scored prompt positions). */
+  readonly maxSamplerRows: number;
   /** The model's end-of-sequence token ids. */
   readonly eosTokenIds: readonly number[];
   /** Blocks reserved per batch member. */
@@ -83,6 +90,7 @@ export class StaticScheduler extends BaseScheduler {
         blockSize: config.blockSize,
         numGpuBlocks: config.numGpuBlocks,
         maxNumBatchedTokens: config.maxNumBatchedTokens,
+        maxSamplerRows: config.maxSamplerRows ?? config.batchSize,
       })
     ) {
       if (!Number.isInteger(v) || v < 1) {
@@ -94,6 +102,12 @@ export class StaticScheduler extends BaseScheduler {
     this.blockSize = config.blockSize;
     this.numGpuBlocks = config.numGpuBlocks;
     this.maxNumBatchedTokens = config.maxNumBatchedTokens;
+    this.maxSamplerRows = config.maxSamplerRows ?? config.batchSize;
+    if (this.maxSamplerRows < this.batchSize) {
+      throw new RangeError(
+        `Cannot create scheduler: maxSamplerRows (${this.maxSamplerRows}) must be >= batchSize (${this.batchSize})`,
+      );
+    }
     this.eosTokenIds = config.eosTokenIds ?? [];
     this.now = config.now ?? Date.now;
     this.#hostReady = config.hostReady ?? (() => true);
@@ -151,9 +165,9 @@ export class StaticScheduler extends BaseScheduler {
     let budget = this.maxNumBatchedTokens;
     const scheduled: ScheduledRequest[] = [];
     let rows = 0;
-    // Sampler rows left (one per member and batch: the runner holds at least batchSize); a
-    // member's chunk of prompt log-probabilities leaves one to each live member after it.
-    let rowsLeft = this.batchSize;
+    // Sampler rows left (maxSamplerRows: the runner holds at least batchSize); a member's chunk
+    // of prompt log-probabilities leaves one to each live member after it.
+    let rowsLeft = this.maxSamplerRows;
     let after = this.#batch.filter((s) => !s.isFinished).length;
     for (const seq of this.#batch) {
       if (seq.isFinished) continue;

@@ -1,4 +1,4 @@
-import { deepStrictEqual as assertEquals, ok as assert } from "node:assert/strict";
+import assertModule, { deepStrictEqual as assertEquals, ok as assert } from "node:assert/strict";
 import { ContinuousScheduler, type ContinuousSchedulerConfig } from "../scheduler/scheduler.ts";
 import { StaticScheduler } from "../scheduler/static_scheduler.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
@@ -262,4 +262,76 @@ Deno.test("StaticScheduler keeps a batch's sampler rows within its batch size", 
     out = s.schedule();
   }
   assert(!s.hasUnfinishedRequests());
+});
+
+Deno.test(
+  "ContinuousScheduler scores a prompt in chunks of maxSamplerRows when it exceeds maxNumSeqs",
+  () => {
+    // The runner's sampler holds 9 rows per step (sub-batches of the 4 logits rows).
+    const s = continuous({ maxSamplerRows: 9 });
+    s.addRequest({ requestId: "x", promptTokenIds: prompt(3, 10), params: samplingParams() });
+    apply(s, s.schedule());
+    s.addRequest({
+      requestId: "a",
+      promptTokenIds: prompt(12),
+      params: samplingParams({ promptLogprobs: 1, maxTokens: 2 }),
+    });
+    // x decodes (one row), then "a" scores 8 positions: 9 rows.
+    const s1 = s.schedule();
+    assertEquals(rows(s1), [
+      ["x", 1, null, [], true],
+      ["a", 8, 0, [101, 102, 103, 104, 105, 106, 107, 108], false],
+    ]);
+    assertEquals(stepRows(s1), 9);
+    apply(s, s1);
+    // Positions 8..10 score 109..111, position 11 samples: 4 rows and x's.
+    const s2 = s.schedule();
+    assertEquals(rows(s2), [
+      ["x", 1, null, [], true],
+      ["a", 4, 0, [109, 110, 111], true],
+    ]);
+    apply(s, s2);
+  },
+);
+
+Deno.test("ContinuousScheduler and StaticScheduler refuse fewer sampler rows than sequences", () => {
+  assertModule.throws(() => continuous({ maxSamplerRows: 3 }), RangeError);
+  assertModule.throws(
+    () =>
+      new StaticScheduler({
+        batchSize: 3,
+        maxModelLen: 32,
+        blockSize: 4,
+        numGpuBlocks: 24,
+        maxNumBatchedTokens: 64,
+        maxSamplerRows: 2,
+      }),
+    RangeError,
+  );
+});
+
+Deno.test("StaticScheduler scores a prompt in chunks of maxSamplerRows", () => {
+  const s = new StaticScheduler({
+    batchSize: 2,
+    maxModelLen: 32,
+    blockSize: 4,
+    numGpuBlocks: 16,
+    maxNumBatchedTokens: 64,
+    maxSamplerRows: 6,
+  });
+  s.addRequest({
+    requestId: "a",
+    promptTokenIds: prompt(9),
+    params: samplingParams({ promptLogprobs: 0, maxTokens: 1 }),
+  });
+  s.addRequest({ requestId: "b", promptTokenIds: prompt(5, 10), params: samplingParams() });
+  // "a" takes 6 rows less one for "b" after it.
+  const s1 = s.schedule();
+  assertEquals(rows(s1), [
+    ["a", 5, 0, [101, 102, 103, 104, 105], false],
+    ["b", 5, null, [], true],
+  ]);
+  apply(s, s1);
+  const s2 = s.schedule();
+  assertEquals(rows(s2)[0], ["a", 4, 0, [106, 107, 108], true]);
 });

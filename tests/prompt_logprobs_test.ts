@@ -82,83 +82,116 @@ async function collect(stream: AsyncIterable<RequestOutput>): Promise<RequestOut
   return out;
 }
 
+/**
+ * Two step shapes, 4 logits rows each (max_num_seqs 4): the default budget (32 sampler rows per
+ * step, 8 sub-batches of 4: the 23-token prompt is scored in one step) and 8 tokens per step
+ * (8 sampler rows: the prompt is scored over several steps, 2 sub-batches each).
+ */
+const SHAPES = [
+  { name: "one step", maxNumBatchedTokens: undefined, stepsAlone: 4 },
+  { name: "8-token steps", maxNumBatchedTokens: 8, stepsAlone: undefined },
+] as const;
+
 for (const preset of ["tiny-qwen3", "tiny-gpt2"] as const) {
-  Deno.test(
-    `LLMEngine returns prompt logprobs equal to the float64 reference for ${preset}`,
-    GPU_TEST,
-    async () => {
-      const dir = await Deno.makeTempDir({ prefix: "prompt_logprobs_" });
-      try {
-        const { seed, rng } = testSeed(`prompt logprobs ${preset}`);
-        await makeModel({ out: dir, preset, dtype: "f32", seed: seed % 1000 });
-        const ref = await ReferenceModel.load(dir);
-        // 4 sampler rows per step: a 23-token prompt is scored over several steps, beside others.
-        const engine = await LLMEngine.create({
-          model: dir,
-          showProgress: false,
-          forceF32: true,
-          maxNumSeqs: 4,
-          blockSize: 4,
-        });
+  for (const shape of SHAPES) {
+    Deno.test(
+      `LLMEngine returns prompt logprobs equal to the float64 reference for ${preset} (${shape.name})`,
+      GPU_TEST,
+      async () => {
+        const dir = await Deno.makeTempDir({ prefix: "prompt_logprobs_" });
         try {
-          const long = Array.from({ length: 23 }, () => rng.int(0, 500));
-          const short = Array.from({ length: 6 }, () => rng.int(0, 500));
-          const greedy = (promptLogprobs: number | null, maxTokens = 4) =>
-            samplingParams({ temperature: 0, maxTokens, ignoreEos: true, promptLogprobs });
-          // Warm the prefix cache with the long prompt; the scored request must not read it.
-          await collect(engine.generate({
-            requestId: "warm",
-            promptTokenIds: long,
-            params: greedy(null, 1),
-          }));
-          const [scored, plain, tiny, bare] = await Promise.all([
-            collect(engine.generate({ requestId: "a", promptTokenIds: long, params: greedy(3) })),
-            collect(
-              engine.generate({ requestId: "b", promptTokenIds: short, params: greedy(null) }),
-            ),
-            collect(engine.generate({ requestId: "c", promptTokenIds: short, params: greedy(1) })),
-            collect(
-              engine.generate({ requestId: "d", promptTokenIds: [long[0]!], params: greedy(0) }),
-            ),
-          ]);
-          checkPromptLogprobs(
-            scored[0]!.promptLogprobs,
-            long,
-            logSoftmaxRows(ref.forward(long)),
-            3,
-            `seed ${seed} long`,
-          );
-          assert.equal(scored[0]!.numCachedTokens, 0, "a scored prompt reads no cached prefix");
-          checkPromptLogprobs(
-            tiny[0]!.promptLogprobs,
-            short,
-            logSoftmaxRows(ref.forward(short)),
-            1,
-            `seed ${seed} short`,
-          );
-          assert.deepEqual(bare[0]!.promptLogprobs, [null]);
-          // Only the first increment carries them; requests without them get none.
-          for (const outs of [scored, tiny, bare]) {
-            assert.ok(outs.slice(1).every((o) => o.promptLogprobs === undefined));
+          const { seed, rng } = testSeed(`prompt logprobs ${preset}`);
+          await makeModel({ out: dir, preset, dtype: "f32", seed: seed % 1000 });
+          const ref = await ReferenceModel.load(dir);
+          // 4 logits rows: a 23-token prompt is scored in sub-batches of 4, beside others.
+          const engine = await LLMEngine.create({
+            model: dir,
+            showProgress: false,
+            forceF32: true,
+            maxNumSeqs: 4,
+            blockSize: 4,
+            ...(shape.maxNumBatchedTokens === undefined
+              ? {}
+              : { maxNumBatchedTokens: shape.maxNumBatchedTokens }),
+          });
+          try {
+            const long = Array.from({ length: 23 }, () => rng.int(0, 500));
+            const short = Array.from({ length: 6 }, () => rng.int(0, 500));
+            const greedy = (promptLogprobs: number | null, maxTokens = 4) =>
+              samplingParams({ temperature: 0, maxTokens, ignoreEos: true, promptLogprobs });
+            // Warm the prefix cache with the long prompt; the scored request must not read it.
+            await collect(engine.generate({
+              requestId: "warm",
+              promptTokenIds: long,
+              params: greedy(null, 1),
+            }));
+            const [scored, plain, tiny, bare] = await Promise.all([
+              collect(engine.generate({ requestId: "a", promptTokenIds: long, params: greedy(3) })),
+              collect(
+                engine.generate({ requestId: "b", promptTokenIds: short, params: greedy(null) }),
+              ),
+              collect(
+                engine.generate({ requestId: "c", promptTokenIds: short, params: greedy(1) }),
+              ),
+              collect(
+                engine.generate({ requestId: "d", promptTokenIds: [long[0]!], params: greedy(0) }),
+              ),
+            ]);
+            checkPromptLogprobs(
+              scored[0]!.promptLogprobs,
+              long,
+              logSoftmaxRows(ref.forward(long)),
+              3,
+              `seed ${seed} long`,
+            );
+            assert.equal(scored[0]!.numCachedTokens, 0, "a scored prompt reads no cached prefix");
+            checkPromptLogprobs(
+              tiny[0]!.promptLogprobs,
+              short,
+              logSoftmaxRows(ref.forward(short)),
+              1,
+              `seed ${seed} short`,
+            );
+            assert.deepEqual(bare[0]!.promptLogprobs, [null]);
+            // Only the first increment carries them; requests without them get none.
+            for (const outs of [scored, tiny, bare]) {
+              assert.ok(outs.slice(1).every((o) => o.promptLogprobs === undefined));
+            }
+            assert.ok(plain.every((o) => o.promptLogprobs === undefined));
+            // Scoring the prompt changes nothing in what is generated.
+            const tokens = (outs: RequestOutput[]) => outs.flatMap((o) => o.tokenIds);
+            const expected = ref.greedy(long, 4).map((s) => s.token);
+            const gaps = ref.greedy(long, 4).map((s) => s.gap);
+            const cut = gaps.findIndex((g) => g < 0.02);
+            const n = cut < 0 ? 4 : cut + 1;
+            assert.deepEqual(tokens(scored).slice(0, n), expected.slice(0, n), `seed ${seed}`);
+            assert.deepEqual(tokens(tiny), tokens(plain));
+            if (shape.stepsAlone !== undefined) {
+              // Alone, the whole prompt is scored in the step that samples the first token (its
+              // 22 positions and the sampled row in 6 sub-batches), then 3 decode steps.
+              const steps0 = engine.stats().steps;
+              const alone = await collect(
+                engine.generate({ requestId: "e", promptTokenIds: long, params: greedy(2) }),
+              );
+              assert.equal(engine.stats().steps - steps0, shape.stepsAlone, "steps alone");
+              checkPromptLogprobs(
+                alone[0]!.promptLogprobs,
+                long,
+                logSoftmaxRows(ref.forward(long)),
+                2,
+                `seed ${seed} long, alone`,
+              );
+            }
+            assert.equal(engine.stats().kvBlocksUsed, 0);
+          } finally {
+            await engine.shutdown();
           }
-          assert.ok(plain.every((o) => o.promptLogprobs === undefined));
-          // Scoring the prompt changes nothing in what is generated.
-          const tokens = (outs: RequestOutput[]) => outs.flatMap((o) => o.tokenIds);
-          const expected = ref.greedy(long, 4).map((s) => s.token);
-          const gaps = ref.greedy(long, 4).map((s) => s.gap);
-          const cut = gaps.findIndex((g) => g < 0.02);
-          const n = cut < 0 ? 4 : cut + 1;
-          assert.deepEqual(tokens(scored).slice(0, n), expected.slice(0, n), `seed ${seed}`);
-          assert.deepEqual(tokens(tiny), tokens(plain));
-          assert.equal(engine.stats().kvBlocksUsed, 0);
         } finally {
-          await engine.shutdown();
+          await Deno.remove(dir, { recursive: true });
         }
-      } finally {
-        await Deno.remove(dir, { recursive: true });
-      }
-    },
-  );
+      },
+    );
+  }
 }
 
 Deno.test("LLMEngine refuses prompt_logprobs on the mock executor", async () => {

@@ -40,7 +40,9 @@ function checkInvariants(s: ContinuousScheduler, out: SchedulerOutput, ctx: stri
   for (const r of out.scheduled) {
     rows += (r.samplesToken ? 1 : 0) + (r.promptLogprobs?.targets.length ?? 0);
   }
-  if (rows > s.maxNumSeqs) fail(`${ctx}: ${rows} sampler rows`);
+  if (rows > s.maxSamplerRows) fail(`${ctx}: ${rows} sampler rows`);
+  const sampled = out.scheduled.filter((r) => r.samplesToken).length;
+  if (sampled > s.maxNumSeqs) fail(`${ctx}: ${sampled} sampled rows`);
   if (s.running.length > s.maxNumSeqs) fail(`${ctx}: ${s.running.length} running`);
   const refs = new Int32Array(bm.numBlocks);
   const host = new Set<number>();
@@ -205,6 +207,8 @@ Deno.test("10,000 random requests with aborts on a small pool keep every invaria
     {
       ...base,
       preemptionMode: "swap",
+      // Scored prompt positions in sub-batches: more sampler rows than sequences.
+      maxSamplerRows: 20,
       numSwapBlocks: 24,
       blockSize: 2,
       numGpuBlocks: 64,

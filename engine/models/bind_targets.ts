@@ -30,6 +30,8 @@ export interface BindTargetSizes {
   readonly maxTokens: number;
   /** Most sequences in one step. */
   readonly maxSeqs: number;
+  /** Most sampler rows in one step (at least maxSeqs; default maxSeqs; engine/sampler.ts). */
+  readonly maxRows?: number;
   /** Longest sequence, prompt and output. */
   readonly maxModelLen: number;
   /** Tokens per KV block. */
@@ -65,6 +67,7 @@ export function allocateBindTargets(
   const bufs = new StepBuffers(ctx, {
     maxTokens: sizes.maxTokens,
     maxSeqs: sizes.maxSeqs,
+    maxRows: sizes.maxRows ?? sizes.maxSeqs,
     maxBlocksPerSeq: Math.ceil(sizes.maxModelLen / sizes.blockSize),
   }, {
     hidden: c.hiddenSize,
@@ -74,8 +77,14 @@ export function allocateBindTargets(
     vocab: c.vocabSize,
   });
   // 64 for the step's own kernels (feed, LM head, a sample and a top_logprobs per ring slot,
-  // logits_process and its re-bindings when its lists grow) and the model's final layers.
-  const arena = new ParamArena(ctx, 128 + 40 * c.numLayers);
+  // logits_process and its re-bindings when its lists grow) and the model's final layers; each
+  // further sub-batch of sampler rows binds one more LM head (a slot per weight part) and a
+  // sample and a top_logprobs per ring slot (engine/sampler.ts).
+  const subBatches = Math.ceil((sizes.maxRows ?? sizes.maxSeqs) / sizes.maxSeqs);
+  const arena = new ParamArena(
+    ctx,
+    128 + 40 * c.numLayers + (subBatches - 1) * (32 + 2 * bufs.ringSlots),
+  );
   const kernels = new KernelSet(ctx, dtype);
   const attention = new AttentionKernels(
     ctx,
