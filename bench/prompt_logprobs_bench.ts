@@ -6,8 +6,9 @@
  * requests. Prefix caching is off in both, so both prefill every prompt token.
  *
  * Scored prompt positions are rows of the step's sampler (LM head, top logprobs, `sample`'s
- * scoring mode), at most `--max-num-seqs` per step, so a scored prompt is prefilled in chunks of
- * that many tokens: the cost is the LM head over every prompt position plus the extra steps.
+ * scoring mode), in sub-batches of `--max-num-seqs` rows (the logits'), at most 8 per step
+ * (engine/sampler.ts), so a scored prompt is prefilled in chunks of up to 8 x `--max-num-seqs`
+ * tokens: the cost is the LM head over every prompt position plus any extra steps.
  *
  * Prints per round the wall time, engine steps and prompt tokens per second of both runs and
  * their ratio, then the median ratio.
@@ -32,7 +33,7 @@ const USAGE = `usage: deno task bench:prompt-logprobs [options]
   --prompts N                  requests per run (default 8)
   --len L                      prompt tokens per request (default 128)
   --top K                      prompt_logprobs of the scored run, 0 to 20 (default 1)
-  --max-num-seqs S             max_num_seqs: sampler rows per step (default 64)
+  --max-num-seqs S             max_num_seqs: logits rows per sub-batch (default 64)
   --rounds R                   interleaved rounds (default 3)
   --kernel-profile P           auto | cpu | gpu (default auto)
   --quantization Q             none | int8 | int4: weights quantized while loading (default none)

@@ -111,7 +111,7 @@ export function needsPromptRows(seq: Sequence): boolean {
 
 /**
  * Rows a chunk of `n` tokens of `seq` from position `from` takes in its step's sampler (whose
- * rows are bounded by the runner's `maxSeqs`): one when it samples (it reaches the sequence's
+ * rows are bounded by the runner's `samplerRows`): one when it samples (it reaches the sequence's
  * end) and one per prompt position whose log-probability it computes.
  */
 export function samplerRows(seq: Sequence, from: number, n: number): number {
