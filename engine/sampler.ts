@@ -1,14 +1,18 @@
 /**
  * The sampling stage of a step, after the model's forward pass: the LM head over the sampled
- * rows only (and the scored prompt positions), then `token_mask` on the rows of grammar-constrained sequences (structured
- * outputs; only when some row has a mask), then for those rows `top_logprobs` on the raw logits (only when some row asks for
- * top logprobs), `logits_process` in place (only when some row has a penalty or a logit bias),
- * and GPU sampling into the step's slot of the sampled-token ring ({@linkcode StepBuffers.sampled}).
+ * rows only (and the scored prompt positions), then `token_mask` on the rows of
+ * grammar-constrained sequences (structured outputs; only when some row has a mask), then for
+ * those rows `top_logprobs` on the raw logits (only when some row asks for top logprobs),
+ * `logits_process` in place (only when some row has a penalty or a logit bias), and GPU sampling
+ * into the step's slot of the sampled-token ring ({@linkcode StepBuffers.sampled}).
+ *
  * The logits hold `maxSeqs` rows; a step with more rows (scored prompt positions, up to
  * `maxRows`) runs the LM head, `top_logprobs` and `sample` once per sub-batch of `maxSeqs` rows,
  * each sub-batch's logits overwriting the last's (the step's pass orders them); the sampled rows,
  * at most `maxSeqs` and first, all fall in the first sub-batch, which alone has token masks and
- * logits processing. Every call site is bound once, at construction; {@linkcode Sampler.prepare} packs and uploads
+ * logits processing.
+ *
+ * Every call site is bound once, at construction; {@linkcode Sampler.prepare} packs and uploads
  * one step's per-row records, {@linkcode Sampler.encode} dispatches, {@linkcode Sampler.read}
  * decodes the read-back slot. The model runner owns the pass, the submission and the readback.
  * The logits-processing records, the penalty histories kept on the GPU per sequence, and their

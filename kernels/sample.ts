@@ -146,7 +146,9 @@ export interface SampleBuffers {
    * u32 `[row0 + numSeqs]`: the chosen token ids; for a forced row, the target's rank (output).
    */
   readonly tokens: GPUBufferBinding;
-  /** f32 `[row0 + numSeqs]`: log-softmax of the raw logits at the chosen / target token (output). */
+  /**
+   * f32 `[row0 + numSeqs]`: log-softmax of the raw logits at the chosen / target token (output).
+   */
   readonly logprobs: GPUBufferBinding;
 }
 
