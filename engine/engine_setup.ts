@@ -120,6 +120,10 @@ async function webGpuParts(
   );
   logWeights(log, runner.weights, config.quantization, ctx.weightDtype);
   logKv(log, kvBlocks, config.blockSize, maxModelLen);
+  log(
+    `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +
+      `in sub-batches of the ${config.maxNumSeqs} logits rows`,
+  );
   try {
     await tuneRunner(runner, config.kernelTuning, log);
   } catch (error) {

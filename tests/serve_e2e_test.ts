@@ -94,6 +94,11 @@ Deno.test(
           /^Maximum concurrency for [\d,]+ tokens per request: [\d.]+x$/.test(l)
         ),
       );
+      // 8 sub-batches of the 64 logits rows (min(2,048 tokens, 8 x 64)).
+      assert.ok(
+        server.log.some((l) => l.startsWith("Sampler: 512 rows per step")),
+        server.log.join("\n"),
+      );
 
       const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused" });
       const models = await client.models.list();
