@@ -20,24 +20,14 @@ import {
 } from "./support/fake_engine.ts";
 import { GPU_TEST } from "./support/gpu.ts";
 import { withTinyEngine } from "./support/tiny_engine.ts";
-import { byIndex, chunks, ok, post } from "./support/http.ts";
-
-type Dict = Record<string, { logprob: number; rank: number; decoded_token: string }>;
-
-interface CompletionLogprobs {
-  tokens: string[];
-  token_logprobs: (number | null)[];
-  top_logprobs: (Record<string, number> | null)[];
-  text_offset: number[];
-}
-
-interface CompletionChoice {
-  index: number;
-  text: string;
-  logprobs: CompletionLogprobs | null;
-  finish_reason: string | null;
-  prompt_logprobs?: (Dict | null)[];
-}
+import {
+  byIndex,
+  chunks,
+  type CompletionChoice,
+  ok,
+  post,
+  type PromptLogprobDict,
+} from "./support/http.ts";
 
 /**
  * vLLM's `prompt_logprobs` of `lps` with `count` top entries, written independently of the
@@ -47,11 +37,11 @@ function vllmShape(
   tok: Tokenizer,
   lps: readonly (PromptLogprob | null)[],
   count: number,
-): (Dict | null)[] {
+): (PromptLogprobDict | null)[] {
   const text = (id: number) => tok.decode([id]);
   return lps.map((lp) => {
     if (lp === null) return null;
-    const dict: Dict = {};
+    const dict: PromptLogprobDict = {};
     for (let i = 0; i < count; i++) {
       const alt = lp.top[i]!;
       dict[`${alt.tokenId}`] = {

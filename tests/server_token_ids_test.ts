@@ -15,24 +15,7 @@ import { LLMEngine } from "../engine/llm_engine.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import { chatLogprobs, completionLogprobs } from "../server/logprobs.ts";
 import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
-import { byIndex, chunks, ok, post } from "./support/http.ts";
-
-interface CompletionLogprobs {
-  tokens: string[];
-  token_logprobs: (number | null)[];
-  top_logprobs: (Record<string, number> | null)[];
-  text_offset: number[];
-}
-
-interface CompletionChoice {
-  index: number;
-  text: string;
-  logprobs: CompletionLogprobs | null;
-  finish_reason: string | null;
-  token_ids?: number[];
-  prompt_token_ids?: number[];
-  prompt_logprobs?: (Record<string, { decoded_token: string }> | null)[];
-}
+import { byIndex, chunks, type CompletionChoice, ok, post } from "./support/http.ts";
 
 interface ChatTokenLogprob {
   token: string;

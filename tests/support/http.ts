@@ -1,6 +1,6 @@
 /**
  * Small HTTP helpers of the server tests: a JSON POST, the JSON body of a 200 answer, the chunks
- * of an SSE answer, and choices in index order.
+ * of an SSE answer, choices in index order, and the wire shape of a completion choice.
  *
  * @module
  */
@@ -35,4 +35,29 @@ export async function chunks<T = Record<string, unknown>>(res: Response): Promis
 /** Sorted by `index`. */
 export function byIndex<T extends { index: number }>(choices: T[]): T[] {
   return [...choices].sort((a, b) => a.index - b.index);
+}
+
+/** One entry of vLLM's `prompt_logprobs`: per token id (a string), its logprob, rank and text. */
+export type PromptLogprobDict = Record<
+  string,
+  { logprob: number; rank: number; decoded_token: string }
+>;
+
+/** A completion choice's `logprobs` (OpenAI's legacy completions shape). */
+export interface CompletionLogprobs {
+  tokens: string[];
+  token_logprobs: (number | null)[];
+  top_logprobs: (Record<string, number> | null)[];
+  text_offset: number[];
+}
+
+/** A completion choice as the server writes it, vLLM's optional fields included. */
+export interface CompletionChoice {
+  index: number;
+  text: string;
+  logprobs: CompletionLogprobs | null;
+  finish_reason: string | null;
+  token_ids?: number[];
+  prompt_token_ids?: number[];
+  prompt_logprobs?: (PromptLogprobDict | null)[];
 }
