@@ -378,13 +378,13 @@ function logWeights(
   const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
   if (quantization === "none") {
     log(`Weights on the device: ${mib(weights.device)} (${dtype})`);
-    return;
+  } else {
+    log(
+      `Weights on the device: ${mib(weights.device)} with ${quantization} projections ` +
+        `(${mib(weights.unquantized)} in ${dtype}: ${
+          (weights.device / weights.unquantized).toFixed(3)
+        }x)`,
+    );
   }
-  log(
-    `Weights on the device: ${mib(weights.device)} with ${quantization} projections ` +
-      `(${mib(weights.unquantized)} in ${dtype}: ${
-        (weights.device / weights.unquantized).toFixed(3)
-      }x)`,
-  );
   for (const note of weights.notes) log(`  ${note}`);
 }
