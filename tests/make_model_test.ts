@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { assignShards, makeModel } from "../tools/make_model.ts";
+import { assignShards, makeModel, parseMakeModelArgs } from "../tools/make_model.ts";
 import { SafetensorsFile } from "../engine/model/safetensors.ts";
 import { PRESETS } from "../engine/model/presets.ts";
 import { presetTensors } from "../engine/model/preset_tensors.ts";
@@ -363,6 +363,9 @@ Deno.test("make-model CLI writes a checkpoint and rejects bad flags with exit co
       ["--out", "x", "--preset", "tiny-qwen3", "--shards", "0"],
       ["--out", "x", "--preset", "tiny-qwen3", "--seed", "-3"],
       ["--out", "x", "--preset", "tiny-qwen3", "--bogus"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--fp8-block", "64"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--fp8", "--fp8-block", "0"],
+      ["--out", "x", "--preset", "tiny-gpt2", "--fp8"],
     ]
   ) {
     const r = await run(...bad);
@@ -370,4 +373,11 @@ Deno.test("make-model CLI writes a checkpoint and rejects bad flags with exit co
     assert.equal(r.stderr.trim().split("\n").length, 1, `${bad.join(" ")}: one line`);
     assert.match(r.stderr, /^make_model: /);
   }
+});
+
+Deno.test("parseMakeModelArgs() takes --fp8 with blocks of 128 unless --fp8-block says otherwise", () => {
+  const base = ["--out", "x", "--preset", "tiny-qwen3"];
+  assert.equal(parseMakeModelArgs(base).fp8Block, undefined);
+  assert.equal(parseMakeModelArgs([...base, "--fp8"]).fp8Block, 128);
+  assert.equal(parseMakeModelArgs([...base, "--fp8", "--fp8-block", "24"]).fp8Block, 24);
 });

@@ -6,7 +6,7 @@
  *
  * ```sh
  * deno task make-model --out DIR --preset tiny-qwen3 [--dtype f32|f16|bf16] [--seed N] [--shards N]
- *   [--layout save-pretrained|hub|unprefixed]
+ *   [--layout save-pretrained|hub|unprefixed] [--fp8 [--fp8-block N]]
  * ```
  *
  * Weights are deterministic in `--seed` and independent of `--shards` (each tensor draws from its
@@ -15,11 +15,16 @@
  * stays around the size of the largest tensor (a 1.2 GB qwen3-0.6b bf16 checkpoint needs ~0.3 GB).
  * `--layout` names the tensors as `save_pretrained` does (default), as the hub's files have them
  * (GPT-2: unprefixed, with causal-mask buffers), or unprefixed (tools/checkpoint_layout.ts).
+ * `--fp8` writes a fine-grained FP8 checkpoint as Qwen's `-FP8` releases are: every layer's linear
+ * projection as `F8_E4M3` with a BF16 `weight_scale_inv` per block of `--fp8-block` (default 128)
+ * squared (tools/fp8_weights.ts), the other tensors in `--dtype`, and the `quantization_config`
+ * saying so in config.json (Llama-family presets).
  *
  * @module
  */
 
 import { parseArgs } from "node:util";
+import { quantizeFp8Blocks } from "./fp8_weights.ts";
 import {
   CHECKPOINT_LAYOUTS,
   type CheckpointLayout,
@@ -27,6 +32,7 @@ import {
   layOut,
 } from "./checkpoint_layout.ts";
 import { writeSafetensors } from "../engine/model/safetensors.ts";
+import { DTYPE_BYTES } from "../engine/model/safetensors_header.ts";
 import type { SafetensorsDType, TensorToWrite } from "../engine/model/safetensors.ts";
 import { buildBpeTokenizer } from "../engine/model/bpe_tokenizer_builder.ts";
 import {
@@ -61,6 +67,11 @@ export interface MakeModelOptions {
   shards?: number;
   /** Tensor names and extra buffers (tools/checkpoint_layout.ts); default `save-pretrained`. */
   layout?: CheckpointLayout;
+  /**
+   * Block size of a fine-grained FP8 checkpoint (see the module doc); undefined (default) writes
+   * every tensor in `dtype`.
+   */
+  fp8Block?: number;
 }
 
 /** What {@linkcode makeModel} wrote. */
@@ -169,10 +180,58 @@ export function randomTensorBytes(
   return new Uint8Array(out.buffer);
 }
 
-function bytesOf(spec: TensorSpec, dtype: CheckpointDtype): number {
-  let n = dtype === "f32" ? 4 : 2;
-  for (const d of spec.shape) n *= d;
-  return n;
+/** `weight_block_size` of `--fp8` without `--fp8-block` (Qwen's and DeepSeek's). */
+const DEFAULT_FP8_BLOCK = 128;
+
+/** A layer's linear projection: what an FP8 checkpoint stores as F8_E4M3. */
+const FP8_WEIGHT = /(^|\.)layers\.\d+\..*_proj\.weight$/;
+
+/** config.json's `quantization_config` of a fine-grained FP8 checkpoint. */
+function fp8Config(block: number) {
+  return {
+    quant_method: "fp8",
+    fmt: "e4m3",
+    activation_scheme: "dynamic",
+    weight_block_size: [block, block],
+  };
+}
+
+/**
+ * The tensor(s) one laid-out tensor is written as: itself in `dtype`, or, for a projection of an
+ * FP8 checkpoint, its F8_E4M3 codes and BF16 `weight_scale_inv` (quantized once, when the codes
+ * are written, which comes first).
+ */
+function tensorsToWrite(
+  t: LaidOutTensor,
+  dtype: CheckpointDtype,
+  seed: number,
+  fp8Block: number | undefined,
+): TensorToWrite[] {
+  const spec = t.spec;
+  if (spec === null) return [t.buffer!];
+  if (fp8Block === undefined || !FP8_WEIGHT.test(t.name) || spec.shape.length !== 2) {
+    return [{
+      name: t.name,
+      dtype: SAFETENSORS_DTYPE[dtype],
+      shape: spec.shape,
+      data: () => randomTensorBytes(spec, dtype, seed),
+    }];
+  }
+  const [rows, cols] = spec.shape as [number, number];
+  let weight: ReturnType<typeof quantizeFp8Blocks> | undefined;
+  const quantized = () => {
+    const values = new Float32Array(randomTensorBytes(spec, "f32", seed).buffer);
+    return (weight ??= quantizeFp8Blocks(values, rows, cols, fp8Block));
+  };
+  return [
+    { name: t.name, dtype: "F8_E4M3", shape: spec.shape, data: () => quantized().codes },
+    {
+      name: t.name.replace(/weight$/, "weight_scale_inv"),
+      dtype: "BF16",
+      shape: [Math.ceil(rows / fp8Block), Math.ceil(cols / fp8Block)],
+      data: () => new Uint8Array(bf16Bits(quantized().scales).buffer),
+    },
+  ];
 }
 
 /**
@@ -227,6 +286,17 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
   if (!Number.isSafeInteger(shards) || shards < 1) {
     throw new RangeError(`Invalid shard count ${shards}: expected a positive integer`);
   }
+  const fp8Block = options.fp8Block;
+  if (fp8Block !== undefined) {
+    if (!Number.isSafeInteger(fp8Block) || fp8Block < 1) {
+      throw new RangeError(`Invalid FP8 block size ${fp8Block}: expected a positive integer`);
+    }
+    if (preset.architecture === "gpt2") {
+      throw new RangeError(
+        `Cannot write ${preset.name} as FP8: FP8 checkpoints are for the Llama-family presets`,
+      );
+    }
+  }
   const out = options.out;
   await Deno.mkdir(out, { recursive: true });
 
@@ -242,28 +312,24 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
     await writeJson(`${out}/${name}`, value);
     files.push(name);
   };
-  await json("config.json", presetConfig(preset, dtype, ids));
+  const config = presetConfig(preset, dtype, ids);
+  await json(
+    "config.json",
+    fp8Block === undefined ? config : { ...config, quantization_config: fp8Config(fp8Block) },
+  );
   await json("generation_config.json", presetGenerationConfig(preset, ids));
   await json("tokenizer.json", tokenizer.json);
   await json("tokenizer_config.json", presetTokenizerConfig(preset, tokenizer.specialIds));
   await json("special_tokens_map.json", presetSpecialTokensMap(preset));
 
-  const specs = layOut(presetTensors(preset), preset, options.layout ?? "save-pretrained");
-  const sizes = specs.map((s) =>
-    s.spec !== null ? bytesOf(s.spec, dtype) : s.buffer!.shape.reduce((a, d) => a * d, 4)
-  );
+  const laidOut = layOut(presetTensors(preset), preset, options.layout ?? "save-pretrained");
+  const specs = laidOut.flatMap((t) => tensorsToWrite(t, dtype, seed, fp8Block));
+  const sizes = specs.map((t) => t.shape.reduce((a, d) => a * d, DTYPE_BYTES[t.dtype]!));
   const totalSize = sizes.reduce((a, b) => a + b, 0);
-  const toWrite = (t: LaidOutTensor): TensorToWrite =>
-    t.spec === null ? t.buffer! : {
-      name: t.name,
-      dtype: SAFETENSORS_DTYPE[dtype],
-      shape: t.spec.shape,
-      data: () => randomTensorBytes(t.spec!, dtype, seed),
-    };
   const metadata = { format: "pt" };
   const weightMap = new Map<string, string>();
   if (shards === 1) {
-    await writeSafetensors(`${out}/model.safetensors`, specs.map(toWrite), metadata);
+    await writeSafetensors(`${out}/model.safetensors`, specs, metadata);
     files.push("model.safetensors");
     for (const s of specs) weightMap.set(s.name, "model.safetensors");
   } else {
@@ -271,7 +337,7 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
     for (let k = 0; k < shards; k++) {
       const name = shardName(k, shards);
       const group = specs.filter((_, i) => assignment[i] === k);
-      await writeSafetensors(`${out}/${name}`, group.map(toWrite), metadata);
+      await writeSafetensors(`${out}/${name}`, group, metadata);
       files.push(name);
       for (const s of group) weightMap.set(s.name, name);
     }
@@ -286,7 +352,7 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
 }
 
 const USAGE = "usage: deno task make-model --out DIR --preset NAME [--dtype f32|f16|bf16] " +
-  "[--seed N] [--shards N] [--layout save-pretrained|hub|unprefixed]";
+  "[--seed N] [--shards N] [--layout save-pretrained|hub|unprefixed] [--fp8 [--fp8-block N]]";
 
 function parseCount(flag: string, value: string | undefined, min: number): number | undefined {
   if (value === undefined) return undefined;
@@ -309,6 +375,8 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
         seed: { type: "string" },
         shards: { type: "string" },
         layout: { type: "string" },
+        fp8: { type: "boolean" },
+        "fp8-block": { type: "string" },
         help: { type: "boolean" },
       },
       strict: true,
@@ -334,10 +402,20 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
   if (layout !== undefined && !(CHECKPOINT_LAYOUTS as readonly string[]).includes(layout)) {
     throw new TypeError(`--layout must be ${CHECKPOINT_LAYOUTS.join(", ")}, got "${layout}"`);
   }
+  if (values["fp8-block"] !== undefined && values.fp8 !== true) {
+    throw new TypeError("--fp8-block needs --fp8");
+  }
+  const fp8Block = values.fp8 === true
+    ? parseCount("fp8-block", values["fp8-block"], 1) ?? DEFAULT_FP8_BLOCK
+    : undefined;
+  if (fp8Block !== undefined && getPreset(values.preset).architecture === "gpt2") {
+    throw new TypeError(`--fp8 is for the Llama-family presets, not ${values.preset}`);
+  }
   return {
     out: values.out,
     preset: values.preset,
     ...(layout !== undefined ? { layout: layout as CheckpointLayout } : {}),
+    ...(fp8Block !== undefined ? { fp8Block } : {}),
     dtype,
     seed: parseCount("seed", values.seed, 0),
     shards: parseCount("shards", values.shards, 1),

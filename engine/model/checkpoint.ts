@@ -8,17 +8,34 @@
  * Tensors are addressed by their canonical names in every layout transformers loads (prefixed
  * or not; non-weight buffers left out): see engine/model/tensor_names.ts.
  *
+ * A fine-grained FP8 checkpoint (`quantization_config`, engine/model/checkpoint_quantization.ts)
+ * stores its projections as `F8_E4M3` with a `weight_scale_inv` beside each: such a weight reads
+ * as its dequantized values (engine/model/fp8.ts), and its scale tensor is part of it, not a
+ * weight of its own.
+ *
  * @module
  */
 
 import { join } from "node:path";
 import type { DType } from "../../gpu/dtype.ts";
+import {
+  type CheckpointQuantization,
+  parseCheckpointQuantization,
+} from "./checkpoint_quantization.ts";
 import { type ModelConfig, parseModelConfig } from "./config.ts";
 import { CheckpointError } from "./errors.ts";
+import { applyFp8Scales, type Fp8BlockScales, fp8ScaleShape } from "./fp8.ts";
 import { type GenerationConfig, parseGenerationConfig } from "./generation_config.ts";
 import { SafetensorsFile, type TensorChunk } from "./safetensors.ts";
 import type { TensorInfo } from "./safetensors_header.ts";
 import { TensorNames } from "./tensor_names.ts";
+
+/** An F8_E4M3 weight's scale tensor and block shape (checked by `expectTensor`). */
+interface Fp8Layout {
+  readonly scale: CheckpointTensor;
+  readonly blockRows: number;
+  readonly blockCols: number;
+}
 
 /** A tensor of a checkpoint and the file that holds it. */
 export interface CheckpointTensor extends TensorInfo {
@@ -27,6 +44,8 @@ export interface CheckpointTensor extends TensorInfo {
 }
 
 const SINGLE_FILE = "model.safetensors";
+/** The suffix of an FP8 weight's scale tensor, in place of `weight`. */
+const FP8_SCALE_SUFFIX = "weight_scale_inv";
 const INDEX_FILE = "model.safetensors.index.json";
 
 async function readJson(path: string): Promise<unknown> {
@@ -75,20 +94,26 @@ export class Checkpoint {
   readonly tensors: ReadonlyMap<string, CheckpointTensor>;
   /** How the files name their tensors, and the canonical -> stored mapping. */
   readonly names: TensorNames;
+  /** The weights' quantization as stored (`config.json`'s `quantization_config`), or null. */
+  readonly quantization: CheckpointQuantization | null;
   #files: SafetensorsFile[];
   /** Canonical name -> the file holding it and the name it is stored under. */
   #byTensor: Map<string, { file: SafetensorsFile; stored: string }>;
+  /** FP8 weight (canonical name) -> its `weight_scale_inv` tensor. */
+  #scales = new Map<string, CheckpointTensor>();
 
   private constructor(
     dir: string,
     config: ModelConfig,
     generationConfig: GenerationConfig | null,
+    quantization: CheckpointQuantization | null,
     files: SafetensorsFile[],
     byTensor: Map<string, SafetensorsFile>,
   ) {
     this.dir = dir;
     this.config = config;
     this.generationConfig = generationConfig;
+    this.quantization = quantization;
     this.#files = files;
     this.names = new TensorNames(config.arch, byTensor.keys());
     this.#byTensor = new Map();
@@ -98,6 +123,17 @@ export class Checkpoint {
       const file = byTensor.get(stored)!;
       this.#byTensor.set(canonical, { file, stored });
       tensors.set(canonical, { ...file.tensor(stored), name: canonical, file: file.path });
+    }
+    if (quantization !== null) {
+      // Each scale belongs to the weight beside it (one left without one stays, and a load
+      // reports it as a weight the config does not account for).
+      for (const [name, t] of tensors) {
+        if (!name.endsWith(`.${FP8_SCALE_SUFFIX}`)) continue;
+        const weight = `${name.slice(0, -FP8_SCALE_SUFFIX.length)}weight`;
+        if (!tensors.has(weight)) continue;
+        this.#scales.set(weight, t);
+        tensors.delete(name);
+      }
     }
     this.tensors = tensors;
   }
@@ -112,7 +148,9 @@ export class Checkpoint {
    */
   static async open(dir: string): Promise<Checkpoint> {
     const configPath = join(dir, "config.json");
-    const config = parseModelConfig(await readJson(configPath), configPath);
+    const rawConfig = await readJson(configPath);
+    const config = parseModelConfig(rawConfig, configPath);
+    const quantization = parseCheckpointQuantization(rawConfig, configPath);
     const genPath = join(dir, "generation_config.json");
     const generationConfig = await exists(genPath)
       ? parseGenerationConfig(await readJson(genPath), genPath)
@@ -136,12 +174,12 @@ export class Checkpoint {
       for (const f of files) f.close();
       throw e;
     }
-    return new Checkpoint(dir, config, generationConfig, files, byTensor);
+    return new Checkpoint(dir, config, generationConfig, quantization, files, byTensor);
   }
 
   /** Whether the checkpoint has a weight with canonical name `name`. */
   has(name: string): boolean {
-    return this.#byTensor.has(name);
+    return this.tensors.has(name);
   }
 
   /**
@@ -163,11 +201,19 @@ export class Checkpoint {
   }
 
   /**
+   * The `weight_scale_inv` tensor of FP8 weight `name`, or undefined when `name` has none.
+   */
+  fp8Scale(name: string): CheckpointTensor | undefined {
+    return this.#scales.get(name);
+  }
+
+  /**
    * The tensor called `name`, checked to have exactly `shape` and a readable dtype
-   * (F32, F16 or BF16).
+   * (F32, F16 or BF16; or F8_E4M3 with its scale tensor, in a fine-grained FP8 checkpoint).
    *
    * @throws {CheckpointError} `"<name>: tensor not found ..."`,
-   * `"<name>: expected shape [a, b], found [c, d] in <file>"`, or an unsupported dtype.
+   * `"<name>: expected shape [a, b], found [c, d] in <file>"`, an unsupported dtype, or an FP8
+   * weight whose scale tensor is missing or of the wrong shape or dtype.
    */
   expectTensor(name: string, shape: readonly number[]): CheckpointTensor {
     const t = this.tensor(name);
@@ -176,12 +222,60 @@ export class Checkpoint {
         `${name}: expected shape ${shapeText(shape)}, found ${shapeText(t.shape)} in ${t.file}`,
       );
     }
-    if (t.dtype !== "F32" && t.dtype !== "F16" && t.dtype !== "BF16") {
+    if (t.dtype === "F8_E4M3") {
+      this.#checkFp8(t);
+    } else if (t.dtype !== "F32" && t.dtype !== "F16" && t.dtype !== "BF16") {
       throw new CheckpointError(
-        `${name}: unsupported dtype ${t.dtype} in ${t.file} (supported: F32, F16, BF16)`,
+        `${name}: unsupported dtype ${t.dtype} in ${t.file} (supported: F32, F16, BF16; F8_E4M3 in a fine-grained FP8 checkpoint)`,
       );
     }
     return t;
+  }
+
+  /** Checks an F8_E4M3 weight: an FP8 checkpoint, 2-D, with a scale tensor of the right shape. */
+  #checkFp8(t: CheckpointTensor): Fp8Layout {
+    const q = this.quantization;
+    if (q === null) {
+      throw new CheckpointError(
+        `${t.name}: dtype F8_E4M3 in ${t.file}, but config.json has no quantization_config saying how to scale it`,
+      );
+    }
+    const scale = this.#scales.get(t.name);
+    if (scale === undefined || t.shape.length !== 2) {
+      throw new CheckpointError(
+        `${t.name}: an F8_E4M3 tensor of shape ${
+          shapeText(t.shape)
+        } in ${t.file} needs to be 2-D with a ${
+          t.name.replace(/weight$/, FP8_SCALE_SUFFIX)
+        } beside it`,
+      );
+    }
+    const [rows, cols] = t.shape as [number, number];
+    const want = fp8ScaleShape(rows, cols, q.blockRows, q.blockCols);
+    if (scale.shape.length !== 2 || scale.shape[0] !== want[0] || scale.shape[1] !== want[1]) {
+      throw new CheckpointError(
+        `${scale.name}: expected shape ${
+          shapeText(want)
+        } (blocks of ${q.blockRows} x ${q.blockCols} of ${shapeText(t.shape)}), found ${
+          shapeText(scale.shape)
+        } in ${scale.file}`,
+      );
+    }
+    if (scale.dtype !== "F32" && scale.dtype !== "BF16" && scale.dtype !== "F16") {
+      throw new CheckpointError(
+        `${scale.name}: unsupported dtype ${scale.dtype} in ${scale.file} (supported: F32, BF16, F16)`,
+      );
+    }
+    return { scale, blockRows: q.blockRows, blockCols: q.blockCols };
+  }
+
+  /** The scales of FP8 weight `t`, read as f32. */
+  async #fp8Scales(t: CheckpointTensor): Promise<Fp8BlockScales> {
+    const { scale, blockRows, blockCols } = this.#checkFp8(t);
+    const at = this.#byTensor.get(scale.name)!;
+    const values = await at.file.readTensor(at.stored, "f32");
+    if (!(values instanceof Float32Array)) throw new TypeError("unreachable: f32 scales");
+    return { blockRows, blockCols, scaleCols: scale.shape[1]!, values };
   }
 
   /**
@@ -196,6 +290,8 @@ export class Checkpoint {
   ): AsyncGenerator<TensorChunk, void, undefined> {
     const at = this.#byTensor.get(name);
     if (at === undefined) throw this.#notFound(name);
+    const t = this.tensor(name);
+    if (t.dtype === "F8_E4M3") return this.#fp8Chunks(t, at, targetDtype, chunkBytes);
     return at.file.readTensorChunks(
       at.stored,
       chunkBytes === undefined ? { targetDtype } : {
@@ -205,13 +301,46 @@ export class Checkpoint {
     );
   }
 
+  /** An FP8 weight's chunks: its bytes' values times their block scales, in f32, then the target. */
+  async *#fp8Chunks(
+    t: CheckpointTensor,
+    at: { file: SafetensorsFile; stored: string },
+    targetDtype: DType,
+    chunkBytes: number | undefined,
+  ): AsyncGenerator<TensorChunk, void, undefined> {
+    const scales = await this.#fp8Scales(t);
+    const options = chunkBytes === undefined
+      ? { targetDtype: "f32" as const }
+      : { targetDtype: "f32" as const, chunkBytes };
+    let half: Float16Array | undefined;
+    for await (const chunk of at.file.readTensorChunks(at.stored, options)) {
+      if (!(chunk.data instanceof Float32Array)) throw new TypeError("unreachable: f32 chunk");
+      applyFp8Scales(chunk.data, chunk.rowStart, chunk.cols, scales);
+      if (targetDtype === "f32") {
+        yield chunk;
+        continue;
+      }
+      half ??= new Float16Array(chunk.data.length);
+      const data = half.subarray(0, chunk.data.length);
+      data.set(chunk.data);
+      yield { ...chunk, data };
+    }
+  }
+
   /**
    * Reads a whole tensor into a new array of `targetDtype`; for small tensors (norms, biases).
    */
-  readTensor(name: string, targetDtype: DType = "f32"): Promise<Float32Array | Float16Array> {
+  async readTensor(name: string, targetDtype: DType = "f32"): Promise<Float32Array | Float16Array> {
     const at = this.#byTensor.get(name);
     if (at === undefined) throw this.#notFound(name);
-    return at.file.readTensor(at.stored, targetDtype);
+    const t = this.tensor(name);
+    if (t.dtype !== "F8_E4M3") return at.file.readTensor(at.stored, targetDtype);
+    const n = t.byteLength;
+    const out = targetDtype === "f16" ? new Float16Array(n) : new Float32Array(n);
+    for await (const chunk of this.tensorChunks(name, targetDtype)) {
+      out.set(chunk.data, chunk.rowStart * chunk.cols);
+    }
+    return out;
   }
 
   /** Closes every shard file. */

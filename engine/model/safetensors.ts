@@ -15,6 +15,7 @@
 
 import type { DType } from "../../gpu/dtype.ts";
 import { CheckpointError } from "./errors.ts";
+import { E4M3_VALUES } from "./fp8.ts";
 import {
   DTYPE_BYTES,
   product,
@@ -31,8 +32,8 @@ export type SafetensorsDType = "F32" | "F16" | "BF16";
 export interface TensorToWrite {
   /** Tensor name, unique in the file (e.g. `model.layers.0.self_attn.q_proj.weight`). */
   name: string;
-  /** Element type of `data`. */
-  dtype: SafetensorsDType;
+  /** Element type of `data` (F8_E4M3: `float8_e4m3fn` bytes, engine/model/fp8.ts). */
+  dtype: SafetensorsDType | "F8_E4M3";
   /** Shape, outermost dimension first (row-major). */
   shape: readonly number[];
   /**
@@ -44,8 +45,11 @@ export interface TensorToWrite {
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
-function isSupported(dtype: string): dtype is SafetensorsDType {
-  return dtype === "F32" || dtype === "F16" || dtype === "BF16";
+/** Element types {@linkcode SafetensorsFile.readTensorChunks} converts from. */
+type ReadableDType = SafetensorsDType | "F8_E4M3";
+
+function isReadable(dtype: string): dtype is ReadableDType {
+  return dtype === "F32" || dtype === "F16" || dtype === "BF16" || dtype === "F8_E4M3";
 }
 
 /**
@@ -238,7 +242,8 @@ export class SafetensorsFile {
   /**
    * Streams tensor `name` as chunks of whole rows (see {@linkcode TensorChunk}) converted to
    * `targetDtype`: BF16 -> f32 exactly, F16 -> f32 exactly, F32 -> f16 and BF16 -> f16 (via f32)
-   * rounding to nearest even. Reads with seek + read into reused buffers; every buffer stays
+   * rounding to nearest even, F8_E4M3 -> f32 or f16 exactly (the bytes' own values: an FP8
+   * weight's block scales are applied by engine/model/checkpoint.ts). Reads with seek + read into reused buffers; every buffer stays
    * within `chunkBytes` (unless one row is larger), so peak memory is a few chunks.
    *
    * @throws {CheckpointError} for a missing tensor, an unsupported dtype (naming both) or a file
@@ -255,9 +260,9 @@ export class SafetensorsFile {
       throw new RangeError(`Cannot read ${name}: chunkBytes must be a positive integer`);
     }
     const src = info.dtype;
-    if (!isSupported(src)) {
+    if (!isReadable(src)) {
       throw new CheckpointError(
-        `${name}: unsupported dtype ${src} in ${this.path} (supported: F32, F16, BF16)`,
+        `${name}: unsupported dtype ${src} in ${this.path} (supported: F32, F16, BF16, F8_E4M3)`,
       );
     }
     const cols = info.shape.length === 0 ? 1 : info.shape[info.shape.length - 1]!;
@@ -294,6 +299,8 @@ export class SafetensorsFile {
           const bits = new Uint32Array(f32.buffer, 0, elems);
           for (let i = 0; i < elems; i++) bits[i] = halves[i]! << 16;
           if (tmp !== undefined) dst.set(tmp.subarray(0, elems));
+        } else if (src === "F8_E4M3") {
+          for (let i = 0; i < elems; i++) dst[i] = E4M3_VALUES[raw[i]!]!;
         } else if (src === "F16") {
           dst.set(new Float16Array(raw.buffer, 0, elems));
         } else {

@@ -4,6 +4,9 @@
  * matrix, and transposing GPT-2's Conv1D `[in, out]` weights to the `[out, in]` layout the
  * kernels use. Shapes are checked against the config before anything is uploaded.
  *
+ * A fine-grained FP8 checkpoint's weights arrive dequantized (engine/model/checkpoint.ts), in
+ * f32 or the device dtype like any other.
+ *
  * With a quantization (`int8` / `int4`, gpu/quant.ts) the matrices asked for as projections are
  * quantized chunk by chunk on the way (from the checkpoint's own values, read as f32): the packed
  * words are uploaded as they come, the f16 scales (1/16 of the f16 bytes) at the end of each
@@ -19,6 +22,7 @@ import { GROUP, quantizable, type Quantization, quantizeRows } from "../../gpu/q
 import { GpuMatrix } from "../../gpu/tensor.ts";
 import type { Checkpoint } from "./checkpoint.ts";
 import { LoadProgress } from "./load_progress.ts";
+import { DTYPE_BYTES } from "./safetensors_header.ts";
 
 /** Chunk size for streaming: peak host memory while loading stays near this (plus one row). */
 export const LOAD_CHUNK_BYTES = 8 << 20;
@@ -53,6 +57,14 @@ export class WeightLoader {
     let total = 0;
     for (const t of checkpoint.tensors.values()) total += t.byteLength;
     this.progress = new LoadProgress(total, showProgress);
+    const q = checkpoint.quantization;
+    if (q !== null) {
+      this.notes.push(
+        `FP8 (e4m3) weights of the checkpoint, scaled per block of ${q.blockRows} x ${q.blockCols}, dequantized while loading${
+          quantization === "none" ? ` to ${dtype}` : ` and quantized again to ${quantization}`
+        } (WebGPU has no FP8 arithmetic)`,
+      );
+    }
   }
 
   /**
@@ -207,7 +219,6 @@ export class WeightLoader {
   }
 
   #sourceBytes(name: string): number {
-    const dtype = this.checkpoint.tensor(name).dtype;
-    return dtype === "F32" ? 4 : 2;
+    return DTYPE_BYTES[this.checkpoint.tensor(name).dtype] ?? 2;
   }
 }

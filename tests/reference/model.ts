@@ -4,7 +4,8 @@
  * shortcuts: every step recomputes the whole sequence. It is the yardstick the engine's greedy
  * generation is compared with, token for token.
  *
- * Weights are read from the checkpoint as stored (f32, f16 or bf16 values are exact in float64).
+ * Weights are read from the checkpoint as stored (f32, f16 or bf16 values are exact in float64;
+ * a fine-grained FP8 checkpoint's weights as their dequantized values, tests/reference/fp8.ts).
  * With `quantize` (Qwen3, Qwen2, Llama), the projections, the LM head and a tied embedding are
  * replaced by their dequantized int8 / int4 values `w'` (tests/reference/quant.ts, written from
  * the format's text).
@@ -14,6 +15,7 @@
 
 import { type Checkpoint, openCheckpoint } from "../../engine/model/checkpoint.ts";
 import { type ModelConfig, ropeInvFreq } from "../../engine/model/config.ts";
+import { fp8WeightRef } from "./fp8.ts";
 import { quantizeRef } from "./quant.ts";
 
 /** A dense float64 matrix `[rows, cols]`, row-major. */
@@ -25,9 +27,12 @@ interface Mat {
 
 async function load(ck: Checkpoint, name: string): Promise<Mat> {
   const info = ck.tensor(name);
-  const values = await ck.readTensor(name, "f32");
   const cols = info.shape.length === 0 ? 1 : info.shape[info.shape.length - 1]!;
-  return { rows: values.length / cols, cols, data: Float64Array.from(values) };
+  // FP8 weights are dequantized here, from their bytes (tests/reference/fp8.ts).
+  const data = info.dtype === "F8_E4M3"
+    ? await fp8WeightRef(ck, name)
+    : Float64Array.from(await ck.readTensor(name, "f32"));
+  return { rows: data.length / cols, cols, data };
 }
 
 /** `m` transposed. */

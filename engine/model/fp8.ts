@@ -1,0 +1,77 @@
+/**
+ * FP8 weights as Hugging Face's fine-grained FP8 checkpoints store them (`quant_method: "fp8"`,
+ * the format of Qwen's `-FP8` and DeepSeek-V3's releases): each 2-D weight `W [rows, cols]` is
+ * `float8_e4m3fn` values `q` (one byte each) and a `weight_scale_inv` tensor
+ * `S [ceil(rows / bm), ceil(cols / bn)]` (`weight_block_size: [bm, bn]`, usually 128 x 128),
+ * with `W[r][c] = q[r][c] * S[floor(r / bm)][floor(c / bn)]` (transformers' `Fp8Dequantize`: both
+ * factors in f32). This engine has no FP8 arithmetic (WebGPU has no FP8 type), so such weights
+ * are dequantized while loading, chunk by chunk, into the device dtype (or, with
+ * `--quantization int8|int4`, quantized again from those values).
+ *
+ * `float8_e4m3fn`: 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is
+ * subnormal (`m / 8 * 2^-6`); no infinities; `S.1111.111` is NaN; the largest value is 448.
+ *
+ * @module
+ */
+
+/** The value of every `float8_e4m3fn` byte, by its bits (exact in f32). */
+export const E4M3_VALUES: Float32Array = (() => {
+  const t = new Float32Array(256);
+  for (let bits = 0; bits < 256; bits++) {
+    const sign = bits & 0x80 ? -1 : 1;
+    const exp = (bits >> 3) & 0xf;
+    const man = bits & 0x7;
+    t[bits] = exp === 0xf && man === 0x7
+      ? NaN
+      : exp === 0
+      ? sign * man * 2 ** -9
+      : sign * (8 + man) * 2 ** (exp - 10);
+  }
+  return t;
+})();
+
+/** A weight's FP8 block scales: `[blockRows x blockCols]` tiles, row-major, as f32. */
+export interface Fp8BlockScales {
+  /** Rows of the weight per scale row (`weight_block_size[0]`). */
+  readonly blockRows: number;
+  /** Columns of the weight per scale column (`weight_block_size[1]`). */
+  readonly blockCols: number;
+  /** Scale columns: `ceil(cols / blockCols)`. */
+  readonly scaleCols: number;
+  /** The scales, `[ceil(rows / blockRows), scaleCols]` row-major. */
+  readonly values: Float32Array;
+}
+
+/** The shape the `weight_scale_inv` of a `[rows, cols]` weight must have. */
+export function fp8ScaleShape(
+  rows: number,
+  cols: number,
+  blockRows: number,
+  blockCols: number,
+): [number, number] {
+  return [Math.ceil(rows / blockRows), Math.ceil(cols / blockCols)];
+}
+
+/**
+ * Dequantizes, in place, `data`: rows `rowStart .. rowStart + data.length / cols` of a weight
+ * already decoded from its bytes (values of {@linkcode E4M3_VALUES}), multiplying each element
+ * by its block's scale in f32.
+ */
+export function applyFp8Scales(
+  data: Float32Array,
+  rowStart: number,
+  cols: number,
+  scales: Fp8BlockScales,
+): void {
+  const rows = data.length / cols;
+  const { blockRows, blockCols, scaleCols, values } = scales;
+  for (let r = 0; r < rows; r++) {
+    const srow = Math.floor((rowStart + r) / blockRows) * scaleCols;
+    const base = r * cols;
+    for (let c0 = 0, b = 0; c0 < cols; c0 += blockCols, b++) {
+      const s = values[srow + b]!;
+      const end = Math.min(cols, c0 + blockCols);
+      for (let c = c0; c < end; c++) data[base + c] = data[base + c]! * s; // f32 product
+    }
+  }
+}

@@ -1,0 +1,79 @@
+/**
+ * A float64 reference of fine-grained FP8 weights (transformers' `Fp8Dequantize`), written from
+ * the format's definition and reading the bytes itself, so that it shares nothing with the
+ * engine's FP8 path (engine/model/fp8.ts, engine/model/checkpoint.ts) but the header offsets.
+ *
+ * @module
+ */
+
+import type { Checkpoint, CheckpointTensor } from "../../engine/model/checkpoint.ts";
+import { bf16Value } from "./safetensors.ts";
+
+/**
+ * The value of a `float8_e4m3fn` byte: sign, 4 exponent bits (bias 7), 3 mantissa bits;
+ * exponent 0 subnormal (`2^-6 * m / 8`), `S.1111.111` NaN, no infinities.
+ */
+export function e4m3Value(bits: number): number {
+  const sign = bits & 0x80 ? -1 : 1;
+  const exp = (bits >> 3) & 0xf;
+  const man = bits & 0x7;
+  if (exp === 0xf && man === 0x7) return NaN;
+  if (exp === 0) return sign * 2 ** -6 * (man / 8);
+  return sign * 2 ** (exp - 7) * (1 + man / 8);
+}
+
+/** The raw bytes of tensor `t`, read from its file at its header offset. */
+async function rawBytes(t: CheckpointTensor): Promise<Uint8Array> {
+  const file = await Deno.open(t.file, { read: true });
+  try {
+    const out = new Uint8Array(t.byteLength);
+    await file.seek(t.fileOffset, Deno.SeekMode.Start);
+    let done = 0;
+    while (done < out.length) {
+      const n = await file.read(out.subarray(done));
+      if (n === null) throw new RangeError(`${t.file}: short read of ${t.name}`);
+      done += n;
+    }
+    return out;
+  } finally {
+    file.close();
+  }
+}
+
+/** The float64 values of an F32 / BF16 scale tensor, from its bytes. */
+function scaleValues(t: CheckpointTensor, bytes: Uint8Array): Float64Array {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const n = t.shape.reduce((a, d) => a * d, 1);
+  const out = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    out[i] = t.dtype === "F32"
+      ? view.getFloat32(4 * i, true)
+      : bf16Value(view.getUint16(2 * i, true));
+  }
+  return out;
+}
+
+/**
+ * FP8 weight `name` of `ck` dequantized in float64: `q[r][c] * S[floor(r / bm)][floor(c / bn)]`,
+ * with `[bm, bn]` the checkpoint's `weight_block_size`.
+ */
+export async function fp8WeightRef(ck: Checkpoint, name: string): Promise<Float64Array> {
+  const t = ck.tensor(name);
+  const s = ck.fp8Scale(name);
+  const q = ck.quantization;
+  if (t.dtype !== "F8_E4M3" || s === undefined || q === null) {
+    throw new RangeError(`fp8WeightRef: ${name} is not an FP8 weight with a scale`);
+  }
+  const [rows, cols] = t.shape as [number, number];
+  const codes = await rawBytes(t);
+  const scales = scaleValues(s, await rawBytes(s));
+  const scaleCols = s.shape[1]!;
+  const out = new Float64Array(rows * cols);
+  for (let r = 0; r < rows; r++) {
+    for (let c = 0; c < cols; c++) {
+      const scale = scales[Math.floor(r / q.blockRows) * scaleCols + Math.floor(c / q.blockCols)]!;
+      out[r * cols + c] = e4m3Value(codes[r * cols + c]!) * scale;
+    }
+  }
+  return out;
+}
