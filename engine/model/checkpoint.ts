@@ -24,7 +24,7 @@ import {
 } from "./checkpoint_quantization.ts";
 import { type ModelConfig, parseModelConfig } from "./config.ts";
 import { CheckpointError } from "./errors.ts";
-import { applyFp8Scales, type Fp8BlockScales, fp8ScaleShape } from "./fp8.ts";
+import { dequantizeFp8Chunks, type Fp8BlockScales, fp8ScaleShape } from "./fp8.ts";
 import { type GenerationConfig, parseGenerationConfig } from "./generation_config.ts";
 import { SafetensorsFile, type TensorChunk } from "./safetensors.ts";
 import type { TensorInfo } from "./safetensors_header.ts";
@@ -312,19 +312,7 @@ export class Checkpoint {
     const options = chunkBytes === undefined
       ? { targetDtype: "f32" as const }
       : { targetDtype: "f32" as const, chunkBytes };
-    let half: Float16Array | undefined;
-    for await (const chunk of at.file.readTensorChunks(at.stored, options)) {
-      if (!(chunk.data instanceof Float32Array)) throw new TypeError("unreachable: f32 chunk");
-      applyFp8Scales(chunk.data, chunk.rowStart, chunk.cols, scales);
-      if (targetDtype === "f32") {
-        yield chunk;
-        continue;
-      }
-      half ??= new Float16Array(chunk.data.length);
-      const data = half.subarray(0, chunk.data.length);
-      data.set(chunk.data);
-      yield { ...chunk, data };
-    }
+    yield* dequantizeFp8Chunks(at.file.readTensorChunks(at.stored, options), scales, targetDtype);
   }
 
   /**

@@ -14,6 +14,9 @@
  * @module
  */
 
+import type { DType } from "../../gpu/dtype.ts";
+import type { TensorChunk } from "./safetensors.ts";
+
 /** The value of every `float8_e4m3fn` byte, by its bits (exact in f32). */
 export const E4M3_VALUES: Float32Array = (() => {
   const t = new Float32Array(256);
@@ -73,5 +76,32 @@ export function applyFp8Scales(
       const end = Math.min(cols, c0 + blockCols);
       for (let c = c0; c < end; c++) data[base + c] = data[base + c]! * s; // f32 product
     }
+  }
+}
+
+/**
+ * An FP8 weight's row chunks `chunks` (its bytes' values, as f32: `SafetensorsFile`
+ * `readTensorChunks` with target f32) dequantized with `scales` in f32, then yielded in
+ * `targetDtype` (f16 through one reused array, as chunks are).
+ */
+export async function* dequantizeFp8Chunks(
+  chunks: AsyncIterable<TensorChunk>,
+  scales: Fp8BlockScales,
+  targetDtype: DType,
+): AsyncGenerator<TensorChunk, void, undefined> {
+  let half: Float16Array | undefined;
+  for await (const chunk of chunks) {
+    if (!(chunk.data instanceof Float32Array)) {
+      throw new TypeError("FP8 chunks must be read as f32");
+    }
+    applyFp8Scales(chunk.data, chunk.rowStart, chunk.cols, scales);
+    if (targetDtype === "f32") {
+      yield chunk;
+      continue;
+    }
+    half ??= new Float16Array(chunk.data.length);
+    const data = half.subarray(0, chunk.data.length);
+    data.set(chunk.data);
+    yield { ...chunk, data };
   }
 }
