@@ -12,7 +12,7 @@ import { parseCheckpointQuantization } from "../engine/model/checkpoint_quantiza
 import { ConfigError } from "../engine/model/errors.ts";
 import { applyFp8Scales, E4M3_VALUES } from "../engine/model/fp8.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
-import { encodeE4m3 } from "../tools/fp8_weights.ts";
+import { encodeE4m3, type Fp8CheckpointLayout } from "../tools/fp8_weights.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { e4m3Value, fp8WeightRef } from "./reference/fp8.ts";
 import { ReferenceModel } from "./reference/model.ts";
@@ -113,7 +113,43 @@ Deno.test("parseCheckpointQuantization() reads fine-grained FP8 and refuses othe
         weight_block_size: [128, 64],
       },
     }, src),
-    { method: "fp8", blockRows: 128, blockCols: 64 },
+    {
+      method: "fp8",
+      scaleSuffix: "weight_scale_inv",
+      scaling: { kind: "block", rows: 128, cols: 64 },
+    },
+  );
+  // compressed-tensors as llm-compressor's FP8_DYNAMIC and FP8_BLOCK schemes write it.
+  const ct = (weights: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+    quantization_config: {
+      quant_method: "compressed-tensors",
+      format: "float-quantized",
+      quantization_status: "compressed",
+      config_groups: {
+        group_0: {
+          targets: ["Linear"],
+          weights: { num_bits: 8, type: "float", symmetric: true, dynamic: false, ...weights },
+          input_activations: { num_bits: 8, type: "float", strategy: "token", dynamic: true },
+          output_activations: null,
+        },
+      },
+      ignore: ["lm_head"],
+      kv_cache_scheme: null,
+      sparsity_config: { format: "dense" },
+      ...extra,
+    },
+  });
+  for (const strategy of ["channel", "tensor"] as const) {
+    assert.deepEqual(parseCheckpointQuantization(ct({ strategy }), src), {
+      method: "compressed-tensors",
+      scaleSuffix: "weight_scale",
+      scaling: { kind: strategy },
+    });
+  }
+  assert.deepEqual(
+    parseCheckpointQuantization(ct({ strategy: "block", block_structure: [128, 128] }), src)
+      ?.scaling,
+    { kind: "block", rows: 128, cols: 128 },
   );
   const refused: [unknown, RegExp][] = [
     [{ quant_method: "gptq", bits: 4 }, /quant_method "gptq".*--quantization int8\|int4/],
@@ -127,6 +163,30 @@ Deno.test("parseCheckpointQuantization() reads fine-grained FP8 and refuses othe
     [{ quant_method: "fp8", weight_block_size: [128, 128], fmt: "e5m2" }, /fmt "e5m2"/],
     [{ quant_method: "fp8", weight_block_size: [0, 128] }, /weight_block_size\.0 0/],
     ["fp8", /must be an object/],
+    [ct({ strategy: "group", group_size: 128 }).quantization_config, /weights\.strategy "group"/],
+    [ct({ strategy: "channel", num_bits: 4 }).quantization_config, /weights\.num_bits 4/],
+    [ct({ strategy: "channel", type: "int" }).quantization_config, /weights\.type "int"/],
+    [ct({ strategy: "block" }).quantization_config, /block strategy needs a block_structure/],
+    [
+      ct({ strategy: "channel" }, { kv_cache_scheme: { num_bits: 8 } }).quantization_config,
+      /kv_cache_scheme \{"num_bits":8\}/,
+    ],
+    [
+      ct({ strategy: "channel" }, { format: "pack-quantized" }).quantization_config,
+      /format "pack-quantized"/,
+    ],
+    [
+      {
+        ...ct({ strategy: "channel" }).quantization_config,
+        config_groups: {
+          group_0: {
+            weights: { num_bits: 8, type: "float", strategy: "channel" },
+            input_activations: { num_bits: 8, type: "float", dynamic: false },
+          },
+        },
+      },
+      /input_activations \{.*"dynamic":false\} is not supported/,
+    ],
   ];
   for (const [q, message] of refused) {
     assert.throws(() => parseCheckpointQuantization({ quantization_config: q }, src), (e) => {
@@ -139,9 +199,17 @@ Deno.test("parseCheckpointQuantization() reads fine-grained FP8 and refuses othe
   }
 });
 
-/** Writes tiny-qwen3 as an FP8 checkpoint with blocks of 24 (edge blocks in every matrix). */
-async function fp8Model(dir: string, preset = "tiny-qwen3", seed = 7): Promise<void> {
-  await makeModel({ out: dir, preset, dtype: "bf16", seed, shards: 2, fp8Block: 24 });
+/**
+ * Writes `preset` as an FP8 checkpoint, by default with blocks of 24 (edge blocks in every
+ * matrix).
+ */
+async function fp8Model(
+  dir: string,
+  preset = "tiny-qwen3",
+  seed = 7,
+  fp8: Fp8CheckpointLayout = { scheme: "block", block: 24 },
+): Promise<void> {
+  await makeModel({ out: dir, preset, dtype: "bf16", seed, shards: 2, fp8 });
 }
 
 Deno.test("Checkpoint reads an FP8 weight as its bytes' values times their block scales", async () => {
@@ -150,7 +218,7 @@ Deno.test("Checkpoint reads an FP8 weight as its bytes' values times their block
     await fp8Model(dir);
     const ck = await openCheckpoint(dir);
     try {
-      assert.deepEqual(ck.quantization, { method: "fp8", blockRows: 24, blockCols: 24 });
+      assert.deepEqual(ck.quantization?.scaling, { kind: "block", rows: 24, cols: 24 });
       assert.ok(
         ![...ck.tensors.keys()].some((n) => n.endsWith("scale_inv")),
         "scales are no weights",
@@ -216,7 +284,7 @@ Deno.test("Checkpoint.expectTensor() refuses FP8 weights without quantization_co
     const q = { ...config.quantization_config, weight_block_size: [32, 32] };
     await Deno.writeTextFile(configPath, JSON.stringify({ ...config, quantization_config: q }));
     await expectOne(
-      /^model\.layers\.0\.self_attn\.o_proj\.weight_scale_inv: expected shape \[\d+, \d+\] \(blocks of 32 x 32/,
+      /^model\.layers\.0\.self_attn\.o_proj\.weight_scale_inv: expected shape \[\d+, \d+\] \(one scale per 32 x 32/,
     );
   } finally {
     await Deno.remove(dir, { recursive: true });
@@ -227,24 +295,29 @@ const MAX_TOKENS = 24;
 /** Reference steps whose top-2 logits are closer than this are near-ties (not compared on). */
 const GAP_TOLERANCE = 1e-3;
 
+const BLOCK_24: Fp8CheckpointLayout = { scheme: "block", block: 24 };
+
 for (
-  const [preset, quantization] of [
-    ["tiny-qwen3", "none"],
-    ["tiny-qwen2", "none"],
-    ["tiny-llama", "none"],
-    ["tiny-qwen3", "int4"],
+  const [preset, quantization, fp8] of [
+    ["tiny-qwen3", "none", BLOCK_24],
+    ["tiny-qwen2", "none", BLOCK_24],
+    ["tiny-llama", "none", BLOCK_24],
+    ["tiny-qwen3", "int4", BLOCK_24],
+    ["tiny-qwen3", "none", { scheme: "channel" }],
+    ["tiny-llama", "none", { scheme: "tensor" }],
   ] as const
 ) {
+  const layout = fp8.scheme === "block" ? "fine-grained (blocks of 24)" : `${fp8.scheme}-scaled`;
   Deno.test(
-    `ModelRunner on a fine-grained FP8 ${preset} checkpoint${
+    `ModelRunner on a ${layout} FP8 ${preset} checkpoint${
       quantization === "none" ? "" : `, quantized again to ${quantization},`
     } generates the float64 reference's greedy tokens`,
     GPU_TEST,
     async () => {
       const dir = await Deno.makeTempDir();
       try {
-        const { seed, rng } = testSeed(`fp8 runner ${preset} ${quantization}`);
-        await fp8Model(dir, preset, seed % 1000);
+        const { seed, rng } = testSeed(`fp8 runner ${preset} ${quantization} ${fp8.scheme}`);
+        await fp8Model(dir, preset, seed % 1000, fp8);
         const ref = await ReferenceModel.load(
           dir,
           quantization === "none" ? {} : { quantize: quantization },
@@ -252,8 +325,16 @@ for (
         const ctx = await testContext({ forceF32: true });
         const runner = await ModelRunner.load(ctx, dir, { ...SOLO_RUNNER_OPTIONS, quantization });
         try {
+          const scaled = fp8.scheme === "block"
+            ? "per block of 24 x 24"
+            : fp8.scheme === "channel"
+            ? "per output channel"
+            : "per tensor";
           assert.ok(
-            runner.weights.notes.some((n) => /^FP8 \(e4m3\) weights .* blocks? of 24 x 24/.test(n)),
+            runner.weights.notes.some((n) =>
+              n.startsWith("FP8 (e4m3) weights") && n.includes(scaled)
+            ),
+            runner.weights.notes.join("; "),
           );
           let compared = 0;
           for (const [k, len] of [1, 9, 33, 5, 17, 48].entries()) {

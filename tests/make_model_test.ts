@@ -364,8 +364,10 @@ Deno.test("make-model CLI writes a checkpoint and rejects bad flags with exit co
       ["--out", "x", "--preset", "tiny-qwen3", "--seed", "-3"],
       ["--out", "x", "--preset", "tiny-qwen3", "--bogus"],
       ["--out", "x", "--preset", "tiny-qwen3", "--fp8-block", "64"],
-      ["--out", "x", "--preset", "tiny-qwen3", "--fp8", "--fp8-block", "0"],
-      ["--out", "x", "--preset", "tiny-gpt2", "--fp8"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--fp8", "block", "--fp8-block", "0"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--fp8", "channel", "--fp8-block", "64"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--fp8", "int4"],
+      ["--out", "x", "--preset", "tiny-gpt2", "--fp8", "block"],
     ]
   ) {
     const r = await run(...bad);
@@ -375,9 +377,17 @@ Deno.test("make-model CLI writes a checkpoint and rejects bad flags with exit co
   }
 });
 
-Deno.test("parseMakeModelArgs() takes --fp8 with blocks of 128 unless --fp8-block says otherwise", () => {
+Deno.test("parseMakeModelArgs() takes --fp8 block (blocks of 128 unless --fp8-block says), channel or tensor", () => {
   const base = ["--out", "x", "--preset", "tiny-qwen3"];
-  assert.equal(parseMakeModelArgs(base).fp8Block, undefined);
-  assert.equal(parseMakeModelArgs([...base, "--fp8"]).fp8Block, 128);
-  assert.equal(parseMakeModelArgs([...base, "--fp8", "--fp8-block", "24"]).fp8Block, 24);
+  assert.equal(parseMakeModelArgs(base).fp8, undefined);
+  assert.deepEqual(parseMakeModelArgs([...base, "--fp8", "block"]).fp8, {
+    scheme: "block",
+    block: 128,
+  });
+  assert.deepEqual(parseMakeModelArgs([...base, "--fp8", "block", "--fp8-block", "24"]).fp8, {
+    scheme: "block",
+    block: 24,
+  });
+  assert.deepEqual(parseMakeModelArgs([...base, "--fp8", "channel"]).fp8, { scheme: "channel" });
+  assert.deepEqual(parseMakeModelArgs([...base, "--fp8", "tensor"]).fp8, { scheme: "tensor" });
 });

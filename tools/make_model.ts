@@ -6,7 +6,7 @@
  *
  * ```sh
  * deno task make-model --out DIR --preset tiny-qwen3 [--dtype f32|f16|bf16] [--seed N] [--shards N]
- *   [--layout save-pretrained|hub|unprefixed] [--fp8 [--fp8-block N]]
+ *   [--layout save-pretrained|hub|unprefixed] [--fp8 block|channel|tensor [--fp8-block N]]
  * ```
  *
  * Weights are deterministic in `--seed` and independent of `--shards` (each tensor draws from its
@@ -15,16 +15,24 @@
  * stays around the size of the largest tensor (a 1.2 GB qwen3-0.6b bf16 checkpoint needs ~0.3 GB).
  * `--layout` names the tensors as `save_pretrained` does (default), as the hub's files have them
  * (GPT-2: unprefixed, with causal-mask buffers), or unprefixed (tools/checkpoint_layout.ts).
- * `--fp8` writes a fine-grained FP8 checkpoint as Qwen's `-FP8` releases are: every layer's linear
- * projection as `F8_E4M3` with a BF16 `weight_scale_inv` per block of `--fp8-block` (default 128)
- * squared (tools/fp8_weights.ts), the other tensors in `--dtype`, and the `quantization_config`
- * saying so in config.json (Llama-family presets).
+ * `--fp8` writes an FP8 checkpoint (Llama-family presets): every layer's linear projection as
+ * `F8_E4M3` with a BF16 scale tensor, the other tensors in `--dtype`, and the
+ * `quantization_config` saying so in config.json (tools/fp8_weights.ts): `block`, as Qwen's
+ * `-FP8` releases are (a `weight_scale_inv` per block of `--fp8-block`, default 128, squared), or
+ * `channel` / `tensor`, as llm-compressor's `FP8_DYNAMIC` compressed-tensors checkpoints are (a
+ * `weight_scale` per output channel or per tensor).
  *
  * @module
  */
 
 import { parseArgs } from "node:util";
-import { quantizeFp8Blocks } from "./fp8_weights.ts";
+import {
+  FP8_SCHEMES,
+  type Fp8CheckpointLayout,
+  fp8QuantizationConfig,
+  fp8ScaleTensor,
+  quantizeFp8,
+} from "./fp8_weights.ts";
 import {
   CHECKPOINT_LAYOUTS,
   type CheckpointLayout,
@@ -68,10 +76,10 @@ export interface MakeModelOptions {
   /** Tensor names and extra buffers (tools/checkpoint_layout.ts); default `save-pretrained`. */
   layout?: CheckpointLayout;
   /**
-   * Block size of a fine-grained FP8 checkpoint (see the module doc); undefined (default) writes
-   * every tensor in `dtype`.
+   * The layout of an FP8 checkpoint (see the module doc); undefined (default) writes every tensor
+   * in `dtype`.
    */
-  fp8Block?: number;
+  fp8?: Fp8CheckpointLayout;
 }
 
 /** What {@linkcode makeModel} wrote. */
@@ -180,36 +188,26 @@ export function randomTensorBytes(
   return new Uint8Array(out.buffer);
 }
 
-/** `weight_block_size` of `--fp8` without `--fp8-block` (Qwen's and DeepSeek's). */
+/** `weight_block_size` of `--fp8 block` without `--fp8-block` (Qwen's and DeepSeek's). */
 const DEFAULT_FP8_BLOCK = 128;
 
 /** A layer's linear projection: what an FP8 checkpoint stores as F8_E4M3. */
 const FP8_WEIGHT = /(^|\.)layers\.\d+\..*_proj\.weight$/;
 
-/** config.json's `quantization_config` of a fine-grained FP8 checkpoint. */
-function fp8Config(block: number) {
-  return {
-    quant_method: "fp8",
-    fmt: "e4m3",
-    activation_scheme: "dynamic",
-    weight_block_size: [block, block],
-  };
-}
-
 /**
  * The tensor(s) one laid-out tensor is written as: itself in `dtype`, or, for a projection of an
- * FP8 checkpoint, its F8_E4M3 codes and BF16 `weight_scale_inv` (quantized once, when the codes
- * are written, which comes first).
+ * FP8 checkpoint, its F8_E4M3 codes and BF16 scale tensor (quantized once, when the codes are
+ * written, which comes first).
  */
 function tensorsToWrite(
   t: LaidOutTensor,
   dtype: CheckpointDtype,
   seed: number,
-  fp8Block: number | undefined,
+  fp8: Fp8CheckpointLayout | undefined,
 ): TensorToWrite[] {
   const spec = t.spec;
   if (spec === null) return [t.buffer!];
-  if (fp8Block === undefined || !FP8_WEIGHT.test(t.name) || spec.shape.length !== 2) {
+  if (fp8 === undefined || !FP8_WEIGHT.test(t.name) || spec.shape.length !== 2) {
     return [{
       name: t.name,
       dtype: SAFETENSORS_DTYPE[dtype],
@@ -218,17 +216,17 @@ function tensorsToWrite(
     }];
   }
   const [rows, cols] = spec.shape as [number, number];
-  let weight: ReturnType<typeof quantizeFp8Blocks> | undefined;
+  let weight: ReturnType<typeof quantizeFp8> | undefined;
   const quantized = () => {
     const values = new Float32Array(randomTensorBytes(spec, "f32", seed).buffer);
-    return (weight ??= quantizeFp8Blocks(values, rows, cols, fp8Block));
+    return (weight ??= quantizeFp8(values, rows, cols, fp8));
   };
+  const scale = fp8ScaleTensor(t.name, rows, cols, fp8);
   return [
     { name: t.name, dtype: "F8_E4M3", shape: spec.shape, data: () => quantized().codes },
     {
-      name: t.name.replace(/weight$/, "weight_scale_inv"),
+      ...scale,
       dtype: "BF16",
-      shape: [Math.ceil(rows / fp8Block), Math.ceil(cols / fp8Block)],
       data: () => new Uint8Array(bf16Bits(quantized().scales).buffer),
     },
   ];
@@ -286,10 +284,10 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
   if (!Number.isSafeInteger(shards) || shards < 1) {
     throw new RangeError(`Invalid shard count ${shards}: expected a positive integer`);
   }
-  const fp8Block = options.fp8Block;
-  if (fp8Block !== undefined) {
-    if (!Number.isSafeInteger(fp8Block) || fp8Block < 1) {
-      throw new RangeError(`Invalid FP8 block size ${fp8Block}: expected a positive integer`);
+  const fp8 = options.fp8;
+  if (fp8 !== undefined) {
+    if (fp8.scheme === "block" && (!Number.isSafeInteger(fp8.block) || fp8.block < 1)) {
+      throw new RangeError(`Invalid FP8 block size ${fp8.block}: expected a positive integer`);
     }
     if (preset.architecture === "gpt2") {
       throw new RangeError(
@@ -315,7 +313,7 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
   const config = presetConfig(preset, dtype, ids);
   await json(
     "config.json",
-    fp8Block === undefined ? config : { ...config, quantization_config: fp8Config(fp8Block) },
+    fp8 === undefined ? config : { ...config, quantization_config: fp8QuantizationConfig(fp8) },
   );
   await json("generation_config.json", presetGenerationConfig(preset, ids));
   await json("tokenizer.json", tokenizer.json);
@@ -323,7 +321,7 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
   await json("special_tokens_map.json", presetSpecialTokensMap(preset));
 
   const laidOut = layOut(presetTensors(preset), preset, options.layout ?? "save-pretrained");
-  const specs = laidOut.flatMap((t) => tensorsToWrite(t, dtype, seed, fp8Block));
+  const specs = laidOut.flatMap((t) => tensorsToWrite(t, dtype, seed, fp8));
   const sizes = specs.map((t) => t.shape.reduce((a, d) => a * d, DTYPE_BYTES[t.dtype]!));
   const totalSize = sizes.reduce((a, b) => a + b, 0);
   const metadata = { format: "pt" };
@@ -352,7 +350,7 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
 }
 
 const USAGE = "usage: deno task make-model --out DIR --preset NAME [--dtype f32|f16|bf16] " +
-  "[--seed N] [--shards N] [--layout save-pretrained|hub|unprefixed] [--fp8 [--fp8-block N]]";
+  "[--seed N] [--shards N] [--layout save-pretrained|hub|unprefixed] [--fp8 block|channel|tensor] [--fp8-block N]";
 
 function parseCount(flag: string, value: string | undefined, min: number): number | undefined {
   if (value === undefined) return undefined;
@@ -375,7 +373,7 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
         seed: { type: "string" },
         shards: { type: "string" },
         layout: { type: "string" },
-        fp8: { type: "boolean" },
+        fp8: { type: "string" },
         "fp8-block": { type: "string" },
         help: { type: "boolean" },
       },
@@ -402,20 +400,26 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
   if (layout !== undefined && !(CHECKPOINT_LAYOUTS as readonly string[]).includes(layout)) {
     throw new TypeError(`--layout must be ${CHECKPOINT_LAYOUTS.join(", ")}, got "${layout}"`);
   }
-  if (values["fp8-block"] !== undefined && values.fp8 !== true) {
-    throw new TypeError("--fp8-block needs --fp8");
+  const scheme = values.fp8;
+  if (scheme !== undefined && !(FP8_SCHEMES as readonly string[]).includes(scheme)) {
+    throw new TypeError(`--fp8 must be ${FP8_SCHEMES.join(", ")}, got "${scheme}"`);
   }
-  const fp8Block = values.fp8 === true
-    ? parseCount("fp8-block", values["fp8-block"], 1) ?? DEFAULT_FP8_BLOCK
-    : undefined;
-  if (fp8Block !== undefined && getPreset(values.preset).architecture === "gpt2") {
+  if (values["fp8-block"] !== undefined && scheme !== "block") {
+    throw new TypeError("--fp8-block needs --fp8 block");
+  }
+  const fp8: Fp8CheckpointLayout | undefined = scheme === undefined
+    ? undefined
+    : scheme === "block"
+    ? { scheme, block: parseCount("fp8-block", values["fp8-block"], 1) ?? DEFAULT_FP8_BLOCK }
+    : { scheme: scheme as "channel" | "tensor" };
+  if (fp8 !== undefined && getPreset(values.preset).architecture === "gpt2") {
     throw new TypeError(`--fp8 is for the Llama-family presets, not ${values.preset}`);
   }
   return {
     out: values.out,
     preset: values.preset,
     ...(layout !== undefined ? { layout: layout as CheckpointLayout } : {}),
-    ...(fp8Block !== undefined ? { fp8Block } : {}),
+    ...(fp8 !== undefined ? { fp8 } : {}),
     dtype,
     seed: parseCount("seed", values.seed, 0),
     shards: parseCount("shards", values.shards, 1),

@@ -8,10 +8,10 @@
  * Tensors are addressed by their canonical names in every layout transformers loads (prefixed
  * or not; non-weight buffers left out): see engine/model/tensor_names.ts.
  *
- * A fine-grained FP8 checkpoint (`quantization_config`, engine/model/checkpoint_quantization.ts)
- * stores its projections as `F8_E4M3` with a `weight_scale_inv` beside each: such a weight reads
- * as its dequantized values (engine/model/fp8.ts), and its scale tensor is part of it, not a
- * weight of its own.
+ * An FP8 checkpoint (`quantization_config`, engine/model/checkpoint_quantization.ts) stores its
+ * projections as `F8_E4M3` with a scale tensor beside each (`weight_scale_inv` or
+ * `weight_scale`): such a weight reads as its dequantized values (engine/model/fp8.ts), and its
+ * scale tensor is part of it, not a weight of its own.
  *
  * @module
  */
@@ -21,10 +21,11 @@ import type { DType } from "../../gpu/dtype.ts";
 import {
   type CheckpointQuantization,
   parseCheckpointQuantization,
+  scaleBlock,
 } from "./checkpoint_quantization.ts";
 import { type ModelConfig, parseModelConfig } from "./config.ts";
 import { CheckpointError } from "./errors.ts";
-import { dequantizeFp8Chunks, type Fp8BlockScales, fp8ScaleShape } from "./fp8.ts";
+import { dequantizeFp8Chunks, type Fp8BlockScales, fp8ScaleShapes } from "./fp8.ts";
 import { type GenerationConfig, parseGenerationConfig } from "./generation_config.ts";
 import { SafetensorsFile, type TensorChunk } from "./safetensors.ts";
 import type { TensorInfo } from "./safetensors_header.ts";
@@ -35,6 +36,8 @@ interface Fp8Layout {
   readonly scale: CheckpointTensor;
   readonly blockRows: number;
   readonly blockCols: number;
+  /** Scales per row of blocks: `ceil(cols / blockCols)`. */
+  readonly scaleCols: number;
 }
 
 /** A tensor of a checkpoint and the file that holds it. */
@@ -44,8 +47,6 @@ export interface CheckpointTensor extends TensorInfo {
 }
 
 const SINGLE_FILE = "model.safetensors";
-/** The suffix of an FP8 weight's scale tensor, in place of `weight`. */
-const FP8_SCALE_SUFFIX = "weight_scale_inv";
 const INDEX_FILE = "model.safetensors.index.json";
 
 async function readJson(path: string): Promise<unknown> {
@@ -127,9 +128,10 @@ export class Checkpoint {
     if (quantization !== null) {
       // Each scale belongs to the weight beside it (one left without one stays, and a load
       // reports it as a weight the config does not account for).
+      const suffix = quantization.scaleSuffix;
       for (const [name, t] of tensors) {
-        if (!name.endsWith(`.${FP8_SCALE_SUFFIX}`)) continue;
-        const weight = `${name.slice(0, -FP8_SCALE_SUFFIX.length)}weight`;
+        if (!name.endsWith(`.${suffix}`)) continue;
+        const weight = `${name.slice(0, -suffix.length)}weight`;
         if (!tensors.has(weight)) continue;
         this.#scales.set(weight, t);
         tensors.delete(name);
@@ -246,17 +248,22 @@ export class Checkpoint {
         `${t.name}: an F8_E4M3 tensor of shape ${
           shapeText(t.shape)
         } in ${t.file} needs to be 2-D with a ${
-          t.name.replace(/weight$/, FP8_SCALE_SUFFIX)
+          t.name.replace(/weight$/, q.scaleSuffix)
         } beside it`,
       );
     }
     const [rows, cols] = t.shape as [number, number];
-    const want = fp8ScaleShape(rows, cols, q.blockRows, q.blockCols);
-    if (scale.shape.length !== 2 || scale.shape[0] !== want[0] || scale.shape[1] !== want[1]) {
+    const [blockRows, blockCols] = scaleBlock(q.scaling, rows, cols);
+    const shapes = fp8ScaleShapes(rows, cols, blockRows, blockCols);
+    if (
+      !shapes.some((w) =>
+        w.length === scale.shape.length && w.every((d, i) => d === scale.shape[i])
+      )
+    ) {
       throw new CheckpointError(
         `${scale.name}: expected shape ${
-          shapeText(want)
-        } (blocks of ${q.blockRows} x ${q.blockCols} of ${shapeText(t.shape)}), found ${
+          shapeText(shapes[0]!)
+        } (one scale per ${blockRows} x ${blockCols} of ${shapeText(t.shape)}), found ${
           shapeText(scale.shape)
         } in ${scale.file}`,
       );
@@ -266,16 +273,16 @@ export class Checkpoint {
         `${scale.name}: unsupported dtype ${scale.dtype} in ${scale.file} (supported: F32, BF16, F16)`,
       );
     }
-    return { scale, blockRows: q.blockRows, blockCols: q.blockCols };
+    return { scale, blockRows, blockCols, scaleCols: Math.ceil(cols / blockCols) };
   }
 
   /** The scales of FP8 weight `t`, read as f32. */
   async #fp8Scales(t: CheckpointTensor): Promise<Fp8BlockScales> {
-    const { scale, blockRows, blockCols } = this.#checkFp8(t);
+    const { scale, blockRows, blockCols, scaleCols } = this.#checkFp8(t);
     const at = this.#byTensor.get(scale.name)!;
     const values = await at.file.readTensor(at.stored, "f32");
     if (!(values instanceof Float32Array)) throw new TypeError("unreachable: f32 scales");
-    return { blockRows, blockCols, scaleCols: scale.shape[1]!, values };
+    return { blockRows, blockCols, scaleCols, values };
   }
 
   /**

@@ -1,10 +1,20 @@
 /**
- * A checkpoint's own quantization: `config.json`'s `quantization_config`, as transformers
- * writes it for pre-quantized weights. One kind is served: fine-grained FP8
- * (`quant_method: "fp8"`, `fmt: "e4m3"`, `weight_block_size: [bm, bn]`, dynamic activation
- * scales: Qwen's `-FP8` and DeepSeek-V3's releases), dequantized while loading
- * (engine/model/fp8.ts). Every other method (GPTQ, AWQ, bitsandbytes, compressed-tensors, ...)
- * is refused with one line that names it and says what loads instead.
+ * A checkpoint's own quantization: `config.json`'s `quantization_config`, as transformers and
+ * llm-compressor write it for pre-quantized weights. Two FP8 (`float8_e4m3fn`) layouts are
+ * served, both dequantized while loading (engine/model/fp8.ts):
+ *
+ * - transformers' fine-grained FP8 (`quant_method: "fp8"`, `fmt: "e4m3"`, dynamic activation
+ *   scales, `weight_block_size: [bm, bn]`; Qwen's `-FP8` and DeepSeek-V3's releases): a
+ *   `weight_scale_inv` of `[ceil(rows / bm), ceil(cols / bn)]` beside each FP8 weight;
+ * - compressed-tensors' `float-quantized` format (`quant_method: "compressed-tensors"`; the
+ *   `FP8_DYNAMIC` / `FP8_BLOCK` schemes of llm-compressor, e.g. RedHatAI's `-FP8-dynamic` models):
+ *   8-bit symmetric float weights with a `weight_scale` per tensor (`[1]`), per output channel
+ *   (`[rows, 1]`) or per block (`block_structure`), static weights and dynamic (or no) activation
+ *   quantization, no KV-cache scheme, sparsity or transforms.
+ *
+ * Every other method or variant (GPTQ, AWQ, bitsandbytes, integer or 4-bit compressed-tensors,
+ * static activation scales, ...) is refused with one line that names it and says what loads
+ * instead.
  *
  * @module
  */
@@ -12,13 +22,43 @@
 import { z } from "zod";
 import { ConfigError, describeValue } from "./errors.ts";
 
+/** Which weights share one FP8 scale. */
+export type Fp8Scaling =
+  | { readonly kind: "tensor" }
+  | { readonly kind: "channel" }
+  | { readonly kind: "block"; readonly rows: number; readonly cols: number };
+
 /** The quantization of a checkpoint's weights as stored (null: none, plain F32 / F16 / BF16). */
 export interface CheckpointQuantization {
-  readonly method: "fp8";
-  /** Weight rows per scale (`weight_block_size[0]`). */
-  readonly blockRows: number;
-  /** Weight columns per scale (`weight_block_size[1]`). */
-  readonly blockCols: number;
+  /** `quantization_config.quant_method`. */
+  readonly method: "fp8" | "compressed-tensors";
+  /** The name of an FP8 weight's scale tensor, in place of its final `weight`. */
+  readonly scaleSuffix: "weight_scale_inv" | "weight_scale";
+  readonly scaling: Fp8Scaling;
+}
+
+/** Rows and columns of a `[rows, cols]` FP8 weight that share one scale under `scaling`. */
+export function scaleBlock(scaling: Fp8Scaling, rows: number, cols: number): [number, number] {
+  switch (scaling.kind) {
+    case "tensor":
+      return [rows, cols];
+    case "channel":
+      return [1, cols];
+    case "block":
+      return [scaling.rows, scaling.cols];
+  }
+}
+
+/** How `scaling` reads in the load log ("per block of 128 x 128", "per output channel", ...). */
+export function describeScaling(scaling: Fp8Scaling): string {
+  switch (scaling.kind) {
+    case "tensor":
+      return "per tensor";
+    case "channel":
+      return "per output channel";
+    case "block":
+      return `per block of ${scaling.rows} x ${scaling.cols}`;
+  }
 }
 
 const positiveInt = z.number().int().positive();
@@ -30,16 +70,61 @@ const fp8Schema = z.object({
   weight_block_size: z.tuple([positiveInt, positiveInt]),
 });
 
+/** compressed-tensors' `QuantizationArgs` of FP8 weights this engine reads. */
+const ctWeights = z.object({
+  num_bits: z.literal(8),
+  type: z.literal("float"),
+  symmetric: z.literal(true).optional(),
+  strategy: z.enum(["tensor", "channel", "block"]),
+  block_structure: z.tuple([positiveInt, positiveInt]).nullish(),
+  dynamic: z.literal(false).optional(),
+  group_size: z.null().optional(),
+  actorder: z.null().optional(),
+});
+
+const ctSchema = z.object({
+  quant_method: z.literal("compressed-tensors"),
+  format: z.enum(["float-quantized", "naive-quantized"]),
+  quantization_status: z.literal("compressed").optional(),
+  kv_cache_scheme: z.null().optional(),
+  // llm-compressor writes a "dense" sparsity config (nothing compressed) beside quantization.
+  sparsity_config: z.union([z.null(), z.object({ format: z.literal("dense").optional() })])
+    .optional(),
+  transform_config: z.null().optional(),
+  config_groups: z.record(
+    z.string(),
+    z.object({
+      weights: ctWeights,
+      // Activations quantized on the fly by the original (this engine keeps them in f32).
+      input_activations: z.union([z.null(), z.object({ dynamic: z.literal(true) })]).optional(),
+      output_activations: z.null().optional(),
+      format: z.enum(["float-quantized", "naive-quantized"]).nullish(),
+    }),
+  ),
+});
+
 /** What to load instead, for the refusals. */
 const INSTEAD =
-  "this server loads F32 / F16 / BF16 checkpoints (quantizing them itself with --quantization int8|int4) and fine-grained FP8 ones";
+  "this server loads F32 / F16 / BF16 checkpoints (quantizing them itself with --quantization int8|int4) and FP8 ones (quant_method fp8, or compressed-tensors float-quantized)";
+
+/** A one-line refusal naming the first field `parsed` failed on and its value. */
+function unsupported(error: z.ZodError, q: object, source: string, what: string): ConfigError {
+  const issue = error.issues[0]!;
+  const field = issue.path.join(".") || "quantization_config";
+  const value = issue.path.reduce<unknown>(
+    (v, k) => (typeof v === "object" && v !== null ? Reflect.get(v, k) : undefined),
+    q,
+  );
+  return new ConfigError(
+    `${source}: quantization_config.${field} ${describeValue(value)} is not supported: ${what}`,
+  );
+}
 
 /**
  * The `quantization_config` of a parsed `config.json` (`raw`), or null when it has none.
  *
- * @throws {ConfigError} `"<source>: ..."` for a method other than fine-grained FP8, or an FP8
- *   configuration this engine does not read (another format, static activation scales, no
- *   `weight_block_size`).
+ * @throws {ConfigError} `"<source>: ..."` for a method other than the two FP8 layouts above, or
+ *   a variant of them this engine does not read.
  */
 export function parseCheckpointQuantization(
   raw: unknown,
@@ -55,26 +140,50 @@ export function parseCheckpointQuantization(
     );
   }
   const method = Reflect.get(q, "quant_method");
-  if (method !== "fp8") {
-    throw new ConfigError(
-      `${source}: the weights are pre-quantized with quant_method ${
-        describeValue(method)
-      }, which this engine cannot read; ${INSTEAD}`,
-    );
-  }
-  const parsed = fp8Schema.safeParse(q);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const field = issue.path.join(".") || "quantization_config";
-    const value = issue.path.reduce<unknown>(
-      (v, k) => (typeof v === "object" && v !== null ? Reflect.get(v, k) : undefined),
-      q,
-    );
-    throw new ConfigError(
-      `${source}: quantization_config.${field} ${describeValue(value)} is not supported: ` +
+  if (method === "fp8") {
+    const parsed = fp8Schema.safeParse(q);
+    if (!parsed.success) {
+      throw unsupported(
+        parsed.error,
+        q,
+        source,
         `FP8 weights load with fmt "e4m3", activation_scheme "dynamic" and a weight_block_size [rows, cols]`,
-    );
+      );
+    }
+    const [rows, cols] = parsed.data.weight_block_size;
+    return { method, scaleSuffix: "weight_scale_inv", scaling: { kind: "block", rows, cols } };
   }
-  const [blockRows, blockCols] = parsed.data.weight_block_size;
-  return { method: "fp8", blockRows, blockCols };
+  if (method === "compressed-tensors") {
+    const parsed = ctSchema.safeParse(q);
+    if (!parsed.success) {
+      throw unsupported(
+        parsed.error,
+        q,
+        source,
+        "compressed-tensors checkpoints load as float-quantized 8-bit symmetric weights per tensor, channel or block, with dynamic or no activation quantization, and no KV-cache scheme, sparsity or transform",
+      );
+    }
+    const weights = Object.values(parsed.data.config_groups).map((g) => g.weights);
+    const first = weights[0];
+    if (first === undefined || weights.some((w) => JSON.stringify(w) !== JSON.stringify(first))) {
+      throw new ConfigError(
+        `${source}: quantization_config.config_groups must hold one weight scheme (found ${weights.length} different or none)`,
+      );
+    }
+    const block = first.block_structure;
+    if (first.strategy === "block" && (block === undefined || block === null)) {
+      throw new ConfigError(
+        `${source}: quantization_config.config_groups: the block strategy needs a block_structure [rows, cols]`,
+      );
+    }
+    const scaling: Fp8Scaling = first.strategy === "block"
+      ? { kind: "block", rows: block![0], cols: block![1] }
+      : { kind: first.strategy };
+    return { method, scaleSuffix: "weight_scale", scaling };
+  }
+  throw new ConfigError(
+    `${source}: the weights are pre-quantized with quant_method ${
+      describeValue(method)
+    }, which this engine cannot read; ${INSTEAD}`,
+  );
 }

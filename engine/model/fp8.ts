@@ -1,9 +1,10 @@
 /**
- * FP8 weights as Hugging Face's fine-grained FP8 checkpoints store them (`quant_method: "fp8"`,
- * the format of Qwen's `-FP8` and DeepSeek-V3's releases): each 2-D weight `W [rows, cols]` is
- * `float8_e4m3fn` values `q` (one byte each) and a `weight_scale_inv` tensor
- * `S [ceil(rows / bm), ceil(cols / bn)]` (`weight_block_size: [bm, bn]`, usually 128 x 128),
- * with `W[r][c] = q[r][c] * S[floor(r / bm)][floor(c / bn)]` (transformers' `Fp8Dequantize`: both
+ * FP8 weights as pre-quantized checkpoints store them (engine/model/checkpoint_quantization.ts):
+ * each 2-D weight `W [rows, cols]` is `float8_e4m3fn` values `q` (one byte each) and a scale
+ * tensor `S` with one scale per `bm x bn` block (`[ceil(rows / bm), ceil(cols / bn)]`: blocks of
+ * usually 128 x 128 in transformers' fine-grained FP8, Qwen's `-FP8` releases; one row per output
+ * channel or one scale per tensor in compressed-tensors), with
+ * `W[r][c] = q[r][c] * S[floor(r / bm)][floor(c / bn)]` (transformers' `Fp8Dequantize`: both
  * factors in f32). This engine has no FP8 arithmetic (WebGPU has no FP8 type), so such weights
  * are dequantized while loading, chunk by chunk, into the device dtype (or, with
  * `--quantization int8|int4`, quantized again from those values).
@@ -45,14 +46,21 @@ export interface Fp8BlockScales {
   readonly values: Float32Array;
 }
 
-/** The shape the `weight_scale_inv` of a `[rows, cols]` weight must have. */
-export function fp8ScaleShape(
+/**
+ * The shapes a scale tensor of a `[rows, cols]` weight may have, one scale per
+ * `blockRows x blockCols` (the first is the canonical `[ceil(rows / blockRows),
+ * ceil(cols / blockCols)]`; compressed-tensors writes a per-tensor scale as `[1]` (or a scalar)
+ * and a per-channel one as `[rows, 1]`).
+ */
+export function fp8ScaleShapes(
   rows: number,
   cols: number,
   blockRows: number,
   blockCols: number,
-): [number, number] {
-  return [Math.ceil(rows / blockRows), Math.ceil(cols / blockCols)];
+): number[][] {
+  const canonical = [Math.ceil(rows / blockRows), Math.ceil(cols / blockCols)];
+  if (canonical[0] === 1 && canonical[1] === 1) return [canonical, [1], []];
+  return [canonical];
 }
 
 /**

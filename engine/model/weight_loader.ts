@@ -21,6 +21,7 @@ import { bytesPerElement, type DType } from "../../gpu/dtype.ts";
 import { GROUP, quantizable, type Quantization, quantizeRows } from "../../gpu/quant.ts";
 import { GpuMatrix } from "../../gpu/tensor.ts";
 import type { Checkpoint } from "./checkpoint.ts";
+import { describeScaling } from "./checkpoint_quantization.ts";
 import { LoadProgress } from "./load_progress.ts";
 import { DTYPE_BYTES } from "./safetensors_header.ts";
 
@@ -60,7 +61,9 @@ export class WeightLoader {
     const q = checkpoint.quantization;
     if (q !== null) {
       this.notes.push(
-        `FP8 (e4m3) weights of the checkpoint, scaled per block of ${q.blockRows} x ${q.blockCols}, dequantized while loading${
+        `FP8 (e4m3) weights of the checkpoint (${q.method}), scaled ${
+          describeScaling(q.scaling)
+        }, dequantized while loading${
           quantization === "none" ? ` to ${dtype}` : ` and quantized again to ${quantization}`
         } (WebGPU has no FP8 arithmetic)`,
       );

@@ -54,8 +54,8 @@ function scaleValues(t: CheckpointTensor, bytes: Uint8Array): Float64Array {
 }
 
 /**
- * FP8 weight `name` of `ck` dequantized in float64: `q[r][c] * S[floor(r / bm)][floor(c / bn)]`,
- * with `[bm, bn]` the checkpoint's `weight_block_size`.
+ * FP8 weight `name` of `ck` dequantized in float64: `q[r][c]` times the scale of its tensor, its
+ * row (per channel) or its block (`S[floor(r / bm)][floor(c / bn)]`).
  */
 export async function fp8WeightRef(ck: Checkpoint, name: string): Promise<Float64Array> {
   const t = ck.tensor(name);
@@ -67,11 +67,16 @@ export async function fp8WeightRef(ck: Checkpoint, name: string): Promise<Float6
   const [rows, cols] = t.shape as [number, number];
   const codes = await rawBytes(t);
   const scales = scaleValues(s, await rawBytes(s));
-  const scaleCols = s.shape[1]!;
   const out = new Float64Array(rows * cols);
   for (let r = 0; r < rows; r++) {
     for (let c = 0; c < cols; c++) {
-      const scale = scales[Math.floor(r / q.blockRows) * scaleCols + Math.floor(c / q.blockCols)]!;
+      // One scale per tensor, per output row, or per block of the row-major scale grid.
+      const sc = q.scaling;
+      const scale = sc.kind === "tensor"
+        ? scales[0]!
+        : sc.kind === "channel"
+        ? scales[r]!
+        : scales[Math.floor(r / sc.rows) * Math.ceil(cols / sc.cols) + Math.floor(c / sc.cols)]!;
       out[r * cols + c] = e4m3Value(codes[r * cols + c]!) * scale;
     }
   }
