@@ -18,7 +18,7 @@ import { e4m3Value, fp8WeightRef } from "./reference/fp8.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, testContext } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { SOLO_RUNNER_OPTIONS, soloGreedy } from "./support/solo_run.ts";
+import { assertGreedyMatchesReference, SOLO_RUNNER_OPTIONS } from "./support/solo_run.ts";
 
 Deno.test("E4M3_VALUES holds the value of every float8_e4m3fn byte", () => {
   for (let bits = 0; bits < 256; bits++) {
@@ -336,19 +336,12 @@ for (
             ),
             runner.weights.notes.join("; "),
           );
-          let compared = 0;
-          for (const [k, len] of [1, 9, 33, 5, 17, 48].entries()) {
-            if (k >= 3 && compared >= MAX_TOKENS) break;
-            const prompt = Array.from({ length: len }, () => rng.int(0, 500));
-            const steps = ref.greedy(prompt, MAX_TOKENS);
-            const got = await soloGreedy(runner, prompt, MAX_TOKENS, {
-              blocks: rng.permutation(SOLO_RUNNER_OPTIONS.numKvBlocks),
-            });
-            for (let i = 0; i < steps.length && steps[i]!.gap >= GAP_TOLERANCE; i++, compared++) {
-              assert.equal(got[i], steps[i]!.token, `seed ${seed} prompt ${len}, step ${i}`);
-            }
-          }
-          assert.ok(compared >= MAX_TOKENS, `seed ${seed}: only ${compared} steps compared`);
+          await assertGreedyMatchesReference(runner, ref, rng, seed, {
+            lengths: [1, 9, 33, 5, 17, 48],
+            maxTokens: MAX_TOKENS,
+            minCompared: MAX_TOKENS,
+            gapTolerance: GAP_TOLERANCE,
+          });
         } finally {
           runner.destroy();
         }

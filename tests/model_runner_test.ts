@@ -6,6 +6,7 @@ import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, HAS_F16, testContext } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 import {
+  assertGreedyMatchesReference,
   referenceRun,
   SOLO_RUNNER_OPTIONS,
   soloGreedy,
@@ -87,24 +88,14 @@ for (
         assert.equal(ctx.weightDtype, "f16");
         const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
         try {
-          let compared = 0;
           // Three prompts always; more (up to six) while fewer than 8 steps were comparable: a
           // random tiny model sometimes has near-ties early (seed 3266031341 had 2 in three).
-          for (const [p, len] of [1, 7, 33, 12, 20, 5].entries()) {
-            if (p >= 3 && compared >= 8) break;
-            const prompt = Array.from({ length: len }, () => rng.int(0, 500));
-            const steps = ref.greedy(prompt, MAX_TOKENS);
-            const got = await soloGreedy(runner, prompt, MAX_TOKENS, {
-              blocks: rng.permutation(SOLO_RUNNER_OPTIONS.numKvBlocks),
-            });
-            for (let i = 0; i < steps.length && steps[i]!.gap >= GAP_TOLERANCE; i++, compared++) {
-              assert.equal(got[i], steps[i]!.token, `seed ${seed} prompt ${len}, step ${i}`);
-            }
-          }
-          assert.ok(
-            compared >= 8,
-            `seed ${seed}: only ${compared} steps had a gap >= ${GAP_TOLERANCE}`,
-          );
+          await assertGreedyMatchesReference(runner, ref, rng, seed, {
+            lengths: [1, 7, 33, 12, 20, 5],
+            maxTokens: MAX_TOKENS,
+            minCompared: 8,
+            gapTolerance: GAP_TOLERANCE,
+          });
         } finally {
           runner.destroy();
         }

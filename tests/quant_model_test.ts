@@ -15,7 +15,7 @@ import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, testContext } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { SOLO_RUNNER_OPTIONS, soloGreedy } from "./support/solo_run.ts";
+import { assertGreedyMatchesReference, SOLO_RUNNER_OPTIONS } from "./support/solo_run.ts";
 
 const MAX_TOKENS = 24;
 /** Reference steps whose top-2 logits are closer than this are near-ties (not compared on). */
@@ -43,25 +43,20 @@ for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gpt2"] as 
             // tiny-gpt2's position table (2,048 x 64, kept as it is) is half its parameters.
             const bound = preset === "tiny-gpt2" ? 0.75 : 0.6;
             assert.ok(runner.weights.device < bound * runner.weights.unquantized);
-            let compared = 0;
             let differsFromPlain = false;
             // Three prompts, and up to three more while near-ties left fewer than MAX_TOKENS
             // steps compared (a random tiny model sometimes has near-ties early: seed 3069971139
             // gave 23 steps in three prompts).
-            for (const [k, len] of [1, 9, 33, 5, 17, 48].entries()) {
-              if (k >= 3 && compared >= MAX_TOKENS) break;
-              const prompt = Array.from({ length: len }, () => rng.int(0, 500));
-              const steps = ref.greedy(prompt, MAX_TOKENS);
-              const got = await soloGreedy(runner, prompt, MAX_TOKENS, {
-                blocks: rng.permutation(SOLO_RUNNER_OPTIONS.numKvBlocks),
-              });
-              for (let i = 0; i < steps.length && steps[i]!.gap >= GAP_TOLERANCE; i++, compared++) {
-                assert.equal(got[i], steps[i]!.token, `seed ${seed} prompt ${len}, step ${i}`);
-              }
-              const unquantized = plain.greedy(prompt, MAX_TOKENS).map((s) => s.token);
-              if (unquantized.some((t, i) => t !== steps[i]!.token)) differsFromPlain = true;
-            }
-            assert.ok(compared >= MAX_TOKENS, `seed ${seed}: only ${compared} steps compared`);
+            await assertGreedyMatchesReference(runner, ref, rng, seed, {
+              lengths: [1, 9, 33, 5, 17, 48],
+              maxTokens: MAX_TOKENS,
+              minCompared: MAX_TOKENS,
+              gapTolerance: GAP_TOLERANCE,
+              each: (prompt, steps) => {
+                const unquantized = plain.greedy(prompt, MAX_TOKENS).map((s) => s.token);
+                if (unquantized.some((t, i) => t !== steps[i]!.token)) differsFromPlain = true;
+              },
+            });
             // The quantized reference is a different model: were its tokens always those of the
             // unquantized one, the test could not tell a kernel that ignores quantization.
             if (format === "int4") {

@@ -14,7 +14,8 @@
 
 import type { ModelRunner, StepHandle, TopLogprob } from "../../engine/model_runner.ts";
 import { logitsProcessRef, topLogprobsRef } from "../reference/logits_process.ts";
-import type { ReferenceModel } from "../reference/model.ts";
+import type { ReferenceModel, ReferenceStep } from "../reference/model.ts";
+import type { Rng } from "./random.ts";
 
 /**
  * Runner options for solo runs of up to 128 tokens (prompt + output): 24 KV blocks of 16 tokens,
@@ -223,4 +224,61 @@ export function referenceRun(
     output.push(best);
   }
   return steps;
+}
+
+/** Options of {@linkcode assertGreedyMatchesReference}. */
+export interface GreedyComparison {
+  /**
+   * Prompt lengths in order (random tokens): the first three always run, the others only while
+   * fewer than `minCompared` steps were compared (a random tiny model sometimes has near-ties
+   * early).
+   */
+  readonly lengths: readonly number[];
+  /** Tokens generated per prompt. */
+  readonly maxTokens: number;
+  /** Steps that must have been compared over all prompts. */
+  readonly minCompared: number;
+  /** A reference step whose top-2 logits are closer than this is a near-tie: the prompt ends there. */
+  readonly gapTolerance: number;
+  /** Sees each prompt and the reference's steps (e.g. to hold them against another reference). */
+  readonly each?: (prompt: readonly number[], steps: readonly ReferenceStep[]) => void;
+}
+
+/**
+ * Asserts that `runner`'s greedy tokens equal `ref`'s on random prompts (blocks shuffled), each
+ * up to its first near-tie, and that at least `minCompared` steps were compared; `seed` names
+ * the run in the messages.
+ */
+export async function assertGreedyMatchesReference(
+  runner: ModelRunner,
+  ref: ReferenceModel,
+  rng: Rng,
+  seed: number,
+  options: GreedyComparison,
+): Promise<void> {
+  const { maxTokens, minCompared, gapTolerance } = options;
+  let compared = 0;
+  for (const [k, len] of options.lengths.entries()) {
+    if (k >= 3 && compared >= minCompared) break;
+    const prompt = Array.from({ length: len }, () => rng.int(0, 500));
+    const steps = ref.greedy(prompt, maxTokens);
+    const got = await soloGreedy(runner, prompt, maxTokens, {
+      blocks: rng.permutation(runner.options.numKvBlocks),
+    });
+    for (let i = 0; i < steps.length && steps[i]!.gap >= gapTolerance; i++, compared++) {
+      if (got[i] !== steps[i]!.token) {
+        throw new Error(
+          `seed ${seed} prompt ${len}, step ${i}: token ${got[i]}, the reference's ${
+            steps[i]!.token
+          }`,
+        );
+      }
+    }
+    options.each?.(prompt, steps);
+  }
+  if (compared < minCompared) {
+    throw new Error(
+      `seed ${seed}: only ${compared} steps had a gap >= ${gapTolerance} (${minCompared} needed)`,
+    );
+  }
 }
