@@ -34,11 +34,11 @@ export const E4M3_VALUES: Float32Array = (() => {
   return t;
 })();
 
-/** A weight's FP8 block scales: `[blockRows x blockCols]` tiles, row-major, as f32. */
+/** A weight's FP8 scales, one per `blockRows x blockCols` tile, row-major, as f32. */
 export interface Fp8BlockScales {
-  /** Rows of the weight per scale row (`weight_block_size[0]`). */
+  /** Rows of the weight per scale row (the block's height; the weight's rows per tensor scale). */
   readonly blockRows: number;
-  /** Columns of the weight per scale column (`weight_block_size[1]`). */
+  /** Columns of the weight per scale column (the block's width; all columns per channel scale). */
   readonly blockCols: number;
   /** Scale columns: `ceil(cols / blockCols)`. */
   readonly scaleCols: number;

@@ -243,8 +243,9 @@ export class SafetensorsFile {
    * Streams tensor `name` as chunks of whole rows (see {@linkcode TensorChunk}) converted to
    * `targetDtype`: BF16 -> f32 exactly, F16 -> f32 exactly, F32 -> f16 and BF16 -> f16 (via f32)
    * rounding to nearest even, F8_E4M3 -> f32 or f16 exactly (the bytes' own values: an FP8
-   * weight's block scales are applied by engine/model/checkpoint.ts). Reads with seek + read into reused buffers; every buffer stays
-   * within `chunkBytes` (unless one row is larger), so peak memory is a few chunks.
+   * weight's scales are applied by engine/model/checkpoint.ts). Reads with seek + read into
+   * reused buffers; every buffer stays within `chunkBytes` (unless one row is larger), so peak
+   * memory is a few chunks.
    *
    * @throws {CheckpointError} for a missing tensor, an unsupported dtype (naming both) or a file
    * that became shorter than its header says.

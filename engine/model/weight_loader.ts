@@ -4,8 +4,8 @@
  * matrix, and transposing GPT-2's Conv1D `[in, out]` weights to the `[out, in]` layout the
  * kernels use. Shapes are checked against the config before anything is uploaded.
  *
- * A fine-grained FP8 checkpoint's weights arrive dequantized (engine/model/checkpoint.ts), in
- * f32 or the device dtype like any other.
+ * An FP8 checkpoint's weights arrive dequantized (engine/model/checkpoint.ts), in f32 or the
+ * device dtype like any other.
  *
  * With a quantization (`int8` / `int4`, gpu/quant.ts) the matrices asked for as projections are
  * quantized chunk by chunk on the way (from the checkpoint's own values, read as f32): the packed
