@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { CheckpointError } from "../engine/model/errors.ts";
+import { CheckpointError, ConfigError } from "../engine/model/errors.ts";
 import {
   findCachedSnapshot,
   hfHubCacheDir,
@@ -215,6 +215,43 @@ Deno.test("downloadToCache() fetches a hub model into the cache with @huggingfac
         downloadToCache("test-org/none", "main", cache, { hubUrl: hub.url }),
         (e: unknown) =>
           e instanceof CheckpointError && /^Cannot list test-org\/none/.test(e.message),
+      );
+    } finally {
+      await hub.close();
+    }
+  } finally {
+    await Deno.remove(root, { recursive: true });
+    await Deno.remove(src, { recursive: true });
+  }
+});
+
+Deno.test("downloadToCache() refuses a pre-quantized format it cannot read before fetching the weights", async () => {
+  const root = await Deno.makeTempDir();
+  const src = await Deno.makeTempDir();
+  try {
+    await makeModel({ out: src, preset: "tiny-qwen3", dtype: "f32", seed: 5 });
+    const config = JSON.parse(await Deno.readTextFile(join(src, "config.json")));
+    config.quantization_config = { quant_method: "awq", bits: 4, group_size: 128 };
+    await Deno.writeTextFile(join(src, "config.json"), JSON.stringify(config));
+    const files = new Map<string, Uint8Array>();
+    for await (const e of Deno.readDir(src)) {
+      files.set(e.name, await Deno.readFile(join(src, e.name)));
+    }
+    const hub = fakeHub("test-org/awq", files);
+    try {
+      await assert.rejects(
+        downloadToCache("test-org/awq", "main", join(root, "hub"), { hubUrl: hub.url }),
+        (e: unknown) =>
+          e instanceof ConfigError &&
+          /^test-org\/awq\/config\.json: the weights are pre-quantized with quant_method "awq"/
+            .test(e.message),
+      );
+      const downloads = hub.requests.filter((r) => r.includes("/resolve/main/"));
+      // Only config.json was fetched (the client may ask for it more than once).
+      assert.ok(downloads.length > 0);
+      assert.deepEqual(
+        new Set(downloads.map((r) => r.split("/resolve/main/")[1])),
+        new Set(["config.json"]),
       );
     } finally {
       await hub.close();

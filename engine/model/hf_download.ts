@@ -4,7 +4,9 @@
  * `blobs/` + `snapshots/<commit>/` layout as Python's `huggingface_hub`), then recording the
  * revision in `refs/` as `huggingface_hub` does, so the next run (and Python tools) find it
  * offline. Only what the engine reads is fetched: `config.json`, `generation_config.json`, the
- * tokenizer files, `*.safetensors` and their index.
+ * tokenizer files, `*.safetensors` and their index. `config.json` comes first and is checked
+ * before anything else is fetched: a model this engine cannot serve (its architecture, a
+ * pre-quantized format it does not read) is refused without downloading its weights.
  *
  * The hub is `$HF_ENDPOINT` (default https://huggingface.co) and the token `$HF_TOKEN`, as in
  * `huggingface_hub`.
@@ -14,6 +16,8 @@
 
 import { downloadFileToCacheDir, listFiles } from "@huggingface/hub";
 import { dirname, join } from "node:path";
+import { parseCheckpointQuantization } from "./checkpoint_quantization.ts";
+import { parseModelConfig } from "./config.ts";
 import { CheckpointError } from "./errors.ts";
 import { repoFolder } from "./hf_cache.ts";
 import { LoadProgress } from "./load_progress.ts";
@@ -80,7 +84,9 @@ function countingFetch(onBytes: (n: number) => void): typeof fetch {
  * Downloads the checkpoint files of hub model `id` at `revision` into `cacheDir` and returns
  * the snapshot directory.
  *
- * @throws {CheckpointError} one line when the hub cannot be reached or lists no `config.json`.
+ * @throws {CheckpointError} one line when the hub cannot be reached or lists no `config.json`;
+ *   its subclass ConfigError when `config.json` describes a model this engine cannot serve (then
+ *   nothing but `config.json` was downloaded).
  */
 export async function downloadToCache(
   id: string,
@@ -108,6 +114,8 @@ export async function downloadToCache(
   if (!files.some((f) => f.path === "config.json")) {
     throw new CheckpointError(`${id} (revision ${revision}) on ${hubUrl} has no config.json`);
   }
+  // config.json first, checked before the weights are fetched.
+  files.sort((a, b) => Number(b.path === "config.json") - Number(a.path === "config.json"));
   const total = files.reduce((a, f) => a + f.size, 0);
   log(`Downloading ${id} (${revision}): ${files.length} files, ${size(total)} into ${cacheDir}`);
   const progress = new LoadProgress(
@@ -136,6 +144,7 @@ export async function downloadToCache(
       );
     }
     snapshot ??= dirname(pointer);
+    if (f.path === "config.json") await checkConfig(pointer, `${id}/config.json`);
   }
   progress.finish();
   log(`Downloaded ${size(progress.done)}`);
@@ -146,4 +155,23 @@ export async function downloadToCache(
     await Deno.writeTextFile(join(refs, revision), snapshot!.split("/").pop()!);
   }
   return snapshot!;
+}
+
+/**
+ * Parses the downloaded `config.json` at `path` as the loader will.
+ *
+ * @throws {ConfigError} `"<source>: ..."` for a model this engine cannot serve.
+ */
+async function checkConfig(path: string, source: string): Promise<void> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(await Deno.readTextFile(path));
+  } catch (e) {
+    throw new CheckpointError(
+      `${source}: invalid JSON (${(e instanceof Error ? e.message : String(e)).split("\n")[0]})`,
+      { cause: e },
+    );
+  }
+  parseModelConfig(raw, source);
+  parseCheckpointQuantization(raw, source);
 }
