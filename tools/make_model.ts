@@ -218,8 +218,11 @@ function tensorsToWrite(
   const [rows, cols] = spec.shape as [number, number];
   let weight: ReturnType<typeof quantizeFp8> | undefined;
   const quantized = () => {
-    const values = new Float32Array(randomTensorBytes(spec, "f32", seed).buffer);
-    return (weight ??= quantizeFp8(values, rows, cols, fp8));
+    if (weight === undefined) {
+      const values = new Float32Array(randomTensorBytes(spec, "f32", seed).buffer);
+      weight = quantizeFp8(values, rows, cols, fp8);
+    }
+    return weight;
   };
   const scale = fp8ScaleTensor(t.name, rows, cols, fp8);
   return [
