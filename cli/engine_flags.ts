@@ -126,7 +126,8 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
                                  prefill attention), cached in ~/.cache/webgpu-llm (default
                                  auto: cached, else measured; defaults on a software adapter)
   --quantization none|int8|int4  store projections and the LM head as int8 / int4 with an f16
-                                 scale per 32 weights, quantized while loading (default none)
+                                 scale per 32 weights, quantized while loading (default none;
+                                 a GPTQ / AWQ checkpoint's codes are kept where they fit)
   --mock-base-ms MS, --mock-per-token-ms MS   mock executor latency model
   --mock-fail-at-step N          mock executor: fail step N as a lost device would (testing)
   --max-in-flight N              engine steps in flight (default: executor maximum)

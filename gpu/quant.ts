@@ -14,7 +14,8 @@
  * Storage (little-endian u32 words): int4 packs 8 values per u32, value `i` of a group in bits
  * `4 * (i % 8) .. 4 * (i % 8) + 3` of the group's word `i / 8` (4 words per group), two's
  * complement; int8 packs 4 per u32, value `i` in bits `8 * (i % 4) ..` of word `i / 4` (8 words
- * per group). Groups follow each other along a row and rows follow each other, so the words of
+ * per group). The kernels decode every code of those bits, int8's -128 too, which the quantizer
+ * above never writes but a GPTQ checkpoint's codes may hold (engine/model/packed_int.ts). Groups follow each other along a row and rows follow each other, so the words of
  * a `[rows, in]` matrix are `rows * in / (32 / bits)` u32 with no padding. The scales are a
  * separate `[rows, in / 32]` array of f16 (row-major, no padding).
  *

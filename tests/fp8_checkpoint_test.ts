@@ -8,7 +8,10 @@
 
 import assert from "node:assert/strict";
 import { openCheckpoint } from "../engine/model/checkpoint.ts";
-import { parseCheckpointQuantization } from "../engine/model/checkpoint_quantization.ts";
+import {
+  type Fp8Quantization,
+  parseCheckpointQuantization,
+} from "../engine/model/checkpoint_quantization.ts";
 import { ConfigError } from "../engine/model/errors.ts";
 import { applyFp8Scales, E4M3_VALUES } from "../engine/model/fp8.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
@@ -147,13 +150,15 @@ Deno.test("parseCheckpointQuantization() reads fine-grained FP8 and refuses othe
     });
   }
   assert.deepEqual(
-    parseCheckpointQuantization(ct({ strategy: "block", block_structure: [128, 128] }), src)
-      ?.scaling,
+    (parseCheckpointQuantization(
+      ct({ strategy: "block", block_structure: [128, 128] }),
+      src,
+    ) as Fp8Quantization | null)?.scaling,
     { kind: "block", rows: 128, cols: 128 },
   );
   const refused: [unknown, RegExp][] = [
-    [{ quant_method: "gptq", bits: 4 }, /quant_method "gptq".*--quantization int8\|int4/],
-    [{ quant_method: "awq" }, /quant_method "awq"/],
+    [{ quant_method: "bitsandbytes" }, /"bitsandbytes".*--quantization int8\|int4/],
+    [{ quant_method: "awq" }, /quantization_config\.bits undefined is not supported: AWQ/],
     [{ bits: 4 }, /quant_method undefined/],
     [
       { quant_method: "fp8", weight_block_size: [128, 128], activation_scheme: "static" },
@@ -218,7 +223,11 @@ Deno.test("Checkpoint reads an FP8 weight as its bytes' values times their block
     await fp8Model(dir);
     const ck = await openCheckpoint(dir);
     try {
-      assert.deepEqual(ck.quantization?.scaling, { kind: "block", rows: 24, cols: 24 });
+      assert.deepEqual((ck.quantization as Fp8Quantization | null)?.scaling, {
+        kind: "block",
+        rows: 24,
+        cols: 24,
+      });
       assert.ok(
         ![...ck.tensors.keys()].some((n) => n.endsWith("scale_inv")),
         "scales are no weights",
@@ -279,7 +288,7 @@ Deno.test("Checkpoint.expectTensor() refuses FP8 weights without quantization_co
       JSON.stringify({ ...config, quantization_config: undefined }),
     );
     await expectOne(
-      /^model\.layers\.0\.self_attn\.o_proj\.weight: dtype F8_E4M3 .* no quantization_config/,
+      /^model\.layers\.0\.self_attn\.o_proj\.weight: dtype F8_E4M3 .* no FP8 quantization_config/,
     );
     const q = { ...config.quantization_config, weight_block_size: [32, 32] };
     await Deno.writeTextFile(configPath, JSON.stringify({ ...config, quantization_config: q }));

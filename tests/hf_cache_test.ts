@@ -231,19 +231,19 @@ Deno.test("downloadToCache() refuses a pre-quantized format it cannot read befor
   try {
     await makeModel({ out: src, preset: "tiny-qwen3", dtype: "f32", seed: 5 });
     const config = JSON.parse(await Deno.readTextFile(join(src, "config.json")));
-    config.quantization_config = { quant_method: "awq", bits: 4, group_size: 128 };
+    config.quantization_config = { quant_method: "bitsandbytes", load_in_4bit: true };
     await Deno.writeTextFile(join(src, "config.json"), JSON.stringify(config));
     const files = new Map<string, Uint8Array>();
     for await (const e of Deno.readDir(src)) {
       files.set(e.name, await Deno.readFile(join(src, e.name)));
     }
-    const hub = fakeHub("test-org/awq", files);
+    const hub = fakeHub("test-org/bnb4", files);
     try {
       await assert.rejects(
-        downloadToCache("test-org/awq", "main", join(root, "hub"), { hubUrl: hub.url }),
+        downloadToCache("test-org/bnb4", "main", join(root, "hub"), { hubUrl: hub.url }),
         (e: unknown) =>
           e instanceof ConfigError &&
-          /^test-org\/awq\/config\.json: the weights are pre-quantized with quant_method "awq"/
+          /^test-org\/bnb4\/config\.json: the weights are pre-quantized with quant_method "bitsandbytes"/
             .test(e.message),
       );
       const downloads = hub.requests.filter((r) => r.includes("/resolve/main/"));

@@ -368,6 +368,13 @@ Deno.test("make-model CLI writes a checkpoint and rejects bad flags with exit co
       ["--out", "x", "--preset", "tiny-qwen3", "--fp8", "channel", "--fp8-block", "64"],
       ["--out", "x", "--preset", "tiny-qwen3", "--fp8", "int4"],
       ["--out", "x", "--preset", "tiny-gpt2", "--fp8", "block"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--gptq", "3"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--gptq", "4", "--awq"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--awq", "--asym"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--group-size", "32"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--awq", "--group-size", "0"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--awq", "--fp8", "block"],
+      ["--out", "x", "--preset", "tiny-gpt2", "--gptq", "4"],
     ]
   ) {
     const r = await run(...bad);
@@ -390,4 +397,29 @@ Deno.test("parseMakeModelArgs() takes --fp8 block (blocks of 128 unless --fp8-bl
   });
   assert.deepEqual(parseMakeModelArgs([...base, "--fp8", "channel"]).fp8, { scheme: "channel" });
   assert.deepEqual(parseMakeModelArgs([...base, "--fp8", "tensor"]).fp8, { scheme: "tensor" });
+});
+
+Deno.test("parseMakeModelArgs() takes --gptq 4|8 (with --asym, --act-order, --gptq-v2) or --awq, in groups of 128 unless --group-size says", () => {
+  const base = ["--out", "x", "--preset", "tiny-qwen3"];
+  assert.equal(parseMakeModelArgs(base).packedInt, undefined);
+  assert.deepEqual(parseMakeModelArgs([...base, "--gptq", "4"]).packedInt, {
+    method: "gptq",
+    bits: 4,
+    groupSize: 128,
+    symmetric: true,
+    actOrder: false,
+    v2: false,
+  });
+  assert.deepEqual(
+    parseMakeModelArgs([
+      ...base,
+      ...["--gptq", "8", "--group-size=-1", "--asym", "--act-order", "--gptq-v2"],
+    ]).packedInt,
+    { method: "gptq", bits: 8, groupSize: -1, symmetric: false, actOrder: true, v2: true },
+  );
+  assert.deepEqual(parseMakeModelArgs([...base, "--awq", "--group-size", "32"]).packedInt, {
+    method: "awq",
+    bits: 4,
+    groupSize: 32,
+  });
 });

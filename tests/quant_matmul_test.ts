@@ -159,9 +159,11 @@ async function check(
   xForm: XForm = "plain",
   uniformX?: { readonly bytes: number; readonly expected: boolean },
   layout?: WordLayout,
+  everyCode = false,
 ): Promise<void> {
   const [m, n, k] = shape;
   const label = `quant matmul ${format} [${m}, ${n}, ${k}] ${variant ?? `auto/${kernel.policy}`} ` +
+    (everyCode ? "random words (every code) " : "") +
     `bias ${kernel.bias}` + (xForm === "swiglu" ? " x swiglu" : "") +
     (layout === undefined ? "" : ` word layout ${layout}`) +
     (variant === "tiled" ? ` tile ${tileName(kernel.tile)}` : "") +
@@ -173,13 +175,22 @@ async function check(
   const x = xForm === "swiglu" ? siluMulRef(xIn, m, k) : xIn;
   const w = rng.array(n * k, -1, 1);
   const bias = kernel.bias ? rng.array(n, -1, 1) : undefined;
+  // Words of random bits hold every code, -128 (int8) and -8 (int4) included, as a checkpoint's
+  // codes may (engine/model/packed_int.ts); quantizeRows never writes -128.
+  const bits = format === "int4" ? 4 : 8;
+  const codes = everyCode
+    ? {
+      words: Uint32Array.from({ length: (n * k * bits) / 32 }, () => rng.int(0, 0xffffffff)),
+      scales: Float16Array.from({ length: (n * k) / GROUP }, () => rng.uniform(0.001, 0.02)),
+    }
+    : quantizeRows(w, k, format);
   const weight = GpuMatrix.fromQuantized(
     ctx,
     "w",
     n,
     k,
     format,
-    quantizeRows(w, k, format),
+    codes,
     layoutOptions(kernel, variant, layout),
   );
   if (parts !== undefined) assert.equal(weight.parts.length, parts, context);
@@ -204,7 +215,12 @@ async function check(
     }
     await runPass(ctx, arena, (pass) => op.encode(pass, m, forced(variant)));
     const got = await readF32(ctx, yBuf);
-    const wRef = quantizeRef(w, k, format).dequantized;
+    const wRef = everyCode
+      ? Float64Array.from(
+        unpackRef(codes.words, bits),
+        (q, i) => q * codes.scales[Math.floor(i / GROUP)]!,
+      )
+      : quantizeRef(w, k, format).dequantized;
     const expected = matmulRef(x, wRef, bias, m, n, k);
     // One output of [1, 1, 32] can cancel to near zero (seed 850073341 with a bias, in CI).
     assertClose(got, expected, 1e-4, context, termFloor(x, wRef, bias, m, n, k));
@@ -255,6 +271,35 @@ Deno.test(
                 block,
               );
             }
+          }
+        }
+      }
+    }
+  },
+);
+
+Deno.test(
+  "matmul() decodes every int8 / int4 code, -128 included, in every kernel under both policies",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    for (const policy of ["cpu", "gpu"] as const) {
+      const kernel = new Matmul(ctx, { dtype: "f16", bias: false, policy });
+      for (const format of FORMATS) {
+        for (const shape of [[1, 17, 96], [5, 67, 160], [40, 130, 256]] as const) {
+          for (const variant of [...VARIANTS, undefined]) {
+            await check(
+              ctx,
+              kernel,
+              format,
+              shape,
+              variant,
+              undefined,
+              "plain",
+              undefined,
+              undefined,
+              true,
+            );
           }
         }
       }

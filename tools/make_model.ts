@@ -7,6 +7,7 @@
  * ```sh
  * deno task make-model --out DIR --preset tiny-qwen3 [--dtype f32|f16|bf16] [--seed N] [--shards N]
  *   [--layout save-pretrained|hub|unprefixed] [--fp8 block|channel|tensor [--fp8-block N]]
+ *   [--gptq 4|8 [--asym] [--act-order] [--gptq-v2] | --awq] [--group-size N]
  * ```
  *
  * Weights are deterministic in `--seed` and independent of `--shards` (each tensor draws from its
@@ -20,7 +21,10 @@
  * `quantization_config` saying so in config.json (tools/fp8_weights.ts): `block`, as Qwen's
  * `-FP8` releases are (a `weight_scale_inv` per block of `--fp8-block`, default 128, squared), or
  * `channel` / `tensor`, as llm-compressor's `FP8_DYNAMIC` compressed-tensors checkpoints are (a
- * `weight_scale` per output channel or per tensor).
+ * `weight_scale` per output channel or per tensor). `--gptq BITS` and `--awq` write those
+ * projections as GPTQ or AWQ packed integers (tools/packed_int_weights.ts; `--group-size`
+ * inputs per group, default 128; `--group-size=-1`: one group per row), F16 scales, the rest in
+ * `--dtype`.
  *
  * @module
  */
@@ -33,6 +37,11 @@ import {
   fp8ScaleTensor,
   quantizeFp8,
 } from "./fp8_weights.ts";
+import {
+  type PackedIntLayout,
+  packedIntQuantizationConfig,
+  quantizePackedInt,
+} from "./packed_int_weights.ts";
 import {
   CHECKPOINT_LAYOUTS,
   type CheckpointLayout,
@@ -80,6 +89,8 @@ export interface MakeModelOptions {
    * in `dtype`.
    */
   fp8?: Fp8CheckpointLayout;
+  /** The layout of a GPTQ / AWQ checkpoint; undefined (default): none. */
+  packedInt?: PackedIntLayout;
 }
 
 /** What {@linkcode makeModel} wrote. */
@@ -204,9 +215,13 @@ function tensorsToWrite(
   dtype: CheckpointDtype,
   seed: number,
   fp8: Fp8CheckpointLayout | undefined,
+  packedInt: PackedIntLayout | undefined,
 ): TensorToWrite[] {
   const spec = t.spec;
   if (spec === null) return [t.buffer!];
+  if (packedInt !== undefined && FP8_WEIGHT.test(t.name) && spec.shape.length === 2) {
+    return packedTensors(t.name, spec, seed, packedInt);
+  }
   if (fp8 === undefined || !FP8_WEIGHT.test(t.name) || spec.shape.length !== 2) {
     return [{
       name: t.name,
@@ -233,6 +248,47 @@ function tensorsToWrite(
       data: () => new Uint8Array(bf16Bits(quantized().scales).buffer),
     },
   ];
+}
+
+/**
+ * A projection of a GPTQ / AWQ checkpoint: `X.qweight`, `X.qzeros`, `X.scales` (F16) and, for
+ * GPTQ, `X.g_idx`, quantized once from the projection's f32 values when the first is written.
+ */
+function packedTensors(
+  name: string,
+  spec: TensorSpec,
+  seed: number,
+  layout: PackedIntLayout,
+): TensorToWrite[] {
+  const [rows, cols] = spec.shape as [number, number];
+  let packed: ReturnType<typeof quantizePackedInt> | undefined;
+  const quantized = () => {
+    if (packed === undefined) {
+      const values = new Float32Array(randomTensorBytes(spec, "f32", seed).buffer);
+      packed = quantizePackedInt(values, rows, cols, layout, seed);
+    }
+    return packed;
+  };
+  const prefix = name.slice(0, -"weight".length);
+  const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const part = (
+    suffix: "qweight" | "qzeros" | "scales" | "g_idx",
+    dtype: "I32" | "F16",
+    shape: number[],
+  ): TensorToWrite => ({
+    name: prefix + suffix,
+    dtype,
+    shape,
+    data: () => bytes(quantized()[suffix]!.data),
+  });
+  const per = 32 / layout.bits;
+  const groups = layout.groupSize === -1 ? 1 : Math.ceil(cols / layout.groupSize);
+  const parts = [
+    part("qweight", "I32", layout.method === "gptq" ? [cols / per, rows] : [cols, rows / per]),
+    part("qzeros", "I32", [groups, rows / per]),
+    part("scales", "F16", [groups, rows]),
+  ];
+  return layout.method === "gptq" ? [...parts, part("g_idx", "I32", [cols])] : parts;
 }
 
 /**
@@ -288,6 +344,19 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
     throw new RangeError(`Invalid shard count ${shards}: expected a positive integer`);
   }
   const fp8 = options.fp8;
+  const packedInt = options.packedInt;
+  if (packedInt !== undefined) {
+    const g = packedInt.groupSize;
+    if (fp8 !== undefined) throw new RangeError("Cannot write a checkpoint both FP8 and packed");
+    if (g !== -1 && (!Number.isSafeInteger(g) || g < 1)) {
+      throw new RangeError(`Invalid group size ${g}: expected a positive integer or -1`);
+    }
+    if (preset.architecture === "gpt2") {
+      throw new RangeError(
+        `Cannot write ${preset.name} as ${packedInt.method}: packed checkpoints are for the Llama-family presets`,
+      );
+    }
+  }
   if (fp8 !== undefined) {
     if (fp8.scheme === "block" && (!Number.isSafeInteger(fp8.block) || fp8.block < 1)) {
       throw new RangeError(`Invalid FP8 block size ${fp8.block}: expected a positive integer`);
@@ -316,7 +385,11 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
   const config = presetConfig(preset, dtype, ids);
   await json(
     "config.json",
-    fp8 === undefined ? config : { ...config, quantization_config: fp8QuantizationConfig(fp8) },
+    fp8 !== undefined
+      ? { ...config, quantization_config: fp8QuantizationConfig(fp8) }
+      : packedInt !== undefined
+      ? { ...config, quantization_config: packedIntQuantizationConfig(packedInt) }
+      : config,
   );
   await json("generation_config.json", presetGenerationConfig(preset, ids));
   await json("tokenizer.json", tokenizer.json);
@@ -324,7 +397,7 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
   await json("special_tokens_map.json", presetSpecialTokensMap(preset));
 
   const laidOut = layOut(presetTensors(preset), preset, options.layout ?? "save-pretrained");
-  const specs = laidOut.flatMap((t) => tensorsToWrite(t, dtype, seed, fp8));
+  const specs = laidOut.flatMap((t) => tensorsToWrite(t, dtype, seed, fp8, packedInt));
   const sizes = specs.map((t) => t.shape.reduce((a, d) => a * d, DTYPE_BYTES[t.dtype]!));
   const totalSize = sizes.reduce((a, b) => a + b, 0);
   const metadata = { format: "pt" };
@@ -353,7 +426,8 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
 }
 
 const USAGE = "usage: deno task make-model --out DIR --preset NAME [--dtype f32|f16|bf16] " +
-  "[--seed N] [--shards N] [--layout save-pretrained|hub|unprefixed] [--fp8 block|channel|tensor] [--fp8-block N]";
+  "[--seed N] [--shards N] [--layout save-pretrained|hub|unprefixed] [--fp8 block|channel|tensor] [--fp8-block N] " +
+  "[--gptq 4|8 [--asym] [--act-order] [--gptq-v2] | --awq] [--group-size N]";
 
 function parseCount(flag: string, value: string | undefined, min: number): number | undefined {
   if (value === undefined) return undefined;
@@ -361,6 +435,46 @@ function parseCount(flag: string, value: string | undefined, min: number): numbe
     throw new TypeError(`--${flag} must be an integer >= ${min}, got "${value}"`);
   }
   return Number(value);
+}
+
+/** The GPTQ / AWQ flags: `--gptq 4|8`, `--awq`, `--group-size`, `--asym`, ... */
+function parsePackedInt(values: {
+  gptq?: string;
+  awq?: boolean;
+  "group-size"?: string;
+  asym?: boolean;
+  "act-order"?: boolean;
+  "gptq-v2"?: boolean;
+}): PackedIntLayout | undefined {
+  const gptqOnly = (["asym", "act-order", "gptq-v2"] as const).find((f) => values[f] === true);
+  if (values.gptq === undefined && values.awq !== true) {
+    const stray = gptqOnly ?? (values["group-size"] !== undefined ? "group-size" : undefined);
+    if (stray !== undefined) throw new TypeError(`--${stray} needs --gptq or --awq`);
+    return undefined;
+  }
+  if (values.gptq !== undefined && values.awq === true) {
+    throw new TypeError("--gptq and --awq exclude each other");
+  }
+  const text = values["group-size"];
+  if (text !== undefined && text !== "-1" && !/^[1-9]\d*$/.test(text)) {
+    throw new TypeError(`--group-size must be a positive integer or -1, got "${text}"`);
+  }
+  const groupSize = text === undefined ? 128 : Number(text);
+  if (values.awq === true) {
+    if (gptqOnly !== undefined) throw new TypeError(`--${gptqOnly} is for --gptq, not --awq`);
+    return { method: "awq", bits: 4, groupSize };
+  }
+  if (values.gptq !== "4" && values.gptq !== "8") {
+    throw new TypeError(`--gptq must be 4 or 8, got "${values.gptq}"`);
+  }
+  return {
+    method: "gptq",
+    bits: values.gptq === "4" ? 4 : 8,
+    groupSize,
+    symmetric: values.asym !== true,
+    actOrder: values["act-order"] === true,
+    v2: values["gptq-v2"] === true,
+  };
 }
 
 /** Parses command-line arguments into {@linkcode MakeModelOptions}. @throws {TypeError} */
@@ -378,6 +492,12 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
         layout: { type: "string" },
         fp8: { type: "string" },
         "fp8-block": { type: "string" },
+        gptq: { type: "string" },
+        awq: { type: "boolean" },
+        "group-size": { type: "string" },
+        asym: { type: "boolean" },
+        "act-order": { type: "boolean" },
+        "gptq-v2": { type: "boolean" },
         help: { type: "boolean" },
       },
       strict: true,
@@ -418,11 +538,21 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
   if (fp8 !== undefined && getPreset(values.preset).architecture === "gpt2") {
     throw new TypeError(`--fp8 is for the Llama-family presets, not ${values.preset}`);
   }
+  const packedInt = parsePackedInt(values);
+  if (packedInt !== undefined && fp8 !== undefined) {
+    throw new TypeError(`--fp8 and --${packedInt.method} exclude each other`);
+  }
+  if (packedInt !== undefined && getPreset(values.preset).architecture === "gpt2") {
+    throw new TypeError(
+      `--${packedInt.method} is for the Llama-family presets, not ${values.preset}`,
+    );
+  }
   return {
     out: values.out,
     preset: values.preset,
     ...(layout !== undefined ? { layout: layout as CheckpointLayout } : {}),
     ...(fp8 !== undefined ? { fp8 } : {}),
+    ...(packedInt !== undefined ? { packedInt } : {}),
     dtype,
     seed: parseCount("seed", values.seed, 0),
     shards: parseCount("shards", values.shards, 1),

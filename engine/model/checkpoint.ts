@@ -11,7 +11,11 @@
  * An FP8 checkpoint (`quantization_config`, engine/model/checkpoint_quantization.ts) stores its
  * projections as `F8_E4M3` with a scale tensor beside each (`weight_scale_inv` or
  * `weight_scale`): such a weight reads as its dequantized values (engine/model/fp8.ts), and its
- * scale tensor is part of it, not a weight of its own.
+ * scale tensor is part of it, not a weight of its own. A GPTQ or AWQ checkpoint stores a
+ * projection `X.weight` as `X.qweight`, `X.qzeros`, `X.scales` (and GPTQ's `X.g_idx`): those read
+ * as one weight `X.weight` of the `[out, in]` shape the model asks for, whose values are the
+ * dequantized ones (engine/model/packed_int.ts), or whose codes the weight loader takes as they
+ * are ({@linkcode Checkpoint.packedWeight}).
  *
  * @module
  */
@@ -20,6 +24,8 @@ import { join } from "node:path";
 import type { DType } from "../../gpu/dtype.ts";
 import {
   type CheckpointQuantization,
+  isPackedInt,
+  type PackedIntQuantization,
   parseCheckpointQuantization,
   scaleBlock,
 } from "./checkpoint_quantization.ts";
@@ -27,6 +33,16 @@ import { type ModelConfig, parseModelConfig } from "./config.ts";
 import { CheckpointError } from "./errors.ts";
 import { dequantizeFp8Chunks, type Fp8BlockScales, fp8ScaleShapes } from "./fp8.ts";
 import { type GenerationConfig, parseGenerationConfig } from "./generation_config.ts";
+import {
+  dequantizePackedChunks,
+  PACKED_PARTS,
+  packedGroups,
+  type PackedPart,
+  packedPartShapes,
+  type PackedWeight,
+  packedWeightShape,
+  sequentialGroups,
+} from "./packed_int.ts";
 import { SafetensorsFile, type TensorChunk } from "./safetensors.ts";
 import type { TensorInfo } from "./safetensors_header.ts";
 import { TensorNames } from "./tensor_names.ts";
@@ -102,6 +118,8 @@ export class Checkpoint {
   #byTensor: Map<string, { file: SafetensorsFile; stored: string }>;
   /** FP8 weight (canonical name) -> its `weight_scale_inv` tensor. */
   #scales = new Map<string, CheckpointTensor>();
+  /** GPTQ / AWQ weight (canonical `X.weight`) -> its stored parts (`X.qweight`, ...). */
+  #packed = new Map<string, Partial<Record<PackedPart, CheckpointTensor>>>();
 
   private constructor(
     dir: string,
@@ -125,7 +143,9 @@ export class Checkpoint {
       this.#byTensor.set(canonical, { file, stored });
       tensors.set(canonical, { ...file.tensor(stored), name: canonical, file: file.path });
     }
-    if (quantization !== null) {
+    if (quantization !== null && isPackedInt(quantization)) {
+      this.#groupPacked(quantization, tensors);
+    } else if (quantization !== null) {
       // Each scale belongs to the weight beside it (one left without one stays, and a load
       // reports it as a weight the config does not account for).
       const suffix = quantization.scaleSuffix;
@@ -141,6 +161,37 @@ export class Checkpoint {
   }
 
   /**
+   * Replaces each `X.qweight` and the parts beside it by one weight `X.weight` (module doc): its
+   * shape the `[out, in]` one its `qweight` holds, its bytes those of all its parts.
+   */
+  #groupPacked(q: PackedIntQuantization, tensors: Map<string, CheckpointTensor>): void {
+    for (const [name, qweight] of [...tensors]) {
+      if (!name.endsWith(".qweight")) continue;
+      const prefix = name.slice(0, -"qweight".length);
+      const weight = `${prefix}weight`;
+      if (tensors.has(weight)) continue; // Both: the qweight stays, reported as unused.
+      const parts: Partial<Record<PackedPart, CheckpointTensor>> = {};
+      let byteLength = 0;
+      for (const part of PACKED_PARTS) {
+        const t = tensors.get(prefix + part);
+        if (t === undefined) continue;
+        parts[part] = t;
+        byteLength += t.byteLength;
+        tensors.delete(prefix + part);
+      }
+      this.#packed.set(weight, parts);
+      tensors.set(weight, {
+        name: weight,
+        dtype: `${q.method.toUpperCase()}_I${q.bits}`,
+        shape: packedWeightShape(q, qweight.shape) ?? qweight.shape,
+        fileOffset: qweight.fileOffset,
+        byteLength,
+        file: qweight.file,
+      });
+    }
+  }
+
+  /**
    * Opens the checkpoint in `dir` (see module doc). `model.safetensors` is used when present,
    * else `model.safetensors.index.json` and its shards.
    *
@@ -153,6 +204,11 @@ export class Checkpoint {
     const rawConfig = await readJson(configPath);
     const config = parseModelConfig(rawConfig, configPath);
     const quantization = parseCheckpointQuantization(rawConfig, configPath);
+    if (quantization !== null && isPackedInt(quantization) && config.arch === "GPT2LMHeadModel") {
+      throw new CheckpointError(
+        `${configPath}: ${quantization.method} weights are read for the Llama-family architectures, not ${config.arch}`,
+      );
+    }
     const genPath = join(dir, "generation_config.json");
     const generationConfig = await exists(genPath)
       ? parseGenerationConfig(await readJson(genPath), genPath)
@@ -219,12 +275,20 @@ export class Checkpoint {
    */
   expectTensor(name: string, shape: readonly number[]): CheckpointTensor {
     const t = this.tensor(name);
+    const packed = this.#packed.get(name);
     if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
+      const stored = packed?.qweight === undefined
+        ? ""
+        : ` (its qweight ${shapeText(packed.qweight.shape)})`;
       throw new CheckpointError(
-        `${name}: expected shape ${shapeText(shape)}, found ${shapeText(t.shape)} in ${t.file}`,
+        `${name}: expected shape ${shapeText(shape)}, found ${
+          shapeText(t.shape)
+        }${stored} in ${t.file}`,
       );
     }
-    if (t.dtype === "F8_E4M3") {
+    if (packed !== undefined) {
+      this.#checkPacked(t, packed);
+    } else if (t.dtype === "F8_E4M3") {
       this.#checkFp8(t);
     } else if (t.dtype !== "F32" && t.dtype !== "F16" && t.dtype !== "BF16") {
       throw new CheckpointError(
@@ -234,12 +298,102 @@ export class Checkpoint {
     return t;
   }
 
+  /** Checks a GPTQ / AWQ weight's parts: all there, of the shapes and dtypes its shape needs. */
+  #checkPacked(t: CheckpointTensor, parts: Partial<Record<PackedPart, CheckpointTensor>>): void {
+    const q = this.quantization;
+    if (q === null || !isPackedInt(q)) throw new TypeError("unreachable: a packed weight");
+    const [rows, cols] = t.shape as [number, number];
+    const per = 32 / q.bits;
+    const prefix = t.name.slice(0, -"weight".length);
+    if (rows % per !== 0) {
+      throw new CheckpointError(
+        `${t.name}: ${rows} outputs are not a multiple of the ${per} codes an int32 of ${q.bits}-bit zero points packs`,
+      );
+    }
+    const want = packedPartShapes(q, rows, cols);
+    for (const part of PACKED_PARTS) {
+      const p = parts[part];
+      if (p === undefined) {
+        if (part === "g_idx") continue;
+        throw new CheckpointError(
+          `${prefix}${part}: tensor not found beside ${prefix}qweight in ${t.file} (${q.method} weights need qweight, qzeros and scales)`,
+        );
+      }
+      if (part === "g_idx" && q.method === "awq") {
+        throw new CheckpointError(`${p.name}: an AWQ checkpoint has no g_idx (in ${p.file})`);
+      }
+      const shape = want[part];
+      if (p.shape.length !== shape.length || p.shape.some((d, i) => d !== shape[i])) {
+        throw new CheckpointError(
+          `${p.name}: expected shape ${shapeText(shape)} (${q.method} ${q.bits}-bit, ${
+            packedGroups(q, cols)
+          } groups, weight [${rows}, ${cols}]), found ${shapeText(p.shape)} in ${p.file}`,
+        );
+      }
+      const ok = part === "scales"
+        ? p.dtype === "F16" || p.dtype === "BF16" || p.dtype === "F32"
+        : p.dtype === "I32";
+      if (!ok) {
+        throw new CheckpointError(
+          `${p.name}: unsupported dtype ${p.dtype} in ${p.file} (expected ${
+            part === "scales" ? "F16, BF16 or F32" : "I32"
+          })`,
+        );
+      }
+    }
+  }
+
+  /**
+   * GPTQ / AWQ weight `name` read whole (its codes, zero points, scales and groups), or null when
+   * `name` is not one.
+   *
+   * @throws {CheckpointError} for parts missing or of the wrong shape or dtype (as
+   *   {@linkcode expectTensor}), or a `g_idx` naming a group that does not exist.
+   */
+  async packedWeight(name: string): Promise<PackedWeight | null> {
+    const parts = this.#packed.get(name);
+    if (parts === undefined) return null;
+    const t = this.tensor(name);
+    this.#checkPacked(t, parts);
+    const q = this.quantization as PackedIntQuantization;
+    const [rows, cols] = t.shape as [number, number];
+    const words = async (p: CheckpointTensor) => {
+      const at = this.#byTensor.get(p.name)!;
+      return new Uint32Array((await at.file.readBytes(at.stored)).buffer);
+    };
+    const scalesAt = this.#byTensor.get(parts.scales!.name)!;
+    const scales = await scalesAt.file.readTensor(scalesAt.stored, "f32");
+    if (!(scales instanceof Float32Array)) throw new TypeError("unreachable: f32 scales");
+    let groupOf = sequentialGroups(q, cols);
+    if (parts.g_idx !== undefined) {
+      groupOf = new Int32Array((await words(parts.g_idx)).buffer);
+      const groups = packedGroups(q, cols);
+      const bad = groupOf.findIndex((g) => g < 0 || g >= groups);
+      if (bad >= 0) {
+        throw new CheckpointError(
+          `${parts.g_idx.name}: input ${bad} is in group ${
+            groupOf[bad]
+          }, but there are ${groups} groups (in ${parts.g_idx.file})`,
+        );
+      }
+    }
+    return {
+      quantization: q,
+      rows,
+      cols,
+      qweight: await words(parts.qweight!),
+      qzeros: await words(parts.qzeros!),
+      scales,
+      groupOf,
+    };
+  }
+
   /** Checks an F8_E4M3 weight: an FP8 checkpoint, 2-D, with a scale tensor of the right shape. */
   #checkFp8(t: CheckpointTensor): Fp8Layout {
     const q = this.quantization;
-    if (q === null) {
+    if (q === null || isPackedInt(q)) {
       throw new CheckpointError(
-        `${t.name}: dtype F8_E4M3 in ${t.file}, but config.json has no quantization_config saying how to scale it`,
+        `${t.name}: dtype F8_E4M3 in ${t.file}, but config.json has no FP8 quantization_config saying how to scale it`,
       );
     }
     const scale = this.#scales.get(t.name);
@@ -295,6 +449,7 @@ export class Checkpoint {
     targetDtype: DType,
     chunkBytes?: number,
   ): AsyncGenerator<TensorChunk, void, undefined> {
+    if (this.#packed.has(name)) return this.#packedChunks(name, targetDtype, chunkBytes);
     const at = this.#byTensor.get(name);
     if (at === undefined) throw this.#notFound(name);
     const t = this.tensor(name);
@@ -322,15 +477,26 @@ export class Checkpoint {
     yield* dequantizeFp8Chunks(at.file.readTensorChunks(at.stored, options), scales, targetDtype);
   }
 
+  /** A GPTQ / AWQ weight's dequantized rows. */
+  async *#packedChunks(
+    name: string,
+    targetDtype: DType,
+    chunkBytes: number | undefined,
+  ): AsyncGenerator<TensorChunk, void, undefined> {
+    const w = (await this.packedWeight(name))!;
+    yield* dequantizePackedChunks(w, targetDtype, chunkBytes ?? 4 << 20);
+  }
+
   /**
    * Reads a whole tensor into a new array of `targetDtype`; for small tensors (norms, biases).
    */
   async readTensor(name: string, targetDtype: DType = "f32"): Promise<Float32Array | Float16Array> {
-    const at = this.#byTensor.get(name);
-    if (at === undefined) throw this.#notFound(name);
     const t = this.tensor(name);
-    if (t.dtype !== "F8_E4M3") return at.file.readTensor(at.stored, targetDtype);
-    const n = t.byteLength;
+    if (t.dtype !== "F8_E4M3" && !this.#packed.has(name)) {
+      const at = this.#byTensor.get(name)!;
+      return at.file.readTensor(at.stored, targetDtype);
+    }
+    const n = t.shape.reduce((a, d) => a * d, 1);
     const out = targetDtype === "f16" ? new Float16Array(n) : new Float32Array(n);
     for await (const chunk of this.tensorChunks(name, targetDtype)) {
       out.set(chunk.data, chunk.rowStart * chunk.cols);

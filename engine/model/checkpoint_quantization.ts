@@ -12,9 +12,21 @@
  *   (`[rows, 1]`) or per block (`block_structure`), static weights and dynamic (or no) activation
  *   quantization, no KV-cache scheme, sparsity or transforms.
  *
- * Every other method or variant (GPTQ, AWQ, bitsandbytes, integer or 4-bit compressed-tensors,
- * static activation scales, ...) is refused with one line that names it and says what loads
- * instead.
+ * And two packed-integer layouts (engine/model/packed_int.ts), dequantized while loading or, with
+ * `--quantization int8|int4`, their codes and scales kept as they are where the format holds them:
+ *
+ * - GPTQ (`quant_method: "gptq"`; AutoGPTQ / GPTQModel / optimum, Qwen's `-GPTQ-Int4` and
+ *   `-GPTQ-Int8` releases): 4- or 8-bit codes packed along the input dimension in `qweight`,
+ *   zero points in `qzeros`, scales in `scales` per `group_size` inputs (a `g_idx` mapping each
+ *   input to its group under `desc_act`), `checkpoint_format` `gptq` (zero points stored minus
+ *   one) or `gptq_v2`;
+ * - AWQ (`quant_method: "awq"`, `version: "gemm"`; AutoAWQ, Qwen's `-AWQ` releases): 4-bit codes
+ *   packed along the output dimension in AWQ's interleaved order, zero points and scales per
+ *   `group_size` inputs.
+ *
+ * Every other method or variant (bitsandbytes, integer or 4-bit compressed-tensors, static
+ * activation scales, 2- or 3-bit GPTQ, AWQ's GEMV layouts, ...) is refused with one line that
+ * names it and says what loads instead.
  *
  * @module
  */
@@ -28,13 +40,50 @@ export type Fp8Scaling =
   | { readonly kind: "channel" }
   | { readonly kind: "block"; readonly rows: number; readonly cols: number };
 
-/** The quantization of a checkpoint's weights as stored (null: none, plain F32 / F16 / BF16). */
-export interface CheckpointQuantization {
+/** A checkpoint of FP8 weights (engine/model/fp8.ts). */
+export interface Fp8Quantization {
   /** `quantization_config.quant_method`. */
   readonly method: "fp8" | "compressed-tensors";
   /** The name of an FP8 weight's scale tensor, in place of its final `weight`. */
   readonly scaleSuffix: "weight_scale_inv" | "weight_scale";
   readonly scaling: Fp8Scaling;
+}
+
+/** A checkpoint of GPTQ or AWQ packed-integer weights (engine/model/packed_int.ts). */
+export interface PackedIntQuantization {
+  /** `quantization_config.quant_method`. */
+  readonly method: "gptq" | "awq";
+  /** Bits per code (AWQ: 4). */
+  readonly bits: 4 | 8;
+  /** Inputs per scale and zero point; null: one group spans every input (`group_size: -1`). */
+  readonly groupSize: number | null;
+  /** Whether GPTQ ordered the inputs by activation (`desc_act`: `g_idx` is not monotone). */
+  readonly actOrder: boolean;
+  /** Whether the codes were written symmetric (GPTQ `sym`; AWQ: false, `zero_point` true). */
+  readonly symmetric: boolean;
+  /** Added to every stored zero point: 1 for GPTQ's original format (`gptq`), else 0. */
+  readonly zeroOffset: 0 | 1;
+}
+
+/** The quantization of a checkpoint's weights as stored (null: none, plain F32 / F16 / BF16). */
+export type CheckpointQuantization = Fp8Quantization | PackedIntQuantization;
+
+/** Whether `q` is GPTQ's or AWQ's packed-integer quantization. */
+export function isPackedInt(q: CheckpointQuantization): q is PackedIntQuantization {
+  return q.method === "gptq" || q.method === "awq";
+}
+
+/** How a checkpoint's quantization reads in the load log. */
+export function describeCheckpointQuantization(q: CheckpointQuantization): string {
+  if (!isPackedInt(q)) {
+    return `FP8 (e4m3) weights of the checkpoint (${q.method}), scaled ${
+      describeScaling(q.scaling)
+    }`;
+  }
+  const groups = q.groupSize === null ? "one group per row" : `groups of ${q.groupSize}`;
+  return `${q.method.toUpperCase()} ${q.bits}-bit weights of the checkpoint (${groups}, ${
+    q.symmetric ? "symmetric" : "with zero points"
+  }${q.actOrder ? ", act-order" : ""})`;
 }
 
 /** Rows and columns of a `[rows, cols]` FP8 weight that share one scale under `scaling`. */
@@ -103,9 +152,30 @@ const ctSchema = z.object({
   ),
 });
 
+/** GPTQ's `quantization_config` (transformers' GPTQConfig, GPTQModel) as far as it matters here. */
+const gptqSchema = z.object({
+  quant_method: z.literal("gptq"),
+  bits: z.union([z.literal(4), z.literal(8)]),
+  group_size: z.union([positiveInt, z.literal(-1)]),
+  desc_act: z.boolean().optional(),
+  sym: z.boolean().optional(),
+  checkpoint_format: z.enum(["gptq", "gptq_v2"]).optional(),
+  // GPTQModel's per-module overrides of bits or group size.
+  dynamic: z.union([z.null(), z.object({}).strict()]).optional(),
+});
+
+/** AWQ's (transformers' AwqConfig, AutoAWQ). */
+const awqSchema = z.object({
+  quant_method: z.literal("awq"),
+  bits: z.literal(4),
+  group_size: z.union([positiveInt, z.literal(-1)]),
+  zero_point: z.literal(true).optional(),
+  version: z.literal("gemm").optional(),
+});
+
 /** What to load instead, for the refusals. */
 const INSTEAD =
-  "this server loads F32 / F16 / BF16 checkpoints (quantizing them itself with --quantization int8|int4) and FP8 ones (quant_method fp8, or compressed-tensors float-quantized)";
+  "this server loads F32 / F16 / BF16 checkpoints (quantizing them itself with --quantization int8|int4), FP8 ones (quant_method fp8, or compressed-tensors float-quantized), 4- or 8-bit GPTQ and 4-bit AWQ (GEMM) ones";
 
 /** A one-line refusal naming the first field `parsed` failed on and its value. */
 function unsupported(error: z.ZodError, q: object, source: string, what: string): ConfigError {
@@ -123,8 +193,8 @@ function unsupported(error: z.ZodError, q: object, source: string, what: string)
 /**
  * The `quantization_config` of a parsed `config.json` (`raw`), or null when it has none.
  *
- * @throws {ConfigError} `"<source>: ..."` for a method other than the two FP8 layouts above, or
- *   a variant of them this engine does not read.
+ * @throws {ConfigError} `"<source>: ..."` for a method other than the four layouts above, or a
+ *   variant of them this engine does not read.
  */
 export function parseCheckpointQuantization(
   raw: unknown,
@@ -180,6 +250,46 @@ export function parseCheckpointQuantization(
       ? { kind: "block", rows: block![0], cols: block![1] }
       : { kind: first.strategy };
     return { method, scaleSuffix: "weight_scale", scaling };
+  }
+  if (method === "gptq") {
+    const parsed = gptqSchema.safeParse(q);
+    if (!parsed.success) {
+      throw unsupported(
+        parsed.error,
+        q,
+        source,
+        "GPTQ checkpoints load with bits 4 or 8, a group_size, checkpoint_format gptq or gptq_v2, and no per-module dynamic overrides",
+      );
+    }
+    const g = parsed.data;
+    return {
+      method,
+      bits: g.bits,
+      groupSize: g.group_size === -1 ? null : g.group_size,
+      actOrder: g.desc_act ?? false,
+      symmetric: g.sym ?? true,
+      zeroOffset: (g.checkpoint_format ?? "gptq") === "gptq" ? 1 : 0,
+    };
+  }
+  if (method === "awq") {
+    const parsed = awqSchema.safeParse(q);
+    if (!parsed.success) {
+      throw unsupported(
+        parsed.error,
+        q,
+        source,
+        'AWQ checkpoints load with bits 4, a group_size, zero_point true and version "gemm"',
+      );
+    }
+    const a = parsed.data;
+    return {
+      method,
+      bits: 4,
+      groupSize: a.group_size === -1 ? null : a.group_size,
+      actOrder: false,
+      symmetric: false,
+      zeroOffset: 0,
+    };
   }
   throw new ConfigError(
     `${source}: the weights are pre-quantized with quant_method ${

@@ -32,8 +32,11 @@ export type SafetensorsDType = "F32" | "F16" | "BF16";
 export interface TensorToWrite {
   /** Tensor name, unique in the file (e.g. `model.layers.0.self_attn.q_proj.weight`). */
   name: string;
-  /** Element type of `data` (F8_E4M3: `float8_e4m3fn` bytes, engine/model/fp8.ts). */
-  dtype: SafetensorsDType | "F8_E4M3";
+  /**
+   * Element type of `data` (F8_E4M3: `float8_e4m3fn` bytes, engine/model/fp8.ts; I32: a
+   * packed-integer checkpoint's words, engine/model/packed_int.ts).
+   */
+  dtype: SafetensorsDType | "F8_E4M3" | "I32";
   /** Shape, outermost dimension first (row-major). */
   shape: readonly number[];
   /**
@@ -324,6 +327,17 @@ export class SafetensorsFile {
       result.set(chunk.data, chunk.rowStart * chunk.cols);
     }
     return result;
+  }
+
+  /**
+   * The raw little-endian bytes of tensor `name`, whole (for the small packed tensors of
+   * quantized checkpoints: int32 codes, zero points, group indices).
+   */
+  async readBytes(name: string): Promise<Uint8Array> {
+    const info = this.tensor(name);
+    const bytes = new Uint8Array(info.byteLength);
+    await readExactly(this.#file, this.path, info.fileOffset, bytes);
+    return bytes;
   }
 
   /** Closes the file. */

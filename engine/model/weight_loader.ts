@@ -5,7 +5,9 @@
  * kernels use. Shapes are checked against the config before anything is uploaded.
  *
  * An FP8 checkpoint's weights arrive dequantized (engine/model/checkpoint.ts), in f32 or the
- * device dtype like any other.
+ * device dtype like any other; so do a GPTQ or AWQ checkpoint's, unless a quantization is asked
+ * for and this engine's format holds the checkpoint's codes and scales as they are
+ * (engine/model/packed_int.ts `exactQuantizedRows`): then those are uploaded, bit for bit.
  *
  * With a quantization (`int8` / `int4`, gpu/quant.ts) the matrices asked for as projections are
  * quantized chunk by chunk on the way (from the checkpoint's own values, read as f32): the packed
@@ -18,15 +20,41 @@
 
 import { type GpuContext, STORAGE_RW } from "../../gpu/context.ts";
 import { bytesPerElement, type DType } from "../../gpu/dtype.ts";
-import { GROUP, quantizable, type Quantization, quantizeRows } from "../../gpu/quant.ts";
+import {
+  GROUP,
+  quantizable,
+  type Quantization,
+  type QuantizedRows,
+  quantizeRows,
+} from "../../gpu/quant.ts";
 import { GpuMatrix } from "../../gpu/tensor.ts";
 import type { Checkpoint } from "./checkpoint.ts";
-import { describeScaling } from "./checkpoint_quantization.ts";
+import {
+  describeCheckpointQuantization,
+  isPackedInt,
+  type PackedIntQuantization,
+} from "./checkpoint_quantization.ts";
+import { exactQuantizedRows } from "./packed_int.ts";
 import { LoadProgress } from "./load_progress.ts";
-import { DTYPE_BYTES } from "./safetensors_header.ts";
+import { product } from "./safetensors_header.ts";
 
 /** Chunk size for streaming: peak host memory while loading stays near this (plus one row). */
 export const LOAD_CHUNK_BYTES = 8 << 20;
+
+/** Which `--quantization` would upload a GPTQ / AWQ checkpoint's own codes, for the load log. */
+function keepingCodes(q: PackedIntQuantization): string {
+  if (q.actOrder && q.groupSize !== null) {
+    return "with act-order its groups interleave, so --quantization int8|int4 would quantize the values again";
+  }
+  if (q.bits === 8) {
+    return q.symmetric
+      ? "--quantization int8 keeps its codes and scales: half the bytes"
+      : "its codes less their zero points span -255..255, so --quantization int8|int4 would quantize the values again";
+  }
+  return q.symmetric
+    ? "--quantization int4 keeps its codes and scales: a quarter of the bytes"
+    : "--quantization int8 keeps its codes and scales, half the bytes; int4 would quantize the values again, its zero points vary";
+}
 
 /** Loads named tensors of one checkpoint onto one device. */
 export class WeightLoader {
@@ -37,7 +65,9 @@ export class WeightLoader {
   /** How projections are stored (`none`: in {@linkcode WeightLoader.dtype}). */
   readonly quantization: Quantization;
   /** Lines for the load log (e.g. a matrix left unquantized, and why). */
-  readonly notes: string[] = [];
+  readonly #notes: string[] = [];
+  /** GPTQ / AWQ matrices uploaded as their codes, and those quantized again (the first why). */
+  readonly #packed = { exact: 0, again: 0, firstWhy: "" };
   /** Weight bytes on the device so far, and what they would be unquantized (device dtype). */
   readonly bytes = { device: 0, unquantized: 0 };
   readonly #owned: { destroy(): void }[] = [];
@@ -59,15 +89,36 @@ export class WeightLoader {
     for (const t of checkpoint.tensors.values()) total += t.byteLength;
     this.progress = new LoadProgress(total, showProgress);
     const q = checkpoint.quantization;
-    if (q !== null) {
-      this.notes.push(
-        `FP8 (e4m3) weights of the checkpoint (${q.method}), scaled ${
-          describeScaling(q.scaling)
-        }, dequantized while loading${
+    if (q !== null && !isPackedInt(q)) {
+      this.#notes.push(
+        `${describeCheckpointQuantization(q)}, dequantized while loading${
           quantization === "none" ? ` to ${dtype}` : ` and quantized again to ${quantization}`
         } (WebGPU has no FP8 arithmetic)`,
       );
+    } else if (q !== null && quantization === "none") {
+      this.#notes.push(
+        `${describeCheckpointQuantization(q)}, dequantized while loading to ${dtype} (${
+          keepingCodes(q)
+        })`,
+      );
     }
+  }
+
+  /** Lines for the load log (e.g. a matrix left unquantized, and why), once the load is done. */
+  get notes(): string[] {
+    const q = this.checkpoint.quantization;
+    const { exact, again, firstWhy } = this.#packed;
+    if (q === null || !isPackedInt(q) || exact + again === 0) return [...this.#notes];
+    const what = describeCheckpointQuantization(q);
+    const format = this.quantization;
+    const line = again === 0
+      ? `${what}: uploaded as their codes and scales in ${format}, exactly (${exact} weights)`
+      : exact === 0
+      ? `${what}: dequantized and quantized again to ${format} (${again} weights; ${format} cannot hold the codes as they are: ${firstWhy})`
+      : `${what}: ${exact} of ${
+        exact + again
+      } weights uploaded as their codes and scales in ${format}, exactly; ${again} dequantized and quantized again (the first: ${firstWhy})`;
+    return [line, ...this.#notes];
   }
 
   /**
@@ -90,6 +141,10 @@ export class WeightLoader {
     const dtype = quantized === null ? this.dtype : "f32";
     let offset = 0;
     for (const p of parts) {
+      if (quantized !== null && await this.#packedCodes(p.name, offset, quantized)) {
+        offset += p.rows;
+        continue;
+      }
       for await (const chunk of this.checkpoint.tensorChunks(p.name, dtype, LOAD_CHUNK_BYTES)) {
         if (quantized === null) {
           m.writeRows(this.ctx.device.queue, offset + chunk.rowStart, chunk.data);
@@ -130,6 +185,29 @@ export class WeightLoader {
   }
 
   /**
+   * Uploads GPTQ / AWQ weight `name` as its own codes and scales at row `offset` of `target`
+   * when the format holds them exactly; false when `name` is not such a weight or it does not
+   * (then it loads as the dequantized values, quantized again).
+   */
+  async #packedCodes(
+    name: string,
+    offset: number,
+    target: { writeQuantized(rowStart: number, rows: QuantizedRows): void },
+  ): Promise<boolean> {
+    const packed = await this.checkpoint.packedWeight(name);
+    if (packed === null || this.quantization === "none") return false;
+    const rows = exactQuantizedRows(packed, this.quantization);
+    if (typeof rows === "string") {
+      if (this.#packed.again++ === 0) this.#packed.firstWhy = `${name}: ${rows}`;
+      return false;
+    }
+    target.writeQuantized(offset, rows);
+    this.progress.advance(this.checkpoint.tensor(name).byteLength);
+    this.#packed.exact++;
+    return true;
+  }
+
+  /**
    * A quantized `[rows, cols]` matrix and its writer (words uploaded per chunk, scales kept on
    * the host until `finish`), or null when this matrix stays in the device dtype.
    */
@@ -137,7 +215,7 @@ export class WeightLoader {
     const format = this.quantization;
     if (format === "none" || quantize === false) return null;
     if (!quantizable(cols)) {
-      this.notes.push(
+      this.#notes.push(
         `${label} [${rows}, ${cols}] stays ${this.dtype}: ${cols} columns are not a multiple of ${GROUP}`,
       );
       return null;
@@ -147,10 +225,12 @@ export class WeightLoader {
     const queue = this.ctx.device.queue;
     return {
       matrix,
-      write(rowStart: number, data: ArrayLike<number>) {
-        const q = quantizeRows(data, cols, format);
+      writeQuantized(rowStart: number, q: QuantizedRows) {
         matrix.writeWords(queue, rowStart, q.words);
         scales.set(q.scales, (rowStart * cols) / GROUP);
+      },
+      write(rowStart: number, data: ArrayLike<number>) {
+        this.writeQuantized(rowStart, quantizeRows(data, cols, format));
       },
       finish() {
         matrix.writeScales(queue, scales);
@@ -221,7 +301,9 @@ export class WeightLoader {
     return o;
   }
 
+  /** Bytes of the checkpoint per element of weight `name` (a packed weight's: all its parts'). */
   #sourceBytes(name: string): number {
-    return DTYPE_BYTES[this.checkpoint.tensor(name).dtype] ?? 2;
+    const t = this.checkpoint.tensor(name);
+    return t.byteLength / product(t.shape);
   }
 }

@@ -7,6 +7,7 @@
  */
 
 import type { Checkpoint, CheckpointTensor } from "../../engine/model/checkpoint.ts";
+import { isPackedInt } from "../../engine/model/checkpoint_quantization.ts";
 import { bf16Value } from "./safetensors.ts";
 
 /**
@@ -61,7 +62,7 @@ export async function fp8WeightRef(ck: Checkpoint, name: string): Promise<Float6
   const t = ck.tensor(name);
   const s = ck.fp8Scale(name);
   const q = ck.quantization;
-  if (t.dtype !== "F8_E4M3" || s === undefined || q === null) {
+  if (t.dtype !== "F8_E4M3" || s === undefined || q === null || isPackedInt(q)) {
     throw new RangeError(`fp8WeightRef: ${name} is not an FP8 weight with a scale`);
   }
   const [rows, cols] = t.shape as [number, number];

@@ -5,7 +5,8 @@
  * generation is compared with, token for token.
  *
  * Weights are read from the checkpoint as stored (f32, f16 or bf16 values are exact in float64;
- * a fine-grained FP8 checkpoint's weights as their dequantized values, tests/reference/fp8.ts).
+ * a fine-grained FP8 checkpoint's weights as their dequantized values, tests/reference/fp8.ts;
+ * a GPTQ or AWQ checkpoint's likewise, tests/reference/packed_int.ts).
  * With `quantize` (Qwen3, Qwen2, Llama), the projections, the LM head and a tied embedding are
  * replaced by their dequantized int8 / int4 values `w'` (tests/reference/quant.ts, written from
  * the format's text).
@@ -15,7 +16,9 @@
 
 import { type Checkpoint, openCheckpoint } from "../../engine/model/checkpoint.ts";
 import { type ModelConfig, ropeInvFreq } from "../../engine/model/config.ts";
+import { isPackedInt } from "../../engine/model/checkpoint_quantization.ts";
 import { fp8WeightRef } from "./fp8.ts";
+import { packedWeightRef } from "./packed_int.ts";
 import { quantizeRef } from "./quant.ts";
 
 /** A dense float64 matrix `[rows, cols]`, row-major. */
@@ -28,9 +31,13 @@ interface Mat {
 async function load(ck: Checkpoint, name: string): Promise<Mat> {
   const info = ck.tensor(name);
   const cols = info.shape.length === 0 ? 1 : info.shape[info.shape.length - 1]!;
-  // FP8 weights are dequantized here, from their bytes (tests/reference/fp8.ts).
+  // FP8, GPTQ and AWQ weights are dequantized here, from their bytes (tests/reference/fp8.ts,
+  // tests/reference/packed_int.ts).
+  const q = ck.quantization;
   const data = info.dtype === "F8_E4M3"
     ? await fp8WeightRef(ck, name)
+    : q !== null && isPackedInt(q) && /^(GPTQ|AWQ)_I\d$/.test(info.dtype)
+    ? (await packedWeightRef(ck.dir, name, q)).data
     : Float64Array.from(await ck.readTensor(name, "f32"));
   return { rows: data.length / cols, cols, data };
 }
@@ -188,11 +195,13 @@ export class ReferenceModel {
   /**
    * Loads every tensor of the checkpoint in `dir` into float64 (with `quantize`, the quantized
    * ones as their dequantized values: every linear projection and the LM head, a tied embedding
-   * too; GPT-2's Conv1D weights grouped along their input dimension).
+   * too; GPT-2's Conv1D weights grouped along their input dimension). `keepPacked`: a GPTQ / AWQ
+   * checkpoint's weights keep their values under `quantize` (the format holds its codes as they
+   * are; the other quantized tensors are quantized all the same).
    */
   static async load(
     dir: string,
-    options: { quantize?: "int8" | "int4" } = {},
+    options: { quantize?: "int8" | "int4"; keepPacked?: boolean } = {},
   ): Promise<ReferenceModel> {
     const ck = await openCheckpoint(dir);
     try {
@@ -209,11 +218,12 @@ export class ReferenceModel {
       // A row-major [out, in] matrix as its dequantized values (kept when `in % 32 != 0`).
       const dequantized = (m: Mat, f: "int8" | "int4"): Mat =>
         m.cols % 32 === 0 ? { ...m, data: quantizeRef(m.data, m.cols, f).dequantized } : m;
-      for (const name of ck.tensors.keys()) {
+      for (const [name, info] of ck.tensors) {
         const m = await load(ck, name);
+        const kept = options.keepPacked === true && /^(GPTQ|AWQ)_I\d$/.test(info.dtype);
         weights.set(
           name,
-          format === undefined || !quantized(name)
+          format === undefined || !quantized(name) || kept
             ? m
             : isConv1d(name)
             ? transpose(dequantized(transpose(m), format))
