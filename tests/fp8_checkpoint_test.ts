@@ -178,7 +178,7 @@ Deno.test("parseCheckpointQuantization() reads fine-grained FP8 and refuses othe
     ],
     [
       ct({ strategy: "channel" }, { format: "pack-quantized" }).quantization_config,
-      /format "pack-quantized"/,
+      /weights\.type "float" is not supported: pack-quantized/,
     ],
     [
       {

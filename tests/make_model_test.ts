@@ -375,6 +375,8 @@ Deno.test("make-model CLI writes a checkpoint and rejects bad flags with exit co
       ["--out", "x", "--preset", "tiny-qwen3", "--awq", "--group-size", "0"],
       ["--out", "x", "--preset", "tiny-qwen3", "--awq", "--fp8", "block"],
       ["--out", "x", "--preset", "tiny-gpt2", "--gptq", "4"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--pack-quantized", "4", "--gptq-v2"],
+      ["--out", "x", "--preset", "tiny-qwen3", "--pack-quantized", "4", "--gptq", "4"],
     ]
   ) {
     const r = await run(...bad);
@@ -399,7 +401,7 @@ Deno.test("parseMakeModelArgs() takes --fp8 block (blocks of 128 unless --fp8-bl
   assert.deepEqual(parseMakeModelArgs([...base, "--fp8", "tensor"]).fp8, { scheme: "tensor" });
 });
 
-Deno.test("parseMakeModelArgs() takes --gptq 4|8 (with --asym, --act-order, --gptq-v2) or --awq, in groups of 128 unless --group-size says", () => {
+Deno.test("parseMakeModelArgs() takes --gptq 4|8 (with --asym, --act-order, --gptq-v2), --awq or --pack-quantized 4|8, in groups of 128 unless --group-size says", () => {
   const base = ["--out", "x", "--preset", "tiny-qwen3"];
   assert.equal(parseMakeModelArgs(base).packedInt, undefined);
   assert.deepEqual(parseMakeModelArgs([...base, "--gptq", "4"]).packedInt, {
@@ -422,4 +424,8 @@ Deno.test("parseMakeModelArgs() takes --gptq 4|8 (with --asym, --act-order, --gp
     bits: 4,
     groupSize: 32,
   });
+  assert.deepEqual(
+    parseMakeModelArgs([...base, "--pack-quantized", "8", "--asym", "--act-order"]).packedInt,
+    { method: "compressed-tensors", bits: 8, groupSize: 128, symmetric: false, actOrder: true },
+  );
 });

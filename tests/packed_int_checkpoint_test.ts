@@ -1,7 +1,8 @@
 /**
- * GPTQ and AWQ checkpoints (engine/model/packed_int.ts): `quantization_config` accepted as Qwen's
- * releases write it or refused in one line, the packing against words written by hand from
- * AutoGPTQ's and AutoAWQ's definitions, the checkpoint reader against an independent float64
+ * GPTQ, AWQ and compressed-tensors `pack-quantized` checkpoints (engine/model/packed_int.ts):
+ * `quantization_config` accepted as Qwen's and llm-compressor's releases write it or refused in
+ * one line, the packing against words written by hand from AutoGPTQ's, AutoAWQ's and
+ * compressed-tensors' definitions, the checkpoint reader against an independent float64
  * dequantization (tests/reference/packed_int.ts, which reads the files itself), the codes kept
  * bit for bit in int4 / int8 where the format holds them, one-line refusals of malformed
  * weights, and greedy generation against the float64 reference on the dequantized weights.
@@ -63,6 +64,7 @@ Deno.test("parseCheckpointQuantization() reads GPTQ and AWQ configs as Qwen's re
   };
   assert.deepEqual(parseCheckpointQuantization({ quantization_config: qwenGptq }, src), {
     method: "gptq",
+    layout: "gptq",
     bits: 4,
     groupSize: 128,
     actOrder: false,
@@ -80,7 +82,15 @@ Deno.test("parseCheckpointQuantization() reads GPTQ and AWQ configs as Qwen's re
         checkpoint_format: "gptq_v2",
       },
     }, src),
-    { method: "gptq", bits: 8, groupSize: null, actOrder: true, symmetric: false, zeroOffset: 0 },
+    {
+      method: "gptq",
+      layout: "gptq",
+      bits: 8,
+      groupSize: null,
+      actOrder: true,
+      symmetric: false,
+      zeroOffset: 0,
+    },
   );
   // Qwen3-8B-AWQ's.
   const qwenAwq = {
@@ -93,13 +103,91 @@ Deno.test("parseCheckpointQuantization() reads GPTQ and AWQ configs as Qwen's re
   };
   assert.deepEqual(parseCheckpointQuantization({ quantization_config: qwenAwq }, src), {
     method: "awq",
+    layout: "awq",
     bits: 4,
     groupSize: 128,
     actOrder: false,
     symmetric: false,
     zeroOffset: 0,
   });
+  // llm-compressor's W4A16 scheme (RedHatAI's `-quantized.w4a16` models), abridged.
+  const w4a16 = (weights: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) => ({
+    quant_method: "compressed-tensors",
+    format: "pack-quantized",
+    quantization_status: "compressed",
+    config_groups: {
+      group_0: {
+        targets: ["Linear"],
+        weights: {
+          num_bits: 4,
+          type: "int",
+          symmetric: true,
+          strategy: "group",
+          group_size: 128,
+          actorder: "weight",
+          dynamic: false,
+          observer: "minmax",
+          ...weights,
+        },
+        input_activations: null,
+        output_activations: null,
+        format: "pack-quantized",
+      },
+    },
+    ignore: ["lm_head"],
+    kv_cache_scheme: null,
+    sparsity_config: {},
+    ...extra,
+  });
+  assert.deepEqual(parseCheckpointQuantization({ quantization_config: w4a16() }, src), {
+    method: "compressed-tensors",
+    layout: "pack-quantized",
+    bits: 4,
+    groupSize: 128,
+    actOrder: false,
+    symmetric: true,
+    zeroOffset: 0,
+  });
+  assert.deepEqual(
+    parseCheckpointQuantization({
+      quantization_config: w4a16({
+        num_bits: 8,
+        strategy: "channel",
+        group_size: null,
+        symmetric: false,
+        actorder: "group",
+      }),
+    }, src),
+    {
+      method: "compressed-tensors",
+      layout: "pack-quantized",
+      bits: 8,
+      groupSize: null,
+      actOrder: true,
+      symmetric: false,
+      zeroOffset: 0,
+    },
+  );
   const refused: [unknown, RegExp][] = [
+    [w4a16({ num_bits: 2 }), /weights\.num_bits 2 is not supported: pack-quantized/],
+    [w4a16({ strategy: "tensor" }), /weights\.strategy "tensor"/],
+    [w4a16({ strategy: "group", group_size: null }), /the group strategy needs a group_size/],
+    [
+      w4a16({}, { kv_cache_scheme: { num_bits: 8, type: "float" } }),
+      /kv_cache_scheme \{.*\} is not supported: pack-quantized/,
+    ],
+    [
+      {
+        ...w4a16(),
+        config_groups: {
+          group_0: {
+            weights: w4a16().config_groups.group_0.weights,
+            input_activations: { num_bits: 8, type: "int", dynamic: true },
+          },
+        },
+      },
+      /input_activations \{.*\} is not supported/,
+    ],
     [{ ...qwenGptq, bits: 3 }, /quantization_config\.bits 3 is not supported: GPTQ/],
     [{ ...qwenGptq, group_size: 0 }, /group_size 0/],
     [{ ...qwenGptq, group_size: undefined }, /group_size undefined/],
@@ -142,6 +230,7 @@ function handWeight(
 Deno.test("dequantizePackedRows() reads GPTQ codes along the inputs and AWQ codes in AutoAWQ's interleaved order", () => {
   const gptq: PackedIntQuantization = {
     method: "gptq",
+    layout: "gptq",
     bits: 4,
     groupSize: null,
     actOrder: false,
@@ -165,7 +254,13 @@ Deno.test("dequantizePackedRows() reads GPTQ codes along the inputs and AWQ code
 
   // AWQ, one input, 8 outputs: AutoAWQ packs value k of a word from output [0, 2, 4, 6, 1, 3,
   // 5, 7][k]; outputs with codes 0..7 and zeros 0 so pack to 0x75316420, and so do the zeros.
-  const awq: PackedIntQuantization = { ...gptq, method: "awq", symmetric: false, zeroOffset: 0 };
+  const awq: PackedIntQuantization = {
+    ...gptq,
+    method: "awq",
+    layout: "awq",
+    symmetric: false,
+    zeroOffset: 0,
+  };
   const a = handWeight(awq, 8, 1, [0x75316420], [0], Array(8).fill(0.25));
   const col = new Float32Array(8);
   dequantizePackedRows(a, 0, col);
@@ -176,6 +271,28 @@ Deno.test("dequantizePackedRows() reads GPTQ codes along the inputs and AWQ code
     col,
   );
   assert.deepEqual([...col], [0, -0.25, -0.5, -0.75, -1, -1.25, -1.5, -1.75]);
+
+  // compressed-tensors, 2 outputs, 8 inputs: weight_packed [2, 1], input j's unsigned code in
+  // bits 4j.. of its row's word; symmetric codes are that minus 8 (no zero point tensor).
+  const ct: PackedIntQuantization = {
+    ...gptq,
+    method: "compressed-tensors",
+    layout: "pack-quantized",
+    zeroOffset: 0,
+  };
+  const c = {
+    ...handWeight(ct, 2, 8, [0x76543210, 0xfedcba98], [], [1, 0.5]),
+    qzeros: null,
+  };
+  const rows2 = new Float32Array(16);
+  dequantizePackedRows(c, 0, rows2);
+  assert.deepEqual([...rows2], [-8, -7, -6, -5, -4, -3, -2, -1, 0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5]);
+  // With zero points: weight_zero_point [1, 1] packs outputs 0 and 1 along its rows (zero 9
+  // and 6 unsigned: +1 and -2 signed).
+  const z = { ...c, qzeros: Uint32Array.of(0x69), quantization: { ...ct, symmetric: false } };
+  dequantizePackedRows(z, 0, rows2);
+  assert.deepEqual([...rows2.subarray(0, 3)], [-9, -8, -7]);
+  assert.deepEqual([...rows2.subarray(8, 11)], [1, 1.5, 2]);
 });
 
 /** The checkpoints of these tests: tiny presets, two shards, every layout variant. */
@@ -184,11 +301,18 @@ const LAYOUTS: readonly [string, PackedIntLayout][] = [
   ["tiny-llama", { method: "gptq", bits: 8, groupSize: -1, symmetric: false, v2: true }],
   ["tiny-qwen2", { method: "gptq", bits: 4, groupSize: 32, symmetric: false, actOrder: true }],
   ["tiny-qwen2", { method: "awq", bits: 4, groupSize: 64 }],
+  ["tiny-qwen3", { method: "compressed-tensors", bits: 4, groupSize: 32 }],
+  ["tiny-llama", { method: "compressed-tensors", bits: 8, groupSize: -1, symmetric: false }],
+  [
+    "tiny-qwen2",
+    { method: "compressed-tensors", bits: 4, groupSize: 32, symmetric: false, actOrder: true },
+  ],
 ];
 
 function describe(layout: PackedIntLayout): string {
   if (layout.method === "awq") return `AWQ (groups of ${layout.groupSize})`;
-  return `GPTQ ${layout.bits}-bit (${
+  const name = layout.method === "gptq" ? "GPTQ" : "pack-quantized";
+  return `${name} ${layout.bits}-bit (${
     layout.groupSize === -1 ? "one group per row" : `groups of ${layout.groupSize}`
   }${layout.symmetric === false ? ", zero points" : ""}${layout.actOrder ? ", act-order" : ""}${
     layout.v2 ? ", gptq_v2" : ""
@@ -218,7 +342,7 @@ for (const [preset, layout] of LAYOUTS) {
         const q = ck.quantization as PackedIntQuantization;
         const names = [...ck.tensors.keys()];
         assert.ok(
-          !names.some((n) => /\.(qweight|qzeros|scales|g_idx)$/.test(n)),
+          !names.some((n) => /\.(qweight|qzeros|scales|g_idx|weight_[a-z_]+)$/.test(n)),
           "parts are no weights",
         );
         const packed = names.filter((n) => ck.tensor(n).dtype.endsWith(`_I${layout.bits}`));
@@ -257,12 +381,18 @@ Deno.test("exactQuantizedRows() keeps GPTQ's symmetric 4-bit codes in int4 and e
     // 8-bit with zero points: code - zero spans -255..255.
     ["tiny-llama", LAYOUTS[1]![1], { int4: /outside int4's -8\.\.7/, int8: /outside int8's/ }],
     ["tiny-qwen2", LAYOUTS[2]![1], {
-      int4: /inputs 0\.\.31 span gptq groups \d+ and \d+/,
-      int8: /span gptq groups/,
+      int4: /inputs 0\.\.31 span the checkpoint's groups \d+ and \d+/,
+      int8: /span the checkpoint's groups/,
     }],
     ["tiny-qwen2", LAYOUTS[3]![1], { int4: /code - zero (8|-9) at row/, int8: null }],
     // 8-bit symmetric: codes 0..255 around 128, -128 included.
     ["tiny-qwen3", { method: "gptq", bits: 8, groupSize: 32 }, { int4: /outside/, int8: null }],
+    ["tiny-qwen3", LAYOUTS[4]![1], { int4: null, int8: null }],
+    ["tiny-llama", LAYOUTS[5]![1], { int4: /outside/, int8: /outside int8's/ }],
+    ["tiny-qwen3", { method: "compressed-tensors", bits: 8, groupSize: 32 }, {
+      int4: /outside/,
+      int8: null,
+    }],
   ];
   for (const [preset, layout, want] of expectations) {
     await withPacked(preset, layout, 5, async (dir) => {
@@ -332,7 +462,7 @@ Deno.test("Checkpoint refuses a GPTQ weight whose parts do not match its config 
     );
     await withConfig({ group_size: 64 });
     await expectOne(
-      /^model\.layers\.0\.self_attn\.o_proj\.qzeros: expected shape \[2, 8\] \(gptq 4-bit, 2 groups, weight \[64, 128\]\), found \[4, 8\]/,
+      /^model\.layers\.0\.self_attn\.o_proj\.qzeros: expected shape \[2, 8\] \(GPTQ 4-bit, 2 groups, weight \[64, 128\]\), found \[4, 8\]/,
     );
     await withConfig({});
     // A g_idx entry past the last group.
@@ -363,7 +493,7 @@ Deno.test("Checkpoint refuses a GPTQ weight whose parts do not match its config 
         quantization_config: { quant_method: "gptq", bits: 4, group_size: 128 },
       }),
     );
-    await assert.rejects(() => openCheckpoint(dir), /gptq weights are read for the Llama-family/);
+    await assert.rejects(() => openCheckpoint(dir), /GPTQ weights are read for the Llama-family/);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
@@ -382,6 +512,8 @@ const RUNS: readonly [string, PackedIntLayout, "none" | "int8" | "int4", boolean
   ["tiny-qwen2", LAYOUTS[2]![1], "none", false],
   ["tiny-qwen2", LAYOUTS[3]![1], "int8", true],
   ["tiny-qwen2", LAYOUTS[3]![1], "int4", false],
+  ["tiny-qwen3", LAYOUTS[4]![1], "int4", true],
+  ["tiny-qwen2", LAYOUTS[6]![1], "none", false],
 ];
 
 for (const [preset, layout, quantization, kept] of RUNS) {
@@ -405,7 +537,11 @@ for (const [preset, layout, quantization, kept] of RUNS) {
         const runner = await ModelRunner.load(ctx, dir, { ...SOLO_RUNNER_OPTIONS, quantization });
         try {
           const notes = runner.weights.notes.join("; ");
-          const head = layout.method === "awq" ? "AWQ 4-bit weights" : `GPTQ ${layout.bits}-bit`;
+          const head = layout.method === "awq"
+            ? "AWQ 4-bit weights"
+            : layout.method === "gptq"
+            ? `GPTQ ${layout.bits}-bit`
+            : `compressed-tensors pack-quantized ${layout.bits}-bit`;
           assert.ok(runner.weights.notes[0]?.startsWith(head), notes);
           if (quantization === "none") assert.match(notes, /dequantized while loading to f32/);
           else if (kept) {

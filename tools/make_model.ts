@@ -7,7 +7,7 @@
  * ```sh
  * deno task make-model --out DIR --preset tiny-qwen3 [--dtype f32|f16|bf16] [--seed N] [--shards N]
  *   [--layout save-pretrained|hub|unprefixed] [--fp8 block|channel|tensor [--fp8-block N]]
- *   [--gptq 4|8 [--asym] [--act-order] [--gptq-v2] | --awq] [--group-size N]
+ *   [--gptq 4|8 [--asym] [--act-order] [--gptq-v2] | --awq | --pack-quantized 4|8 [--asym] [--act-order]] [--group-size N]
  * ```
  *
  * Weights are deterministic in `--seed` and independent of `--shards` (each tensor draws from its
@@ -22,7 +22,8 @@
  * `-FP8` releases are (a `weight_scale_inv` per block of `--fp8-block`, default 128, squared), or
  * `channel` / `tensor`, as llm-compressor's `FP8_DYNAMIC` compressed-tensors checkpoints are (a
  * `weight_scale` per output channel or per tensor). `--gptq BITS` and `--awq` write those
- * projections as GPTQ or AWQ packed integers (tools/packed_int_weights.ts; `--group-size`
+ * projections as GPTQ or AWQ packed integers, `--pack-quantized BITS` as a compressed-tensors
+ * W4A16 / W8A16 checkpoint (tools/packed_int_weights.ts; `--group-size`
  * inputs per group, default 128; `--group-size=-1`: one group per row), F16 scales, the rest in
  * `--dtype`.
  *
@@ -40,6 +41,7 @@ import {
 import {
   type PackedIntLayout,
   packedIntQuantizationConfig,
+  packedPartSpecs,
   quantizePackedInt,
 } from "./packed_int_weights.ts";
 import {
@@ -251,8 +253,9 @@ function tensorsToWrite(
 }
 
 /**
- * A projection of a GPTQ / AWQ checkpoint: `X.qweight`, `X.qzeros`, `X.scales` (F16) and, for
- * GPTQ, `X.g_idx`, quantized once from the projection's f32 values when the first is written.
+ * A projection of a GPTQ / AWQ / `pack-quantized` checkpoint: its parts (`X.qweight`,
+ * `X.weight_packed`, ...; tools/packed_int_weights.ts), quantized once from the projection's f32
+ * values when the first is written.
  */
 function packedTensors(
   name: string,
@@ -270,25 +273,12 @@ function packedTensors(
     return packed;
   };
   const prefix = name.slice(0, -"weight".length);
-  const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-  const part = (
-    suffix: "qweight" | "qzeros" | "scales" | "g_idx",
-    dtype: "I32" | "F16",
-    shape: number[],
-  ): TensorToWrite => ({
+  return packedPartSpecs(layout, rows, cols).map(({ suffix, dtype, shape }) => ({
     name: prefix + suffix,
     dtype,
     shape,
-    data: () => bytes(quantized()[suffix]!.data),
-  });
-  const per = 32 / layout.bits;
-  const groups = layout.groupSize === -1 ? 1 : Math.ceil(cols / layout.groupSize);
-  const parts = [
-    part("qweight", "I32", layout.method === "gptq" ? [cols / per, rows] : [cols, rows / per]),
-    part("qzeros", "I32", [groups, rows / per]),
-    part("scales", "F16", [groups, rows]),
-  ];
-  return layout.method === "gptq" ? [...parts, part("g_idx", "I32", [cols])] : parts;
+    data: () => quantized()[suffix]!.data,
+  }));
 }
 
 /**
@@ -427,7 +417,7 @@ export async function makeModel(options: MakeModelOptions): Promise<MadeModel> {
 
 const USAGE = "usage: deno task make-model --out DIR --preset NAME [--dtype f32|f16|bf16] " +
   "[--seed N] [--shards N] [--layout save-pretrained|hub|unprefixed] [--fp8 block|channel|tensor] [--fp8-block N] " +
-  "[--gptq 4|8 [--asym] [--act-order] [--gptq-v2] | --awq] [--group-size N]";
+  "[--gptq 4|8 [--asym] [--act-order] [--gptq-v2] | --awq | --pack-quantized 4|8 [--asym] [--act-order]] [--group-size N]";
 
 function parseCount(flag: string, value: string | undefined, min: number): number | undefined {
   if (value === undefined) return undefined;
@@ -437,43 +427,52 @@ function parseCount(flag: string, value: string | undefined, min: number): numbe
   return Number(value);
 }
 
-/** The GPTQ / AWQ flags: `--gptq 4|8`, `--awq`, `--group-size`, `--asym`, ... */
+/** The packed-integer flags: `--gptq 4|8`, `--awq`, `--pack-quantized 4|8`, `--group-size`, ... */
 function parsePackedInt(values: {
   gptq?: string;
   awq?: boolean;
+  "pack-quantized"?: string;
   "group-size"?: string;
   asym?: boolean;
   "act-order"?: boolean;
   "gptq-v2"?: boolean;
 }): PackedIntLayout | undefined {
-  const gptqOnly = (["asym", "act-order", "gptq-v2"] as const).find((f) => values[f] === true);
-  if (values.gptq === undefined && values.awq !== true) {
-    const stray = gptqOnly ?? (values["group-size"] !== undefined ? "group-size" : undefined);
-    if (stray !== undefined) throw new TypeError(`--${stray} needs --gptq or --awq`);
+  const chosen = [
+    values.gptq !== undefined ? "--gptq" : "",
+    values.awq === true ? "--awq" : "",
+    values["pack-quantized"] !== undefined ? "--pack-quantized" : "",
+  ].filter((f) => f !== "");
+  const variant = (["asym", "act-order", "gptq-v2"] as const).find((f) => values[f] === true);
+  if (chosen.length === 0) {
+    const stray = variant ?? (values["group-size"] !== undefined ? "group-size" : undefined);
+    if (stray !== undefined) {
+      throw new TypeError(`--${stray} needs --gptq, --awq or --pack-quantized`);
+    }
     return undefined;
   }
-  if (values.gptq !== undefined && values.awq === true) {
-    throw new TypeError("--gptq and --awq exclude each other");
-  }
+  if (chosen.length > 1) throw new TypeError(`${chosen.join(" and ")} exclude each other`);
   const text = values["group-size"];
   if (text !== undefined && text !== "-1" && !/^[1-9]\d*$/.test(text)) {
     throw new TypeError(`--group-size must be a positive integer or -1, got "${text}"`);
   }
   const groupSize = text === undefined ? 128 : Number(text);
   if (values.awq === true) {
-    if (gptqOnly !== undefined) throw new TypeError(`--${gptqOnly} is for --gptq, not --awq`);
+    if (variant !== undefined) throw new TypeError(`--${variant} is not for --awq`);
     return { method: "awq", bits: 4, groupSize };
   }
-  if (values.gptq !== "4" && values.gptq !== "8") {
-    throw new TypeError(`--gptq must be 4 or 8, got "${values.gptq}"`);
+  const flag = chosen[0]!;
+  const bits = values.gptq ?? values["pack-quantized"];
+  if (bits !== "4" && bits !== "8") throw new TypeError(`${flag} must be 4 or 8, got "${bits}"`);
+  if (flag === "--pack-quantized" && values["gptq-v2"] === true) {
+    throw new TypeError("--gptq-v2 is for --gptq, not --pack-quantized");
   }
   return {
-    method: "gptq",
-    bits: values.gptq === "4" ? 4 : 8,
+    method: flag === "--gptq" ? "gptq" : "compressed-tensors",
+    bits: bits === "4" ? 4 : 8,
     groupSize,
     symmetric: values.asym !== true,
     actOrder: values["act-order"] === true,
-    v2: values["gptq-v2"] === true,
+    ...(flag === "--gptq" ? { v2: values["gptq-v2"] === true } : {}),
   };
 }
 
@@ -494,6 +493,7 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
         "fp8-block": { type: "string" },
         gptq: { type: "string" },
         awq: { type: "boolean" },
+        "pack-quantized": { type: "string" },
         "group-size": { type: "string" },
         asym: { type: "boolean" },
         "act-order": { type: "boolean" },
@@ -540,11 +540,11 @@ export function parseMakeModelArgs(args: string[]): MakeModelOptions {
   }
   const packedInt = parsePackedInt(values);
   if (packedInt !== undefined && fp8 !== undefined) {
-    throw new TypeError(`--fp8 and --${packedInt.method} exclude each other`);
+    throw new TypeError("--fp8 and a packed-integer layout exclude each other");
   }
   if (packedInt !== undefined && getPreset(values.preset).architecture === "gpt2") {
     throw new TypeError(
-      `--${packedInt.method} is for the Llama-family presets, not ${values.preset}`,
+      `packed-integer checkpoints are for the Llama-family presets, not ${values.preset}`,
     );
   }
   return {

@@ -12,10 +12,12 @@
  * projections as `F8_E4M3` with a scale tensor beside each (`weight_scale_inv` or
  * `weight_scale`): such a weight reads as its dequantized values (engine/model/fp8.ts), and its
  * scale tensor is part of it, not a weight of its own. A GPTQ or AWQ checkpoint stores a
- * projection `X.weight` as `X.qweight`, `X.qzeros`, `X.scales` (and GPTQ's `X.g_idx`): those read
- * as one weight `X.weight` of the `[out, in]` shape the model asks for, whose values are the
- * dequantized ones (engine/model/packed_int.ts), or whose codes the weight loader takes as they
- * are ({@linkcode Checkpoint.packedWeight}).
+ * projection `X.weight` as `X.qweight`, `X.qzeros`, `X.scales` (and GPTQ's `X.g_idx`), a
+ * compressed-tensors `pack-quantized` one as `X.weight_packed`, `X.weight_scale`,
+ * `X.weight_shape` (and `X.weight_zero_point`, `X.weight_g_idx`): those read as one weight
+ * `X.weight` of the `[out, in]` shape the model asks for, whose values are the dequantized ones
+ * (engine/model/packed_int.ts), or whose codes the weight loader takes as they are
+ * ({@linkcode Checkpoint.packedWeight}).
  *
  * @module
  */
@@ -26,6 +28,7 @@ import {
   type CheckpointQuantization,
   isPackedInt,
   type PackedIntQuantization,
+  packedLayoutName,
   parseCheckpointQuantization,
   scaleBlock,
 } from "./checkpoint_quantization.ts";
@@ -39,6 +42,7 @@ import {
   packedGroups,
   type PackedPart,
   packedPartShapes,
+  packedPartSuffixes,
   type PackedWeight,
   packedWeightShape,
   sequentialGroups,
@@ -118,7 +122,7 @@ export class Checkpoint {
   #byTensor: Map<string, { file: SafetensorsFile; stored: string }>;
   /** FP8 weight (canonical name) -> its `weight_scale_inv` tensor. */
   #scales = new Map<string, CheckpointTensor>();
-  /** GPTQ / AWQ weight (canonical `X.weight`) -> its stored parts (`X.qweight`, ...). */
+  /** Packed-integer weight (canonical `X.weight`) -> its stored parts by role (`X.qweight`, ...). */
   #packed = new Map<string, Partial<Record<PackedPart, CheckpointTensor>>>();
 
   private constructor(
@@ -161,32 +165,37 @@ export class Checkpoint {
   }
 
   /**
-   * Replaces each `X.qweight` and the parts beside it by one weight `X.weight` (module doc): its
-   * shape the `[out, in]` one its `qweight` holds, its bytes those of all its parts.
+   * Replaces each codes tensor (`X.qweight`, `X.weight_packed`) and the parts beside it by one
+   * weight `X.weight` (module doc): its shape the `[out, in]` one its codes hold, its bytes those
+   * of all its parts, its dtype e.g. `GPTQ_I4`.
    */
   #groupPacked(q: PackedIntQuantization, tensors: Map<string, CheckpointTensor>): void {
-    for (const [name, qweight] of [...tensors]) {
-      if (!name.endsWith(".qweight")) continue;
-      const prefix = name.slice(0, -"qweight".length);
+    const suffixes = packedPartSuffixes(q.layout);
+    const codesSuffix = suffixes.codes!;
+    const label = q.layout === "pack-quantized" ? "CT" : q.layout.toUpperCase();
+    for (const [name, codes] of [...tensors]) {
+      if (!name.endsWith(`.${codesSuffix}`)) continue;
+      const prefix = name.slice(0, -codesSuffix.length);
       const weight = `${prefix}weight`;
-      if (tensors.has(weight)) continue; // Both: the qweight stays, reported as unused.
+      if (tensors.has(weight)) continue; // Both: the codes stay, reported as unused.
       const parts: Partial<Record<PackedPart, CheckpointTensor>> = {};
       let byteLength = 0;
       for (const part of PACKED_PARTS) {
-        const t = tensors.get(prefix + part);
+        const suffix = suffixes[part];
+        const t = suffix === undefined ? undefined : tensors.get(prefix + suffix);
         if (t === undefined) continue;
         parts[part] = t;
         byteLength += t.byteLength;
-        tensors.delete(prefix + part);
+        tensors.delete(prefix + suffix);
       }
       this.#packed.set(weight, parts);
       tensors.set(weight, {
         name: weight,
-        dtype: `${q.method.toUpperCase()}_I${q.bits}`,
-        shape: packedWeightShape(q, qweight.shape) ?? qweight.shape,
-        fileOffset: qweight.fileOffset,
+        dtype: `${label}_I${q.bits}`,
+        shape: packedWeightShape(q, codes.shape) ?? codes.shape,
+        fileOffset: codes.fileOffset,
         byteLength,
-        file: qweight.file,
+        file: codes.file,
       });
     }
   }
@@ -206,7 +215,9 @@ export class Checkpoint {
     const quantization = parseCheckpointQuantization(rawConfig, configPath);
     if (quantization !== null && isPackedInt(quantization) && config.arch === "GPT2LMHeadModel") {
       throw new CheckpointError(
-        `${configPath}: ${quantization.method} weights are read for the Llama-family architectures, not ${config.arch}`,
+        `${configPath}: ${
+          packedLayoutName(quantization.layout)
+        } weights are read for the Llama-family architectures, not ${config.arch}`,
       );
     }
     const genPath = join(dir, "generation_config.json");
@@ -277,9 +288,9 @@ export class Checkpoint {
     const t = this.tensor(name);
     const packed = this.#packed.get(name);
     if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
-      const stored = packed?.qweight === undefined
+      const stored = packed?.codes === undefined
         ? ""
-        : ` (its qweight ${shapeText(packed.qweight.shape)})`;
+        : ` (its ${packed.codes.name.split(".").pop()} ${shapeText(packed.codes.shape)})`;
       throw new CheckpointError(
         `${name}: expected shape ${shapeText(shape)}, found ${
           shapeText(t.shape)
@@ -298,41 +309,59 @@ export class Checkpoint {
     return t;
   }
 
-  /** Checks a GPTQ / AWQ weight's parts: all there, of the shapes and dtypes its shape needs. */
+  /** Checks a packed weight's parts: all there, of the shapes and dtypes its shape needs. */
   #checkPacked(t: CheckpointTensor, parts: Partial<Record<PackedPart, CheckpointTensor>>): void {
     const q = this.quantization;
     if (q === null || !isPackedInt(q)) throw new TypeError("unreachable: a packed weight");
     const [rows, cols] = t.shape as [number, number];
     const per = 32 / q.bits;
+    const suffixes = packedPartSuffixes(q.layout);
     const prefix = t.name.slice(0, -"weight".length);
+    const layout = packedLayoutName(q.layout);
     if (rows % per !== 0) {
       throw new CheckpointError(
-        `${t.name}: ${rows} outputs are not a multiple of the ${per} codes an int32 of ${q.bits}-bit zero points packs`,
+        `${t.name}: ${rows} outputs are not a multiple of the ${per} ${q.bits}-bit zero points an int32 packs`,
       );
     }
+    const ct = q.layout === "pack-quantized";
+    // Which parts must be there (true), may be (undefined) or must not (false).
+    const needed: Record<PackedPart, boolean | undefined> = {
+      codes: true,
+      zeros: ct ? !q.symmetric : true,
+      scales: true,
+      groups: q.layout === "awq" ? false : ct ? q.actOrder : undefined,
+      shape: ct ? undefined : false,
+    };
     const want = packedPartShapes(q, rows, cols);
     for (const part of PACKED_PARTS) {
       const p = parts[part];
+      const stored = `${prefix}${suffixes[part] ?? part}`;
       if (p === undefined) {
-        if (part === "g_idx") continue;
+        if (needed[part] !== true) continue;
         throw new CheckpointError(
-          `${prefix}${part}: tensor not found beside ${prefix}qweight in ${t.file} (${q.method} weights need qweight, qzeros and scales)`,
+          `${stored}: tensor not found beside ${prefix}${suffixes.codes} in ${t.file} (${layout} ${
+            q.symmetric ? "symmetric " : "zero-point "
+          }weights need it)`,
         );
       }
-      if (part === "g_idx" && q.method === "awq") {
-        throw new CheckpointError(`${p.name}: an AWQ checkpoint has no g_idx (in ${p.file})`);
+      if (needed[part] === false) {
+        throw new CheckpointError(
+          `${p.name}: a ${layout} checkpoint ${
+            q.symmetric ? "with symmetric codes " : ""
+          }has no such tensor (in ${p.file})`,
+        );
       }
       const shape = want[part];
       if (p.shape.length !== shape.length || p.shape.some((d, i) => d !== shape[i])) {
         throw new CheckpointError(
-          `${p.name}: expected shape ${shapeText(shape)} (${q.method} ${q.bits}-bit, ${
+          `${p.name}: expected shape ${shapeText(shape)} (${layout} ${q.bits}-bit, ${
             packedGroups(q, cols)
           } groups, weight [${rows}, ${cols}]), found ${shapeText(p.shape)} in ${p.file}`,
         );
       }
       const ok = part === "scales"
         ? p.dtype === "F16" || p.dtype === "BF16" || p.dtype === "F32"
-        : p.dtype === "I32";
+        : p.dtype === "I32" || (part === "shape" && p.dtype === "I64");
       if (!ok) {
         throw new CheckpointError(
           `${p.name}: unsupported dtype ${p.dtype} in ${p.file} (expected ${
@@ -344,11 +373,12 @@ export class Checkpoint {
   }
 
   /**
-   * GPTQ / AWQ weight `name` read whole (its codes, zero points, scales and groups), or null when
-   * `name` is not one.
+   * Packed-integer weight `name` read whole (its codes, zero points, scales and groups), or null
+   * when `name` is not one.
    *
    * @throws {CheckpointError} for parts missing or of the wrong shape or dtype (as
-   *   {@linkcode expectTensor}), or a `g_idx` naming a group that does not exist.
+   *   {@linkcode expectTensor}), a group index naming a group that does not exist, or a
+   *   `weight_shape` other than the weight's.
    */
   async packedWeight(name: string): Promise<PackedWeight | null> {
     const parts = this.#packed.get(name);
@@ -357,23 +387,44 @@ export class Checkpoint {
     this.#checkPacked(t, parts);
     const q = this.quantization as PackedIntQuantization;
     const [rows, cols] = t.shape as [number, number];
-    const words = async (p: CheckpointTensor) => {
+    const groups = packedGroups(q, cols);
+    const bytes = async (p: CheckpointTensor) => {
       const at = this.#byTensor.get(p.name)!;
-      return new Uint32Array((await at.file.readBytes(at.stored)).buffer);
+      return (await at.file.readBytes(at.stored)).buffer;
     };
+    if (parts.shape !== undefined) {
+      const raw = await bytes(parts.shape);
+      const shape = parts.shape.dtype === "I64"
+        ? [...new BigInt64Array(raw)].map(Number)
+        : [...new Int32Array(raw)];
+      if (shape[0] !== rows || shape[1] !== cols) {
+        throw new CheckpointError(
+          `${parts.shape.name}: says [${
+            shape.join(", ")
+          }], but the codes hold a [${rows}, ${cols}] weight (in ${parts.shape.file})`,
+        );
+      }
+    }
     const scalesAt = this.#byTensor.get(parts.scales!.name)!;
-    const scales = await scalesAt.file.readTensor(scalesAt.stored, "f32");
+    let scales = await scalesAt.file.readTensor(scalesAt.stored, "f32");
     if (!(scales instanceof Float32Array)) throw new TypeError("unreachable: f32 scales");
+    if (q.layout === "pack-quantized") {
+      // [rows, groups] -> [groups, rows].
+      const t = new Float32Array(scales.length);
+      for (let o = 0; o < rows; o++) {
+        for (let g = 0; g < groups; g++) t[g * rows + o] = scales[o * groups + g]!;
+      }
+      scales = t;
+    }
     let groupOf = sequentialGroups(q, cols);
-    if (parts.g_idx !== undefined) {
-      groupOf = new Int32Array((await words(parts.g_idx)).buffer);
-      const groups = packedGroups(q, cols);
+    if (parts.groups !== undefined) {
+      groupOf = new Int32Array(await bytes(parts.groups));
       const bad = groupOf.findIndex((g) => g < 0 || g >= groups);
       if (bad >= 0) {
         throw new CheckpointError(
-          `${parts.g_idx.name}: input ${bad} is in group ${
+          `${parts.groups.name}: input ${bad} is in group ${
             groupOf[bad]
-          }, but there are ${groups} groups (in ${parts.g_idx.file})`,
+          }, but there are ${groups} groups (in ${parts.groups.file})`,
         );
       }
     }
@@ -381,8 +432,8 @@ export class Checkpoint {
       quantization: q,
       rows,
       cols,
-      qweight: await words(parts.qweight!),
-      qzeros: await words(parts.qzeros!),
+      qweight: new Uint32Array(await bytes(parts.codes!)),
+      qzeros: parts.zeros === undefined ? null : new Uint32Array(await bytes(parts.zeros)),
       scales,
       groupOf,
     };

@@ -12,8 +12,9 @@
  *   (`[rows, 1]`) or per block (`block_structure`), static weights and dynamic (or no) activation
  *   quantization, no KV-cache scheme, sparsity or transforms.
  *
- * And two packed-integer layouts (engine/model/packed_int.ts), dequantized while loading or, with
- * `--quantization int8|int4`, their codes and scales kept as they are where the format holds them:
+ * And three packed-integer layouts (engine/model/packed_int.ts), dequantized while loading or,
+ * with `--quantization int8|int4`, their codes and scales kept as they are where the format holds
+ * them:
  *
  * - GPTQ (`quant_method: "gptq"`; AutoGPTQ / GPTQModel / optimum, Qwen's `-GPTQ-Int4` and
  *   `-GPTQ-Int8` releases): 4- or 8-bit codes packed along the input dimension in `qweight`,
@@ -22,10 +23,13 @@
  *   one) or `gptq_v2`;
  * - AWQ (`quant_method: "awq"`, `version: "gemm"`; AutoAWQ, Qwen's `-AWQ` releases): 4-bit codes
  *   packed along the output dimension in AWQ's interleaved order, zero points and scales per
- *   `group_size` inputs.
+ *   `group_size` inputs;
+ * - compressed-tensors' `pack-quantized` format (llm-compressor's W4A16 / W8A16 schemes, e.g.
+ *   RedHatAI's `-quantized.w4a16` models): 4- or 8-bit integer weights per group or channel,
+ *   symmetric or with zero points, no activation quantization.
  *
- * Every other method or variant (bitsandbytes, integer or 4-bit compressed-tensors, static
- * activation scales, 2- or 3-bit GPTQ, AWQ's GEMV layouts, ...) is refused with one line that
+ * Every other method or variant (bitsandbytes, compressed-tensors' W8A8 `int-quantized` and
+ * FP4 formats, static activation scales, 2- or 3-bit GPTQ, AWQ's GEMV layouts, ...) is refused with one line that
  * names it and says what loads instead.
  *
  * @module
@@ -49,17 +53,30 @@ export interface Fp8Quantization {
   readonly scaling: Fp8Scaling;
 }
 
-/** A checkpoint of GPTQ or AWQ packed-integer weights (engine/model/packed_int.ts). */
+/** How a packed-integer checkpoint lays its tensors out (engine/model/packed_int.ts). */
+export type PackedIntLayout = "gptq" | "awq" | "pack-quantized";
+
+/**
+ * A checkpoint of GPTQ, AWQ or compressed-tensors `pack-quantized` integer weights
+ * (engine/model/packed_int.ts).
+ */
 export interface PackedIntQuantization {
   /** `quantization_config.quant_method`. */
-  readonly method: "gptq" | "awq";
+  readonly method: "gptq" | "awq" | "compressed-tensors";
+  readonly layout: PackedIntLayout;
   /** Bits per code (AWQ: 4). */
   readonly bits: 4 | 8;
   /** Inputs per scale and zero point; null: one group spans every input (`group_size: -1`). */
   readonly groupSize: number | null;
-  /** Whether GPTQ ordered the inputs by activation (`desc_act`: `g_idx` is not monotone). */
+  /**
+   * Whether the inputs were ordered by activation (GPTQ's `desc_act`, compressed-tensors'
+   * `actorder: "group"`): groups follow a `g_idx`, not the inputs' order.
+   */
   readonly actOrder: boolean;
-  /** Whether the codes were written symmetric (GPTQ `sym`; AWQ: false, `zero_point` true). */
+  /**
+   * Whether the codes were written symmetric (GPTQ `sym`, compressed-tensors `symmetric`; AWQ:
+   * false, `zero_point` true).
+   */
   readonly symmetric: boolean;
   /** Added to every stored zero point: 1 for GPTQ's original format (`gptq`), else 0. */
   readonly zeroOffset: 0 | 1;
@@ -68,9 +85,14 @@ export interface PackedIntQuantization {
 /** The quantization of a checkpoint's weights as stored (null: none, plain F32 / F16 / BF16). */
 export type CheckpointQuantization = Fp8Quantization | PackedIntQuantization;
 
-/** Whether `q` is GPTQ's or AWQ's packed-integer quantization. */
+/** Whether `q` is a packed-integer quantization (GPTQ, AWQ, `pack-quantized`). */
 export function isPackedInt(q: CheckpointQuantization): q is PackedIntQuantization {
-  return q.method === "gptq" || q.method === "awq";
+  return "layout" in q;
+}
+
+/** The name of a packed-integer layout in the load log and errors. */
+export function packedLayoutName(layout: PackedIntLayout): string {
+  return layout === "pack-quantized" ? "compressed-tensors pack-quantized" : layout.toUpperCase();
 }
 
 /** How a checkpoint's quantization reads in the load log. */
@@ -81,7 +103,7 @@ export function describeCheckpointQuantization(q: CheckpointQuantization): strin
     }`;
   }
   const groups = q.groupSize === null ? "one group per row" : `groups of ${q.groupSize}`;
-  return `${q.method.toUpperCase()} ${q.bits}-bit weights of the checkpoint (${groups}, ${
+  return `${packedLayoutName(q.layout)} ${q.bits}-bit weights of the checkpoint (${groups}, ${
     q.symmetric ? "symmetric" : "with zero points"
   }${q.actOrder ? ", act-order" : ""})`;
 }
@@ -152,6 +174,38 @@ const ctSchema = z.object({
   ),
 });
 
+/** compressed-tensors' `QuantizationArgs` of integer weights packed in int32 (`pack-quantized`). */
+const ctIntWeights = z.object({
+  num_bits: z.union([z.literal(4), z.literal(8)]),
+  type: z.literal("int"),
+  symmetric: z.boolean().optional(),
+  strategy: z.enum(["group", "channel"]),
+  group_size: positiveInt.nullish(),
+  block_structure: z.null().optional(),
+  dynamic: z.literal(false).optional(),
+  // "weight" reorders while quantizing only; "group" stores a weight_g_idx.
+  actorder: z.enum(["group", "weight"]).nullish(),
+});
+
+/** llm-compressor's W4A16 / W8A16 checkpoints (e.g. RedHatAI's `-quantized.w4a16` models). */
+const ctPackedSchema = z.object({
+  quant_method: z.literal("compressed-tensors"),
+  format: z.literal("pack-quantized"),
+  quantization_status: z.literal("compressed").optional(),
+  kv_cache_scheme: z.null().optional(),
+  sparsity_config: ctSchema.shape.sparsity_config,
+  transform_config: z.null().optional(),
+  config_groups: z.record(
+    z.string(),
+    z.object({
+      weights: ctIntWeights,
+      input_activations: z.null().optional(),
+      output_activations: z.null().optional(),
+      format: z.literal("pack-quantized").nullish(),
+    }),
+  ),
+});
+
 /** GPTQ's `quantization_config` (transformers' GPTQConfig, GPTQModel) as far as it matters here. */
 const gptqSchema = z.object({
   quant_method: z.literal("gptq"),
@@ -175,7 +229,7 @@ const awqSchema = z.object({
 
 /** What to load instead, for the refusals. */
 const INSTEAD =
-  "this server loads F32 / F16 / BF16 checkpoints (quantizing them itself with --quantization int8|int4), FP8 ones (quant_method fp8, or compressed-tensors float-quantized), 4- or 8-bit GPTQ and 4-bit AWQ (GEMM) ones";
+  "this server loads F32 / F16 / BF16 checkpoints (quantizing them itself with --quantization int8|int4), FP8 ones (quant_method fp8, or compressed-tensors float-quantized), 4- or 8-bit GPTQ and compressed-tensors pack-quantized ones, and 4-bit AWQ (GEMM) ones";
 
 /** A one-line refusal naming the first field `parsed` failed on and its value. */
 function unsupported(error: z.ZodError, q: object, source: string, what: string): ConfigError {
@@ -223,6 +277,9 @@ export function parseCheckpointQuantization(
     const [rows, cols] = parsed.data.weight_block_size;
     return { method, scaleSuffix: "weight_scale_inv", scaling: { kind: "block", rows, cols } };
   }
+  if (method === "compressed-tensors" && Reflect.get(q, "format") === "pack-quantized") {
+    return parsePackQuantized(q, source);
+  }
   if (method === "compressed-tensors") {
     const parsed = ctSchema.safeParse(q);
     if (!parsed.success) {
@@ -264,6 +321,7 @@ export function parseCheckpointQuantization(
     const g = parsed.data;
     return {
       method,
+      layout: "gptq",
       bits: g.bits,
       groupSize: g.group_size === -1 ? null : g.group_size,
       actOrder: g.desc_act ?? false,
@@ -284,6 +342,7 @@ export function parseCheckpointQuantization(
     const a = parsed.data;
     return {
       method,
+      layout: "awq",
       bits: 4,
       groupSize: a.group_size === -1 ? null : a.group_size,
       actOrder: false,
@@ -296,4 +355,39 @@ export function parseCheckpointQuantization(
       describeValue(method)
     }, which this engine cannot read; ${INSTEAD}`,
   );
+}
+
+/** compressed-tensors' `pack-quantized` config (its caller checked `format`). */
+function parsePackQuantized(q: object, source: string): PackedIntQuantization {
+  const parsed = ctPackedSchema.safeParse(q);
+  if (!parsed.success) {
+    throw unsupported(
+      parsed.error,
+      q,
+      source,
+      "pack-quantized checkpoints load as 4- or 8-bit integer weights per group or channel, with no activation quantization, KV-cache scheme, sparsity or transform",
+    );
+  }
+  const weights = Object.values(parsed.data.config_groups).map((g) => g.weights);
+  const w = weights[0];
+  if (w === undefined || weights.some((x) => JSON.stringify(x) !== JSON.stringify(w))) {
+    throw new ConfigError(
+      `${source}: quantization_config.config_groups must hold one weight scheme (found ${weights.length} different or none)`,
+    );
+  }
+  const groupSize = w.group_size ?? null;
+  if (w.strategy === "group" && groupSize === null) {
+    throw new ConfigError(
+      `${source}: quantization_config.config_groups: the group strategy needs a group_size`,
+    );
+  }
+  return {
+    method: "compressed-tensors",
+    layout: "pack-quantized",
+    bits: w.num_bits,
+    groupSize: w.strategy === "group" ? groupSize : null,
+    actOrder: w.actorder === "group",
+    symmetric: w.symmetric ?? true,
+    zeroOffset: 0,
+  };
 }

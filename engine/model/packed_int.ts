@@ -1,28 +1,30 @@
 /**
- * GPTQ and AWQ weights as pre-quantized checkpoints store them
- * (engine/model/checkpoint_quantization.ts). A linear layer's weight `W [out, in]` (`rows =
- * out`, `cols = in`) is stored as int32 tensors of `bits`-bit unsigned codes, `P = 32 / bits` per
- * word, value `j` of a word in bits `bits * j .. bits * j + bits - 1`, beside f16 scales, with
+ * GPTQ, AWQ and compressed-tensors `pack-quantized` weights as pre-quantized checkpoints store them
+ * (engine/model/checkpoint_quantization.ts). A linear layer's weight `W [out, in]` (`rows = out`,
+ * `cols = in`) is stored as int32 tensors of `bits`-bit unsigned codes, `P = 32 / bits` per word,
+ * value `j` of a word in bits `bits * j .. bits * j + bits - 1`, beside scales, with
  *
- *     W[o][i] = (code(i, o) - zero(g(i), o)) * scales[g(i)][o]
+ *     W[o][i] = (code(i, o) - zero(g(i), o)) * scale(g(i), o)
  *
- * where `g(i)` is input `i`'s group: `g_idx[i]` when GPTQ stores one, else `floor(i / group_size)`
- * (0 with `group_size` -1). The layouts:
+ * where `g(i)` is input `i`'s group: the stored group index (`g_idx`) when there is one, else
+ * `floor(i / group_size)` (0 with one group per row). The layouts (each part named by its role:
+ * codes, zeros, scales, groups, shape):
  *
- * | tensor | GPTQ | AWQ (GEMM) |
- * | --- | --- | --- |
- * | `qweight` | `[in / P, out]`: code of input `P * r + j`, output `o` is value `j` of word `[r][o]` | `[in, out / P]`: code of output `P * c + k` is value `AWQ_POSITION[k]` of word `[i][c]` |
- * | `qzeros` | `[groups, out / P]`, value `j` of word `[g][c]` is output `P * c + j`; plus 1 in the `gptq` format (it stores `zero - 1`), as is in `gptq_v2` | `[groups, out / P]`, in AWQ's order like `qweight` |
- * | `scales` | `[groups, out]` | `[groups, out]` |
- * | `g_idx` | `[in]` int32, optional | none |
+ * | role | GPTQ | AWQ (GEMM) | `pack-quantized` |
+ * | --- | --- | --- | --- |
+ * | codes | `qweight [in / P, out]`: input `P r + j`, output `o` is value `j` of word `[r][o]` | `qweight [in, out / P]`: output `P c + k` is value `AWQ_POSITION[k]` of word `[i][c]` | `weight_packed [out, in / P]`: input `P c + j` is value `j` of word `[o][c]` |
+ * | zeros | `qzeros [groups, out / P]`, value `j` of word `[g][c]` is output `P c + j`; plus 1 in the `gptq` format (it stores `zero - 1`) | `qzeros [groups, out / P]` in AWQ's order | `weight_zero_point [out / P, groups]`, value `j` of word `[r][g]` is output `P r + j`; none when symmetric: the zero is `2^(bits - 1)` |
+ * | scales | `scales [groups, out]` | `scales [groups, out]` | `weight_scale [out, groups]` |
+ * | groups | `g_idx [in]`, optional | none | `weight_g_idx [in]`, with `actorder: "group"` |
+ * | shape | none | none | `weight_shape [2]`: `[out, in]` |
  *
  * AWQ packs the 8 outputs of a word interleaved: output `8 c + k` is value
  * {@linkcode AWQ_POSITION}`[k]` = `[0, 4, 1, 5, 2, 6, 3, 7][k]` (AutoAWQ's pack order `[0, 2, 4,
- * 6, 1, 3, 5, 7]` inverted).
+ * 6, 1, 3, 5, 7]` inverted). compressed-tensors stores a code `q` (signed) as `q + 2^(bits - 1)`.
  *
- * The values are computed in f32, exactly (`|code - zero| <= 256` times an f16 scale). They are
- * either dequantized rows ({@linkcode dequantizePackedChunks}) or, where this engine's int8 / int4
- * format (gpu/quant.ts) holds the codes as they are, the format's words and scales
+ * The values are computed in f32, exactly (`|code - zero| <= 255` times an f16 or bf16 scale).
+ * They are either dequantized rows ({@linkcode dequantizePackedChunks}) or, where this engine's
+ * int8 / int4 format (gpu/quant.ts) holds the codes as they are, the format's words and scales
  * ({@linkcode exactQuantizedRows}): groups of 32 inputs within one source group, scales exact in
  * f16, `code - zero` within the format's range.
  *
@@ -31,27 +33,44 @@
 
 import type { DType } from "../../gpu/dtype.ts";
 import { GROUP, quantBits, type QuantFormat, wordsPerGroup } from "../../gpu/quant.ts";
-import type { PackedIntQuantization } from "./checkpoint_quantization.ts";
+import type { PackedIntLayout, PackedIntQuantization } from "./checkpoint_quantization.ts";
 import type { TensorChunk } from "./safetensors.ts";
 
 /** Where AWQ keeps output `k` of 8 in a word (see the module doc). */
 export const AWQ_POSITION: readonly number[] = [0, 4, 1, 5, 2, 6, 3, 7];
 
-/** The tensors of one packed weight, by suffix (`g_idx` only in GPTQ, and optional there). */
-export const PACKED_PARTS = ["qweight", "qzeros", "scales", "g_idx"] as const;
+/** The roles of a packed weight's tensors (module doc). */
+export const PACKED_PARTS = ["codes", "zeros", "scales", "groups", "shape"] as const;
 
-/** A part of a packed weight. */
+/** A role of a packed weight's tensor. */
 export type PackedPart = (typeof PACKED_PARTS)[number];
 
-/** The `[out, in]` shape of the weight a `qweight` of `shape` holds, or null if not 2-D. */
+/** The suffix that replaces a packed weight's final `weight` in each role's tensor name. */
+export function packedPartSuffixes(
+  layout: PackedIntLayout,
+): Readonly<Partial<Record<PackedPart, string>>> {
+  return layout === "pack-quantized"
+    ? {
+      codes: "weight_packed",
+      zeros: "weight_zero_point",
+      scales: "weight_scale",
+      groups: "weight_g_idx",
+      shape: "weight_shape",
+    }
+    : layout === "gptq"
+    ? { codes: "qweight", zeros: "qzeros", scales: "scales", groups: "g_idx" }
+    : { codes: "qweight", zeros: "qzeros", scales: "scales" };
+}
+
+/** The `[out, in]` shape of the weight whose codes tensor has `shape`, or null if not 2-D. */
 export function packedWeightShape(
   q: PackedIntQuantization,
-  qweight: readonly number[],
+  codes: readonly number[],
 ): [number, number] | null {
-  if (qweight.length !== 2) return null;
+  if (codes.length !== 2) return null;
   const per = 32 / q.bits;
-  const [a, b] = qweight as [number, number];
-  return q.method === "gptq" ? [b, a * per] : [b * per, a];
+  const [a, b] = codes as [number, number];
+  return q.layout === "gptq" ? [b, a * per] : q.layout === "awq" ? [b * per, a] : [a, b * per];
 }
 
 /** Groups of inputs of a `cols`-input weight under `q`. */
@@ -67,11 +86,17 @@ export function packedPartShapes(
 ): Record<PackedPart, number[]> {
   const per = 32 / q.bits;
   const groups = packedGroups(q, cols);
+  const ct = q.layout === "pack-quantized";
   return {
-    qweight: q.method === "gptq" ? [cols / per, rows] : [cols, rows / per],
-    qzeros: [groups, rows / per],
-    scales: [groups, rows],
-    g_idx: [cols],
+    codes: q.layout === "gptq"
+      ? [cols / per, rows]
+      : q.layout === "awq"
+      ? [cols, rows / per]
+      : [rows, cols / per],
+    zeros: ct ? [rows / per, groups] : [groups, rows / per],
+    scales: ct ? [rows, groups] : [groups, rows],
+    groups: [cols],
+    shape: [2],
   };
 }
 
@@ -83,9 +108,11 @@ export interface PackedWeight {
   readonly rows: number;
   /** Input features (the weight's columns). */
   readonly cols: number;
+  /** The codes tensor's words. */
   readonly qweight: Uint32Array;
-  readonly qzeros: Uint32Array;
-  /** `[groups, rows]`, row-major. */
+  /** The zeros tensor's words; null for a symmetric `pack-quantized` weight. */
+  readonly qzeros: Uint32Array | null;
+  /** `[groups, rows]`, row-major (a `pack-quantized` weight's `[rows, groups]` transposed). */
   readonly scales: Float32Array;
   /** The group of each input: `g_idx`, or `floor(i / group_size)`. */
   readonly groupOf: Int32Array;
@@ -108,18 +135,28 @@ function rowCodes(w: PackedWeight, o: number, codes: Int32Array, zeros: Int32Arr
   const per = 32 / bits;
   const mask = (1 << bits) - 1;
   const wordsPerRow = rows / per;
-  // Where output o sits in a word packed along the outputs (qzeros; AWQ's qweight).
+  // Where output o sits in a word packed along the outputs (zeros; AWQ's codes).
   const column = Math.floor(o / per);
-  const shift = bits * (q.method === "awq" ? AWQ_POSITION[o % per]! : o % per);
-  for (let g = 0; g < zeros.length; g++) {
-    zeros[g] = ((qzeros[g * wordsPerRow + column]! >>> shift) & mask) + q.zeroOffset;
+  const shift = bits * (q.layout === "awq" ? AWQ_POSITION[o % per]! : o % per);
+  const groups = zeros.length;
+  for (let g = 0; g < groups; g++) {
+    zeros[g] = qzeros === null
+      ? 1 << (bits - 1)
+      : q.layout === "pack-quantized"
+      ? (qzeros[column * groups + g]! >>> shift) & mask
+      : ((qzeros[g * wordsPerRow + column]! >>> shift) & mask) + q.zeroOffset;
   }
-  if (q.method === "gptq") {
+  if (q.layout === "gptq") {
     for (let i = 0; i < cols; i++) {
       codes[i] = (qweight[Math.floor(i / per) * rows + o]! >>> (bits * (i % per))) & mask;
     }
-  } else {
+  } else if (q.layout === "awq") {
     for (let i = 0; i < cols; i++) codes[i] = (qweight[i * wordsPerRow + column]! >>> shift) & mask;
+  } else {
+    const base = o * (cols / per);
+    for (let i = 0; i < cols; i++) {
+      codes[i] = (qweight[base + Math.floor(i / per)]! >>> (bits * (i % per))) & mask;
+    }
   }
 }
 
@@ -190,16 +227,16 @@ export function exactQuantizedRows(
   w: PackedWeight,
   format: QuantFormat,
 ): { words: Uint32Array; scales: Float16Array } | string {
-  const { rows, cols, scales, groupOf, quantization: q } = w;
+  const { rows, cols, scales, groupOf } = w;
   if (cols % GROUP !== 0) return `${cols} inputs are not a multiple of ${GROUP}`;
   const groups32 = cols / GROUP;
   for (let k = 0; k < groups32; k++) {
     const g = groupOf[k * GROUP]!;
     for (let i = k * GROUP + 1; i < (k + 1) * GROUP; i++) {
       if (groupOf[i] !== g) {
-        return `inputs ${k * GROUP}..${k * GROUP + GROUP - 1} span ${q.method} groups ${g} and ${
-          groupOf[i]
-        }`;
+        return `inputs ${k * GROUP}..${
+          k * GROUP + GROUP - 1
+        } span the checkpoint's groups ${g} and ${groupOf[i]}`;
       }
     }
   }

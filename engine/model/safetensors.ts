@@ -33,10 +33,10 @@ export interface TensorToWrite {
   /** Tensor name, unique in the file (e.g. `model.layers.0.self_attn.q_proj.weight`). */
   name: string;
   /**
-   * Element type of `data` (F8_E4M3: `float8_e4m3fn` bytes, engine/model/fp8.ts; I32: a
-   * packed-integer checkpoint's words, engine/model/packed_int.ts).
+   * Element type of `data` (F8_E4M3: `float8_e4m3fn` bytes, engine/model/fp8.ts; I32 / I64: a
+   * packed-integer checkpoint's words and shapes, engine/model/packed_int.ts).
    */
-  dtype: SafetensorsDType | "F8_E4M3" | "I32";
+  dtype: SafetensorsDType | "F8_E4M3" | "I32" | "I64";
   /** Shape, outermost dimension first (row-major). */
   shape: readonly number[];
   /**

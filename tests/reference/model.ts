@@ -36,7 +36,7 @@ async function load(ck: Checkpoint, name: string): Promise<Mat> {
   const q = ck.quantization;
   const data = info.dtype === "F8_E4M3"
     ? await fp8WeightRef(ck, name)
-    : q !== null && isPackedInt(q) && /^(GPTQ|AWQ)_I\d$/.test(info.dtype)
+    : q !== null && isPackedInt(q) && /^(GPTQ|AWQ|CT)_I\d$/.test(info.dtype)
     ? (await packedWeightRef(ck.dir, name, q)).data
     : Float64Array.from(await ck.readTensor(name, "f32"));
   return { rows: data.length / cols, cols, data };
@@ -220,7 +220,7 @@ export class ReferenceModel {
         m.cols % 32 === 0 ? { ...m, data: quantizeRef(m.data, m.cols, f).dequantized } : m;
       for (const [name, info] of ck.tensors) {
         const m = await load(ck, name);
-        const kept = options.keepPacked === true && /^(GPTQ|AWQ)_I\d$/.test(info.dtype);
+        const kept = options.keepPacked === true && /^(GPTQ|AWQ|CT)_I\d$/.test(info.dtype);
         weights.set(
           name,
           format === undefined || !quantized(name) || kept

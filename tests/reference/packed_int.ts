@@ -1,13 +1,15 @@
 /**
- * A float64 reference of GPTQ and AWQ weights, written from the formats' definitions (AutoGPTQ's
- * and AutoAWQ's packing) and reading the checkpoint's files itself: the safetensors headers, the
- * int32 words and the f16 scales. It shares nothing with the engine's path
+ * A float64 reference of GPTQ, AWQ and compressed-tensors `pack-quantized` weights, written from
+ * the formats' definitions (AutoGPTQ's and AutoAWQ's packing, compressed-tensors'
+ * `unpack_from_int32`) and reading the checkpoint's files itself: the safetensors headers, the
+ * int32 words and the f16 / bf16 scales. It shares nothing with the engine's path
  * (engine/model/packed_int.ts, engine/model/checkpoint.ts) but the parsed `quantization_config`.
  *
  * @module
  */
 
 import type { PackedIntQuantization } from "../../engine/model/checkpoint_quantization.ts";
+import { bf16Value } from "./safetensors.ts";
 
 /** AutoAWQ's pack order: the word's value `k` holds output `8 c + AWQ_PACK_ORDER[k]`. */
 const AWQ_PACK_ORDER = [0, 2, 4, 6, 1, 3, 5, 7];
@@ -60,6 +62,7 @@ export async function packedWeightRef(
 ): Promise<{ rows: number; cols: number; data: Float64Array }> {
   const prefix = weightName.slice(0, -"weight".length);
   const parts = await rawTensors(dir, prefix);
+  if (q.layout === "pack-quantized") return compressedTensorsRef(parts, prefix, q);
   const get = (suffix: string) => {
     const t = parts.get(prefix + suffix);
     if (t === undefined) throw new RangeError(`packedWeightRef: no ${prefix}${suffix}`);
@@ -92,6 +95,51 @@ export async function packedWeightRef(
       const zero = field(word(qzeros, g, Math.floor(o / per)), slot(o), q.bits) + q.zeroOffset;
       const scale = scales.bytes.getFloat16(2 * (g * rows + o), true);
       out[o * cols + i] = (code - zero) * scale;
+    }
+  }
+  return { rows, cols, data: out };
+}
+
+/**
+ * compressed-tensors `pack-quantized`, as its `unpack_from_int32` and `dequantize` define it:
+ * `weight_packed [out, in / P]` holds input `P c + j` of row `o` in bits `b j ..` of word `[o][c]`,
+ * unsigned, the signed code being that minus `2^(b - 1)`; `weight_zero_point [out / P, groups]`
+ * likewise along the outputs (none when symmetric: zero 0); `weight_scale [out, groups]`;
+ * `W[o][i] = (q - zp) * scale` of input i's group (`weight_g_idx`, or `i / group_size`).
+ */
+function compressedTensorsRef(
+  parts: Map<string, RawTensor>,
+  prefix: string,
+  q: PackedIntQuantization,
+): { rows: number; cols: number; data: Float64Array } {
+  const packed = parts.get(`${prefix}weight_packed`)!;
+  const scale = parts.get(`${prefix}weight_scale`)!;
+  const zp = parts.get(`${prefix}weight_zero_point`);
+  const gIdx = parts.get(`${prefix}weight_g_idx`);
+  const b = q.bits;
+  const per = 32 / b;
+  const offset = 2 ** (b - 1);
+  const rows = packed.shape[0]!;
+  const cols = packed.shape[1]! * per;
+  const groups = scale.shape[1]!;
+  const out = new Float64Array(rows * cols);
+  for (let o = 0; o < rows; o++) {
+    for (let i = 0; i < cols; i++) {
+      const g = gIdx !== undefined
+        ? gIdx.bytes.getInt32(4 * i, true)
+        : q.groupSize === null
+        ? 0
+        : Math.floor(i / q.groupSize);
+      const word = packed.bytes.getUint32(4 * (o * (cols / per) + Math.floor(i / per)), true);
+      const code = field(word, i % per, b) - offset;
+      const zero = zp === undefined
+        ? 0
+        : field(zp.bytes.getUint32(4 * (Math.floor(o / per) * groups + g), true), o % per, b) -
+          offset;
+      const s = scale.dtype === "BF16"
+        ? bf16Value(scale.bytes.getUint16(2 * (o * groups + g), true))
+        : scale.bytes.getFloat16(2 * (o * groups + g), true);
+      out[o * cols + i] = (code - zero) * s;
     }
   }
   return { rows, cols, data: out };
