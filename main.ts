@@ -12,7 +12,7 @@ import { runCluster } from "./cli/cluster.ts";
 import { runGenerate } from "./cli/generate.ts";
 import { runInfo } from "./cli/info.ts";
 import { parseKernelProfileChoice } from "./gpu/kernel_profile.ts";
-import { parseQuantization } from "./gpu/quant.ts";
+import { parseQuantizationChoice } from "./gpu/quant.ts";
 import { runServe } from "./cli/serve.ts";
 import { parseCommandArgs, UsageError } from "./cli/usage.ts";
 
@@ -31,7 +31,8 @@ const INFO_USAGE =
   --force-f32                    report f32 weights even when shader-f16 exists
   --kernel-profile auto|cpu|gpu  the kernel profile to report (default auto: from the adapter)
   --model DIR|ORG/NAME           also load this model and print its weight bytes on the device
-  --quantization none|int8|int4  quantize its projections while loading (default none)`;
+  --quantization auto|none|int8|int4  quantize its projections while loading (default auto:
+                                 a GPTQ / AWQ / W4A16 checkpoint's own format, else none)`;
 
 /** Runs the CLI with `argv` and returns the process exit code. */
 export async function main(argv: string[]): Promise<number> {
@@ -52,7 +53,7 @@ export async function main(argv: string[]): Promise<number> {
         console.log(INFO_USAGE);
         return 0;
       }
-      const quantization = parseQuantization(values.quantization ?? "none");
+      const quantization = parseQuantizationChoice(values.quantization ?? "auto");
       if (values.quantization !== undefined && values.model === undefined) {
         throw new TypeError("--quantization applies to the model of --model: info loads none");
       }

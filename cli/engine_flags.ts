@@ -6,7 +6,7 @@
  * @module
  */
 
-import { parseQuantization } from "../gpu/quant.ts";
+import { parseQuantizationChoice } from "../gpu/quant.ts";
 import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import { downloadToCache } from "../engine/model/hf_download.ts";
@@ -125,9 +125,11 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
                                  start-up (matmul tile, gemv/tiled per shape, decode split,
                                  prefill attention), cached in ~/.cache/webgpu-llm (default
                                  auto: cached, else measured; defaults on a software adapter)
-  --quantization none|int8|int4  store projections and the LM head as int8 / int4 with an f16
-                                 scale per 32 weights, quantized while loading (default none;
-                                 a GPTQ / AWQ checkpoint's codes are kept where they fit)
+  --quantization auto|none|int8|int4   store projections and the LM head as int8 / int4
+                                 with an f16 scale per 32 weights, quantized while loading
+                                 (a GPTQ / AWQ / W4A16 checkpoint's codes kept where they
+                                 fit); default auto: such a checkpoint's own format, int4 or
+                                 int8, else none
   --mock-base-ms MS, --mock-per-token-ms MS   mock executor latency model
   --mock-fail-at-step N          mock executor: fail step N as a lost device would (testing)
   --max-in-flight N              engine steps in flight (default: executor maximum)
@@ -176,7 +178,7 @@ function optionValue(flag: string, kind: FlagKind, value: string | boolean | und
     case "profile":
       return parseKernelProfileChoice(str(value));
     case "quantization":
-      return value === undefined ? undefined : parseQuantization(str(value) ?? "");
+      return value === undefined ? undefined : parseQuantizationChoice(str(value) ?? "");
   }
 }
 

@@ -9,7 +9,7 @@
 
 import { GpuContext, REQUESTED_LIMITS } from "../gpu/context.ts";
 import type { KernelProfileChoice } from "../gpu/kernel_profile.ts";
-import type { Quantization } from "../gpu/quant.ts";
+import type { QuantizationChoice } from "../gpu/quant.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { resolveModelDir } from "./engine_flags.ts";
 import { cachedTunings, kernelTuningCachePath } from "../engine/kernel_tuning.ts";
@@ -61,7 +61,7 @@ export async function runInfo(
     forceF32: boolean;
     kernelProfile?: KernelProfileChoice;
     model?: string;
-    quantization?: Quantization;
+    quantization?: QuantizationChoice;
   },
 ): Promise<number> {
   const ctx = await GpuContext.create({
@@ -83,7 +83,7 @@ export async function runInfo(
     );
     if (args.model !== undefined) {
       const dir = await resolveModelDir(args.model);
-      const quantization = args.quantization ?? "none";
+      const choice = args.quantization ?? "auto";
       const runner = await ModelRunner.load(ctx, dir, {
         maxTokens: 16,
         maxSeqs: 1,
@@ -91,15 +91,15 @@ export async function runInfo(
         blockSize: 16,
         numKvBlocks: 1,
         showProgress: false,
-        quantization,
+        quantization: choice,
       });
-      const { device, unquantized, notes } = runner.weights;
+      const { device, unquantized, notes, quantization } = runner.weights;
       runner.destroy();
       const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
       console.log(
         `Model:     ${dir}\n` +
           `Weights on the device: ${mib(device)} (${device.toLocaleString("en-US")} bytes), ` +
-          `quantization ${quantization}` +
+          `quantization ${quantization}${choice === "auto" ? " (auto)" : ""}` +
           (quantization === "none"
             ? ""
             : `; unquantized (${ctx.weightDtype}): ${mib(unquantized)}, ratio ${

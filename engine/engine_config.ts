@@ -66,8 +66,11 @@ export const engineOptionsSchema = z.object({
   kernelProfile: z.enum(["auto", "cpu", "gpu"]).default("auto"),
   /** Matmul tile and gemv/tiled choices: cached or measured, measured now, or the defaults. */
   kernelTuning: z.enum(KERNEL_TUNING_MODES).default("auto"),
-  /** Weights of the projections and LM head: as loaded, or int8 / int4 (gpu/quant.ts). */
-  quantization: z.enum(["none", "int8", "int4"]).default("none"),
+  /**
+   * Weights of the projections and LM head: as loaded, or int8 / int4 (gpu/quant.ts); `auto`: a
+   * packed-integer checkpoint's own format, else as loaded.
+   */
+  quantization: z.enum(["auto", "none", "int8", "int4"]).default("auto"),
   /** Mock executor latency model: base ms per step. */
   mockBaseMs: z.number().nonnegative().default(8),
   /** Mock executor latency model: ms per batched token. */

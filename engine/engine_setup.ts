@@ -118,7 +118,7 @@ async function webGpuParts(
     `Model: ${mc.arch}, ${mc.numLayers} layers, hidden ${mc.hiddenSize}, vocab ${mc.vocabSize}, ` +
       `weights ${ctx.weightDtype}`,
   );
-  logWeights(log, runner.weights, config.quantization, ctx.weightDtype);
+  logWeights(log, runner.weights, runner.weights.quantization, ctx.weightDtype);
   logKv(log, kvBlocks, config.blockSize, maxModelLen);
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +

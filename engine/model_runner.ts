@@ -24,6 +24,7 @@ import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.
 import type { KvCache } from "./kv_cache.ts";
 import type { PenaltyHistorySlots } from "./logits_process_lists.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
+import { resolveQuantization } from "./model/checkpoint_quantization.ts";
 import type { ModelConfig } from "./model/config.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
 import { type SampledRows, Sampler, samplerRowsFor } from "./sampler.ts";
@@ -175,7 +176,7 @@ export class ModelRunner {
       ck,
       ctx.weightDtype,
       options.showProgress,
-      options.quantization ?? "none",
+      resolveQuantization(options.quantization ?? "auto", ck.quantization),
     );
     let model: Model;
     try {
@@ -191,7 +192,7 @@ export class ModelRunner {
       `the tiled prefill attention does not compile on this adapter (${tiled.error}): ` +
       "the workgroup one runs every prefill",
     ];
-    const weights = { ...loader.bytes, notes };
+    const weights = { ...loader.bytes, notes, quantization: loader.quantization };
     own.push(model);
     ctx.check();
     return new ModelRunner(ctx, c, options, { ...targets, model, own, weights });

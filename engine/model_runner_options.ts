@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { Quantization } from "../gpu/quant.ts";
+import type { Quantization, QuantizationChoice } from "../gpu/quant.ts";
 
 /** The model's weight bytes on the device (see {@linkcode WeightLoader.bytes}). */
 export interface WeightBytes {
@@ -15,6 +15,8 @@ export interface WeightBytes {
   readonly unquantized: number;
   /** Load notes (e.g. a matrix left unquantized, and why). */
   readonly notes: readonly string[];
+  /** How the projections are stored (`auto` resolved). */
+  readonly quantization: Quantization;
 }
 
 /** Sizes fixed at load time. */
@@ -38,8 +40,12 @@ export interface ModelRunnerOptions {
   readonly numKvBlocks: number;
   /** Draw a load progress bar (default: when stderr is a terminal). */
   readonly showProgress?: boolean;
-  /** Projections and LM head as loaded, or int8 / int4 (gpu/quant.ts). Default none. */
-  readonly quantization?: Quantization;
+  /**
+   * Projections and LM head as loaded, or int8 / int4 (gpu/quant.ts); `auto` (the default): a
+   * packed-integer checkpoint's own format, else as loaded
+   * (engine/model/checkpoint_quantization.ts `resolveQuantization`).
+   */
+  readonly quantization?: QuantizationChoice;
   /**
    * Under the gpu profile, run a RoPE model's all-decode steps with the decode attention's fused
    * variant (q/k norms, RoPE and the K/V write inside it, no rope_and_cache dispatch). Default

@@ -57,6 +57,13 @@ export type QuantFormat = "int8" | "int4";
 /** `--quantization`: a format, or `none` (weights kept as loaded). */
 export type Quantization = QuantFormat | "none";
 
+/**
+ * `--quantization` as serve, generate and info take it: a {@linkcode Quantization}, or `auto`
+ * (the default: a pre-quantized integer checkpoint's own format, else none; resolved by
+ * engine/model/checkpoint_quantization.ts `resolveQuantization`).
+ */
+export type QuantizationChoice = Quantization | "auto";
+
 /** Elements per group (one scale each). */
 export const GROUP = 32;
 
@@ -173,10 +180,17 @@ export function deviceWordBytes(
   return Math.ceil(rows / block) * block * ((cols * quantBits(format)) / 8);
 }
 
-/** Parses a `--quantization` value. */
+/** Parses a `--quantization` value (a benchmark's list item: no `auto`). */
 export function parseQuantization(text: string): Quantization {
   if (text === "none" || text === "int8" || text === "int4") return text;
   throw new TypeError(`--quantization expects none, int8 or int4, got "${text}"`);
+}
+
+/** Parses a `--quantization` value of serve, generate or info (`auto` too). */
+export function parseQuantizationChoice(text: string): QuantizationChoice {
+  if (text === "auto") return text;
+  if (text === "none" || text === "int8" || text === "int4") return text;
+  throw new TypeError(`--quantization expects auto, none, int8 or int4, got "${text}"`);
 }
 
 /** Whether a matrix of `cols` columns can be quantized (whole groups along each row). */

@@ -67,6 +67,8 @@ Deno.test("main.ts info --model --quantization prints the weight bytes before an
     await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "bf16", seed: 1 });
     const plain = await runMain(["info", "--model", dir]);
     assert.equal(plain.code, 0, plain.stderr);
+    // The default, auto, leaves a BF16 checkpoint unquantized.
+    assert.match(plain.stdout, /quantization none \(auto\)$/m);
     const bytes = (text: string) =>
       Number(/\(([\d,]+) bytes\)/.exec(text)![1]!.replaceAll(",", ""));
     const none = bytes(plain.stdout);
@@ -80,7 +82,10 @@ Deno.test("main.ts info --model --quantization prints the weight bytes before an
     }
     const bad = await runMain(["info", "--quantization", "int5"]);
     assert.equal(bad.code, 1);
-    assert.match(bad.stderr, /^error: --quantization expects none, int8 or int4, got "int5"$/m);
+    assert.match(
+      bad.stderr,
+      /^error: --quantization expects auto, none, int8 or int4, got "int5"$/m,
+    );
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

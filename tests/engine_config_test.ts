@@ -11,7 +11,7 @@ Deno.test("resolveEngineConfig() applies the defaults and freezes the result", (
   const c = resolveEngineConfig({ executor: "mock" });
   assert.equal(c.scheduler, "continuous");
   assert.equal(c.maxNumSeqs, 64);
-  assert.equal(c.quantization, "none");
+  assert.equal(c.quantization, "auto");
   assert.equal(c.preemptionMode, "recompute");
   assert.ok(Object.isFrozen(c));
 });
@@ -82,7 +82,7 @@ Deno.test("resolveEngineConfig() accepts those options where they apply, and at 
   // Defaults change nothing, so they pass anywhere (the CLI always sets the profile to auto).
   resolveEngineConfig({
     executor: "mock",
-    quantization: "none",
+    quantization: "auto",
     kernelProfile: "auto",
     forceF32: false,
     batchWaitMs: 10,

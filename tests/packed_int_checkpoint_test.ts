@@ -11,8 +11,10 @@
 import assert from "node:assert/strict";
 import { openCheckpoint } from "../engine/model/checkpoint.ts";
 import {
+  type CheckpointQuantization,
   type PackedIntQuantization,
   parseCheckpointQuantization,
+  resolveQuantization,
 } from "../engine/model/checkpoint_quantization.ts";
 import { CheckpointError, ConfigError } from "../engine/model/errors.ts";
 import {
@@ -563,3 +565,65 @@ for (const [preset, layout, quantization, kept] of RUNS) {
     },
   );
 }
+
+Deno.test("resolveQuantization() makes auto a packed checkpoint's exact format where there is one, int8 else, and none for other checkpoints", () => {
+  const gptq4 = parseCheckpointQuantization({
+    quantization_config: { quant_method: "gptq", bits: 4, group_size: 128, sym: true },
+  }, "c")!;
+  const cases: [CheckpointQuantization | null, string][] = [
+    [null, "none"],
+    [
+      parseCheckpointQuantization({
+        quantization_config: { quant_method: "fp8", weight_block_size: [128, 128] },
+      }, "c"),
+      "none",
+    ],
+    [gptq4, "int4"],
+    [{ ...gptq4, symmetric: false } as CheckpointQuantization, "int8"],
+    [{ ...gptq4, actOrder: true } as CheckpointQuantization, "int8"],
+    [{ ...gptq4, actOrder: true, groupSize: null } as CheckpointQuantization, "int4"],
+    [{ ...gptq4, bits: 8 } as CheckpointQuantization, "int8"],
+  ];
+  for (const [q, want] of cases) {
+    assert.equal(resolveQuantization("auto", q), want, JSON.stringify(q));
+    // An explicit choice stands.
+    assert.equal(resolveQuantization("none", q), "none");
+    assert.equal(resolveQuantization("int4", q), "int4");
+  }
+});
+
+Deno.test(
+  "ModelRunner loads a packed checkpoint in its own format by default (quantization auto)",
+  GPU_TEST,
+  async () => {
+    const cases: [string, PackedIntLayout | undefined, string, RegExp | null][] = [
+      ["tiny-qwen3", LAYOUTS[0]![1], "int4", /codes and scales in int4, exactly/],
+      ["tiny-qwen2", LAYOUTS[3]![1], "int8", /codes and scales in int8, exactly/],
+      ["tiny-qwen2", LAYOUTS[2]![1], "int8", /dequantized and quantized again to int8/],
+      ["tiny-qwen3", undefined, "none", null],
+    ];
+    const ctx = await testContext({ forceF32: true });
+    for (const [preset, layout, want, note] of cases) {
+      const dir = await Deno.makeTempDir();
+      try {
+        await makeModel({
+          out: dir,
+          preset,
+          dtype: "bf16",
+          seed: 2,
+          ...(layout !== undefined ? { packedInt: layout } : {}),
+        });
+        const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
+        try {
+          assert.equal(runner.weights.quantization, want, `${preset} ${JSON.stringify(layout)}`);
+          if (note === null) assert.deepEqual(runner.weights.notes, []);
+          else assert.match(runner.weights.notes.join("; "), note);
+        } finally {
+          runner.destroy();
+        }
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    }
+  },
+);

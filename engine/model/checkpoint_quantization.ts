@@ -36,6 +36,7 @@
  */
 
 import { z } from "zod";
+import type { Quantization, QuantizationChoice } from "../../gpu/quant.ts";
 import { ConfigError, describeValue } from "./errors.ts";
 
 /** Which weights share one FP8 scale. */
@@ -390,4 +391,21 @@ function parsePackQuantized(q: object, source: string): PackedIntQuantization {
     symmetric: w.symmetric ?? true,
     zeroOffset: 0,
   };
+}
+
+/**
+ * The quantization `choice` means for a checkpoint quantized as `q`: `auto` is `none` for a
+ * checkpoint of plain or FP8 weights; for a packed-integer one, `int4` when its codes are
+ * symmetric 4-bit ones in contiguous groups (the format holds them exactly), else `int8` (exact
+ * for the other 4-bit codes and symmetric 8-bit ones; the values quantized again otherwise).
+ * Any other choice stands.
+ */
+export function resolveQuantization(
+  choice: QuantizationChoice,
+  q: CheckpointQuantization | null,
+): Quantization {
+  if (choice !== "auto") return choice;
+  if (q === null || !isPackedInt(q)) return "none";
+  const contiguous = !q.actOrder || q.groupSize === null;
+  return q.bits === 4 && q.symmetric && contiguous ? "int4" : "int8";
 }
