@@ -21,7 +21,11 @@ import { e4m3Value, fp8WeightRef } from "./reference/fp8.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, testContext } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { assertGreedyMatchesReference, SOLO_RUNNER_OPTIONS } from "./support/solo_run.ts";
+import {
+  assertGreedyMatchesReference,
+  CHECKPOINT_GREEDY,
+  SOLO_RUNNER_OPTIONS,
+} from "./support/solo_run.ts";
 
 Deno.test("E4M3_VALUES holds the value of every float8_e4m3fn byte", () => {
   for (let bits = 0; bits < 256; bits++) {
@@ -300,10 +304,6 @@ Deno.test("Checkpoint.expectTensor() refuses FP8 weights without quantization_co
   }
 });
 
-const MAX_TOKENS = 24;
-/** Reference steps whose top-2 logits are closer than this are near-ties (not compared on). */
-const GAP_TOLERANCE = 1e-3;
-
 const BLOCK_24: Fp8CheckpointLayout = { scheme: "block", block: 24 };
 
 for (
@@ -345,12 +345,7 @@ for (
             ),
             runner.weights.notes.join("; "),
           );
-          await assertGreedyMatchesReference(runner, ref, rng, seed, {
-            lengths: [1, 9, 33, 5, 17, 48],
-            maxTokens: MAX_TOKENS,
-            minCompared: MAX_TOKENS,
-            gapTolerance: GAP_TOLERANCE,
-          });
+          await assertGreedyMatchesReference(runner, ref, rng, seed, CHECKPOINT_GREEDY);
         } finally {
           runner.destroy();
         }

@@ -31,7 +31,11 @@ import { packedWeightRef } from "./reference/packed_int.ts";
 import { unpackRef } from "./reference/quant.ts";
 import { GPU_TEST, testContext } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { assertGreedyMatchesReference, SOLO_RUNNER_OPTIONS } from "./support/solo_run.ts";
+import {
+  assertGreedyMatchesReference,
+  CHECKPOINT_GREEDY,
+  SOLO_RUNNER_OPTIONS,
+} from "./support/solo_run.ts";
 
 /** Asserts that `fn` throws `kind` with a one-line message matching `pattern`. */
 function assertOneLine(
@@ -501,10 +505,6 @@ Deno.test("Checkpoint refuses a GPTQ weight whose parts do not match its config 
   }
 });
 
-const MAX_TOKENS = 24;
-/** Reference steps whose top-2 logits are closer than this are near-ties (not compared on). */
-const GAP_TOLERANCE = 1e-3;
-
 /** Runs: checkpoint, `--quantization`, and whether the engine keeps the codes as they are. */
 const RUNS: readonly [string, PackedIntLayout, "none" | "int8" | "int4", boolean][] = [
   ["tiny-qwen3", LAYOUTS[0]![1], "none", false],
@@ -548,16 +548,10 @@ for (const [preset, layout, quantization, kept] of RUNS) {
           if (quantization === "none") assert.match(notes, /dequantized while loading to f32/);
           else if (kept) {
             assert.match(notes, new RegExp(`codes and scales in ${quantization}, exactly`));
-          } else {assert.match(
-              notes,
-              new RegExp(`dequantized and quantized again to ${quantization}`),
-            );}
-          await assertGreedyMatchesReference(runner, ref, rng, seed, {
-            lengths: [1, 9, 33, 5, 17, 48],
-            maxTokens: MAX_TOKENS,
-            minCompared: MAX_TOKENS,
-            gapTolerance: GAP_TOLERANCE,
-          });
+          } else {
+            assert.match(notes, new RegExp(`dequantized and quantized again to ${quantization}`));
+          }
+          await assertGreedyMatchesReference(runner, ref, rng, seed, CHECKPOINT_GREEDY);
         } finally {
           runner.destroy();
         }

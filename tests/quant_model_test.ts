@@ -15,11 +15,13 @@ import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, testContext } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
-import { assertGreedyMatchesReference, SOLO_RUNNER_OPTIONS } from "./support/solo_run.ts";
+import {
+  assertGreedyMatchesReference,
+  CHECKPOINT_GREEDY,
+  SOLO_RUNNER_OPTIONS,
+} from "./support/solo_run.ts";
 
-const MAX_TOKENS = 24;
-/** Reference steps whose top-2 logits are closer than this are near-ties (not compared on). */
-const GAP_TOLERANCE = 1e-3;
+const MAX_TOKENS = CHECKPOINT_GREEDY.maxTokens;
 
 for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gpt2"] as const) {
   for (const format of ["int8", "int4"] as const) {
@@ -48,10 +50,7 @@ for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gpt2"] as 
             // steps compared (a random tiny model sometimes has near-ties early: seed 3069971139
             // gave 23 steps in three prompts).
             await assertGreedyMatchesReference(runner, ref, rng, seed, {
-              lengths: [1, 9, 33, 5, 17, 48],
-              maxTokens: MAX_TOKENS,
-              minCompared: MAX_TOKENS,
-              gapTolerance: GAP_TOLERANCE,
+              ...CHECKPOINT_GREEDY,
               each: (prompt, steps) => {
                 const unquantized = plain.greedy(prompt, MAX_TOKENS).map((s) => s.token);
                 if (unquantized.some((t, i) => t !== steps[i]!.token)) differsFromPlain = true;

@@ -22,7 +22,8 @@
  * {@linkcode AWQ_POSITION}`[k]` = `[0, 4, 1, 5, 2, 6, 3, 7][k]` (AutoAWQ's pack order `[0, 2, 4,
  * 6, 1, 3, 5, 7]` inverted). compressed-tensors stores a code `q` (signed) as `q + 2^(bits - 1)`.
  *
- * The values are computed in f32, exactly (`|code - zero| <= 255` times an f16 or bf16 scale).
+ * The values are computed in f32, exactly for f16 and bf16 scales (`|code - zero| <= 255` times
+ * at most 11 significant bits; an F32 scale's product is rounded once, as an f32 multiply is).
  * They are either dequantized rows ({@linkcode dequantizePackedChunks}) or, where this engine's
  * int8 / int4 format (gpu/quant.ts) holds the codes as they are, the format's words and scales
  * ({@linkcode exactQuantizedRows}): groups of 32 inputs within one source group, scales exact in
@@ -100,8 +101,10 @@ export function packedPartShapes(
   };
 }
 
-/** A packed weight read whole: its words and its scales in f32 (the codes are a quarter or half
- * of the weight's f16 bytes). */
+/**
+ * A packed weight read whole: its words and its scales in f32 (the codes are a quarter or half
+ * of the weight's f16 bytes).
+ */
 export interface PackedWeight {
   readonly quantization: PackedIntQuantization;
   /** Output features (the weight's rows). */
@@ -121,7 +124,9 @@ export interface PackedWeight {
 /** The group of each of `cols` inputs when a checkpoint has no `g_idx`. */
 export function sequentialGroups(q: PackedIntQuantization, cols: number): Int32Array {
   const out = new Int32Array(cols);
-  if (q.groupSize !== null) { for (let i = 0; i < cols; i++) out[i] = Math.floor(i / q.groupSize); }
+  const size = q.groupSize;
+  if (size === null) return out;
+  for (let i = 0; i < cols; i++) out[i] = Math.floor(i / size);
   return out;
 }
 

@@ -45,6 +45,12 @@ async function rawTensors(dir: string, prefix: string): Promise<Map<string, RawT
   return out;
 }
 
+/** Input `i`'s group: the stored group index, else `i / group_size` (0: one group per row). */
+function groupOf(gIdx: RawTensor | undefined, q: PackedIntQuantization, i: number): number {
+  if (gIdx !== undefined) return gIdx.bytes.getInt32(4 * i, true);
+  return q.groupSize === null ? 0 : Math.floor(i / q.groupSize);
+}
+
 /** The `bits`-bit unsigned value number `k` of an int32 word (lowest bits first). */
 function field(word: number, k: number, bits: number): number {
   return Math.floor(word / 2 ** (bits * k)) % 2 ** bits;
@@ -84,11 +90,7 @@ export async function packedWeightRef(
   const out = new Float64Array(rows * cols);
   for (let o = 0; o < rows; o++) {
     for (let i = 0; i < cols; i++) {
-      const g = gIdx !== undefined
-        ? gIdx.bytes.getInt32(4 * i, true)
-        : q.groupSize === null
-        ? 0
-        : Math.floor(i / q.groupSize);
+      const g = groupOf(gIdx, q, i);
       const code = gptq
         ? field(word(qweight, Math.floor(i / per), o), i % per, q.bits)
         : field(word(qweight, i, Math.floor(o / per)), slot(o), q.bits);
@@ -125,11 +127,7 @@ function compressedTensorsRef(
   const out = new Float64Array(rows * cols);
   for (let o = 0; o < rows; o++) {
     for (let i = 0; i < cols; i++) {
-      const g = gIdx !== undefined
-        ? gIdx.bytes.getInt32(4 * i, true)
-        : q.groupSize === null
-        ? 0
-        : Math.floor(i / q.groupSize);
+      const g = groupOf(gIdx, q, i);
       const word = packed.bytes.getUint32(4 * (o * (cols / per) + Math.floor(i / per)), true);
       const code = field(word, i % per, b) - offset;
       const zero = zp === undefined

@@ -245,6 +245,17 @@ export interface GreedyComparison {
 }
 
 /**
+ * The comparison of the weight-format tests (int8 / int4, FP8, packed-integer checkpoints): six
+ * prompt lengths, 24 tokens each, near-ties below a top-2 logit gap of 1e-3.
+ */
+export const CHECKPOINT_GREEDY: GreedyComparison = {
+  lengths: [1, 9, 33, 5, 17, 48],
+  maxTokens: 24,
+  minCompared: 24,
+  gapTolerance: 1e-3,
+};
+
+/**
  * Asserts that `runner`'s greedy tokens equal `ref`'s on random prompts (blocks shuffled), each
  * up to its first near-tie, and that at least `minCompared` steps were compared; `seed` names
  * the run in the messages.
