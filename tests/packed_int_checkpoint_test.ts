@@ -22,7 +22,11 @@ import {
   exactQuantizedRows,
   type PackedWeight,
 } from "../engine/model/packed_int.ts";
-import { SafetensorsFile } from "../engine/model/safetensors.ts";
+import {
+  encodeTensorData,
+  SafetensorsFile,
+  writeSafetensors,
+} from "../engine/model/safetensors.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { makeModel } from "../tools/make_model.ts";
 import type { PackedIntLayout } from "../tools/packed_int_weights.ts";
@@ -619,5 +623,63 @@ Deno.test(
         await Deno.remove(dir, { recursive: true });
       }
     }
+  },
+);
+
+Deno.test(
+  "ModelRunner leaves out the all-zero biases old GPTQ files carry beside packed weights, and refuses a non-zero one",
+  GPU_TEST,
+  async () => {
+    await withPacked("tiny-llama", LAYOUTS[0]![1], 4, async (dir) => {
+      // As AutoGPTQ / GPTQ-for-LLaMa wrote them: a bias for every projection, in a shard of its own.
+      const indexPath = `${dir}/model.safetensors.index.json`;
+      const index = JSON.parse(await Deno.readTextFile(indexPath));
+      const config = JSON.parse(await Deno.readTextFile(`${dir}/config.json`));
+      const biases = Object.keys(index.weight_map)
+        .filter((n) => n.endsWith("_proj.qweight"))
+        .map((n) => n.replace(/qweight$/, "bias"));
+      const write = async (nonZero: boolean) => {
+        await writeSafetensors(
+          `${dir}/model-biases.safetensors`,
+          biases.map((name, k) => {
+            const rows = name.includes("mlp.gate") || name.includes("mlp.up")
+              ? config.intermediate_size
+              : name.includes("k_proj") || name.includes("v_proj")
+              ? config.num_key_value_heads * (config.hidden_size / config.num_attention_heads)
+              : config.hidden_size;
+            const values = new Float32Array(rows);
+            if (nonZero && k === 3) values[1] = 0.5;
+            return {
+              name,
+              dtype: "F16",
+              shape: [rows],
+              data: () => encodeTensorData(values, "F16"),
+            };
+          }),
+        );
+        for (const b of biases) index.weight_map[b] = "model-biases.safetensors";
+        await Deno.writeTextFile(indexPath, JSON.stringify(index));
+      };
+      const ctx = await testContext({ forceF32: true });
+      await write(false);
+      const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
+      try {
+        assert.match(
+          runner.weights.notes.join("; "),
+          new RegExp(`${biases.length} all-zero bias tensor\\(s\\) beside packed weights left out`),
+        );
+      } finally {
+        runner.destroy();
+      }
+      await write(true);
+      await assert.rejects(
+        () => ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS),
+        new RegExp(
+          `1 weight\\(s\\) the LlamaForCausalLM config does not account for: ${
+            biases[3]!.replaceAll(".", "\\.")
+          } `,
+        ),
+      );
+    });
   },
 );

@@ -372,6 +372,11 @@ export class Checkpoint {
     }
   }
 
+  /** Whether `name` is a packed-integer weight (GPTQ, AWQ, `pack-quantized`). */
+  isPacked(name: string): boolean {
+    return this.#packed.has(name);
+  }
+
   /**
    * Packed-integer weight `name` read whole (its codes, zero points, scales and groups), or null
    * when `name` is not one.

@@ -265,14 +265,32 @@ export class WeightLoader {
 
   /**
    * The checkpoint's weights no load read, but a tied model's stored copy of its head
-   * (`lm_head.weight`). Non-empty means the checkpoint holds weights the config does not
-   * declare (e.g. attention biases with `attention_bias` false): serving it would silently drop
-   * them, so the runner refuses it.
+   * (`lm_head.weight`) and the all-zero biases GPTQ checkpoints carry beside their packed
+   * weights (AutoGPTQ and GPTQ-for-LLaMa wrote a bias for every layer, zeros where the model has
+   * none, e.g. TheBloke's Llama-2 GPTQ files; dropping zeros changes nothing, and the load log
+   * says so). Non-empty means the checkpoint holds weights the config does not declare (e.g.
+   * attention biases with `attention_bias` false): serving it would silently drop them, so the
+   * runner refuses it.
    */
-  unusedWeights(tiedHead: boolean): string[] {
-    return [...this.checkpoint.tensors.keys()].filter((n) =>
+  async unusedWeights(tiedHead: boolean): Promise<string[]> {
+    const unused = [...this.checkpoint.tensors.keys()].filter((n) =>
       !this.#used.has(n) && !(tiedHead && n === "lm_head.weight")
     );
+    const zeros: string[] = [];
+    for (const name of unused) {
+      const weight = name.replace(/\.bias$/, ".weight");
+      if (weight === name || !this.checkpoint.isPacked(weight)) continue;
+      const values = await this.checkpoint.readTensor(name, "f32");
+      if (values.every((v) => v === 0)) zeros.push(name);
+    }
+    if (zeros.length > 0) {
+      this.#notes.push(
+        `${zeros.length} all-zero bias tensor(s) beside packed weights left out (${
+          zeros[0]
+        }, ...): the config declares no such bias`,
+      );
+    }
+    return unused.filter((n) => !zeros.includes(n));
   }
 
   #expect(name: string, shape: readonly number[]): void {

@@ -37,7 +37,7 @@ export async function loadModel(
     own.push(invFreq);
     model = await DecoderModel.load(c, loader, targets, invFreq);
   }
-  const unused = loader.unusedWeights(c.tieWordEmbeddings);
+  const unused = await loader.unusedWeights(c.tieWordEmbeddings);
   if (unused.length > 0) {
     model.destroy();
     throw new CheckpointError(
