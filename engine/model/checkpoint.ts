@@ -36,17 +36,13 @@ import { type ModelConfig, parseModelConfig } from "./config.ts";
 import { CheckpointError } from "./errors.ts";
 import { dequantizeFp8Chunks, type Fp8BlockScales, fp8ScaleShapes } from "./fp8.ts";
 import { type GenerationConfig, parseGenerationConfig } from "./generation_config.ts";
+import { dequantizePackedChunks, type PackedWeight } from "./packed_int.ts";
 import {
-  dequantizePackedChunks,
-  PACKED_PARTS,
-  packedGroups,
-  type PackedPart,
-  packedPartShapes,
-  packedPartSuffixes,
-  type PackedWeight,
-  packedWeightShape,
-  sequentialGroups,
-} from "./packed_int.ts";
+  checkPackedParts,
+  groupPackedTensors,
+  type PackedParts,
+  readPackedWeight,
+} from "./packed_tensors.ts";
 import { SafetensorsFile, type TensorChunk } from "./safetensors.ts";
 import type { TensorInfo } from "./safetensors_header.ts";
 import { TensorNames } from "./tensor_names.ts";
@@ -123,7 +119,7 @@ export class Checkpoint {
   /** FP8 weight (canonical name) -> its `weight_scale_inv` tensor. */
   #scales = new Map<string, CheckpointTensor>();
   /** Packed-integer weight (canonical `X.weight`) -> its stored parts by role (`X.qweight`, ...). */
-  #packed = new Map<string, Partial<Record<PackedPart, CheckpointTensor>>>();
+  #packed = new Map<string, PackedParts>();
 
   private constructor(
     dir: string,
@@ -148,7 +144,7 @@ export class Checkpoint {
       tensors.set(canonical, { ...file.tensor(stored), name: canonical, file: file.path });
     }
     if (quantization !== null && isPackedInt(quantization)) {
-      this.#groupPacked(quantization, tensors);
+      this.#packed = groupPackedTensors(quantization, tensors);
     } else if (quantization !== null) {
       // Each scale belongs to the weight beside it (one left without one stays, and a load
       // reports it as a weight the config does not account for).
@@ -162,42 +158,6 @@ export class Checkpoint {
       }
     }
     this.tensors = tensors;
-  }
-
-  /**
-   * Replaces each codes tensor (`X.qweight`, `X.weight_packed`) and the parts beside it by one
-   * weight `X.weight` (module doc): its shape the `[out, in]` one its codes hold, its bytes those
-   * of all its parts, its dtype e.g. `GPTQ_I4`.
-   */
-  #groupPacked(q: PackedIntQuantization, tensors: Map<string, CheckpointTensor>): void {
-    const suffixes = packedPartSuffixes(q.layout);
-    const codesSuffix = suffixes.codes!;
-    const label = q.layout === "pack-quantized" ? "CT" : q.layout.toUpperCase();
-    for (const [name, codes] of [...tensors]) {
-      if (!name.endsWith(`.${codesSuffix}`)) continue;
-      const prefix = name.slice(0, -codesSuffix.length);
-      const weight = `${prefix}weight`;
-      if (tensors.has(weight)) continue; // Both: the codes stay, reported as unused.
-      const parts: Partial<Record<PackedPart, CheckpointTensor>> = {};
-      let byteLength = 0;
-      for (const part of PACKED_PARTS) {
-        const suffix = suffixes[part];
-        const t = suffix === undefined ? undefined : tensors.get(prefix + suffix);
-        if (t === undefined) continue;
-        parts[part] = t;
-        byteLength += t.byteLength;
-        tensors.delete(prefix + suffix);
-      }
-      this.#packed.set(weight, parts);
-      tensors.set(weight, {
-        name: weight,
-        dtype: `${label}_I${q.bits}`,
-        shape: packedWeightShape(q, codes.shape) ?? codes.shape,
-        fileOffset: codes.fileOffset,
-        byteLength,
-        file: codes.file,
-      });
-    }
   }
 
   /**
@@ -298,7 +258,7 @@ export class Checkpoint {
       );
     }
     if (packed !== undefined) {
-      this.#checkPacked(t, packed);
+      checkPackedParts(this.quantization as PackedIntQuantization, t, packed);
     } else if (t.dtype === "F8_E4M3") {
       this.#checkFp8(t);
     } else if (t.dtype !== "F32" && t.dtype !== "F16" && t.dtype !== "BF16") {
@@ -307,69 +267,6 @@ export class Checkpoint {
       );
     }
     return t;
-  }
-
-  /** Checks a packed weight's parts: all there, of the shapes and dtypes its shape needs. */
-  #checkPacked(t: CheckpointTensor, parts: Partial<Record<PackedPart, CheckpointTensor>>): void {
-    const q = this.quantization;
-    if (q === null || !isPackedInt(q)) throw new TypeError("unreachable: a packed weight");
-    const [rows, cols] = t.shape as [number, number];
-    const per = 32 / q.bits;
-    const suffixes = packedPartSuffixes(q.layout);
-    const prefix = t.name.slice(0, -"weight".length);
-    const layout = packedLayoutName(q.layout);
-    if (rows % per !== 0) {
-      throw new CheckpointError(
-        `${t.name}: ${rows} outputs are not a multiple of the ${per} ${q.bits}-bit zero points an int32 packs`,
-      );
-    }
-    const ct = q.layout === "pack-quantized";
-    // Which parts must be there (true), may be (undefined) or must not (false).
-    const needed: Record<PackedPart, boolean | undefined> = {
-      codes: true,
-      zeros: ct ? !q.symmetric : true,
-      scales: true,
-      groups: q.layout === "awq" ? false : ct ? q.actOrder : undefined,
-      shape: ct ? undefined : false,
-    };
-    const want = packedPartShapes(q, rows, cols);
-    for (const part of PACKED_PARTS) {
-      const p = parts[part];
-      const stored = `${prefix}${suffixes[part] ?? part}`;
-      if (p === undefined) {
-        if (needed[part] !== true) continue;
-        throw new CheckpointError(
-          `${stored}: tensor not found beside ${prefix}${suffixes.codes} in ${t.file} (${layout} ${
-            q.symmetric ? "symmetric " : "zero-point "
-          }weights need it)`,
-        );
-      }
-      if (needed[part] === false) {
-        throw new CheckpointError(
-          `${p.name}: a ${layout} checkpoint ${
-            q.symmetric ? "with symmetric codes " : ""
-          }has no such tensor (in ${p.file})`,
-        );
-      }
-      const shape = want[part];
-      if (p.shape.length !== shape.length || p.shape.some((d, i) => d !== shape[i])) {
-        throw new CheckpointError(
-          `${p.name}: expected shape ${shapeText(shape)} (${layout} ${q.bits}-bit, ${
-            packedGroups(q, cols)
-          } groups, weight [${rows}, ${cols}]), found ${shapeText(p.shape)} in ${p.file}`,
-        );
-      }
-      const ok = part === "scales"
-        ? p.dtype === "F16" || p.dtype === "BF16" || p.dtype === "F32"
-        : p.dtype === "I32" || (part === "shape" && p.dtype === "I64");
-      if (!ok) {
-        throw new CheckpointError(
-          `${p.name}: unsupported dtype ${p.dtype} in ${p.file} (expected ${
-            part === "scales" ? "F16, BF16 or F32" : "I32"
-          })`,
-        );
-      }
-    }
   }
 
   /** Whether `name` is a packed-integer weight (GPTQ, AWQ, `pack-quantized`). */
@@ -385,63 +282,18 @@ export class Checkpoint {
    *   {@linkcode expectTensor}), a group index naming a group that does not exist, or a
    *   `weight_shape` other than the weight's.
    */
-  async packedWeight(name: string): Promise<PackedWeight | null> {
+  packedWeight(name: string): Promise<PackedWeight | null> {
     const parts = this.#packed.get(name);
-    if (parts === undefined) return null;
-    const t = this.tensor(name);
-    this.#checkPacked(t, parts);
-    const q = this.quantization as PackedIntQuantization;
-    const [rows, cols] = t.shape as [number, number];
-    const groups = packedGroups(q, cols);
-    const bytes = async (p: CheckpointTensor) => {
-      const at = this.#byTensor.get(p.name)!;
-      return (await at.file.readBytes(at.stored)).buffer;
-    };
-    if (parts.shape !== undefined) {
-      const raw = await bytes(parts.shape);
-      const shape = parts.shape.dtype === "I64"
-        ? [...new BigInt64Array(raw)].map(Number)
-        : [...new Int32Array(raw)];
-      if (shape[0] !== rows || shape[1] !== cols) {
-        throw new CheckpointError(
-          `${parts.shape.name}: says [${
-            shape.join(", ")
-          }], but the codes hold a [${rows}, ${cols}] weight (in ${parts.shape.file})`,
-        );
-      }
-    }
-    const scalesAt = this.#byTensor.get(parts.scales!.name)!;
-    let scales = await scalesAt.file.readTensor(scalesAt.stored, "f32");
-    if (!(scales instanceof Float32Array)) throw new TypeError("unreachable: f32 scales");
-    if (q.layout === "pack-quantized") {
-      // [rows, groups] -> [groups, rows].
-      const t = new Float32Array(scales.length);
-      for (let o = 0; o < rows; o++) {
-        for (let g = 0; g < groups; g++) t[g * rows + o] = scales[o * groups + g]!;
-      }
-      scales = t;
-    }
-    let groupOf = sequentialGroups(q, cols);
-    if (parts.groups !== undefined) {
-      groupOf = new Int32Array(await bytes(parts.groups));
-      const bad = groupOf.findIndex((g) => g < 0 || g >= groups);
-      if (bad >= 0) {
-        throw new CheckpointError(
-          `${parts.groups.name}: input ${bad} is in group ${
-            groupOf[bad]
-          }, but there are ${groups} groups (in ${parts.groups.file})`,
-        );
-      }
-    }
-    return {
-      quantization: q,
-      rows,
-      cols,
-      qweight: new Uint32Array(await bytes(parts.codes!)),
-      qzeros: parts.zeros === undefined ? null : new Uint32Array(await bytes(parts.zeros)),
-      scales,
-      groupOf,
-    };
+    if (parts === undefined) return Promise.resolve(null);
+    const at = (t: CheckpointTensor) => this.#byTensor.get(t.name)!;
+    return readPackedWeight(this.quantization as PackedIntQuantization, this.tensor(name), parts, {
+      bytes: async (t) => (await at(t).file.readBytes(at(t).stored)).buffer as ArrayBuffer,
+      f32: async (t) => {
+        const values = await at(t).file.readTensor(at(t).stored, "f32");
+        if (!(values instanceof Float32Array)) throw new TypeError("unreachable: f32 values");
+        return values;
+      },
+    });
   }
 
   /** Checks an F8_E4M3 weight: an FP8 checkpoint, 2-D, with a scale tensor of the right shape. */
