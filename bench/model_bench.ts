@@ -83,7 +83,7 @@ if (options.rounds === 1) {
   for (const quantization of options.quantizations) {
     work?.runner.destroy();
     work = await loadWorkload(env, quantization);
-    runs.push(await measure(env, work, quantization));
+    runs.push(await measure(env, work, work.runner.weights.quantization));
   }
   rounds.push(runs);
 } else {
@@ -94,8 +94,9 @@ if (options.rounds === 1) {
   for (let r = 1; r <= options.rounds; r++) {
     const runs: RunResult[] = [];
     for (const [i, w] of works.entries()) {
-      log(`round ${r} of ${options.rounds}, weights ${options.quantizations[i]}:`);
-      runs.push(await measure(env, w, options.quantizations[i]!));
+      const quantization = w.runner.weights.quantization;
+      log(`round ${r} of ${options.rounds}, weights ${quantization}:`);
+      runs.push(await measure(env, w, quantization));
     }
     rounds.push(runs);
     for (const line of ratioLines(runs)) log(line);

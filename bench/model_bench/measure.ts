@@ -7,7 +7,7 @@
  */
 
 import type { GpuContext } from "../../gpu/context.ts";
-import type { Quantization } from "../../gpu/quant.ts";
+import type { Quantization, QuantizationChoice } from "../../gpu/quant.ts";
 import { ModelRunner } from "../../engine/model_runner.ts";
 import { tuneRunner } from "../../engine/kernel_tuning.ts";
 import { READBACK_BATCH } from "../../engine/step_pipeline.ts";
@@ -33,18 +33,18 @@ export interface BenchEnv {
   readonly log: (line: string) => void;
 }
 
-/** Loads a runner with `quantization` weights, sized for every measurement. */
-export async function loadWorkload(env: BenchEnv, quantization: Quantization) {
+/** Loads a runner with `choice` weights (auto: as serve would), sized for every measurement. */
+export async function loadWorkload(env: BenchEnv, choice: QuantizationChoice) {
   const t0 = performance.now();
   const { blocksPerSeq, ...sizes } = runnerSizes(env.options);
   const runner = await ModelRunner.load(env.ctx, env.modelDir, {
     ...sizes,
     showProgress: false,
-    quantization,
+    quantization: choice,
     fusedDecode: env.options.fusedDecode,
   });
   const seconds = (performance.now() - t0) / 1000;
-  env.log(loadLine(seconds, quantization, runner.weights, env.ctx.weightDtype));
+  env.log(loadLine(seconds, runner.weights.quantization, runner.weights, env.ctx.weightDtype));
   // The engine's kernel tuning (engine/engine_setup.ts), at the sizes this bench runs.
   await tuneRunner(runner, env.options.kernelTuning, (line) => {
     env.log(line);

@@ -6,7 +6,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { parseQuantization, type Quantization } from "../../gpu/quant.ts";
+import { parseQuantizationChoice, type QuantizationChoice } from "../../gpu/quant.ts";
 import type { MatmulVariant } from "../../kernels/matmul.ts";
 import { reportUsage, UsageError } from "../bench_io.ts";
 import { KERNEL_TUNING_MODES, type KernelTuningMode } from "../../engine/kernel_tuning.ts";
@@ -38,7 +38,8 @@ const USAGE = `usage: deno task bench:model [options]
                                write inside the decode attention (default on, as the engine),
                                or rope_and_cache's own dispatch per layer (off)
   --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
-                               (default none); ratios to the first are printed
+                               (default auto: none, or a GPTQ / AWQ / W4A16 checkpoint's own
+                               format, as serve loads it); ratios to the first are printed
   --rounds N                   measure the formats N times in turn, every runner loaded at
                                once, and print the median ratios (default 1): on a shared
                                machine the formats then see the same slow and fast spells
@@ -65,7 +66,7 @@ export interface ModelBenchOptions {
   readonly forceF32: boolean;
   readonly kernelProfile: string | undefined;
   readonly kernelTuning: KernelTuningMode;
-  readonly quantizations: readonly Quantization[];
+  readonly quantizations: readonly QuantizationChoice[];
   /** `--rounds`: how many times every format is measured, in turn. */
   readonly rounds: number;
   /** `--fused-decode`: the runner option of the same name. */
@@ -113,7 +114,7 @@ function parseFlags(argv: string[]) {
         "force-f32": { type: "boolean", default: false },
         "kernel-profile": { type: "string" },
         "kernel-tuning": { type: "string", default: "auto" },
-        quantization: { type: "string", default: "none" },
+        quantization: { type: "string", default: "auto" },
         rounds: { type: "string", default: "1" },
         "fused-decode": { type: "string", default: "on" },
         overlap: { type: "string", default: "auto" },
@@ -138,7 +139,7 @@ function parseFlags(argv: string[]) {
  */
 export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
   const values = parseFlags(argv);
-  let quantizations: Quantization[];
+  let quantizations: QuantizationChoice[];
   let sizes: {
     steps: number;
     batches: number[];
@@ -149,7 +150,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     rounds: number;
   };
   try {
-    quantizations = list(values.quantization).map(parseQuantization);
+    quantizations = list(values.quantization).map(parseQuantizationChoice);
     sizes = {
       steps: positiveInts("steps", values.steps)[0]!,
       batches: positiveInts("batches", values.batches),
