@@ -93,7 +93,7 @@ if (options.rounds === 1) {
   }
   for (let r = 1; r <= options.rounds; r++) {
     const runs: RunResult[] = [];
-    for (const [i, w] of works.entries()) {
+    for (const w of works) {
       const quantization = w.runner.weights.quantization;
       log(`round ${r} of ${options.rounds}, weights ${quantization}:`);
       runs.push(await measure(env, w, quantization));
