@@ -7,7 +7,6 @@
  * @module
  */
 
-import type { Quantization } from "../gpu/quant.ts";
 import type { WeightBytes } from "./model_runner.ts";
 import { basename } from "node:path";
 import { type EngineConfig, type EngineOptions, resolveEngineConfig } from "./engine_config.ts";
@@ -118,7 +117,7 @@ async function webGpuParts(
     `Model: ${mc.arch}, ${mc.numLayers} layers, hidden ${mc.hiddenSize}, vocab ${mc.vocabSize}, ` +
       `weights ${ctx.weightDtype}`,
   );
-  logWeights(log, runner.weights, runner.weights.quantization, ctx.weightDtype);
+  logWeights(log, runner.weights, ctx.weightDtype);
   logKv(log, kvBlocks, config.blockSize, maxModelLen);
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +
@@ -369,12 +368,8 @@ function makeScheduler(
 }
 
 /** One line with the weights' device bytes (and, quantized, the unquantized bytes and ratio). */
-function logWeights(
-  log: (line: string) => void,
-  weights: WeightBytes,
-  quantization: Quantization,
-  dtype: string,
-): void {
+function logWeights(log: (line: string) => void, weights: WeightBytes, dtype: string): void {
+  const quantization = weights.quantization;
   const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
   if (quantization === "none") {
     log(`Weights on the device: ${mib(weights.device)} (${dtype})`);

@@ -40,7 +40,7 @@ export function encodeE4m3(x: number): number {
 }
 
 /** The bfloat16 nearest to `x` (ties to even; `x` finite and positive here), as an f32. */
-function roundToBf16(x: number): number {
+export function roundToBf16(x: number): number {
   const f = new Float32Array([x]);
   const bits = new Uint32Array(f.buffer);
   bits[0] = ((bits[0]! + 0x7fff + ((bits[0]! >>> 16) & 1)) >>> 16) << 16;

@@ -21,6 +21,9 @@
  * @module
  */
 
+import { encodeTensorData } from "../engine/model/safetensors.ts";
+import { roundToBf16 } from "./fp8_weights.ts";
+
 /** How make-model writes a packed-integer checkpoint. */
 export interface PackedIntLayout {
   readonly method: "gptq" | "awq" | "compressed-tensors";
@@ -103,14 +106,6 @@ export type PackedIntTensors = Record<string, PackedPartData>;
 
 function bytesOf(a: ArrayBufferView): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-}
-
-/** The bfloat16 nearest to `x` (ties to even), as an f32 value. */
-function roundToBf16(x: number): number {
-  const f = new Float32Array([x]);
-  const bits = new Uint32Array(f.buffer);
-  bits[0] = ((bits[0]! + 0x7fff + ((bits[0]! >>> 16) & 1)) >>> 16) << 16;
-  return f[0]!;
 }
 
 /**
@@ -281,18 +276,14 @@ function packCompressedTensors(
       packed[at] = (packed[at]! | (codes[o * cols + i]! << (bits * (i % per)))) >>> 0;
     }
   }
-  const scaleBits = new Uint16Array(rows * groups);
-  const f = new Float32Array(1);
-  const u = new Uint32Array(f.buffer);
+  // [groups, rows] -> [rows, groups]; the values are bfloat16s already, so BF16 is exact.
+  const stored = new Float32Array(rows * groups);
   for (let o = 0; o < rows; o++) {
-    for (let g = 0; g < groups; g++) {
-      f[0] = scales[g * rows + o]!;
-      scaleBits[o * groups + g] = u[0]! >>> 16;
-    }
+    for (let g = 0; g < groups; g++) stored[o * groups + g] = scales[g * rows + o]!;
   }
   const out: PackedIntTensors = {
     weight_packed: { dtype: "I32", shape: [rows, cols / per], data: bytesOf(packed) },
-    weight_scale: { dtype: "BF16", shape: [rows, groups], data: bytesOf(scaleBits) },
+    weight_scale: { dtype: "BF16", shape: [rows, groups], data: encodeTensorData(stored, "BF16") },
     weight_shape: {
       dtype: "I64",
       shape: [2],

@@ -44,7 +44,7 @@ import {
   readPackedWeight,
 } from "./packed_tensors.ts";
 import { SafetensorsFile, type TensorChunk } from "./safetensors.ts";
-import type { TensorInfo } from "./safetensors_header.ts";
+import { shapeText, type TensorInfo } from "./safetensors_header.ts";
 import { TensorNames } from "./tensor_names.ts";
 
 /** An F8_E4M3 weight's scale tensor and block shape (checked by `expectTensor`). */
@@ -94,10 +94,6 @@ async function exists(path: string): Promise<boolean> {
       cause: e,
     });
   }
-}
-
-function shapeText(shape: readonly number[]): string {
-  return `[${shape.join(", ")}]`;
 }
 
 /** An open checkpoint. Call {@linkcode close} when done to release the shard files. */

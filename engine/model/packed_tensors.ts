@@ -9,6 +9,7 @@
 import type { CheckpointTensor } from "./checkpoint.ts";
 import { type PackedIntQuantization, packedLayoutName } from "./checkpoint_quantization.ts";
 import { CheckpointError } from "./errors.ts";
+import { shapeText } from "./safetensors_header.ts";
 import {
   PACKED_PARTS,
   packedGroups,
@@ -27,10 +28,6 @@ export type PackedParts = Partial<Record<PackedPart, CheckpointTensor>>;
 export interface PackedPartReader {
   bytes(t: CheckpointTensor): Promise<ArrayBuffer>;
   f32(t: CheckpointTensor): Promise<Float32Array>;
-}
-
-function shapeText(shape: readonly number[]): string {
-  return `[${shape.join(", ")}]`;
 }
 
 /**

@@ -32,6 +32,11 @@ export const DTYPE_BYTES: Readonly<Record<string, number>> = {
 /** Largest header accepted (the format's own limit is 100 MB). */
 const MAX_HEADER_BYTES = 100_000_000;
 
+/** `shape` as error messages write it: `[a, b]`. */
+export function shapeText(shape: readonly number[]): string {
+  return `[${shape.join(", ")}]`;
+}
+
 /** Number of elements of a tensor of `shape` (1 for a scalar). */
 export function product(shape: readonly number[]): number {
   let n = 1;

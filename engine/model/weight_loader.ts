@@ -34,7 +34,7 @@ import {
   isPackedInt,
   type PackedIntQuantization,
 } from "./checkpoint_quantization.ts";
-import { exactQuantizedRows } from "./packed_int.ts";
+import { dequantizePackedChunks, exactQuantizedRows, type PackedWeight } from "./packed_int.ts";
 import { LoadProgress } from "./load_progress.ts";
 import { product } from "./safetensors_header.ts";
 
@@ -141,11 +141,16 @@ export class WeightLoader {
     const dtype = quantized === null ? this.dtype : "f32";
     let offset = 0;
     for (const p of parts) {
-      if (quantized !== null && await this.#packedCodes(p.name, offset, quantized)) {
+      // A packed weight, read once: its codes as they are, or its values quantized again.
+      const packed = quantized === null ? null : await this.checkpoint.packedWeight(p.name);
+      if (packed !== null && this.#uploadCodes(p.name, packed, offset, quantized!)) {
         offset += p.rows;
         continue;
       }
-      for await (const chunk of this.checkpoint.tensorChunks(p.name, dtype, LOAD_CHUNK_BYTES)) {
+      const chunks = packed !== null
+        ? dequantizePackedChunks(packed, dtype, LOAD_CHUNK_BYTES)
+        : this.checkpoint.tensorChunks(p.name, dtype, LOAD_CHUNK_BYTES);
+      for await (const chunk of chunks) {
         if (quantized === null) {
           m.writeRows(this.ctx.device.queue, offset + chunk.rowStart, chunk.data);
         } else quantized.write(offset + chunk.rowStart, chunk.data);
@@ -185,17 +190,17 @@ export class WeightLoader {
   }
 
   /**
-   * Uploads GPTQ / AWQ weight `name` as its own codes and scales at row `offset` of `target`
-   * when the format holds them exactly; false when `name` is not such a weight or it does not
-   * (then it loads as the dequantized values, quantized again).
+   * Uploads packed weight `name` (read as `packed`) as its own codes and scales at row `offset`
+   * of `target` when the format holds them exactly; false when it does not (then it loads as
+   * the dequantized values, quantized again).
    */
-  async #packedCodes(
+  #uploadCodes(
     name: string,
+    packed: PackedWeight,
     offset: number,
     target: { writeQuantized(rowStart: number, rows: QuantizedRows): void },
-  ): Promise<boolean> {
-    const packed = await this.checkpoint.packedWeight(name);
-    if (packed === null || this.quantization === "none") return false;
+  ): boolean {
+    if (this.quantization === "none") return false;
     const rows = exactQuantizedRows(packed, this.quantization);
     if (typeof rows === "string") {
       if (this.#packed.again++ === 0) this.#packed.firstWhy = `${name}: ${rows}`;
