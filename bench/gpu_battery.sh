@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU measurement battery of issue 18 point 5 (and issue 20's NVIDIA figure), sized for one
-# call of at most ~9 minutes on an NVIDIA host with no network. Every stage has its own time limit,
+# The GPU measurement battery of issue 18 point 5 (and issue 20's NVIDIA figure), for calls of at
+# most ~9 minutes on an NVIDIA host with no network. Every stage has its own time limit,
 # cut to what is left of the whole, and writes its log as it goes, so a stage that fails or hangs
 # leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
 # (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
@@ -9,19 +9,22 @@
 #                                                   # (bench/battery_summary.ts: the figures against the goals)
 #   BATTERY_STAGES="make-model kernels host" ...    # some stages only, in that order
 #
-# A device call brings back at most 8 files: pack the folder (tar) in the same command.
+# A device call brings back at most 8 files: pack the folder (tar) in the same command. On an H200
+# (2026-11-27) every stage but tests took ~320 s together (quant ~100 s) and tests ~260 s (the
+# cpu-profile kernels' tests in tests/quant_matmul_test.ts compile large unrolled shaders there, ~3 s
+# each); with 15 minutes of device time, two calls fit: BATTERY_STAGES without tests, then
+# BATTERY_STAGES="tests".
 #
-# Stages (names for BATTERY_STAGES), the figures issue 18 point 5 and issue 20 ask for from one run
-# first: info (adapter); make-model; bench-model (prefill 128/512, decode batch 1/8/64, host and GPU
-# time per step, per-kernel breakdown of decode and of prefill 512, gpu profile); torch (the PyTorch
-# peer on the same checkpoint on CUDA); tests (the suite on the GPU: greedy parity with the float64
-# reference; its auto profile there is the gpu one; less the files importing the client SDKs the
-# bundle leaves out); quant (bench:model --quantization none,int8,int4, two rounds, the int4
-# runner's breakdown at decode batch 1 and prefill 512); serve (bench:serve at concurrency
-# 1/16/64); then untuned (--kernel-tuning off: what the measured tuning changes); unfused
-# (--fused-decode off); kernels, kernels-int4 (every matmul kernel and tile shape,
-# bench/matmul_tune.ts, f16 and int4); attention; host (the host's time per decode step call by
-# call, bench/host_calls.ts); prompt-logprobs.
+# Stages (names for BATTERY_STAGES), in the default order: info (adapter); make-model; bench-model
+# (prefill 128/512, decode batch 1/8/64, host and GPU time per step, per-kernel breakdown of decode
+# and of prefill 512, gpu profile); torch (the PyTorch peer on the same checkpoint on CUDA); quant
+# (bench:model --quantization none,int8,int4, two rounds, the int4 runner's breakdown at decode
+# batch 1 and prefill 512); serve (bench:serve at concurrency 1/16/64); untuned (--kernel-tuning
+# off: what the measured tuning changes); unfused (--fused-decode off); kernels, kernels-int4 (every
+# matmul kernel and tile shape, bench/matmul_tune.ts, f16 and int4); attention; host (the host's
+# time per decode step call by call, bench/host_calls.ts); prompt-logprobs; tests (the suite on the
+# GPU: greedy parity with the float64 reference, its auto profile there the gpu one, less the files
+# importing the client SDKs the bundle leaves out).
 # The matmul tuning (engine/kernel_tuning.ts) is measured by the first bench:model into a fresh cache
 # under the output directory (matmul_tuning.json: the choices, for the docs) and re-used by the
 # later stages with the same call sites; the test stage runs with WEBGPU_LLM_KERNEL_TUNING=off
@@ -90,11 +93,11 @@ stage() {
       local tests
       tests=$(grep -L "npm:openai\|@langchain\|npm:ai\|ai-sdk\|kubernetes-models" tests/*_test.ts)
       # shellcheck disable=SC2086
-      run_stage tests 120 tests.txt env WEBGPU_LLM_KERNEL_TUNING=off deno test --cached-only \
+      run_stage tests 290 tests.txt env WEBGPU_LLM_KERNEL_TUNING=off deno test --cached-only \
         --no-check -A --parallel $tests
       ;;
     quant)
-      run_stage bench-quant 90 quant.txt deno run --cached-only -A bench/model_bench.ts \
+      run_stage bench-quant 130 quant.txt deno run --cached-only -A bench/model_bench.ts \
         --model $model --batches 1,8,32 --prefill 512 --steps 32 --breakdown-batches 1 \
         --quantization none,int8,int4 --rounds 2 $gpu
       ;;
@@ -143,8 +146,8 @@ stage() {
     *) log "unknown stage $1" ;;
   esac
 }
-stages=${BATTERY_STAGES:-info make-model bench-model torch tests quant serve untuned unfused kernels \
-kernels-int4 attention host prompt-logprobs}
+stages=${BATTERY_STAGES:-info make-model bench-model torch quant serve untuned unfused kernels \
+kernels-int4 attention host prompt-logprobs tests}
 for name in $stages; do stage "$name"; done
 log "done"
 # The figures against issue 18's and issue 20's goals, read from the logs above (no GPU work).
