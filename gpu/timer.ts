@@ -188,7 +188,7 @@ export async function withErrorScopes<T>(
 export class PassClock {
   /** How the last measurement was timed ("timestamp-query", "host clock / N passes"). */
   method = "";
-  /** The GPU errors of the candidates that measured Infinity, one line each. */
+  /** The GPU errors of the candidates that measured Infinity, one line each (each once). */
   readonly failures: string[] = [];
 
   constructor(
@@ -209,7 +209,8 @@ export class PassClock {
         repeats: this.repeats,
       }));
     if ("error" in r) {
-      this.failures.push(r.error.message.split("\n")[0]!);
+      const line = r.error.message.split("\n")[0]!;
+      if (!this.failures.includes(line)) this.failures.push(line);
       return Infinity;
     }
     this.method = r.value.method;

@@ -17,7 +17,9 @@
  *    ({@linkcode crossover}).
  *
  * Each time is the median of several passes timed on the GPU (`timestamp-query`; else the host
- * clock over several passes), gpu/timer.ts. The call sites' outputs are overwritten (run it
+ * clock over several passes), gpu/timer.ts. Nothing is timed right after its compile: the tiles
+ * go through a discarded first pass, then passes backward and forward ({@linkcode tileRounds});
+ * each shape's `gemv` kernels run once before their row counts are timed. The call sites' outputs are overwritten (run it
  * before serving). The result is plain data ({@linkcode MatmulTuning}) for
  * {@linkcode Matmul.setTuning} and a cache (engine/kernel_tuning.ts).
  *
@@ -39,6 +41,7 @@ import {
   pickTile,
   shapeKey,
   type SmallTile,
+  tileRounds,
 } from "./matmul_tuning.ts";
 
 /** Options of {@linkcode tuneMatmul}. */
@@ -126,14 +129,21 @@ export async function tuneMatmul(
         return (pass) => o.encode(pass, m, { variant, gemvRows: gemv.rows, gemvStep: gemv.step });
       });
     const prefill = (g: ShapeGroup) => Math.min(options.prefillRows ?? 512, g.op.maxRows);
+    // Each tile's time per shape: the mean of its kept passes (tileRounds: a discarded first
+    // pass that compiles, then passes backward and forward).
     const timeTiles = async (rows: (g: ShapeGroup) => number) => {
-      const times = new Map<TileConfig, number[]>();
-      for (const tile of tiles) {
-        const ms: number[] = [];
-        for (const g of groups) ms.push(await time(() => trial(g, tile), rows(g), "tiled"));
-        times.set(tile, ms);
+      const sums = tiles.map(() => groups.map(() => 0));
+      const rounds = tileRounds(tiles.length);
+      const kept = rounds.filter((r) => r.kept).length;
+      for (const { order, kept } of rounds) {
+        for (const i of order) {
+          for (const [j, g] of groups.entries()) {
+            const ms = await time(() => trial(g, tiles[i]!), rows(g), "tiled");
+            if (kept) sums[i]![j]! += ms;
+          }
+        }
       }
-      return times;
+      return new Map(tiles.map((tile, i) => [tile, sums[i]!.map((ms) => ms / kept)]));
     };
     const counts = groups.map((g) => g.count);
     const tileTimes = await timeTiles(prefill);
@@ -154,8 +164,11 @@ export async function tuneMatmul(
     for (const g of groups) {
       const kinds = gemvKinds(g.op.buffers.weight.rowStride, g.op.buffers.weight.format);
       const rows: { m: number; ms: number[]; tiledMs: number }[] = [];
+      const op = () => trial(g, tile);
+      // Each kind once, untimed in effect: it compiles there, so the times kept below follow a
+      // busy GPU rather than a compile (see tileRounds).
+      for (const kind of kinds) await time(op, 1, "gemv", kind);
       for (const m of rowCounts(options.maxBatch, prefill(g))) {
-        const op = () => trial(g, tile);
         const ms: number[] = [];
         for (const kind of kinds) ms.push(await time(op, m, "gemv", kind));
         const r = { m, ms, tiledMs: await time(() => trial(g, tileAt(m)), m, "tiled") };

@@ -107,6 +107,39 @@ export function crossover(points: readonly CrossoverPoint[]): number {
   return last;
 }
 
+/** One pass over the tile candidates in {@linkcode tileRounds}. */
+export interface TileRound {
+  /** Candidate indices in the order they are timed. */
+  readonly order: readonly number[];
+  /** Whether this pass's times count (the first pass's do not). */
+  readonly kept: boolean;
+}
+
+/**
+ * The passes that time `n` tile candidates: a first pass, forward, whose times are discarded (it
+ * compiles each candidate right before timing it, on a GPU left idle while the shader compiled;
+ * on an NVIDIA H200, 2026-11-27, three start-ups chose three different tiles, none the fastest in
+ * isolation, e.g. a decode tile 1.4x slower there than the best), then `rounds` passes (an even
+ * number) alternately backward and forward. A candidate's time is the mean of its kept passes, in
+ * which the positions of every candidate add up to the same total, so a steady drift of the
+ * clocks weighs on each alike.
+ */
+export function tileRounds(n: number, rounds = 2): TileRound[] {
+  if (!Number.isInteger(n) || n < 1) throw new RangeError(`Cannot time ${n} tile candidates`);
+  if (!Number.isInteger(rounds) || rounds < 2 || rounds % 2 !== 0) {
+    throw new RangeError(`Cannot time tiles in ${rounds} rounds: an even number from 2 is needed`);
+  }
+  const forward = Array.from({ length: n }, (_, i) => i);
+  const backward = [...forward].reverse();
+  return [
+    { order: forward, kept: false },
+    ...Array.from({ length: rounds }, (_, r) => ({
+      order: r % 2 === 0 ? backward : forward,
+      kept: true,
+    })),
+  ];
+}
+
 /**
  * The tile with the least total time, given each candidate's time per shape and each shape's
  * number of call sites (`weights`, default 1). Ties go to the earlier candidate.

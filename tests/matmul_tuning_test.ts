@@ -18,6 +18,7 @@ import {
   parseMatmulTuning,
   pickTile,
   shapeKey,
+  tileRounds,
 } from "../kernels/matmul_tuning.ts";
 import {
   applyKernelTuning,
@@ -62,6 +63,29 @@ Deno.test("pickTile() picks the least total time weighted by call sites, ties to
   assertEqual(pickTile(times), b, "11 vs 10");
   assertEqual(pickTile(times, [10, 1]), a, "20 vs 28: a first among equals");
   assertThrows(() => pickTile(new Map()), RangeError);
+});
+
+Deno.test("tileRounds() discards a forward pass, then keeps passes in which every position adds up alike", () => {
+  const r = tileRounds(4);
+  assertEqual(r.map((x) => [x.order, x.kept]), [
+    [[0, 1, 2, 3], false],
+    [[3, 2, 1, 0], true],
+    [[0, 1, 2, 3], true],
+  ]);
+  for (const [n, rounds] of [[1, 2], [5, 4], [15, 2], [16, 6]] as const) {
+    const passes = tileRounds(n, rounds);
+    assertEqual(passes.length, rounds + 1);
+    assertEqual(passes[0]!.kept, false);
+    // Each kept pass times every candidate once; a candidate's positions add up to the same sum.
+    const sums = Array.from({ length: n }, () => 0);
+    for (const p of passes.filter((p) => p.kept)) {
+      assertEqual([...p.order].sort((a, b) => a - b), [...Array(n).keys()]);
+      p.order.forEach((i, pos) => sums[i]! += pos);
+    }
+    assertEqual(new Set(sums).size, 1, `n ${n}, ${rounds} rounds: ${sums}`);
+  }
+  assertThrows(() => tileRounds(0), RangeError);
+  assertThrows(() => tileRounds(3, 3), /an even number/);
 });
 
 Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses the rest", () => {
