@@ -47,6 +47,12 @@ export interface BatteryFigures {
   readonly commit: string | null;
   readonly model: ModelRun;
   readonly untuned: ModelRun;
+  /** A second start-up that measured its own tuning (the `retune` stage). */
+  readonly retuned: ModelRun;
+  /** The "Kernel tuning: ..." lines of the first and the second start-up, in order. */
+  readonly tunings: { readonly first: readonly string[]; readonly second: readonly string[] };
+  /** bench/dispatch_floor.ts: us a further dispatch adds, by "dependent, 528 workgroups". */
+  readonly dispatchUs: ReadonlyMap<string, number>;
   readonly unfused: ModelRun;
   readonly torch: ModelRun;
   /** Per weight format ("int8", "int4"): its median ratios to f16 over the rounds. */
@@ -75,6 +81,18 @@ const GPU_LINE = new RegExp(String.raw`ms computing, ${NUM} ms idle`);
 const PREFILL_LINE = new RegExp(
   String.raw`^prefill (\d+) tokens: ${NUM} (ms|tok/s),? \(?${NUM} (?:ms|tok/s)`,
 );
+
+/** bench/dispatch_floor.ts's "dependent, 528 workgroups of 256: ...; 5.12 us per further
+ * dispatch". */
+const DISPATCH_LINE = new RegExp(
+  String.raw`^(dependent|independent), (\d+) workgroups of 256: .*; (-?[0-9.]+) us per further`,
+  "gm",
+);
+
+/** The "Kernel tuning: measured ..." lines of a bench:model log, without the timing prefix. */
+function tuningLines(text: string): string[] {
+  return [...text.replace(ANSI, "").matchAll(/^Kernel tuning: (.*)$/gm)].map((m) => m[1]!);
+}
 
 function num(s: string): number {
   return Number(s.replaceAll(",", ""));
@@ -151,6 +169,13 @@ export function readBattery(files: Readonly<Record<string, string>>): BatteryFig
     commit: /^commit (\S+)/m.exec(info)?.[1] ?? null,
     model: readModelRun(f("model.txt")),
     untuned: readModelRun(f("model_untuned.txt")),
+    retuned: readModelRun(f("model_retuned.txt")),
+    tunings: { first: tuningLines(f("model.txt")), second: tuningLines(f("model_retuned.txt")) },
+    dispatchUs: new Map(
+      [...f("kernels.txt").matchAll(DISPATCH_LINE)].map((
+        m,
+      ) => [`${m[1]}, ${m[2]} workgroups`, num(m[3]!)]),
+    ),
     unfused: readModelRun(f("model_unfused.txt")),
     torch: readModelRun(f("torch.txt")),
     quant,
@@ -263,6 +288,22 @@ export function summaryLines(b: BatteryFigures): string[] {
     "prefill 512: tuned / defaults (--kernel-tuning off)",
     show(ratio(p(b.model, 512)?.tokPerS, p(b.untuned, 512)?.tokPerS), 2, "x"),
   );
+  for (const batch of [1, 64]) {
+    row(
+      `decode batch ${batch}: second start-up / first, each with its own tuning`,
+      show(ratio(d(b.retuned, batch)?.tokPerS, d(b.model, batch)?.tokPerS), 2, "x"),
+    );
+  }
+  row(
+    "prefill 512: second start-up / first, each with its own tuning",
+    show(ratio(p(b.retuned, 512)?.tokPerS, p(b.model, 512)?.tokPerS), 2, "x"),
+  );
+  for (const size of [1, 528]) {
+    row(
+      `GPU time a dispatch adds after a barrier, ${size} workgroups, us`,
+      show(b.dispatchUs.get(`dependent, ${size} workgroups`), 2),
+    );
+  }
   row(
     "int4: device weight bytes / f16",
     show(int4?.get("weight bytes"), 3, "x"),
@@ -304,6 +345,12 @@ export function summaryLines(b: BatteryFigures): string[] {
     "| figure | measured | goal | |",
     "| --- | --- | --- | --- |",
     ...rows.map((r) => `| ${r.map((cell) => cell.replaceAll("|", "\\|")).join(" | ")} |`),
+    "",
+    "Kernel tuning, first start-up (bench-model):",
+    ...(b.tunings.first.length === 0 ? ["- not measured"] : b.tunings.first.map((t) => `- ${t}`)),
+    "",
+    "Kernel tuning, second start-up (retune):",
+    ...(b.tunings.second.length === 0 ? ["- not measured"] : b.tunings.second.map((t) => `- ${t}`)),
   ];
 }
 

@@ -10,19 +10,21 @@
 #   BATTERY_STAGES="make-model kernels host" ...    # some stages only, in that order
 #
 # A device call brings back at most 8 files: pack the folder (tar) in the same command. On an H200
-# (2026-11-27) every stage but tests took ~320 s together (quant ~100 s) and tests ~260 s (the
-# cpu-profile kernels' tests in tests/quant_matmul_test.ts compile large unrolled shaders there, ~3 s
-# each); with 15 minutes of device time, two calls fit: BATTERY_STAGES without tests, then
-# BATTERY_STAGES="tests".
+# (2026-11-27) every stage but tests took ~320 s together (quant ~100 s; retune and dispatch, added
+# since, ~45 s more) and tests ~260 s (the cpu-profile kernels' tests in tests/quant_matmul_test.ts
+# took minutes there); with 15 minutes of device time, two calls fit: BATTERY_STAGES without tests,
+# then BATTERY_STAGES="tests".
 #
 # Stages (names for BATTERY_STAGES), in the default order: info (adapter); make-model; bench-model
 # (prefill 128/512, decode batch 1/8/64, host and GPU time per step, per-kernel breakdown of decode
 # and of prefill 512, gpu profile); torch (the PyTorch peer on the same checkpoint on CUDA); quant
 # (bench:model --quantization none,int8,int4, two rounds, the int4 runner's breakdown at decode
-# batch 1 and prefill 512); serve (bench:serve at concurrency 1/16/64); untuned (--kernel-tuning
-# off: what the measured tuning changes); unfused (--fused-decode off); kernels, kernels-int4 (every
-# matmul kernel and tile shape, bench/matmul_tune.ts, f16 and int4); attention; host (the host's
-# time per decode step call by call, bench/host_calls.ts); prompt-logprobs; tests (the suite on the
+# batch 1 and prefill 512); serve (bench:serve at concurrency 1/16/64); retune (a second start-up
+# measuring its own tuning: how steady the choices are); untuned (--kernel-tuning off: what the
+# measured tuning changes); unfused (--fused-decode off); kernels, kernels-int4 (every matmul
+# kernel and tile shape, bench/matmul_tune.ts, f16 and int4); attention; dispatch (the GPU time a
+# dispatch adds, bench/dispatch_floor.ts); host (the host's time per decode step call by call,
+# bench/host_calls.ts); prompt-logprobs; tests (the suite on the
 # GPU: greedy parity with the float64 reference, its auto profile there the gpu one, less the files
 # importing the client SDKs the bundle leaves out).
 # The matmul tuning (engine/kernel_tuning.ts) is measured by the first bench:model into a fresh cache
@@ -106,6 +108,13 @@ stage() {
         --concurrency 1,16,64 --input-len 128 --output-len 128 --out-dir /tmp/gpu-serve \
         --no-progress -- $gpu
       ;;
+    # A second start-up measuring its own tuning (is the tuner steady? the choices and figures
+    # against bench-model's).
+    retune)
+      run_stage bench-model-retuned 60 model_retuned.txt deno run --cached-only -A \
+        bench/model_bench.ts --model $model --batches 1,8,64 --prefill 512 --steps 32 \
+        --no-breakdown --kernel-tuning measure $gpu
+      ;;
     # The same decode and prefill with the default kernel choices (A/B of the measured tuning).
     untuned)
       run_stage bench-model-untuned 60 model_untuned.txt deno run --cached-only -A \
@@ -132,6 +141,11 @@ stage() {
         DECODE_PARTITIONS=16,64,512 deno bench --cached-only --no-check -A --filter "/^zz$/" \
         bench/attention_bench.ts bench/attention_prefill_bench.ts
       ;;
+    # The GPU time a dispatch adds, apart from its work (with and without a barrier before it).
+    dispatch)
+      run_stage dispatch 20 kernels.txt deno run --cached-only -A bench/dispatch_floor.ts \
+        --dispatches 145 --workgroups 1,528
+      ;;
     # The host's cost of a decode step call by call (device work stubbed out).
     host)
       run_stage host 20 host.txt deno run --cached-only -A bench/host_calls.ts --model $model \
@@ -146,8 +160,8 @@ stage() {
     *) log "unknown stage $1" ;;
   esac
 }
-stages=${BATTERY_STAGES:-info make-model bench-model torch quant serve untuned unfused kernels \
-kernels-int4 attention host prompt-logprobs tests}
+stages=${BATTERY_STAGES:-info make-model bench-model torch quant serve retune untuned unfused \
+kernels kernels-int4 attention dispatch host prompt-logprobs tests}
 for name in $stages; do stage "$name"; done
 log "done"
 # The figures against issue 18's and issue 20's goals, read from the logs above (no GPU work).

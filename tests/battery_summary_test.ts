@@ -72,6 +72,45 @@ Deno.test("readBattery() reads the quantization medians, serving levels, coloure
   assert.deepEqual(b.stagesCut, ["bench-model (rc 124)", "tests (rc 1)"]);
 });
 
+Deno.test("summaryLines() compares a second start-up's own tuning with the first's, and the dispatch floor", () => {
+  const tuned = (tile: string, tokPerS: string) =>
+    `model_bench: adapter: NVIDIA H200 (vendor 4318)\n` +
+    `Kernel tuning: measured in 22.5 s (timestamp-query): tile ${tile}\n` +
+    `Kernel tuning: measured in 0.4 s (timestamp-query): decode attention split at 592 tokens\n` +
+    `prefill 512 tokens: 76 ms, 6732.0 tok/s (CPU 0.0 s)\n` +
+    `decode batch 1: ${tokPerS} tok/s, 2.7 ms/step (64 steps, CPU 2 ms/step)\n`;
+  const text = summaryLines(
+    readBattery({
+      "model.txt": tuned("32x8 bk32", "368.12"),
+      "model_retuned.txt": tuned("16x16 bk16 tm8", "404.93"),
+      "kernels.txt": "dispatch_floor: adapter: NVIDIA H200\n" +
+        "dependent, 1 workgroups of 256: 1 dispatch 0.0030 ms, 145 dispatches 0.5000 ms; " +
+        "3.45 us per further dispatch (timestamp-query)\n" +
+        "independent, 528 workgroups of 256: 1 dispatch 0.0040 ms, 145 dispatches 0.3000 ms; " +
+        "2.06 us per further dispatch (timestamp-query)\n",
+    }),
+  ).join("\n");
+  assertHas(text, "| decode batch 1: second start-up / first, each with its own tuning | 1.1x |");
+  assertHas(
+    text,
+    "| decode batch 64: second start-up / first, each with its own tuning | not measured |",
+  );
+  assertHas(text, "| prefill 512: second start-up / first, each with its own tuning | 1x |");
+  assertHas(text, "| GPU time a dispatch adds after a barrier, 1 workgroups, us | 3.45 |");
+  assertHas(
+    text,
+    "| GPU time a dispatch adds after a barrier, 528 workgroups, us | not measured |",
+  );
+  assertHas(
+    text,
+    "Kernel tuning, first start-up (bench-model):\n- measured in 22.5 s (timestamp-query): tile 32x8 bk32\n",
+  );
+  assertHas(
+    text,
+    "Kernel tuning, second start-up (retune):\n- measured in 22.5 s (timestamp-query): tile 16x16 bk16 tm8\n",
+  );
+});
+
 Deno.test("summaryLines() sets figures against the goals and says 'not measured' for missing ones", () => {
   const text = summaryLines(
     readBattery({
@@ -90,4 +129,5 @@ Deno.test("summaryLines() sets figures against the goals and says 'not measured'
   );
   assertHas(text, "| tests on the GPU | ok \\| 369 passed \\| 0 failed (120s) | 0 failed | met |");
   assertHas(text, "Stages cut short or failed: none.");
+  assertHas(text, "Kernel tuning, second start-up (retune):\n- not measured");
 });
