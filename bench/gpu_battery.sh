@@ -3,7 +3,7 @@
 # most ~9 minutes on an NVIDIA host with no network. Every stage has its own time limit,
 # cut to what is left of the whole, and writes its log as it goes, so a stage that fails or hangs
 # leaves the others' figures intact. Run in the project root after `source .gpu/setup.sh`
-# (`bash ../shared/gpu/bundle.sh` makes .gpu/ here):
+# (`bash bench/gpu_bundle.sh` makes .gpu/ here, small enough to carry):
 #
 #   BATTERY_SECONDS=420 bash bench/gpu_battery.sh   # logs under ${OUT:-/tmp/gpu-out}, then summary.md
 #                                                   # (bench/battery_summary.ts: the figures against the goals)
