@@ -19,9 +19,10 @@
  * Each time is the median of several passes timed on the GPU (`timestamp-query`; else the host
  * clock over several passes), gpu/timer.ts. Nothing is timed right after its compile: the tiles
  * go through a discarded first pass, then passes backward and forward ({@linkcode tileRounds});
- * each shape's `gemv` kernels run once before their row counts are timed. The call sites' outputs are overwritten (run it
- * before serving). The result is plain data ({@linkcode MatmulTuning}) for
- * {@linkcode Matmul.setTuning} and a cache (engine/kernel_tuning.ts).
+ * each shape's `gemv` kernels run once before their row counts are timed. The call sites'
+ * outputs are overwritten (run it before serving). The result is plain data
+ * ({@linkcode MatmulTuning}) for {@linkcode Matmul.setTuning} and a cache
+ * (engine/kernel_tuning.ts).
  *
  * @module
  */
@@ -134,16 +135,16 @@ export async function tuneMatmul(
     const timeTiles = async (rows: (g: ShapeGroup) => number) => {
       const sums = tiles.map(() => groups.map(() => 0));
       const rounds = tileRounds(tiles.length);
-      const kept = rounds.filter((r) => r.kept).length;
-      for (const { order, kept } of rounds) {
-        for (const i of order) {
+      const keptRounds = rounds.filter((r) => r.kept).length;
+      for (const round of rounds) {
+        for (const i of round.order) {
           for (const [j, g] of groups.entries()) {
             const ms = await time(() => trial(g, tiles[i]!), rows(g), "tiled");
-            if (kept) sums[i]![j]! += ms;
+            if (round.kept) sums[i]![j]! += ms;
           }
         }
       }
-      return new Map(tiles.map((tile, i) => [tile, sums[i]!.map((ms) => ms / kept)]));
+      return new Map(tiles.map((tile, i) => [tile, sums[i]!.map((ms) => ms / keptRounds)]));
     };
     const counts = groups.map((g) => g.count);
     const tileTimes = await timeTiles(prefill);
