@@ -49,6 +49,8 @@ export interface BatteryFigures {
   readonly untuned: ModelRun;
   /** A second start-up that measured its own tuning (the `retune` stage). */
   readonly retuned: ModelRun;
+  /** Readbacks 6 at a time, 11 steps in flight (the `readback` stage). */
+  readonly readback: ModelRun;
   /** The "Kernel tuning: ..." lines of the first and the second start-up, in order. */
   readonly tunings: { readonly first: readonly string[]; readonly second: readonly string[] };
   /** bench/dispatch_floor.ts: us a further dispatch adds, by "dependent, 528 workgroups". */
@@ -170,6 +172,7 @@ export function readBattery(files: Readonly<Record<string, string>>): BatteryFig
     model: readModelRun(f("model.txt")),
     untuned: readModelRun(f("model_untuned.txt")),
     retuned: readModelRun(f("model_retuned.txt")),
+    readback: readModelRun(f("model_readback.txt")),
     tunings: { first: tuningLines(f("model.txt")), second: tuningLines(f("model_retuned.txt")) },
     dispatchUs: new Map(
       [...f("kernels.txt").matchAll(DISPATCH_LINE)].map((
@@ -298,6 +301,14 @@ export function summaryLines(b: BatteryFigures): string[] {
     "prefill 512: second start-up / first, each with its own tuning",
     show(ratio(p(b.retuned, 512)?.tokPerS, p(b.model, 512)?.tokPerS), 2, "x"),
   );
+  for (const batch of [1, 64]) {
+    const six = d(b.readback, batch);
+    row(
+      `decode batch ${batch}: readbacks 6 at a time (11 in flight) / 3 (7); GPU idle ms ` +
+        `${show(six?.gpuIdleMs, 3)} against ${show(d(b.model, batch)?.gpuIdleMs, 3)}`,
+      show(ratio(six?.tokPerS, d(b.model, batch)?.tokPerS), 2, "x"),
+    );
+  }
   for (const size of [1, 528]) {
     row(
       `GPU time a dispatch adds after a barrier, ${size} workgroups, us`,

@@ -34,6 +34,7 @@ import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { ModelRunner } from "../engine/model_runner.ts";
 import { benchContext, describeMachine } from "./support.ts";
 import { READBACK_BATCH } from "../engine/step_pipeline.ts";
+import { DEFAULT_RING_SLOTS } from "../engine/step_buffers.ts";
 import { parseModelBenchArgs } from "./model_bench/options.ts";
 import { forceMatmulVariant, modelDirectory } from "./model_bench/setup.ts";
 import { type BenchEnv, loadWorkload, measure } from "./model_bench/measure.ts";
@@ -70,6 +71,7 @@ const report: ModelBenchReport = {
   kernelProfile: `${ctx.profile} (${ctx.profileReason})`,
   overlap: options.overlap ?? !ctx.isCpuProfile,
   readbackBatch: options.readbackBatch ?? READBACK_BATCH,
+  maxInFlight: options.maxInFlight ?? DEFAULT_RING_SLOTS - 1,
 };
 for (const line of headerLines(report)) log(line);
 const env: BenchEnv = { ctx, options, modelDir: model.dir, report, log };

@@ -111,6 +111,7 @@ async function webGpuParts(
     blockSize: config.blockSize,
     numKvBlocks: kvBlocks,
     ...(config.showProgress !== undefined ? { showProgress: config.showProgress } : {}),
+    ...(config.maxInFlight !== undefined ? { maxInFlight: config.maxInFlight } : {}),
     quantization: config.quantization,
   });
   log(
@@ -122,6 +123,13 @@ async function webGpuParts(
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +
       `in sub-batches of the ${config.maxNumSeqs} logits rows`,
+  );
+  const readbackBatch = Math.min(READBACK_BATCH, runner.maxInFlight);
+  log(
+    `Steps in flight: up to ${runner.maxInFlight}` +
+      (ctx.isCpuProfile
+        ? ""
+        : `, the host encoding the next while the GPU runs them (readbacks ${readbackBatch} at a time)`),
   );
   try {
     await tuneRunner(runner, config.kernelTuning, log);
@@ -154,7 +162,7 @@ async function webGpuParts(
       // Where the device has its own cores (the gpu profile), the host encodes a step while it
       // runs the queued ones; lavapipe's device is the host's own cores (no gain measured).
       overlapSteps: !ctx.isCpuProfile,
-      readbackBatch: Math.min(READBACK_BATCH, runner.maxInFlight),
+      readbackBatch,
     }),
     ctx,
     kvBlocks,

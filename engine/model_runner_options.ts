@@ -52,6 +52,13 @@ export interface ModelRunnerOptions {
    * true; false keeps the separate dispatch (to compare the two: bench:model --fused-decode).
    */
   readonly fusedDecode?: boolean;
+  /**
+   * Steps that may be in flight at once (default 7, engine/step_buffers.ts `DEFAULT_RING_SLOTS`
+   * less one): the sampled-token ring holds one slot more. More lets deferred readbacks start in
+   * larger batches (`StepOptions.readbackBatch`; the GPU waits for the host once per batch) with
+   * as many steps still queued behind them.
+   */
+  readonly maxInFlight?: number;
 }
 
 /** @throws {RangeError} when a numeric option is not a positive integer. */

@@ -43,6 +43,9 @@ export interface ActivationWidths {
 const ALIGN = 256;
 const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN;
 
+/** Sampled-token ring slots unless a runner asks for more steps in flight (7 in flight). */
+export const DEFAULT_RING_SLOTS = 8;
+
 /** The step's metadata, activations and outputs. Shapes are the maxima; dtypes in the names. */
 export class StepBuffers {
   readonly capacity: StepCapacity;
@@ -122,7 +125,7 @@ export class StepBuffers {
     ctx: GpuContext,
     capacity: StepCapacity,
     widths: ActivationWidths,
-    ringSlots = 8,
+    ringSlots = DEFAULT_RING_SLOTS,
   ) {
     this.capacity = capacity;
     const { maxTokens: T, maxSeqs: S, maxBlocksPerSeq: B } = capacity;

@@ -83,6 +83,10 @@ Deno.test("summaryLines() compares a second start-up's own tuning with the first
     readBattery({
       "model.txt": tuned("32x8 bk32", "368.12"),
       "model_retuned.txt": tuned("16x16 bk16 tm8", "404.93"),
+      "model_readback.txt":
+        "decode batch 1: 392.50 tok/s, 2.5 ms/step (64 steps, CPU 2 ms/step)\n" +
+        "  host per step: 173 dispatches (6.2 per layer, fixed ones included), 1.10 ms to prepare\n" +
+        "  GPU per step (timestamps): 2.31 ms computing, 0.098 ms idle between steps\n",
       "kernels.txt": "dispatch_floor: adapter: NVIDIA H200\n" +
         "dependent, 1 workgroups of 256: 1 dispatch 0.0030 ms, 145 dispatches 0.5000 ms; " +
         "3.45 us per further dispatch (timestamp-query)\n" +
@@ -96,6 +100,11 @@ Deno.test("summaryLines() compares a second start-up's own tuning with the first
     "| decode batch 64: second start-up / first, each with its own tuning | not measured |",
   );
   assertHas(text, "| prefill 512: second start-up / first, each with its own tuning | 1x |");
+  assertHas(
+    text,
+    "| decode batch 1: readbacks 6 at a time (11 in flight) / 3 (7); GPU idle ms 0.098 against " +
+      "not measured | 1.07x |",
+  );
   assertHas(text, "| GPU time a dispatch adds after a barrier, 1 workgroups, us | 3.45 |");
   assertHas(
     text,

@@ -108,7 +108,7 @@ Deno.test(
 );
 
 Deno.test(
-  "LLMEngine.create() logs the kernel profile and runs the model under either one",
+  "LLMEngine.create() logs the kernel profile and steps in flight, and runs the model under either one",
   GPU_TEST,
   async () => {
     const dir = await Deno.makeTempDir();
@@ -117,13 +117,25 @@ Deno.test(
       const outputs: number[][] = [];
       for (const kernelProfile of ["cpu", "gpu"] as const) {
         const lines: string[] = [];
+        // Under the gpu profile, more steps in flight than the runner's default 7 (its ring grows).
+        const inFlight = kernelProfile === "gpu" ? 12 : 7;
         const engine = await LLMEngine.create(
-          { model: dir, kernelProfile, showProgress: false, forceF32: true },
+          {
+            model: dir,
+            kernelProfile,
+            showProgress: false,
+            forceF32: true,
+            ...(kernelProfile === "gpu" ? { maxInFlight: inFlight } : {}),
+          },
           (l) => lines.push(l),
         );
         try {
           assert.ok(
             lines.some((l) => l.includes(`kernel profile ${kernelProfile} (forced)`)),
+            lines.join("\n"),
+          );
+          assert.ok(
+            lines.some((l) => l.startsWith(`Steps in flight: up to ${inFlight}`)),
             lines.join("\n"),
           );
           const ids: number[] = [];

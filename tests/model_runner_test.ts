@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import type { LogitsProcessing } from "../engine/forward_batch.ts";
-import { ModelRunner, type StepHandle, type StepOptions } from "../engine/model_runner.ts";
+import {
+  ModelRunner,
+  type ModelRunnerOptions,
+  type StepHandle,
+  type StepOptions,
+} from "../engine/model_runner.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, HAS_F16, testContext } from "./support/gpu.ts";
@@ -115,6 +120,7 @@ async function withRunner(
     seed: number,
     rng: ReturnType<typeof testSeed>["rng"],
   ) => Promise<void>,
+  options: ModelRunnerOptions = SOLO_RUNNER_OPTIONS,
 ): Promise<void> {
   const dir = await Deno.makeTempDir();
   try {
@@ -122,7 +128,7 @@ async function withRunner(
     await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: seed % 1000 });
     const ref = await ReferenceModel.load(dir);
     const ctx = await testContext({ forceF32: true });
-    const runner = await ModelRunner.load(ctx, dir, SOLO_RUNNER_OPTIONS);
+    const runner = await ModelRunner.load(ctx, dir, options);
     try {
       await body(runner, ref, seed, rng);
     } finally {
@@ -384,6 +390,42 @@ function blockZeroStep(
     }],
   }, options);
 }
+
+Deno.test(
+  "ModelRunner with maxInFlight 11 keeps 11 steps in flight, its ring wrapping, equal to the float64 reference",
+  GPU_TEST,
+  () =>
+    withRunner("runner max in flight", async (runner, ref, seed, rng) => {
+      assert.equal(runner.maxInFlight, 11);
+      const prompt = Array.from({ length: 7 }, () => rng.int(0, 500));
+      // 40 tokens through a ring of 12 slots: each slot is reused three times while 11 steps
+      // that feed on earlier slots are in flight; readbacks start 6 at a time.
+      for (const penalties of [{}, { repetitionPenalty: 1.7, frequencyPenalty: 0.4 }]) {
+        const got = await soloRun(runner, prompt, 40, {
+          depth: 11,
+          overlap: true,
+          readbackBatch: 6,
+          penalties,
+        });
+        assert.deepEqual(
+          got.tokens,
+          referenceRun(ref, prompt, 40, penalties).map((s) => s.token),
+          `seed ${seed}, penalties ${JSON.stringify(penalties)}`,
+        );
+      }
+      assert.throws(
+        () =>
+          runner.execute({
+            inputIds: Uint32Array.of(1),
+            positions: Uint32Array.of(0),
+            slotMapping: Uint32Array.of(0),
+            seqs: [{ queryLen: 1, contextLen: 1, blockTable: [0], sample: { temperature: 0 } }],
+          }, { overlap: true, readbackBatch: 12 }),
+        /^RangeError: Cannot batch 12 readbacks: between 1 and 11 steps may be in flight/,
+      );
+      runner.flush();
+    }, { ...SOLO_RUNNER_OPTIONS, maxInFlight: 11 }),
+);
 
 Deno.test(
   "ModelRunner.execute() with readbackBatch 3 starts three deferred readbacks together at the next execute",

@@ -42,6 +42,7 @@ export async function loadWorkload(env: BenchEnv, choice: QuantizationChoice) {
     showProgress: false,
     quantization: choice,
     fusedDecode: env.options.fusedDecode,
+    ...(env.options.maxInFlight === undefined ? {} : { maxInFlight: env.options.maxInFlight }),
   });
   const seconds = (performance.now() - t0) / 1000;
   env.log(loadLine(seconds, runner.weights.quantization, runner.weights, env.ctx.weightDtype));

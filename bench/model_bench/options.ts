@@ -34,6 +34,8 @@ const USAGE = `usage: deno task bench:model [options]
                                share the host's cores)
   --readback-batch N           overlapped steps: deferred readbacks started together (default 3,
                                as the engine; 1 starts each at the next submit)
+  --max-in-flight N            steps the runner keeps in flight (default 7, as the engine; a
+                               readback batch takes at most this many)
   --fused-decode on|off        gpu profile: all-decode steps with RoPE, q/k norms and the K/V
                                write inside the decode attention (default on, as the engine),
                                or rope_and_cache's own dispatch per layer (off)
@@ -75,6 +77,8 @@ export interface ModelBenchOptions {
   readonly overlap: boolean | "serial" | undefined;
   /** `--readback-batch`: undefined for the engine's. */
   readonly readbackBatch: number | undefined;
+  /** `--max-in-flight`: undefined for the runner's default. */
+  readonly maxInFlight: number | undefined;
   readonly json: boolean;
 }
 
@@ -119,6 +123,7 @@ function parseFlags(argv: string[]) {
         "fused-decode": { type: "string", default: "on" },
         overlap: { type: "string", default: "auto" },
         "readback-batch": { type: "string" },
+        "max-in-flight": { type: "string" },
         json: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
       },
@@ -147,6 +152,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     breakdown: number[];
     breakdownPrefills: number[];
     readbackBatch: number | undefined;
+    maxInFlight: number | undefined;
     rounds: number;
   };
   try {
@@ -162,6 +168,9 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
       readbackBatch: values["readback-batch"] === undefined
         ? undefined
         : positiveInts("readback-batch", values["readback-batch"])[0],
+      maxInFlight: values["max-in-flight"] === undefined
+        ? undefined
+        : positiveInts("max-in-flight", values["max-in-flight"])[0],
       rounds: positiveInts("rounds", values.rounds)[0]!,
     };
     if (!values["no-breakdown"]) {
@@ -216,6 +225,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
       ? "serial"
       : values.overlap === "on",
     readbackBatch: sizes.readbackBatch,
+    maxInFlight: sizes.maxInFlight,
     fusedDecode: values["fused-decode"] === "on",
     json: values.json,
   };

@@ -25,6 +25,8 @@ export interface ModelBenchReport {
   overlap: boolean | "serial";
   /** Overlapped decode steps: deferred readbacks started together. */
   readbackBatch: number;
+  /** Steps the runner keeps in flight. */
+  maxInFlight: number;
   copyBandwidthGBs?: number;
   runs?: RunResult[];
   /** The matmul tuning's log line (the last runner's). */
@@ -58,7 +60,8 @@ export function headerLines(r: ModelBenchReport): string[] {
     (r.overlap === "serial"
       ? "run one at a time (each awaited before the next is encoded: the host's cost with the device idle)"
       : r.overlap
-      ? `overlapped (readbacks start ${r.readbackBatch} at a time, at a later submit)`
+      ? `overlapped (readbacks start ${r.readbackBatch} at a time, at a later submit; up to ` +
+        `${r.maxInFlight} steps in flight)`
       : "not overlapped"),
     `model: ${r.model} (weights ${r.weightDtype})`,
   ];

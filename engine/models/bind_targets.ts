@@ -10,7 +10,7 @@ import type { GpuContext } from "../../gpu/context.ts";
 import { ParamArena } from "../../gpu/params.ts";
 import { KvCache } from "../kv_cache.ts";
 import type { ModelConfig } from "../model/config.ts";
-import { StepBuffers } from "../step_buffers.ts";
+import { DEFAULT_RING_SLOTS, StepBuffers } from "../step_buffers.ts";
 import { AttentionKernels } from "./attention_block.ts";
 import { KernelSet } from "./kernel_set.ts";
 
@@ -40,6 +40,8 @@ export interface BindTargetSizes {
   readonly numKvBlocks: number;
   /** Compile the fused decode attention for a RoPE model (gpu profile); default true. */
   readonly fusedDecode?: boolean;
+  /** Steps in flight at once (default `DEFAULT_RING_SLOTS` - 1): the ring has one slot more. */
+  readonly maxInFlight?: number;
 }
 
 /**
@@ -75,15 +77,17 @@ export function allocateBindTargets(
     attn: c.numHeads * D,
     mlp: c.arch === "GPT2LMHeadModel" ? c.intermediateSize : 2 * c.intermediateSize,
     vocab: c.vocabSize,
-  });
-  // 64 for the step's own kernels (feed, LM head, a sample and a top_logprobs per ring slot,
-  // logits_process and its re-bindings when its lists grow) and the model's final layers; each
-  // further sub-batch of sampler rows binds one more LM head (a slot per weight part) and a
-  // sample and a top_logprobs per ring slot (engine/sampler.ts).
+  }, sizes.maxInFlight === undefined ? DEFAULT_RING_SLOTS : sizes.maxInFlight + 1);
+  // 64 for the step's own kernels (feed, LM head, a sample and a top_logprobs per ring slot of
+  // the default 8, logits_process and its re-bindings when its lists grow) and the model's final
+  // layers, two more per further ring slot; each further sub-batch of sampler rows binds one more
+  // LM head (a slot per weight part) and a sample and a top_logprobs per ring slot
+  // (engine/sampler.ts).
   const subBatches = Math.ceil((sizes.maxRows ?? sizes.maxSeqs) / sizes.maxSeqs);
   const arena = new ParamArena(
     ctx,
-    128 + 40 * c.numLayers + (subBatches - 1) * (32 + 2 * bufs.ringSlots),
+    128 + 40 * c.numLayers + 2 * Math.max(0, bufs.ringSlots - DEFAULT_RING_SLOTS) +
+      (subBatches - 1) * (32 + 2 * bufs.ringSlots),
   );
   const kernels = new KernelSet(ctx, dtype);
   const attention = new AttentionKernels(
