@@ -10,7 +10,7 @@
 #   BATTERY_STAGES="make-model kernels host" ...    # some stages only, in that order
 #
 # A device call brings back at most 8 files: pack the folder (tar) in the same command. On an H200
-# (2026-11-27) every stage but tests took ~320 s together (quant ~100 s; retune, readback and
+# (2026-11-27) every stage but tests took ~320 s together (quant ~100 s; readback, retune and
 # dispatch, added since, ~60 s more) and tests ~260 s (the cpu-profile kernels' tests in tests/quant_matmul_test.ts
 # took minutes there); with 15 minutes of device time, two calls fit: BATTERY_STAGES without tests,
 # then BATTERY_STAGES="tests".
@@ -19,15 +19,15 @@
 # (prefill 128/512, decode batch 1/8/64, host and GPU time per step, per-kernel breakdown of decode
 # and of prefill 512, gpu profile); torch (the PyTorch peer on the same checkpoint on CUDA); quant
 # (bench:model --quantization none,int8,int4, two rounds, the int4 runner's breakdown at decode
-# batch 1 and prefill 512); serve (bench:serve at concurrency 1/16/64); retune (a second start-up
-# measuring its own tuning: how steady the choices are); readback (readbacks 6 at a time, 11
-# steps in flight: the GPU's idle time between steps); untuned (--kernel-tuning off: what the
-# measured tuning changes); unfused (--fused-decode off); kernels, kernels-int4 (every matmul
-# kernel and tile shape, bench/matmul_tune.ts, f16 and int4); attention; dispatch (the GPU time a
-# dispatch adds, bench/dispatch_floor.ts); host (the host's time per decode step call by call,
-# bench/host_calls.ts); prompt-logprobs; tests (the suite on the
-# GPU: greedy parity with the float64 reference, its auto profile there the gpu one, less the files
-# importing the client SDKs the bundle leaves out).
+# batch 1 and prefill 512); serve (bench:serve at concurrency 1/16/64); readback (readbacks 6 at a
+# time, 11 steps in flight: the GPU's idle time between steps); retune (a second start-up measuring
+# its own tuning: how steady the choices are); untuned (--kernel-tuning off: what the measured
+# tuning changes); unfused (--fused-decode off); kernels, kernels-int4 (every matmul kernel and
+# tile shape, bench/matmul_tune.ts, f16 and int4); attention; dispatch (the GPU time a dispatch
+# adds, bench/dispatch_floor.ts); host (the host's time per decode step call by call,
+# bench/host_calls.ts); prompt-logprobs; tests (the suite on the GPU: greedy parity with the
+# float64 reference, its auto profile there the gpu one, less the files importing the client SDKs
+# the bundle leaves out).
 # The matmul tuning (engine/kernel_tuning.ts) is measured by the first bench:model into a fresh cache
 # under the output directory (matmul_tuning.json: the choices, for the docs) and re-used by the
 # later stages with the same call sites; the test stage runs with WEBGPU_LLM_KERNEL_TUNING=off
@@ -109,19 +109,19 @@ stage() {
         --concurrency 1,16,64 --input-len 128 --output-len 128 --out-dir /tmp/gpu-serve \
         --no-progress -- $gpu
       ;;
-    # A second start-up measuring its own tuning (is the tuner steady? the choices and figures
-    # against bench-model's).
-    retune)
-      run_stage bench-model-retuned 60 model_retuned.txt deno run --cached-only -A \
-        bench/model_bench.ts --model $model --batches 1,8,64 --prefill 512 --steps 32 \
-        --no-breakdown --kernel-tuning measure $gpu
-      ;;
     # Readbacks started 6 at a time with 11 steps in flight instead of 3 and 7: the GPU waits for
     # the host once per batch (GPU idle between steps, against bench-model's).
     readback)
       run_stage bench-model-readback 40 model_readback.txt deno run --cached-only -A \
         bench/model_bench.ts --model $model --batches 1,8,64 --prefill 512 --steps 64 \
         --no-breakdown --max-in-flight 11 --readback-batch 6 $gpu
+      ;;
+    # A second start-up measuring its own tuning (is the tuner steady? the choices and figures
+    # against bench-model's).
+    retune)
+      run_stage bench-model-retuned 60 model_retuned.txt deno run --cached-only -A \
+        bench/model_bench.ts --model $model --batches 1,8,64 --prefill 512 --steps 32 \
+        --no-breakdown --kernel-tuning measure $gpu
       ;;
     # The same decode and prefill with the default kernel choices (A/B of the measured tuning).
     untuned)
@@ -168,7 +168,9 @@ stage() {
     *) log "unknown stage $1" ;;
   esac
 }
-stages=${BATTERY_STAGES:-info make-model bench-model torch quant serve retune readback untuned \
+# readback before retune: it reads bench-model's cached tuning (same call sites and context), which
+# retune then replaces.
+stages=${BATTERY_STAGES:-info make-model bench-model torch quant serve readback retune untuned \
 unfused kernels kernels-int4 attention dispatch host prompt-logprobs tests}
 for name in $stages; do stage "$name"; done
 log "done"
