@@ -339,6 +339,8 @@ export function summaryLines(b: BatteryFigures): string[] {
     "tests on the GPU",
     b.tests.summary !== ""
       ? b.tests.summary
+      : b.tests.passed + b.tests.failed === 0
+      ? "not measured"
       : `${b.tests.passed} passed, ${b.tests.failed} failed (stage cut before its summary)`,
     "0 failed",
     b.tests.summary === "" ? "-" : b.tests.failed === 0 ? "met" : "short",

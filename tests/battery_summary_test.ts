@@ -106,6 +106,7 @@ Deno.test("summaryLines() compares a second start-up's own tuning with the first
       "not measured | 1.07x |",
   );
   assertHas(text, "| GPU time a dispatch adds after a barrier, 1 workgroups, us | 3.45 |");
+  assertHas(text, "| tests on the GPU | not measured | 0 failed | - |");
   assertHas(
     text,
     "| GPU time a dispatch adds after a barrier, 528 workgroups, us | not measured |",
