@@ -132,8 +132,8 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
                                  int8, else none
   --mock-base-ms MS, --mock-per-token-ms MS   mock executor latency model
   --mock-fail-at-step N          mock executor: fail step N as a lost device would (testing)
-  --max-in-flight N              engine steps in flight (default 7; the WebGPU runner's ring of
-                                 sampled tokens is sized for them)
+  --max-in-flight N              engine steps in flight, 1 to 64 (default 7; the WebGPU runner's
+                                 ring of sampled tokens is sized for them)
   --grammar-compile-timeout-s S  time limit of one grammar compile (structured outputs, tools);
                                  past it the request is a 400 (default 10)
   --engine-seed N                seed for requests without one`;

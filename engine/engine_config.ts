@@ -81,8 +81,11 @@ export const engineOptionsSchema = z.object({
   mockBlockingSubmit: z.boolean().default(false),
   /** Time limit of one grammar compile (structured outputs, tools), seconds; past it a 400. */
   grammarCompileTimeoutS: z.number().positive().default(DEFAULT_GRAMMAR_COMPILE_TIMEOUT_S),
-  /** Steps in flight at once (default 7 with WebGPU, its runner sized for them; 4 mocked). */
-  maxInFlight: positiveInt.optional(),
+  /**
+   * Steps in flight at once (default 7 with WebGPU, its runner's sampled-token ring sized for
+   * them; 4 mocked). At most 64: each holds a ring slot of sampled tokens and logprobs.
+   */
+  maxInFlight: positiveInt.max(64).optional(),
   /** Seed of the engine's generator (seeds of requests that give none). */
   seed: z.number().int().nonnegative().default(0),
   /** Draw a weight-loading progress bar (default: when stderr is a terminal). */

@@ -26,6 +26,11 @@ Deno.test("resolveEngineConfig() names the first invalid option in one line", ()
     /Invalid engine option model: the webgpu executor needs a model directory/,
   );
   assert.throws(
+    () => resolveEngineConfig({ executor: "mock", maxInFlight: 65 }),
+    /^RangeError: Invalid engine option maxInFlight: .*64/,
+  );
+  assert.equal(resolveEngineConfig({ executor: "mock", maxInFlight: 64 }).maxInFlight, 64);
+  assert.throws(
     () => resolveEngineConfig({ executor: "mock", kvCacheMemory: 64, numKvBlocks: 8 }),
     /give kvCacheMemory or numKvBlocks, not both/,
   );
