@@ -415,12 +415,10 @@ Deno.test(
       }
       assert.throws(
         () =>
-          runner.execute({
-            inputIds: Uint32Array.of(1),
-            positions: Uint32Array.of(0),
-            slotMapping: Uint32Array.of(0),
-            seqs: [{ queryLen: 1, contextLen: 1, blockTable: [0], sample: { temperature: 0 } }],
-          }, { overlap: true, readbackBatch: 12 }),
+          blockZeroStep(runner, Uint32Array.of(1), Uint32Array.of(0), {
+            overlap: true,
+            readbackBatch: 12,
+          }),
         /^RangeError: Cannot batch 12 readbacks: between 1 and 11 steps may be in flight/,
       );
       runner.flush();
@@ -478,12 +476,10 @@ Deno.test(
       for (const bad of [0, 1.5, runner.maxInFlight + 1]) {
         assert.throws(
           () =>
-            runner.execute({
-              inputIds: Uint32Array.of(1),
-              positions: Uint32Array.of(0),
-              slotMapping: Uint32Array.of(0),
-              seqs: [{ queryLen: 1, contextLen: 1, blockTable: [0], sample: { temperature: 0 } }],
-            }, { overlap: true, readbackBatch: bad }),
+            blockZeroStep(runner, Uint32Array.of(1), Uint32Array.of(0), {
+              overlap: true,
+              readbackBatch: bad,
+            }),
           new RegExp(
             `^RangeError: Cannot batch ${bad} readbacks: between 1 and ${runner.maxInFlight}`,
           ),
