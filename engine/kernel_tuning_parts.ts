@@ -8,7 +8,7 @@
 
 import type { GpuContext } from "../gpu/context.ts";
 import { MATMUL_SOURCES_DIGEST } from "../kernels/matmul_kernels.ts";
-import { tuneMatmul } from "../kernels/matmul_tuner.ts";
+import { MATMUL_TUNER_REVISION, tuneMatmul } from "../kernels/matmul_tuner.ts";
 import {
   describeTuning,
   type MatmulTuning,
@@ -65,8 +65,8 @@ export interface KernelTuningOptions {
 }
 
 /**
- * The cache key of tuning `matmuls` on `ctx`: the adapter, Deno, the kernels' digest, the
- * measured row counts and every call-site shape with its count.
+ * The cache key of tuning `matmuls` on `ctx`: the adapter, Deno, the kernels' digest and the
+ * tuner's revision, the measured row counts and every call-site shape with its count.
  */
 export function kernelTuningKey(
   ctx: GpuContext,
@@ -85,7 +85,7 @@ export function kernelTuningKey(
   return [
     adapterKey(ctx),
     `deno ${Deno.version.deno}`,
-    `kernels ${MATMUL_SOURCES_DIGEST}`,
+    `kernels ${MATMUL_SOURCES_DIGEST} tuner ${MATMUL_TUNER_REVISION}`,
     `batch ${maxBatch} prefill ${prefillRows}`,
     sites.join(", "),
   ].join(" | ");

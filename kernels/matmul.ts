@@ -54,7 +54,14 @@ import {
   type TileConfig,
   tileRows,
 } from "./matmul_tile.ts";
-import { type MatmulShape, type MatmulTuning, shapeKey, type SmallTile } from "./matmul_tuning.ts";
+import {
+  effectiveXRows,
+  type MatmulShape,
+  type MatmulTuning,
+  MAX_X_ROWS,
+  shapeKey,
+  type SmallTile,
+} from "./matmul_tuning.ts";
 import { checkCallSite } from "./matmul_call_site_check.ts";
 import {
   bindingBytes,
@@ -156,6 +163,7 @@ export class Matmul {
   #gemvMaxRows: Readonly<Record<string, number>> = {};
   #gemvRows: Readonly<Record<string, number>> = {};
   #gemvSteps: Readonly<Record<string, number>> = {};
+  #gemvXRows: Readonly<Record<string, number>> = {};
   #generation = 0;
 
   constructor(ctx: GpuContext, options: MatmulOptions) {
@@ -215,6 +223,7 @@ export class Matmul {
     this.#gemvMaxRows = tuning.gemvMaxRows;
     this.#gemvRows = tuning.gemvRows ?? {};
     this.#gemvSteps = tuning.gemvSteps ?? {};
+    this.#gemvXRows = tuning.gemvXRows ?? {};
     this.#generation++;
     if (this.policy !== "gpu") return;
     for (const op of this.#ops) {
@@ -239,6 +248,14 @@ export class Matmul {
   gemvFor(shape: MatmulShape): GemvKind {
     const key = shapeKey(shape);
     return { rows: this.#gemvRows[key] ?? 1, step: this.#gemvSteps[key] ?? 4 };
+  }
+
+  /**
+   * The most rows of X one `gemv` workgroup takes for `shape` (the tuning's, or 8): M above it
+   * runs several workgroups in grid z, each reading the weights again (from the GPU's caches).
+   */
+  gemvXRowsFor(shape: MatmulShape): number {
+    return this.#gemvXRows[shapeKey(shape)] ?? MAX_X_ROWS;
   }
 
   /** The largest M run by `gemv` for `shape` under the `gpu` policy (the tuning's, or the default). */
@@ -353,7 +370,7 @@ export class Matmul {
     variant?: MatmulVariant,
     format: WeightFormat = this.dtype,
     xForm: XForm = "plain",
-    gemv: Partial<GemvKind> = {},
+    gemv: Partial<GemvKind> & { readonly xRows?: number } = {},
     xUniform = 0,
     wordLayout: WordLayout = 1,
   ): KernelConfig {
@@ -384,10 +401,20 @@ export class Matmul {
       return this.config(v, BLOCKED_PREFILL_MB, { format, xForm, wordLayout });
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
-    const mb = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
+    const block = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
     if (v !== "gemv") {
-      return this.config(v, mb, { format, xForm, wordLayout });
+      return this.config(v, block, { format, xForm, wordLayout });
     }
+    // gemv: at most the shape's X rows per workgroup (the tuning's, or 8).
+    const xRows = gemv.xRows ?? this.gemvXRowsFor(shape);
+    if (!ROW_BLOCKS.some((b) => b === xRows)) {
+      throw new RangeError(
+        `Cannot encode matmul gemv with ${xRows} X rows per workgroup: one of ${
+          ROW_BLOCKS.join(", ")
+        }`,
+      );
+    }
+    const mb = effectiveXRows(m, xRows);
     const tuned = this.gemvFor(shape);
     const kind = { rows: gemv.rows ?? tuned.rows, step: gemv.step ?? tuned.step };
     const misfit = gemvStepMisfit(kind.step, format, rowStride);

@@ -68,6 +68,11 @@ export interface MatmulEncodeOptions {
   readonly gemvRows?: number;
   /** Forces the weights per `gemv` invocation per step, 4 or 8 (tests, the kernel tuning). */
   readonly gemvStep?: number;
+  /**
+   * Forces the most rows of X one `gemv` workgroup takes (one of `ROW_BLOCKS`; more rows run
+   * in grid z) (tests, the kernel tuning).
+   */
+  readonly gemvXRows?: number;
 }
 
 /** One compiled kernel configuration and how to size its grid. */
@@ -124,6 +129,7 @@ export class MatmulOp {
     variant?: MatmulVariant;
     gemvRows?: number;
     gemvStep?: number;
+    gemvXRows?: number;
     generation: number;
     config: KernelConfig;
     groups: GPUBindGroup[];
@@ -208,12 +214,13 @@ export class MatmulOp {
 
   /** The kernel and bind groups for `m` rows (the policy's, or `variant`). */
   #choose(m: number, options: MatmulEncodeOptions) {
-    const { variant, gemvRows, gemvStep } = options;
+    const { variant, gemvRows, gemvStep, gemvXRows } = options;
     const last = this.#last;
     const generation = this.#matmul.generation;
     if (
       last !== null && last.m === m && last.variant === variant &&
-      last.gemvRows === gemvRows && last.gemvStep === gemvStep && last.generation === generation
+      last.gemvRows === gemvRows && last.gemvStep === gemvStep && last.gemvXRows === gemvXRows &&
+      last.generation === generation
     ) return last;
     const w = this.#buffers.weight;
     const xForm = this.#buffers.xForm ?? "plain";
@@ -225,12 +232,12 @@ export class MatmulOp {
       variant,
       w.format,
       xForm,
-      { rows: gemvRows, step: gemvStep },
+      { rows: gemvRows, step: gemvStep, xRows: gemvXRows },
       this.#xUniform,
       w.wordLayout,
     );
     const groups = this.bindGroups(config);
-    const chosen = { m, variant, gemvRows, gemvStep, generation, config, groups };
+    const chosen = { m, variant, gemvRows, gemvStep, gemvXRows, generation, config, groups };
     this.#last = chosen;
     return chosen;
   }

@@ -9,8 +9,8 @@
  *    tiles); when another tile wins there, it runs every M up to that batch
  *    ({@linkcode SmallTile});
  * 3. per shape, `gemv` (with 1 and 4 weight rows per invocation, each with steps of 4 and, where
- *    the row stride allows, 8 weights, and for int8 / int4 weights 32: {@linkcode gemvKinds})
- *    against `tiled` (the tile that
+ *    the row stride allows, 8 weights, and for int8 / int4 weights 32, each taking at most 8, 4,
+ *    2 or 1 rows of X per workgroup: {@linkcode gemvCandidates}) against `tiled` (the tile that
  *    runs that M) at row counts 1, 2, 4, ... up to the largest decode batch and the prefill row
  *    count; the shape's `gemv` is the one with the least total time ({@linkcode pickGemv}),
  *    and it runs up to the last M before the first where `tiled` was faster
@@ -36,14 +36,25 @@ import { sameTile, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
 import {
   crossover,
   type CrossoverPoint,
+  effectiveXRows,
+  type GemvCandidate,
+  gemvCandidateKey,
+  gemvCandidates,
   gemvKindKey,
-  gemvKinds,
   type MatmulTuning,
+  MAX_X_ROWS,
   pickTile,
   shapeKey,
   type SmallTile,
   tileRounds,
 } from "./matmul_tuning.ts";
+
+/**
+ * Changes whenever what {@linkcode tuneMatmul} measures or chooses does, so that tunings cached
+ * under an older one are measured again (engine/kernel_tuning_parts.ts puts it in the key).
+ * 2 (2026-11-27): tiles timed in rounds after a discarded pass; the X rows per `gemv` workgroup.
+ */
+export const MATMUL_TUNER_REVISION = 2;
 
 /** Options of {@linkcode tuneMatmul}. */
 export interface MatmulTunerOptions {
@@ -124,10 +135,21 @@ export async function tuneMatmul(
       return op;
     };
     // The trial matmul is made (and its kernels compiled) inside the clock's error scopes.
-    const time = (op: () => MatmulOp, m: number, variant: "gemv" | "tiled", gemv = DEFAULT_GEMV) =>
+    const time = (
+      op: () => MatmulOp,
+      m: number,
+      variant: "gemv" | "tiled",
+      gemv: GemvCandidate = { ...DEFAULT_GEMV, xRows: MAX_X_ROWS },
+    ) =>
       clock.medianMs(() => {
         const o = op();
-        return (pass) => o.encode(pass, m, { variant, gemvRows: gemv.rows, gemvStep: gemv.step });
+        return (pass) =>
+          o.encode(pass, m, {
+            variant,
+            gemvRows: gemv.rows,
+            gemvStep: gemv.step,
+            gemvXRows: gemv.xRows,
+          });
       });
     const prefill = (g: ShapeGroup) => Math.min(options.prefillRows ?? 512, g.op.maxRows);
     // Each tile's time per shape: the mean of its kept passes (tileRounds: a discarded first
@@ -162,16 +184,27 @@ export async function tuneMatmul(
     const gemvMaxRows: Record<string, number> = {};
     const gemvRows: Record<string, number> = {};
     const gemvSteps: Record<string, number> = {};
+    const gemvXRows: Record<string, number> = {};
     for (const g of groups) {
-      const kinds = gemvKinds(g.op.buffers.weight.rowStride, g.op.buffers.weight.format);
+      const kinds = gemvCandidates(g.op.buffers.weight.rowStride, g.op.buffers.weight.format);
       const rows: { m: number; ms: number[]; tiledMs: number }[] = [];
       const op = () => trial(g, tile);
-      // Each kind once, untimed in effect: it compiles there, so the times kept below follow a
+      // Each kernel once, untimed in effect: it compiles there, so the times kept below follow a
       // busy GPU rather than a compile (see tileRounds).
-      for (const kind of kinds) await time(op, 1, "gemv", kind);
+      for (const kind of kinds) await time(op, Math.min(kind.xRows, g.op.maxRows), "gemv", kind);
       for (const m of rowCounts(options.maxBatch, prefill(g))) {
+        // Candidates whose X rows cap does not bind at this M run the same kernel: timed once.
+        const seen = new Map<string, number>();
         const ms: number[] = [];
-        for (const kind of kinds) ms.push(await time(op, m, "gemv", kind));
+        for (const kind of kinds) {
+          const key = `${gemvKindKey(kind)} mb${effectiveXRows(m, kind.xRows)}`;
+          let t = seen.get(key);
+          if (t === undefined) {
+            t = await time(op, m, "gemv", kind);
+            seen.set(key, t);
+          }
+          ms.push(t);
+        }
         const r = { m, ms, tiledMs: await time(() => trial(g, tileAt(m)), m, "tiled") };
         rows.push(r);
         if (Math.min(...r.ms) > r.tiledMs) break;
@@ -181,12 +214,13 @@ export async function tuneMatmul(
         m: r.m,
         gemvMs: r.ms[best]!,
         tiledMs: r.tiledMs,
-        gemvByKind: Object.fromEntries(kinds.map((k, i) => [gemvKindKey(k), r.ms[i]!])),
+        gemvByKind: Object.fromEntries(kinds.map((k, i) => [gemvCandidateKey(k), r.ms[i]!])),
       }));
       crossovers[g.key] = points;
       gemvMaxRows[g.key] = crossover(points);
       gemvRows[g.key] = kinds[best]!.rows;
       gemvSteps[g.key] = kinds[best]!.step;
+      gemvXRows[g.key] = kinds[best]!.xRows;
     }
     ctx.check();
     const total = (ms: readonly number[]) => ms.reduce((s, t, i) => s + t * counts[i]!, 0);
@@ -197,6 +231,7 @@ export async function tuneMatmul(
         gemvMaxRows,
         gemvRows,
         gemvSteps,
+        gemvXRows,
       },
       tiles: tiles.map((t) => ({
         tile: t,

@@ -14,6 +14,7 @@ import {
   GEMV_STEPS,
   type GemvKind,
   gemvStepMisfit,
+  ROW_BLOCKS,
   type WeightFormat,
   type XForm,
 } from "./matmul_kernels.ts";
@@ -50,6 +51,12 @@ export interface MatmulTuning {
    * not listed use 4.
    */
   readonly gemvSteps?: Readonly<Record<string, number>>;
+  /**
+   * Per call-site shape: the most rows of X one `gemv` workgroup takes (one of `ROW_BLOCKS`;
+   * more rows run in grid z, each workgroup reading the weights again); shapes not listed take
+   * up to 8.
+   */
+  readonly gemvXRows?: Readonly<Record<string, number>>;
 }
 
 /** What identifies a call site's kernel choice: weight format and shape, X form, bias. */
@@ -86,6 +93,36 @@ export interface CrossoverPoint {
 export function gemvKinds(rowStride: number, format: WeightFormat = "f16"): GemvKind[] {
   return GEMV_STEPS.filter((step) => gemvStepMisfit(step, format, rowStride) === null)
     .flatMap((step) => GEMV_ROW_BLOCKS.map((rows) => ({ rows, step })));
+}
+
+/** The most rows of X one `gemv` workgroup takes without tuning (the largest `ROW_BLOCKS`). */
+export const MAX_X_ROWS: number = ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
+
+/** A `gemv` kernel and the most rows of X one of its workgroups takes (one of `ROW_BLOCKS`). */
+export interface GemvCandidate extends GemvKind {
+  readonly xRows: number;
+}
+
+/**
+ * The rows of X per `gemv` workgroup for `m` rows under a cap of `xRows`: the smallest compiled
+ * block that holds `m` (at most 8), no more than the cap; `m` above it runs in grid z.
+ */
+export function effectiveXRows(m: number, xRows: number = MAX_X_ROWS): number {
+  return Math.min(ROW_BLOCKS.find((b) => b >= m) ?? MAX_X_ROWS, xRows);
+}
+
+/**
+ * What the tuning times per shape: each of {@linkcode gemvKinds} under each X rows cap, 8 first
+ * (so that a tie, where no cap binds, keeps the untuned one).
+ */
+export function gemvCandidates(rowStride: number, format: WeightFormat = "f16"): GemvCandidate[] {
+  const caps = [...ROW_BLOCKS].reverse();
+  return gemvKinds(rowStride, format).flatMap((k) => caps.map((xRows) => ({ ...k, xRows })));
+}
+
+/** A `gemv` candidate's name in reports, e.g. "rb4 ks8 xr2". */
+export function gemvCandidateKey(k: GemvCandidate): string {
+  return `${gemvKindKey(k)} xr${k.xRows}`;
 }
 
 /** A `gemv` kernel's name in reports, e.g. "rb4 ks8". */
@@ -176,6 +213,7 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
       gemvMaxRows?: unknown;
       gemvRows?: unknown;
       gemvSteps?: unknown;
+      gemvXRows?: unknown;
     }
     | null;
   const tile = parseTile(o?.tile);
@@ -208,12 +246,14 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
   }
   const gemvRows = parseChoices("gemvRows", o?.gemvRows, GEMV_ROW_BLOCKS);
   const gemvSteps = parseChoices("gemvSteps", o?.gemvSteps, GEMV_STEPS);
+  const gemvXRows = parseChoices("gemvXRows", o?.gemvXRows, ROW_BLOCKS);
   return {
     tile,
     ...(smallTile === undefined ? {} : { smallTile }),
     gemvMaxRows,
     gemvRows,
     gemvSteps,
+    gemvXRows,
   };
 }
 
@@ -261,8 +301,12 @@ export function describeTuning(t: MatmulTuning): string {
   const rows = Object.entries(t.gemvMaxRows).map(([k, m]) => {
     const rb = t.gemvRows?.[k] ?? 1;
     const step = t.gemvSteps?.[k] ?? 4;
-    const kind = [rb > 1 ? `${rb} rows each` : "", step > 4 ? `steps of ${step}` : ""]
-      .filter((s) => s !== "").join(", ");
+    const xRows = t.gemvXRows?.[k] ?? 8;
+    const kind = [
+      rb > 1 ? `${rb} rows each` : "",
+      step > 4 ? `steps of ${step}` : "",
+      xRows < 8 ? `${xRows} X row${xRows > 1 ? "s" : ""} per workgroup` : "",
+    ].filter((s) => s !== "").join(", ");
     return `${m}${kind === "" ? "" : ` (${kind})`} for ${k}`;
   });
   const small = t.smallTile === undefined

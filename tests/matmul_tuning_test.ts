@@ -13,6 +13,9 @@ import { pickGemv, rowCounts, tuneMatmul } from "../kernels/matmul_tuner.ts";
 import {
   crossover,
   describeTuning,
+  effectiveXRows,
+  gemvCandidateKey,
+  gemvCandidates,
   gemvKindKey,
   gemvKinds,
   parseMatmulTuning,
@@ -117,6 +120,18 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
   assertThrows(
     () => parseMatmulTuning({ tile: TILE, gemvMaxRows: {}, gemvSteps: { a: 16 } }),
     /gemvSteps\["a"\] must be one of 4, 8, 32, got 16/,
+  );
+  const xRows = parseMatmulTuning({
+    tile: TILE,
+    gemvMaxRows: { a: 64 },
+    gemvRows: { a: 4 },
+    gemvXRows: { a: 2 },
+  });
+  assertEqual(xRows.gemvXRows, { a: 2 });
+  assert(describeTuning(xRows).includes("64 (4 rows each, 2 X rows per workgroup) for a"));
+  assertThrows(
+    () => parseMatmulTuning({ tile: TILE, gemvMaxRows: {}, gemvXRows: { a: 3 } }),
+    /gemvXRows\["a"\] must be one of 1, 2, 4, 8, got 3/,
   );
   assert(describeTuning(t).includes("32 for f16 8x8 plain"));
   // An 8 x 4 block tile and a small-M tile.
@@ -294,6 +309,27 @@ Deno.test(
       });
       await checkSite(b, 40, "b, rb4 ks8, M 40");
       await checkSite(a, 8, "a, ks4 (stride 132), M 8");
+      // At most 2 (or 1) rows of X per gemv workgroup: M = 40 and 17 run 20 / 9 (40 / 17)
+      // workgroups in grid z; both match float64.
+      for (const cap of [2, 1]) {
+        matmul.setTuning({
+          tile: TILE,
+          gemvMaxRows: { [ka]: 40 },
+          gemvRows: { [ka]: 4 },
+          gemvXRows: { [ka]: cap },
+        });
+        assertEqual(matmul.choose(40, 67, 129, 132).key.endsWith(`/mb${cap}/rb4`), true);
+        assertEqual(matmul.choose(1, 67, 129, 132).key.endsWith("/mb1/rb4"), true);
+        for (const rows of [40, 17]) {
+          await runPass(ctx, arena, (pass) => a.op.encode(pass, rows));
+          await checkSite(a, rows, `a, ${cap} X rows per workgroup, M ${rows}`);
+        }
+      }
+      assertEqual(matmul.choose(40, 33, 64, 64, "gemv").key.endsWith("/mb8"), true, "b keeps 8");
+      assertThrows(
+        () => matmul.choose(8, 67, 129, 132, "gemv", "f32", "plain", { xRows: 3 }),
+        /Cannot encode matmul gemv with 3 X rows per workgroup/,
+      );
       assertThrows(
         () => matmul.setTuning({ tile: { wx: 3, wy: 3, bk: 3 }, gemvMaxRows: {} }),
         RangeError,
@@ -326,14 +362,28 @@ Deno.test(
       for (const key of keys) {
         const points = r.crossovers[key]!;
         assertEqual(r.tuning.gemvMaxRows[key], crossover(points));
-        // Both row strides (64, 96) allow steps of 8: four gemv kernels per row count.
-        const names = gemvKinds(64).map(gemvKindKey);
-        const chosen = { rows: r.tuning.gemvRows![key]!, step: r.tuning.gemvSteps![key]! };
+        // Both row strides (64, 96) allow steps of 8: four gemv kernels per row count, each
+        // under the caps of 8, 4, 2 and 1 rows of X per workgroup.
+        const candidates = gemvCandidates(64);
+        const names = candidates.map(gemvCandidateKey);
+        assertEqual(names.length, 16);
+        const chosen = {
+          rows: r.tuning.gemvRows![key]!,
+          step: r.tuning.gemvSteps![key]!,
+          xRows: r.tuning.gemvXRows![key]!,
+        };
         for (const p of points) assertEqual(Object.keys(p.gemvByKind!), names);
         const ms = (p: (typeof points)[number]) => names.map((n) => p.gemvByKind![n]!);
         const best = pickGemv(points.map((p) => ({ ms: ms(p), tiledMs: p.tiledMs })));
-        assertEqual(gemvKinds(64)[best], chosen);
-        for (const p of points) assertEqual(p.gemvMs, p.gemvByKind![gemvKindKey(chosen)]);
+        assertEqual(candidates[best], chosen);
+        for (const p of points) assertEqual(p.gemvMs, p.gemvByKind![gemvCandidateKey(chosen)]);
+        // A cap at or above M's block runs the same kernel: one measurement for all of them.
+        for (const p of points) {
+          for (const k of candidates) {
+            const same = { ...k, xRows: effectiveXRows(p.m, k.xRows) };
+            assertEqual(p.gemvByKind![gemvCandidateKey(k)], p.gemvByKind![gemvCandidateKey(same)]);
+          }
+        }
         // Measured in order, stopping after the first row count where tiled won.
         const counts = points.map((p) => p.m);
         assertEqual(counts, rowCounts(4, 24).slice(0, counts.length));
