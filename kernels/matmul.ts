@@ -401,7 +401,7 @@ export class Matmul {
       return this.config(v, BLOCKED_PREFILL_MB, { format, xForm, wordLayout });
     }
     // Smallest compiled block >= m (up to 8; larger m runs several blocks in grid z).
-    const block = ROW_BLOCKS.find((b) => b >= m) ?? ROW_BLOCKS[ROW_BLOCKS.length - 1]!;
+    const block = effectiveXRows(m);
     if (v !== "gemv") {
       return this.config(v, block, { format, xForm, wordLayout });
     }
