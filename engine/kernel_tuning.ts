@@ -216,6 +216,12 @@ function messageOf(error: unknown): string {
 export const TUNING_PREFILL_ROWS = 512;
 /** Context length the decode attention's split is measured at (capped by max_model_len). */
 export const TUNING_CONTEXT_LEN = 1024;
+/**
+ * Shorter contexts the split is measured at too (those below the capped length): a partition
+ * size fastest at 1,024 tokens leaves a 150-token batch-1 step 3 partitions of 64 tokens where 10
+ * of 16 may be faster, or the other way round; each context is measured, not guessed.
+ */
+export const TUNING_SHORT_CONTEXTS: readonly number[] = [128, 256, 512];
 
 /**
  * {@linkcode applyKernelTuning} for everything `runner` can tune, at its sizes: its matmuls up to
@@ -234,6 +240,7 @@ export function tuneRunner(
     attention: {
       kernel: runner.decodeAttention,
       contextLen: Math.min(TUNING_CONTEXT_LEN, o.maxModelLen),
+      shorterContexts: TUNING_SHORT_CONTEXTS.filter((c) => c < o.maxModelLen),
     },
     prefill: {
       ...runner.prefillAttention,

@@ -54,8 +54,15 @@ export interface KernelTuningOptions {
   readonly maxBatch: number;
   /** Rows of the prefill the tile is chosen at (capped by max_num_batched_tokens). */
   readonly prefillRows: number;
-  /** The decode attention kernel whose split is measured too, and the context length to use. */
-  readonly attention?: { readonly kernel: PagedAttentionDecode; readonly contextLen: number };
+  /**
+   * The decode attention kernel whose split is measured too, the context length to use and the
+   * shorter ones measured beside it.
+   */
+  readonly attention?: {
+    readonly kernel: PagedAttentionDecode;
+    readonly contextLen: number;
+    readonly shorterContexts?: readonly number[];
+  };
   /** The prefill attention kernels to choose from (measured when there are several). */
   readonly prefill?: PrefillTarget;
   /** The cache file; default {@linkcode kernelTuningCachePath}. */
@@ -143,11 +150,13 @@ export function tuningParts(
     const decode: TuningPart<DecodeSplitTuning> = {
       name: "decode",
       key: `attention ${k.variant} ${k.dtype} q${k.numQHeads} kv${k.numKvHeads} d${k.headDim} ` +
-        `b${k.blockSize} ctx ${a.contextLen} digest ${ATTENTION_SOURCES_DIGEST}`,
+        `b${k.blockSize} ctx ${[...(a.shorterContexts ?? []), a.contextLen].join("/")} ` +
+        `digest ${ATTENTION_SOURCES_DIGEST}`,
       async measure() {
         const r = await tuneDecodeSplit(ctx, k, {
           maxBatch: options.maxBatch,
           contextLen: a.contextLen,
+          ...(a.shorterContexts !== undefined ? { shorterContexts: a.shorterContexts } : {}),
         });
         return measurement(r.tuning, r);
       },

@@ -1,6 +1,6 @@
 /**
  * Measured split-K choices of the decode attention (kernels/paged_attention_decode.ts), as plain
- * data: for each measured batch size, the partition size that was fastest at the measured
+ * data: for each measured batch size, the partition size that was fastest at each measured
  * context length (0: the direct path, one workgroup per (sequence, kv head)). A small batch gives
  * the direct path few workgroups (8 for one Qwen3-0.6B sequence), so short partitions can fill a
  * GPU that the direct path leaves idle; kernels/decode_split_tuner.ts measures it.
@@ -21,8 +21,8 @@ export const SPLIT_UNIT = 16;
  */
 export const SPLIT_CANDIDATES: readonly number[] = [0, 16, 32, 64, 128, 256, 512];
 
-/** Measured split choices of one decode attention kernel on one adapter. */
-export interface DecodeSplitTuning {
+/** The split choices measured at one context length. */
+export interface DecodeSplitChoice {
   /** Context length (tokens) the choices were measured at. */
   readonly contextLen: number;
   /**
@@ -33,11 +33,26 @@ export interface DecodeSplitTuning {
 }
 
 /**
- * The partition size `tuning` gives `numSeqs` sequences of at most `maxContextLen` tokens: the
- * entry of the smallest measured batch >= `numSeqs` (0 past the largest), and 0 when the context
- * fits one partition (splitting it would only add the merge). Past the measured context the
- * partitions grow so that their number stays the measured one (rounded up to
- * {@linkcode SPLIT_UNIT} tokens): 16-token partitions measured at 1,024 tokens are 64 of 128
+ * Measured split choices of one decode attention kernel on one adapter: at `contextLen` (the
+ * longest context measured, followed past it too) and, optionally, at shorter contexts, where a
+ * partition size measured at the longest one can be the wrong choice (at 150 tokens, 64-token
+ * partitions are 3 per sequence, 16-token ones 10).
+ */
+export interface DecodeSplitTuning extends DecodeSplitChoice {
+  /**
+   * Choices measured at shorter contexts, in ascending `contextLen` (each below the tuning's
+   * own): a step whose longest context is at most one of them follows the shortest such.
+   */
+  readonly shorter?: readonly DecodeSplitChoice[];
+}
+
+/**
+ * The partition size `tuning` gives `numSeqs` sequences of at most `maxContextLen` tokens, from
+ * the choices measured at the shortest context >= `maxContextLen` (the longest measured past
+ * them all): the entry of the smallest measured batch >= `numSeqs` (0 past the largest), and 0
+ * when the context fits one partition (splitting it would only add the merge). Past the longest
+ * measured context the partitions grow so that their number stays the measured one (rounded up
+ * to {@linkcode SPLIT_UNIT} tokens): 16-token partitions measured at 1,024 tokens are 64 of 128
  * tokens at 8,192, not 512 partials for the merge to walk.
  */
 export function splitPartitionFor(
@@ -45,9 +60,10 @@ export function splitPartitionFor(
   numSeqs: number,
   maxContextLen: number,
 ): number {
+  const choice = tuning.shorter?.find((c) => maxContextLen <= c.contextLen) ?? tuning;
   let best: number | undefined;
   let bestBatch = Infinity;
-  for (const [key, size] of Object.entries(tuning.partitionByBatch)) {
+  for (const [key, size] of Object.entries(choice.partitionByBatch)) {
     const batch = Number(key);
     if (batch >= numSeqs && batch < bestBatch) {
       best = size;
@@ -55,8 +71,8 @@ export function splitPartitionFor(
     }
   }
   if (best === undefined || best <= 0 || maxContextLen <= best) return 0;
-  if (maxContextLen <= tuning.contextLen) return best;
-  const parts = Math.ceil(tuning.contextLen / best);
+  if (maxContextLen <= choice.contextLen) return best;
+  const parts = Math.ceil(choice.contextLen / best);
   return Math.ceil(maxContextLen / parts / SPLIT_UNIT) * SPLIT_UNIT;
 }
 
@@ -64,10 +80,32 @@ export function splitPartitionFor(
  * Checks `tuning` (e.g. read back from a cache file).
  *
  * @throws {TypeError} naming the first entry that is not a positive batch size mapped to 0 or a
- * positive multiple of {@linkcode SPLIT_UNIT}, or a context length that is not a positive integer.
+ * positive multiple of {@linkcode SPLIT_UNIT}, a context length that is not a positive integer,
+ * or shorter contexts that are not an array ascending below the tuning's own.
  */
 export function checkDecodeSplitTuning(tuning: DecodeSplitTuning): void {
   const t = tuning as Partial<DecodeSplitTuning> | null;
+  checkChoice(t);
+  const shorter = t!.shorter;
+  if (shorter === undefined) return;
+  if (!Array.isArray(shorter)) {
+    throw new TypeError("Invalid decode split tuning: shorter must be an array");
+  }
+  let previous = 0;
+  for (const c of shorter as Partial<DecodeSplitChoice>[]) {
+    checkChoice(c);
+    if (c.contextLen! <= previous || c.contextLen! >= t!.contextLen!) {
+      throw new TypeError(
+        `Invalid decode split tuning: shorter context ${c.contextLen} is not ascending below ` +
+          `${t!.contextLen}`,
+      );
+    }
+    previous = c.contextLen!;
+  }
+}
+
+/** {@linkcode checkDecodeSplitTuning} for one context's choices. */
+function checkChoice(t: Partial<DecodeSplitChoice> | null | undefined): void {
   if (!Number.isInteger(t?.contextLen) || t!.contextLen! < 1) {
     throw new TypeError(
       `Invalid decode split tuning: contextLen ${JSON.stringify(t?.contextLen)} is not positive`,
@@ -92,10 +130,16 @@ export function checkDecodeSplitTuning(tuning: DecodeSplitTuning): void {
   }
 }
 
-/** One line, e.g. "split at 1024 tokens: batch 1 x 64, 2 x 128, 4 direct". */
+/**
+ * One line, e.g. "decode attention split at 1024 tokens: batch 1 x 64, 2 x 128, 4 direct", with
+ * the shorter contexts first ("at 128 tokens: batch 1 x 16, 2 direct; at 1024 tokens: ...").
+ */
 export function describeDecodeSplit(t: DecodeSplitTuning): string {
-  const rows = Object.entries(t.partitionByBatch)
-    .sort(([a], [b]) => Number(a) - Number(b))
-    .map(([batch, size]) => `${batch} ${size > 0 ? `x ${size}` : "direct"}`);
-  return `decode attention split at ${t.contextLen} tokens: batch ${rows.join(", ")}`;
+  const one = (c: DecodeSplitChoice) => {
+    const rows = Object.entries(c.partitionByBatch)
+      .sort(([a], [b]) => Number(a) - Number(b))
+      .map(([batch, size]) => `${batch} ${size > 0 ? `x ${size}` : "direct"}`);
+    return `at ${c.contextLen} tokens: batch ${rows.join(", ")}`;
+  };
+  return `decode attention split ${[...(t.shorter ?? []), t].map(one).join("; ")}`;
 }

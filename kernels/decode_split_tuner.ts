@@ -1,8 +1,8 @@
 /**
  * Measures the decode attention's split-K choice on this adapter (kernels/decode_split.ts): for
  * batch sizes 1, 2, 4, ... up to `maxBatch` (at most {@linkcode SMALL_BATCH_SPLIT}), the direct
- * path and partitions of each of {@linkcode SPLIT_CANDIDATES} tokens, at one context length,
- * on buffers of the kernel's shape made here (zero queries and KV: the time does not depend on
+ * path and partitions of each of {@linkcode SPLIT_CANDIDATES} tokens, at one context length and
+ * at the shorter ones asked for (every sequence of a batch at that length), on buffers of the kernel's shape made here (zero queries and KV: the time does not depend on
  * the values). A kernel with the fused variant (`rope`) is measured in it, as all-decode steps run
  * it: q/k norms, RoPE and each sequence's K/V write into its last position's slot included. Each
  * time is the median of several passes timed on the GPU (gpu/timer.ts); the fastest per batch
@@ -15,15 +15,24 @@ import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { PassClock } from "../gpu/timer.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
-import { type DecodeSplitTuning, SPLIT_CANDIDATES } from "./decode_split.ts";
+import {
+  type DecodeSplitChoice,
+  type DecodeSplitTuning,
+  SPLIT_CANDIDATES,
+} from "./decode_split.ts";
 import { type PagedAttentionDecode, SMALL_BATCH_SPLIT } from "./paged_attention_decode.ts";
 
 /** Options of {@linkcode tuneDecodeSplit}. */
 export interface DecodeSplitTunerOptions {
   /** The largest decode batch (capped at {@linkcode SMALL_BATCH_SPLIT}). */
   readonly maxBatch: number;
-  /** Context length of every sequence, in tokens. */
+  /** Context length of every sequence, in tokens: the longest measured. */
   readonly contextLen: number;
+  /**
+   * Shorter context lengths measured too (those not below `contextLen` are dropped); default
+   * none.
+   */
+  readonly shorterContexts?: readonly number[];
   /** Timed passes per measurement; default 5. */
   readonly repeats?: number;
   /** Most bytes of K and V cache allocated; sequences share blocks past it. Default 64 MiB (each). */
@@ -33,13 +42,21 @@ export interface DecodeSplitTunerOptions {
 /** What {@linkcode tuneDecodeSplit} measured and chose. */
 export interface DecodeSplitReport {
   readonly tuning: DecodeSplitTuning;
-  /** Per batch size: each tried partition size (0: direct) and its median time in ms. */
-  readonly points: Readonly<Record<string, readonly { size: number; ms: number }[]>>;
+  /**
+   * Per batch size: each tried partition size (0: direct) and its median time in ms, at
+   * `tuning.contextLen`.
+   */
+  readonly points: SplitPoints;
+  /** The same per shorter context length measured (as a decimal string key). */
+  readonly shorterPoints: Readonly<Record<string, SplitPoints>>;
   readonly method: string;
   /** The GPU errors of the candidates the adapter could not run (measured as Infinity). */
   readonly failures: readonly string[];
   readonly wallMs: number;
 }
+
+/** Per batch size (a decimal string key): each tried partition size and its median time, ms. */
+export type SplitPoints = Readonly<Record<string, readonly { size: number; ms: number }[]>>;
 
 /** Batch sizes measured: 1, 2, 4, ... below `maxBatch`, then `maxBatch` (capped). */
 export function splitBatches(maxBatch: number): number[] {
@@ -53,7 +70,8 @@ export function splitBatches(maxBatch: number): number[] {
 /**
  * Measures the split choice of `kernel` (see the module documentation).
  *
- * @throws {RangeError} when `maxBatch` or `contextLen` is not a positive integer.
+ * @throws {RangeError} when `maxBatch`, `contextLen` or a shorter context is not a positive
+ *   integer.
  */
 export async function tuneDecodeSplit(
   ctx: GpuContext,
@@ -62,11 +80,14 @@ export async function tuneDecodeSplit(
 ): Promise<DecodeSplitReport> {
   const t0 = performance.now();
   const { maxBatch, contextLen: L } = options;
-  if (![maxBatch, L].every((n) => Number.isInteger(n) && n >= 1)) {
+  const shorterContexts = options.shorterContexts ?? [];
+  if (![maxBatch, L, ...shorterContexts].every((n) => Number.isInteger(n) && n >= 1)) {
     throw new RangeError(
-      `Cannot tune decode attention: maxBatch ${maxBatch} and contextLen ${L} must be positive`,
+      `Cannot tune decode attention: maxBatch ${maxBatch}, contextLen ${L} and shorter ` +
+        `contexts [${shorterContexts.join(", ")}] must be positive integers`,
     );
   }
+  const contexts = [...new Set(shorterContexts.filter((c) => c < L))].sort((a, b) => a - b);
   const batches = splitBatches(maxBatch);
   const B = batches.at(-1)!;
   const { numQHeads: hq, numKvHeads: hkv, headDim: D, blockSize: bs } = kernel;
@@ -86,7 +107,6 @@ export async function tuneDecodeSplit(
     const blockTables = buffer("block_tables", tables.byteLength);
     ctx.device.queue.writeBuffer(blockTables.buffer, 0, tables);
     const contextLens = buffer("context_lens", 4 * B);
-    ctx.device.queue.writeBuffer(contextLens.buffer, 0, new Uint32Array(B).fill(L));
     const scratch = kernel.createScratch(B, L);
     own.push(scratch);
     const arena = new ParamArena(ctx, 2, "decode-split-tuning");
@@ -95,13 +115,17 @@ export async function tuneDecodeSplit(
     // them to the slot of its last position.
     const fused = kernel.rope !== null;
     const qStride = (fused ? hq + 2 * hkv : hq) * D;
-    const rope = () => {
+    const slotMapping = buffer("slot_mapping", 4 * B);
+    /** Every sequence at `len` tokens: its length and (fused) its last position's slot. */
+    const setContext = (len: number) => {
+      ctx.device.queue.writeBuffer(contextLens.buffer, 0, new Uint32Array(B).fill(len));
       const slots = Uint32Array.from(
         { length: B },
-        (_, s) => tables[s * perSeq + Math.floor((L - 1) / bs)]! * bs + ((L - 1) % bs),
+        (_, s) => tables[s * perSeq + Math.floor((len - 1) / bs)]! * bs + ((len - 1) % bs),
       );
-      const slotMapping = buffer("slot_mapping", slots.byteLength);
       ctx.device.queue.writeBuffer(slotMapping.buffer, 0, slots);
+    };
+    const rope = () => {
       const normDtype = kernel.rope!.normDtype;
       const norm = (label: string) => {
         const w = GpuMatrix.create(ctx, label, 1, D, normDtype!);
@@ -126,24 +150,38 @@ export async function tuneDecodeSplit(
       ...(fused ? { rope: rope() } : {}),
     }, { qStride, btStride: perSeq });
     const clock = new PassClock(ctx, arena, options.repeats);
-    const points: Record<string, { size: number; ms: number }[]> = {};
-    const partitionByBatch: Record<string, number> = {};
-    for (const b of batches) {
-      const tried: { size: number; ms: number }[] = [];
-      for (const size of SPLIT_CANDIDATES) {
-        const parts = Math.ceil(L / Math.max(size, 1));
-        if (size > 0 && (size >= L || parts > scratch.partitionsPerSeq(b))) continue;
-        const split = size === 0 ? false : size;
-        const ms = await clock.medianMs(() => (pass) => op.encode(pass, b, L, split, fused));
-        tried.push({ size, ms });
+    /** The points and choices at `len` tokens. */
+    const measureAt = async (len: number) => {
+      setContext(len);
+      const points: Record<string, { size: number; ms: number }[]> = {};
+      const partitionByBatch: Record<string, number> = {};
+      for (const b of batches) {
+        const tried: { size: number; ms: number }[] = [];
+        for (const size of SPLIT_CANDIDATES) {
+          const parts = Math.ceil(len / Math.max(size, 1));
+          if (size > 0 && (size >= len || parts > scratch.partitionsPerSeq(b))) continue;
+          const split = size === 0 ? false : size;
+          const ms = await clock.medianMs(() => (pass) => op.encode(pass, b, len, split, fused));
+          tried.push({ size, ms });
+        }
+        points[b] = tried;
+        partitionByBatch[b] = tried.reduce((best, p) => (p.ms < best.ms ? p : best)).size;
       }
-      points[b] = tried;
-      partitionByBatch[b] = tried.reduce((best, p) => (p.ms < best.ms ? p : best)).size;
+      return { points, choice: { contextLen: len, partitionByBatch } };
+    };
+    const shorterPoints: Record<string, SplitPoints> = {};
+    const shorter: DecodeSplitChoice[] = [];
+    for (const len of contexts) {
+      const m = await measureAt(len);
+      shorterPoints[len] = m.points;
+      shorter.push(m.choice);
     }
+    const { points, choice } = await measureAt(L);
     ctx.check();
     return {
-      tuning: { contextLen: L, partitionByBatch },
+      tuning: shorter.length > 0 ? { ...choice, shorter } : choice,
       points,
+      shorterPoints,
       method: clock.method,
       failures: clock.failures,
       wallMs: performance.now() - t0,

@@ -44,6 +44,29 @@ Deno.test("splitPartitionFor() takes the smallest measured batch at or above the
   assertEqual(splitPartitionFor(TUNING, 5, 3000), 752, "4 of 256 at 1,024: 3,000 in 4 of 752");
 });
 
+/** TUNING with choices measured at 128 and 512 tokens too. */
+const WITH_SHORTER: DecodeSplitTuning = {
+  ...TUNING,
+  shorter: [
+    { contextLen: 128, partitionByBatch: { "1": 16, "2": 0 } },
+    { contextLen: 512, partitionByBatch: { "1": 32, "8": 0 } },
+  ],
+};
+
+Deno.test("splitPartitionFor() follows the shortest measured context at or above the step's", () => {
+  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 100), 16, "128 tokens' batch 1");
+  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 128), 16);
+  assertEqual(splitPartitionFor(WITH_SHORTER, 2, 128), 0, "128 tokens' batch 2: direct");
+  assertEqual(splitPartitionFor(WITH_SHORTER, 3, 128), 0, "past 128 tokens' largest batch");
+  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 16), 0, "one partition: no split");
+  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 129), 32, "512 tokens' batch 1");
+  assertEqual(splitPartitionFor(WITH_SHORTER, 5, 512), 0, "512 tokens' batch 8: direct");
+  assertEqual(splitPartitionFor(WITH_SHORTER, 5, 513), 256, "1,024 tokens' batch 8");
+  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 1000), 64);
+  // Past the longest measured context its own choice still scales (never a shorter one's).
+  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 4096), 256);
+});
+
 Deno.test("checkDecodeSplitTuning() refuses bad batches, sizes and lengths, naming them", () => {
   checkDecodeSplitTuning(TUNING);
   const bad = (t: unknown) => () => checkDecodeSplitTuning(t as DecodeSplitTuning);
@@ -56,9 +79,26 @@ Deno.test("checkDecodeSplitTuning() refuses bad batches, sizes and lengths, nami
     /batch 2 has partition size 100/,
   );
   assertThrows(bad(null), TypeError);
+  checkDecodeSplitTuning(WITH_SHORTER);
+  const shorter = WITH_SHORTER.shorter!;
+  assertThrows(bad({ ...TUNING, shorter: {} }), /shorter must be an array/);
+  assertThrows(bad({ ...TUNING, shorter: [shorter[1], shorter[0]] }), /128 is not ascending/);
+  assertThrows(
+    bad({ ...TUNING, shorter: [{ contextLen: 1024, partitionByBatch: {} }] }),
+    /1024 is not ascending below 1024/,
+  );
+  assertThrows(
+    bad({ ...TUNING, shorter: [{ contextLen: 64, partitionByBatch: { "1": 8 } }] }),
+    /batch 1 has partition size 8/,
+  );
   assertEqual(
     describeDecodeSplit(TUNING),
     "decode attention split at 1024 tokens: batch 1 x 64, 2 x 128, 4 direct, 8 x 256",
+  );
+  assertEqual(
+    describeDecodeSplit(WITH_SHORTER),
+    "decode attention split at 128 tokens: batch 1 x 16, 2 direct; at 512 tokens: batch 1 x 32, " +
+      "8 direct; at 1024 tokens: batch 1 x 64, 2 x 128, 4 direct, 8 x 256",
   );
 });
 
@@ -139,10 +179,47 @@ Deno.test(
       for (const p of tried) assert(p.ms > 0 && Number.isFinite(p.ms), `batch ${batch}`);
     }
     checkDecodeSplitTuning(r.tuning);
+    assertEqual(r.tuning.shorter, undefined);
+    assertEqual(r.shorterPoints, {});
     await assertRejects(
       () => tuneDecodeSplit(ctx, kernel, { maxBatch: 0, contextLen: 10 }),
       /must be positive/,
     );
+    await assertRejects(
+      () => tuneDecodeSplit(ctx, kernel, { maxBatch: 1, contextLen: 10, shorterContexts: [0] }),
+      /shorter contexts \[0\] must be positive/,
+    );
+  },
+);
+
+Deno.test(
+  "tuneDecodeSplit() measures each shorter context below the longest, keeping each one's fastest",
+  GPU_TEST,
+  async () => {
+    const { ctx, kernel, scratch } = await smallOp(1, 16);
+    scratch.destroy();
+    const r = await tuneDecodeSplit(ctx, kernel, {
+      maxBatch: 2,
+      contextLen: 200,
+      // 300 and 200 are not shorter: dropped; 40 twice is measured once.
+      shorterContexts: [100, 40, 300, 200, 40],
+      repeats: 2,
+    });
+    assertEqual(r.tuning.contextLen, 200);
+    assertEqual(r.tuning.shorter?.map((c) => c.contextLen), [40, 100]);
+    assertEqual(Object.keys(r.shorterPoints), ["40", "100"]);
+    for (const c of r.tuning.shorter!) {
+      const points = r.shorterPoints[c.contextLen]!;
+      assertEqual(Object.keys(points), ["1", "2"]);
+      for (const [batch, tried] of Object.entries(points)) {
+        // Only partitions shorter than the context are tried: 40 tokens gives direct, 16, 32.
+        assertEqual(tried.map((p) => p.size), SPLIT_CANDIDATES.filter((s) => s < c.contextLen));
+        const best = tried.reduce((a, p) => (p.ms < a.ms ? p : a));
+        assertEqual(c.partitionByBatch[batch], best.size, `${c.contextLen} tokens, batch ${batch}`);
+      }
+    }
+    assertEqual(Object.keys(r.points), ["1", "2"]);
+    checkDecodeSplitTuning(r.tuning);
   },
 );
 
@@ -223,6 +300,26 @@ for (const size of [64, 16]) {
     },
   );
 }
+
+Deno.test(
+  "ModelRunner decodes equal to the float64 reference as a shorter context's split choice ends",
+  GPU_TEST,
+  async () => {
+    // Contexts of 71 to 78 tokens follow the 78-token choice (split-K in 16-token partitions),
+    // longer ones the 128-token choice (direct), under the gpu profile's fused attention: a step
+    // that took the wrong choice, or lost the K/V written on the other path, fails the parity.
+    const prompt = Array.from({ length: 70 }, (_, i) => (i * 29 + 3) % 500);
+    const tuning: DecodeSplitTuning = {
+      contextLen: 128,
+      partitionByBatch: { "4": 0 },
+      shorter: [{ contextLen: 78, partitionByBatch: { "4": 16 } }],
+    };
+    assertEqual([71, 78, 79, 86].map((c) => splitPartitionFor(tuning, 1, c)), [16, 16, 0, 0]);
+    await withTinyRunner(47, "gpu", prompt, 16, 32, (runner) => {
+      runner.decodeAttention.setSplitTuning(tuning);
+    });
+  },
+);
 
 Deno.test(
   "ModelRunner prefills and decodes equal to the float64 reference with 8 x 8 register tiles",
