@@ -54,7 +54,15 @@ import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
 import { WORD_BLOCK_ROWS, type WordLayout } from "../gpu/quant.ts";
-import { checkTile, TILE, tileCols, type TileConfig, tileName, tileRows } from "./matmul_tile.ts";
+import {
+  checkTile,
+  TILE,
+  tileBuffers,
+  tileCols,
+  type TileConfig,
+  tileName,
+  tileRows,
+} from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { sourceDigest } from "./source_digest.ts";
 
@@ -318,10 +326,17 @@ export function kernelSource(
       const tm = tileRows(tile);
       const tn = tileCols(tile);
       const template = tiledW8
-        ? withFragment(tiledSource, "matmul_tiled.wgsl", "W TILE", tiledW8Source)
+        ? withFragment(tiledSource, "matmul_tiled.wgsl", "W STAGING", tiledW8Source)
         : tiledSource;
-      const source = unrollTemplate(template, { i: (tm * bk) / wx, r: tm / 4, c: tn / 4 });
-      return kernel({ WX: wx, WY: wy, BK: bk, TM: tm, TN: tn }, source, tn * wx);
+      // W items an invocation stages per K step (4 or 8 weights each; the last may be partial).
+      const wper = Math.ceil((tn * wx * bk) / (tiledW8 ? 8 : 4) / (wx * wy));
+      const source = unrollTemplate(template, { i: (tm * bk) / wx, r: tm / 4, c: tn / 4, w: wper });
+      const nb = tileBuffers(tile);
+      return kernel(
+        { WX: wx, WY: wy, BK: bk, TM: tm, TN: tn, NB: nb, WPER: wper },
+        source,
+        tn * wx,
+      );
     }
   }
 }

@@ -18,6 +18,12 @@ export interface TileConfig {
   readonly tm?: number;
   /** Weight rows (columns of Y) per invocation, 4 or 8; default 4. */
   readonly tn?: number;
+  /**
+   * Double-buffered staging: two X and two W tiles in workgroup memory, the next K step's
+   * global loads issued before the current step's FMAs and stored after them, one barrier per
+   * K step (matmul_tiled.wgsl); default false.
+   */
+  readonly db?: boolean;
 }
 
 /** The register block rows a `tiled` configuration accepts ({@linkcode TileConfig.tm}). */
@@ -36,11 +42,20 @@ export function tileCols(tile: TileConfig): number {
   return tile.tn ?? 4;
 }
 
-/** Workgroup memory a `tiled` configuration stages per K step, in bytes (X and W tiles). */
+/** Whether `tile` stages double-buffered ({@linkcode TileConfig.db}). */
+export function tileBuffers(tile: TileConfig): 1 | 2 {
+  return tile.db === true ? 2 : 1;
+}
+
+/**
+ * Workgroup memory a `tiled` configuration stages, in bytes (X and W tiles of one K step, twice
+ * when double-buffered).
+ */
 export function tileBytes(tile: TileConfig): number {
   const { wx, wy, bk } = tile;
   // One vec4 (16 bytes) of padding per staged line; see matmul_tiled.wgsl.
-  return 16 * bk * ((tileRows(tile) * wy) / 4 + 1 + (tileCols(tile) * wx) / 4 + 1);
+  return tileBuffers(tile) * 16 * bk *
+    ((tileRows(tile) * wy) / 4 + 1 + (tileCols(tile) * wx) / 4 + 1);
 }
 
 /**
@@ -49,19 +64,22 @@ export function tileBytes(tile: TileConfig): number {
  */
 export const TILE_MAX_BYTES = 32768;
 
-/** A short name of `tile`, e.g. "16x16 bk16", "16x8 bk16 tm8" or "16x16 bk16 tm8 tn8". */
+/**
+ * A short name of `tile`, e.g. "16x16 bk16", "16x8 bk16 tm8", "16x16 bk16 tm8 tn8" or
+ * "16x16 bk16 db".
+ */
 export function tileName(tile: TileConfig): string {
   const tm = tileRows(tile);
   const tn = tileCols(tile);
   return `${tile.wx}x${tile.wy} bk${tile.bk}${tm === 4 ? "" : ` tm${tm}`}${
     tn === 4 ? "" : ` tn${tn}`
-  }`;
+  }${tileBuffers(tile) === 2 ? " db" : ""}`;
 }
 
 /** Whether `a` and `b` are the same configuration. */
 export function sameTile(a: TileConfig, b: TileConfig): boolean {
   return a.wx === b.wx && a.wy === b.wy && a.bk === b.bk && tileRows(a) === tileRows(b) &&
-    tileCols(a) === tileCols(b);
+    tileCols(a) === tileCols(b) && tileBuffers(a) === tileBuffers(b);
 }
 
 /** The `tiled` configuration the policy uses. */
@@ -93,6 +111,14 @@ export const TILE_CANDIDATES: readonly TileConfig[] = [
   // workgroup memory, the block size of fast CUDA SGEMMs, for long prefills.
   { wx: 16, wy: 16, bk: 16, tm: 8, tn: 8 },
   { wx: 8, wy: 16, bk: 16, tm: 8, tn: 8 },
+  // Double-buffered staging (one barrier per K step, the next step's loads in flight during this
+  // one's FMAs) for the shapes the H200 chose or ran fastest in isolation, 2026-11-27.
+  { wx: 16, wy: 16, bk: 16, db: true },
+  { wx: 32, wy: 8, bk: 16, db: true },
+  { wx: 16, wy: 16, bk: 16, tm: 8, db: true },
+  { wx: 16, wy: 4, bk: 16, db: true },
+  { wx: 8, wy: 16, bk: 16, db: true },
+  { wx: 8, wy: 16, bk: 16, tm: 8, tn: 8, db: true },
 ];
 
 /**
@@ -106,6 +132,7 @@ export function checkTile(tile: TileConfig): void {
   const { wx, wy, bk } = tile;
   const tm = tileRows(tile);
   const ok = [wx, wy, bk].every((v) => Number.isInteger(v) && v > 0) &&
+    (tile.db === undefined || typeof tile.db === "boolean") &&
     TILE_ROWS.includes(tm) && TILE_COLS.includes(tileCols(tile)) && bk % 4 === 0 &&
     (wx * wy) % bk === 0 && (tm * bk) % wx === 0 && wx * wy <= 1024 &&
     tileBytes(tile) <= TILE_MAX_BYTES;

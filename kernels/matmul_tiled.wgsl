@@ -25,11 +25,22 @@
 // up their squares in registers; after the K loop the partial sums are staged in xs and each
 // invocation adds up those of its TM rows and scales their outputs by x_scale.
 //
-// Quantized weights (int8 / int4) are staged 8 at a time instead: kernels/matmul_kernels.ts puts
-// matmul_tiled_w8.wgsl in place of the lines between "W TILE BEGIN" and "W TILE END".
+// The W tile is staged through `stage_w` (an item's global load: a vec4 of one weight row) and
+// `put_w` (its transposed write to ws); invocation lid stages items lid + j THREADS, j < WPER
+// (lines with the marker dollar-w, written out by kernels/unroll.ts). Quantized weights (int8 /
+// int4) are staged 8 at a time instead: kernels/matmul_kernels.ts puts matmul_tiled_w8.wgsl in
+// place of the lines between "W STAGING BEGIN" and "W STAGING END".
 //
-// Prelude (prepended by kernels/matmul_kernels.ts): `const WX, WY, BK, TM, TN: u32` (BK % 4 ==
-// 0, TM and TN of 4 or 8, THREADS % BK == 0, (TM WY BK) % THREADS == 0), the weight binding `w` with
+// Double buffering (NB = 2, a tile's `db`): xs and ws hold two K steps. Before the loop the first
+// step is staged; at each K step every invocation issues the global loads of the next step into
+// registers, runs the current step's FMAs from one buffer, then writes the loaded values to the
+// other buffer, and one barrier ends the step (the FMAs of a step never wait for its own global
+// loads, which the GPU overlaps with the previous step's arithmetic). NB = 1: load, store,
+// barrier, FMAs, barrier, as before.
+//
+// Prelude (prepended by kernels/matmul_kernels.ts): `const WX, WY, BK, TM, TN, NB, WPER: u32` (BK
+// % 4 == 0, TM and TN of 4 or 8, THREADS % BK == 0, (TM WY BK) % THREADS == 0, NB of 1 or 2, WPER
+// = ceil(W_ITEMS / THREADS)), the weight binding `w` with
 // `fn load_w4(row: u32, q: u32) -> vec4<f32>` (vec4 q of row `row`; f16 weights are read as packed u32 pairs),
 // `fn bias_at(n: u32) -> f32` (with the bias binding when there is one), the X form (x_row,
 // load_x1_stat, x_scale, X_STAT: matmul_x.wgsl or matmul_x_swiglu.wgsl with
@@ -45,6 +56,7 @@
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
 //   3 y    : storage rw    array<f32>               [M, ldy]; columns [n0, n0 + rows) written
 //   4 p    : uniform       Params
+// Workgroup memory: xs NB * BK * XL and ws NB * BK * WL vec4s.
 // Workgroup: (WX, WY) invocations, TM x TN outputs each.
 // Dispatch:  ceil(rows / BN) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
 //            p.groups_n), times ceil(M / BM) in z.
@@ -61,10 +73,39 @@ const THREADS = WX * WY;
 const XL = WY * RQ + 1u;
 const WL = WX * CQ + 1u;
 
-// xs[kk * XL + mm / 4][mm % 4] = X[bm + mm, k0 + kk]; ws[kk * WL + nn / 4][nn % 4] = W[bn + nn,
-// k0 + kk].
-var<workgroup> xs: array<vec4<f32>, BK * XL>;
-var<workgroup> ws: array<vec4<f32>, BK * WL>;
+// Buffer b of a K step k0: xs[b BK XL + kk * XL + mm / 4][mm % 4] = X[bm + mm, k0 + kk];
+// ws[b BK WL + kk * WL + nn / 4][nn % 4] = W[bn + nn, k0 + kk].
+var<workgroup> xs: array<vec4<f32>, NB * BK * XL>;
+var<workgroup> ws: array<vec4<f32>, NB * BK * WL>;
+
+// W STAGING BEGIN (quantized weights: matmul_tiled_w8.wgsl instead)
+// Item e of a K step's W tile: weight row bn + e / (BK / 4), vec4 k0 / 4 + e % (BK / 4) of it.
+alias WItem = vec4<f32>;
+const W_ITEMS: u32 = BN * BK / 4u;
+
+// Item e's global load; zeros past the part's rows, past K and past the items.
+fn stage_w(bn: u32, k0: u32, e: u32) -> WItem {
+  let n = bn + e / (BK / 4u);
+  let q = k0 / 4u + e % (BK / 4u);
+  if (e < W_ITEMS && n < p.rows && q < p.k4) {
+    return load_w4(n, q);
+  }
+  return WItem();
+}
+
+// Item e, transposed, into the W tile at wo: 4 lines of ws.
+fn put_w(wo: u32, e: u32, v: WItem) {
+  if (e < W_ITEMS) {
+    let nn = e / (BK / 4u);
+    let o = wo + (e % (BK / 4u)) * 4u * WL + nn / 4u;
+    let c = nn % 4u;
+    ws[o][c] = v.x;
+    ws[o + WL][c] = v.y;
+    ws[o + 2u * WL][c] = v.z;
+    ws[o + 3u * WL][c] = v.w;
+  }
+}
+// W STAGING END
 
 // X[m, k] of the tile (its row statistic too), zero outside [M, K].
 fn stage_x(m: u32, k: u32, keep: bool) -> XLoad1 {
@@ -120,38 +161,44 @@ fn main(
   // Whether this invocation writes the residual stream's next buffer: the first workgroup column
   // of weight part 0 stages every element of its rows once.
   let keeper = p.keep != 0u && group == 0u;
-  for (var k0 = 0u; k0 < p.k; k0 += BK) {
-    // X tile: BM * BK scalars, consecutive invocations walk k (contiguous in memory).
-    let xv$i = stage_x(bm + xm$i, k0 + e$i % BK, keeper);
-    sq$i += xv$i.sq;
-    xs[xi$i][xm$i % 4u] = xv$i.v;
-    // W TILE BEGIN (quantized weights: matmul_tiled_w8.wgsl instead)
-    // W tile: BN * BK / 4 vec4s.
-    for (var e = lid; e < BN * BK / 4u; e += THREADS) {
-      let nn = e / (BK / 4u);
-      let kq = e % (BK / 4u);
-      let n = bn + nn;
-      let q = k0 / 4u + kq;
-      var v = vec4<f32>(0.0);
-      if (n < p.rows && q < p.k4) {
-        v = load_w4(n, q);
-      }
-      let o = kq * 4u * WL + nn / 4u;
-      let c = nn % 4u;
-      ws[o][c] = v.x;
-      ws[o + WL][c] = v.y;
-      ws[o + 2u * WL][c] = v.z;
-      ws[o + 3u * WL][c] = v.w;
-    }
-    // W TILE END
+  // Offsets of the buffers the FMAs read (xo, wo); NB == 2 stages the first K step first.
+  var xo = 0u;
+  var wo = 0u;
+  if (NB == 2u) {
+    let fx$i = stage_x(bm + xm$i, e$i % BK, keeper);
+    sq$i += fx$i.sq;
+    xs[xi$i][xm$i % 4u] = fx$i.v;
+    let fw$w = stage_w(bn, 0u, lid + $wu * THREADS);
+    put_w(0u, lid + $wu * THREADS, fw$w);
     workgroupBarrier();
+  }
+  for (var k0 = 0u; k0 < p.k; k0 += BK) {
+    // The K step loaded now: this one (NB == 1) or the next (NB == 2; zeros past K).
+    let kl = select(k0, k0 + BK, NB == 2u);
+    // X tile: BM * BK scalars, consecutive invocations walk k (contiguous in memory).
+    let xv$i = stage_x(bm + xm$i, kl + e$i % BK, keeper);
+    sq$i += xv$i.sq;
+    // W tile: W_ITEMS items.
+    let wv$w = stage_w(bn, kl, lid + $wu * THREADS);
+    if (NB == 1u) {
+      xs[xi$i][xm$i % 4u] = xv$i.v;
+      put_w(0u, lid + $wu * THREADS, wv$w);
+      workgroupBarrier();
+    }
     for (var kk = 0u; kk < BK; kk++) {
-      let b$c = ws[kk * WL + tx * CQ + $cu];
-      let a$r = xs[kk * XL + ty * RQ + $ru];
+      let b$c = ws[wo + kk * WL + tx * CQ + $cu];
+      let a$r = xs[xo + kk * XL + ty * RQ + $ru];
       acc$r_0_$c = fma(vec4<f32>(a$r.x), b$c, acc$r_0_$c);
       acc$r_1_$c = fma(vec4<f32>(a$r.y), b$c, acc$r_1_$c);
       acc$r_2_$c = fma(vec4<f32>(a$r.z), b$c, acc$r_2_$c);
       acc$r_3_$c = fma(vec4<f32>(a$r.w), b$c, acc$r_3_$c);
+    }
+    if (NB == 2u) {
+      // The other buffer: read by no invocation since the last barrier.
+      xo = BK * XL - xo;
+      wo = BK * WL - wo;
+      xs[xo + xi$i][xm$i % 4u] = xv$i.v;
+      put_w(wo, lid + $wu * THREADS, wv$w);
     }
     workgroupBarrier();
   }

@@ -1,38 +1,47 @@
-// matmul_tiled_w8: the W tile staging of matmul_tiled.wgsl for int8 / int4 weights, 8 weights
-// per load: item e of the tile is weight row bn + e / (BK / 8), elements k0 + 8 (e % (BK / 8))
-// .. + 7, read by one `load_w8` (int4: one u32 word and one f16 scale; int8: one vec2<u32> and
-// one scale) and written, transposed, to 8 lines of ws. The vec4 staging it replaces reads one
-// word and one scale per 4 weights (two invocations load the same int4 word): twice the loads
-// of f16's one vec2<u32> per 4 weights, in the barrier-bound K loop. Measured on an NVIDIA H200
+// matmul_tiled_w8: the W tile staging of matmul_tiled.wgsl (`WItem`, `W_ITEMS`, `stage_w`,
+// `put_w`) for int8 / int4 weights, 8 weights per load: item e of the tile is weight row bn + e /
+// (BK / 8), elements k0 + 8 (e % (BK / 8)) .. + 7, read by one `load_w8` (int4: one u32 word and
+// one f16 scale; int8: one vec2<u32> and one scale) and written, transposed, to 8 lines of ws.
+// The vec4 staging it replaces reads one word and one scale per 4 weights (two invocations load
+// the same int4 word): twice the loads of f16's one vec2<u32> per 4 weights, in the
+// barrier-bound K loop. Measured on an NVIDIA H200
 // before it (2026-11-26, bench/model_bench.ts): prefill 512 ran at 0.50x of f16 with int4
 // weights and 0.47x with int8.
 //
 // FRAGMENT: kernels/matmul_kernels.ts puts this file in place of the part of matmul_tiled.wgsl
-// between its "W TILE BEGIN" and "W TILE END" lines (BK % 8 == 0; the rest of that kernel is
-// shared).
+// between its "W STAGING BEGIN" and "W STAGING END" lines (BK % 8 == 0; the rest of that kernel,
+// single or double buffered, is shared).
 //
 // Prelude (besides matmul_tiled.wgsl's): the weight bindings `w` and `w_scales` with
 // `fn load_w8(row: u32, q: u32) -> mat2x4<f32>` (kernels/matmul_bindings.ts weightBinding8:
 // elements 8q .. 8q + 7 of row `row`, dequantized; K % 32 == 0).
 
-    // W tile: BN * BK / 8 steps of 8 weights.
-    for (var e = lid; e < BN * BK / 8u; e += THREADS) {
-      let nn = e / (BK / 8u);
-      let kq = e % (BK / 8u);
-      let n = bn + nn;
-      let q = k0 / 8u + kq;
-      var v = mat2x4<f32>(vec4<f32>(0.0), vec4<f32>(0.0));
-      if (n < p.rows && q < p.k4 / 2u) {
-        v = load_w8(n, q);
-      }
-      let o = kq * 8u * WL + nn / 4u;
-      let c = nn % 4u;
-      ws[o][c] = v[0].x;
-      ws[o + WL][c] = v[0].y;
-      ws[o + 2u * WL][c] = v[0].z;
-      ws[o + 3u * WL][c] = v[0].w;
-      ws[o + 4u * WL][c] = v[1].x;
-      ws[o + 5u * WL][c] = v[1].y;
-      ws[o + 6u * WL][c] = v[1].z;
-      ws[o + 7u * WL][c] = v[1].w;
-    }
+alias WItem = mat2x4<f32>;
+const W_ITEMS: u32 = BN * BK / 8u;
+
+// Item e's global load; zeros past the part's rows, past K and past the items.
+fn stage_w(bn: u32, k0: u32, e: u32) -> WItem {
+  let n = bn + e / (BK / 8u);
+  let q = k0 / 8u + e % (BK / 8u);
+  if (e < W_ITEMS && n < p.rows && q < p.k4 / 2u) {
+    return load_w8(n, q);
+  }
+  return WItem();
+}
+
+// Item e, transposed, into the W tile at wo: 8 lines of ws.
+fn put_w(wo: u32, e: u32, v: WItem) {
+  if (e < W_ITEMS) {
+    let nn = e / (BK / 8u);
+    let o = wo + (e % (BK / 8u)) * 8u * WL + nn / 4u;
+    let c = nn % 4u;
+    ws[o][c] = v[0].x;
+    ws[o + WL][c] = v[0].y;
+    ws[o + 2u * WL][c] = v[0].z;
+    ws[o + 3u * WL][c] = v[0].w;
+    ws[o + 4u * WL][c] = v[1].x;
+    ws[o + 5u * WL][c] = v[1].y;
+    ws[o + 6u * WL][c] = v[1].z;
+    ws[o + 7u * WL][c] = v[1].w;
+  }
+}

@@ -284,7 +284,14 @@ function parseChoices(
 function parseTile(t: unknown): TileConfig {
   const c = t as Partial<TileConfig> | null | undefined;
   const tile = TILE_CANDIDATES.find((k) =>
-    sameTile(k, { wx: c?.wx ?? 0, wy: c?.wy ?? 0, bk: c?.bk ?? 0, tm: c?.tm, tn: c?.tn })
+    sameTile(k, {
+      wx: c?.wx ?? 0,
+      wy: c?.wy ?? 0,
+      bk: c?.bk ?? 0,
+      tm: c?.tm,
+      tn: c?.tn,
+      db: c?.db === true,
+    })
   );
   if (tile === undefined) {
     throw new TypeError(`Invalid matmul tuning: tile ${JSON.stringify(t)} is not a candidate`);

@@ -5,9 +5,10 @@
  * variables.
  *
  * Rule: a line that contains `$i` is emitted once per `i < counts.i`, a line that contains `$r`
- * once per `r < counts.r`, one that contains `$c` once per `c < counts.c` (default 1), a line
- * with several of them once per combination (`i` outermost, then `r`, then `c`); every marker in
- * it is replaced by its number. Other lines pass through unchanged.
+ * once per `r < counts.r`, one that contains `$c` once per `c < counts.c` (default 1), one that
+ * contains `$w` once per `w < counts.w` (default 1), a line with several of them once per
+ * combination (`i` outermost, then `r`, `c`, `w`); every marker in it is replaced by its number.
+ * Other lines pass through unchanged.
  *
  * @module
  */
@@ -20,7 +21,12 @@ export interface UnrollCounts {
   readonly r: number;
   /** Copies of lines mentioning `$c` (default 1). */
   readonly c?: number;
+  /** Copies of lines mentioning `$w` (default 1). */
+  readonly w?: number;
 }
+
+/** The markers, outermost first. */
+const MARKERS = ["i", "r", "c", "w"] as const;
 
 /**
  * Expands `source` by the rule in the module documentation.
@@ -36,27 +42,21 @@ export function unrollTemplate(source: string, counts: UnrollCounts): string {
     }
   }
   const out: string[] = [];
-  const nc = counts.c ?? 1;
   for (const line of source.split("\n")) {
-    const hasI = line.includes("$i");
-    const hasR = line.includes("$r");
-    const hasC = line.includes("$c");
-    if (!hasI && !hasR && !hasC) {
-      out.push(line);
-      continue;
-    }
-    for (let i = 0; i < (hasI ? counts.i : 1); i++) {
-      for (let r = 0; r < (hasR ? counts.r : 1); r++) {
-        for (let c = 0; c < (hasC ? nc : 1); c++) {
-          out.push(
-            line.replaceAll("$i", String(i)).replaceAll("$r", String(r)).replaceAll(
-              "$c",
-              String(c),
-            ),
-          );
-        }
+    // The markers this line mentions, outermost first, with their counts.
+    const used = MARKERS.filter((m) => line.includes(`$${m}`)).map((m) => ({
+      m,
+      n: counts[m] ?? 1,
+    }));
+    const emit = (k: number, text: string): void => {
+      if (k === used.length) {
+        out.push(text);
+        return;
       }
-    }
+      const { m, n } = used[k]!;
+      for (let v = 0; v < n; v++) emit(k + 1, text.replaceAll(`$${m}`, String(v)));
+    };
+    emit(0, line);
   }
   return out.join("\n");
 }

@@ -18,7 +18,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import { GPU_TEST, ParamArena, testContext, upload, whole } from "./support/gpu.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { tiledPrefillCompiles } from "../engine/models/attention_block.ts";
-import { TILE, TILE_CANDIDATES } from "../kernels/matmul.ts";
+import { TILE, TILE_CANDIDATES, type TileConfig } from "../kernels/matmul.ts";
 import { shapeKey } from "../kernels/matmul_tuning.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
@@ -321,28 +321,39 @@ Deno.test(
   },
 );
 
-Deno.test(
-  "ModelRunner prefills and decodes equal to the float64 reference with 8 x 8 register tiles",
-  GPU_TEST,
-  async () => {
-    // Every matmul of 2 rows or more (prefill chunks of 40 and 13 tokens, all but the first
-    // decode steps' M = 1) runs `tiled` with 8 x 8 blocks: a 128 x 128 tile of Y per workgroup.
-    const prompt = Array.from({ length: 53 }, (_, i) => (i * 41 + 5) % 500);
-    const tile = TILE_CANDIDATES.find((t) => t.tm === 8 && t.tn === 8 && t.wx === 16)!;
-    await withTinyRunner(36, "gpu", prompt, 8, 40, (runner) => {
-      for (const m of runner.matmuls) {
-        const all = (v: number) => Object.fromEntries(m.ops.map((op) => [shapeKey(op.shape), v]));
-        m.setTuning({ tile, gemvMaxRows: all(1) });
-        for (const op of m.ops) {
-          const { rows, cols, format, xForm } = op.shape;
-          const stride = op.buffers.weight.rowStride;
-          const config = m.choose(40, rows, cols, stride, undefined, format, xForm);
-          assertEqual([config.variant, config.mPerGroup, config.rowsPerGroup], ["tiled", 128, 128]);
+for (
+  const [name, pick, seed] of [
+    ["8 x 8 register tiles", (t: TileConfig) => t.tm === 8 && t.tn === 8 && t.wx === 16, 36],
+    ["double-buffered 8 x 8 tiles", (t: TileConfig) => t.tm === 8 && t.tn === 8 && t.db, 37],
+  ] as const
+) {
+  Deno.test(
+    `ModelRunner prefills and decodes equal to the float64 reference with ${name}`,
+    GPU_TEST,
+    async () => {
+      // Every matmul of 2 rows or more (prefill chunks of 40 and 13 tokens, all but the first
+      // decode steps' M = 1) runs `tiled` with 8 x 8 blocks: a 128 x 128 (or, double-buffered,
+      // 128 x 64) tile of Y per workgroup, over K steps of 16.
+      const prompt = Array.from({ length: 53 }, (_, i) => (i * 41 + 5) % 500);
+      const tile = TILE_CANDIDATES.find(pick)!;
+      await withTinyRunner(seed, "gpu", prompt, 8, 40, (runner) => {
+        for (const m of runner.matmuls) {
+          const all = (v: number) => Object.fromEntries(m.ops.map((op) => [shapeKey(op.shape), v]));
+          m.setTuning({ tile, gemvMaxRows: all(1) });
+          for (const op of m.ops) {
+            const { rows, cols, format, xForm } = op.shape;
+            const stride = op.buffers.weight.rowStride;
+            const config = m.choose(40, rows, cols, stride, undefined, format, xForm);
+            assertEqual(
+              [config.variant, config.mPerGroup, config.rowsPerGroup],
+              ["tiled", 128, 8 * tile.wx],
+            );
+          }
         }
-      }
-    });
-  },
-);
+      });
+    },
+  );
+}
 
 Deno.test(
   "ModelRunner prefills equal to the float64 reference with the tiled prefill attention",

@@ -232,6 +232,8 @@ Deno.test(
       { wx: 16, wy: 16, bk: 16, tn: 6 },
       // 8 x 8 blocks staging 32 lines of 33 + 65 vec4s: 50,176 bytes.
       { wx: 32, wy: 16, bk: 32, tm: 8, tn: 8 },
+      // 16 lines of 33 + 33 vec4s fit once (16,896 bytes), not double-buffered (33,792).
+      { wx: 16, wy: 16, bk: 16, tm: 8, tn: 8, db: true },
     ];
     for (const tile of tiles) {
       assertThrows(() => new Matmul(ctx, { dtype: "f32", bias: false, tile }), {

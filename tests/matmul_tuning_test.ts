@@ -9,6 +9,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import { roundTo } from "../gpu/dtype.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { Matmul, type MatmulOp, TILE, TILE_CANDIDATES } from "../kernels/matmul.ts";
+import { sameTile } from "../kernels/matmul_tile.ts";
 import { pickGemv, rowCounts, tuneMatmul } from "../kernels/matmul_tuner.ts";
 import {
   crossover,
@@ -101,6 +102,14 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
     /tile \{"wx":4,"wy":4,"bk":4\} is not a candidate/,
   );
   assertThrows(() => parseMatmulTuning(null), TypeError);
+  // A double-buffered candidate reads back as itself, not as its single-buffered twin.
+  const db = TILE_CANDIDATES.find((c) => c.db === true && sameTile({ ...c, db: false }, TILE))!;
+  assertEqual(
+    parseMatmulTuning(JSON.parse(JSON.stringify({ tile: db, gemvMaxRows: {} }))).tile,
+    db,
+  );
+  assertEqual(parseMatmulTuning({ tile: { ...TILE }, gemvMaxRows: {} }).tile, TILE);
+  assert(describeTuning({ tile: db, gemvMaxRows: {} }).startsWith("tile 16x16 bk16 db;"));
   assertThrows(() => parseMatmulTuning({ tile: TILE, gemvMaxRows: [] }), /must be an object/);
   assertThrows(
     () => parseMatmulTuning({ tile: TILE, gemvMaxRows: { a: -1 } }),

@@ -631,7 +631,7 @@ Deno.test("kernelSource() refuses a tiled K step that is not whole 8-weight load
     );
     const code = kernelSource("tiled", 0, format, false, false, "plain", "f32", TILE).code;
     assert.match(code, /load_w8/);
-    assert.doesNotMatch(code, /^ *\/\/ W TILE BEGIN/m);
+    assert.doesNotMatch(code, /^ *\/\/ W STAGING BEGIN/m);
     assert.doesNotMatch(code, /= load_w4\(/);
   }
 });

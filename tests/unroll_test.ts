@@ -41,8 +41,26 @@ Deno.test("unrollTemplate() repeats $c lines per c, innermost, once when c is no
   assertEquals(unrollTemplate("let b$c = 1;", { i: 3, r: 3 }), "let b0 = 1;");
 });
 
+Deno.test("unrollTemplate() repeats $w lines per w, innermost, once when w is not given", () => {
+  const source = ["let v$w = load($wu);", "put$i_$w(v$w, $cu);"].join("\n");
+  assertEquals(unrollTemplate(source, { i: 2, r: 1, c: 2, w: 2 }).split("\n"), [
+    "let v0 = load(0u);",
+    "let v1 = load(1u);",
+    "put0_0(v0, 0u);",
+    "put0_1(v1, 0u);",
+    "put0_0(v0, 1u);",
+    "put0_1(v1, 1u);",
+    "put1_0(v0, 0u);",
+    "put1_1(v1, 0u);",
+    "put1_0(v0, 1u);",
+    "put1_1(v1, 1u);",
+  ]);
+  assertEquals(unrollTemplate("let v$w = 1;", { i: 3, r: 3 }), "let v0 = 1;");
+});
+
 Deno.test("unrollTemplate() rejects counts that are not positive integers", () => {
   assertThrows(() => unrollTemplate("x$i", { i: 0, r: 1 }), RangeError);
   assertThrows(() => unrollTemplate("x$r", { i: 1, r: 1.5 }), RangeError);
   assertThrows(() => unrollTemplate("x$c", { i: 1, r: 1, c: 0 }), RangeError);
+  assertThrows(() => unrollTemplate("x$w", { i: 1, r: 1, w: -1 }), RangeError);
 });
