@@ -26,10 +26,10 @@
  * barrier; the default on CPU adapters such as lavapipe, where barriers are coroutine switches,
  * when `GROUP * headDim <= 512`). Measured on lavapipe: see docs/benchmarks.md.
  *
- * A fused variant of `workgroup` (`rope` in the config; the gpu profile's all-decode steps) also
- * does `rope_and_cache`'s work for the step's new tokens (q/k head norms, RoPE, the K/V cache
- * write; `paged_attention_decode_rope.wgsl`), so a layer's decode step has one dispatch less:
- * its op encodes either variant ({@linkcode PagedAttentionDecodeOp.encode}'s `fused`).
+ * A fused variant of either kernel (`rope` in the config; all-decode steps) also does
+ * `rope_and_cache`'s work for the step's new tokens (q/k head norms, RoPE, the K/V cache write;
+ * `paged_attention_decode_rope.wgsl`), so a layer's decode step has one dispatch less: its op
+ * encodes either variant ({@linkcode PagedAttentionDecodeOp.encode}'s `fused`).
  *
  * Restrictions: `headDim` a multiple of 4 and at most 256; `numQHeads / numKvHeads` an integer
  * from 1 to 8; `qStride` a multiple of 4; `partitionSize` a multiple of 16. One pipeline is
@@ -96,7 +96,45 @@ function kvBindings(access: "read" | "read_write"): string {
     `@group(0) @binding(2) var<storage, ${access}> v_cache: array<KVT>;\n`;
 }
 
-/** The `workgroup` kernel's prologue when it is not fused: none. */
+/** Whether the `unrolled` kernel takes `group` query heads per kv head of `headDim`. */
+function unrolledShapeFits(group: number, headDim: number): boolean {
+  return group * headDim <= MAX_UNROLLED_GROUP_DIM && headDim % 8 === 0;
+}
+
+/**
+ * The kernel a {@linkcode PagedAttentionDecode} runs by default: `unrolled` under the cpu kernel
+ * profile where the shape fits it, else `workgroup`.
+ */
+export function defaultDecodeVariant(
+  ctx: GpuContext,
+  group: number,
+  headDim: number,
+): PagedAttentionDecodeVariant {
+  return ctx.isCpuProfile && unrolledShapeFits(group, headDim) ? "unrolled" : "workgroup";
+}
+
+/** The unrolled kernel's staging of the new token's k head for the fused prologue. */
+const UNROLLED_ROPE_STAGING = "var<workgroup> sh_s: array<f32, HEAD_DIM>;\n";
+
+/**
+ * Workgroup memory of the fused `unrolled` kernel, bytes: its (max, sum) pairs and outputs
+ * (paged_attention_decode_unrolled.wgsl) and the prologue's k head, norm scales and partial sums
+ * of squares (paged_attention_decode_rope.wgsl, 8 lanes per head).
+ */
+export function unrolledFusedBytes(group: number, headDim: number): number {
+  const wg = 8;
+  return 8 * wg * group + 16 * wg * group * (headDim / 4) + 4 * headDim + 4 * (group + 1) * 9;
+}
+
+/**
+ * Whether the `unrolled` kernel's fused variant fits `ctx`'s workgroup memory for `group` query
+ * heads per kv head of `headDim` (Qwen3-0.6B, 2 x 128: 8,940 bytes; 4 x 128: 17,332).
+ */
+export function unrolledFusedFits(ctx: GpuContext, group: number, headDim: number): boolean {
+  return unrolledFusedBytes(group, headDim) <= ctx.limits.maxComputeWorkgroupStorageSize;
+}
+
+/** A kernel's prologue when it is not fused: none. */
 const UNFUSED = "const FUSED: bool = false;\n" +
   "fn rope_prologue(seq: u32, kvh: u32, head0: u32, lid: u32, owner: bool) {}\n";
 
@@ -126,7 +164,8 @@ export interface PagedAttentionDecodeConfig {
    */
   readonly variant?: PagedAttentionDecodeVariant;
   /**
-   * Also compile the fused variant (`workgroup` kernel only): q/k head norms with weights of
+   * Also compile the fused variant (the `unrolled` kernel's where it fits the workgroup memory,
+   * {@linkcode unrolledFusedFits}): q/k head norms with weights of
    * `normDtype` (null: no norms, Llama / Qwen2), RoPE and the K/V write of the new tokens.
    */
   readonly rope?: DecodeRopeConfig;
@@ -222,17 +261,23 @@ export class PagedAttentionDecode {
     this.partitionSize = partitionSize;
     this.splitThreshold = config.splitThreshold ?? DEFAULT_SPLIT_THRESHOLD;
     const dtype = this.dtype;
-    const unrolledFits = group * headDim <= MAX_UNROLLED_GROUP_DIM && headDim % 8 === 0;
-    this.variant = config.variant ??
-      (ctx.isCpuProfile && unrolledFits ? "unrolled" : "workgroup");
+    const unrolledFits = unrolledShapeFits(group, headDim);
+    this.variant = config.variant ?? defaultDecodeVariant(ctx, group, headDim);
     if (this.variant === "unrolled" && !unrolledFits) {
       throw new RangeError(
         `Cannot create unrolled paged attention: GROUP ${group} x headDim ${headDim} must be ` +
           `at most ${MAX_UNROLLED_GROUP_DIM} with headDim a multiple of 8`,
       );
     }
-    if (config.rope !== undefined && this.variant !== "workgroup") {
-      throw new RangeError("Cannot create paged attention: only the workgroup kernel is fused");
+    if (
+      config.rope !== undefined && this.variant === "unrolled" &&
+      !unrolledFusedFits(ctx, group, headDim)
+    ) {
+      throw new RangeError(
+        `Cannot create fused unrolled paged attention: GROUP ${group} x headDim ${headDim} needs ` +
+          `${unrolledFusedBytes(group, headDim)} bytes of workgroup memory, the adapter has ` +
+          `${ctx.limits.maxComputeWorkgroupStorageSize}`,
+      );
     }
     this.rope = config.rope ?? null;
     const workgroup = (fused: string) =>
@@ -242,14 +287,15 @@ export class PagedAttentionDecode {
         i: group,
         r: Math.ceil((group * headDim) / 4 / WORKGROUP_SIZE),
       });
+    const unrolled = (fused: string) =>
+      weightPrelude(dtype) + kvLoad8Prelude(dtype) + decodeIo +
+      `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst D4 = ${headDim / 4}u;\n` +
+      `const D8 = ${headDim / 8}u;\n` + fused +
+      unrollTemplate(unrolledSource, { i: group, r: headDim / 8 });
     this.#decode = this.variant === "unrolled"
       ? ctx.pipeline(
         `paged_attention_decode_unrolled/${dtype}/group${group}/d${headDim}`,
-        () =>
-          weightPrelude(dtype) + kvLoad8Prelude(dtype) + decodeIo + kvBindings("read") +
-          `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst D4 = ${headDim / 4}u;\n` +
-          `const D8 = ${headDim / 8}u;\n` +
-          unrollTemplate(unrolledSource, { i: group, r: headDim / 8 }),
+        () => unrolled(kvBindings("read") + UNFUSED),
       )
       : ctx.pipeline(
         `paged_attention_decode/${dtype}/group${group}/d${headDim}`,
@@ -258,9 +304,16 @@ export class PagedAttentionDecode {
     const normDtype = this.rope?.normDtype ?? null;
     // `enable f16` comes with an f16 cache (weightPrelude); an f16 norm beside an f32 cache adds it.
     const f16Norm = normDtype === "f16" && dtype !== "f16" ? "enable f16;\n" : "";
+    const variant = this.variant;
     this.#fused = this.rope === null ? null : ctx.pipeline(
-      `paged_attention_decode_rope/${dtype}/group${group}/d${headDim}/norm-${normDtype}`,
-      () => f16Norm + workgroup(kvBindings("read_write") + ropePrologueSource(normDtype)),
+      `paged_attention_decode_rope/${variant}/${dtype}/group${group}/d${headDim}/norm-${normDtype}`,
+      () =>
+        f16Norm + (variant === "unrolled"
+          ? unrolled(
+            kvBindings("read_write") + UNROLLED_ROPE_STAGING +
+              ropePrologueSource(normDtype, dtype === "f16"),
+          )
+          : workgroup(kvBindings("read_write") + ropePrologueSource(normDtype))),
     );
     this.#merge = ctx.pipeline("paged_attention_merge", () => mergeSource);
   }

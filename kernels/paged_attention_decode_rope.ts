@@ -36,12 +36,27 @@ export interface PagedAttentionDecodeRopeBuffers {
 export const ROPE_PROLOGUE_SOURCES: readonly string[] = [ropeSource, ropeAngleSource];
 
 /**
- * WGSL of the fused prologue, prepended to paged_attention_decode.wgsl after its cache
- * bindings: rope_angle.wgsl, the q/k norm weights at bindings 12 and 13 (`normDtype`; none when
- * null) and paged_attention_decode_rope.wgsl (`FUSED = true`, `rope_prologue`).
+ * WGSL `store_kv4(i, k, v)`: elements 4i .. 4i + 3 of the flat (read_write) caches; `packedF16`
+ * for the unrolled kernel's f16 caches (`KVT = vec4<u32>`, 8 packed halves per element), else a
+ * cache of `KVT` vec4s (the workgroup kernel's WT4, the unrolled kernel's f32 vec4).
  */
-export function ropePrologueSource(normDtype: DType | null): string {
-  return ropeAngleSource + qkNormPrelude(normDtype, 12, 13) + ropeSource;
+function storeKv4(packedF16: boolean): string {
+  const body = packedF16
+    ? "  let w = i / 2u;\n  let h = (i % 2u) * 2u;\n" +
+      "  k_cache[w][h] = pack2x16float(k.xy);\n  k_cache[w][h + 1u] = pack2x16float(k.zw);\n" +
+      "  v_cache[w][h] = pack2x16float(v.xy);\n  v_cache[w][h + 1u] = pack2x16float(v.zw);\n"
+    : "  k_cache[i] = KVT(k);\n  v_cache[i] = KVT(v);\n";
+  return `fn store_kv4(i: u32, k: vec4<f32>, v: vec4<f32>) {\n${body}}\n`;
+}
+
+/**
+ * WGSL of the fused prologue, prepended to the decode attention kernel after its cache
+ * bindings: rope_angle.wgsl, the q/k norm weights at bindings 12 and 13 (`normDtype`; none when
+ * null), `store_kv4` (`packedF16`: the unrolled kernel's f16 caches) and
+ * paged_attention_decode_rope.wgsl (`FUSED = true`, `rope_prologue`).
+ */
+export function ropePrologueSource(normDtype: DType | null, packedF16 = false): string {
+  return ropeAngleSource + qkNormPrelude(normDtype, 12, 13) + storeKv4(packedF16) + ropeSource;
 }
 
 /**

@@ -1,7 +1,7 @@
 // paged_attention_decode_rope: the prologue of the decode attention's fused variant
-// (paged_attention_decode.wgsl with FUSED = true; gpu profile, all-decode steps): the work of
-// rope_and_cache.wgsl for the step's one new token per sequence, done by the attention's own
-// workgroups, so the step has no rope_and_cache dispatch per layer.
+// (paged_attention_decode.wgsl or paged_attention_decode_unrolled.wgsl with FUSED = true;
+// all-decode steps): the work of rope_and_cache.wgsl for the step's one new token per sequence,
+// done by the attention's own workgroups, so the step has no rope_and_cache dispatch per layer.
 //   every workgroup (partition, kv head kvh, sequence s), for its GROUP query heads h:
 //     x = q row of head h (raw, from the fused [q | k | v] row of s);
 //     norm (HAS_NORM): x[j] = x[j] * inverseSqrt(mean(x^2) + eps) * q_norm[j];
@@ -19,8 +19,12 @@
 //
 // Prelude (kernels/paged_attention_decode_rope.ts ropePrologueSource, joined in by
 // kernels/paged_attention_decode.ts): rope_angle.wgsl; kernels/rope_and_cache.ts
-// qkNormPrelude (HAS_NORM, NT, norm_weight; q_norm and k_norm at bindings 12 and 13); WT4 / KVT;
-// the kernel's workgroup arrays sh_q and sh_s (module scope, paged_attention_decode.wgsl).
+// qkNormPrelude (HAS_NORM, NT, norm_weight; q_norm and k_norm at bindings 12 and 13);
+// `fn store_kv4(i: u32, k: vec4<f32>, v: vec4<f32>)` (elements 4i .. 4i + 3 of the flat caches,
+// as the kernel's KVT holds them); the kernel's constants WG, GROUP, HEAD_DIM, D4, P (= GROUP D4
+// query vec4s), MAX_GROUP and MAX_D4, and its workgroup arrays sh_q (>= GROUP MAX_D4 vec4s) and
+// sh_s (>= HEAD_DIM f32s), module scope: paged_attention_decode.wgsl or
+// paged_attention_decode_unrolled.wgsl.
 //
 // Bindings (group 0), beside paged_attention_decode.wgsl's (which this variant binds with k_cache
 // and v_cache read_write; q is the fused [q | k | v] row of each sequence, q_stride apart, with
@@ -31,7 +35,8 @@
 //                                                0xFFFFFFFF (no write)
 //   12 q_norm       : storage read  array<NT>   [HEAD_DIM] (HAS_NORM only)
 //   13 k_norm       : storage read  array<NT>   [HEAD_DIM] (HAS_NORM only)
-// Workgroup and dispatch: the kernel's (64 invocations; (partitions, num_kv_heads, num_seqs)).
+// Workgroup and dispatch: the kernel's ((partitions, num_kv_heads, num_seqs); 64 invocations, or
+// the unrolled kernel's 8).
 
 @group(0) @binding(9) var<storage, read> positions: array<u32>;
 @group(0) @binding(10) var<storage, read> inv_freq: array<f32>;
@@ -149,8 +154,7 @@ fn rope_prologue(seq: u32, kvh: u32, head0: u32, lid: u32, owner: bool) {
       let dst = ((block * p.num_kv_heads + kvh) * p.block_size + o) * D4;
       let v_row = (row + (p.num_q_heads + p.num_kv_heads + kvh) * HEAD_DIM) / 4u;
       for (var d4 = lid; d4 < D4; d4 += WG) {
-        k_cache[dst + d4] = KVT(head_get4(GROUP, d4));
-        v_cache[dst + d4] = KVT(q[v_row + d4]);
+        store_kv4(dst + d4, head_get4(GROUP, d4), q[v_row + d4]);
       }
     }
   }

@@ -17,11 +17,19 @@
 // tile of 64 positions are coroutine switches there, and its loops over arrays run as per-lane
 // memory. K and V rows are read 8 elements per load (load_k8 / load_v8).
 //
+// Fused variant (FUSED, kernels/paged_attention_decode_rope.ts: the cpu profile's all-decode
+// steps): paged_attention_decode_rope.wgsl's `rope_prologue` first norms and rotates the GROUP
+// queries into sh_q (scaled) and, in the workgroup holding the new position, writes its K and V
+// to the caches (then a storage barrier); every invocation loads the queries from sh_q, and a
+// barrier follows before sh_q is reused for the outputs.
+//
 // Prelude (prepended by kernels/paged_attention_decode.ts): `const GROUP: u32` (query heads
 // per kv head), `const HEAD_DIM: u32` (a multiple of 8), `const D4: u32` (= HEAD_DIM / 4),
-// `const D8: u32` (= HEAD_DIM / 8), and kv_load8_{f16,f32}.wgsl for the KV dtype (KVT, KV8,
-// load_k8, load_v8). Requires WG * GROUP * D4 * 16 bytes of workgroup memory (<= 16 KiB:
-// GROUP * HEAD_DIM <= 512).
+// `const D8: u32` (= HEAD_DIM / 8), kv_load8_{f16,f32}.wgsl for the KV dtype (KVT, KV8,
+// load_k8, load_v8), and `const FUSED: bool` with `fn rope_prologue(seq, kvh, head0, lid,
+// owner)` (paged_attention_decode_rope.wgsl, or empty). Requires WG * GROUP * D4 * 16 bytes of
+// workgroup memory (<= 16 KiB: GROUP * HEAD_DIM <= 512), and for FUSED the prologue's own
+// (sh_s, HEAD_DIM f32s, and its norm sums).
 //
 // Bindings (group 0): as paged_attention_decode.wgsl
 //   0 q            : storage read  array<vec4<f32>> q(s, h, d) at s * q_stride + h * HEAD_DIM + d
@@ -41,10 +49,23 @@
 // Dispatch:  (partitions, num_kv_heads, num_seqs), as paged_attention_decode.wgsl.
 
 const WG: u32 = 8u;
+// The prologue's shapes (paged_attention_decode_rope.wgsl): query vec4s, heads and head vec4s.
+const P: u32 = GROUP * D4;
+const MAX_GROUP: u32 = GROUP;
+const MAX_D4: u32 = D4;
 // Params, the bindings and NEG_BIG: paged_attention_decode_io.wgsl (prepended).
 
 var<workgroup> sh_ml: array<vec2<f32>, WG * GROUP>; // (max, sum) per [invocation, g]
-var<workgroup> sh_o: array<vec4<f32>, WG * GROUP * D4>; // outputs per [invocation, g, d4]
+// Outputs per [invocation, g, d4]; FUSED: first the scaled queries per [g, d4].
+var<workgroup> sh_q: array<vec4<f32>, WG * GROUP * D4>;
+
+// Vec4 d4 of query head g (its elements at qb * 4 of q when not FUSED), times the scale.
+fn query4(g: u32, qb: u32, d4: u32) -> vec4<f32> {
+  if (FUSED) {
+    return sh_q[g * MAX_D4 + d4];
+  }
+  return p.scale * q[qb + d4];
+}
 
 @compute @workgroup_size(8)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -66,10 +87,18 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   }
   let end = start + min(p.partition_size, ctx_len - start);
 
-  // The GROUP queries, pre-multiplied by the scale.
+  // The GROUP queries, pre-multiplied by the scale (FUSED: normed and rotated first, and the new
+  // position's K and V written by the workgroup that holds it).
+  if (FUSED) {
+    rope_prologue(seq, kvh, head0, lid, end == ctx_len);
+  }
   let qb$i = (seq * p.q_stride + (head0 + $iu) * HEAD_DIM) / 4u;
-  let q$i_$r_lo = p.scale * q[qb$i + 2u * $ru];
-  let q$i_$r_hi = p.scale * q[qb$i + 2u * $ru + 1u];
+  let q$i_$r_lo = query4($iu, qb$i, 2u * $ru);
+  let q$i_$r_hi = query4($iu, qb$i, 2u * $ru + 1u);
+  if (FUSED) {
+    // Every invocation holds its queries before sh_q takes the outputs.
+    workgroupBarrier();
+  }
   var m$i = NEG_BIG;
   var l$i = 0.0;
   var o$i_$r_lo = vec4<f32>(0.0);
@@ -95,8 +124,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   // Merge the 8 invocations' partial softmaxes (an invocation without positions has max
   // NEG_BIG and weight 0; invocation 0 always has one).
   sh_ml[lid * GROUP + $iu] = vec2<f32>(m$i, l$i);
-  sh_o[(lid * GROUP + $iu) * D4 + 2u * $ru] = o$i_$r_lo;
-  sh_o[(lid * GROUP + $iu) * D4 + 2u * $ru + 1u] = o$i_$r_hi;
+  sh_q[(lid * GROUP + $iu) * D4 + 2u * $ru] = o$i_$r_lo;
+  sh_q[(lid * GROUP + $iu) * D4 + 2u * $ru + 1u] = o$i_$r_hi;
   workgroupBarrier();
   for (var t = lid; t < GROUP * D4; t += WG) {
     let g = t / D4;
@@ -111,7 +140,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
       let ml = sh_ml[j * GROUP + g];
       let w = exp(ml.x - mx);
       l += w * ml.y;
-      o += w * sh_o[(j * GROUP + g) * D4 + d4];
+      o += w * sh_q[(j * GROUP + g) * D4 + d4];
     }
     let row = seq * p.num_q_heads + head0 + g;
     if (p.split == 0u) {

@@ -20,15 +20,16 @@ import { SOLO_RUNNER_OPTIONS } from "./support/solo_run.ts";
 
 /**
  * The groups of a Llama-family step with q/k norms (Qwen3), in step order: under the gpu kernel
- * profile the projections read the norms themselves (no rms_norm group), and an all-decode step's
- * attention does the q/k norms, RoPE and the K/V write (no rope_and_cache group).
+ * profile (`fused`) the projections read the norms themselves (no rms_norm group), and under
+ * either profile an all-decode step's attention does the q/k norms, RoPE and the K/V write (no
+ * rope_and_cache group; the tiny model's shape fits the cpu profile's fused unrolled kernel).
  */
 const QWEN3_GROUPS = (fused: boolean, decode = false) => [
   "embedding + token feed",
   ...(fused
     ? ["matmul qkv (+ residual add, rms_norm)"]
     : ["rms_norm (2 per layer, fused residual)", "matmul qkv"]),
-  ...(fused && decode
+  ...(decode
     ? ["attention (+ q/k norm, rope, kv write)"]
     : ["q/k norm + rope + kv write", "attention"]),
   "matmul o",

@@ -16,9 +16,11 @@ import type { KvCache } from "../kv_cache.ts";
 import type { StepBuffers } from "../step_buffers.ts";
 import {
   type DecodeRopeConfig,
+  defaultDecodeVariant,
   PagedAttentionDecode,
   type PagedAttentionDecodeOp,
   type PagedAttentionDecodeRopeBuffers,
+  unrolledFusedFits,
 } from "../../kernels/paged_attention_decode.ts";
 import {
   PagedAttentionPrefill,
@@ -85,6 +87,18 @@ export async function tiledPrefillCompiles(
   return "error" in r ? { ok: false, error: r.error.message.split("\n")[0]! } : { ok: true };
 }
 
+/**
+ * Whether a RoPE model's decode attention runs fused with `rope_and_cache`'s work: always under
+ * the gpu kernel profile; under the cpu profile where its `unrolled` kernel runs and the fused
+ * variant fits the workgroup memory (lavapipe: one dispatch less per layer, each ~30 us there,
+ * bench/dispatch_floor.ts).
+ */
+export function fusesRope(ctx: GpuContext, group: number, headDim: number): boolean {
+  if (!ctx.isCpuProfile) return true;
+  return defaultDecodeVariant(ctx, group, headDim) === "unrolled" &&
+    unrolledFusedFits(ctx, group, headDim);
+}
+
 /** The attention kernels compiled for one model; {@linkcode AttentionKernels.bind} per layer. */
 export class AttentionKernels {
   readonly geometry: AttentionGeometry;
@@ -99,8 +113,8 @@ export class AttentionKernels {
   /**
    * @param tiledPrefill whether to add the `tiled` prefill kernel beside the profile's (gpu
    *   profile, where it fits): {@linkcode tiledPrefillCompiles} says whether the adapter can.
-   * @param rope a RoPE model's head norms: the gpu profile then also compiles the decode
-   *   kernel's fused variant (q/k norms, RoPE and the K/V write of all-decode steps).
+   * @param rope a RoPE model's head norms: the decode kernel's fused variant (q/k norms, RoPE
+   *   and the K/V write of all-decode steps) is then compiled too, see {@linkcode fusesRope}.
    */
   constructor(
     ctx: GpuContext,
@@ -120,7 +134,7 @@ export class AttentionKernels {
       headDim,
       blockSize: kv.shape.blockSize,
       dtype,
-      ...(rope !== undefined && !ctx.isCpuProfile ? { rope } : {}),
+      ...(rope !== undefined && fusesRope(ctx, numHeads / numKvHeads, headDim) ? { rope } : {}),
     });
     const prefill = { numQHeads: numHeads, numKvHeads, headDim, dtype };
     const tiledFits = tiledPrefillShape(
