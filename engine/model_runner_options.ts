@@ -47,9 +47,11 @@ export interface ModelRunnerOptions {
    */
   readonly quantization?: QuantizationChoice;
   /**
-   * Under the gpu profile, run a RoPE model's all-decode steps with the decode attention's fused
-   * variant (q/k norms, RoPE and the K/V write inside it, no rope_and_cache dispatch). Default
-   * true; false keeps the separate dispatch (to compare the two: bench:model --fused-decode).
+   * Run a RoPE model's all-decode steps with the decode attention's fused variant (q/k norms,
+   * RoPE and the K/V write inside it, no rope_and_cache dispatch; under the cpu profile where its
+   * `unrolled` kernel's variant fits the workgroup memory, engine/models/attention_block.ts
+   * `fusesRope`). Default true; false keeps the separate dispatch (to compare the two:
+   * bench:model --fused-decode).
    */
   readonly fusedDecode?: boolean;
   /**

@@ -78,7 +78,7 @@ fn main(
   let full = p.k / 4u;
   for (var q = t; q < full; q += TPR) {
     let wv$r = load_w4(row$r, q);
-    let xv$i = load_x4_stat(xbase$i + q * 4u, keep$i);
+    let xv$i = load_x4_stat(xbase$i + q * 4u, q * 4u, keep$i);
     acc$i_$r += dot(xv$i.v, wv$r);
     sq$i += xv$i.sq;
   }
@@ -86,7 +86,7 @@ fn main(
   if (t == 0u && full * 4u < p.k) {
     let rem = p.k - full * 4u;
     let tw$r = load_w4(row$r, full);
-    let tv$i = load_x4_tail_stat(xbase$i + full * 4u, rem, keep$i);
+    let tv$i = load_x4_tail_stat(xbase$i + full * 4u, full * 4u, rem, keep$i);
     acc$i_$r += dot(tv$i.v, tw$r);
     sq$i += tv$i.sq;
   }

@@ -30,8 +30,8 @@
     // counter, as the per-invocation arrays did that ran 10-30x slower on an NVIDIA H200
     // (matmul_tiled.wgsl); not risked without a GPU to measure it.
     {
-      let xa$i = load_x4_stat(xbase$i + 32u * g, keep$i);
-      let xb$i = load_x4_stat(xbase$i + 32u * g + 4u, keep$i);
+      let xa$i = load_x4_stat(xbase$i + 32u * g, 32u * g, keep$i);
+      let xb$i = load_x4_stat(xbase$i + 32u * g + 4u, 32u * g + 4u, keep$i);
       sq$i += xa$i.sq + xb$i.sq;
       let x$i = mat2x4<f32>(xa$i.v, xb$i.v);
       off$i += q_offset(x$i);
@@ -39,8 +39,8 @@
       d$i_$r += q_dot(xs$i, v$r, 0u);
     }
     {
-      let xa$i = load_x4_stat(xbase$i + 32u * g + 8u, keep$i);
-      let xb$i = load_x4_stat(xbase$i + 32u * g + 12u, keep$i);
+      let xa$i = load_x4_stat(xbase$i + 32u * g + 8u, 32u * g + 8u, keep$i);
+      let xb$i = load_x4_stat(xbase$i + 32u * g + 12u, 32u * g + 12u, keep$i);
       sq$i += xa$i.sq + xb$i.sq;
       let x$i = mat2x4<f32>(xa$i.v, xb$i.v);
       off$i += q_offset(x$i);
@@ -48,8 +48,8 @@
       d$i_$r += q_dot(xs$i, v$r, 1u);
     }
     {
-      let xa$i = load_x4_stat(xbase$i + 32u * g + 16u, keep$i);
-      let xb$i = load_x4_stat(xbase$i + 32u * g + 20u, keep$i);
+      let xa$i = load_x4_stat(xbase$i + 32u * g + 16u, 32u * g + 16u, keep$i);
+      let xb$i = load_x4_stat(xbase$i + 32u * g + 20u, 32u * g + 20u, keep$i);
       sq$i += xa$i.sq + xb$i.sq;
       let x$i = mat2x4<f32>(xa$i.v, xb$i.v);
       off$i += q_offset(x$i);
@@ -57,8 +57,8 @@
       d$i_$r += q_dot(xs$i, v$r, 2u);
     }
     {
-      let xa$i = load_x4_stat(xbase$i + 32u * g + 24u, keep$i);
-      let xb$i = load_x4_stat(xbase$i + 32u * g + 28u, keep$i);
+      let xa$i = load_x4_stat(xbase$i + 32u * g + 24u, 32u * g + 24u, keep$i);
+      let xb$i = load_x4_stat(xbase$i + 32u * g + 28u, 32u * g + 28u, keep$i);
       sq$i += xa$i.sq + xb$i.sq;
       let x$i = mat2x4<f32>(xa$i.v, xb$i.v);
       off$i += q_offset(x$i);

@@ -14,8 +14,8 @@
   let full = p.k / 8u;
   for (var q = t; q < full; q += TPR) {
     let wm$r = load_w8(row$r, q);
-    let xa$i = load_x4_stat(xbase$i + q * 8u, keep$i);
-    let xb$i = load_x4_stat(xbase$i + q * 8u + 4u, keep$i);
+    let xa$i = load_x4_stat(xbase$i + q * 8u, q * 8u, keep$i);
+    let xb$i = load_x4_stat(xbase$i + q * 8u + 4u, q * 8u + 4u, keep$i);
     acc$i_$r += dot(xa$i.v, wm$r[0]) + dot(xb$i.v, wm$r[1]);
     sq$i += xa$i.sq + xb$i.sq;
   }
@@ -25,8 +25,8 @@
     let tw$r = load_w8(row$r, full);
     var ta$i = XLoad4(vec4<f32>(0.0), 0.0);
     var tb$i = XLoad4(vec4<f32>(0.0), 0.0);
-    if (rem >= 4u) { ta$i = load_x4_stat(xbase$i + full * 8u, keep$i); } else { ta$i = load_x4_tail_stat(xbase$i + full * 8u, rem, keep$i); }
-    if (rem > 4u) { tb$i = load_x4_tail_stat(xbase$i + full * 8u + 4u, rem - 4u, keep$i); }
+    if (rem >= 4u) { ta$i = load_x4_stat(xbase$i + full * 8u, full * 8u, keep$i); } else { ta$i = load_x4_tail_stat(xbase$i + full * 8u, full * 8u, rem, keep$i); }
+    if (rem > 4u) { tb$i = load_x4_tail_stat(xbase$i + full * 8u + 4u, full * 8u + 4u, rem - 4u, keep$i); }
     acc$i_$r += dot(ta$i.v, tw$r[0]) + dot(tb$i.v, tw$r[1]);
     sq$i += ta$i.sq + tb$i.sq;
   }

@@ -110,7 +110,7 @@ fn put_w(wo: u32, e: u32, v: WItem) {
 // X[m, k] of the tile (its row statistic too), zero outside [M, K].
 fn stage_x(m: u32, k: u32, keep: bool) -> XLoad1 {
   if (m < p.m && k < p.k) {
-    return load_x1_stat(x_row(m) + k, keep);
+    return load_x1_stat(x_row(m) + k, k, keep);
   }
   return XLoad1(0.0, 0.0);
 }

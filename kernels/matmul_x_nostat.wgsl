@@ -16,15 +16,15 @@ struct XLoad4 {
   sq: f32,
 }
 
-fn load_x1_stat(i: u32, keep: bool) -> XLoad1 {
+fn load_x1_stat(i: u32, k: u32, keep: bool) -> XLoad1 {
   return XLoad1(load_x1(i), 0.0);
 }
 
-fn load_x4_stat(base: u32, keep: bool) -> XLoad4 {
+fn load_x4_stat(base: u32, k: u32, keep: bool) -> XLoad4 {
   return XLoad4(load_x4(base), 0.0);
 }
 
-fn load_x4_tail_stat(base: u32, rem: u32, keep: bool) -> XLoad4 {
+fn load_x4_tail_stat(base: u32, k: u32, rem: u32, keep: bool) -> XLoad4 {
   return XLoad4(load_x4_tail(base, rem), 0.0);
 }
 

@@ -41,17 +41,18 @@ fn x_row(m: u32) -> u32 {
   return m * p.k;
 }
 
-// X element i (= x_row(m) + k) before the row's rsqrt factor.
-fn load_x1_stat(i: u32, keep: bool) -> XLoad1 {
+// X element i (= x_row(m) + k, the caller knows k: no division here) before the row's rsqrt
+// factor.
+fn load_x1_stat(i: u32, k: u32, keep: bool) -> XLoad1 {
   let r = raw1(i);
   if (keep) {
     keep1(i, r);
   }
-  return XLoad1(r * gamma_at(i % p.k), r * r);
+  return XLoad1(r * gamma_at(k), r * r);
 }
 
-// X elements base .. base + 3 of one row before the row's rsqrt factor.
-fn load_x4_stat(base: u32, keep: bool) -> XLoad4 {
+// X elements base .. base + 3 of one row (columns k .. k + 3) before the row's rsqrt factor.
+fn load_x4_stat(base: u32, k: u32, keep: bool) -> XLoad4 {
   let r = vec4<f32>(raw1(base), raw1(base + 1u), raw1(base + 2u), raw1(base + 3u));
   if (keep) {
     keep1(base, r.x);
@@ -59,14 +60,13 @@ fn load_x4_stat(base: u32, keep: bool) -> XLoad4 {
     keep1(base + 2u, r.z);
     keep1(base + 3u, r.w);
   }
-  let k = base % p.k;
   let g = vec4<f32>(gamma_at(k), gamma_at(k + 1u), gamma_at(k + 2u), gamma_at(k + 3u));
   return XLoad4(r * g, dot(r, r));
 }
 
-// The K tail of a row: elements base .. base + rem - 1 (rem in 1..3), then zeros (past K lies
-// the next row); only the rem elements are kept.
-fn load_x4_tail_stat(base: u32, rem: u32, keep: bool) -> XLoad4 {
+// The K tail of a row: elements base .. base + rem - 1 (columns k .. k + rem - 1, rem in 1..3),
+// then zeros (past K lies the next row); only the rem elements are kept.
+fn load_x4_tail_stat(base: u32, k: u32, rem: u32, keep: bool) -> XLoad4 {
   let r = vec4<f32>(
     raw1(base),
     select(0.0, raw1(base + 1u), rem > 1u),
@@ -78,7 +78,6 @@ fn load_x4_tail_stat(base: u32, rem: u32, keep: bool) -> XLoad4 {
       keep1(base + j, r[j]);
     }
   }
-  let k = base % p.k;
   let g = vec4<f32>(
     gamma_at(k),
     select(0.0, gamma_at(k + 1u), rem > 1u),

@@ -36,9 +36,9 @@ const USAGE = `usage: deno task bench:model [options]
                                as the engine; 1 starts each at the next submit)
   --max-in-flight N            steps the runner keeps in flight (default 7, as the engine; a
                                readback batch takes at most this many)
-  --fused-decode on|off        gpu profile: all-decode steps with RoPE, q/k norms and the K/V
-                               write inside the decode attention (default on, as the engine),
-                               or rope_and_cache's own dispatch per layer (off)
+  --fused-decode on|off        all-decode steps with RoPE, q/k norms and the K/V write inside
+                               the decode attention (default on, as the engine), or
+                               rope_and_cache's own dispatch per layer (off)
   --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
                                (default auto: none, or a GPTQ / AWQ / W4A16 checkpoint's own
                                format, as serve loads it); ratios to the first are printed
