@@ -48,6 +48,9 @@ import {
   ROPE_PROLOGUE_SOURCES,
   ropeEntries,
   ropePrologueSource,
+  UNROLLED_ROPE_STAGING,
+  unrolledFusedBytes,
+  unrolledFusedFits,
 } from "./paged_attention_decode_rope.ts";
 import { unrollTemplate } from "./unroll.ts";
 import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
@@ -65,6 +68,7 @@ import {
 
 export { PagedAttentionDecodeOp, PagedAttentionScratch, SHORT_SPLIT_CONTEXT, SMALL_BATCH_SPLIT };
 export type { DecodeRopeConfig, PagedAttentionDecodeRopeBuffers };
+export { unrolledFusedBytes, unrolledFusedFits };
 
 /** A digest of the decode attention's WGSL: a cached split choice is re-measured once it changes. */
 export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
@@ -111,27 +115,6 @@ export function defaultDecodeVariant(
   headDim: number,
 ): PagedAttentionDecodeVariant {
   return ctx.isCpuProfile && unrolledShapeFits(group, headDim) ? "unrolled" : "workgroup";
-}
-
-/** The unrolled kernel's staging of the new token's k head for the fused prologue. */
-const UNROLLED_ROPE_STAGING = "var<workgroup> sh_s: array<f32, HEAD_DIM>;\n";
-
-/**
- * Workgroup memory of the fused `unrolled` kernel, bytes: its (max, sum) pairs and outputs
- * (paged_attention_decode_unrolled.wgsl) and the prologue's k head, norm scales and partial sums
- * of squares (paged_attention_decode_rope.wgsl, 8 lanes per head).
- */
-export function unrolledFusedBytes(group: number, headDim: number): number {
-  const wg = 8;
-  return 8 * wg * group + 16 * wg * group * (headDim / 4) + 4 * headDim + 4 * (group + 1) * 9;
-}
-
-/**
- * Whether the `unrolled` kernel's fused variant fits `ctx`'s workgroup memory for `group` query
- * heads per kv head of `headDim` (Qwen3-0.6B, 2 x 128: 8,940 bytes; 4 x 128: 17,332).
- */
-export function unrolledFusedFits(ctx: GpuContext, group: number, headDim: number): boolean {
-  return unrolledFusedBytes(group, headDim) <= ctx.limits.maxComputeWorkgroupStorageSize;
 }
 
 /** A kernel's prologue when it is not fused: none. */

@@ -11,6 +11,7 @@ import ropeAngleSource from "./rope_angle.wgsl" with { type: "text" };
 import { qkNormPrelude } from "./rope_and_cache.ts";
 import type { DType } from "../gpu/dtype.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
+import type { GpuContext } from "../gpu/context.ts";
 
 /** The fused variant's shape (see {@linkcode PagedAttentionDecodeConfig.rope}). */
 export interface DecodeRopeConfig {
@@ -97,4 +98,25 @@ export function ropeEntries(
     entries.push({ binding, resource: { buffer: w.parts[0]!.buffer } });
   }
   return entries;
+}
+
+/** The unrolled kernel's staging of the new token's k head for the fused prologue. */
+export const UNROLLED_ROPE_STAGING = "var<workgroup> sh_s: array<f32, HEAD_DIM>;\n";
+
+/**
+ * Workgroup memory of the fused `unrolled` kernel, bytes: its (max, sum) pairs and outputs
+ * (paged_attention_decode_unrolled.wgsl) and the prologue's k head, norm scales and partial sums
+ * of squares (paged_attention_decode_rope.wgsl, 8 lanes per head).
+ */
+export function unrolledFusedBytes(group: number, headDim: number): number {
+  const wg = 8;
+  return 8 * wg * group + 16 * wg * group * (headDim / 4) + 4 * headDim + 4 * (group + 1) * 9;
+}
+
+/**
+ * Whether the `unrolled` kernel's fused variant fits `ctx`'s workgroup memory for `group` query
+ * heads per kv head of `headDim` (Qwen3-0.6B, 2 x 128: 8,940 bytes; 4 x 128: 17,332).
+ */
+export function unrolledFusedFits(ctx: GpuContext, group: number, headDim: number): boolean {
+  return unrolledFusedBytes(group, headDim) <= ctx.limits.maxComputeWorkgroupStorageSize;
 }
