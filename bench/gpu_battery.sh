@@ -23,7 +23,8 @@
 # time, 11 steps in flight: the GPU's idle time between steps); retune (a second start-up measuring
 # its own tuning: how steady the choices are); untuned (--kernel-tuning off: what the measured
 # tuning changes); unfused (--fused-decode off); kernels, kernels-int4 (every matmul kernel and
-# tile shape, bench/matmul_tune.ts, f16 and int4); attention; dispatch (the GPU time a dispatch
+# tile shape, bench/matmul_tune.ts, f16 and int4); kernels-rms (the same with X read as the
+# normed residual stream, as qkv and gate/up read it); attention; dispatch (the GPU time a dispatch
 # adds, bench/dispatch_floor.ts); host (the host's time per decode step call by call,
 # bench/host_calls.ts); prompt-logprobs; tests (the suite on the GPU: greedy parity with the
 # float64 reference, its auto profile there the gpu one, less the files importing the client SDKs
@@ -144,6 +145,12 @@ stage() {
       run_stage kernels-int4 40 kernels_int4.txt deno run --cached-only -A bench/matmul_tune.ts \
         --m 1,64,512 --shapes qkv,down --format int4
       ;;
+    # X read as the engine's qkv and gate/up read it (the residual stream normed on the fly), against
+    # the kernels stage's plain X: what the norm X form costs each kernel.
+    kernels-rms)
+      run_stage kernels-rms 40 kernels_rms.txt deno run --cached-only -A bench/matmul_tune.ts \
+        --m 1,64,512 --shapes qkv,gate_up --x-form rms_residual
+      ;;
     attention)
       run_stage attention 40 kernels.txt env DECODE_CONTEXTS=160,2048 \
         DECODE_PARTITIONS=16,64,512 deno bench --cached-only --no-check -A --filter "/^zz$/" \
@@ -171,7 +178,7 @@ stage() {
 # readback before retune: it reads bench-model's cached tuning (same call sites and context), which
 # retune then replaces.
 stages=${BATTERY_STAGES:-info make-model bench-model torch quant serve readback retune untuned \
-unfused kernels kernels-int4 attention dispatch host prompt-logprobs tests}
+unfused kernels kernels-int4 kernels-rms attention dispatch host prompt-logprobs tests}
 for name in $stages; do stage "$name"; done
 log "done"
 # The figures against issue 18's and issue 20's goals, read from the logs above (no GPU work).

@@ -8,7 +8,12 @@
  * tuning (kernels/matmul_tuner.ts) measures on a model's own call sites at start-up.
  *
  *   deno run -A bench/matmul_tune.ts [--m 1,8,16,32,64,512] [--shapes qkv,o,gate_up,down]
- *     [--format f16|int8|int4]
+ *     [--format f16|int8|int4] [--x-form plain|rms_residual]
+ *
+ * `--x-form rms_residual` reads X as the engine's qkv and gate/up projections do under the `gpu`
+ * profile: the residual stream plus the previous sub-layer's output, normed on the fly with an f16
+ * norm weight, the sum written back (`gemv` and `tiled` only; `kernels/matmul_x_rms.wgsl`), so the
+ * X form's own cost shows against plain X.
  *
  * Weights and X are zero (timing does not depend on the values here: no tensor cores, no sparsity
  * fast path).
@@ -44,6 +49,7 @@ const { values } = parseArgs({
     m: { type: "string", default: "1,8,16,32,64,512" },
     shapes: { type: "string", default: "qkv,o,gate_up,down" },
     format: { type: "string", default: "f16" },
+    "x-form": { type: "string", default: "plain" },
   },
 });
 const ms = values.m.split(",").map(Number);
@@ -55,12 +61,22 @@ if (found === undefined) {
   Deno.exit(2);
 }
 const format = found;
+const X_FORMS = ["plain", "rms_residual"] as const;
+const xForm = X_FORMS.find((f) => f === values["x-form"]);
+if (xForm === undefined) {
+  console.error(`error: --x-form expects plain or rms_residual, got "${values["x-form"]}"`);
+  Deno.exit(2);
+}
+/** With a norm X form: its norm weight's dtype (the engine's f16 checkpoints). */
+const NORM_DTYPE = "f16";
 /** Bytes per weight of the format (the scales, 2 bytes per 32 weights, come on top). */
 const WEIGHT_BYTES = { f16: 2, int8: 1, int4: 0.5 } as const;
 
 const ctx = await benchContext();
 console.log(`matmul_tune: ${describeMachine(ctx)}`);
-console.log(`command: deno run -A bench/matmul_tune.ts ${Deno.args.join(" ")}; ${format} weights`);
+console.log(
+  `command: deno run -A bench/matmul_tune.ts ${Deno.args.join(" ")}; ${format} weights, X ${xForm}`,
+);
 console.log(`copy bandwidth (same run): ${(await measureCopyBandwidth(ctx)).toFixed(1)} GB/s`);
 
 /** The kernels measured at M = `m` on a weight of row stride `k`. */
@@ -76,8 +92,8 @@ function candidates(m: number, k: number): { name: string; src: KernelSource }[]
           format,
           false,
           false,
-          "plain",
-          "f32",
+          xForm,
+          NORM_DTYPE,
           undefined,
           rb,
           ks,
@@ -89,16 +105,19 @@ function candidates(m: number, k: number): { name: string; src: KernelSource }[]
       }
     }
   }
-  for (const mb of [1, 4, 8, 16]) {
+  // The cpu profile's kernels read plain X only.
+  for (const mb of xForm === "plain" ? [1, 4, 8, 16] : []) {
     if (mb > m && mb !== 1) continue;
     out.push({ name: `unrolled mb${mb}`, src: kernelSource("unrolled", mb, format, false, true) });
   }
-  out.push({ name: "blocked mb8", src: kernelSource("blocked", 8, format, false, false) });
+  if (xForm === "plain") {
+    out.push({ name: "blocked mb8", src: kernelSource("blocked", 8, format, false, false) });
+  }
   for (const t of TILE_CANDIDATES) {
     const name = `tiled ${tileName(t)}`;
     out.push({
       name,
-      src: kernelSource("tiled", 0, format, false, false, "plain", "f32", t),
+      src: kernelSource("tiled", 0, format, false, false, xForm, NORM_DTYPE, t),
     });
   }
   return out;
@@ -117,6 +136,13 @@ for (const shapeName of shapes) {
   const x = ctx.createBuffer("x", maxM * k * 4, STORAGE_RW);
   const y = ctx.createBuffer("y", maxM * n * 4, STORAGE_RW);
   const p = ctx.createBuffer("p", 48, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+  // rms_residual: the sub-layer output added to the stream (delta), the f16 norm weight (K halves
+  // in u32 pairs) and the stream's next buffer (written by weight part 0, here the only part).
+  const norm = xForm === "plain" ? null : {
+    delta: ctx.createBuffer("delta", maxM * k * 4, STORAGE_RW),
+    gamma: ctx.createBuffer("gamma", k * 2, STORAGE_RW),
+    hOut: ctx.createBuffer("h_out", maxM * k * 4, STORAGE_RW),
+  };
   for (const m of ms) {
     const rows: string[] = [];
     for (const c of candidates(m, k)) {
@@ -129,16 +155,20 @@ for (const shapeName of shapes) {
           { binding: 3, resource: { buffer: y } },
           { binding: 4, resource: { buffer: p } },
           ...(scales === null ? [] : [{ binding: 5, resource: { buffer: scales } }]),
+          ...(norm === null ? [] : [
+            { binding: 6, resource: { buffer: norm.delta } },
+            { binding: 7, resource: { buffer: norm.gamma } },
+            { binding: 8, resource: { buffer: norm.hOut } },
+          ]),
         ],
       });
       const groupsN = Math.ceil(n / c.src.rowsPerGroup);
       const gy = Math.ceil(groupsN / MAX_GROUPS_PER_DIM);
       const gz = Math.ceil(m / c.src.mPerGroup);
-      ctx.device.queue.writeBuffer(
-        p,
-        0,
-        new Uint32Array([m, n, k, k / 4, n, 0, groupsN, 0, 0, 0, 0, 0]),
-      );
+      // Params (kernels/matmul_io.wgsl): m, rows, k, k4, ldy, n0, groups_n, eps, keep.
+      const params = new Uint32Array([m, n, k, k / 4, n, 0, groupsN, 0, norm === null ? 0 : 1]);
+      new Float32Array(params.buffer, 7 * 4, 1)[0] = 1e-6;
+      ctx.device.queue.writeBuffer(p, 0, params);
       const t = await timeGpu(ctx, (pass) => {
         pass.setPipeline(pipeline);
         pass.setBindGroup(0, group);
@@ -154,5 +184,5 @@ for (const shapeName of shapes) {
     console.log(`${shapeName} N ${n} K ${k}, M ${m}:`);
     console.log(rows.join("\n"));
   }
-  for (const b of [w, x, y, p, scales]) b?.destroy();
+  for (const b of [w, x, y, p, scales, norm?.delta, norm?.gamma, norm?.hOut]) b?.destroy();
 }
