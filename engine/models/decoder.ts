@@ -16,7 +16,8 @@
  * residual stream then alternates between two buffers, the projection writing `h + delta` into
  * the other one). Q/k/v and
  * gate/up are fused projections, the q/k head norms, RoPE and the K/V cache write are one
- * kernel (`rope_and_cache`), so attention runs without its own cache write, and the down
+ * kernel (`rope_and_cache`; in all-decode steps the decode attention's own prologue, where its
+ * fused variant was compiled), so attention runs without its own cache write, and the down
  * projection reads its X as `silu(gate) * up` straight from the gate/up output (matmul
  * `xForm: "swiglu"`), so SwiGLU has no dispatch of its own.
  *
@@ -119,7 +120,7 @@ const GROUPS = {
   ...KERNEL_GROUPS,
   /** Attention alone: `rope_and_cache` wrote K and V. */
   attention: "attention",
-  /** The fused decode attention (gpu profile, all-decode steps): `rope_and_cache`'s work too. */
+  /** The fused decode attention (all-decode steps): `rope_and_cache`'s work too. */
   attentionRope: "attention (+ q/k norm, rope, kv write)",
   norm: "rms_norm (2 per layer, fused residual)",
   ropeAndCache: "q/k norm + rope + kv write",
