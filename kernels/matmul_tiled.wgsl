@@ -25,11 +25,12 @@
 // up their squares in registers; after the K loop the partial sums are staged in xs and each
 // invocation adds up those of its TM rows and scales their outputs by x_scale.
 //
-// The W tile is staged through `stage_w` (an item's global load: a vec4 of one weight row) and
+// The W tile is staged through `stage_w` (an item's global load: WSTEP weights of one row) and
 // `put_w` (its transposed write to ws); invocation lid stages items lid + j THREADS, j < WPER
 // (lines with the marker dollar-w, written out by kernels/unroll.ts). Quantized weights (int8 /
-// int4) are staged 8 at a time instead: kernels/matmul_kernels.ts puts matmul_tiled_w8.wgsl in
-// place of the lines between "W STAGING BEGIN" and "W STAGING END".
+// int4) are staged 8 at a time instead: kernels/matmul_kernels.ts puts matmul_tiled_w8.wgsl (its
+// WItem, WSTEP, load_item and put_w) in place of the lines between "W STAGING BEGIN" and "W
+// STAGING END".
 //
 // Double buffering (NB = 2, a tile's `db`): xs and ws hold two K steps. Before the loop the first
 // step is staged; at each K step every invocation issues the global loads of the next step into
@@ -79,33 +80,47 @@ var<workgroup> xs: array<vec4<f32>, NB * BK * XL>;
 var<workgroup> ws: array<vec4<f32>, NB * BK * WL>;
 
 // W STAGING BEGIN (quantized weights: matmul_tiled_w8.wgsl instead)
-// Item e of a K step's W tile: weight row bn + e / (BK / 4), vec4 k0 / 4 + e % (BK / 4) of it.
+// An item of the W tile: WSTEP consecutive weights of one row, here a vec4 (f16 / f32 weights).
 alias WItem = vec4<f32>;
-const W_ITEMS: u32 = BN * BK / 4u;
+const WSTEP: u32 = 4u;
+
+// Item q of weight row n (weights WSTEP q .. WSTEP q + WSTEP - 1), q below the row's items.
+fn load_item(n: u32, q: u32) -> WItem {
+  return load_w4(n, q);
+}
+
+// Item e, transposed, into the W tile at wo: WSTEP lines of ws.
+fn put_w(wo: u32, e: u32, v: WItem) {
+  if (e < W_ITEMS) {
+    let s = item_slot(wo, e);
+    ws[s.x][s.y] = v.x;
+    ws[s.x + WL][s.y] = v.y;
+    ws[s.x + 2u * WL][s.y] = v.z;
+    ws[s.x + 3u * WL][s.y] = v.w;
+  }
+}
+// W STAGING END
+
+// Items of a K step's W tile: item e is weight row bn + e / (BK / WSTEP), its item k0 / WSTEP + e
+// % (BK / WSTEP).
+const W_ITEMS: u32 = BN * BK / WSTEP;
 
 // Item e's global load; zeros past the part's rows, past K and past the items.
 fn stage_w(bn: u32, k0: u32, e: u32) -> WItem {
-  let n = bn + e / (BK / 4u);
-  let q = k0 / 4u + e % (BK / 4u);
-  if (e < W_ITEMS && n < p.rows && q < p.k4) {
-    return load_w4(n, q);
+  let n = bn + e / (BK / WSTEP);
+  let q = k0 / WSTEP + e % (BK / WSTEP);
+  if (e < W_ITEMS && n < p.rows && q < p.k4 * 4u / WSTEP) {
+    return load_item(n, q);
   }
   return WItem();
 }
 
-// Item e, transposed, into the W tile at wo: 4 lines of ws.
-fn put_w(wo: u32, e: u32, v: WItem) {
-  if (e < W_ITEMS) {
-    let nn = e / (BK / 4u);
-    let o = wo + (e % (BK / 4u)) * 4u * WL + nn / 4u;
-    let c = nn % 4u;
-    ws[o][c] = v.x;
-    ws[o + WL][c] = v.y;
-    ws[o + 2u * WL][c] = v.z;
-    ws[o + 3u * WL][c] = v.w;
-  }
+// Where item e's first weight goes in the W tile at wo: (vec4 line, component); weight j of the
+// item goes WL * j vec4s further.
+fn item_slot(wo: u32, e: u32) -> vec2<u32> {
+  let nn = e / (BK / WSTEP);
+  return vec2<u32>(wo + (e % (BK / WSTEP)) * WSTEP * WL + nn / 4u, nn % 4u);
 }
-// W STAGING END
 
 // X[m, k] of the tile (its row statistic too), zero outside [M, K].
 fn stage_x(m: u32, k: u32, keep: bool) -> XLoad1 {

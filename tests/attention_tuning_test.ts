@@ -29,19 +29,31 @@ const TUNING: DecodeSplitTuning = {
   partitionByBatch: { "1": 64, "2": 128, "4": 0, "8": 256 },
 };
 
+/** Checks `splitPartitionFor(tuning, batch, context)` for each [batch, context, size, why?]. */
+function expectSplits(
+  tuning: DecodeSplitTuning,
+  cases: readonly (readonly [number, number, number, string?])[],
+): void {
+  for (const [batch, context, size, why] of cases) {
+    assertEqual(splitPartitionFor(tuning, batch, context), size, why ?? `${batch} x ${context}`);
+  }
+}
+
 Deno.test("splitPartitionFor() takes the smallest measured batch at or above the step's", () => {
-  assertEqual(splitPartitionFor(TUNING, 1, 1000), 64);
-  assertEqual(splitPartitionFor(TUNING, 2, 1000), 128);
-  assertEqual(splitPartitionFor(TUNING, 3, 1000), 0, "batch 4 measured direct");
-  assertEqual(splitPartitionFor(TUNING, 5, 1000), 256, "batch 8's entry");
-  assertEqual(splitPartitionFor(TUNING, 9, 1000), 0, "past the largest: direct");
-  assertEqual(splitPartitionFor(TUNING, 1, 64), 0, "one partition: no split");
-  assertEqual(splitPartitionFor(TUNING, 1, 65), 64);
-  // Past the measured 1,024 tokens the 16 partitions of 64 grow: 4,096 tokens in 16 of 256.
-  assertEqual(splitPartitionFor(TUNING, 1, 1024), 64);
-  assertEqual(splitPartitionFor(TUNING, 1, 4096), 256);
-  assertEqual(splitPartitionFor(TUNING, 1, 1025), 80, "65 tokens rounded up to 16");
-  assertEqual(splitPartitionFor(TUNING, 5, 3000), 752, "4 of 256 at 1,024: 3,000 in 4 of 752");
+  expectSplits(TUNING, [
+    [1, 1000, 64],
+    [2, 1000, 128],
+    [3, 1000, 0, "batch 4 measured direct"],
+    [5, 1000, 256, "batch 8's entry"],
+    [9, 1000, 0, "past the largest: direct"],
+    [1, 64, 0, "one partition: no split"],
+    [1, 65, 64],
+    // Past the measured 1,024 tokens the 16 partitions of 64 grow: 4,096 tokens in 16 of 256.
+    [1, 1024, 64],
+    [1, 4096, 256],
+    [1, 1025, 80, "65 tokens rounded up to 16"],
+    [5, 3000, 752, "4 of 256 at 1,024: 3,000 in 4 of 752"],
+  ]);
 });
 
 /** TUNING with choices measured at 128 and 512 tokens too. */
@@ -54,17 +66,19 @@ const WITH_SHORTER: DecodeSplitTuning = {
 };
 
 Deno.test("splitPartitionFor() follows the shortest measured context at or above the step's", () => {
-  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 100), 16, "128 tokens' batch 1");
-  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 128), 16);
-  assertEqual(splitPartitionFor(WITH_SHORTER, 2, 128), 0, "128 tokens' batch 2: direct");
-  assertEqual(splitPartitionFor(WITH_SHORTER, 3, 128), 0, "past 128 tokens' largest batch");
-  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 16), 0, "one partition: no split");
-  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 129), 32, "512 tokens' batch 1");
-  assertEqual(splitPartitionFor(WITH_SHORTER, 5, 512), 0, "512 tokens' batch 8: direct");
-  assertEqual(splitPartitionFor(WITH_SHORTER, 5, 513), 256, "1,024 tokens' batch 8");
-  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 1000), 64);
-  // Past the longest measured context its own choice still scales (never a shorter one's).
-  assertEqual(splitPartitionFor(WITH_SHORTER, 1, 4096), 256);
+  expectSplits(WITH_SHORTER, [
+    [1, 100, 16, "128 tokens' batch 1"],
+    [1, 128, 16],
+    [2, 128, 0, "128 tokens' batch 2: direct"],
+    [3, 128, 0, "past 128 tokens' largest batch"],
+    [1, 16, 0, "one partition: no split"],
+    [1, 129, 32, "512 tokens' batch 1"],
+    [5, 512, 0, "512 tokens' batch 8: direct"],
+    [5, 513, 256, "1,024 tokens' batch 8"],
+    [1, 1000, 64],
+    // Past the longest measured context its own choice still scales (never a shorter one's).
+    [1, 4096, 256],
+  ]);
 });
 
 Deno.test("checkDecodeSplitTuning() refuses bad batches, sizes and lengths, naming them", () => {
