@@ -41,6 +41,12 @@ export interface ServeLevel {
   readonly ok: string;
 }
 
+/**
+ * bench/matmul_tune.ts's times: per case ("qkv M 64", in the log's order) each kernel's median
+ * ms by its printed name ("tiled 16x16 bk16 db", "gemv mb1 rb4", ...).
+ */
+export type KernelTimes = ReadonlyMap<string, ReadonlyMap<string, number>>;
+
 /** Everything {@linkcode summaryLines} compares, read by {@linkcode readBattery}. */
 export interface BatteryFigures {
   readonly gpu: string | null;
@@ -55,6 +61,10 @@ export interface BatteryFigures {
   readonly tunings: { readonly first: readonly string[]; readonly second: readonly string[] };
   /** bench/dispatch_floor.ts: us a further dispatch adds, by "dependent, 528 workgroups". */
   readonly dispatchUs: ReadonlyMap<string, number>;
+  /** The `kernels` stage's matmul times (f16 weights, plain X). */
+  readonly kernels: KernelTimes;
+  /** The `kernels-rms` stage's (X read as the normed residual stream). */
+  readonly kernelsRms: KernelTimes;
   readonly unfused: ModelRun;
   readonly torch: ModelRun;
   /** Per weight format ("int8", "int4"): its median ratios to f16 over the rounds. */
@@ -90,6 +100,32 @@ const DISPATCH_LINE = new RegExp(
   String.raw`^(dependent|independent), (\d+) workgroups of 256: .*; (-?[0-9.]+) us per further`,
   "gm",
 );
+
+/** bench/matmul_tune.ts's case header, "qkv N 4096 K 1024, M 64:". */
+const KERNEL_CASE = /^(\w+) N \d+ K \d+, M (\d+):$/;
+/** One of its kernel lines, "  tiled 16x16 bk16 db     0.0931 ms     5770 GFLOP/s ...". */
+const KERNEL_TIME = /^ {2}(\S.*?)\s+([0-9.]+) ms /;
+
+/** Reads bench/matmul_tune.ts's output (other tools' lines in the same log are skipped). */
+export function readKernelTimes(text: string): KernelTimes {
+  const out = new Map<string, Map<string, number>>();
+  let current: Map<string, number> | undefined;
+  for (const line of text.replace(ANSI, "").split("\n")) {
+    const c = KERNEL_CASE.exec(line);
+    if (c !== null) {
+      current = new Map();
+      out.set(`${c[1]} M ${c[2]}`, current);
+      continue;
+    }
+    const t = current === undefined ? null : KERNEL_TIME.exec(line);
+    if (t === null) {
+      current = undefined;
+      continue;
+    }
+    current!.set(t[1]!, Number(t[2]));
+  }
+  return out;
+}
 
 /** The "Kernel tuning: measured ..." lines of a bench:model log, without the timing prefix. */
 function tuningLines(text: string): string[] {
@@ -179,6 +215,8 @@ export function readBattery(files: Readonly<Record<string, string>>): BatteryFig
         m,
       ) => [`${m[1]}, ${m[2]} workgroups`, num(m[3]!)]),
     ),
+    kernels: readKernelTimes(f("kernels.txt")),
+    kernelsRms: readKernelTimes(f("kernels_rms.txt")),
     unfused: readModelRun(f("model_unfused.txt")),
     torch: readModelRun(f("torch.txt")),
     quant,
@@ -212,6 +250,44 @@ function verdict(v: number | undefined, goal: number, atLeast: boolean): string 
 
 function ratio(a: number | undefined, b: number | undefined): number | undefined {
   return a === undefined || b === undefined || b === 0 ? undefined : a / b;
+}
+
+/** The fastest of `times` whose name `pick` accepts: "name (ms)", or undefined. */
+function fastest(
+  times: ReadonlyMap<string, number> | undefined,
+  pick: (name: string) => boolean = () => true,
+): { name: string; ms: number } | undefined {
+  let best: { name: string; ms: number } | undefined;
+  for (const [name, ms] of times ?? []) {
+    if (pick(name) && (best === undefined || ms < best.ms)) best = { name, ms };
+  }
+  return best;
+}
+
+/**
+ * Markdown rows of the matmul kernels in isolation: per case of the `kernels` stage (and of
+ * `kernels-rms`), the fastest kernel, the fastest single- and double-buffered tiles, and the
+ * fastest kernel reading X normed against plain X.
+ */
+function kernelRows(b: BatteryFigures): string[] {
+  const cases = [...new Set([...b.kernels.keys(), ...b.kernelsRms.keys()])];
+  if (cases.length === 0) return ["- not measured"];
+  const cell = (k: { name: string; ms: number } | undefined) =>
+    k === undefined ? "-" : `${k.name} (${show(k.ms, 4)} ms)`;
+  const tiled = (db: boolean) => (name: string) =>
+    name.startsWith("tiled ") && name.endsWith(" db") === db;
+  return [
+    "| case | fastest, plain X | fastest single-buffered tile | fastest db tile | fastest, " +
+    "normed X (rms_residual) | normed / plain |",
+    "| --- | --- | --- | --- | --- | --- |",
+    ...cases.map((c) => {
+      const plain = b.kernels.get(c);
+      const normed = fastest(b.kernelsRms.get(c));
+      return `| ${c} | ${cell(fastest(plain))} | ${cell(fastest(plain, tiled(false)))} | ` +
+        `${cell(fastest(plain, tiled(true)))} | ${cell(normed)} | ` +
+        `${show(ratio(normed?.ms, fastest(plain)?.ms), 2, "x")} |`;
+    }),
+  ];
 }
 
 /** The summary as Markdown lines: the header, then one table row per figure. */
@@ -364,6 +440,10 @@ export function summaryLines(b: BatteryFigures): string[] {
     "",
     "Kernel tuning, second start-up (retune):",
     ...(b.tunings.second.length === 0 ? ["- not measured"] : b.tunings.second.map((t) => `- ${t}`)),
+    "",
+    "Matmul kernels in isolation (bench/matmul_tune.ts, f16 weights; stages kernels, kernels-rms):",
+    "",
+    ...kernelRows(b),
   ];
 }
 

@@ -121,6 +121,49 @@ Deno.test("summaryLines() compares a second start-up's own tuning with the first
   );
 });
 
+Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buffered and normed X apart", () => {
+  const tune = (xForm: string, lines: string) =>
+    `$ deno run --cached-only -A bench/matmul_tune.ts\n` +
+    `matmul_tune: adapter: NVIDIA H200 (vendor 4318); 16 CPU cores; Deno 2.9.6; 2026-11-30\n` +
+    `command: deno run -A bench/matmul_tune.ts; f16 weights, X ${xForm}\n` +
+    `copy bandwidth (same run): 3490.1 GB/s\n` + lines;
+  const b = readBattery({
+    "kernels.txt": tune(
+      "plain",
+      "qkv N 4096 K 1024, M 64:\n" +
+        "  gemv mb1 rb4                    0.2100 ms    2556 GFLOP/s    40 GB/s of W\n" +
+        "  tiled 16x16 bk16                0.1320 ms    4067 GFLOP/s    64 GB/s of W\n" +
+        "  tiled 8x16 bk16                 0.0930 ms    5773 GFLOP/s    90 GB/s of W\n" +
+        "  tiled 8x16 bk16 db              0.0710 ms    7562 GFLOP/s   118 GB/s of W\n" +
+        "down N 1024 K 3072, M 1:\n" +
+        "  gemv mb1                        0.0090 ms     699 GFLOP/s   699 GB/s of W\n" +
+        "dependent, 1 workgroups of 256: 1 dispatch 0.0030 ms, 145 dispatches 0.5000 ms; " +
+        "3.45 us per further dispatch (timestamp-query)\n",
+    ),
+    "kernels_rms.txt": tune(
+      "rms_residual",
+      "qkv N 4096 K 1024, M 64:\n" +
+        "  tiled 8x16 bk16                 0.1065 ms    5041 GFLOP/s    79 GB/s of W\n" +
+        "  tiled 8x16 bk16 db              0.0994 ms    5400 GFLOP/s    84 GB/s of W\n",
+    ),
+  });
+  assert.deepEqual([...b.kernels.keys()], ["qkv M 64", "down M 1"]);
+  assert.deepEqual(b.kernels.get("qkv M 64")?.get("tiled 8x16 bk16 db"), 0.071);
+  assert.deepEqual(b.dispatchUs.get("dependent, 1 workgroups"), 3.45);
+  const text = summaryLines(b).join("\n");
+  assertHas(
+    text,
+    "| qkv M 64 | tiled 8x16 bk16 db (0.071 ms) | tiled 8x16 bk16 (0.093 ms) | " +
+      "tiled 8x16 bk16 db (0.071 ms) | tiled 8x16 bk16 db (0.0994 ms) | 1.4x |",
+  );
+  assertHas(text, "| down M 1 | gemv mb1 (0.009 ms) | - | - | - | not measured |");
+  const none = summaryLines(readBattery({})).join("\n");
+  assertHas(
+    none,
+    "Matmul kernels in isolation (bench/matmul_tune.ts, f16 weights; stages kernels, kernels-rms):\n\n- not measured",
+  );
+});
+
 Deno.test("summaryLines() sets figures against the goals and says 'not measured' for missing ones", () => {
   const text = summaryLines(
     readBattery({
