@@ -146,8 +146,8 @@ stage() {
       run_stage kernels-int4 40 kernels_int4.txt deno run --cached-only -A bench/matmul_tune.ts \
         --m 1,64,512 --shapes qkv,down --format int4
       ;;
-    # X read as the engine's qkv and gate/up read it (the residual stream normed on the fly), against
-    # the kernels stage's plain X: what the norm X form costs each kernel.
+    # X read as the engine's qkv and gate/up read it (the residual stream normed on the fly),
+    # against the kernels stage's plain X: what the norm X form costs each kernel.
     kernels-rms)
       run_stage kernels-rms 40 kernels_rms.txt deno run --cached-only -A bench/matmul_tune.ts \
         --m 1,64,512 --shapes qkv,gate_up --x-form rms_residual

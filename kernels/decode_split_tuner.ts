@@ -3,8 +3,9 @@
  * batch sizes 1, 2, 4, ... up to `maxBatch` (at most {@linkcode SMALL_BATCH_SPLIT}), the direct
  * path and partitions of each of {@linkcode SPLIT_CANDIDATES} tokens, at one context length and
  * at the shorter ones asked for (every sequence of a batch at that length), on buffers of the
- * kernel's shape made here (zero queries and KV: the time does not depend on the values). A kernel with the fused variant (`rope`) is measured in it, as all-decode steps run
- * it: q/k norms, RoPE and each sequence's K/V write into its last position's slot included. Each
+ * kernel's shape made here (zero queries and KV: the time does not depend on the values). A
+ * kernel with the fused variant (`rope`) is measured in it, as all-decode steps run it: q/k
+ * norms, RoPE and each sequence's K/V write into its last position's slot included. Each
  * time is the median of several passes timed on the GPU (gpu/timer.ts); the fastest per batch
  * size wins.
  *

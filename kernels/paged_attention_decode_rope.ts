@@ -109,8 +109,12 @@ export const UNROLLED_ROPE_STAGING = "var<workgroup> sh_s: array<f32, HEAD_DIM>;
  * of squares (paged_attention_decode_rope.wgsl, 8 lanes per head).
  */
 export function unrolledFusedBytes(group: number, headDim: number): number {
-  const wg = 8;
-  return 8 * wg * group + 16 * wg * group * (headDim / 4) + 4 * headDim + 4 * (group + 1) * 9;
+  const wg = 8; // the unrolled kernel's WG
+  const normLanes = 8; // paged_attention_decode_rope.wgsl's NORM_LANES
+  // sh_ml (vec2 per invocation and head), sh_q (vec4s per invocation, head and 4 dims), sh_s (the
+  // k head), sh_rms and sh_sq (per head and the k head: a scale, NORM_LANES partial sums).
+  return 8 * wg * group + 16 * wg * group * (headDim / 4) + 4 * headDim +
+    4 * (group + 1) * (1 + normLanes);
 }
 
 /**
