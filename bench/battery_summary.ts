@@ -266,25 +266,28 @@ function fastest(
 
 /**
  * Markdown rows of the matmul kernels in isolation: per case of the `kernels` stage (and of
- * `kernels-rms`), the fastest kernel, the fastest single- and double-buffered tiles, and the
- * fastest kernel reading X normed against plain X.
+ * `kernels-rms`), the fastest kernel, the fastest single-buffered, double-buffered and split-K
+ * tiles (a split tile counts as split only), and the fastest kernel reading X normed against
+ * plain X.
  */
 function kernelRows(b: BatteryFigures): string[] {
   const cases = [...new Set([...b.kernels.keys(), ...b.kernelsRms.keys()])];
   if (cases.length === 0) return ["- not measured"];
   const cell = (k: { name: string; ms: number } | undefined) =>
     k === undefined ? "-" : `${k.name} (${show(k.ms, 4)} ms)`;
-  const tiled = (db: boolean) => (name: string) =>
-    name.startsWith("tiled ") && name.endsWith(" db") === db;
+  const kind = (name: string) =>
+    / sk\d+$/.test(name) ? "split" : name.endsWith(" db") ? "db" : "single";
+  const tiled = (k: string) => (name: string) => name.startsWith("tiled ") && kind(name) === k;
   return [
-    "| case | fastest, plain X | fastest single-buffered tile | fastest db tile | fastest, " +
-    "normed X (rms_residual) | normed / plain |",
-    "| --- | --- | --- | --- | --- | --- |",
+    "| case | fastest, plain X | fastest single-buffered tile | fastest db tile | fastest " +
+    "split-K tile | fastest, normed X (rms_residual) | normed / plain |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
     ...cases.map((c) => {
       const plain = b.kernels.get(c);
       const normed = fastest(b.kernelsRms.get(c));
-      return `| ${c} | ${cell(fastest(plain))} | ${cell(fastest(plain, tiled(false)))} | ` +
-        `${cell(fastest(plain, tiled(true)))} | ${cell(normed)} | ` +
+      return `| ${c} | ${cell(fastest(plain))} | ${cell(fastest(plain, tiled("single")))} | ` +
+        `${cell(fastest(plain, tiled("db")))} | ${cell(fastest(plain, tiled("split")))} | ` +
+        `${cell(normed)} | ` +
         `${show(ratio(normed?.ms, fastest(plain)?.ms), 2, "x")} |`;
     }),
   ];

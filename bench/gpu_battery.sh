@@ -80,7 +80,7 @@ stage() {
       ;;
     # 120 s: the first run also measures the kernel tuning (every tile, the gemv kernels per shape).
     bench-model)
-      run_stage bench-model 135 model.txt deno run --cached-only -A bench/model_bench.ts \
+      run_stage bench-model 145 model.txt deno run --cached-only -A bench/model_bench.ts \
         --model $model --batches 1,8,64 --prefill 128,512 --steps 64 --breakdown-batches 1,8,64 $gpu
       ;;
     torch)
@@ -118,10 +118,11 @@ stage() {
         --no-breakdown --max-in-flight 11 --readback-batch 6 $gpu
       ;;
     # A second start-up measuring its own tuning (is the tuner steady? the choices and figures
-    # against bench-model's). Both start-ups measure 21 tiles and the attention's split at four
-    # contexts since 2026-11-29 (15 tiles, one context before: ~23 s on the H200), hence 135 / 75 s.
+    # against bench-model's). Both start-ups measure 26 tiles (five split-K) and the attention's
+    # split at four contexts since 2026-11-29 (15 tiles, one context before: ~23 s on the H200),
+    # hence 145 / 85 s.
     retune)
-      run_stage bench-model-retuned 75 model_retuned.txt deno run --cached-only -A \
+      run_stage bench-model-retuned 85 model_retuned.txt deno run --cached-only -A \
         bench/model_bench.ts --model $model --batches 1,8,64 --prefill 512 --steps 32 \
         --no-breakdown --kernel-tuning measure $gpu
       ;;

@@ -31,7 +31,8 @@ import {
   type KernelSource,
   kernelSource,
 } from "../kernels/matmul_kernels.ts";
-import { TILE_CANDIDATES, tileName } from "../kernels/matmul_tile.ts";
+import { TILE_CANDIDATES, tileName, tileSplit } from "../kernels/matmul_tile.ts";
+import { SPLIT_REDUCE_WG, splitReduceCode } from "../kernels/matmul_split.ts";
 import { MAX_GROUPS_PER_DIM } from "../kernels/dispatch.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
 
@@ -143,16 +144,25 @@ for (const shapeName of shapes) {
     gamma: ctx.createBuffer("gamma", k * 2, STORAGE_RW),
     hOut: ctx.createBuffer("h_out", maxM * k * 4, STORAGE_RW),
   };
+  // Split-K tiles write their partial sums here and a second dispatch adds them up into y
+  // (kernels/matmul_split.ts), as the engine runs them; both dispatches are timed.
+  const maxSplit = Math.max(...TILE_CANDIDATES.map(tileSplit));
+  const part = ctx.createBuffer("partials", maxSplit * maxM * (n + 1) * 4, STORAGE_RW);
   for (const m of ms) {
     const rows: string[] = [];
     for (const c of candidates(m, k)) {
       const pipeline = ctx.pipeline(`tune/${shapeName}/${c.name}`, () => c.src.code);
+      const split = c.src.split;
+      const reduce = split === 1 ? null : ctx.pipeline(
+        `tune/reduce/${split}/${xForm}`,
+        () => splitReduceCode(split, false, xForm !== "plain"),
+      );
       const group = ctx.device.createBindGroup({
         layout: pipeline.getBindGroupLayout(0),
         entries: [
           { binding: 0, resource: { buffer: x } },
           { binding: 1, resource: { buffer: w } },
-          { binding: 3, resource: { buffer: y } },
+          { binding: 3, resource: { buffer: reduce === null ? y : part } },
           { binding: 4, resource: { buffer: p } },
           ...(scales === null ? [] : [{ binding: 5, resource: { buffer: scales } }]),
           ...(norm === null ? [] : [
@@ -164,7 +174,15 @@ for (const shapeName of shapes) {
       });
       const groupsN = Math.ceil(n / c.src.rowsPerGroup);
       const gy = Math.ceil(groupsN / MAX_GROUPS_PER_DIM);
-      const gz = Math.ceil(m / c.src.mPerGroup);
+      const gz = Math.ceil(m / c.src.mPerGroup) * split;
+      const reduceGroup = reduce === null ? null : ctx.device.createBindGroup({
+        layout: reduce.getBindGroupLayout(0),
+        entries: [
+          { binding: 0, resource: { buffer: part } },
+          { binding: 3, resource: { buffer: y } },
+          { binding: 4, resource: { buffer: p } },
+        ],
+      });
       // Params (kernels/matmul_io.wgsl): m, rows, k, k4, ldy, n0, groups_n, eps, keep.
       const params = new Uint32Array([m, n, k, k / 4, n, 0, groupsN, 0, norm === null ? 0 : 1]);
       new Float32Array(params.buffer, 7 * 4, 1)[0] = 1e-6;
@@ -173,6 +191,11 @@ for (const shapeName of shapes) {
         pass.setPipeline(pipeline);
         pass.setBindGroup(0, group);
         pass.dispatchWorkgroups(Math.ceil(groupsN / gy), gy, gz);
+        if (reduce !== null && reduceGroup !== null) {
+          pass.setPipeline(reduce);
+          pass.setBindGroup(0, reduceGroup);
+          pass.dispatchWorkgroups(Math.ceil(n / SPLIT_REDUCE_WG), m);
+        }
       });
       const s = t.medianMs / 1000;
       rows.push(
@@ -184,5 +207,5 @@ for (const shapeName of shapes) {
     console.log(`${shapeName} N ${n} K ${k}, M ${m}:`);
     console.log(rows.join("\n"));
   }
-  for (const b of [w, x, y, p, scales, norm?.delta, norm?.gamma, norm?.hOut]) b?.destroy();
+  for (const b of [w, x, y, p, part, scales, norm?.delta, norm?.gamma, norm?.hOut]) b?.destroy();
 }

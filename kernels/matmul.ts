@@ -46,14 +46,7 @@ import {
   type WeightFormat,
   type XForm,
 } from "./matmul_kernels.ts";
-import {
-  checkTile,
-  TILE,
-  TILE_CANDIDATES,
-  tileCols,
-  type TileConfig,
-  tileRows,
-} from "./matmul_tile.ts";
+import { checkTile, TILE, TILE_CANDIDATES, type TileConfig, tileKey } from "./matmul_tile.ts";
 import {
   effectiveXRows,
   type MatmulShape,
@@ -63,6 +56,7 @@ import {
   type SmallTile,
 } from "./matmul_tuning.ts";
 import { checkCallSite } from "./matmul_call_site_check.ts";
+import { splitFits, splitReduceCode, splitScratch } from "./matmul_split.ts";
 import {
   bindingBytes,
   type KernelConfig,
@@ -310,8 +304,10 @@ export class Matmul {
     const f = `${format}${wordLayoutTag(wordLayout)}`;
     const tag = `matmul/${variant}/${f}/${this.bias ? "bias" : "nobias"}${x}`;
     const t = tile;
+    // The tile's key names every field of the configuration (tileKey): two tiles that differ in
+    // any field are two pipelines.
     const key = variant === "tiled"
-      ? `${tag}/t${t.wx}x${t.wy}k${t.bk}m${tileRows(t)}n${tileCols(t)}`
+      ? `${tag}/${tileKey(t)}`
       : variant === "unrolled"
       ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}${xUniform > 0 ? `/xu${xUniform}` : ""}`
       : variant === "gemv"
@@ -321,7 +317,7 @@ export class Matmul {
       : `${tag}/mb${mb}`;
     let config = this.#configs.get(key);
     if (config !== undefined) return config;
-    const { code, rowsPerGroup, mPerGroup } = kernelSource(
+    const source = kernelSource(
       variant,
       mb,
       format,
@@ -335,7 +331,15 @@ export class Matmul {
       xUniform,
       wordLayout,
     );
+    const { code, rowsPerGroup, mPerGroup } = source;
     const pipeline = this.#ctx.pipeline(key, () => code);
+    const { split } = source;
+    // Split-K's second dispatch: one per split, bias and row statistic (kernels/matmul_split.ts).
+    const stat = isNormXForm(xForm);
+    const reduce = split === 1 ? null : this.#ctx.pipeline(
+      `matmul/split_reduce/s${split}/${this.bias ? "bias" : "nobias"}${stat ? "/stat" : ""}`,
+      () => splitReduceCode(split, this.bias, stat),
+    );
     // unrolled and 8- or 32-element gemv steps read whole 8-element steps of each weight row.
     const steps8 = variant === "unrolled" || (variant === "gemv" && gemv.step >= 8);
     config = {
@@ -350,6 +354,9 @@ export class Matmul {
       pipeline,
       rowsPerGroup,
       mPerGroup,
+      split,
+      reduce,
+      tile: variant === "tiled" ? t : undefined,
     };
     this.#configs.set(key, config);
     return config;
@@ -426,6 +433,23 @@ export class Matmul {
       kind.step = 4;
     }
     return this.config(v, mb, { format, xForm, gemv: kind, wordLayout });
+  }
+
+  /**
+   * `config`, or the same tile unsplit where split-K cannot run: a weight of several parts, or
+   * partials of `m` rows of a Y of row stride `ldy` larger than the partial buffer
+   * (kernels/matmul_split.ts). @internal
+   */
+  fitSplit(config: KernelConfig, m: number, ldy: number, parts: number): KernelConfig {
+    if (config.split === 1 || config.tile === undefined) return config;
+    if (parts === 1 && splitFits(this.#ctx, config.split, m, ldy)) return config;
+    const { format, xForm, wordLayout } = config;
+    return this.config("tiled", 0, { format, xForm, tile: { ...config.tile, sk: 1 }, wordLayout });
+  }
+
+  /** The partial buffer of split-K call sites (kernels/matmul_split.ts). @internal */
+  splitBuffer(): GPUBuffer {
+    return splitScratch(this.#ctx);
   }
 
   /**

@@ -62,8 +62,10 @@ import {
   type TileConfig,
   tileName,
   tileRows,
+  tileSplit,
 } from "./matmul_tile.ts";
 import { unrollTemplate } from "./unroll.ts";
+import { SPLIT_REDUCE_SOURCE } from "./matmul_split.ts";
 import { sourceDigest } from "./source_digest.ts";
 
 export { isNormXForm, type WeightFormat, type XForm };
@@ -86,6 +88,7 @@ export const MATMUL_SOURCES_DIGEST: string = sourceDigest(
   xNoStatSource,
   tiledSource,
   tiledW8Source,
+  SPLIT_REDUCE_SOURCE,
 );
 
 /** The kernels behind `Matmul` (see the module documentation). */
@@ -200,6 +203,11 @@ export interface KernelSource {
   readonly rowsPerGroup: number;
   /** X rows covered by one workgroup (grid z). */
   readonly mPerGroup: number;
+  /**
+   * Workgroups per tile of Y along K (grid z holds `split` per `mPerGroup` rows; `tiled`
+   * split-K writes partial sums, kernels/matmul_split.ts); 1 for every other kernel.
+   */
+  readonly split: number;
 }
 
 /**
@@ -279,6 +287,7 @@ export function kernelSource(
       ioSource + source,
     rowsPerGroup,
     mPerGroup: consts.MB ?? consts.WY! * consts.TM!,
+    split: 1,
   });
   switch (variant) {
     case "unrolled": {
@@ -332,11 +341,15 @@ export function kernelSource(
       const wper = Math.ceil((tn * wx * bk) / (tiledW8 ? 8 : 4) / (wx * wy));
       const source = unrollTemplate(template, { i: (tm * bk) / wx, r: tm / 4, c: tn / 4, w: wper });
       const nb = tileBuffers(tile);
-      return kernel(
-        { WX: wx, WY: wy, BK: bk, TM: tm, TN: tn, NB: nb, WPER: wper },
-        source,
-        tn * wx,
-      );
+      const split = tileSplit(tile);
+      return {
+        ...kernel(
+          { WX: wx, WY: wy, BK: bk, TM: tm, TN: tn, NB: nb, WPER: wper, SPLIT: split },
+          source,
+          tn * wx,
+        ),
+        split,
+      };
     }
   }
 }

@@ -11,6 +11,8 @@ import { type GpuMatrix, partResource } from "../gpu/tensor.ts";
 import { MAX_GROUPS_PER_DIM, noteWork } from "./dispatch.ts";
 import type { Matmul } from "./matmul.ts";
 import type { MatmulShape } from "./matmul_tuning.ts";
+import type { TileConfig } from "./matmul_tile.ts";
+import { SPLIT_REDUCE_WG } from "./matmul_split.ts";
 import {
   isNormXForm,
   type MatmulVariant,
@@ -99,6 +101,12 @@ export interface KernelConfig {
   readonly rowsPerGroup: number;
   /** X rows covered by one workgroup (grid z). */
   readonly mPerGroup: number;
+  /** K slices per tile of Y (`tiled` split-K; grid z holds `split` per `mPerGroup` rows), or 1. */
+  readonly split: number;
+  /** With `split > 1`: the second dispatch, adding the slices up (kernels/matmul_split.ts). */
+  readonly reduce: GPUComputePipeline | null;
+  /** The tile (`tiled` only). */
+  readonly tile?: TileConfig;
 }
 
 /** Bytes a binding exposes. */
@@ -182,12 +190,18 @@ export class MatmulOp {
     return this.#choose(m, options).config;
   }
 
-  /** The bind groups (one per weight part) of `config`, created on first use. @internal */
+  /**
+   * The bind groups (one per weight part, then split-K's reduce) of `config`, created on first
+   * use. @internal
+   */
   bindGroups(config: KernelConfig): GPUBindGroup[] {
     let groups = this.#groups.get(config.key);
     if (groups !== undefined) return groups;
     const b = this.#buffers;
     const layout = config.pipeline.getBindGroupLayout(0);
+    // Split-K writes its partial sums to the shared partial buffer instead of y; the reduce reads
+    // them there and writes y, with part 0's parameters (one part only: Matmul.fitSplit).
+    const partials = config.reduce === null ? null : { buffer: this.#matmul.splitBuffer() };
     groups = b.weight.parts.map((part, i) => {
       // A uniform X binds exactly the vec4s the kernel declares.
       const x = config.xUniform === 0
@@ -196,7 +210,7 @@ export class MatmulOp {
       const entries: GPUBindGroupEntry[] = [
         { binding: 0, resource: x },
         { binding: 1, resource: partResource(part) },
-        { binding: 3, resource: b.y },
+        { binding: 3, resource: partials ?? b.y },
         { binding: 4, resource: this.#slots[i]!.binding },
       ];
       if (b.bias !== undefined) entries.push({ binding: 2, resource: b.bias });
@@ -208,6 +222,17 @@ export class MatmulOp {
       }
       return this.#device.createBindGroup({ label: config.key, layout, entries });
     });
+    if (config.reduce !== null && partials !== null) {
+      const entries: GPUBindGroupEntry[] = [
+        { binding: 0, resource: partials },
+        { binding: 3, resource: b.y },
+        { binding: 4, resource: this.#slots[0]!.binding },
+      ];
+      if (b.bias !== undefined) entries.push({ binding: 2, resource: b.bias });
+      const label = `${config.key}/reduce`;
+      const layout = config.reduce.getBindGroupLayout(0);
+      groups.push(this.#device.createBindGroup({ label, layout, entries }));
+    }
     this.#groups.set(config.key, groups);
     return groups;
   }
@@ -224,7 +249,7 @@ export class MatmulOp {
     ) return last;
     const w = this.#buffers.weight;
     const xForm = this.#buffers.xForm ?? "plain";
-    const config = this.#matmul.choose(
+    const chosen = this.#matmul.choose(
       m,
       w.rows,
       w.cols,
@@ -236,10 +261,11 @@ export class MatmulOp {
       this.#xUniform,
       w.wordLayout,
     );
+    const config = this.#matmul.fitSplit(chosen, m, this.#ldy, w.parts.length);
     const groups = this.bindGroups(config);
-    const chosen = { m, variant, gemvRows, gemvStep, gemvXRows, generation, config, groups };
-    this.#last = chosen;
-    return chosen;
+    const picked = { m, variant, gemvRows, gemvStep, gemvXRows, generation, config, groups };
+    this.#last = picked;
+    return picked;
   }
 
   /**
@@ -258,7 +284,7 @@ export class MatmulOp {
     }
     const w = this.#buffers.weight;
     const { config, groups } = this.#choose(m, options);
-    const gz = Math.ceil(m / config.mPerGroup);
+    const gz = Math.ceil(m / config.mPerGroup) * config.split;
     if (gz > MAX_GROUPS_PER_DIM) {
       throw new RangeError(`Cannot encode matmul: m = ${m} needs ${gz} workgroups in z`);
     }
@@ -274,6 +300,12 @@ export class MatmulOp {
       pass.setBindGroup(0, groups[i]!);
       const gy = Math.ceil(n / MAX_GROUPS_PER_DIM);
       pass.dispatchWorkgroups(Math.ceil(n / gy), gy, gz);
+    }
+    if (config.reduce !== null) {
+      // Split-K: add the slices up (one part, so part 0's slot holds N and ldy).
+      pass.setPipeline(config.reduce);
+      pass.setBindGroup(0, groups[w.parts.length]!);
+      pass.dispatchWorkgroups(Math.ceil(w.rows / SPLIT_REDUCE_WG), m);
     }
     noteWork(pass, 2 * m * w.rows * w.cols, this.#weightBytes);
   }

@@ -24,6 +24,21 @@ export interface TileConfig {
    * K step (matmul_tiled.wgsl); default false.
    */
   readonly db?: boolean;
+  /**
+   * Split-K: the K steps divided among this many workgroups per tile of Y (one of
+   * {@linkcode TILE_SPLITS}), each writing its partial sums, which a second dispatch adds up
+   * (kernels/matmul_split.ts); for grids of few workgroups (a decode batch or a prefill with a
+   * small N); default 1.
+   */
+  readonly sk?: number;
+}
+
+/** The K splits a `tiled` configuration accepts ({@linkcode TileConfig.sk}). */
+export const TILE_SPLITS: readonly number[] = [1, 2, 4, 8];
+
+/** The K splits of `tile` (its `sk`, default 1). */
+export function tileSplit(tile: TileConfig): number {
+  return tile.sk ?? 1;
 }
 
 /** The register block rows a `tiled` configuration accepts ({@linkcode TileConfig.tm}). */
@@ -73,13 +88,24 @@ export function tileName(tile: TileConfig): string {
   const tn = tileCols(tile);
   return `${tile.wx}x${tile.wy} bk${tile.bk}${tm === 4 ? "" : ` tm${tm}`}${
     tn === 4 ? "" : ` tn${tn}`
-  }${tileBuffers(tile) === 2 ? " db" : ""}`;
+  }${tileBuffers(tile) === 2 ? " db" : ""}${tileSplit(tile) === 1 ? "" : ` sk${tileSplit(tile)}`}`;
+}
+
+/**
+ * The key of `tile` in pipeline caches, e.g. "t16x16k16m4n4" or "t16x16k16m4n4d" (double-buffered):
+ * every field of the configuration, so two tiles that differ in any field never share a pipeline.
+ */
+export function tileKey(tile: TileConfig): string {
+  const db = tileBuffers(tile) === 2 ? "d" : "";
+  const sk = tileSplit(tile) === 1 ? "" : `s${tileSplit(tile)}`;
+  return `t${tile.wx}x${tile.wy}k${tile.bk}m${tileRows(tile)}n${tileCols(tile)}${db}${sk}`;
 }
 
 /** Whether `a` and `b` are the same configuration. */
 export function sameTile(a: TileConfig, b: TileConfig): boolean {
   return a.wx === b.wx && a.wy === b.wy && a.bk === b.bk && tileRows(a) === tileRows(b) &&
-    tileCols(a) === tileCols(b) && tileBuffers(a) === tileBuffers(b);
+    tileCols(a) === tileCols(b) && tileBuffers(a) === tileBuffers(b) &&
+    tileSplit(a) === tileSplit(b);
 }
 
 /** The `tiled` configuration the policy uses. */
@@ -119,13 +145,22 @@ export const TILE_CANDIDATES: readonly TileConfig[] = [
   { wx: 16, wy: 4, bk: 16, db: true },
   { wx: 8, wy: 16, bk: 16, db: true },
   { wx: 8, wy: 16, bk: 16, tm: 8, tn: 8, db: true },
+  // Split-K (kernels/matmul_split.ts): 2 to 8 workgroups per tile of Y along K, for grids of few
+  // workgroups (the H200's batch-64 decode ran N = 1,024 projections as 16 workgroups of 64 x 64,
+  // each walking K = 2,048-3,072 at 2.3-3.6 TFLOP/s; a 512-token prefill's 128 x 128 tiles give
+  // them 32).
+  { wx: 16, wy: 16, bk: 16, sk: 4 },
+  { wx: 16, wy: 16, bk: 16, db: true, sk: 8 },
+  { wx: 16, wy: 4, bk: 16, sk: 4 },
+  { wx: 16, wy: 16, bk: 16, tm: 8, sk: 2 },
+  { wx: 8, wy: 16, bk: 16, tm: 8, tn: 8, sk: 2 },
 ];
 
 /**
  * Checks that `tile` is a valid `tiled` configuration.
  *
  * @throws {RangeError} when tm is not one of {@linkcode TILE_ROWS}, tn not one of
- * {@linkcode TILE_COLS}, bk % 4, (wx * wy) % bk or (tm * bk) % wx is not 0, wx * wy exceeds
+ * {@linkcode TILE_COLS}, sk not one of {@linkcode TILE_SPLITS}, bk % 4, (wx * wy) % bk or (tm * bk) % wx is not 0, wx * wy exceeds
  * 1024 invocations, or the staged tiles exceed {@linkcode TILE_MAX_BYTES}.
  */
 export function checkTile(tile: TileConfig): void {
@@ -133,13 +168,14 @@ export function checkTile(tile: TileConfig): void {
   const tm = tileRows(tile);
   const ok = [wx, wy, bk].every((v) => Number.isInteger(v) && v > 0) &&
     (tile.db === undefined || typeof tile.db === "boolean") &&
+    TILE_SPLITS.includes(tileSplit(tile)) &&
     TILE_ROWS.includes(tm) && TILE_COLS.includes(tileCols(tile)) && bk % 4 === 0 &&
     (wx * wy) % bk === 0 && (tm * bk) % wx === 0 && wx * wy <= 1024 &&
     tileBytes(tile) <= TILE_MAX_BYTES;
   if (!ok) {
     throw new RangeError(
       `Cannot use matmul tile ${tileName(tile)}: needs tm of ${TILE_ROWS.join(" or ")}, ` +
-        `tn of ${TILE_COLS.join(" or ")}, ` +
+        `tn of ${TILE_COLS.join(" or ")}, sk of ${TILE_SPLITS.join(", ")}, ` +
         `bk % 4 == 0, (wx * wy) % bk == 0, (tm * bk) % wx == 0, wx * wy <= 1024 and at most ` +
         `${TILE_MAX_BYTES} bytes of staged tiles`,
     );

@@ -39,9 +39,18 @@
 // loads, which the GPU overlaps with the previous step's arithmetic). NB = 1: load, store,
 // barrier, FMAs, barrier, as before.
 //
-// Prelude (prepended by kernels/matmul_kernels.ts): `const WX, WY, BK, TM, TN, NB, WPER: u32` (BK
-// % 4 == 0, TM and TN of 4 or 8, THREADS % BK == 0, (TM WY BK) % THREADS == 0, NB of 1 or 2, WPER
-// = ceil(W_ITEMS / THREADS)), the weight binding `w` with
+// Split-K (SPLIT > 1, a tile's `sk`): grid z holds SPLIT workgroups per tile row of Y, each
+// walking one slice of the K steps, ceil(ceil(K / BK) / SPLIT) steps (the last ends at K; one past
+// K is empty). Each writes its unscaled partial sums instead of Y: y is then the partial buffer,
+//   y[(sk * M + m) * ldy + n0 + n] = sum over slice sk of x[m, k] * w[n, k]   (no bias)
+// and, with a row statistic, workgroup column 0 of part 0 writes the slice's sums of squares of
+// its rows at y[SPLIT * M * ldy + sk * M + m]; kernels/matmul_split.ts adds the slices up, scales
+// and adds the bias. With the residual X form each slice's first workgroup column writes its own
+// columns of the residual stream, so each element is still written once.
+//
+// Prelude (prepended by kernels/matmul_kernels.ts): `const WX, WY, BK, TM, TN, NB, WPER, SPLIT:
+// u32` (BK % 4 == 0, TM and TN of 4 or 8, THREADS % BK == 0, (TM WY BK) % THREADS == 0, NB of 1 or
+// 2, WPER = ceil(W_ITEMS / THREADS), SPLIT of 1, 2, 4 or 8), the weight binding `w` with
 // `fn load_w4(row: u32, q: u32) -> vec4<f32>` (vec4 q of row `row`; f16 weights are read as packed u32 pairs),
 // `fn bias_at(n: u32) -> f32` (with the bias binding when there is one), the X form (x_row,
 // load_x1_stat, x_scale, X_STAT: matmul_x.wgsl or matmul_x_swiglu.wgsl with
@@ -56,11 +65,12 @@
 //            part, rowStride % 4 == 0, padding zero; index = row * k4 + k / 4
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
 //   3 y    : storage rw    array<f32>               [M, ldy]; columns [n0, n0 + rows) written
+//            (SPLIT > 1: the partial buffer, f32 [SPLIT, M, ldy] then [SPLIT, M] sums of squares)
 //   4 p    : uniform       Params
 // Workgroup memory: xs NB * BK * XL and ws NB * BK * WL vec4s.
 // Workgroup: (WX, WY) invocations, TM x TN outputs each.
 // Dispatch:  ceil(rows / BN) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x, count
-//            p.groups_n), times ceil(M / BM) in z.
+//            p.groups_n), times ceil(M / BM) * SPLIT in z.
 
 // Params, the bindings x, y, p, x_row, load_x1_stat and store_y: the X form and matmul_io.wgsl
 // (prepended).
@@ -105,11 +115,12 @@ fn put_w(wo: u32, e: u32, v: WItem) {
 // % (BK / WSTEP).
 const W_ITEMS: u32 = BN * BK / WSTEP;
 
-// Item e's global load; zeros past the part's rows, past K and past the items.
-fn stage_w(bn: u32, k0: u32, e: u32) -> WItem {
+// Item e's global load; zeros past the part's rows, past the K slice's end ke and past the items
+// (an item that starts before K may run into the row's zero padding).
+fn stage_w(bn: u32, k0: u32, e: u32, ke: u32) -> WItem {
   let n = bn + e / (BK / WSTEP);
   let q = k0 / WSTEP + e % (BK / WSTEP);
-  if (e < W_ITEMS && n < p.rows && q < p.k4 * 4u / WSTEP) {
+  if (e < W_ITEMS && n < p.rows && WSTEP * q < ke) {
     return load_item(n, q);
   }
   return WItem();
@@ -122,27 +133,47 @@ fn item_slot(wo: u32, e: u32) -> vec2<u32> {
   return vec2<u32>(wo + (e % (BK / WSTEP)) * WSTEP * WL + nn / 4u, nn % 4u);
 }
 
-// X[m, k] of the tile (its row statistic too), zero outside [M, K].
-fn stage_x(m: u32, k: u32, keep: bool) -> XLoad1 {
-  if (m < p.m && k < p.k) {
+// X[m, k] of the tile (its row statistic too), zero outside rows [0, M) and the K slice's end ke.
+fn stage_x(m: u32, k: u32, ke: u32, keep: bool) -> XLoad1 {
+  if (m < p.m && k < ke) {
     return load_x1_stat(x_row(m) + k, k, keep);
   }
   return XLoad1(0.0, 0.0);
 }
 
+// Y[m, n] of the part (SPLIT == 1), or K slice sk's partial sum of it (split-K: y is the partial
+// buffer, see the header).
+fn store_out(m: u32, n: u32, sk: u32, v: f32) {
+  if (SPLIT == 1u) {
+    store_y(m, n, v);
+  } else {
+    y[(sk * p.m + m) * p.ldy + p.n0 + n] = v;
+  }
+}
+
 // Stores v (columns n .. n + 3 of row m), skipping columns past the part's rows.
-fn store4(m: u32, n: u32, v: vec4<f32>) {
+fn store4(m: u32, n: u32, sk: u32, v: vec4<f32>) {
   if (n < p.rows) {
-    store_y(m, n, v.x);
+    store_out(m, n, sk, v.x);
   }
   if (n + 1u < p.rows) {
-    store_y(m, n + 1u, v.y);
+    store_out(m, n + 1u, sk, v.y);
   }
   if (n + 2u < p.rows) {
-    store_y(m, n + 2u, v.z);
+    store_out(m, n + 2u, sk, v.z);
   }
   if (n + 3u < p.rows) {
-    store_y(m, n + 3u, v.w);
+    store_out(m, n + 3u, sk, v.w);
+  }
+}
+
+// Split-K with a row statistic: K slice sk's sums of squares of rows m .. m + 3 (those below M).
+fn store_stats(m: u32, sk: u32, sum: vec4<f32>) {
+  let base = SPLIT * p.m * p.ldy + sk * p.m;
+  for (var j = 0u; j < 4u; j++) {
+    if (m + j < p.m) {
+      y[base + m + j] = sum[j];
+    }
   }
 }
 
@@ -158,7 +189,14 @@ fn main(
     return;
   }
   let bn = group * BN;
-  let bm = wid.z * BM;
+  // Grid z: SPLIT K slices per tile row of Y.
+  let sk = wid.z % SPLIT;
+  let bm = (wid.z / SPLIT) * BM;
+  // This workgroup's K slice [kb, ke): whole K steps, the last slice ending at K (SPLIT == 1:
+  // all of K; a slice past K is empty and writes zeros).
+  let ks = ((p.k + BK - 1u) / BK + SPLIT - 1u) / SPLIT * BK;
+  let kb = min(p.k, sk * ks);
+  let ke = min(p.k, kb + ks);
   let tx = lid3.x;
   let ty = lid3.y;
   // Row TM ty + 4 r + j (j < 4), columns TN tx + 4 c .. + 3 of the block accumulate in
@@ -180,21 +218,21 @@ fn main(
   var xo = 0u;
   var wo = 0u;
   if (NB == 2u) {
-    let fx$i = stage_x(bm + xm$i, e$i % BK, keeper);
+    let fx$i = stage_x(bm + xm$i, kb + e$i % BK, ke, keeper);
     sq$i += fx$i.sq;
     xs[xi$i][xm$i % 4u] = fx$i.v;
-    let fw$w = stage_w(bn, 0u, lid + $wu * THREADS);
+    let fw$w = stage_w(bn, kb, lid + $wu * THREADS, ke);
     put_w(0u, lid + $wu * THREADS, fw$w);
     workgroupBarrier();
   }
-  for (var k0 = 0u; k0 < p.k; k0 += BK) {
-    // The K step loaded now: this one (NB == 1) or the next (NB == 2; zeros past K).
+  for (var k0 = kb; k0 < ke; k0 += BK) {
+    // The K step loaded now: this one (NB == 1) or the next (NB == 2; zeros past the slice).
     let kl = select(k0, k0 + BK, NB == 2u);
     // X tile: BM * BK scalars, consecutive invocations walk k (contiguous in memory).
-    let xv$i = stage_x(bm + xm$i, kl + e$i % BK, keeper);
+    let xv$i = stage_x(bm + xm$i, kl + e$i % BK, ke, keeper);
     sq$i += xv$i.sq;
     // W tile: W_ITEMS items.
-    let wv$w = stage_w(bn, kl, lid + $wu * THREADS);
+    let wv$w = stage_w(bn, kl, lid + $wu * THREADS, ke);
     if (NB == 1u) {
       xs[xi$i][xm$i % 4u] = xv$i.v;
       put_w(0u, lid + $wu * THREADS, wv$w);
@@ -226,12 +264,17 @@ fn main(
     for (var kk = 0u; kk < BK; kk++) {
       sum$r += xs[kk * XL + ty * RQ + $ru];
     }
-    scale$r = vec4<f32>(x_scale(sum$r.x), x_scale(sum$r.y), x_scale(sum$r.z), x_scale(sum$r.w));
+    if (SPLIT == 1u) {
+      scale$r = vec4<f32>(x_scale(sum$r.x), x_scale(sum$r.y), x_scale(sum$r.z), x_scale(sum$r.w));
+    } else if (group == 0u && p.n0 == 0u && tx == 0u) {
+      // The slice's partial sums; the reduce scales by the whole row's (kernels/matmul_split.ts).
+      store_stats(bm + TM * ty + 4u * $ru, sk, sum$r);
+    }
   }
   let n$c = bn + TN * tx + 4u * $cu;
   let m$r = bm + TM * ty + 4u * $ru;
-  if (m$r < p.m) { store4(m$r, n$c, acc$r_0_$c * scale$r.x); }
-  if (m$r + 1u < p.m) { store4(m$r + 1u, n$c, acc$r_1_$c * scale$r.y); }
-  if (m$r + 2u < p.m) { store4(m$r + 2u, n$c, acc$r_2_$c * scale$r.z); }
-  if (m$r + 3u < p.m) { store4(m$r + 3u, n$c, acc$r_3_$c * scale$r.w); }
+  if (m$r < p.m) { store4(m$r, n$c, sk, acc$r_0_$c * scale$r.x); }
+  if (m$r + 1u < p.m) { store4(m$r + 1u, n$c, sk, acc$r_1_$c * scale$r.y); }
+  if (m$r + 2u < p.m) { store4(m$r + 2u, n$c, sk, acc$r_2_$c * scale$r.z); }
+  if (m$r + 3u < p.m) { store4(m$r + 3u, n$c, sk, acc$r_3_$c * scale$r.w); }
 }

@@ -291,6 +291,7 @@ function parseTile(t: unknown): TileConfig {
       tm: c?.tm,
       tn: c?.tn,
       db: c?.db === true,
+      sk: c?.sk,
     })
   );
   if (tile === undefined) {

@@ -20,6 +20,7 @@ import { ModelRunner } from "../engine/model_runner.ts";
 import { tiledPrefillCompiles } from "../engine/models/attention_block.ts";
 import { TILE, TILE_CANDIDATES, type TileConfig } from "../kernels/matmul.ts";
 import { shapeKey } from "../kernels/matmul_tuning.ts";
+import { tileName } from "../kernels/matmul_tile.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { ReferenceModel } from "./reference/model.ts";
 import { referenceRun, SOLO_RUNNER_OPTIONS, soloGreedy } from "./support/solo_run.ts";
@@ -368,6 +369,35 @@ for (
     },
   );
 }
+
+Deno.test(
+  "ModelRunner prefills and decodes equal to the float64 reference with split-K tiles",
+  GPU_TEST,
+  async () => {
+    // Every matmul of 2 rows or more runs `tiled` with its K steps split 4 ways: a 64 x 64 tile
+    // for the prefill chunk of 40 tokens, 16 x 64 for the chunk of 5, each followed by the reduce
+    // that adds the slices up (with the row statistic of the norm X forms).
+    const prompt = Array.from({ length: 45 }, (_, i) => (i * 41 + 5) % 500);
+    const find = (name: string) => TILE_CANDIDATES.find((t) => tileName(t) === name)!;
+    const tile = find("16x16 bk16 sk4");
+    const small = find("16x4 bk16 sk4");
+    await withTinyRunner(38, "gpu", prompt, 8, 40, (runner) => {
+      for (const m of runner.matmuls) {
+        const all = (v: number) => Object.fromEntries(m.ops.map((op) => [shapeKey(op.shape), v]));
+        m.setTuning({ tile, smallTile: { tile: small, maxRows: 8 }, gemvMaxRows: all(1) });
+        for (const op of m.ops) {
+          for (const [rows, want] of [[40, tile], [5, small]] as const) {
+            const config = op.configFor(rows);
+            assertEqual(
+              [config.variant, config.split, config.tile && tileName(config.tile)],
+              ["tiled", 4, tileName(want)],
+            );
+          }
+        }
+      }
+    });
+  },
+);
 
 Deno.test(
   "ModelRunner prefills equal to the float64 reference with the tiled prefill attention",

@@ -121,7 +121,7 @@ Deno.test("summaryLines() compares a second start-up's own tuning with the first
   );
 });
 
-Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buffered and normed X apart", () => {
+Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buffered, split-K and normed X apart", () => {
   const tune = (xForm: string, lines: string) =>
     `$ deno run --cached-only -A bench/matmul_tune.ts\n` +
     `matmul_tune: adapter: NVIDIA H200 (vendor 4318); 16 CPU cores; Deno 2.9.6; 2026-11-30\n` +
@@ -135,6 +135,8 @@ Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buff
         "  tiled 16x16 bk16                0.1320 ms    4067 GFLOP/s    64 GB/s of W\n" +
         "  tiled 8x16 bk16                 0.0930 ms    5773 GFLOP/s    90 GB/s of W\n" +
         "  tiled 8x16 bk16 db              0.0710 ms    7562 GFLOP/s   118 GB/s of W\n" +
+        "  tiled 16x16 bk16 sk4            0.0800 ms    6711 GFLOP/s   105 GB/s of W\n" +
+        "  tiled 16x16 bk16 db sk8         0.0650 ms    8260 GFLOP/s   129 GB/s of W\n" +
         "down N 1024 K 3072, M 1:\n" +
         "  gemv mb1                        0.0090 ms     699 GFLOP/s   699 GB/s of W\n" +
         "dependent, 1 workgroups of 256: 1 dispatch 0.0030 ms, 145 dispatches 0.5000 ms; " +
@@ -153,10 +155,11 @@ Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buff
   const text = summaryLines(b).join("\n");
   assertHas(
     text,
-    "| qkv M 64 | tiled 8x16 bk16 db (0.071 ms) | tiled 8x16 bk16 (0.093 ms) | " +
-      "tiled 8x16 bk16 db (0.071 ms) | tiled 8x16 bk16 db (0.0994 ms) | 1.4x |",
+    "| qkv M 64 | tiled 16x16 bk16 db sk8 (0.065 ms) | tiled 8x16 bk16 (0.093 ms) | " +
+      "tiled 8x16 bk16 db (0.071 ms) | tiled 16x16 bk16 db sk8 (0.065 ms) | " +
+      "tiled 8x16 bk16 db (0.0994 ms) | 1.53x |",
   );
-  assertHas(text, "| down M 1 | gemv mb1 (0.009 ms) | - | - | - | not measured |");
+  assertHas(text, "| down M 1 | gemv mb1 (0.009 ms) | - | - | - | - | not measured |");
   const none = summaryLines(readBattery({})).join("\n");
   assertHas(
     none,

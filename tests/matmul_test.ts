@@ -52,6 +52,8 @@ interface Case {
   readonly uniformXBytes?: number;
   /** Whether the kernel must read X through a uniform binding (checked when given). */
   readonly expectUniformX?: boolean;
+  /** The K slices the kernel must run with (split-K; checked when given). */
+  readonly expectSplit?: number;
 }
 
 const kernels = new Map<string, Matmul>();
@@ -113,6 +115,10 @@ async function check(ctx: GpuContext, name: string, c: Case): Promise<void> {
     if (c.expectUniformX !== undefined) {
       const config = op.configFor(m, forced(c.variant));
       assertEqual(config.xUniform > 0, c.expectUniformX, `${context}: ${config.key}`);
+    }
+    if (c.expectSplit !== undefined) {
+      const config = op.configFor(m, forced(c.variant));
+      assertEqual(config.split, c.expectSplit, `${context}: ${config.key}`);
     }
     await runPass(ctx, arena, (pass) => op.encode(pass, m, forced(c.variant)));
     const got = await readF32(ctx, yBuf);
@@ -191,14 +197,19 @@ Deno.test(
   GPU_TEST,
   async () => {
     const ctx = await testContext();
+    const pipelines = new Set<GPUComputePipeline>();
     for (const tile of TILE_CANDIDATES) {
-      // The tile reaches the kernel: its grid covers tm wy rows of X and tn wx rows of W.
+      // The tile reaches the kernel: its grid covers tm wy rows of X and tn wx rows of W, and it
+      // compiles a pipeline of its own (a double-buffered tile once shared its twin's, cached
+      // under the same key).
       const config = kernelFor(ctx, { shape: [1, 1, 1], dtype: "f32", bias: false, tile })
         .choose(100, 64, 64, 64, "tiled");
       assertEqual(
         [config.mPerGroup, config.rowsPerGroup],
         [tileRows(tile) * tile.wy, tileCols(tile) * tile.wx],
       );
+      assertEqual(pipelines.has(config.pipeline), false, `${tileName(tile)} reuses a pipeline`);
+      pipelines.add(config.pipeline);
       for (const shape of [[1, 1, 1], [5, 67, 129], [70, 130, 260]] as const) {
         for (const dtype of DTYPES) {
           const bias = (shape[0] + DTYPES.indexOf(dtype)) % 2 === 1;
@@ -218,7 +229,31 @@ Deno.test(
 );
 
 Deno.test(
-  "new Matmul() rejects a tile whose staging does not divide evenly",
+  "matmul() runs a split-K tile unsplit when its partials do not fit or the weight has several parts",
+  GPU_TEST,
+  async () => {
+    // 4 KiB bindings: the partial buffer holds 1,024 floats (4 slices x M rows x (ldy + 1)).
+    const ctx = await testContext({ maxBindingBytes: 4096 });
+    for (const tile of [{ wx: 16, wy: 16, bk: 16, sk: 4 }, { wx: 16, wy: 4, bk: 16, sk: 4 }]) {
+      const c = { dtype: "f16", bias: true, variant: "tiled", tile } as const;
+      // 4 x 2 x 21 floats fit: split (one part of 20 x 64 halves).
+      await check(ctx, "fits", { ...c, shape: [2, 20, 64], expectSplit: 4 });
+      // 4 x 40 x 21 do not: the same tile unsplit.
+      await check(ctx, "too many rows", { ...c, shape: [40, 20, 64], expectSplit: 1 });
+      // 90 x 60 f32 weights in 6 parts: unsplit (the reduce covers one part).
+      await check(ctx, "parts", {
+        ...c,
+        dtype: "f32",
+        shape: [3, 90, 60],
+        parts: 6,
+        expectSplit: 1,
+      });
+    }
+  },
+);
+
+Deno.test(
+  "new Matmul() rejects a tile whose staging does not divide evenly or whose K split is not 1, 2, 4 or 8",
   GPU_TEST,
   async () => {
     const ctx = await testContext();
@@ -234,6 +269,9 @@ Deno.test(
       { wx: 32, wy: 16, bk: 32, tm: 8, tn: 8 },
       // 16 lines of 33 + 33 vec4s fit once (16,896 bytes), not double-buffered (33,792).
       { wx: 16, wy: 16, bk: 16, tm: 8, tn: 8, db: true },
+      // K slices other than 1, 2, 4 or 8.
+      { wx: 16, wy: 16, bk: 16, sk: 3 },
+      { wx: 16, wy: 16, bk: 16, sk: 0 },
     ];
     for (const tile of tiles) {
       assertThrows(() => new Matmul(ctx, { dtype: "f32", bias: false, tile }), {
