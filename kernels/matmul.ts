@@ -53,6 +53,7 @@ import {
   type MatmulTuning,
   MAX_X_ROWS,
   shapeKey,
+  type ShapeTile,
   type SmallTile,
 } from "./matmul_tuning.ts";
 import { checkCallSite } from "./matmul_call_site_check.ts";
@@ -154,6 +155,7 @@ export class Matmul {
   readonly #ops: MatmulOp[] = [];
   #tile: TileConfig;
   #smallTile: SmallTile | undefined;
+  #shapeTiles: Readonly<Record<string, ShapeTile>> = {};
   #gemvMaxRows: Readonly<Record<string, number>> = {};
   #gemvRows: Readonly<Record<string, number>> = {};
   #gemvSteps: Readonly<Record<string, number>> = {};
@@ -182,10 +184,15 @@ export class Matmul {
     return this.#tile;
   }
 
-  /** The `tiled` configuration that runs `m` rows of X. */
-  tileFor(m: number): TileConfig {
-    const small = this.#smallTile;
-    return small !== undefined && m <= small.maxRows ? small.tile : this.#tile;
+  /**
+   * The `tiled` configuration that runs `m` rows of X: `shape`'s own when the tuning lists it,
+   * else the common one.
+   */
+  tileFor(m: number, shape?: MatmulShape): TileConfig {
+    const own = shape === undefined ? undefined : this.#shapeTiles[shapeKey(shape)];
+    const tile = own?.tile ?? this.#tile;
+    const small = own === undefined ? this.#smallTile : own.small;
+    return small !== undefined && m <= small.maxRows ? small.tile : tile;
   }
 
   /** The call sites bound so far ({@linkcode Matmul.bind}). */
@@ -202,8 +209,9 @@ export class Matmul {
   }
 
   /**
-   * Follows `tuning` from now on: its tiles, and per call-site shape its `gemv` row limit,
-   * weight rows per invocation and weights per step (`gpu` policy).
+   * Follows `tuning` from now on: its tiles (per call-site shape where it lists them), and per
+   * call-site shape its `gemv` row limit, weight rows per invocation and weights per step (`gpu`
+   * policy).
    * Compiles the new tiles' kernels and bind groups for every bound call site, so the next steps
    * encode without compiling.
    *
@@ -212,8 +220,13 @@ export class Matmul {
   setTuning(tuning: MatmulTuning): void {
     checkTile(tuning.tile);
     if (tuning.smallTile !== undefined) checkTile(tuning.smallTile.tile);
+    for (const own of Object.values(tuning.shapeTiles ?? {})) {
+      checkTile(own.tile);
+      if (own.small !== undefined) checkTile(own.small.tile);
+    }
     this.#tile = tuning.tile;
     this.#smallTile = tuning.smallTile;
+    this.#shapeTiles = tuning.shapeTiles ?? {};
     this.#gemvMaxRows = tuning.gemvMaxRows;
     this.#gemvRows = tuning.gemvRows ?? {};
     this.#gemvSteps = tuning.gemvSteps ?? {};
@@ -223,8 +236,8 @@ export class Matmul {
     for (const op of this.#ops) {
       const { format, xForm } = op.shape;
       const block = op.buffers.weight.wordLayout;
-      this.#compilePolicy(format, xForm, block);
-      for (const tile of this.#tiles()) {
+      this.#compilePolicy(format, xForm, block, op.shape);
+      for (const tile of this.#tiles(op.shape)) {
         op.bindGroups(this.config("tiled", 0, { format, xForm, tile, wordLayout: block }));
       }
       const gemv = this.gemvFor(op.shape);
@@ -269,19 +282,30 @@ export class Matmul {
    * Compiles the policy's kernels for weights of `format` (words in blocks of `block` rows) and X
    * read as `xForm`.
    */
-  #compilePolicy(format: WeightFormat, xForm: XForm = "plain", block: WordLayout = 1): void {
+  #compilePolicy(
+    format: WeightFormat,
+    xForm: XForm = "plain",
+    block: WordLayout = 1,
+    shape?: MatmulShape,
+  ): void {
     const options = { format, xForm, wordLayout: block };
     if (this.policy === "cpu") {
       for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, { ...options, xVec4: true });
     } else {
       for (const mb of ROW_BLOCKS) this.config("gemv", mb, options);
-      for (const tile of this.#tiles()) this.config("tiled", 0, { ...options, tile });
+      for (const tile of this.#tiles(shape)) this.config("tiled", 0, { ...options, tile });
     }
   }
 
-  /** The `tiled` configurations in use: the tile, and the small-M tile when there is one. */
-  #tiles(): TileConfig[] {
-    return this.#smallTile === undefined ? [this.#tile] : [this.#tile, this.#smallTile.tile];
+  /**
+   * The `tiled` configurations `shape` runs (any shape's common ones without it): the tile, and
+   * the small-M tile when there is one.
+   */
+  #tiles(shape?: MatmulShape): TileConfig[] {
+    const own = shape === undefined ? undefined : this.#shapeTiles[shapeKey(shape)];
+    const tile = own?.tile ?? this.#tile;
+    const small = own === undefined ? this.#smallTile : own.small;
+    return small === undefined ? [tile] : [tile, small.tile];
   }
 
   /**
@@ -395,7 +419,7 @@ export class Matmul {
       );
     }
     if (v === "tiled") {
-      return this.config("tiled", 0, { format, xForm, tile: this.tileFor(m), wordLayout });
+      return this.config("tiled", 0, { format, xForm, tile: this.tileFor(m, shape), wordLayout });
     }
     if (v === "unrolled") {
       const mb = UNROLLED_BLOCKS.find((b) => b >= m) ??
@@ -490,7 +514,8 @@ export class Matmul {
       );
     }
     // The constructor compiled the policy's kernels for plain X and weights of this dtype.
-    this.#compilePolicy(w.format, xForm, w.wordLayout);
+    const shape = { format: w.format, rows: w.rows, cols: w.cols, xForm, bias: this.bias };
+    this.#compilePolicy(w.format, xForm, w.wordLayout, shape);
     const slots = w.parts.map(() => arena.allocate());
     const xUniform = this.uniformXCapacity(buffers.x);
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, maxRows, xUniform);

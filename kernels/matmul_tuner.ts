@@ -8,7 +8,10 @@
  *    prefill tile may leave most of a GPU idle: 16 workgroups for N = 1,024 at M = 64 with 64 x 64
  *    tiles); when another tile wins there, it runs every M up to that batch
  *    ({@linkcode SmallTile});
- * 3. per shape, `gemv` (with 1 and 4 weight rows per invocation, each with steps of 4 and, where
+ * 3. from the same measurements, per shape, its own tiles ({@linkcode ShapeTile}): the fastest
+ *    at its prefill rows and, when another, at the decode batch (1 and 2 remain for shapes bound
+ *    later);
+ * 4. per shape, `gemv` (with 1 and 4 weight rows per invocation, each with steps of 4 and, where
  *    the row stride allows, 8 weights, and for int8 / int4 weights 32, each taking at most 8, 4,
  *    2 or 1 rows of X per workgroup: {@linkcode gemvCandidates}) against `tiled` (the tile that
  *    runs that M) at row counts 1, 2, 4, ... up to the largest decode batch and the prefill row
@@ -45,6 +48,7 @@ import {
   MAX_X_ROWS,
   pickTile,
   shapeKey,
+  type ShapeTile,
   type SmallTile,
   tileRounds,
 } from "./matmul_tuning.ts";
@@ -53,8 +57,10 @@ import {
  * Changes whenever what {@linkcode tuneMatmul} measures or chooses does, so that tunings cached
  * under an older one are measured again (engine/kernel_tuning_parts.ts puts it in the key).
  * 2 (2026-11-27): tiles timed in rounds after a discarded pass; the X rows per `gemv` workgroup.
+ * 3 (2026-11-29): split-K tiles among the candidates; double-buffered tiles timed as themselves
+ * (before, as their single-buffered twins: the pipeline key omitted `db`); tiles per shape.
  */
-export const MATMUL_TUNER_REVISION = 2;
+export const MATMUL_TUNER_REVISION = 3;
 
 /** Options of {@linkcode tuneMatmul}. */
 export interface MatmulTunerOptions {
@@ -81,6 +87,13 @@ export interface MatmulTuningReport {
     readonly totalMs: number;
     readonly smallMs?: number;
   }[];
+  /**
+   * Per shape key: each tile candidate's time (in the order of `tiles`) at the shape's prefill
+   * rows and at the largest decode batch, in ms.
+   */
+  readonly shapes: Readonly<
+    Record<string, { readonly tileMs: readonly number[]; readonly smallMs?: readonly number[] }>
+  >;
   /** Per shape key: the row counts measured for the `gemv` / `tiled` choice. */
   readonly crossovers: Readonly<Record<string, readonly CrossoverPoint[]>>;
   /** How the kernels were timed ("timestamp-query", "host clock / N passes"). */
@@ -179,7 +192,22 @@ export async function tuneMatmul(
     const smallTile: SmallTile | undefined = sameTile(small, tile)
       ? undefined
       : { tile: small, maxRows: decodeRows };
-    const tileAt = (m: number) => smallTile !== undefined && m <= decodeRows ? small : tile;
+    // Each shape's own tiles, from the same measurements: the fastest at its prefill rows and,
+    // when another, at the decode batch.
+    const shapeBest = (times: ReadonlyMap<TileConfig, readonly number[]>, j: number) =>
+      pickTile(new Map([...times].map(([t, ms]) => [t, [ms[j]!]])));
+    const shapeTiles: Record<string, ShapeTile> = {};
+    for (const [j, g] of groups.entries()) {
+      const own = shapeBest(tileTimes, j);
+      const ownSmall = smallTimes === undefined ? own : shapeBest(smallTimes, j);
+      shapeTiles[g.key] = sameTile(ownSmall, own)
+        ? { tile: own }
+        : { tile: own, small: { tile: ownSmall, maxRows: decodeRows } };
+    }
+    const tileAt = (g: ShapeGroup, m: number) => {
+      const own = shapeTiles[g.key]!;
+      return own.small !== undefined && m <= own.small.maxRows ? own.small.tile : own.tile;
+    };
     const crossovers: Record<string, CrossoverPoint[]> = {};
     const gemvMaxRows: Record<string, number> = {};
     const gemvRows: Record<string, number> = {};
@@ -205,7 +233,7 @@ export async function tuneMatmul(
           }
           ms.push(t);
         }
-        const r = { m, ms, tiledMs: await time(() => trial(g, tileAt(m)), m, "tiled") };
+        const r = { m, ms, tiledMs: await time(() => trial(g, tileAt(g, m)), m, "tiled") };
         rows.push(r);
         if (Math.min(...r.ms) > r.tiledMs) break;
       }
@@ -228,6 +256,7 @@ export async function tuneMatmul(
       tuning: {
         tile,
         ...(smallTile === undefined ? {} : { smallTile }),
+        shapeTiles,
         gemvMaxRows,
         gemvRows,
         gemvSteps,
@@ -238,6 +267,10 @@ export async function tuneMatmul(
         totalMs: total(tileTimes.get(t)!),
         ...(smallTimes === undefined ? {} : { smallMs: total(smallTimes.get(t)!) }),
       })),
+      shapes: Object.fromEntries(groups.map((g, j) => [g.key, {
+        tileMs: tiles.map((t) => tileTimes.get(t)![j]!),
+        ...(smallTimes === undefined ? {} : { smallMs: tiles.map((t) => smallTimes.get(t)![j]!) }),
+      }])),
       crossovers,
       method: clock.method,
       failures: clock.failures,

@@ -30,12 +30,31 @@ export interface SmallTile {
   readonly maxRows: number;
 }
 
+/**
+ * One call-site shape's own `tiled` configurations: the fastest at its prefill rows and, when
+ * another, the fastest at the largest decode batch.
+ */
+export interface ShapeTile {
+  /** One of {@linkcode TILE_CANDIDATES}. */
+  readonly tile: TileConfig;
+  /** The configuration of small M (up to `maxRows`), when the measured best there is another. */
+  readonly small?: SmallTile;
+}
+
 /** Measured choices of the `gpu` policy's matmul kernels on one adapter. */
 export interface MatmulTuning {
-  /** The `tiled` configuration (one of {@linkcode TILE_CANDIDATES}). */
+  /**
+   * The `tiled` configuration (one of {@linkcode TILE_CANDIDATES}) of shapes not in
+   * `shapeTiles`: the fastest over all measured shapes (weighted by call sites).
+   */
   readonly tile: TileConfig;
   /** The `tiled` configuration of small M, when the measured best there is another. */
   readonly smallTile?: SmallTile;
+  /**
+   * Per call-site shape ({@linkcode shapeKey}): its own `tiled` configurations; shapes not
+   * listed run `tile` and `smallTile`.
+   */
+  readonly shapeTiles?: Readonly<Record<string, ShapeTile>>;
   /**
    * Per call-site shape ({@linkcode shapeKey}): the largest M run by `gemv` (larger M runs
    * `tiled`; 0: `tiled` for every M). Shapes not listed follow `Matmul.decodeMaxRows`.
@@ -210,6 +229,7 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
     | {
       tile?: unknown;
       smallTile?: { tile?: unknown; maxRows?: unknown };
+      shapeTiles?: unknown;
       gemvMaxRows?: unknown;
       gemvRows?: unknown;
       gemvSteps?: unknown;
@@ -217,17 +237,22 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
     }
     | null;
   const tile = parseTile(o?.tile);
-  let smallTile: SmallTile | undefined;
-  if (o?.smallTile !== undefined) {
-    const maxRows = o.smallTile?.maxRows;
-    if (!Number.isInteger(maxRows) || (maxRows as number) < 1) {
-      throw new TypeError(
-        `Invalid matmul tuning: smallTile.maxRows must be a positive integer, got ${
-          JSON.stringify(maxRows)
-        }`,
-      );
-    }
-    smallTile = { tile: parseTile(o.smallTile?.tile), maxRows: maxRows as number };
+  const smallTile = o?.smallTile === undefined
+    ? undefined
+    : parseSmallTile("smallTile", o.smallTile);
+  const shapeTiles: Record<string, ShapeTile> = {};
+  const table = o?.shapeTiles ?? {};
+  if (typeof table !== "object" || table === null || Array.isArray(table)) {
+    throw new TypeError("Invalid matmul tuning: shapeTiles must be an object");
+  }
+  for (const [key, value] of Object.entries(table)) {
+    const v = value as { tile?: unknown; small?: unknown } | null;
+    shapeTiles[key] = {
+      tile: parseTile(v?.tile),
+      ...(v?.small === undefined
+        ? {}
+        : { small: parseSmallTile(`shapeTiles["${key}"].small`, v.small) }),
+    };
   }
   const rows = o?.gemvMaxRows;
   if (typeof rows !== "object" || rows === null || Array.isArray(rows)) {
@@ -250,6 +275,7 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
   return {
     tile,
     ...(smallTile === undefined ? {} : { smallTile }),
+    ...(Object.keys(shapeTiles).length === 0 ? {} : { shapeTiles }),
     gemvMaxRows,
     gemvRows,
     gemvSteps,
@@ -280,6 +306,20 @@ function parseChoices(
   return out;
 }
 
+/** A {@linkcode SmallTile} read back as `name`. */
+function parseSmallTile(name: string, data: unknown): SmallTile {
+  const o = data as { tile?: unknown; maxRows?: unknown } | null;
+  const maxRows = o?.maxRows;
+  if (!Number.isInteger(maxRows) || (maxRows as number) < 1) {
+    throw new TypeError(
+      `Invalid matmul tuning: ${name}.maxRows must be a positive integer, got ${
+        JSON.stringify(maxRows)
+      }`,
+    );
+  }
+  return { tile: parseTile(o?.tile), maxRows: maxRows as number };
+}
+
 /** The candidate `t` names (see {@linkcode parseMatmulTuning}). */
 function parseTile(t: unknown): TileConfig {
   const c = t as Partial<TileConfig> | null | undefined;
@@ -303,7 +343,8 @@ function parseTile(t: unknown): TileConfig {
 
 /**
  * One line describing `t`, e.g. "tile 16x16 bk16 (8x4 bk16 up to M = 64); gemv up to M = 64 for
- * f16 1024x3072 swiglu".
+ * f16 1024x3072 swiglu; tiles per shape: 16x16 bk16 sk4 (16x4 bk16 sk4 up to M = 64) for f16
+ * 1024x3072 swiglu".
  */
 export function describeTuning(t: MatmulTuning): string {
   const rows = Object.entries(t.gemvMaxRows).map(([k, m]) => {
@@ -317,10 +358,14 @@ export function describeTuning(t: MatmulTuning): string {
     ].filter((s) => s !== "").join(", ");
     return `${m}${kind === "" ? "" : ` (${kind})`} for ${k}`;
   });
-  const small = t.smallTile === undefined
-    ? ""
-    : ` (${tileName(t.smallTile.tile)} up to M = ${t.smallTile.maxRows})`;
-  return `tile ${tileName(t.tile)}${small}; gemv up to M = ${
+  const tiles = (tile: TileConfig, small?: SmallTile) =>
+    `${tileName(tile)}${
+      small === undefined ? "" : ` (${tileName(small.tile)} up to M = ${small.maxRows})`
+    }`;
+  const shapes = Object.entries(t.shapeTiles ?? {}).map(([k, s]) =>
+    `${tiles(s.tile, s.small)} for ${k}`
+  );
+  return `tile ${tiles(t.tile, t.smallTile)}; gemv up to M = ${
     rows.length > 0 ? rows.join(", ") : "(no shape)"
-  }`;
+  }${shapes.length > 0 ? `; tiles per shape: ${shapes.join(", ")}` : ""}`;
 }

@@ -164,6 +164,43 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
     () => parseMatmulTuning({ tile: TILE, smallTile: { maxRows: 8 }, gemvMaxRows: {} }),
     /tile undefined is not a candidate/,
   );
+  // Tiles per shape, with and without a small-M tile of their own.
+  const split = TILE_CANDIDATES.find((c) => c.sk === 4 && c.wy === 16)!;
+  const perShape = {
+    tile: TILE,
+    shapeTiles: { a: { tile: split, small: { tile: tm8, maxRows: 64 } }, b: { tile: tm8 } },
+    gemvMaxRows: {},
+  };
+  const own = parseMatmulTuning(JSON.parse(JSON.stringify(perShape)));
+  assertEqual(own.shapeTiles, perShape.shapeTiles);
+  assert(
+    describeTuning(own).endsWith(
+      "; tiles per shape: 16x16 bk16 sk4 (16x8 bk16 tm8 up to M = 64) for a, 16x8 bk16 tm8 for b",
+    ),
+  );
+  assertEqual(parseMatmulTuning({ tile: TILE, gemvMaxRows: {} }).shapeTiles, undefined);
+  assertThrows(
+    () => parseMatmulTuning({ tile: TILE, shapeTiles: [], gemvMaxRows: {} }),
+    /shapeTiles must be an object/,
+  );
+  assertThrows(
+    () =>
+      parseMatmulTuning({
+        tile: TILE,
+        shapeTiles: { a: { tile: { ...split, sk: 3 } } },
+        gemvMaxRows: {},
+      }),
+    /is not a candidate/,
+  );
+  assertThrows(
+    () =>
+      parseMatmulTuning({
+        tile: TILE,
+        shapeTiles: { a: { tile: TILE, small: { tile: TILE, maxRows: -2 } } },
+        gemvMaxRows: {},
+      }),
+    /shapeTiles\["a"\].small.maxRows must be a positive integer, got -2/,
+  );
 });
 
 Deno.test("pickGemv() takes the least total over the row counts where gemv was useful", () => {
@@ -301,6 +338,28 @@ Deno.test(
         await runPass(ctx, arena, (pass) => a.op.encode(pass, rows, { variant: "tiled" }));
         await checkSite(a, rows, `small tile, M ${rows}`);
       }
+      // Tiles of a's own (split-K above 17 rows), the common ones for b; all match float64.
+      const split = TILE_CANDIDATES.find((c) => c.sk === 4 && c.wy === 16)!;
+      matmul.setTuning({
+        tile: tm8,
+        smallTile: { tile: small, maxRows: 17 },
+        shapeTiles: { [shapeKey(a.op.shape)]: { tile: split, small: { tile: TILE, maxRows: 17 } } },
+        gemvMaxRows: {},
+      });
+      assertEqual(
+        [17, 18].map((m) => [matmul.tileFor(m, a.op.shape), matmul.tileFor(m, b.op.shape)]),
+        [[TILE, small], [split, tm8]],
+      );
+      assertEqual([matmul.tileFor(17), matmul.tileFor(18)], [small, tm8], "no shape: common");
+      assertEqual([17, 40].map((m) => a.op.configFor(m, { variant: "tiled" }).split), [1, 4]);
+      for (const rows of [17, 40]) {
+        await runPass(ctx, arena, (pass) => {
+          for (const s of sites) s.op.encode(pass, rows, { variant: "tiled" });
+        });
+        for (const s of sites) {
+          await checkSite(s, rows, `${shapeKey(s.op.shape)} own tile, M ${rows}`);
+        }
+      }
       // Steps of 8 weights where the tuning lists them and the row stride (64 for b) allows
       // them; a's stride of 132 keeps steps of 4.
       const [ka, kb] = [shapeKey(a.op.shape), shapeKey(b.op.shape)];
@@ -403,6 +462,18 @@ Deno.test(
       }
       const best = Math.min(...r.tiles.map((t) => t.totalMs));
       assertEqual(r.tiles.find((t) => t.totalMs === best)!.tile, r.tuning.tile);
+      // Each shape's own tiles: the fastest for it alone, at its prefill rows and (when another)
+      // at the decode batch.
+      assertEqual(Object.keys(r.shapes), keys);
+      for (const key of keys) {
+        const { tileMs, smallMs } = r.shapes[key]!;
+        const own = tiles[tileMs.indexOf(Math.min(...tileMs))]!;
+        const ownSmall = tiles[smallMs!.indexOf(Math.min(...smallMs!))]!;
+        assertEqual(
+          r.tuning.shapeTiles![key],
+          ownSmall === own ? { tile: own } : { tile: own, small: { tile: ownSmall, maxRows: 4 } },
+        );
+      }
       // The decode batch's tile: the best there, kept only when it is not the prefill tile.
       const bestSmall = Math.min(...r.tiles.map((t) => t.smallMs!));
       const small = r.tiles.find((t) => t.smallMs === bestSmall)!.tile;
