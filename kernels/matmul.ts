@@ -51,15 +51,20 @@ import {
   effectiveXRows,
   type MatmulShape,
   type MatmulTuning,
-  MAX_X_ROWS,
-  shapeKey,
-  type ShapeTile,
   type SmallTile,
 } from "./matmul_tuning.ts";
+import {
+  checkTuningTiles,
+  gemvKindOf,
+  gemvMaxRowsOf,
+  gemvXRowsOf,
+  tileAt,
+  tilesRun,
+} from "./matmul_choice.ts";
 import { checkCallSite } from "./matmul_call_site_check.ts";
 import { splitFits, splitReduceCode, splitScratch } from "./matmul_split.ts";
+import { uniformXBlocks, uniformXCapacity, xRowVec4s } from "./matmul_uniform_x.ts";
 import {
-  bindingBytes,
   type KernelConfig,
   type MatmulBuffers,
   type MatmulEncodeOptions,
@@ -106,19 +111,6 @@ export interface MatmulOptions {
   readonly tile?: TileConfig;
 }
 
-/** The fewest vec4s of X worth a uniform binding (256 bytes). */
-const MIN_UNIFORM_X_VEC4S = 16;
-/**
- * The most bytes of X bound as uniform (WebGPU's default limit, lavapipe's own), whatever larger
- * limit an adapter reports: a uniform array is a fixed-size type the shader compiler must lay out.
- */
-const MAX_UNIFORM_X_BYTES = 65536;
-
-/** vec4s per row of the buffer a call site reads X from (`swiglu`: gate and up, 2K). */
-function xRowVec4s(cols: number, xForm: XForm): number {
-  return ((xForm === "swiglu" ? 2 : 1) * cols) / 4;
-}
-
 /** How {@linkcode Matmul.config} builds a kernel configuration; each field has a default. */
 interface ConfigOptions {
   /** `unrolled`: X read as vec4s (K % 4 == 0); default false. */
@@ -153,13 +145,8 @@ export class Matmul {
   readonly #ctx: GpuContext;
   readonly #configs = new Map<string, KernelConfig>();
   readonly #ops: MatmulOp[] = [];
-  #tile: TileConfig;
-  #smallTile: SmallTile | undefined;
-  #shapeTiles: Readonly<Record<string, ShapeTile>> = {};
-  #gemvMaxRows: Readonly<Record<string, number>> = {};
-  #gemvRows: Readonly<Record<string, number>> = {};
-  #gemvSteps: Readonly<Record<string, number>> = {};
-  #gemvXRows: Readonly<Record<string, number>> = {};
+  /** The choices followed (kernels/matmul_choice.ts): the constructor's tile until a tuning. */
+  #tuning: MatmulTuning;
   #generation = 0;
 
   constructor(ctx: GpuContext, options: MatmulOptions) {
@@ -172,8 +159,8 @@ export class Matmul {
     this.bias = options.bias;
     this.policy = options.policy ?? defaultMatmulPolicy(ctx);
     this.decodeMaxRows = decodeMaxRows;
-    this.#tile = options.tile ?? TILE;
-    checkTile(this.#tile);
+    this.#tuning = { tile: options.tile ?? TILE, gemvMaxRows: {} };
+    checkTile(this.#tuning.tile);
     // Compile what the policy uses up front; forced variants (and `blocked`, the CPU fallback
     // for row strides that are not a multiple of 8) compile on first use.
     this.#compilePolicy(this.dtype);
@@ -181,7 +168,7 @@ export class Matmul {
 
   /** The `tiled` kernel's configuration. */
   get tile(): TileConfig {
-    return this.#tile;
+    return this.#tuning.tile;
   }
 
   /**
@@ -189,10 +176,7 @@ export class Matmul {
    * else the common one.
    */
   tileFor(m: number, shape?: MatmulShape): TileConfig {
-    const own = shape === undefined ? undefined : this.#shapeTiles[shapeKey(shape)];
-    const tile = own?.tile ?? this.#tile;
-    const small = own === undefined ? this.#smallTile : own.small;
-    return small !== undefined && m <= small.maxRows ? small.tile : tile;
+    return tileAt(this.#tuning, m, shape);
   }
 
   /** The call sites bound so far ({@linkcode Matmul.bind}). */
@@ -218,26 +202,15 @@ export class Matmul {
    * @throws {RangeError} when a tile is not a valid configuration.
    */
   setTuning(tuning: MatmulTuning): void {
-    checkTile(tuning.tile);
-    if (tuning.smallTile !== undefined) checkTile(tuning.smallTile.tile);
-    for (const own of Object.values(tuning.shapeTiles ?? {})) {
-      checkTile(own.tile);
-      if (own.small !== undefined) checkTile(own.small.tile);
-    }
-    this.#tile = tuning.tile;
-    this.#smallTile = tuning.smallTile;
-    this.#shapeTiles = tuning.shapeTiles ?? {};
-    this.#gemvMaxRows = tuning.gemvMaxRows;
-    this.#gemvRows = tuning.gemvRows ?? {};
-    this.#gemvSteps = tuning.gemvSteps ?? {};
-    this.#gemvXRows = tuning.gemvXRows ?? {};
+    checkTuningTiles(tuning);
+    this.#tuning = tuning;
     this.#generation++;
     if (this.policy !== "gpu") return;
     for (const op of this.#ops) {
       const { format, xForm } = op.shape;
       const block = op.buffers.weight.wordLayout;
       this.#compilePolicy(format, xForm, block, op.shape);
-      for (const tile of this.#tiles(op.shape)) {
+      for (const tile of tilesRun(tuning, op.shape)) {
         op.bindGroups(this.config("tiled", 0, { format, xForm, tile, wordLayout: block }));
       }
       const gemv = this.gemvFor(op.shape);
@@ -253,8 +226,7 @@ export class Matmul {
    * tuning's, or 1 and 4).
    */
   gemvFor(shape: MatmulShape): GemvKind {
-    const key = shapeKey(shape);
-    return { rows: this.#gemvRows[key] ?? 1, step: this.#gemvSteps[key] ?? 4 };
+    return gemvKindOf(this.#tuning, shape);
   }
 
   /**
@@ -262,12 +234,12 @@ export class Matmul {
    * runs several workgroups in grid z, each reading the weights again (from the GPU's caches).
    */
   gemvXRowsFor(shape: MatmulShape): number {
-    return this.#gemvXRows[shapeKey(shape)] ?? MAX_X_ROWS;
+    return gemvXRowsOf(this.#tuning, shape);
   }
 
   /** The largest M run by `gemv` for `shape` under the `gpu` policy (the tuning's, or the default). */
   gemvMaxRowsFor(shape: MatmulShape): number {
-    return this.#gemvMaxRows[shapeKey(shape)] ?? this.decodeMaxRows;
+    return gemvMaxRowsOf(this.#tuning, shape, this.decodeMaxRows);
   }
 
   /**
@@ -293,19 +265,11 @@ export class Matmul {
       for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, { ...options, xVec4: true });
     } else {
       for (const mb of ROW_BLOCKS) this.config("gemv", mb, options);
-      for (const tile of this.#tiles(shape)) this.config("tiled", 0, { ...options, tile });
+      // Split-K tiles with their unsplit twins, so that no M compiles while serving.
+      for (const tile of tilesRun(this.#tuning, shape)) {
+        this.config("tiled", 0, { ...options, tile });
+      }
     }
-  }
-
-  /**
-   * The `tiled` configurations `shape` runs (any shape's common ones without it): the tile, and
-   * the small-M tile when there is one.
-   */
-  #tiles(shape?: MatmulShape): TileConfig[] {
-    const own = shape === undefined ? undefined : this.#shapeTiles[shapeKey(shape)];
-    const tile = own?.tile ?? this.#tile;
-    const small = own === undefined ? this.#smallTile : own.small;
-    return small === undefined ? [tile] : [tile, small.tile];
   }
 
   /**
@@ -319,7 +283,7 @@ export class Matmul {
       format = this.dtype,
       xForm = "plain",
       gemv = DEFAULT_GEMV,
-      tile = this.#tile,
+      tile = this.#tuning.tile,
       xUniform = 0,
       wordLayout = 1,
     } = options;
@@ -483,16 +447,7 @@ export class Matmul {
    * alignment.
    */
   uniformXCapacity(x: GPUBufferBinding): number {
-    const device = this.#ctx.device;
-    if ((x.buffer.usage & GPUBufferUsage.UNIFORM) === 0) return 0;
-    if ((x.offset ?? 0) % device.limits.minUniformBufferOffsetAlignment !== 0) return 0;
-    const bytes = Math.min(
-      bindingBytes(x),
-      this.#ctx.limits.maxUniformBufferBindingSize,
-      MAX_UNIFORM_X_BYTES,
-    );
-    if (bytes < 16 * MIN_UNIFORM_X_VEC4S) return 0;
-    return 2 ** Math.floor(Math.log2(bytes / 16));
+    return uniformXCapacity(this.#ctx, x);
   }
 
   /**
@@ -521,14 +476,11 @@ export class Matmul {
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, maxRows, xUniform);
     this.#ops.push(op);
     if (this.policy === "cpu" && xUniform > 0 && w.cols % 4 === 0 && w.rowStride % 8 === 0) {
-      // The uniform-X blocks some decode M will run (the smallest M of each block fits).
-      const rowVec4s = xRowVec4s(w.cols, xForm);
-      UNROLLED_BLOCKS.forEach((mb, i) => {
-        const smallest = i === 0 ? 1 : UNROLLED_BLOCKS[i - 1]! + 1;
-        if (smallest * rowVec4s > xUniform) return;
+      // The uniform-X blocks some decode M will run.
+      for (const mb of uniformXBlocks(w.cols, xForm, xUniform)) {
         const wordLayout = w.wordLayout;
         this.config("unrolled", mb, { xVec4: true, format: w.format, xForm, xUniform, wordLayout });
-      });
+      }
     }
     for (const config of this.#configs.values()) {
       if (config.format !== w.format || config.xForm !== xForm) continue;
