@@ -151,7 +151,8 @@ export function tuningParts(
       name: "decode",
       key: `attention ${k.variant} ${k.dtype} q${k.numQHeads} kv${k.numKvHeads} d${k.headDim} ` +
         `b${k.blockSize} ctx ${[...(a.shorterContexts ?? []), a.contextLen].join("/")} ` +
-        `digest ${ATTENTION_SOURCES_DIGEST}`,
+        // Every batch up to the largest is measured (up to 16 only before 2026-11-29).
+        `batch ${options.maxBatch} digest ${ATTENTION_SOURCES_DIGEST}`,
       async measure() {
         const r = await tuneDecodeSplit(ctx, k, {
           maxBatch: options.maxBatch,

@@ -1,7 +1,8 @@
 /**
  * Measures the decode attention's split-K choice on this adapter (kernels/decode_split.ts): for
- * batch sizes 1, 2, 4, ... up to `maxBatch` (at most {@linkcode SMALL_BATCH_SPLIT}), the direct
- * path and partitions of each of {@linkcode SPLIT_CANDIDATES} tokens, at one context length and
+ * batch sizes 1, 2, 4, ... up to `maxBatch`, the direct path and partitions of each of
+ * {@linkcode SPLIT_CANDIDATES} tokens that fit the kernel's scratch (16 and 32 tokens up to 16
+ * sequences, kernels/paged_attention_decode_op.ts; 64 and more beyond), at one context length and
  * at the shorter ones asked for (every sequence of a batch at that length), on buffers of the
  * kernel's shape made here (zero queries and KV: the time does not depend on the values). A
  * kernel with the fused variant (`rope`) is measured in it, as all-decode steps run it: q/k
@@ -21,11 +22,11 @@ import {
   type DecodeSplitTuning,
   SPLIT_CANDIDATES,
 } from "./decode_split.ts";
-import { type PagedAttentionDecode, SMALL_BATCH_SPLIT } from "./paged_attention_decode.ts";
+import type { PagedAttentionDecode } from "./paged_attention_decode.ts";
 
 /** Options of {@linkcode tuneDecodeSplit}. */
 export interface DecodeSplitTunerOptions {
-  /** The largest decode batch (capped at {@linkcode SMALL_BATCH_SPLIT}). */
+  /** The largest decode batch. */
   readonly maxBatch: number;
   /** Context length of every sequence, in tokens: the longest measured. */
   readonly contextLen: number;
@@ -59,12 +60,11 @@ export interface DecodeSplitReport {
 /** Per batch size (a decimal string key): each tried partition size and its median time, ms. */
 export type SplitPoints = Readonly<Record<string, readonly { size: number; ms: number }[]>>;
 
-/** Batch sizes measured: 1, 2, 4, ... below `maxBatch`, then `maxBatch` (capped). */
+/** Batch sizes measured: 1, 2, 4, ... below `maxBatch`, then `maxBatch`. */
 export function splitBatches(maxBatch: number): number[] {
-  const top = Math.min(maxBatch, SMALL_BATCH_SPLIT);
   const out: number[] = [];
-  for (let b = 1; b < top; b *= 2) out.push(b);
-  out.push(top);
+  for (let b = 1; b < maxBatch; b *= 2) out.push(b);
+  out.push(maxBatch);
   return out;
 }
 

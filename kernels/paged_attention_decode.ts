@@ -60,6 +60,7 @@ import type { ParamArena } from "../gpu/params.ts";
 import { sourceDigest } from "./source_digest.ts";
 import { checkDecodeSplitTuning, type DecodeSplitTuning, SPLIT_UNIT } from "./decode_split.ts";
 import {
+  LARGE_BATCH_CONTEXT,
   PagedAttentionDecodeOp,
   PagedAttentionScratch,
   SHORT_SPLIT_CONTEXT,
@@ -310,12 +311,17 @@ export class PagedAttentionDecode {
    */
   createScratch(maxNumSeqs: number, maxContextLen: number): PagedAttentionScratch {
     const maxPartitions = Math.max(1, Math.ceil(maxContextLen / this.partitionSize));
-    const pairs = Math.max(
+    const base = Math.max(
       maxNumSeqs * maxPartitions,
       Math.min(maxNumSeqs, SMALL_BATCH_SPLIT) * Math.max(1, Math.ceil(maxContextLen / 64)),
       Math.min(maxNumSeqs, SMALL_BATCH_SPLIT) *
         Math.max(1, Math.ceil(Math.min(maxContextLen, SHORT_SPLIT_CONTEXT) / SPLIT_UNIT)),
     );
+    // Every batch's 64-token partitions up to LARGE_BATCH_CONTEXT, where one binding holds them.
+    const large = maxNumSeqs *
+      Math.max(1, Math.ceil(Math.min(maxContextLen, LARGE_BATCH_CONTEXT) / 64));
+    const bytesOf = (n: number) => n * this.numQHeads * this.headDim * 4;
+    const pairs = large > base && bytesOf(large) <= this.#ctx.maxBindingBytes ? large : base;
     const rows = pairs * this.numQHeads;
     const outBytes = rows * this.headDim * 4;
     if (outBytes > this.#ctx.maxBindingBytes) {

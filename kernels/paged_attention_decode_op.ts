@@ -23,9 +23,18 @@ export const SMALL_BATCH_SPLIT = 16;
 export const SHORT_SPLIT_CONTEXT = 2048;
 
 /**
+ * Contexts up to which a scratch also holds partitions of 64 tokens for any number of sequences
+ * (where one binding holds them): the context the engine measures its split choices at
+ * (engine/kernel_tuning.ts), past which a measured choice keeps its number of partitions
+ * (kernels/decode_split.ts), so a large batch measured there can split too.
+ */
+export const LARGE_BATCH_CONTEXT = 1024;
+
+/**
  * Scratch of the split-K path: room for `pairs` (sequence, partition) partials, at least
  * `maxNumSeqs` sequences of `maxPartitions` partitions of the kernel's `partitionSize` (and, for
- * up to {@linkcode SMALL_BATCH_SPLIT} sequences, short partitions). A step of `n`
+ * up to {@linkcode SMALL_BATCH_SPLIT} sequences, short partitions; for any number, where one
+ * binding holds them, 64-token partitions up to {@linkcode LARGE_BATCH_CONTEXT}). A step of `n`
  * sequences lays them out with a stride of `floor(pairs / n)` partitions per sequence:
  * - `partOut` f32 `[n, numQHeads, stride, headDim]` (unnormalised outputs),
  * - `partMl` f32 `[n, numQHeads, stride, 2]` (running max, sum).

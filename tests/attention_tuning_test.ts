@@ -117,10 +117,11 @@ Deno.test("checkDecodeSplitTuning() refuses bad batches, sizes and lengths, nami
   );
 });
 
-Deno.test("splitBatches() doubles up to the batch, capped at 16", () => {
+Deno.test("splitBatches() doubles up to the batch, then adds it", () => {
   assertEqual(splitBatches(1), [1]);
   assertEqual(splitBatches(6), [1, 2, 4, 6]);
-  assertEqual(splitBatches(64), [1, 2, 4, 8, 16]);
+  assertEqual(splitBatches(64), [1, 2, 4, 8, 16, 32, 64]);
+  assertEqual(splitBatches(80), [1, 2, 4, 8, 16, 32, 64, 80]);
 });
 
 /** A decode attention kernel and one call site on small zero buffers. */
@@ -174,6 +175,32 @@ Deno.test(
     } finally {
       scratch.destroy();
     }
+  },
+);
+
+Deno.test(
+  "tuneDecodeSplit() times batches above 16 with the partitions their scratch holds, 64 tokens included",
+  GPU_TEST,
+  async () => {
+    const { ctx, kernel, scratch } = await smallOp(1, 16);
+    scratch.destroy();
+    // 200 sequences of 1,024 tokens: room for 16 partitions of 64 tokens each (the scratch's
+    // large-batch room; the short partitions of 16 sequences alone would leave 5).
+    const big = kernel.createScratch(200, 1024);
+    assertEqual(big.partitionsPerSeq(200), 16);
+    big.destroy();
+    const r = await tuneDecodeSplit(ctx, kernel, { maxBatch: 40, contextLen: 200, repeats: 1 });
+    assertEqual(Object.keys(r.points), ["1", "2", "4", "8", "16", "32", "40"]);
+    // At 40 sequences of 200 tokens the scratch (16 x 13 short partitions, 208) holds 5 per
+    // sequence: 64-token partitions (4) and longer, not 16- or 32-token ones (13, 7).
+    assertEqual(
+      r.points["40"]!.map((p) => p.size),
+      SPLIT_CANDIDATES.filter((s) => s === 0 || (s >= 64 && s < 200)),
+    );
+    assert(r.points["40"]!.some((p) => p.size === 64));
+    checkDecodeSplitTuning(r.tuning);
+    // A step of 40 sequences follows the choice measured at 40.
+    assertEqual(splitPartitionFor(r.tuning, 40, 200), r.tuning.partitionByBatch["40"]);
   },
 );
 
