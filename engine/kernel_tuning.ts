@@ -31,7 +31,6 @@ import type { Matmul } from "../kernels/matmul.ts";
 import type { ModelRunner } from "./model_runner.ts";
 import type { DecodeSplitTuning } from "../kernels/decode_split.ts";
 import type { DecodeSplitReport } from "../kernels/decode_split_tuner.ts";
-import type { PagedAttentionPrefillVariant } from "../kernels/paged_attention_prefill.ts";
 import type { PrefillAttentionReport } from "../kernels/prefill_attention_tuner.ts";
 import {
   envGet,
@@ -85,8 +84,8 @@ export interface KernelTuningOutcome {
   readonly tuning: MatmulTuning | null;
   /** The decode attention's split choices now followed, or null (its default rule). */
   readonly attention: DecodeSplitTuning | null;
-  /** The prefill attention kernel now run, or null (the default one). */
-  readonly prefill: PagedAttentionPrefillVariant | null;
+  /** The name of the prefill attention kernel now run, or null (the default one). */
+  readonly prefill: string | null;
   /** "measured", "cached" or why nothing was tuned. */
   readonly source: string;
   /** The matmul measurement, when one ran. */
@@ -130,7 +129,7 @@ export async function applyKernelTuning(
   const outcome = (values: Map<string, unknown>) => ({
     tuning: (values.get("matmul") ?? null) as MatmulTuning | null,
     attention: (values.get("decode") ?? null) as DecodeSplitTuning | null,
-    prefill: (values.get("prefill") ?? null) as PagedAttentionPrefillVariant | null,
+    prefill: (values.get("prefill") ?? null) as string | null,
   });
   const entry = cache.entries[key];
   if (mode === "auto" && entry !== undefined) {

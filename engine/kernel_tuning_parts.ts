@@ -28,7 +28,6 @@ import {
 } from "../kernels/paged_attention_decode.ts";
 import {
   type PagedAttentionPrefill,
-  type PagedAttentionPrefillVariant,
   PREFILL_SOURCES_DIGEST,
 } from "../kernels/paged_attention_prefill.ts";
 import { tunePrefillAttention } from "../kernels/prefill_attention_tuner.ts";
@@ -39,8 +38,8 @@ import type { KernelTuningMode } from "./kernel_tuning.ts";
 export interface PrefillTarget {
   /** The kernels (same shape; the first is the default). */
   readonly kernels: readonly PagedAttentionPrefill[];
-  /** Makes every layer run `variant`. */
-  use(variant: PagedAttentionPrefillVariant): void;
+  /** Makes every layer run the kernel named `name` (`PagedAttentionPrefill.name`). */
+  use(name: string): void;
   /** New tokens of the sequence measured. */
   readonly tokens: number;
   /** Tokens per KV block. */
@@ -172,28 +171,26 @@ export function tuningParts(
   }
   const pre = options.prefill;
   if (pre !== undefined && pre.kernels.length > 1) {
-    const variants = pre.kernels.map((k) => k.variant);
-    const prefill: TuningPart<PagedAttentionPrefillVariant> = {
+    const names = pre.kernels.map((k) => k.name);
+    const prefill: TuningPart<string> = {
       name: "prefill",
-      key: `prefill ${variants.join("/")} tokens ${pre.tokens} digest ${PREFILL_SOURCES_DIGEST}`,
+      key: `prefill ${names.join("/")} tokens ${pre.tokens} digest ${PREFILL_SOURCES_DIGEST}`,
       async measure() {
         const r = await tunePrefillAttention(ctx, pre.kernels, {
           tokens: pre.tokens,
           blockSize: pre.blockSize,
         });
-        return measurement(r.variant, r);
+        return measurement(r.name, r);
       },
       check(data) {
-        const v = variants.find((x) => x === data);
+        const v = names.find((x) => x === data);
         if (v === undefined) {
-          throw new TypeError(
-            `prefill attention ${JSON.stringify(data)} is not one of ${variants}`,
-          );
+          throw new TypeError(`prefill attention ${JSON.stringify(data)} is not one of ${names}`);
         }
         return v;
       },
       apply: (v) => pre.use(v),
-      describe: (v) => `prefill attention ${v} (of ${variants.join(", ")}, ${pre.tokens} tokens)`,
+      describe: (v) => `prefill attention ${v} (of ${names.join(", ")}, ${pre.tokens} tokens)`,
     };
     parts.push(prefill as TuningPart<unknown>);
   }

@@ -37,10 +37,7 @@ import { KERNEL_GROUPS, SinglePass } from "./models/step_passes.ts";
 import type { TokenFeedOp } from "../kernels/token_feed.ts";
 import type { Matmul } from "../kernels/matmul.ts";
 import type { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
-import type {
-  PagedAttentionPrefill,
-  PagedAttentionPrefillVariant,
-} from "../kernels/paged_attention_prefill.ts";
+import type { PagedAttentionPrefill } from "../kernels/paged_attention_prefill.ts";
 import type { AttentionKernels } from "./models/attention_block.ts";
 
 export type { SampledRows, TopLogprob } from "./sampler.ts";
@@ -220,14 +217,15 @@ export class ModelRunner {
    */
   get prefillAttention(): {
     readonly kernels: readonly PagedAttentionPrefill[];
-    readonly variant: PagedAttentionPrefillVariant;
-    use(variant: PagedAttentionPrefillVariant): void;
+    /** The name (`PagedAttentionPrefill.name`) of the kernel every layer runs. */
+    readonly name: string;
+    use(name: string): void;
   } {
     const a = this.#attention;
     return {
       kernels: a.prefillKernels,
-      variant: a.prefillVariant,
-      use: (variant) => a.usePrefill(variant),
+      name: a.prefillName,
+      use: (name) => a.usePrefill(name),
     };
   }
 

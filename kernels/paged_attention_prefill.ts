@@ -57,6 +57,11 @@ export interface PagedAttentionPrefillConfig {
    * `GROUP * headDim <= 512` and `headDim` is a multiple of 8, else `workgroup`.
    */
   readonly variant?: PagedAttentionPrefillVariant;
+  /**
+   * `tiled` only: the rows per workgroup (one of {@linkcode TILED_ROWS}), with the most keys
+   * per step that fit; default the largest that fits.
+   */
+  readonly tiledRows?: number;
 }
 
 /** A digest of the prefill attention's WGSL: a cached choice is re-measured once it changes. */
@@ -74,10 +79,19 @@ export type PagedAttentionPrefillVariant = "workgroup" | "unrolled" | "tiled";
 const TILED_SHAPES: readonly (readonly [br: number, bk: number])[] = [
   [32, 16],
   [32, 8],
+  [16, 16],
   [16, 8],
   [16, 4],
+  [8, 16],
   [8, 8],
 ];
+
+/**
+ * The `tiled` kernel's rows per workgroup ({@linkcode PagedAttentionPrefillConfig.tiledRows}):
+ * fewer rows give a prefill more workgroups (a 512-token sequence of 8 kv heads: 256 of 32 rows
+ * for GQA 2, 1,024 of 8), each with less work per K step.
+ */
+export const TILED_ROWS: readonly number[] = [32, 16, 8];
 
 /**
  * The `tiled` kernel's rows per workgroup and keys per step for `headDim` and a GQA group, in
@@ -87,13 +101,27 @@ export function tiledPrefillShape(
   headDim: number,
   group: number,
   storage: number,
+  rows?: number,
 ): { br: number; bk: number } | null {
   const d4 = headDim / 4;
   for (const [br, bk] of TILED_SHAPES) {
+    if (rows !== undefined && br !== rows) continue;
     const bytes = 16 * d4 * (br + 2 * bk) + 4 * br * (bk + 2);
     if (br >= group && bytes <= storage) return { br, bk };
   }
   return null;
+}
+
+/**
+ * The `tiled` kernel's other row counts ({@linkcode TILED_ROWS}) that fit beside the default
+ * shape's (each its own kernel, `tiledRows`), for the tuner to measure.
+ */
+export function tiledPrefillRows(headDim: number, group: number, storage: number): number[] {
+  const first = tiledPrefillShape(headDim, group, storage);
+  if (first === null) return [];
+  return TILED_ROWS.filter((rows) =>
+    rows !== first.br && tiledPrefillShape(headDim, group, storage, rows) !== null
+  );
 }
 
 /** Largest `GROUP * headDim` of the `unrolled` kernel (registers and code size). */
@@ -139,6 +167,11 @@ export class PagedAttentionPrefill {
   readonly config: Required<PagedAttentionPrefillConfig>;
   /** The kernel in use. */
   readonly variant: PagedAttentionPrefillVariant;
+  /**
+   * Its name among a model's prefill kernels: the variant, with the `tiled` kernel's rows when
+   * they were asked for (`tiled br16`).
+   */
+  readonly name: string;
   readonly #ctx: GpuContext;
   readonly #pipeline: GPUComputePipeline;
 
@@ -191,16 +224,34 @@ export class PagedAttentionPrefill {
           `must be at most ${MAX_UNROLLED_PREFILL_GROUP_DIM} with head_dim a multiple of 8`,
       );
     }
-    const tiled = variant === "tiled" ? tiledPrefillShape(headDim, group, storage) : null;
+    const rows = config.tiledRows;
+    if (rows !== undefined && (variant !== "tiled" || !TILED_ROWS.includes(rows))) {
+      throw new RangeError(
+        `Cannot create ${variant} paged_attention_prefill with ${rows} rows per workgroup: ` +
+          `tiled only, ${TILED_ROWS.join(", ")}`,
+      );
+    }
+    const tiled = variant === "tiled" ? tiledPrefillShape(headDim, group, storage, rows) : null;
     if (variant === "tiled" && tiled === null) {
       throw new RangeError(
         `Cannot create tiled paged_attention_prefill: GQA group ${group} (at most 8) or head_dim ` +
-          `${headDim} does not fit ${storage} bytes of workgroup storage`,
+          `${headDim} does not fit ${storage} bytes of workgroup storage` +
+          (rows === undefined ? "" : ` in ${rows} rows per workgroup`),
       );
     }
     this.#ctx = ctx;
     this.variant = variant;
-    this.config = { numQHeads, numKvHeads, headDim, dtype, workgroupSize, keyChunk, variant };
+    this.name = rows === undefined ? variant : `tiled br${rows}`;
+    this.config = {
+      numQHeads,
+      numKvHeads,
+      headDim,
+      dtype,
+      workgroupSize,
+      keyChunk,
+      variant,
+      tiledRows: tiled?.br ?? 0,
+    };
     if (tiled !== null) {
       const { br, bk } = tiled;
       const ipr = 64 / br;

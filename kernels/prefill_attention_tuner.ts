@@ -11,18 +11,16 @@
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { PassClock } from "../gpu/timer.ts";
-import type {
-  PagedAttentionPrefill,
-  PagedAttentionPrefillVariant,
-} from "./paged_attention_prefill.ts";
+import type { PagedAttentionPrefill } from "./paged_attention_prefill.ts";
 
 /** What {@linkcode tunePrefillAttention} measured and chose. */
 export interface PrefillAttentionReport {
-  readonly variant: PagedAttentionPrefillVariant;
+  /** The fastest kernel's name (`PagedAttentionPrefill.name`). */
+  readonly name: string;
   readonly tokens: number;
   /** Each kernel's median time in ms. */
   readonly points: readonly {
-    readonly variant: PagedAttentionPrefillVariant;
+    readonly name: string;
     readonly ms: number;
   }[];
   readonly method: string;
@@ -74,17 +72,17 @@ export async function tunePrefillAttention(
     const arena = new ParamArena(ctx, kernels.length, "prefill-tuning");
     own.push(arena);
     const clock = new PassClock(ctx, arena, options.repeats);
-    const points: { variant: PagedAttentionPrefillVariant; ms: number }[] = [];
+    const points: { name: string; ms: number }[] = [];
     for (const kernel of kernels) {
       const op = kernel.bind(arena, buffers, { blockSize: bs, btStride: blocks });
       const tiles = kernel.countTiles([T]);
       const ms = await clock.medianMs(() => (pass) => op.encode(pass, 1, T, tiles));
-      points.push({ variant: kernel.variant, ms });
+      points.push({ name: kernel.name, ms });
     }
     ctx.check();
     const best = points.reduce((a, p) => (p.ms < a.ms ? p : a));
     return {
-      variant: best.variant,
+      name: best.name,
       tokens: T,
       points,
       method: clock.method,

@@ -434,21 +434,25 @@ Deno.test(
     const prompt = Array.from({ length: 60 }, (_, i) => (i * 53 + 7) % 500);
     await withTinyRunner(33, "gpu", prompt, 8, 24, async (runner, ctx) => {
       const pre = runner.prefillAttention;
-      assertEqual(pre.kernels.map((k) => k.variant), ["workgroup", "tiled"]);
-      assertThrows(() => pre.use("unrolled"), /this model runs workgroup or tiled/);
+      // The tiled kernel's default shape (32 rows a workgroup here), then 16 and 8 rows.
+      const names = ["workgroup", "tiled", "tiled br16", "tiled br8"];
+      assertEqual(pre.kernels.map((k) => k.name), names);
+      assertEqual(pre.kernels.map((k) => k.config.tiledRows), [0, 32, 16, 8]);
+      assertThrows(() => pre.use("unrolled"), /this model runs workgroup or tiled or tiled br16/);
       const r = await tunePrefillAttention(ctx, pre.kernels, {
         tokens: 40,
         blockSize: 16,
         repeats: 2,
       });
-      assertEqual(r.points.map((p) => p.variant), ["workgroup", "tiled"]);
-      assertEqual(r.variant, r.points.reduce((a, p) => (p.ms < a.ms ? p : a)).variant);
+      assertEqual(r.points.map((p) => p.name), names);
+      assertEqual(r.name, r.points.reduce((a, p) => (p.ms < a.ms ? p : a)).name);
       await assertRejects(
         () => tunePrefillAttention(ctx, [], { tokens: 4, blockSize: 16 }),
         /0 kernels/,
       );
-      pre.use("tiled");
-      assertEqual(runner.prefillAttention.variant, "tiled");
+      // The last kernel runs every layer's prefill (the chunks after the tuning's overwrites).
+      pre.use("tiled br8");
+      assertEqual(runner.prefillAttention.name, "tiled br8");
     });
   },
 );

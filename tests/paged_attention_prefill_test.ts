@@ -6,6 +6,7 @@ import {
   PagedAttentionPrefill,
   type PagedAttentionPrefillConfig,
   type PagedAttentionPrefillVariant,
+  tiledPrefillRows,
 } from "../kernels/paged_attention_prefill.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
@@ -94,21 +95,32 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
   const indexedTables = whole(
     upload(ctx, indexedBlockTables(cache.blockTables, cache.btStride, rng), "indexed_tables"),
   );
-  const variants: PagedAttentionPrefillVariant[] = ["workgroup"];
-  if (numQHeads / numKvHeads <= 8) variants.push("tiled");
-  if ((numQHeads / numKvHeads) * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM && headDim % 8 === 0) {
-    variants.push("unrolled");
+  const kinds: { variant: PagedAttentionPrefillVariant; tiledRows?: number }[] = [
+    { variant: "workgroup" },
+  ];
+  const group = numQHeads / numKvHeads;
+  if (group <= 8) {
+    // The tiled kernel's default shape, then every other row count that fits.
+    const storage = ctx.limits.maxComputeWorkgroupStorageSize;
+    kinds.push({ variant: "tiled" });
+    for (const tiledRows of tiledPrefillRows(headDim, group, storage)) {
+      kinds.push({ variant: "tiled", tiledRows });
+    }
+  }
+  if (group * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM && headDim % 8 === 0) {
+    kinds.push({ variant: "unrolled" });
   }
   try {
-    for (const variant of variants) {
+    for (const kind of kinds) {
       const kernel = new PagedAttentionPrefill(ctx, {
         numQHeads,
         numKvHeads,
         headDim,
         dtype,
         ...c.kernel,
-        variant,
+        ...kind,
       });
+      const variant = kernel.name;
       const arena = new ParamArena(ctx, 4);
       const out = poisonedF32(ctx, numTokens * numQHeads * headDim);
       const op = kernel.bind(arena, { ...inputs, out: whole(out) }, {

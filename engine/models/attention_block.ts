@@ -25,7 +25,7 @@ import {
 import {
   PagedAttentionPrefill,
   type PagedAttentionPrefillOp,
-  type PagedAttentionPrefillVariant,
+  tiledPrefillRows,
   tiledPrefillShape,
 } from "../../kernels/paged_attention_prefill.ts";
 import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
@@ -74,16 +74,14 @@ export async function tiledPrefillCompiles(
   if (ctx.isCpuProfile || tiledPrefillShape(headDim, numHeads / numKvHeads, storage) === null) {
     return { ok: true };
   }
+  const config = { numQHeads: numHeads, numKvHeads, headDim, dtype, variant: "tiled" } as const;
+  const rows = tiledPrefillRows(headDim, numHeads / numKvHeads, storage);
+  // The default shape and each other row count the tuner measures.
   const r = await withErrorScopes(ctx.device, () =>
-    Promise.resolve(
-      new PagedAttentionPrefill(ctx, {
-        numQHeads: numHeads,
-        numKvHeads,
-        headDim,
-        dtype,
-        variant: "tiled",
-      }),
-    ));
+    Promise.resolve([
+      new PagedAttentionPrefill(ctx, config),
+      ...rows.map((tiledRows) => new PagedAttentionPrefill(ctx, { ...config, tiledRows })),
+    ]));
   return "error" in r ? { ok: false, error: r.error.message.split("\n")[0]! } : { ok: true };
 }
 
@@ -137,16 +135,17 @@ export class AttentionKernels {
       ...(rope !== undefined && fusesRope(ctx, numHeads / numKvHeads, headDim) ? { rope } : {}),
     });
     const prefill = { numQHeads: numHeads, numKvHeads, headDim, dtype };
-    const tiledFits = tiledPrefillShape(
-      headDim,
-      numHeads / numKvHeads,
-      ctx.limits.maxComputeWorkgroupStorageSize,
-    ) !== null;
+    const storage = ctx.limits.maxComputeWorkgroupStorageSize;
+    const tiledFits = tiledPrefillShape(headDim, numHeads / numKvHeads, storage) !== null;
+    const tiled = { ...prefill, variant: "tiled" } as const;
     this.#prefill = [
       new PagedAttentionPrefill(ctx, prefill),
-      ...(ctx.isCpuProfile || !tiledFits || !tiledPrefill
-        ? []
-        : [new PagedAttentionPrefill(ctx, { ...prefill, variant: "tiled" })]),
+      ...(ctx.isCpuProfile || !tiledFits || !tiledPrefill ? [] : [
+        new PagedAttentionPrefill(ctx, tiled),
+        ...tiledPrefillRows(headDim, numHeads / numKvHeads, storage).map((tiledRows) =>
+          new PagedAttentionPrefill(ctx, { ...tiled, tiledRows })
+        ),
+      ]),
     ];
     this.#scratch = this.#decode.createScratch(maxSeqs, geometry.maxModelLen);
   }
@@ -156,22 +155,22 @@ export class AttentionKernels {
     return this.#prefill;
   }
 
-  /** The prefill kernel every layer runs. */
-  get prefillVariant(): PagedAttentionPrefillVariant {
-    return this.#prefill[this.#prefillChoice.index]!.variant;
+  /** The name of the prefill kernel every layer runs (`PagedAttentionPrefill.name`). */
+  get prefillName(): string {
+    return this.#prefill[this.#prefillChoice.index]!.name;
   }
 
   /**
-   * Makes every layer run the prefill kernel `variant` (one of {@linkcode prefillKernels}).
+   * Makes every layer run the prefill kernel named `name` (one of {@linkcode prefillKernels}).
    *
    * @throws {RangeError} when no such kernel was compiled for this model and profile.
    */
-  usePrefill(variant: PagedAttentionPrefillVariant): void {
-    const index = this.#prefill.findIndex((k) => k.variant === variant);
+  usePrefill(name: string): void {
+    const index = this.#prefill.findIndex((k) => k.name === name);
     if (index < 0) {
       throw new RangeError(
-        `Cannot use the ${variant} prefill attention: this model runs ${
-          this.#prefill.map((k) => k.variant).join(" or ")
+        `Cannot use the ${name} prefill attention: this model runs ${
+          this.#prefill.map((k) => k.name).join(" or ")
         }`,
       );
     }
