@@ -11,7 +11,7 @@
  * host clock, so they include the ~10 ms wait floor.
  *
  * Each shape runs the profile's default kernel, then the `workgroup` kernel (CPU profile) and
- * the `tiled` one. Set `PREFILL_SWEEP=1` to also print a sweep of workgroup sizes and key chunks.
+ * the `tiled` one at its default shape and its other row counts (`tiled br16`, `tiled br8`). Set `PREFILL_SWEEP=1` to also print a sweep of workgroup sizes and key chunks.
  *
  * @module
  */
@@ -23,6 +23,7 @@ import { ParamArena } from "../gpu/params.ts";
 import {
   PagedAttentionPrefill,
   type PagedAttentionPrefillConfig,
+  tiledPrefillRows,
 } from "../kernels/paged_attention_prefill.ts";
 import {
   benchSubmission,
@@ -66,7 +67,10 @@ function causalPairs(shape: Shape): number {
 function setup(
   ctx: GpuContext,
   shape: Shape,
-  kernelOptions: Pick<PagedAttentionPrefillConfig, "workgroupSize" | "keyChunk" | "variant"> = {},
+  kernelOptions: Pick<
+    PagedAttentionPrefillConfig,
+    "workgroupSize" | "keyChunk" | "variant" | "tiledRows"
+  > = {},
 ): KernelCase & { readonly variant: string } {
   const numSeqs = shape.queryLens.length;
   const ctxLens = shape.queryLens.map((q, s) => q + shape.prefixLens[s]!);
@@ -105,7 +109,7 @@ function setup(
   const tiles = kernel.countTiles(shape.queryLens);
   return {
     arena,
-    variant: kernel.variant,
+    variant: kernel.name,
     encode: (pass: GPUComputePassEncoder) => op.encode(pass, numSeqs, numTokens, tiles),
     destroy: () => {
       for (const b of Object.values(buffers)) b.buffer.destroy();
@@ -143,6 +147,11 @@ for (const shape of SHAPES) {
   // The GPU kernels beside the profile's default, in the same run.
   if (ctx.isCpuProfile) await report(shape, { variant: "workgroup" });
   await report(shape, { variant: "tiled" });
+  // The tiled kernel's other row counts (the prefill tuner measures them too).
+  const storage = ctx.limits.maxComputeWorkgroupStorageSize;
+  for (const tiledRows of tiledPrefillRows(HEAD_DIM, HQ / HKV, storage)) {
+    await report(shape, { variant: "tiled", tiledRows });
+  }
 }
 if (Deno.env.get("PREFILL_SWEEP") === "1") {
   for (const workgroupSize of [32, 64, 128]) {
