@@ -270,9 +270,10 @@ export class MatmulOp {
 
   /**
    * Encodes `y[0..m) = x[0..m) W^T (+ bias)`: one dispatch per weight part, each writing its
-   * columns `[part.rowStart, part.rowStart + part.rows)`. Writes the parts' parameter slots, so
-   * flush the arena before submitting, and do not encode the same op twice in one submission
-   * with different `m`.
+   * columns `[part.rowStart, part.rowStart + part.rows)` (a split-K tile: its partial sums, then
+   * a second dispatch adding them up into y, kernels/matmul_split.ts). Writes the parts' parameter
+   * slots, so flush the arena before submitting, and do not encode the same op twice in one
+   * submission with different `m`.
    *
    * @throws {RangeError} when `m` is not an integer in `[1, maxRows]`.
    */
