@@ -27,6 +27,7 @@ import { deviceScaleBytes } from "../gpu/quant.ts";
 import {
   GEMV_ROW_BLOCKS,
   GEMV_STEPS,
+  GEMV_TPRS,
   gemvStepMisfit,
   type KernelSource,
   kernelSource,
@@ -87,22 +88,28 @@ function candidates(m: number, k: number): { name: string; src: KernelSource }[]
     if (mb > m && mb !== 1) continue;
     for (const ks of GEMV_STEPS.filter((step) => gemvStepMisfit(step, format, k) === null)) {
       for (const rb of GEMV_ROW_BLOCKS) {
-        const src = kernelSource(
-          "gemv",
-          mb,
-          format,
-          false,
-          false,
-          xForm,
-          NORM_DTYPE,
-          undefined,
-          rb,
-          ks,
-        );
-        out.push({
-          name: `gemv mb${mb}${rb > 1 ? ` rb${rb}` : ""}${ks > 4 ? ` ks${ks}` : ""}`,
-          src,
-        });
+        // Steps of 32 run their own invocations per row.
+        for (const tpr of ks === 32 ? [64] : GEMV_TPRS) {
+          const src = kernelSource(
+            "gemv",
+            mb,
+            format,
+            false,
+            false,
+            xForm,
+            NORM_DTYPE,
+            undefined,
+            rb,
+            ks,
+            0,
+            1,
+            tpr,
+          );
+          const name = `gemv mb${mb}${rb > 1 ? ` rb${rb}` : ""}${ks > 4 ? ` ks${ks}` : ""}${
+            tpr !== 64 ? ` tpr${tpr}` : ""
+          }`;
+          out.push({ name, src });
+        }
       }
     }
   }

@@ -214,7 +214,7 @@ export class Matmul {
         op.bindGroups(this.config("tiled", 0, { format, xForm, tile, wordLayout: block }));
       }
       const gemv = this.gemvFor(op.shape);
-      if (gemv.rows === 1 && gemv.step === 4) continue;
+      if (gemv.rows === 1 && gemv.step === 4 && (gemv.tpr ?? 64) === 64) continue;
       for (const mb of ROW_BLOCKS) {
         op.bindGroups(this.config("gemv", mb, { format, xForm, gemv, wordLayout: block }));
       }
@@ -292,6 +292,8 @@ export class Matmul {
     const f = `${format}${wordLayoutTag(wordLayout)}`;
     const tag = `matmul/${variant}/${f}/${this.bias ? "bias" : "nobias"}${x}`;
     const t = tile;
+    // Steps of 32 run their own invocations per row (matmul_kernels.ts GEMV_Q32_TPR).
+    const gemvTpr = variant === "gemv" && gemv.step !== 32 ? gemv.tpr ?? 64 : 64;
     // The tile's key names every field of the configuration (tileKey): two tiles that differ in
     // any field are two pipelines.
     const key = variant === "tiled"
@@ -301,7 +303,7 @@ export class Matmul {
       : variant === "gemv"
       ? `${tag}/mb${mb}${gemv.rows > 1 ? `/rb${gemv.rows}` : ""}${
         gemv.step > 4 ? `/ks${gemv.step}` : ""
-      }`
+      }${gemvTpr !== 64 ? `/tp${gemvTpr}` : ""}`
       : `${tag}/mb${mb}`;
     let config = this.#configs.get(key);
     if (config !== undefined) return config;
@@ -318,6 +320,7 @@ export class Matmul {
       variant === "gemv" ? gemv.step : 4,
       xUniform,
       wordLayout,
+      gemvTpr,
     );
     const { code, rowsPerGroup, mPerGroup } = source;
     const pipeline = this.#ctx.pipeline(key, () => code);
@@ -411,7 +414,11 @@ export class Matmul {
     }
     const mb = effectiveXRows(m, xRows);
     const tuned = this.gemvFor(shape);
-    const kind = { rows: gemv.rows ?? tuned.rows, step: gemv.step ?? tuned.step };
+    const kind = {
+      rows: gemv.rows ?? tuned.rows,
+      step: gemv.step ?? tuned.step,
+      tpr: gemv.tpr ?? tuned.tpr,
+    };
     const misfit = gemvStepMisfit(kind.step, format, rowStride);
     if (misfit !== null) {
       // A forced step is an error; a tuned one falls back to vec4 steps.

@@ -54,12 +54,16 @@ export function checkTuningTiles(tuning: MatmulTuning): void {
 }
 
 /**
- * The `gemv` kernel for `shape`: weight rows per invocation and weights per step (the
- * tuning's, or 1 and 4).
+ * The `gemv` kernel for `shape`: weight rows per invocation, weights per step and invocations
+ * per row (the tuning's, or 1, 4 and 64).
  */
 export function gemvKindOf(tuning: MatmulTuning, shape: MatmulShape): GemvKind {
   const key = shapeKey(shape);
-  return { rows: tuning.gemvRows?.[key] ?? 1, step: tuning.gemvSteps?.[key] ?? 4 };
+  return {
+    rows: tuning.gemvRows?.[key] ?? 1,
+    step: tuning.gemvSteps?.[key] ?? 4,
+    tpr: tuning.gemvTprs?.[key] ?? 64,
+  };
 }
 
 /**

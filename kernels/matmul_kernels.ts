@@ -140,9 +140,16 @@ const UNROLLED_RN = 16;
 // profile) as one word block.
 const QUANT_RN = WORD_BLOCK_ROWS;
 const UNROLLED_WG = 8;
-/** `gemv`: invocations per weight row and invocation sets (of RB weight rows) per workgroup. */
+/** `gemv`: invocations per weight row (default) and invocation sets (of RB weight rows) per workgroup. */
 const GEMV_TPR = 64;
 const GEMV_RPW = 4;
+/**
+ * `gemv` with steps of 4 or 8: invocations per weight row compiled (a power of two each). 64 is
+ * the default; the kernel tuning measures 32 per call-site shape (each invocation twice the
+ * loads, one level less of the reduction tree: at batch 1 on the H200 every projection took 9-12
+ * us whatever its bytes, a latency, not a bandwidth).
+ */
+export const GEMV_TPRS = [64, 32] as const;
 /**
  * `gemv`: weight rows per invocation compiled (each X vec4 loaded once for them). 1 is the
  * default; the kernel tuning (kernels/matmul_tuner.ts) measures 4 per call-site shape.
@@ -176,12 +183,20 @@ export function gemvStepMisfit(
   return null;
 }
 
-/** A `gemv` kernel: weight rows per invocation and weights per invocation per step. */
+/**
+ * A `gemv` kernel: weight rows per invocation, weights per invocation per step and invocations
+ * per weight row.
+ */
 export interface GemvKind {
   /** One of {@linkcode GEMV_ROW_BLOCKS}. */
   readonly rows: number;
   /** One of {@linkcode GEMV_STEPS}. */
   readonly step: number;
+  /**
+   * One of {@linkcode GEMV_TPRS} (steps of 4 or 8); default 64. Steps of 32 always run
+   * {@linkcode GEMV_Q32_TPR}.
+   */
+  readonly tpr?: number;
 }
 
 /** The `gemv` kernel without tuning: one weight row per invocation, vec4 steps. */
@@ -221,14 +236,15 @@ export interface KernelSource {
  * bindings, the constants, and `matmul_io.wgsl` (Params, the Y and parameter bindings,
  * `store_y`), shared by every kernel. `tile` replaces the `tiled` configuration (tuning benches);
  * `gemvRows` is the weight rows per `gemv` invocation (one of {@linkcode GEMV_ROW_BLOCKS}),
- * `gemvStep` its weights per invocation per step (one of {@linkcode GEMV_STEPS}); `xUniform`,
+ * `gemvStep` its weights per invocation per step (one of {@linkcode GEMV_STEPS}), `gemvTpr` its
+ * invocations per weight row (one of {@linkcode GEMV_TPRS}; steps of 32 run their own); `xUniform`,
  * when not 0, makes `unrolled` read its vec4 X through a uniform binding of that many vec4s
  * (matmul_bindings.ts `xBinding8`); `wordLayout` is how int8 / int4 words are laid out (rows per
  * block, or a texture: `unrolled` only; gpu/quant.ts).
  *
  * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`, or a
- *   `gemvRows` / `gemvStep` that is not one of {@linkcode GEMV_ROW_BLOCKS} /
- *   {@linkcode GEMV_STEPS}, or a uniform X with a kernel other than `unrolled` or without vec4
+ *   `gemvRows` / `gemvStep` / `gemvTpr` that is not one of {@linkcode GEMV_ROW_BLOCKS} /
+ *   {@linkcode GEMV_STEPS} / {@linkcode GEMV_TPRS}, or a uniform X with a kernel other than `unrolled` or without vec4
  *   loads, or a word layout other than 1 for f16 / f32 weights, or words in a texture for a
  *   kernel other than `unrolled`.
  */
@@ -245,6 +261,7 @@ export function kernelSource(
   gemvStep = 4,
   xUniform = 0,
   wordLayout: WordLayout = 1,
+  gemvTpr: number = GEMV_TPR,
 ): KernelSource {
   if (xUniform !== 0 && variant !== "unrolled") {
     throw new RangeError(`Cannot build matmul ${variant} with a uniform X: unrolled only`);
@@ -313,6 +330,9 @@ export function kernelSource(
       if (!GEMV_STEPS.some((s) => s === gemvStep)) {
         throw new RangeError(`Cannot build matmul gemv with steps of ${gemvStep} weights`);
       }
+      if (!GEMV_TPRS.some((t) => t === gemvTpr)) {
+        throw new RangeError(`Cannot build matmul gemv with ${gemvTpr} invocations per row`);
+      }
       const xs = isNormXForm(xForm) ? 2 : 1;
       const template = step8
         ? withFragment(gemvSource, "matmul_gemv.wgsl", "K LOOP", gemvStep8Source)
@@ -320,7 +340,7 @@ export function kernelSource(
         ? withFragment(gemvSource, "matmul_gemv.wgsl", "K LOOP", gemvQ32Source)
         : gemvSource;
       const source = unrollTemplate(template, { i: mb, r: gemvRows });
-      const tpr = q32 ? GEMV_Q32_TPR : GEMV_TPR;
+      const tpr = q32 ? GEMV_Q32_TPR : gemvTpr;
       const consts = { MB: mb, TPR: tpr, RPW: GEMV_RPW, RB: gemvRows, XS: xs };
       return kernel(consts, source, GEMV_RPW * gemvRows);
     }

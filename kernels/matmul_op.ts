@@ -70,6 +70,8 @@ export interface MatmulEncodeOptions {
   readonly gemvRows?: number;
   /** Forces the weights per `gemv` invocation per step, 4 or 8 (tests, the kernel tuning). */
   readonly gemvStep?: number;
+  /** Forces the `gemv` invocations per weight row, 64 or 32 (tests, the kernel tuning). */
+  readonly gemvTpr?: number;
   /**
    * Forces the most rows of X one `gemv` workgroup takes (one of `ROW_BLOCKS`; more rows run
    * in grid z) (tests, the kernel tuning).
@@ -137,6 +139,7 @@ export class MatmulOp {
     variant?: MatmulVariant;
     gemvRows?: number;
     gemvStep?: number;
+    gemvTpr?: number;
     gemvXRows?: number;
     generation: number;
     config: KernelConfig;
@@ -239,12 +242,13 @@ export class MatmulOp {
 
   /** The kernel and bind groups for `m` rows (the policy's, or `variant`). */
   #choose(m: number, options: MatmulEncodeOptions) {
-    const { variant, gemvRows, gemvStep, gemvXRows } = options;
+    const { variant, gemvRows, gemvStep, gemvTpr, gemvXRows } = options;
     const last = this.#last;
     const generation = this.#matmul.generation;
     if (
       last !== null && last.m === m && last.variant === variant &&
-      last.gemvRows === gemvRows && last.gemvStep === gemvStep && last.gemvXRows === gemvXRows &&
+      last.gemvRows === gemvRows && last.gemvStep === gemvStep && last.gemvTpr === gemvTpr &&
+      last.gemvXRows === gemvXRows &&
       last.generation === generation
     ) return last;
     const w = this.#buffers.weight;
@@ -257,13 +261,23 @@ export class MatmulOp {
       variant,
       w.format,
       xForm,
-      { rows: gemvRows, step: gemvStep, xRows: gemvXRows },
+      { rows: gemvRows, step: gemvStep, tpr: gemvTpr, xRows: gemvXRows },
       this.#xUniform,
       w.wordLayout,
     );
     const config = this.#matmul.fitSplit(chosen, m, this.#ldy, w.parts.length);
     const groups = this.bindGroups(config);
-    const picked = { m, variant, gemvRows, gemvStep, gemvXRows, generation, config, groups };
+    const picked = {
+      m,
+      variant,
+      gemvRows,
+      gemvStep,
+      gemvTpr,
+      gemvXRows,
+      generation,
+      config,
+      groups,
+    };
     this.#last = picked;
     return picked;
   }

@@ -161,6 +161,7 @@ export async function tuneMatmul(
             variant,
             gemvRows: gemv.rows,
             gemvStep: gemv.step,
+            gemvTpr: gemv.tpr ?? 64,
             gemvXRows: gemv.xRows,
           });
       });
@@ -212,6 +213,7 @@ export async function tuneMatmul(
     const gemvMaxRows: Record<string, number> = {};
     const gemvRows: Record<string, number> = {};
     const gemvSteps: Record<string, number> = {};
+    const gemvTprs: Record<string, number> = {};
     const gemvXRows: Record<string, number> = {};
     for (const g of groups) {
       const kinds = gemvCandidates(g.op.buffers.weight.rowStride, g.op.buffers.weight.format);
@@ -248,6 +250,7 @@ export async function tuneMatmul(
       gemvMaxRows[g.key] = crossover(points);
       gemvRows[g.key] = kinds[best]!.rows;
       gemvSteps[g.key] = kinds[best]!.step;
+      gemvTprs[g.key] = kinds[best]!.tpr ?? 64;
       gemvXRows[g.key] = kinds[best]!.xRows;
     }
     ctx.check();
@@ -260,6 +263,7 @@ export async function tuneMatmul(
         gemvMaxRows,
         gemvRows,
         gemvSteps,
+        gemvTprs,
         gemvXRows,
       },
       tiles: tiles.map((t) => ({

@@ -12,6 +12,7 @@ import { checkTile, sameTile, TILE_CANDIDATES, type TileConfig, tileName } from 
 import {
   GEMV_ROW_BLOCKS,
   GEMV_STEPS,
+  GEMV_TPRS,
   type GemvKind,
   gemvStepMisfit,
   ROW_BLOCKS,
@@ -71,6 +72,11 @@ export interface MatmulTuning {
    */
   readonly gemvSteps?: Readonly<Record<string, number>>;
   /**
+   * Per call-site shape: invocations per weight row of `gemv` with steps of 4 or 8 (one of
+   * `GEMV_TPRS`); shapes not listed use 64.
+   */
+  readonly gemvTprs?: Readonly<Record<string, number>>;
+  /**
    * Per call-site shape: the most rows of X one `gemv` workgroup takes (one of `ROW_BLOCKS`;
    * more rows run in grid z, each workgroup reading the weights again); shapes not listed take
    * up to 8.
@@ -107,11 +113,16 @@ export interface CrossoverPoint {
 /**
  * The `gemv` kernels the tuning tries on a weight of row stride `rowStride` and `format`: every
  * weight rows per invocation with steps of 4, then with steps of 8 where the stride is a
- * multiple of 8, then, for int8 / int4 weights, with steps of 32 (a whole group).
+ * multiple of 8, each with 64 and then 32 invocations per row, then, for int8 / int4 weights,
+ * with steps of 32 (a whole group, their own invocations per row).
  */
 export function gemvKinds(rowStride: number, format: WeightFormat = "f16"): GemvKind[] {
   return GEMV_STEPS.filter((step) => gemvStepMisfit(step, format, rowStride) === null)
-    .flatMap((step) => GEMV_ROW_BLOCKS.map((rows) => ({ rows, step })));
+    .flatMap((step) =>
+      GEMV_ROW_BLOCKS.flatMap((rows): GemvKind[] =>
+        step === 32 ? [{ rows, step }] : GEMV_TPRS.map((tpr) => ({ rows, step, tpr }))
+      )
+    );
 }
 
 /** The most rows of X one `gemv` workgroup takes without tuning (the largest `ROW_BLOCKS`). */
@@ -144,9 +155,9 @@ export function gemvCandidateKey(k: GemvCandidate): string {
   return `${gemvKindKey(k)} xr${k.xRows}`;
 }
 
-/** A `gemv` kernel's name in reports, e.g. "rb4 ks8". */
+/** A `gemv` kernel's name in reports, e.g. "rb4 ks8" or "rb4 ks8 tpr32". */
 export function gemvKindKey(k: GemvKind): string {
-  return `rb${k.rows} ks${k.step}`;
+  return `rb${k.rows} ks${k.step}${(k.tpr ?? 64) === 64 ? "" : ` tpr${k.tpr}`}`;
 }
 
 /**
@@ -233,6 +244,7 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
       gemvMaxRows?: unknown;
       gemvRows?: unknown;
       gemvSteps?: unknown;
+      gemvTprs?: unknown;
       gemvXRows?: unknown;
     }
     | null;
@@ -271,6 +283,7 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
   }
   const gemvRows = parseChoices("gemvRows", o?.gemvRows, GEMV_ROW_BLOCKS);
   const gemvSteps = parseChoices("gemvSteps", o?.gemvSteps, GEMV_STEPS);
+  const gemvTprs = parseChoices("gemvTprs", o?.gemvTprs, GEMV_TPRS);
   const gemvXRows = parseChoices("gemvXRows", o?.gemvXRows, ROW_BLOCKS);
   return {
     tile,
@@ -279,6 +292,7 @@ export function parseMatmulTuning(data: unknown): MatmulTuning {
     gemvMaxRows,
     gemvRows,
     gemvSteps,
+    gemvTprs,
     gemvXRows,
   };
 }
@@ -351,9 +365,11 @@ export function describeTuning(t: MatmulTuning): string {
     const rb = t.gemvRows?.[k] ?? 1;
     const step = t.gemvSteps?.[k] ?? 4;
     const xRows = t.gemvXRows?.[k] ?? 8;
+    const tpr = t.gemvTprs?.[k] ?? 64;
     const kind = [
       rb > 1 ? `${rb} rows each` : "",
       step > 4 ? `steps of ${step}` : "",
+      tpr !== 64 ? `${tpr} invocations a row` : "",
       xRows < 8 ? `${xRows} X row${xRows > 1 ? "s" : ""} per workgroup` : "",
     ].filter((s) => s !== "").join(", ");
     return `${m}${kind === "" ? "" : ` (${kind})`} for ${k}`;

@@ -138,6 +138,13 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
   });
   assertEqual(xRows.gemvXRows, { a: 2 });
   assert(describeTuning(xRows).includes("64 (4 rows each, 2 X rows per workgroup) for a"));
+  const tprs = parseMatmulTuning({ tile: TILE, gemvMaxRows: { a: 8 }, gemvTprs: { a: 32 } });
+  assertEqual(tprs.gemvTprs, { a: 32 });
+  assert(describeTuning(tprs).includes("8 (32 invocations a row) for a"));
+  assertThrows(
+    () => parseMatmulTuning({ tile: TILE, gemvMaxRows: {}, gemvTprs: { a: 16 } }),
+    /gemvTprs\["a"\] must be one of 64, 32, got 16/,
+  );
   assertThrows(
     () => parseMatmulTuning({ tile: TILE, gemvMaxRows: {}, gemvXRows: { a: 3 } }),
     /gemvXRows\["a"\] must be one of 1, 2, 4, 8, got 3/,
@@ -213,13 +220,29 @@ Deno.test("pickGemv() takes the least total over the row counts where gemv was u
 });
 
 Deno.test("gemvKinds() tries steps of 8 only where the weight row stride allows them", () => {
-  assertEqual(gemvKinds(12).map(gemvKindKey), ["rb1 ks4", "rb4 ks4"]);
-  assertEqual(gemvKinds(16).map(gemvKindKey), ["rb1 ks4", "rb4 ks4", "rb1 ks8", "rb4 ks8"]);
+  const vec4 = ["rb1 ks4", "rb1 ks4 tpr32", "rb4 ks4", "rb4 ks4 tpr32"];
+  assertEqual(gemvKinds(12).map(gemvKindKey), vec4);
+  assertEqual(
+    gemvKinds(16).map(gemvKindKey),
+    [...vec4, "rb1 ks8", "rb1 ks8 tpr32", "rb4 ks8", "rb4 ks8 tpr32"],
+  );
   assertEqual(gemvKinds(16, "f32").map(gemvKindKey), gemvKinds(16).map(gemvKindKey));
 });
 
 Deno.test("gemvKinds() tries steps of a whole group only when weights are int8 / int4", () => {
-  const quantized = ["rb1 ks4", "rb4 ks4", "rb1 ks8", "rb4 ks8", "rb1 ks32", "rb4 ks32"];
+  // 64 and 32 invocations a row with steps of 4 and 8; steps of 32 run their own.
+  const quantized = [
+    "rb1 ks4",
+    "rb1 ks4 tpr32",
+    "rb4 ks4",
+    "rb4 ks4 tpr32",
+    "rb1 ks8",
+    "rb1 ks8 tpr32",
+    "rb4 ks8",
+    "rb4 ks8 tpr32",
+    "rb1 ks32",
+    "rb4 ks32",
+  ];
   assertEqual(gemvKinds(64, "int4").map(gemvKindKey), quantized);
   assertEqual(gemvKinds(64, "int8").map(gemvKindKey), quantized);
   assertEqual(gemvKinds(64, "f16").map(gemvKindKey).includes("rb1 ks32"), false);
@@ -377,6 +400,21 @@ Deno.test(
       });
       await checkSite(b, 40, "b, rb4 ks8, M 40");
       await checkSite(a, 8, "a, ks4 (stride 132), M 8");
+      // 32 invocations a row where the tuning says so (b), 64 elsewhere (a); both match float64.
+      matmul.setTuning({
+        tile: TILE,
+        gemvMaxRows: { [ka]: 64, [kb]: 64 },
+        gemvSteps: { [kb]: 8 },
+        gemvTprs: { [kb]: 32 },
+      });
+      assertEqual(matmul.choose(8, 33, 64, 64).key.endsWith("/mb8/ks8/tp32"), true);
+      assertEqual(matmul.choose(8, 67, 129, 132).key.endsWith("/mb8"), true);
+      await runPass(ctx, arena, (pass) => {
+        b.op.encode(pass, 8);
+        a.op.encode(pass, 8);
+      });
+      await checkSite(b, 8, "b, ks8 tpr32, M 8");
+      await checkSite(a, 8, "a, tpr 64, M 8");
       // At most 2 (or 1) rows of X per gemv workgroup: M = 40 and 17 run 20 / 9 (40 / 17)
       // workgroups in grid z; both match float64.
       for (const cap of [2, 1]) {
@@ -430,14 +468,16 @@ Deno.test(
       for (const key of keys) {
         const points = r.crossovers[key]!;
         assertEqual(r.tuning.gemvMaxRows[key], crossover(points));
-        // Both row strides (64, 96) allow steps of 8: four gemv kernels per row count, each
-        // under the caps of 8, 4, 2 and 1 rows of X per workgroup.
+        // Both row strides (64, 96) allow steps of 8: eight gemv kernels per row count (1 or 4
+        // rows, steps of 4 or 8, 64 or 32 invocations a row), each under the caps of 8, 4, 2 and
+        // 1 rows of X per workgroup.
         const candidates = gemvCandidates(64);
         const names = candidates.map(gemvCandidateKey);
-        assertEqual(names.length, 16);
+        assertEqual(names.length, 32);
         const chosen = {
           rows: r.tuning.gemvRows![key]!,
           step: r.tuning.gemvSteps![key]!,
+          tpr: r.tuning.gemvTprs![key]!,
           xRows: r.tuning.gemvXRows![key]!,
         };
         for (const p of points) assertEqual(Object.keys(p.gemvByKind!), names);

@@ -620,6 +620,35 @@ Deno.test(
   },
 );
 
+Deno.test("kernelSource() builds gemv with the invocations per row asked for, whole groups with their own, and refuses others", () => {
+  const tprOf = (code: string) => /const TPR = (\d+)u;/.exec(code)?.[1];
+  for (const [step, tpr] of [[4, 64], [4, 32], [8, 32]] as const) {
+    const { code } = kernelSource(
+      "gemv",
+      1,
+      "int4",
+      false,
+      false,
+      "plain",
+      "f32",
+      TILE,
+      1,
+      step,
+      0,
+      1,
+      tpr,
+    );
+    assert.equal(tprOf(code), String(tpr), `steps of ${step}`);
+  }
+  // Steps of a whole group run 32 a row whatever is asked.
+  const q32 = kernelSource("gemv", 1, "int4", false, false, "plain", "f32", TILE, 1, 32, 0, 1, 64);
+  assert.equal(tprOf(q32.code), "32");
+  assert.throws(
+    () => kernelSource("gemv", 1, "f16", false, false, "plain", "f32", TILE, 1, 4, 0, 1, 16),
+    /Cannot build matmul gemv with 16 invocations per row/,
+  );
+});
+
 Deno.test("kernelSource() refuses a tiled K step that is not whole 8-weight loads when weights are int8 / int4", () => {
   // A valid tile for f16 weights (bk % 4 == 0) whose K step splits the 8 weights one load stages.
   const tile = { wx: 4, wy: 4, bk: 4 };

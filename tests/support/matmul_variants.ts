@@ -2,8 +2,9 @@
  * The matmul kernels the kernel tests force, as one list: every `MatmulVariant`, and the `gemv`
  * kernels the kernel tuning may choose per call-site shape: `gemv4`, 4 weight rows per invocation
  * (`MatmulEncodeOptions.gemvRows`), `gemv8` and `gemv4x8`, steps of 8 weights per invocation
- * (`MatmulEncodeOptions.gemvStep`); for int8 / int4 weights also `gemv32` and `gemv4x32`, steps of
- * a whole group.
+ * (`MatmulEncodeOptions.gemvStep`), `gemv4t32` and `gemv8t32`, 32 invocations per row instead of
+ * 64 (`MatmulEncodeOptions.gemvTpr`); for int8 / int4 weights also `gemv32` and `gemv4x32`, steps
+ * of a whole group.
  *
  * @module
  */
@@ -16,6 +17,8 @@ export type TestVariant =
   | "gemv4"
   | "gemv8"
   | "gemv4x8"
+  | "gemv4t32"
+  | "gemv8t32"
   | "gemv32"
   | "gemv4x32";
 
@@ -26,6 +29,8 @@ export const TEST_VARIANTS: readonly TestVariant[] = [
   "gemv4",
   "gemv8",
   "gemv4x8",
+  "gemv4t32",
+  "gemv8t32",
   "blocked",
   "unrolled",
 ];
@@ -50,6 +55,10 @@ export function forced(variant: TestVariant | undefined): MatmulEncodeOptions {
       return { variant: "gemv", gemvStep: 8 };
     case "gemv4x8":
       return { variant: "gemv", gemvRows: 4, gemvStep: 8 };
+    case "gemv4t32":
+      return { variant: "gemv", gemvRows: 4, gemvTpr: 32 };
+    case "gemv8t32":
+      return { variant: "gemv", gemvStep: 8, gemvTpr: 32 };
     case "gemv32":
       return { variant: "gemv", gemvStep: 32 };
     case "gemv4x32":
@@ -64,7 +73,7 @@ export function forced(variant: TestVariant | undefined): MatmulEncodeOptions {
 /** The weight padding `variant` needs: kernels reading 8-element steps need a row stride of 8s. */
 export function padColsFor(variant: TestVariant | undefined): number {
   return variant === "unrolled" || variant === "gemv8" || variant === "gemv4x8" ||
-      variant === "gemv32" || variant === "gemv4x32"
+      variant === "gemv8t32" || variant === "gemv32" || variant === "gemv4x32"
     ? 8
     : 4;
 }
