@@ -8,7 +8,13 @@ import { join } from "node:path";
 import type { GpuContext } from "../gpu/context.ts";
 import { roundTo } from "../gpu/dtype.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
-import { Matmul, type MatmulOp, TILE, TILE_CANDIDATES } from "../kernels/matmul.ts";
+import {
+  Matmul,
+  type MatmulOp,
+  type MatmulTuning,
+  TILE,
+  TILE_CANDIDATES,
+} from "../kernels/matmul.ts";
 import { sameTile } from "../kernels/matmul_tile.ts";
 import { pickGemv, rowCounts, tuneMatmul } from "../kernels/matmul_tuner.ts";
 import {
@@ -383,38 +389,46 @@ Deno.test(
           await checkSite(s, rows, `${shapeKey(s.op.shape)} own tile, M ${rows}`);
         }
       }
+      const [ka, kb] = [shapeKey(a.op.shape), shapeKey(b.op.shape)];
+      /** Follows `tuning`: b at `mb` rows and a at `ma` run the gemv kernels keyed `keyB` and `keyA`, and match float64. */
+      const follow = async (
+        tuning: MatmulTuning,
+        [mb, keyB]: [number, string],
+        [ma, keyA]: [number, string],
+      ) => {
+        matmul.setTuning(tuning);
+        assertEqual(matmul.choose(mb, 33, 64, 64).key.endsWith(keyB), true, keyB);
+        assertEqual(matmul.choose(ma, 67, 129, 132).key.endsWith(keyA), true, keyA);
+        await runPass(ctx, arena, (pass) => {
+          b.op.encode(pass, mb);
+          a.op.encode(pass, ma);
+        });
+        await checkSite(b, mb, `b ${keyB}, M ${mb}`);
+        await checkSite(a, ma, `a ${keyA}, M ${ma}`);
+      };
       // Steps of 8 weights where the tuning lists them and the row stride (64 for b) allows
       // them; a's stride of 132 keeps steps of 4.
-      const [ka, kb] = [shapeKey(a.op.shape), shapeKey(b.op.shape)];
-      matmul.setTuning({
-        tile: TILE,
-        gemvMaxRows: { [kb]: 64 },
-        gemvRows: { [kb]: 4 },
-        gemvSteps: { [ka]: 8, [kb]: 8 },
-      });
-      assertEqual(matmul.choose(40, 33, 64, 64).key.endsWith("/mb8/rb4/ks8"), true);
-      assertEqual(matmul.choose(8, 67, 129, 132).key.endsWith("/mb8"), true);
-      await runPass(ctx, arena, (pass) => {
-        b.op.encode(pass, 40);
-        a.op.encode(pass, 8);
-      });
-      await checkSite(b, 40, "b, rb4 ks8, M 40");
-      await checkSite(a, 8, "a, ks4 (stride 132), M 8");
-      // 32 invocations a row where the tuning says so (b), 64 elsewhere (a); both match float64.
-      matmul.setTuning({
-        tile: TILE,
-        gemvMaxRows: { [ka]: 64, [kb]: 64 },
-        gemvSteps: { [kb]: 8 },
-        gemvTprs: { [kb]: 32 },
-      });
-      assertEqual(matmul.choose(8, 33, 64, 64).key.endsWith("/mb8/ks8/tp32"), true);
-      assertEqual(matmul.choose(8, 67, 129, 132).key.endsWith("/mb8"), true);
-      await runPass(ctx, arena, (pass) => {
-        b.op.encode(pass, 8);
-        a.op.encode(pass, 8);
-      });
-      await checkSite(b, 8, "b, ks8 tpr32, M 8");
-      await checkSite(a, 8, "a, tpr 64, M 8");
+      await follow(
+        {
+          tile: TILE,
+          gemvMaxRows: { [kb]: 64 },
+          gemvRows: { [kb]: 4 },
+          gemvSteps: { [ka]: 8, [kb]: 8 },
+        },
+        [40, "/mb8/rb4/ks8"],
+        [8, "/mb8"],
+      );
+      // 32 invocations a row where the tuning says so (b), 64 elsewhere (a).
+      await follow(
+        {
+          tile: TILE,
+          gemvMaxRows: { [ka]: 64, [kb]: 64 },
+          gemvSteps: { [kb]: 8 },
+          gemvTprs: { [kb]: 32 },
+        },
+        [8, "/mb8/ks8/tp32"],
+        [8, "/mb8"],
+      );
       // At most 2 (or 1) rows of X per gemv workgroup: M = 40 and 17 run 20 / 9 (40 / 17)
       // workgroups in grid z; both match float64.
       for (const cap of [2, 1]) {
