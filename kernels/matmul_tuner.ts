@@ -12,8 +12,9 @@
  *    at its prefill rows and, when another, at the decode batch (1 and 2 remain for shapes bound
  *    later);
  * 4. per shape, `gemv` (with 1 and 4 weight rows per invocation, each with steps of 4 and, where
- *    the row stride allows, 8 weights, and for int8 / int4 weights 32, each taking at most 8, 4,
- *    2 or 1 rows of X per workgroup: {@linkcode gemvCandidates}) against `tiled` (the tile that
+ *    the row stride allows, 8 weights at 64 and 32 invocations a row, and for int8 / int4
+ *    weights steps of 32, each taking at most 8, 4, 2 or 1 rows of X per workgroup:
+ *    {@linkcode gemvCandidates}) against `tiled` (the tile that
  *    runs that M) at row counts 1, 2, 4, ... up to the largest decode batch and the prefill row
  *    count; the shape's `gemv` is the one with the least total time ({@linkcode pickGemv}),
  *    and it runs up to the last M before the first where `tiled` was faster
@@ -58,7 +59,8 @@ import {
  * under an older one are measured again (engine/kernel_tuning_parts.ts puts it in the key).
  * 2 (2026-11-27): tiles timed in rounds after a discarded pass; the X rows per `gemv` workgroup.
  * 3 (2026-11-29): split-K tiles among the candidates; double-buffered tiles timed as themselves
- * (before, as their single-buffered twins: the pipeline key omitted `db`); tiles per shape.
+ * (before, as their single-buffered twins: the pipeline key omitted `db`); tiles per shape; the
+ * `gemv` at 32 invocations a row.
  */
 export const MATMUL_TUNER_REVISION = 3;
 
