@@ -138,8 +138,10 @@ stage() {
         bench/model_bench.ts --model $model --batches 1,64 --prefill 128 --steps 64 --no-breakdown \
         --fused-decode off $gpu
       ;;
+    # Every matmul kernel in isolation: since 2026-11-29 26 tiles (five split-K) and the GEMV at
+    # 64 and 32 invocations a row, ~1.5x the kernels before, hence 80 s.
     kernels)
-      run_stage kernels 60 kernels.txt deno run --cached-only -A bench/matmul_tune.ts \
+      run_stage kernels 80 kernels.txt deno run --cached-only -A bench/matmul_tune.ts \
         --m 1,8,16,64,512 --shapes qkv,down
       ;;
     # The same at prefill and decode rows with int4 weights.
