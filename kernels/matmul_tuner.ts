@@ -37,6 +37,7 @@ import { PassClock } from "../gpu/timer.ts";
 import { Matmul, type MatmulOp } from "./matmul.ts";
 import { DEFAULT_GEMV } from "./matmul_kernels.ts";
 import { sameTile, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
+import { tileAt } from "./matmul_choice.ts";
 import {
   crossover,
   type CrossoverPoint,
@@ -207,10 +208,8 @@ export async function tuneMatmul(
         ? { tile: own }
         : { tile: own, small: { tile: ownSmall, maxRows: decodeRows } };
     }
-    const tileAt = (g: ShapeGroup, m: number) => {
-      const own = shapeTiles[g.key]!;
-      return own.small !== undefined && m <= own.small.maxRows ? own.small.tile : own.tile;
-    };
+    // The tiles chosen so far, as the tuned call sites will look them up (matmul_choice.ts).
+    const tiled: MatmulTuning = { tile, smallTile, shapeTiles, gemvMaxRows: {} };
     const crossovers: Record<string, CrossoverPoint[]> = {};
     const gemvMaxRows: Record<string, number> = {};
     const gemvRows: Record<string, number> = {};
@@ -237,7 +236,8 @@ export async function tuneMatmul(
           }
           ms.push(t);
         }
-        const r = { m, ms, tiledMs: await time(() => trial(g, tileAt(g, m)), m, "tiled") };
+        const t = tileAt(tiled, m, g.op.shape);
+        const r = { m, ms, tiledMs: await time(() => trial(g, t), m, "tiled") };
         rows.push(r);
         if (Math.min(...r.ms) > r.tiledMs) break;
       }

@@ -124,6 +124,26 @@ export function tiledPrefillRows(headDim: number, group: number, storage: number
   );
 }
 
+/**
+ * The `tiled` kernels of `config`'s shape: the default shape, then each other row count that fits
+ * ({@linkcode tiledPrefillRows}); none where the kernel does not fit.
+ */
+export function tiledPrefillKernels(
+  ctx: GpuContext,
+  config: Omit<PagedAttentionPrefillConfig, "variant" | "tiledRows">,
+): PagedAttentionPrefill[] {
+  const group = config.numQHeads / config.numKvHeads;
+  const storage = ctx.limits.maxComputeWorkgroupStorageSize;
+  if (tiledPrefillShape(config.headDim, group, storage) === null) return [];
+  const tiled = { ...config, variant: "tiled" } as const;
+  return [
+    new PagedAttentionPrefill(ctx, tiled),
+    ...tiledPrefillRows(config.headDim, group, storage).map((tiledRows) =>
+      new PagedAttentionPrefill(ctx, { ...tiled, tiledRows })
+    ),
+  ];
+}
+
 /** Largest `GROUP * headDim` of the `unrolled` kernel (registers and code size). */
 export const MAX_UNROLLED_PREFILL_GROUP_DIM = 512;
 

@@ -25,7 +25,7 @@ import {
 import {
   PagedAttentionPrefill,
   type PagedAttentionPrefillOp,
-  tiledPrefillRows,
+  tiledPrefillKernels,
   tiledPrefillShape,
 } from "../../kernels/paged_attention_prefill.ts";
 import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
@@ -74,14 +74,11 @@ export async function tiledPrefillCompiles(
   if (ctx.isCpuProfile || tiledPrefillShape(headDim, numHeads / numKvHeads, storage) === null) {
     return { ok: true };
   }
-  const config = { numQHeads: numHeads, numKvHeads, headDim, dtype, variant: "tiled" } as const;
-  const rows = tiledPrefillRows(headDim, numHeads / numKvHeads, storage);
   // The default shape and each other row count the tuner measures.
   const r = await withErrorScopes(ctx.device, () =>
-    Promise.resolve([
-      new PagedAttentionPrefill(ctx, config),
-      ...rows.map((tiledRows) => new PagedAttentionPrefill(ctx, { ...config, tiledRows })),
-    ]));
+    Promise.resolve(
+      tiledPrefillKernels(ctx, { numQHeads: numHeads, numKvHeads, headDim, dtype }),
+    ));
   return "error" in r ? { ok: false, error: r.error.message.split("\n")[0]! } : { ok: true };
 }
 
@@ -135,17 +132,9 @@ export class AttentionKernels {
       ...(rope !== undefined && fusesRope(ctx, numHeads / numKvHeads, headDim) ? { rope } : {}),
     });
     const prefill = { numQHeads: numHeads, numKvHeads, headDim, dtype };
-    const storage = ctx.limits.maxComputeWorkgroupStorageSize;
-    const tiledFits = tiledPrefillShape(headDim, numHeads / numKvHeads, storage) !== null;
-    const tiled = { ...prefill, variant: "tiled" } as const;
     this.#prefill = [
       new PagedAttentionPrefill(ctx, prefill),
-      ...(ctx.isCpuProfile || !tiledFits || !tiledPrefill ? [] : [
-        new PagedAttentionPrefill(ctx, tiled),
-        ...tiledPrefillRows(headDim, numHeads / numKvHeads, storage).map((tiledRows) =>
-          new PagedAttentionPrefill(ctx, { ...tiled, tiledRows })
-        ),
-      ]),
+      ...(ctx.isCpuProfile || !tiledPrefill ? [] : tiledPrefillKernels(ctx, prefill)),
     ];
     this.#scratch = this.#decode.createScratch(maxSeqs, geometry.maxModelLen);
   }
