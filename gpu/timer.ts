@@ -116,41 +116,85 @@ export async function timePasses(
   encode: (pass: GPUComputePassEncoder) => void,
   options: TimePassesOptions = {},
 ): Promise<PassTiming> {
+  if (ctx.hasTimestamps) return (await timePassesEach(ctx, [encode], options))[0]!;
   const warmup = options.warmup ?? 2;
   const repeats = options.repeats ?? 10;
-  /** Submits `untimed` passes, then `timed` ones (timestamped with `timer`); waits for them. */
-  const run = async (untimed: number, timed: number, timer?: GpuTimer) => {
+  /** Submits `passes` untimed passes and waits for them. */
+  const run = async (passes: number) => {
     const encoder = ctx.device.createCommandEncoder();
-    for (let i = 0; i < untimed + timed; i++) {
-      const pass = encoder.beginComputePass(
-        i < untimed ? undefined : timer?.passDescriptor(i - untimed),
-      );
+    for (let i = 0; i < passes; i++) {
+      const pass = encoder.beginComputePass();
       encode(pass);
       pass.end();
     }
-    timer?.resolve(encoder, timed);
     options.arena?.flush();
     ctx.device.queue.submit([encoder.finish()]);
-    if (timer !== undefined) return await timer.read(timed);
     await ctx.device.queue.onSubmittedWorkDone();
-    return [];
   };
-  if (ctx.hasTimestamps) {
-    const timer = new GpuTimer(ctx, repeats);
+  if (warmup > 0) await run(warmup);
+  ctx.check();
+  const t0 = performance.now();
+  await run(repeats);
+  const ms = (performance.now() - t0) / repeats;
+  return { medianMs: ms, minMs: ms, method: `host clock / ${repeats} passes` };
+}
+
+/** Most timed passes of one submission: WebGPU's largest query set holds 4,096 timestamps. */
+export const MAX_TIMED_PASSES = 2048;
+
+/**
+ * Times each of `encodes` as {@linkcode timePasses} would, in as few submissions as the query
+ * sets allow: with `timestamp-query`, candidate i's warm-up passes then its timed ones, one
+ * candidate after the other, all in one submission and read back with one wait (a host wait
+ * costs >= 10 ms in Deno, and the start-up kernel tuning of a Qwen3 model times ~1,500 kernel
+ * and row-count candidates: >= 15 s of waits at one each); without it, one candidate at a time.
+ */
+export async function timePassesEach(
+  ctx: GpuContext,
+  encodes: readonly ((pass: GPUComputePassEncoder) => void)[],
+  options: TimePassesOptions = {},
+): Promise<PassTiming[]> {
+  const warmup = options.warmup ?? 2;
+  const repeats = options.repeats ?? 10;
+  if (!ctx.hasTimestamps) {
+    const out: PassTiming[] = [];
+    for (const encode of encodes) out.push(await timePasses(ctx, encode, options));
+    return out;
+  }
+  const per = Math.max(1, Math.floor(MAX_TIMED_PASSES / repeats));
+  const out: PassTiming[] = [];
+  for (let start = 0; start < encodes.length; start += per) {
+    const chunk = encodes.slice(start, start + per);
+    const timer = new GpuTimer(ctx, chunk.length * repeats);
     try {
-      const ms = (await run(warmup, repeats, timer)).sort((a, b) => a - b);
+      const encoder = ctx.device.createCommandEncoder();
+      for (const [c, encode] of chunk.entries()) {
+        for (let i = 0; i < warmup + repeats; i++) {
+          const pass = encoder.beginComputePass(
+            i < warmup ? undefined : timer.passDescriptor(c * repeats + i - warmup),
+          );
+          encode(pass);
+          pass.end();
+        }
+      }
+      timer.resolve(encoder, chunk.length * repeats);
+      options.arena?.flush();
+      ctx.device.queue.submit([encoder.finish()]);
+      const ms = await timer.read(chunk.length * repeats);
       ctx.check();
-      return { medianMs: ms[Math.floor(ms.length / 2)]!, minMs: ms[0]!, method: "timestamp-query" };
+      for (let c = 0; c < chunk.length; c++) {
+        const own = ms.slice(c * repeats, (c + 1) * repeats).sort((a, b) => a - b);
+        out.push({
+          medianMs: own[Math.floor(own.length / 2)]!,
+          minMs: own[0]!,
+          method: "timestamp-query",
+        });
+      }
     } finally {
       timer.destroy();
     }
   }
-  if (warmup > 0) await run(warmup, 0);
-  ctx.check();
-  const t0 = performance.now();
-  await run(0, repeats);
-  const ms = (performance.now() - t0) / repeats;
-  return { medianMs: ms, minMs: ms, method: `host clock / ${repeats} passes` };
+  return out;
 }
 
 /**
@@ -209,11 +253,56 @@ export class PassClock {
         repeats: this.repeats,
       }));
     if ("error" in r) {
-      const line = r.error.message.split("\n")[0]!;
-      if (!this.failures.includes(line)) this.failures.push(line);
+      this.#fail(r.error);
       return Infinity;
     }
     this.method = r.value.method;
     return r.value.medianMs;
+  }
+
+  /**
+   * {@linkcode PassClock.medianMs} of each of `setups`, in their order, timed together
+   * ({@linkcode timePassesEach}: one wait for all of them). Each setup runs (and compiles)
+   * inside error scopes of its own, so a candidate the adapter cannot build measures Infinity
+   * alone; when the GPU reports an error for the submission of the others, each of them is timed
+   * alone instead ({@linkcode PassClock.medianMs}), so again only the culprit measures Infinity.
+   * The encoders must not share parameter slots that they write differently (each is encoded
+   * once per pass of one submission).
+   */
+  async medianMsEach(
+    setups: readonly (() => (pass: GPUComputePassEncoder) => void)[],
+  ): Promise<number[]> {
+    const out = setups.map(() => Infinity);
+    const ready: { index: number; encode: (pass: GPUComputePassEncoder) => void }[] = [];
+    for (const [index, setup] of setups.entries()) {
+      const r = await withErrorScopes(this.ctx.device, () => Promise.resolve(setup()));
+      if ("error" in r) this.#fail(r.error);
+      else ready.push({ index, encode: r.value });
+    }
+    if (ready.length === 0) return out;
+    const r = await withErrorScopes(
+      this.ctx.device,
+      () =>
+        timePassesEach(this.ctx, ready.map((c) => c.encode), {
+          arena: this.arena,
+          warmup: 1,
+          repeats: this.repeats,
+        }),
+    );
+    if ("error" in r) {
+      for (const c of ready) out[c.index] = await this.medianMs(() => c.encode);
+      return out;
+    }
+    for (const [k, c] of ready.entries()) {
+      out[c.index] = r.value[k]!.medianMs;
+      this.method = r.value[k]!.method;
+    }
+    return out;
+  }
+
+  /** Records a candidate's GPU error (each message once). */
+  #fail(error: GPUError): void {
+    const line = error.message.split("\n")[0]!;
+    if (!this.failures.includes(line)) this.failures.push(line);
   }
 }

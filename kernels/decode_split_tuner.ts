@@ -7,7 +7,8 @@
  * kernel's shape made here (zero queries and KV: the time does not depend on the values). A
  * kernel with the fused variant (`rope`) is measured in it, as all-decode steps run it: q/k
  * norms, RoPE and each sequence's K/V write into its last position's slot included. Each
- * time is the median of several passes timed on the GPU (gpu/timer.ts); the fastest per batch
+ * time is the median of several passes timed on the GPU (gpu/timer.ts; the candidates of one
+ * batch size and context in one submission, `PassClock.medianMsEach`); the fastest per batch
  * size wins.
  *
  * @module
@@ -110,7 +111,9 @@ export async function tuneDecodeSplit(
     const contextLens = buffer("context_lens", 4 * B);
     const scratch = kernel.createScratch(B, L);
     own.push(scratch);
-    const arena = new ParamArena(ctx, 2, "decode-split-tuning");
+    // Two slots (attention and merge) per candidate: those of one batch size are timed together
+    // (PassClock.medianMsEach), so each partition size has a call site of its own.
+    const arena = new ParamArena(ctx, 2 * SPLIT_CANDIDATES.length, "decode-split-tuning");
     own.push(arena);
     // The fused variant reads k and v from each sequence's fused [q | k | v] row, and writes
     // them to the slot of its last position.
@@ -140,7 +143,7 @@ export async function tuneDecodeSplit(
         ...(normDtype === null ? {} : { qkNorm: { q: norm("q_norm"), k: norm("k_norm") } }),
       };
     };
-    const op = kernel.bind(arena, {
+    const bound = {
       q: buffer("q", 4 * B * qStride),
       kCache: buffer("k", numBlocks * blockBytes),
       vCache: buffer("v", numBlocks * blockBytes),
@@ -149,7 +152,10 @@ export async function tuneDecodeSplit(
       out: buffer("out", 4 * B * hq * D),
       scratch,
       ...(fused ? { rope: rope() } : {}),
-    }, { qStride, btStride: perSeq });
+    };
+    const ops = SPLIT_CANDIDATES.map(() =>
+      kernel.bind(arena, bound, { qStride, btStride: perSeq })
+    );
     const clock = new PassClock(ctx, arena, options.repeats);
     /** The points and choices at `len` tokens. */
     const measureAt = async (len: number) => {
@@ -157,14 +163,15 @@ export async function tuneDecodeSplit(
       const points: Record<string, { size: number; ms: number }[]> = {};
       const partitionByBatch: Record<string, number> = {};
       for (const b of batches) {
-        const tried: { size: number; ms: number }[] = [];
-        for (const size of SPLIT_CANDIDATES) {
-          const parts = Math.ceil(len / Math.max(size, 1));
-          if (size > 0 && (size >= len || parts > scratch.partitionsPerSeq(b))) continue;
+        const sizes = SPLIT_CANDIDATES.filter((size) =>
+          size === 0 || (size < len && Math.ceil(len / size) <= scratch.partitionsPerSeq(b))
+        );
+        const times = await clock.medianMsEach(sizes.map((size) => () => {
+          const op = ops[SPLIT_CANDIDATES.indexOf(size)]!;
           const split = size === 0 ? false : size;
-          const ms = await clock.medianMs(() => (pass) => op.encode(pass, b, len, split, fused));
-          tried.push({ size, ms });
-        }
+          return (pass) => op.encode(pass, b, len, split, fused);
+        }));
+        const tried = sizes.map((size, i) => ({ size, ms: times[i]! }));
         points[b] = tried;
         partitionByBatch[b] = tried.reduce((best, p) => (p.ms < best.ms ? p : best)).size;
       }

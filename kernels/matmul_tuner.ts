@@ -21,9 +21,12 @@
  *    ({@linkcode crossover}).
  *
  * Each time is the median of several passes timed on the GPU (`timestamp-query`; else the host
- * clock over several passes), gpu/timer.ts. Nothing is timed right after its compile: the tiles
- * go through a discarded first pass, then passes backward and forward ({@linkcode tileRounds});
- * each shape's `gemv` kernels run once before their row counts are timed. The call sites'
+ * clock over several passes), gpu/timer.ts; the candidates of one shape and row count (a round's
+ * tiles; the `gemv` kernels and the tile at one M) are timed in one submission and one wait
+ * (`PassClock.medianMsEach`), each with call sites of its own. Nothing is timed right after its
+ * compile: the tiles go through a discarded first pass, then passes backward and forward
+ * ({@linkcode tileRounds}); each shape's `gemv` kernels run once before their row counts are
+ * timed. The call sites'
  * outputs are overwritten (run it before serving). The result is plain data
  * ({@linkcode MatmulTuning}) for {@linkcode Matmul.setTuning} and a cache
  * (engine/kernel_tuning.ts).
@@ -133,54 +136,75 @@ export async function tuneMatmul(
   }
   const groups = shapeGroups(matmuls);
   const tiles = options.tiles ?? TILE_CANDIDATES;
-  const parts = groups.reduce((n, g) => n + g.op.buffers.weight.parts.length, 0);
-  const arena = new ParamArena(ctx, parts * tiles.length + 1, "matmul-tuning");
+  const kinds = groups.map((g) =>
+    gemvCandidates(g.op.buffers.weight.rowStride, g.op.buffers.weight.format)
+  );
+  // Slots: one op per (shape, tile) and per (shape, gemv kind), each with one per weight part.
+  const slots = groups.reduce(
+    (n, g, j) => n + g.op.buffers.weight.parts.length * (tiles.length + kinds[j]!.length),
+    0,
+  );
+  const arena = new ParamArena(ctx, slots + 1, "matmul-tuning");
   const clock = new PassClock(ctx, arena, options.repeats);
   try {
-    // One trial matmul per (matmul, tile): the call sites re-bound with that tile.
-    const trials = new Map<string, MatmulOp>();
-    const trial = (g: ShapeGroup, tile: TileConfig): MatmulOp => {
+    // One trial matmul per (matmul, tile): the call sites re-bound with that tile. Candidates
+    // timed together (PassClock.medianMsEach) must not share parameter slots, so each gemv kind
+    // of a shape gets a call site of its own too.
+    const trials = new Map<string, { matmul: Matmul; op: MatmulOp }>();
+    const trialOf = (g: ShapeGroup, tile: TileConfig) => {
       const id = `${g.key}/${tiles.indexOf(tile)}`;
-      let op = trials.get(id);
-      if (op === undefined) {
+      let t = trials.get(id);
+      if (t === undefined) {
         const { dtype, bias, policy } = g.matmul;
-        const m = new Matmul(ctx, { dtype, bias, policy, tile });
-        op = m.bind(arena, g.op.buffers);
-        trials.set(id, op);
+        const matmul = new Matmul(ctx, { dtype, bias, policy, tile });
+        t = { matmul, op: matmul.bind(arena, g.op.buffers) };
+        trials.set(id, t);
+      }
+      return t;
+    };
+    const trial = (g: ShapeGroup, tile: TileConfig): MatmulOp => trialOf(g, tile).op;
+    const gemvOps = new Map<string, MatmulOp>();
+    const gemvOp = (g: ShapeGroup, kind: GemvCandidate, tile: TileConfig): MatmulOp => {
+      const id = `${g.key}/${gemvCandidateKey(kind)}`;
+      let op = gemvOps.get(id);
+      if (op === undefined) {
+        op = trialOf(g, tile).matmul.bind(arena, g.op.buffers);
+        gemvOps.set(id, op);
       }
       return op;
     };
-    // The trial matmul is made (and its kernels compiled) inside the clock's error scopes.
-    const time = (
+    /** One candidate: its call site (made, and its kernels compiled, in the clock's scopes). */
+    const run = (
       op: () => MatmulOp,
       m: number,
       variant: "gemv" | "tiled",
       gemv: GemvCandidate = { ...DEFAULT_GEMV, xRows: MAX_X_ROWS },
     ) =>
-      clock.medianMs(() => {
-        const o = op();
-        return (pass) =>
-          o.encode(pass, m, {
-            variant,
-            gemvRows: gemv.rows,
-            gemvStep: gemv.step,
-            gemvTpr: gemv.tpr ?? 64,
-            gemvXRows: gemv.xRows,
-          });
-      });
+    () => {
+      const o = op();
+      return (pass: GPUComputePassEncoder) =>
+        o.encode(pass, m, {
+          variant,
+          gemvRows: gemv.rows,
+          gemvStep: gemv.step,
+          gemvTpr: gemv.tpr ?? 64,
+          gemvXRows: gemv.xRows,
+        });
+    };
     const prefill = (g: ShapeGroup) => Math.min(options.prefillRows ?? 512, g.op.maxRows);
     // Each tile's time per shape: the mean of its kept passes (tileRounds: a discarded first
-    // pass that compiles, then passes backward and forward).
+    // pass that compiles, then passes backward and forward), a shape's tiles of one pass timed
+    // together.
     const timeTiles = async (rows: (g: ShapeGroup) => number) => {
       const sums = tiles.map(() => groups.map(() => 0));
       const rounds = tileRounds(tiles.length);
       const keptRounds = rounds.filter((r) => r.kept).length;
       for (const round of rounds) {
-        for (const i of round.order) {
-          for (const [j, g] of groups.entries()) {
-            const ms = await time(() => trial(g, tiles[i]!), rows(g), "tiled");
-            if (round.kept) sums[i]![j]! += ms;
-          }
+        for (const [j, g] of groups.entries()) {
+          const ms = await clock.medianMsEach(
+            round.order.map((i) => run(() => trial(g, tiles[i]!), rows(g), "tiled")),
+          );
+          if (round.kept) round.order.forEach((i, k) => sums[i]![j]! += ms[k]!);
         }
       }
       return new Map(tiles.map((tile, i) => [tile, sums[i]!.map((ms) => ms / keptRounds)]));
@@ -216,28 +240,28 @@ export async function tuneMatmul(
     const gemvSteps: Record<string, number> = {};
     const gemvTprs: Record<string, number> = {};
     const gemvXRows: Record<string, number> = {};
-    for (const g of groups) {
-      const kinds = gemvCandidates(g.op.buffers.weight.rowStride, g.op.buffers.weight.format);
+    for (const [j, g] of groups.entries()) {
+      const own = kinds[j]!;
       const rows: { m: number; ms: number[]; tiledMs: number }[] = [];
-      const op = () => trial(g, tile);
+      const op = (kind: GemvCandidate) => () => gemvOp(g, kind, tile);
       // Each kernel once, untimed in effect: it compiles there, so the times kept below follow a
       // busy GPU rather than a compile (see tileRounds).
-      for (const kind of kinds) await time(op, Math.min(kind.xRows, g.op.maxRows), "gemv", kind);
+      await clock.medianMsEach(
+        own.map((kind) => run(op(kind), Math.min(kind.xRows, g.op.maxRows), "gemv", kind)),
+      );
       for (const m of rowCounts(options.maxBatch, prefill(g))) {
         // Candidates whose X rows cap does not bind at this M run the same kernel: timed once.
-        const seen = new Map<string, number>();
-        const ms: number[] = [];
-        for (const kind of kinds) {
-          const key = `${gemvKindKey(kind)} mb${effectiveXRows(m, kind.xRows)}`;
-          let t = seen.get(key);
-          if (t === undefined) {
-            t = await time(op, m, "gemv", kind);
-            seen.set(key, t);
-          }
-          ms.push(t);
-        }
+        const key = (kind: GemvCandidate) =>
+          `${gemvKindKey(kind)} mb${effectiveXRows(m, kind.xRows)}`;
+        const distinct = [...new Map(own.map((kind) => [key(kind), kind])).values()];
         const t = tileAt(tiled, m, g.op.shape);
-        const r = { m, ms, tiledMs: await time(() => trial(g, t), m, "tiled") };
+        // The distinct kernels, then the tile that runs this M, timed together.
+        const times = await clock.medianMsEach([
+          ...distinct.map((kind) => run(op(kind), m, "gemv", kind)),
+          run(() => trial(g, t), m, "tiled"),
+        ]);
+        const byKey = new Map(distinct.map((kind, i) => [key(kind), times[i]!]));
+        const r = { m, ms: own.map((kind) => byKey.get(key(kind))!), tiledMs: times.at(-1)! };
         rows.push(r);
         if (Math.min(...r.ms) > r.tiledMs) break;
       }
@@ -246,14 +270,14 @@ export async function tuneMatmul(
         m: r.m,
         gemvMs: r.ms[best]!,
         tiledMs: r.tiledMs,
-        gemvByKind: Object.fromEntries(kinds.map((k, i) => [gemvCandidateKey(k), r.ms[i]!])),
+        gemvByKind: Object.fromEntries(own.map((k, i) => [gemvCandidateKey(k), r.ms[i]!])),
       }));
       crossovers[g.key] = points;
       gemvMaxRows[g.key] = crossover(points);
-      gemvRows[g.key] = kinds[best]!.rows;
-      gemvSteps[g.key] = kinds[best]!.step;
-      gemvTprs[g.key] = kinds[best]!.tpr ?? 64;
-      gemvXRows[g.key] = kinds[best]!.xRows;
+      gemvRows[g.key] = own[best]!.rows;
+      gemvSteps[g.key] = own[best]!.step;
+      gemvTprs[g.key] = own[best]!.tpr ?? 64;
+      gemvXRows[g.key] = own[best]!.xRows;
     }
     ctx.check();
     const total = (ms: readonly number[]) => ms.reduce((s, t, i) => s + t * counts[i]!, 0);

@@ -72,13 +72,13 @@ export async function tunePrefillAttention(
     const arena = new ParamArena(ctx, kernels.length, "prefill-tuning");
     own.push(arena);
     const clock = new PassClock(ctx, arena, options.repeats);
-    const points: { name: string; ms: number }[] = [];
-    for (const kernel of kernels) {
+    // The kernels timed together (PassClock.medianMsEach), each with its own parameter slot.
+    const times = await clock.medianMsEach(kernels.map((kernel) => () => {
       const op = kernel.bind(arena, buffers, { blockSize: bs, btStride: blocks });
       const tiles = kernel.countTiles([T]);
-      const ms = await clock.medianMs(() => (pass) => op.encode(pass, 1, T, tiles));
-      points.push({ name: kernel.name, ms });
-    }
+      return (pass) => op.encode(pass, 1, T, tiles);
+    }));
+    const points = kernels.map((kernel, i) => ({ name: kernel.name, ms: times[i]! }));
     ctx.check();
     const best = points.reduce((a, p) => (p.ms < a.ms ? p : a));
     return {

@@ -4,7 +4,7 @@ import { GpuDeviceError } from "../gpu/errors.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing, readBuffer } from "../gpu/readback.ts";
-import { PassClock } from "../gpu/timer.ts";
+import { MAX_TIMED_PASSES, PassClock, timePassesEach } from "../gpu/timer.ts";
 import { GPU_TEST, readF32, testContext, upload } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 
@@ -240,6 +240,142 @@ Deno.test(
       ctx.check();
     } finally {
       arena.destroy();
+    }
+  },
+);
+
+/** A kernel that spins `iterations` LCG steps per invocation of 4 workgroups of 64 (heavy). */
+function spinKernel(ctx: GpuContext, iterations: number) {
+  const code = `@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3u) {
+  var x = g.x;
+  for (var i = 0u; i < ${iterations}u; i++) { x = x * 1664525u + 1013904223u; }
+  out[g.x] = x;
+}`;
+  const pipeline = ctx.pipeline(`timer-test/spin${iterations}`, () => code);
+  const out = ctx.createBuffer("spin-out", 4 * 256, STORAGE_RW);
+  const group = ctx.device.createBindGroup({
+    layout: pipeline.getBindGroupLayout(0),
+    entries: [{ binding: 0, resource: { buffer: out } }],
+  });
+  return {
+    encode: (pass: GPUComputePassEncoder) => {
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(4);
+    },
+    destroy: () => out.destroy(),
+  };
+}
+
+Deno.test(
+  "PassClock.medianMsEach() times each candidate as itself, in the order given",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const arena = new ParamArena(ctx, 1);
+    const clock = new PassClock(ctx, arena, 3);
+    const light = spinKernel(ctx, 1);
+    const heavy = spinKernel(ctx, 200_000);
+    try {
+      const ms = await clock.medianMsEach([
+        () => light.encode,
+        () => heavy.encode,
+        () => light.encode,
+        () => heavy.encode,
+      ]);
+      assert.equal(ms.length, 4);
+      assert.ok(ms.every((t) => Number.isFinite(t) && t >= 0), ms.join(", "));
+      // Times swapped between candidates (or one candidate's passes read as another's) fail this.
+      for (const h of [1, 3]) {
+        for (const l of [0, 2]) assert.ok(ms[h]! > 5 * ms[l]!, `heavy ${ms[h]} vs light ${ms[l]}`);
+      }
+      assert.equal(clock.method, "timestamp-query");
+      assert.deepEqual(clock.failures, []);
+    } finally {
+      light.destroy();
+      heavy.destroy();
+      arena.destroy();
+    }
+  },
+);
+
+Deno.test(
+  "PassClock.medianMsEach() measures Infinity for the candidates the adapter refuses and times the others",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const arena = new ParamArena(ctx, 1);
+    const clock = new PassClock(ctx, arena, 2);
+    const good = spinKernel(ctx, 1);
+    const badCode = "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }";
+    try {
+      const ms = await clock.medianMsEach([
+        () => good.encode,
+        // Does not compile: refused in its own setup's scopes.
+        () => {
+          const module = ctx.device.createShaderModule({ code: badCode });
+          const pipeline = ctx.device.createComputePipeline({
+            layout: "auto",
+            compute: { module, entryPoint: "main" },
+          });
+          return (pass) => {
+            pass.setPipeline(pipeline);
+            pass.dispatchWorkgroups(1);
+          };
+        },
+        () => good.encode,
+        // Compiles, but its dispatch exceeds the grid limit: the submission of all of them fails
+        // validation, so each is timed alone again.
+        () => (pass) => {
+          good.encode(pass);
+          pass.dispatchWorkgroups(ctx.device.limits.maxComputeWorkgroupsPerDimension + 1);
+        },
+        () => good.encode,
+      ]);
+      assert.deepEqual(ms.map(Number.isFinite), [true, false, true, false, true], ms.join(", "));
+      assert.equal(clock.failures.length, 2, clock.failures.join("; "));
+      ctx.check();
+      // An exception of a setup itself is not a GPU error: it propagates.
+      await assert.rejects(
+        () =>
+          clock.medianMsEach([() => good.encode, () => {
+            throw new RangeError("bad setup");
+          }]),
+        /bad setup/,
+      );
+      ctx.check();
+    } finally {
+      good.destroy();
+      arena.destroy();
+    }
+  },
+);
+
+Deno.test(
+  "timePassesEach() splits candidates over submissions when their passes exceed one query set",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const light = spinKernel(ctx, 1);
+    const heavy = spinKernel(ctx, 20_000);
+    try {
+      // 1,024 timed passes each: two candidates per submission, so three submissions.
+      const repeats = 1024;
+      assert.equal(Math.floor(MAX_TIMED_PASSES / repeats), 2);
+      const t = await timePassesEach(
+        ctx,
+        [light.encode, light.encode, heavy.encode, light.encode, heavy.encode],
+        { warmup: 1, repeats },
+      );
+      assert.equal(t.length, 5);
+      for (const x of t) assert.ok(Number.isFinite(x.medianMs) && x.minMs <= x.medianMs);
+      for (const h of [2, 4]) {
+        for (const l of [0, 1, 3]) assert.ok(t[h]!.medianMs > 5 * t[l]!.medianMs);
+      }
+    } finally {
+      light.destroy();
+      heavy.destroy();
     }
   },
 );
