@@ -33,9 +33,6 @@ export interface PagedAttentionDecodeRopeBuffers {
   readonly qkNorm?: { readonly q: GpuMatrix; readonly k: GpuMatrix };
 }
 
-/** The WGSL sources of the prologue (for the attention sources' digest). */
-export const ROPE_PROLOGUE_SOURCES: readonly string[] = [ropeSource, ropeAngleSource];
-
 /**
  * WGSL `store_kv4(i, k, v)`: elements 4i .. 4i + 3 of the flat (read_write) caches; `packedF16`
  * for the unrolled kernel's f16 caches (`KVT = vec4<u32>`, 8 packed halves per element), else a
@@ -49,6 +46,19 @@ function storeKv4(packedF16: boolean): string {
     : "  k_cache[i] = KVT(k);\n  v_cache[i] = KVT(v);\n";
   return `fn store_kv4(i: u32, k: vec4<f32>, v: vec4<f32>) {\n${body}}\n`;
 }
+
+/**
+ * The WGSL sources of the prologue, the generated `store_kv4` and norm weights included (for the
+ * attention sources' digest: a cached split choice is measured again when any of them changes).
+ */
+export const ROPE_PROLOGUE_SOURCES: readonly string[] = [
+  ropeSource,
+  ropeAngleSource,
+  storeKv4(false),
+  storeKv4(true),
+  qkNormPrelude("f16", 12, 13),
+  qkNormPrelude("f32", 12, 13),
+];
 
 /**
  * WGSL of the fused prologue, prepended to the decode attention kernel after its cache
