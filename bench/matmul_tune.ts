@@ -3,7 +3,7 @@
  * weight rows per invocation and steps of 4 or 8 weights, or 32 for int8 / int4, `unrolled`,
  * `blocked`, and `tiled` under several tile shapes) on the Qwen3-0.6B projections at decode and prefill row counts, f16 weights (or `--format int8 |
  * int4`, gpu/quant.ts, with their f16 group scales), timed with GPU timestamps (median of one
- * pass, see bench/support.ts `timeGpu`). Prints GFLOP/s (2 M N K / time) and weight GB/s (the
+ * pass, see bench/support.ts `timeGpuEach`: the candidates of one M in one submission). Prints GFLOP/s (2 M N K / time) and weight GB/s (the
  * weight's bytes, scales included, / time) per case: the detail behind what the engine's kernel
  * tuning (kernels/matmul_tuner.ts) measures on a model's own call sites at start-up.
  *
@@ -35,7 +35,7 @@ import {
 import { TILE_CANDIDATES, tileName, tileSplit } from "../kernels/matmul_tile.ts";
 import { SPLIT_REDUCE_WG, splitReduceCode } from "../kernels/matmul_split.ts";
 import { MAX_GROUPS_PER_DIM } from "../kernels/dispatch.ts";
-import { benchContext, describeMachine, measureCopyBandwidth, timeGpu } from "./support.ts";
+import { benchContext, describeMachine, measureCopyBandwidth, timeGpuEach } from "./support.ts";
 
 const SHAPES = {
   qkv: { n: 4096, k: 1024 },
@@ -143,7 +143,16 @@ for (const shapeName of shapes) {
   const readBytes = wBytes + (scales?.size ?? 0);
   const x = ctx.createBuffer("x", maxM * k * 4, STORAGE_RW);
   const y = ctx.createBuffer("y", maxM * n * 4, STORAGE_RW);
-  const p = ctx.createBuffer("p", 48, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+  // One parameter buffer per candidate: the candidates of one M are timed in one submission.
+  const params = new Map<string, GPUBuffer>();
+  const paramsOf = (name: string) => {
+    let b = params.get(name);
+    if (b === undefined) {
+      b = ctx.createBuffer(`p ${name}`, 48, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+      params.set(name, b);
+    }
+    return b;
+  };
   // rms_residual: the sub-layer output added to the stream (delta), the f16 norm weight (K halves
   // in u32 pairs) and the stream's next buffer (written by weight part 0, here the only part).
   const norm = xForm === "plain" ? null : {
@@ -156,8 +165,10 @@ for (const shapeName of shapes) {
   const maxSplit = Math.max(...TILE_CANDIDATES.map(tileSplit));
   const part = ctx.createBuffer("partials", maxSplit * maxM * (n + 1) * 4, STORAGE_RW);
   for (const m of ms) {
-    const rows: string[] = [];
-    for (const c of candidates(m, k)) {
+    const cases = candidates(m, k);
+    const encodes: ((pass: GPUComputePassEncoder) => void)[] = [];
+    for (const c of cases) {
+      const p = paramsOf(c.name);
       const pipeline = ctx.pipeline(`tune/${shapeName}/${c.name}`, () => c.src.code);
       const split = c.src.split;
       const reduce = split === 1 ? null : ctx.pipeline(
@@ -191,10 +202,10 @@ for (const shapeName of shapes) {
         ],
       });
       // Params (kernels/matmul_io.wgsl): m, rows, k, k4, ldy, n0, groups_n, eps, keep.
-      const params = new Uint32Array([m, n, k, k / 4, n, 0, groupsN, 0, norm === null ? 0 : 1]);
-      new Float32Array(params.buffer, 7 * 4, 1)[0] = 1e-6;
-      ctx.device.queue.writeBuffer(p, 0, params);
-      const t = await timeGpu(ctx, (pass) => {
+      const values = new Uint32Array([m, n, k, k / 4, n, 0, groupsN, 0, norm === null ? 0 : 1]);
+      new Float32Array(values.buffer, 7 * 4, 1)[0] = 1e-6;
+      ctx.device.queue.writeBuffer(p, 0, values);
+      encodes.push((pass) => {
         pass.setPipeline(pipeline);
         pass.setBindGroup(0, group);
         pass.dispatchWorkgroups(Math.ceil(groupsN / gy), gy, gz);
@@ -204,15 +215,20 @@ for (const shapeName of shapes) {
           pass.dispatchWorkgroups(Math.ceil(n / SPLIT_REDUCE_WG), m);
         }
       });
-      const s = t.medianMs / 1000;
-      rows.push(
-        `  ${c.name.padEnd(28)} ${t.medianMs.toFixed(4).padStart(9)} ms ` +
-          `${(2 * m * n * k / s / 1e9).toFixed(0).padStart(7)} GFLOP/s ` +
-          `${(readBytes / s / 1e9).toFixed(0).padStart(6)} GB/s of W`,
-      );
     }
+    // Every candidate's warm-up and timed passes, one candidate after the other, in one
+    // submission (one wait for the GPU instead of one per candidate).
+    const times = await timeGpuEach(ctx, encodes);
+    const rows = cases.map((c, i) => {
+      const ms = times[i]!.medianMs;
+      const s = ms / 1000;
+      return `  ${c.name.padEnd(28)} ${ms.toFixed(4).padStart(9)} ms ` +
+        `${(2 * m * n * k / s / 1e9).toFixed(0).padStart(7)} GFLOP/s ` +
+        `${(readBytes / s / 1e9).toFixed(0).padStart(6)} GB/s of W`;
+    });
     console.log(`${shapeName} N ${n} K ${k}, M ${m}:`);
     console.log(rows.join("\n"));
   }
-  for (const b of [w, x, y, p, part, scales, norm?.delta, norm?.gamma, norm?.hOut]) b?.destroy();
+  for (const b of [w, x, y, part, scales, norm?.delta, norm?.gamma, norm?.hOut]) b?.destroy();
+  for (const b of params.values()) b.destroy();
 }

@@ -8,7 +8,7 @@
  */
 
 import { GpuContext, type GpuContextOptions } from "../gpu/context.ts";
-import { timePasses } from "../gpu/timer.ts";
+import { timePasses, timePassesEach } from "../gpu/timer.ts";
 
 let shared: Promise<GpuContext> | undefined;
 
@@ -24,6 +24,8 @@ export function benchContext(options: GpuContextOptions = {}): Promise<GpuContex
 
 /** Times `encode`'s passes on the GPU (gpu/timer.ts). */
 export const timeGpu = timePasses;
+/** Times each encoder's passes on the GPU, in one submission where it can (gpu/timer.ts). */
+export const timeGpuEach = timePassesEach;
 export type { PassTiming as GpuTiming, TimePassesOptions as TimeGpuOptions } from "../gpu/timer.ts";
 
 const COPY_WGSL = `
