@@ -7,7 +7,9 @@
  * `[0, N)` are written. Every product is accumulated in f32.
  *
  * The kernels (`tiled` and `gemv` for the `gpu` kernel profile, `unrolled` / `blocked` for the
- * `cpu` one), their tile sizes and WGSL sources are in `kernels/matmul_kernels.ts`.
+ * `cpu` one), their tile sizes and WGSL sources are in `kernels/matmul_kernels.ts`; the compiled
+ * configurations in `kernels/matmul_configs.ts`, the tuned choices' lookups in
+ * `kernels/matmul_choice.ts`, a call site in `kernels/matmul_op.ts`.
  *
  * The kernel is chosen per call from M and the {@linkcode MatmulPolicy} (fixed per adapter, see
  * {@linkcode defaultMatmulPolicy}): `M <= decodeMaxRows` (default {@linkcode DECODE_MAX_ROWS})
@@ -28,17 +30,14 @@
 
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import { type WordLayout, wordLayoutTag } from "../gpu/quant.ts";
+import type { WordLayout } from "../gpu/quant.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import {
   BLOCKED_PREFILL_MB,
   DECODE_MAX_ROWS,
-  DEFAULT_GEMV,
   defaultMatmulPolicy,
   type GemvKind,
   gemvStepMisfit,
-  isNormXForm,
-  kernelSource,
   type MatmulPolicy,
   type MatmulVariant,
   ROW_BLOCKS,
@@ -46,7 +45,7 @@ import {
   type WeightFormat,
   type XForm,
 } from "./matmul_kernels.ts";
-import { checkTile, TILE, TILE_CANDIDATES, type TileConfig, tileKey } from "./matmul_tile.ts";
+import { checkTile, TILE, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
 import {
   effectiveXRows,
   type MatmulShape,
@@ -62,7 +61,8 @@ import {
   tilesRun,
 } from "./matmul_choice.ts";
 import { checkCallSite } from "./matmul_call_site_check.ts";
-import { splitFits, splitReduceCode, splitScratch } from "./matmul_split.ts";
+import { type ConfigOptions, MatmulConfigs } from "./matmul_configs.ts";
+import { splitFits, splitScratch } from "./matmul_split.ts";
 import { uniformXBlocks, uniformXCapacity, xRowVec4s } from "./matmul_uniform_x.ts";
 import {
   type KernelConfig,
@@ -111,24 +111,6 @@ export interface MatmulOptions {
   readonly tile?: TileConfig;
 }
 
-/** How {@linkcode Matmul.config} builds a kernel configuration; each field has a default. */
-interface ConfigOptions {
-  /** `unrolled`: X read as vec4s (K % 4 == 0); default false. */
-  readonly xVec4?: boolean;
-  /** The weight format; default the instance's dtype. */
-  readonly format?: WeightFormat;
-  /** How X is read; default `"plain"`. */
-  readonly xForm?: XForm;
-  /** `gemv`: weight rows per invocation and weights per step; default {@linkcode DEFAULT_GEMV}. */
-  readonly gemv?: GemvKind;
-  /** `tiled`: the tile; default the instance's. */
-  readonly tile?: TileConfig;
-  /** `unrolled`: vec4s of X in a uniform binding, 0 for a storage one; default 0. */
-  readonly xUniform?: number;
-  /** Rows per block of quantized words (gpu/quant.ts); default 1. */
-  readonly wordLayout?: WordLayout;
-}
-
 /**
  * The compiled matmul kernels for one weight dtype and bias setting; {@linkcode Matmul.bind}
  * makes call sites. Pipelines are compiled once per context (cached by key).
@@ -143,7 +125,7 @@ export class Matmul {
   /** Largest M run by the decode kernel (of shapes the tuning does not list). */
   readonly decodeMaxRows: number;
   readonly #ctx: GpuContext;
-  readonly #configs = new Map<string, KernelConfig>();
+  readonly #configs: MatmulConfigs;
   readonly #ops: MatmulOp[] = [];
   /** The choices followed (kernels/matmul_choice.ts): the constructor's tile until a tuning. */
   #tuning: MatmulTuning;
@@ -157,6 +139,7 @@ export class Matmul {
     this.#ctx = ctx;
     this.dtype = options.dtype;
     this.bias = options.bias;
+    this.#configs = new MatmulConfigs(ctx, options.dtype, options.bias);
     this.policy = options.policy ?? defaultMatmulPolicy(ctx);
     this.decodeMaxRows = decodeMaxRows;
     this.#tuning = { tile: options.tile ?? TILE, gemvMaxRows: {} };
@@ -274,83 +257,12 @@ export class Matmul {
 
   /**
    * The kernel configuration for `variant` covering `mb` rows of X per workgroup (`tiled`
-   * ignores `mb`), as `options` specify it, compiled on first use.
+   * ignores `mb`; its tile defaults to the instance's), compiled on first use
+   * (kernels/matmul_configs.ts).
    * @internal
    */
   config(variant: MatmulVariant, mb: number, options: ConfigOptions = {}): KernelConfig {
-    const {
-      xVec4 = false,
-      format = this.dtype,
-      xForm = "plain",
-      gemv = DEFAULT_GEMV,
-      tile = this.#tuning.tile,
-      xUniform = 0,
-      wordLayout = 1,
-    } = options;
-    // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
-    const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.dtype}` : ""}`;
-    const f = `${format}${wordLayoutTag(wordLayout)}`;
-    const tag = `matmul/${variant}/${f}/${this.bias ? "bias" : "nobias"}${x}`;
-    const t = tile;
-    // Steps of 32 run their own invocations per row (matmul_kernels.ts GEMV_Q32_TPR).
-    const gemvTpr = variant === "gemv" && gemv.step !== 32 ? gemv.tpr ?? 64 : 64;
-    // The tile's key names every field of the configuration (tileKey): two tiles that differ in
-    // any field are two pipelines.
-    const key = variant === "tiled"
-      ? `${tag}/${tileKey(t)}`
-      : variant === "unrolled"
-      ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}${xUniform > 0 ? `/xu${xUniform}` : ""}`
-      : variant === "gemv"
-      ? `${tag}/mb${mb}${gemv.rows > 1 ? `/rb${gemv.rows}` : ""}${
-        gemv.step > 4 ? `/ks${gemv.step}` : ""
-      }${gemvTpr !== 64 ? `/tp${gemvTpr}` : ""}`
-      : `${tag}/mb${mb}`;
-    let config = this.#configs.get(key);
-    if (config !== undefined) return config;
-    const source = kernelSource(
-      variant,
-      mb,
-      format,
-      this.bias,
-      xVec4,
-      xForm,
-      this.dtype,
-      t,
-      variant === "gemv" ? gemv.rows : 1,
-      variant === "gemv" ? gemv.step : 4,
-      xUniform,
-      wordLayout,
-      gemvTpr,
-    );
-    const { code, rowsPerGroup, mPerGroup } = source;
-    const pipeline = this.#ctx.pipeline(key, () => code);
-    const { split } = source;
-    // Split-K's second dispatch: one per split, bias and row statistic (kernels/matmul_split.ts).
-    const stat = isNormXForm(xForm);
-    const reduce = split === 1 ? null : this.#ctx.pipeline(
-      `matmul/split_reduce/s${split}/${this.bias ? "bias" : "nobias"}${stat ? "/stat" : ""}`,
-      () => splitReduceCode(split, this.bias, stat),
-    );
-    // unrolled and 8- or 32-element gemv steps read whole 8-element steps of each weight row.
-    const steps8 = variant === "unrolled" || (variant === "gemv" && gemv.step >= 8);
-    config = {
-      key,
-      variant,
-      format,
-      wordLayout,
-      xForm,
-      xVec4,
-      xUniform,
-      steps8,
-      pipeline,
-      rowsPerGroup,
-      mPerGroup,
-      split,
-      reduce,
-      tile: variant === "tiled" ? t : undefined,
-    };
-    this.#configs.set(key, config);
-    return config;
+    return this.#configs.get(variant, mb, { tile: this.#tuning.tile, ...options });
   }
 
   /**
@@ -489,7 +401,7 @@ export class Matmul {
         this.config("unrolled", mb, { xVec4: true, format: w.format, xForm, xUniform, wordLayout });
       }
     }
-    for (const config of this.#configs.values()) {
+    for (const config of this.#configs.compiled()) {
       if (config.format !== w.format || config.xForm !== xForm) continue;
       if (config.wordLayout !== w.wordLayout) continue;
       // Uniform-X kernels are bound to call sites of their binding's size only.
