@@ -23,7 +23,7 @@ import { type TileConfig, tileKey } from "./matmul_tile.ts";
 import { splitReduceCode } from "./matmul_split.ts";
 import type { KernelConfig } from "./matmul_op.ts";
 
-/** How a kernel configuration is built; each field but the tile has a default. */
+/** How a kernel configuration is built; each field has a default. */
 export interface ConfigOptions {
   /** `unrolled`: X read as vec4s (K % 4 == 0); default false. */
   readonly xVec4?: boolean;
@@ -33,7 +33,7 @@ export interface ConfigOptions {
   readonly xForm?: XForm;
   /** `gemv`: weight rows per invocation and weights per step; default {@linkcode DEFAULT_GEMV}. */
   readonly gemv?: GemvKind;
-  /** `tiled`: the tile (`Matmul.config` gives the instance's). */
+  /** `tiled`: the tile; default the instance's (`Matmul.config`). */
   readonly tile?: TileConfig;
   /** `unrolled`: vec4s of X in a uniform binding, 0 for a storage one; default 0. */
   readonly xUniform?: number;
@@ -60,12 +60,14 @@ export class MatmulConfigs {
   }
 
   /**
-   * The configuration for `variant` covering `mb` rows of X per workgroup (`tiled` ignores `mb`),
-   * as `options` specify it, compiled on first use.
-   *
-   * @throws {TypeError} when `variant` is `tiled` and `options` name no tile.
+   * The configuration for `variant` covering `mb` rows of X per workgroup (`tiled` ignores `mb`,
+   * the others the tile), as `options` specify it, compiled on first use.
    */
-  get(variant: MatmulVariant, mb: number, options: ConfigOptions): KernelConfig {
+  get(
+    variant: MatmulVariant,
+    mb: number,
+    options: ConfigOptions & { readonly tile: TileConfig },
+  ): KernelConfig {
     const {
       xVec4 = false,
       format = this.#dtype,
@@ -75,9 +77,6 @@ export class MatmulConfigs {
       xUniform = 0,
       wordLayout = 1,
     } = options;
-    if (variant === "tiled" && tile === undefined) {
-      throw new TypeError("Cannot compile a tiled matmul without a tile");
-    }
     const bias = this.#bias;
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
     const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.#dtype}` : ""}`;
@@ -88,7 +87,7 @@ export class MatmulConfigs {
     // The tile's key names every field of the configuration (tileKey): two tiles that differ in
     // any field are two pipelines.
     const key = variant === "tiled"
-      ? `${tag}/${tileKey(tile!)}`
+      ? `${tag}/${tileKey(tile)}`
       : variant === "unrolled"
       ? `${tag}/mb${mb}/x${xVec4 ? 4 : 1}${xUniform > 0 ? `/xu${xUniform}` : ""}`
       : variant === "gemv"
