@@ -11,7 +11,9 @@
  * host clock, so they include the ~10 ms wait floor.
  *
  * Each shape runs the profile's default kernel, then the `workgroup` kernel (CPU profile) and
- * the `tiled` one at its default shape and its other row counts (`tiled br16`, `tiled br8`). Set `PREFILL_SWEEP=1` to also print a sweep of workgroup sizes and key chunks.
+ * the `tiled` and `blocked` ones at their default shapes and other row counts (`tiled br16`,
+ * `blocked br8`, ...). Set `PREFILL_SWEEP=1` to also print a sweep of workgroup sizes and key
+ * chunks.
  *
  * @module
  */
@@ -23,7 +25,7 @@ import { ParamArena } from "../gpu/params.ts";
 import {
   PagedAttentionPrefill,
   type PagedAttentionPrefillConfig,
-  tiledPrefillRows,
+  prefillTileRows,
 } from "../kernels/paged_attention_prefill.ts";
 import {
   benchSubmission,
@@ -146,11 +148,15 @@ for (const shape of SHAPES) {
   await report(shape);
   // The GPU kernels beside the profile's default, in the same run.
   if (ctx.isCpuProfile) await report(shape, { variant: "workgroup" });
-  await report(shape, { variant: "tiled" });
-  // The tiled kernel's other row counts (the prefill tuner measures them too).
+  // The tiled and blocked kernels at each row count (the prefill tuner measures them too).
   const storage = ctx.limits.maxComputeWorkgroupStorageSize;
-  for (const tiledRows of tiledPrefillRows(HEAD_DIM, HQ / HKV, storage)) {
-    await report(shape, { variant: "tiled", tiledRows });
+  for (const variant of ["tiled", "blocked"] as const) {
+    await report(shape, { variant });
+    for (
+      const tiledRows of prefillTileRows(variant, HEAD_DIM, HQ / HKV, storage, ctx.weightDtype)
+    ) {
+      await report(shape, { variant, tiledRows });
+    }
   }
 }
 if (Deno.env.get("PREFILL_SWEEP") === "1") {

@@ -29,7 +29,7 @@ import type { ModelConfig } from "./model/config.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
 import { type SampledRows, Sampler, samplerRowsFor } from "./sampler.ts";
 import type { StepBuffers } from "./step_buffers.ts";
-import { type StepShape, tiledPrefillCompiles } from "./models/attention_block.ts";
+import { gpuPrefillCompiles, type StepShape } from "./models/attention_block.ts";
 import { allocateBindTargets, type BindTargets } from "./models/bind_targets.ts";
 import { loadModel } from "./models/load_model.ts";
 import type { Model } from "./models/model.ts";
@@ -154,13 +154,13 @@ export class ModelRunner {
     const c = ck.config;
     // A kernel never run on this adapter kind is compiled inside error scopes first: one that
     // fails there is left out (noted), not fatal to the context.
-    const tiled = await tiledPrefillCompiles(ctx, c, ctx.weightDtype);
+    const gpuPrefill = await gpuPrefillCompiles(ctx, c, ctx.weightDtype);
     const maxRows = samplerRowsFor(
       options.maxSeqs,
       c.hiddenSize,
       options.maxSamplerRows ?? options.maxSeqs,
     );
-    const targets = allocateBindTargets(ctx, c, { ...options, maxRows }, tiled.ok);
+    const targets = allocateBindTargets(ctx, c, { ...options, maxRows }, gpuPrefill.variants);
     // What to destroy on failure or at the end, in allocation order.
     const own: { destroy(): void }[] = [
       targets.kv,
@@ -184,10 +184,11 @@ export class ModelRunner {
       throw error;
     }
     loader.progress.finish();
-    const notes = tiled.ok ? loader.notes : [
+    const notes = [
       ...loader.notes,
-      `the tiled prefill attention does not compile on this adapter (${tiled.error}): ` +
-      "the workgroup one runs every prefill",
+      ...gpuPrefill.errors.map((error) =>
+        `a prefill attention kernel does not compile on this adapter (${error}): left out`
+      ),
     ];
     const weights = { ...loader.bytes, notes, quantization: loader.quantization };
     own.push(model);

@@ -7,8 +7,10 @@
  * (`paged_attention_prefill_unrolled.wgsl`, same bindings and grid, 8 query tokens per tile)
  * computes the same without barriers; measured on lavapipe in docs/benchmarks.md. The `tiled`
  * kernel (`paged_attention_prefill_tiled.wgsl`) splits each row's scores and output across
- * several invocations, flash-attention style, for GPUs (chosen explicitly, see
- * {@linkcode PagedAttentionPrefillConfig.variant}).
+ * several invocations, flash-attention style, for GPUs, and the `blocked` kernel
+ * (`paged_attention_prefill_blocked.wgsl`) does the same with register blocks of rows by keys and
+ * rows by output dims (both chosen explicitly, see {@linkcode PagedAttentionPrefillConfig.variant};
+ * the start-up tuning measures them, kernels/prefill_attention_tuner.ts).
  *
  * Restrictions: `headDim` a multiple of 4 and at most 256; `numQHeads` a multiple of
  * `numKvHeads` with a group of at most the workgroup size; `qStride` a multiple of 4.
@@ -21,6 +23,7 @@ import prefillIo from "./paged_attention_prefill_io.wgsl" with { type: "text" };
 import source from "./paged_attention_prefill.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_prefill_unrolled.wgsl" with { type: "text" };
 import tiledSource from "./paged_attention_prefill_tiled.wgsl" with { type: "text" };
+import blockedSource from "./paged_attention_prefill_blocked.wgsl" with { type: "text" };
 import { unrollTemplate } from "./unroll.ts";
 import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
 import type { GpuContext } from "../gpu/context.ts";
@@ -28,6 +31,19 @@ import { type DType, weightPrelude } from "../gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { dispatch1d } from "./dispatch.ts";
 import { sourceDigest } from "./source_digest.ts";
+import {
+  prefillTileRows,
+  prefillTileShape,
+  TILED_ROWS,
+  type TiledPrefillVariant,
+} from "./prefill_attention_shapes.ts";
+
+export {
+  prefillTileRows,
+  prefillTileShape,
+  TILED_ROWS,
+  type TiledPrefillVariant,
+} from "./prefill_attention_shapes.ts";
 
 /** Shape of the attention layer a {@linkcode PagedAttentionPrefill} is compiled for. */
 export interface PagedAttentionPrefillConfig {
@@ -51,15 +67,17 @@ export interface PagedAttentionPrefillConfig {
    * Kernel: `workgroup` (`paged_attention_prefill.wgsl`, keys staged in workgroup memory, one row
    * per invocation), `unrolled` (`paged_attention_prefill_unrolled.wgsl`, one query token per
    * invocation with the GQA group in registers, no barriers; 8 queries per tile; K and V read 8
-   * elements per load) or `tiled` (`paged_attention_prefill_tiled.wgsl`, 64 invocations share
-   * 8-32 rows, the largest that fits the workgroup storage; `workgroupSize` and `keyChunk` do not
-   * apply; needs a GQA group of at most 8). Default `unrolled` on CPU adapters when
+   * elements per load), `tiled` (`paged_attention_prefill_tiled.wgsl`, 64 invocations share
+   * 8-32 rows, the largest that fits the workgroup storage) or `blocked`
+   * (`paged_attention_prefill_blocked.wgsl`, 64 invocations share 8-32 rows, each a block of
+   * rows by keys and rows by output dims); for these two `workgroupSize` and `keyChunk` do not
+   * apply and the GQA group is at most the rows (kernels/prefill_attention_shapes.ts). Default `unrolled` on CPU adapters when
    * `GROUP * headDim <= 512` and `headDim` is a multiple of 8, else `workgroup`.
    */
   readonly variant?: PagedAttentionPrefillVariant;
   /**
-   * `tiled` only: the rows per workgroup (one of {@linkcode TILED_ROWS}), with the most keys
-   * per step that fit; default the largest that fits.
+   * `tiled` and `blocked` only: the rows per workgroup (one of {@linkcode TILED_ROWS}), with the
+   * most keys per step that fit; default the largest that fits.
    */
   readonly tiledRows?: number;
 }
@@ -70,78 +88,34 @@ export const PREFILL_SOURCES_DIGEST: string = sourceDigest(
   source,
   unrolledSource,
   tiledSource,
+  blockedSource,
 );
 
 /** The prefill attention kernels. */
-export type PagedAttentionPrefillVariant = "workgroup" | "unrolled" | "tiled";
-
-/** (rows, keys per step) of the `tiled` kernel, tried in order; the first that fits is used. */
-const TILED_SHAPES: readonly (readonly [br: number, bk: number])[] = [
-  [32, 16],
-  [32, 8],
-  [16, 16],
-  [16, 8],
-  [16, 4],
-  [8, 16],
-  [8, 8],
-];
+export type PagedAttentionPrefillVariant = "workgroup" | "unrolled" | "tiled" | "blocked";
 
 /**
- * The `tiled` kernel's rows per workgroup ({@linkcode PagedAttentionPrefillConfig.tiledRows}):
- * fewer rows give a prefill more workgroups (a 512-token sequence of 8 kv heads: 256 of 32 rows
- * for GQA 2, 1,024 of 8), each with less work per K step.
+ * The GPU prefill kernels with a tile of rows per workgroup for `config`'s shape, of `variants`
+ * (default `tiled`, then `blocked`), each at its default shape and then at each other row count
+ * that fits (kernels/prefill_attention_shapes.ts); none of a kernel that does not fit.
  */
-export const TILED_ROWS: readonly number[] = [32, 16, 8];
-
-/**
- * The `tiled` kernel's rows per workgroup and keys per step for `headDim` and a GQA group, in
- * `storage` bytes of workgroup memory; null when none fits.
- */
-export function tiledPrefillShape(
-  headDim: number,
-  group: number,
-  storage: number,
-  rows?: number,
-): { br: number; bk: number } | null {
-  const d4 = headDim / 4;
-  for (const [br, bk] of TILED_SHAPES) {
-    if (rows !== undefined && br !== rows) continue;
-    const bytes = 16 * d4 * (br + 2 * bk) + 4 * br * (bk + 2);
-    if (br >= group && bytes <= storage) return { br, bk };
-  }
-  return null;
-}
-
-/**
- * The `tiled` kernel's other row counts ({@linkcode TILED_ROWS}) that fit beside the default
- * shape's (each its own kernel, `tiledRows`), for the tuner to measure.
- */
-export function tiledPrefillRows(headDim: number, group: number, storage: number): number[] {
-  const first = tiledPrefillShape(headDim, group, storage);
-  if (first === null) return [];
-  return TILED_ROWS.filter((rows) =>
-    rows !== first.br && tiledPrefillShape(headDim, group, storage, rows) !== null
-  );
-}
-
-/**
- * The `tiled` kernels of `config`'s shape: the default shape, then each other row count that fits
- * ({@linkcode tiledPrefillRows}); none where the kernel does not fit.
- */
-export function tiledPrefillKernels(
+export function gpuPrefillKernels(
   ctx: GpuContext,
   config: Omit<PagedAttentionPrefillConfig, "variant" | "tiledRows">,
+  variants: readonly TiledPrefillVariant[] = ["tiled", "blocked"],
 ): PagedAttentionPrefill[] {
   const group = config.numQHeads / config.numKvHeads;
   const storage = ctx.limits.maxComputeWorkgroupStorageSize;
-  if (tiledPrefillShape(config.headDim, group, storage) === null) return [];
-  const tiled = { ...config, variant: "tiled" } as const;
-  return [
-    new PagedAttentionPrefill(ctx, tiled),
-    ...tiledPrefillRows(config.headDim, group, storage).map((tiledRows) =>
-      new PagedAttentionPrefill(ctx, { ...tiled, tiledRows })
-    ),
-  ];
+  const dtype = config.dtype ?? ctx.weightDtype;
+  return variants.flatMap((variant) => {
+    if (prefillTileShape(variant, config.headDim, group, storage, dtype) === null) return [];
+    return [
+      new PagedAttentionPrefill(ctx, { ...config, variant }),
+      ...prefillTileRows(variant, config.headDim, group, storage, dtype).map((tiledRows) =>
+        new PagedAttentionPrefill(ctx, { ...config, variant, tiledRows })
+      ),
+    ];
+  });
 }
 
 /** Largest `GROUP * headDim` of the `unrolled` kernel (registers and code size). */
@@ -188,8 +162,8 @@ export class PagedAttentionPrefill {
   /** The kernel in use. */
   readonly variant: PagedAttentionPrefillVariant;
   /**
-   * Its name among a model's prefill kernels: the variant, with the `tiled` kernel's rows when
-   * they were asked for (`tiled br16`).
+   * Its name among a model's prefill kernels: the variant, with the `tiled` or `blocked`
+   * kernel's rows when they were asked for (`tiled br16`).
    */
   readonly name: string;
   readonly #ctx: GpuContext;
@@ -245,23 +219,26 @@ export class PagedAttentionPrefill {
       );
     }
     const rows = config.tiledRows;
-    if (rows !== undefined && (variant !== "tiled" || !TILED_ROWS.includes(rows))) {
+    const tileVariant = variant === "tiled" || variant === "blocked" ? variant : null;
+    if (rows !== undefined && (tileVariant === null || !TILED_ROWS.includes(rows))) {
       throw new RangeError(
         `Cannot create ${variant} paged_attention_prefill with ${rows} rows per workgroup: ` +
-          `tiled only, ${TILED_ROWS.join(", ")}`,
+          `tiled and blocked only, ${TILED_ROWS.join(", ")}`,
       );
     }
-    const tiled = variant === "tiled" ? tiledPrefillShape(headDim, group, storage, rows) : null;
-    if (variant === "tiled" && tiled === null) {
+    const tiled = tileVariant === null
+      ? null
+      : prefillTileShape(tileVariant, headDim, group, storage, dtype, rows);
+    if (tileVariant !== null && tiled === null) {
       throw new RangeError(
-        `Cannot create tiled paged_attention_prefill: GQA group ${group} (at most 8) or head_dim ` +
+        `Cannot create ${variant} paged_attention_prefill: GQA group ${group} or head_dim ` +
           `${headDim} does not fit ${storage} bytes of workgroup storage` +
           (rows === undefined ? "" : ` in ${rows} rows per workgroup`),
       );
     }
     this.#ctx = ctx;
     this.variant = variant;
-    this.name = rows === undefined ? variant : `tiled br${rows}`;
+    this.name = rows === undefined ? variant : `${variant} br${rows}`;
     this.config = {
       numQHeads,
       numKvHeads,
@@ -272,7 +249,17 @@ export class PagedAttentionPrefill {
       variant,
       tiledRows: tiled?.br ?? 0,
     };
-    if (tiled !== null) {
+    if (tiled !== null && variant === "blocked") {
+      const { br, bk } = tiled;
+      this.tileQueries = Math.floor(br / group);
+      this.#pipeline = ctx.pipeline(
+        `paged_attention_prefill_blocked/${dtype}/d${headDim}/br${br}/bk${bk}`,
+        () =>
+          weightPrelude(dtype) + WORKGROUP_KVT + prefillIo +
+          `const D4: u32 = ${headDim / 4}u;\nconst BR: u32 = ${br}u;\nconst BK: u32 = ${bk}u;\n` +
+          unrollTemplate(blockedSource, { r: br / 8, i: bk / 8, c: Math.ceil(headDim / 32) }),
+      );
+    } else if (tiled !== null) {
       const { br, bk } = tiled;
       const ipr = 64 / br;
       const od = Math.ceil(headDim / 4 / ipr);

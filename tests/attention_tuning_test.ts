@@ -17,7 +17,7 @@ import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { GPU_TEST, ParamArena, testContext, upload, whole } from "./support/gpu.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
-import { tiledPrefillCompiles } from "../engine/models/attention_block.ts";
+import { gpuPrefillCompiles } from "../engine/models/attention_block.ts";
 import { TILE, TILE_CANDIDATES, type TileConfig } from "../kernels/matmul.ts";
 import { shapeKey } from "../kernels/matmul_tuning.ts";
 import { tileName } from "../kernels/matmul_tile.ts";
@@ -427,33 +427,43 @@ Deno.test(
 );
 
 Deno.test(
-  "ModelRunner prefills equal to the float64 reference with the tiled prefill attention",
+  "ModelRunner prefills equal to the float64 reference with the tiled and blocked prefill attention",
   GPU_TEST,
   async () => {
-    // Chunks of 24 tokens: later chunks attend to the cached prefix through the tiled kernel.
+    // Chunks of 24 tokens: later chunks attend to the cached prefix through the chosen kernel.
     const prompt = Array.from({ length: 60 }, (_, i) => (i * 53 + 7) % 500);
-    await withTinyRunner(33, "gpu", prompt, 8, 24, async (runner, ctx) => {
-      const pre = runner.prefillAttention;
-      // The tiled kernel's default shape (32 rows a workgroup here), then 16 and 8 rows.
-      const names = ["workgroup", "tiled", "tiled br16", "tiled br8"];
-      assertEqual(pre.kernels.map((k) => k.name), names);
-      assertEqual(pre.kernels.map((k) => k.config.tiledRows), [0, 32, 16, 8]);
-      assertThrows(() => pre.use("unrolled"), /this model runs workgroup or tiled or tiled br16/);
-      const r = await tunePrefillAttention(ctx, pre.kernels, {
-        tokens: 40,
-        blockSize: 16,
-        repeats: 2,
+    // Each GPU kernel's default shape (32 rows a workgroup here), then 16 and 8 rows.
+    const names = [
+      "workgroup",
+      "tiled",
+      "tiled br16",
+      "tiled br8",
+      "blocked",
+      "blocked br16",
+      "blocked br8",
+    ];
+    for (const chosen of ["tiled br8", "blocked", "blocked br8"]) {
+      await withTinyRunner(33, "gpu", prompt, 8, 24, async (runner, ctx) => {
+        const pre = runner.prefillAttention;
+        assertEqual(pre.kernels.map((k) => k.name), names);
+        assertEqual(pre.kernels.map((k) => k.config.tiledRows), [0, 32, 16, 8, 32, 16, 8]);
+        assertThrows(() => pre.use("unrolled"), /this model runs workgroup or tiled or tiled br16/);
+        const r = await tunePrefillAttention(ctx, pre.kernels, {
+          tokens: 40,
+          blockSize: 16,
+          repeats: 2,
+        });
+        assertEqual(r.points.map((p) => p.name), names);
+        assertEqual(r.name, r.points.reduce((a, p) => (p.ms < a.ms ? p : a)).name);
+        await assertRejects(
+          () => tunePrefillAttention(ctx, [], { tokens: 4, blockSize: 16 }),
+          /0 kernels/,
+        );
+        // The chosen kernel runs every layer's prefill (the chunks after the tuning's overwrites).
+        pre.use(chosen);
+        assertEqual(runner.prefillAttention.name, chosen);
       });
-      assertEqual(r.points.map((p) => p.name), names);
-      assertEqual(r.name, r.points.reduce((a, p) => (p.ms < a.ms ? p : a)).name);
-      await assertRejects(
-        () => tunePrefillAttention(ctx, [], { tokens: 4, blockSize: 16 }),
-        /0 kernels/,
-      );
-      // The last kernel runs every layer's prefill (the chunks after the tuning's overwrites).
-      pre.use("tiled br8");
-      assertEqual(runner.prefillAttention.name, "tiled br8");
-    });
+    }
   },
 );
 
@@ -494,20 +504,27 @@ Deno.test(
 );
 
 Deno.test(
-  "tiledPrefillCompiles() compiles the tiled prefill attention inside error scopes",
+  "gpuPrefillCompiles() compiles the GPU prefill attention kernels inside error scopes",
   GPU_TEST,
   async () => {
-    for (const kernelProfile of ["gpu", "cpu"] as const) {
-      const ctx = await testContext({ kernelProfile });
-      const qwen3 = { numHeads: 16, numKvHeads: 8, headDim: 128 };
-      assertEqual(await tiledPrefillCompiles(ctx, qwen3, ctx.weightDtype), { ok: true });
-      // GQA 16 does not fit the tiled kernel: nothing to compile, nothing left out.
-      assertEqual(
-        await tiledPrefillCompiles(ctx, { numHeads: 32, numKvHeads: 2, headDim: 64 }, "f32"),
-        { ok: true },
-      );
-      ctx.check();
-    }
+    const qwen3 = { numHeads: 16, numKvHeads: 8, headDim: 128 };
+    const gpu = await testContext({ kernelProfile: "gpu" });
+    assertEqual(await gpuPrefillCompiles(gpu, qwen3, gpu.weightDtype), {
+      variants: ["tiled", "blocked"],
+      errors: [],
+    });
+    // GQA 64 fits neither kernel (at most 32 rows a workgroup): nothing to compile.
+    assertEqual(
+      await gpuPrefillCompiles(gpu, { numHeads: 64, numKvHeads: 1, headDim: 64 }, "f32"),
+      { variants: [], errors: [] },
+    );
+    gpu.check();
+    // Not added under the cpu profile.
+    const cpu = await testContext({ kernelProfile: "cpu" });
+    assertEqual(await gpuPrefillCompiles(cpu, qwen3, cpu.weightDtype), {
+      variants: [],
+      errors: [],
+    });
   },
 );
 

@@ -6,7 +6,8 @@ import {
   PagedAttentionPrefill,
   type PagedAttentionPrefillConfig,
   type PagedAttentionPrefillVariant,
-  tiledPrefillRows,
+  prefillTileRows,
+  prefillTileShape,
 } from "../kernels/paged_attention_prefill.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
@@ -99,12 +100,13 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
     { variant: "workgroup" },
   ];
   const group = numQHeads / numKvHeads;
-  if (group <= 8) {
-    // The tiled kernel's default shape, then every other row count that fits.
-    const storage = ctx.limits.maxComputeWorkgroupStorageSize;
-    kinds.push({ variant: "tiled" });
-    for (const tiledRows of tiledPrefillRows(headDim, group, storage)) {
-      kinds.push({ variant: "tiled", tiledRows });
+  const storage = ctx.limits.maxComputeWorkgroupStorageSize;
+  for (const variant of ["tiled", "blocked"] as const) {
+    // Each GPU kernel's default shape, then every other row count that fits.
+    if (prefillTileShape(variant, headDim, group, storage, dtype) === null) continue;
+    kinds.push({ variant });
+    for (const tiledRows of prefillTileRows(variant, headDim, group, storage, dtype)) {
+      kinds.push({ variant, tiledRows });
     }
   }
   if (group * headDim <= MAX_UNROLLED_PREFILL_GROUP_DIM && headDim % 8 === 0) {

@@ -23,10 +23,11 @@ import {
   unrolledFusedFits,
 } from "../../kernels/paged_attention_decode.ts";
 import {
+  gpuPrefillKernels,
   PagedAttentionPrefill,
   type PagedAttentionPrefillOp,
-  tiledPrefillKernels,
-  tiledPrefillShape,
+  prefillTileShape,
+  type TiledPrefillVariant,
 } from "../../kernels/paged_attention_prefill.ts";
 import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
 import type { GpuContext } from "../../gpu/context.ts";
@@ -58,28 +59,38 @@ export interface StepShape {
   readonly numSampled: number;
 }
 
+/** The GPU prefill attention kernels with a tile of rows per workgroup. */
+export const GPU_PREFILL_VARIANTS: readonly TiledPrefillVariant[] = ["tiled", "blocked"];
+
 /**
- * Whether the adapter compiles the `tiled` prefill attention for this geometry and KV dtype
- * (compiled inside GPU error scopes: a failure is returned, with its message, and does not fail
- * the context). True under the cpu profile or where the kernel does not fit (it is not added
- * then anyway).
+ * Which of the GPU prefill attention kernels (`tiled`, `blocked`) the adapter compiles for this
+ * geometry and KV dtype, each compiled inside GPU error scopes: one that fails is left out, with
+ * its message in `errors`, and does not fail the context. None under the cpu profile (they are
+ * not added there); a kernel that does not fit the workgroup memory is left out silently.
  */
-export async function tiledPrefillCompiles(
+export async function gpuPrefillCompiles(
   ctx: GpuContext,
   geometry: Pick<AttentionGeometry, "numHeads" | "numKvHeads" | "headDim">,
   dtype: DType,
-): Promise<{ readonly ok: true } | { readonly ok: false; readonly error: string }> {
+): Promise<{ readonly variants: TiledPrefillVariant[]; readonly errors: string[] }> {
   const { numHeads, numKvHeads, headDim } = geometry;
   const storage = ctx.limits.maxComputeWorkgroupStorageSize;
-  if (ctx.isCpuProfile || tiledPrefillShape(headDim, numHeads / numKvHeads, storage) === null) {
-    return { ok: true };
+  const variants: TiledPrefillVariant[] = [];
+  const errors: string[] = [];
+  if (ctx.isCpuProfile) return { variants, errors };
+  for (const variant of GPU_PREFILL_VARIANTS) {
+    if (prefillTileShape(variant, headDim, numHeads / numKvHeads, storage, dtype) === null) {
+      continue;
+    }
+    // The default shape and each other row count the tuner measures.
+    const r = await withErrorScopes(ctx.device, () =>
+      Promise.resolve(
+        gpuPrefillKernels(ctx, { numQHeads: numHeads, numKvHeads, headDim, dtype }, [variant]),
+      ));
+    if ("error" in r) errors.push(`${variant}: ${r.error.message.split("\n")[0]!}`);
+    else variants.push(variant);
   }
-  // The default shape and each other row count the tuner measures.
-  const r = await withErrorScopes(ctx.device, () =>
-    Promise.resolve(
-      tiledPrefillKernels(ctx, { numQHeads: numHeads, numKvHeads, headDim, dtype }),
-    ));
-  return "error" in r ? { ok: false, error: r.error.message.split("\n")[0]! } : { ok: true };
+  return { variants, errors };
 }
 
 /**
@@ -99,15 +110,15 @@ export class AttentionKernels {
   readonly geometry: AttentionGeometry;
   readonly #reshape: ReshapeAndCache;
   readonly #decode: PagedAttentionDecode;
-  /** The profile's prefill kernel first, then (gpu profile, where it fits) the `tiled` one. */
+  /** The profile's prefill kernel first, then (gpu profile, where they fit) `tiled`, `blocked`. */
   readonly #prefill: readonly PagedAttentionPrefill[];
   /** Which of `#prefill` every layer runs (shared by the blocks). */
   readonly #prefillChoice = { index: 0 };
   readonly #scratch: ReturnType<PagedAttentionDecode["createScratch"]>;
 
   /**
-   * @param tiledPrefill whether to add the `tiled` prefill kernel beside the profile's (gpu
-   *   profile, where it fits): {@linkcode tiledPrefillCompiles} says whether the adapter can.
+   * @param gpuPrefill the GPU prefill kernels to add beside the profile's (gpu profile, where
+   *   they fit): {@linkcode gpuPrefillCompiles} says which the adapter compiles.
    * @param rope a RoPE model's head norms: the decode kernel's fused variant (q/k norms, RoPE
    *   and the K/V write of all-decode steps) is then compiled too, see {@linkcode fusesRope}.
    */
@@ -116,7 +127,7 @@ export class AttentionKernels {
     geometry: AttentionGeometry,
     kv: KvCache,
     maxSeqs: number,
-    tiledPrefill = true,
+    gpuPrefill: readonly TiledPrefillVariant[] = GPU_PREFILL_VARIANTS,
     rope?: DecodeRopeConfig,
   ) {
     this.geometry = geometry;
@@ -134,7 +145,7 @@ export class AttentionKernels {
     const prefill = { numQHeads: numHeads, numKvHeads, headDim, dtype };
     this.#prefill = [
       new PagedAttentionPrefill(ctx, prefill),
-      ...(ctx.isCpuProfile || !tiledPrefill ? [] : tiledPrefillKernels(ctx, prefill)),
+      ...(ctx.isCpuProfile ? [] : gpuPrefillKernels(ctx, prefill, gpuPrefill)),
     ];
     this.#scratch = this.#decode.createScratch(maxSeqs, geometry.maxModelLen);
   }

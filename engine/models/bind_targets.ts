@@ -11,7 +11,8 @@ import { ParamArena } from "../../gpu/params.ts";
 import { KvCache } from "../kv_cache.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { DEFAULT_RING_SLOTS, StepBuffers } from "../step_buffers.ts";
-import { AttentionKernels } from "./attention_block.ts";
+import { AttentionKernels, GPU_PREFILL_VARIANTS } from "./attention_block.ts";
+import type { TiledPrefillVariant } from "../../kernels/paged_attention_prefill.ts";
 import { KernelSet } from "./kernel_set.ts";
 
 /** What an architecture binds its call sites against (the runner's, shared by every layer). */
@@ -46,15 +47,15 @@ export interface BindTargetSizes {
 
 /**
  * Allocates the KV cache and step buffers for `sizes` (in `ctx.weightDtype`), the parameter
- * arena, and compiles the kernels, for a model of config `c` (the `tiled` prefill attention only
- * when `tiledPrefill`: see `tiledPrefillCompiles`). The caller destroys `kv`, `bufs`, `arena` and
+ * arena, and compiles the kernels, for a model of config `c` (of the GPU prefill attention
+ * kernels, `gpuPrefill`: see `gpuPrefillCompiles`). The caller destroys `kv`, `bufs`, `arena` and
  * `attention` (in that order of allocation).
  */
 export function allocateBindTargets(
   ctx: GpuContext,
   c: ModelConfig,
   sizes: BindTargetSizes,
-  tiledPrefill = true,
+  gpuPrefill: readonly TiledPrefillVariant[] = GPU_PREFILL_VARIANTS,
 ): BindTargets {
   const dtype = ctx.weightDtype;
   const D = c.headDim;
@@ -103,7 +104,7 @@ export function allocateBindTargets(
     },
     kv,
     sizes.maxSeqs,
-    tiledPrefill,
+    gpuPrefill,
     // RoPE models (every architecture but GPT-2); head norms in the weights' dtype (Qwen3).
     c.arch === "GPT2LMHeadModel" || sizes.fusedDecode === false
       ? undefined
