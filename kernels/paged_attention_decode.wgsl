@@ -44,9 +44,13 @@
 //   8 p            : uniform       Params
 // Workgroup: 64 invocations per (partition, kv head, sequence), handling the GROUP query heads
 //   that share the kv head, so K and V are read once for all of them. Per tile of 64 positions:
-//   phase 1, invocation i scores position i against the GROUP queries (held in workgroup memory);
-//   phase 2, invocation g < GROUP updates the running max / sum of query g and turns its scores
-//   into weights; phase 3, each invocation accumulates (query, 4 dims) outputs over the tile.
+//   phase 1, invocation i scores position i against the GROUP queries (held in workgroup memory)
+//   and folds its scores into the running maximum per query (workgroup atomicMax on the scores'
+//   order-preserving bits); phase 2, every invocation reads the maxima, rescales (all keep the
+//   previous ones) and turns its own position's scores into weights, in parallel (until 2026-11-29 invocation
+//   g < GROUP walked the tile's 64 scores twice, serially, while the others waited at a barrier);
+//   phase 3, each invocation accumulates (query, 4 dims) outputs and, beside them, the sum of the
+//   weights over the tile.
 //   With P = GROUP * HEAD_DIM / 4 output vec4s: P >= 64 gives each invocation ceil(P / 64) of
 //   them over all positions; P < 64 splits the positions between floor(64 / P) invocation sets
 //   whose sums are added at the end.
@@ -67,22 +71,35 @@ const SUBS: u32 = max(1u, WG / P); // invocation sets splitting the positions (p
 // Params, the bindings and NEG_BIG: paged_attention_decode_io.wgsl (prepended).
 
 var<workgroup> sh_q: array<vec4<f32>, MAX_GROUP * MAX_D4>; // scaled queries [g, d4]
-var<workgroup> sh_s: array<f32, MAX_GROUP * TILE>; // scores [g, i]
+var<workgroup> sh_s: array<f32, MAX_GROUP * TILE>; // the fused prologue's staging (its k head)
 var<workgroup> sh_w: array<f32, MAX_GROUP * TILE>; // softmax weights [g, i]
 var<workgroup> sh_alpha: array<f32, MAX_GROUP>; // rescale of the running output, per g
 var<workgroup> sh_base: array<u32, 2u * TILE>; // K/V vec4 index of position i, double-buffered
-var<workgroup> sh_ml: array<vec2<f32>, MAX_GROUP>; // final (max, sum) per g
+// The running maximum score per g, as order-preserving bits (ordered_bits): the phase-2 reads of a
+// tile and the next tile's phase-1 updates are on either side of a barrier.
+var<workgroup> sh_max: array<atomic<u32>, MAX_GROUP>;
 var<workgroup> sh_red: array<vec4<f32>, WG>; // partial outputs of the invocation sets
+var<workgroup> sh_red_l: array<f32, WG>; // their partial weight sums
 var<workgroup> sh_len: u32;
 
-// Stores output vec4 `pair` (query head head0 + pair / D4) of the workgroup: normalised into
-// out (split == 0) or as a split partial.
-fn store_pair(seq: u32, head0: u32, part: u32, pair: u32, v: vec4<f32>) {
+// f32 -> u32 preserving order (u32 comparisons of the results order the floats), and back.
+fn ordered_bits(f: f32) -> u32 {
+  let b = bitcast<u32>(f);
+  return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
+}
+
+fn from_ordered_bits(o: u32) -> f32 {
+  return bitcast<f32>(select(~o, o & 0x7fffffffu, (o & 0x80000000u) != 0u));
+}
+
+// Stores output vec4 `pair` (query head head0 + pair / D4) of the workgroup: normalised by the
+// head's weight sum `l` into out (split == 0) or as a split partial.
+fn store_pair(seq: u32, head0: u32, part: u32, pair: u32, v: vec4<f32>, l: f32) {
   let g = pair / D4;
   let row = seq * p.num_q_heads + head0 + g;
   let d4 = pair - g * D4;
   if (p.split == 0u) {
-    out[row * D4 + d4] = v / sh_ml[g].y;
+    out[row * D4 + d4] = v / l;
   } else {
     part_out[(row * p.max_partitions + part) * D4 + d4] = v;
   }
@@ -126,18 +143,22 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   // Phase-3 role of this invocation: output vec4s first + r * WG of position set `sub`.
   let sub = lid / P;
   let first = lid - sub * P;
-  var m_run = NEG_BIG; // running max and sum of query `lid` (invocations lid < GROUP)
-  var l_run = 0.0;
-  // Its output vec4s, r < PAIRS (valid when below P), and their sums.
+  var m_run$i = NEG_BIG; // running max of query i (every invocation keeps all of them)
+  // Its output vec4s, r < PAIRS (valid when below P), their sums and their heads' weight sums.
   let pair$r = first + $ru * WG;
   var acc$r = vec4<f32>(0.0);
+  var l$r = 0.0;
   let bt_row = table_row(seq);
   var parity = 0u;
+  if (lid < MAX_GROUP) {
+    atomicStore(&sh_max[lid], 0u);
+  }
   workgroupBarrier();
 
   for (var t0 = start; t0 < end; t0 += TILE) {
     let n = min(TILE, end - t0);
     // Phase 1: invocation lid scores position t0 + lid against every query of the group.
+    var s$i = NEG_BIG;
     if (lid < n) {
       let pos = t0 + lid;
       let blk = pos / p.block_size;
@@ -149,43 +170,32 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
         let kv = vec4<f32>(k_cache[base + d4]);
         dot$i += dot(sh_q[$iu * MAX_D4 + d4], kv);
       }
-      sh_s[$iu * TILE + lid] = dot$i;
+      s$i = dot$i;
+      atomicMax(&sh_max[$iu], ordered_bits(dot$i));
     }
     workgroupBarrier();
-    // Phase 2: invocation g < GROUP rescales its running softmax and writes the tile's weights.
-    if (lid < GROUP) {
-      var m_tile = m_run;
-      for (var i = 0u; i < n; i++) {
-        m_tile = max(m_tile, sh_s[lid * TILE + i]);
-      }
-      let alpha = exp(m_run - m_tile);
-      var sum = 0.0;
-      for (var i = 0u; i < n; i++) {
-        let w = exp(sh_s[lid * TILE + i] - m_tile);
-        sh_w[lid * TILE + i] = w;
-        sum += w;
-      }
-      l_run = l_run * alpha + sum;
-      m_run = m_tile;
-      sh_alpha[lid] = alpha;
-    }
+    // Phase 2: the new running maxima (every tile has a score per query, so they are real
+    // scores), the rescale from the previous ones, and this position's weights.
+    let mt$i = from_ordered_bits(atomicLoad(&sh_max[$iu]));
+    let alpha$i = exp(m_run$i - mt$i);
+    m_run$i = mt$i;
+    if (lid < n) { sh_w[$iu * TILE + lid] = exp(s$i - mt$i); }
+    if (lid == 0u) { sh_alpha[$iu] = alpha$i; }
     workgroupBarrier();
-    // Phase 3: rescale the running outputs, then add this tile's weighted V rows.
+    // Phase 3: rescale the running outputs and sums, then add this tile's weighted V rows.
     if (sub < SUBS) {
-      if (pair$r < P) { acc$r *= sh_alpha[pair$r / D4]; }
+      if (pair$r < P) { let a = sh_alpha[pair$r / D4]; acc$r *= a; l$r *= a; }
       for (var i = sub; i < n; i += SUBS) {
         let base = sh_base[parity * TILE + i];
-        if (pair$r < P) { acc$r += sh_w[pair$r / D4 * TILE + i] * vec4<f32>(v_cache[base + pair$r % D4]); }
+        if (pair$r < P) { let w = sh_w[pair$r / D4 * TILE + i]; acc$r += w * vec4<f32>(v_cache[base + pair$r % D4]); l$r += w; }
       }
     }
     parity = 1u - parity;
   }
 
-  if (lid < GROUP) {
-    sh_ml[lid] = vec2<f32>(m_run, l_run);
-  }
   if (SUBS > 1u && sub < SUBS) {
     sh_red[lid] = acc0;
+    sh_red_l[lid] = l0;
   }
   workgroupBarrier();
   if (sub != 0u) {
@@ -194,10 +204,12 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   if (SUBS > 1u) {
     for (var j = 1u; j < SUBS; j++) {
       acc0 += sh_red[j * P + first];
+      l0 += sh_red_l[j * P + first];
     }
   }
-  if (pair$r < P) { store_pair(seq, head0, part, pair$r, acc$r); }
-  if (p.split != 0u && lid < GROUP) {
-    part_ml[(seq * p.num_q_heads + head0 + lid) * p.max_partitions + part] = sh_ml[lid];
-  }
+  if (pair$r < P) { store_pair(seq, head0, part, pair$r, acc$r, l$r); }
+  // A head's (max, sum) by the invocation holding its first output vec4.
+  var m_pair$r = NEG_BIG;
+  m_pair$r = select(m_pair$r, m_run$i, pair$r / D4 == $iu);
+  if (p.split != 0u && pair$r < P && pair$r % D4 == 0u) { part_ml[(seq * p.num_q_heads + head0 + pair$r / D4) * p.max_partitions + part] = vec2<f32>(m_pair$r, l$r); }
 }

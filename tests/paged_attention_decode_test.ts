@@ -37,6 +37,8 @@ interface Case {
   blockSize: number;
   dtype: DType;
   partitionSize: number;
+  /** Multiplies the queries (standard deviation 2): scores in the hundreds need the softmax max. */
+  qScale?: number;
 }
 
 async function checkCase(c: Case, lens: readonly number[]): Promise<void> {
@@ -44,7 +46,7 @@ async function checkCase(c: Case, lens: readonly number[]): Promise<void> {
   if (c.dtype === "f16" && !ctx.hasF16) return;
   const { hq, hkv, headDim, blockSize, dtype, partitionSize } = c;
   const name = `Hq ${hq} Hkv ${hkv} D ${headDim} block ${blockSize} ${dtype} ` +
-    `partition ${partitionSize} lens [${lens}]`;
+    `partition ${partitionSize} lens [${lens}]` + (c.qScale === undefined ? "" : ` q x${c.qScale}`);
   const { seed, rng } = testSeed(`paged_attention_decode ${name}`);
   const cache = buildPagedCache({
     seqK: lens.map((len) => rng.array(len * hkv * headDim, -1, 1)),
@@ -59,7 +61,7 @@ async function checkCase(c: Case, lens: readonly number[]): Promise<void> {
   });
   // q sits inside a fused [q | k | v] row, as in the engine.
   const qStride = (hq + 2 * hkv) * headDim;
-  const q = rng.normals(lens.length * qStride, 2);
+  const q = rng.normals(lens.length * qStride, 2 * (c.qScale ?? 1));
   const expected = pagedAttentionRef({
     q,
     qStride,
@@ -187,6 +189,17 @@ Deno.test(
     const base = { hq: 16, hkv: 8, headDim: 128, blockSize: 16, dtype: "f16" as const };
     await checkCase({ ...base, partitionSize: 512 }, [1100]);
     await checkCase({ ...base, partitionSize: 64 }, [2]);
+  },
+);
+
+Deno.test(
+  "paged_attention decode stays finite and exact when scores reach the hundreds",
+  GPU_TEST,
+  async () => {
+    // Scores of standard deviation ~115 (exp overflows f32 past ~88): a softmax that did not
+    // subtract each query's running maximum would return NaN.
+    const base = { hq: 4, hkv: 2, headDim: 64, blockSize: 16, dtype: "f32" as const, qScale: 100 };
+    await checkCase({ ...base, partitionSize: 64 }, LENS);
   },
 );
 
