@@ -23,7 +23,12 @@
  * Each time is the median of several passes timed on the GPU (`timestamp-query`; else the host
  * clock over several passes), gpu/timer.ts; the candidates of one shape and row count (a round's
  * tiles; the `gemv` kernels and the tile at one M) are timed in one submission and one wait
- * (`PassClock.medianMsEach`), each with call sites of its own. Nothing is timed right after its
+ * (`PassClock.medianMsEach`), each with call sites of its own. Each pass runs the next of the
+ * shape's call sites in turn (up to {@linkcode MAX_ROTATED_SITES}, on through the candidates
+ * of a submission), so a pass reads weights that the passes just before it did not, as a model
+ * step does (28 layers apart): timed on one call site, a projection's weights stay in a GPU's L2
+ * from one pass to the next (50 MB on an H200: every Qwen3-0.6B projection) and every candidate
+ * looks as fast as a cache allows. Nothing is timed right after its
  * compile: the tiles go through a discarded first pass, then passes backward and forward
  * ({@linkcode tileRounds}); each shape's `gemv` kernels run once before their row counts are
  * timed. The call sites'
@@ -65,8 +70,16 @@ import {
  * 3 (2026-11-29): split-K tiles among the candidates; double-buffered tiles timed as themselves
  * (before, as their single-buffered twins: the pipeline key omitted `db`); tiles per shape; the
  * `gemv` at 32 invocations a row.
+ * 4 (2026-11-29): each timed pass runs the next of the shape's call sites (their own weights), not
+ * always the first.
  */
-export const MATMUL_TUNER_REVISION = 3;
+export const MATMUL_TUNER_REVISION = 4;
+
+/**
+ * The most call sites of one shape that the timed passes rotate over: enough that their weights
+ * exceed a GPU's L2 for all but the smallest projections (32 sites of 2 MiB: 64 MiB).
+ */
+export const MAX_ROTATED_SITES = 32;
 
 /** Options of {@linkcode tuneMatmul}. */
 export interface MatmulTunerOptions {
@@ -98,7 +111,12 @@ export interface MatmulTuningReport {
    * rows and at the largest decode batch, in ms.
    */
   readonly shapes: Readonly<
-    Record<string, { readonly tileMs: readonly number[]; readonly smallMs?: readonly number[] }>
+    Record<string, {
+      readonly tileMs: readonly number[];
+      readonly smallMs?: readonly number[];
+      /** The call sites the timed passes rotated over. */
+      readonly sites: number;
+    }>
   >;
   /** Per shape key: the row counts measured for the `gemv` / `tiled` choice. */
   readonly crossovers: Readonly<Record<string, readonly CrossoverPoint[]>>;
@@ -110,12 +128,16 @@ export interface MatmulTuningReport {
   readonly wallMs: number;
 }
 
-/** One call-site shape: a representative op, the matmul it belongs to, how many share it. */
+/**
+ * One call-site shape: a representative op, the matmul it belongs to, how many share it, and the
+ * buffers of those the timed passes rotate over (the representative's first).
+ */
 interface ShapeGroup {
   readonly key: string;
   readonly op: MatmulOp;
   readonly matmul: Matmul;
   count: number;
+  readonly sites: MatmulOp["buffers"][];
 }
 
 /**
@@ -139,51 +161,56 @@ export async function tuneMatmul(
   const kinds = groups.map((g) =>
     gemvCandidates(g.op.buffers.weight.rowStride, g.op.buffers.weight.format)
   );
-  // Slots: one op per (shape, tile) and per (shape, gemv kind), each with one per weight part.
+  // Slots: per rotated call site, one op per (shape, tile) and per (shape, gemv kind), each with
+  // one per weight part.
   const slots = groups.reduce(
-    (n, g, j) => n + g.op.buffers.weight.parts.length * (tiles.length + kinds[j]!.length),
+    (n, g, j) =>
+      n + g.sites.length * g.op.buffers.weight.parts.length * (tiles.length + kinds[j]!.length),
     0,
   );
   const arena = new ParamArena(ctx, slots + 1, "matmul-tuning");
   const clock = new PassClock(ctx, arena, options.repeats);
   try {
-    // One trial matmul per (matmul, tile): the call sites re-bound with that tile. Candidates
-    // timed together (PassClock.medianMsEach) must not share parameter slots, so each gemv kind
-    // of a shape gets a call site of its own too.
-    const trials = new Map<string, { matmul: Matmul; op: MatmulOp }>();
+    // One trial matmul per (matmul, tile): the rotated call sites re-bound with that tile.
+    // Candidates timed together (PassClock.medianMsEach) must not share parameter slots, so each
+    // gemv kind of a shape gets call sites of its own too.
+    const trials = new Map<string, { matmul: Matmul; ops: MatmulOp[] }>();
     const trialOf = (g: ShapeGroup, tile: TileConfig) => {
       const id = `${g.key}/${tiles.indexOf(tile)}`;
       let t = trials.get(id);
       if (t === undefined) {
         const { dtype, bias, policy } = g.matmul;
         const matmul = new Matmul(ctx, { dtype, bias, policy, tile });
-        t = { matmul, op: matmul.bind(arena, g.op.buffers) };
+        t = { matmul, ops: g.sites.map((buffers) => matmul.bind(arena, buffers)) };
         trials.set(id, t);
       }
       return t;
     };
-    const trial = (g: ShapeGroup, tile: TileConfig): MatmulOp => trialOf(g, tile).op;
-    const gemvOps = new Map<string, MatmulOp>();
-    const gemvOp = (g: ShapeGroup, kind: GemvCandidate, tile: TileConfig): MatmulOp => {
+    const trial = (g: ShapeGroup, tile: TileConfig): MatmulOp[] => trialOf(g, tile).ops;
+    const gemvOps = new Map<string, MatmulOp[]>();
+    const gemvOp = (g: ShapeGroup, kind: GemvCandidate, tile: TileConfig): MatmulOp[] => {
       const id = `${g.key}/${gemvCandidateKey(kind)}`;
-      let op = gemvOps.get(id);
-      if (op === undefined) {
-        op = trialOf(g, tile).matmul.bind(arena, g.op.buffers);
-        gemvOps.set(id, op);
+      let ops = gemvOps.get(id);
+      if (ops === undefined) {
+        const { matmul } = trialOf(g, tile);
+        ops = g.sites.map((buffers) => matmul.bind(arena, buffers));
+        gemvOps.set(id, ops);
       }
-      return op;
+      return ops;
     };
-    /** One candidate: its call site (made, and its kernels compiled, in the clock's scopes). */
+    const turns = new SiteTurns();
+    /** One candidate: its call sites (made, and its kernels compiled, in the clock's scopes). */
     const run = (
-      op: () => MatmulOp,
+      g: ShapeGroup,
+      op: () => MatmulOp[],
       m: number,
       variant: "gemv" | "tiled",
       gemv: GemvCandidate = { ...DEFAULT_GEMV, xRows: MAX_X_ROWS },
     ) =>
     () => {
-      const o = op();
+      const ops = op();
       return (pass: GPUComputePassEncoder) =>
-        o.encode(pass, m, {
+        turns.next(g.key, ops).encode(pass, m, {
           variant,
           gemvRows: gemv.rows,
           gemvStep: gemv.step,
@@ -202,7 +229,7 @@ export async function tuneMatmul(
       for (const round of rounds) {
         for (const [j, g] of groups.entries()) {
           const ms = await clock.medianMsEach(
-            round.order.map((i) => run(() => trial(g, tiles[i]!), rows(g), "tiled")),
+            round.order.map((i) => run(g, () => trial(g, tiles[i]!), rows(g), "tiled")),
           );
           if (round.kept) round.order.forEach((i, k) => sums[i]![j]! += ms[k]!);
         }
@@ -247,7 +274,7 @@ export async function tuneMatmul(
       // Each kernel once, untimed in effect: it compiles there, so the times kept below follow a
       // busy GPU rather than a compile (see tileRounds).
       await clock.medianMsEach(
-        own.map((kind) => run(op(kind), Math.min(kind.xRows, g.op.maxRows), "gemv", kind)),
+        own.map((kind) => run(g, op(kind), Math.min(kind.xRows, g.op.maxRows), "gemv", kind)),
       );
       for (const m of rowCounts(options.maxBatch, prefill(g))) {
         // Candidates whose X rows cap does not bind at this M run the same kernel: timed once.
@@ -257,8 +284,8 @@ export async function tuneMatmul(
         const t = tileAt(tiled, m, g.op.shape);
         // The distinct kernels, then the tile that runs this M, timed together.
         const times = await clock.medianMsEach([
-          ...distinct.map((kind) => run(op(kind), m, "gemv", kind)),
-          run(() => trial(g, t), m, "tiled"),
+          ...distinct.map((kind) => run(g, op(kind), m, "gemv", kind)),
+          run(g, () => trial(g, t), m, "tiled"),
         ]);
         const byKey = new Map(distinct.map((kind, i) => [key(kind), times[i]!]));
         const r = { m, ms: own.map((kind) => byKey.get(key(kind))!), tiledMs: times.at(-1)! };
@@ -300,6 +327,7 @@ export async function tuneMatmul(
       shapes: Object.fromEntries(groups.map((g, j) => [g.key, {
         tileMs: tiles.map((t) => tileTimes.get(t)![j]!),
         ...(smallTimes === undefined ? {} : { smallMs: tiles.map((t) => smallTimes.get(t)![j]!) }),
+        sites: g.sites.length,
       }])),
       crossovers,
       method: clock.method,
@@ -308,6 +336,22 @@ export async function tuneMatmul(
     };
   } finally {
     arena.destroy();
+  }
+}
+
+/**
+ * Which call site each timed pass runs: per shape key, the next of the candidate's sites in
+ * turn, the count going on from one candidate to the next (a candidate's first pass does not
+ * re-read the weights the previous candidate's last pass read).
+ */
+export class SiteTurns {
+  readonly #next = new Map<string, number>();
+
+  /** The site of `key`'s next pass among `sites` (all candidates of a key have as many). */
+  next<T>(key: string, sites: readonly T[]): T {
+    const i = (this.#next.get(key) ?? 0) % sites.length;
+    this.#next.set(key, i + 1);
+    return sites[i]!;
   }
 }
 
@@ -323,8 +367,15 @@ function shapeGroups(matmuls: readonly Matmul[]): ShapeGroup[] {
     for (const op of matmul.ops) {
       const key = shapeKey(op.shape);
       const g = groups.get(key);
-      if (g !== undefined) g.count++;
-      else groups.set(key, { key, op, matmul, count: 1 });
+      if (g === undefined) groups.set(key, { key, op, matmul, count: 1, sites: [op.buffers] });
+      else {
+        g.count++;
+        // Sites of one shape share the model's activation buffers; one with fewer rows of X
+        // could not run every row count the representative's can.
+        if (g.sites.length < MAX_ROTATED_SITES && op.maxRows === g.op.maxRows) {
+          g.sites.push(op.buffers);
+        }
+      }
     }
   }
   if (groups.size === 0) throw new RangeError("Cannot tune matmul: no call site is bound");

@@ -16,7 +16,7 @@ import {
   TILE_CANDIDATES,
 } from "../kernels/matmul.ts";
 import { sameTile } from "../kernels/matmul_tile.ts";
-import { pickGemv, rowCounts, tuneMatmul } from "../kernels/matmul_tuner.ts";
+import { pickGemv, rowCounts, SiteTurns, tuneMatmul } from "../kernels/matmul_tuner.ts";
 import {
   crossover,
   describeTuning,
@@ -478,6 +478,17 @@ Deno.test(
       });
       assert(tiles.includes(r.tuning.tile));
       const keys = [shapeKey(sites[0]!.op.shape), shapeKey(sites[2]!.op.shape)];
+      // The timed passes rotate over a shape's call sites: the second 40 x 64 site ran too, so
+      // the first row of its Y holds its product, no longer the poison.
+      assertEqual(keys.map((key) => r.shapes[key]!.sites), [2, 1]);
+      const second = sites[1]!;
+      const w = roundTo(second.w, ctx.weightDtype);
+      assertClose(
+        (await readF32(ctx, second.yBuf)).subarray(0, second.n),
+        matmulRef(second.x.subarray(0, second.k), w, undefined, 1, second.n, second.k),
+        toleranceFor(ctx.weightDtype),
+        "the second call site's first row",
+      );
       assertEqual(Object.keys(r.tuning.gemvMaxRows), keys);
       for (const key of keys) {
         const points = r.crossovers[key]!;
@@ -708,3 +719,15 @@ Deno.test(
       }
     }),
 );
+
+Deno.test("SiteTurns.next() cycles over a shape's sites and goes on from one candidate to the next", () => {
+  const turns = new SiteTurns();
+  const a = ["a0", "a1", "a2"];
+  const b = ["b0", "b1", "b2"];
+  // Candidate a's four passes, then candidate b's: b starts where a stopped.
+  const passes = [a, a, a, a, b, b].map((sites) => turns.next("k", sites));
+  assertEqual(passes, ["a0", "a1", "a2", "a0", "b1", "b2"]);
+  // Another shape has its own turn.
+  assertEqual(turns.next("other", ["o0", "o1"]), "o0");
+  assertEqual(turns.next("k", a), "a0");
+});
