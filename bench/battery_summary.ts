@@ -25,6 +25,11 @@ export interface StepFigure {
   readonly dispatchesPerLayer?: number;
   /** GPU idle time between decode steps, ms (decode only, with timestamps). */
   readonly gpuIdleMs?: number;
+  /**
+   * Tokens per second of the prefill's compute pass alone (prefill only, with timestamps): no
+   * host encoding or readback wait in it.
+   */
+  readonly gpuPassTokPerS?: number;
 }
 
 /** `bench:model`'s figures of one run: decode by batch size, prefill by token count. */
@@ -93,6 +98,8 @@ const GPU_LINE = new RegExp(String.raw`ms computing, ${NUM} ms idle`);
 const PREFILL_LINE = new RegExp(
   String.raw`^prefill (\d+) tokens: ${NUM} (ms|tok/s),? \(?${NUM} (?:ms|tok/s)`,
 );
+/** The end of bench:model's prefill line with timestamps: "; GPU pass 51.2 ms, 10000.0 tok/s)". */
+const PREFILL_GPU = new RegExp(String.raw`; GPU pass ${NUM} ms, ${NUM} tok/s\)`);
 
 /** bench/dispatch_floor.ts's "dependent, 528 workgroups of 256: ...; 5.12 us per further
  * dispatch". */
@@ -166,9 +173,11 @@ export function readModelRun(text: string): ModelRun {
     if (p !== null && !prefill.has(num(p[1]!))) {
       const [first, second] = [num(p[2]!), num(p[4]!)];
       const msFirst = p[3] === "ms";
+      const gpu = PREFILL_GPU.exec(line);
       prefill.set(num(p[1]!), {
         msPerStep: msFirst ? first : second,
         tokPerS: msFirst ? second : first,
+        ...(gpu === null ? {} : { gpuPassTokPerS: num(gpu[2]!) }),
       });
     }
   });
@@ -314,9 +323,10 @@ export function summaryLines(b: BatteryFigures): string[] {
   }
   for (const tokens of [128, 512]) {
     const v = p(b.model, tokens)?.tokPerS;
+    const pass = p(b.model, tokens)?.gpuPassTokPerS;
     row(
       `prefill ${tokens}, tok/s (PyTorch peer: ${show(p(b.torch, tokens)?.tokPerS, 0)})`,
-      show(v, 0),
+      show(v, 0) + (pass === undefined ? "" : ` (GPU pass alone: ${show(pass, 0)})`),
       tokens === 512 ? ">= 20,000" : "",
       tokens === 512 ? verdict(v, 20000, true) : "-",
     );

@@ -5,7 +5,12 @@
 
 import { deepEqual as assertEqual } from "node:assert/strict";
 import type { Quantization } from "../gpu/quant.ts";
-import { medianRatioLines, ratioLines, type RunResult } from "../bench/model_bench/report.ts";
+import {
+  medianRatioLines,
+  prefillLine,
+  ratioLines,
+  type RunResult,
+} from "../bench/model_bench/report.ts";
 import type { DecodeResult } from "../bench/model_bench/workload.ts";
 
 /** A run of `quantization` with these decode rates (batches 1, 8) and one prefill rate. */
@@ -19,7 +24,7 @@ function run(
     quantization,
     weightBytes: bytes,
     unquantizedWeightBytes: 1000,
-    prefill: [{ tokens: 512, ms: 1, tokensPerS: prefill, cpuS: 0 }],
+    prefill: [{ tokens: 512, ms: 1, tokensPerS: prefill, cpuS: 0, gpuMs: null }],
     decode: decode.map((tokensPerS, i) => ({ batch: [1, 8][i]!, tokensPerS }) as DecodeResult),
   };
 }
@@ -62,4 +67,16 @@ Deno.test("medianRatioLines() gives each figure's median ratio over the rounds a
     "batch 1 1.50x (1.40-1.50)",
   );
   assertEqual(medianRatioLines([[run("none", 1000, [10, 40], 20)]]), []);
+});
+
+Deno.test("prefillLine() gives the GPU pass's time and rate beside the wall time when timed", () => {
+  const r = { tokens: 512, ms: 76.2, tokensPerS: 6719.2, cpuS: 0.04 };
+  assertEqual(
+    prefillLine({ ...r, gpuMs: 51.2 }),
+    "prefill 512 tokens: 76 ms, 6719.2 tok/s (CPU 0.0 s; GPU pass 51.2 ms, 10000.0 tok/s)",
+  );
+  assertEqual(
+    prefillLine({ ...r, gpuMs: null }),
+    "prefill 512 tokens: 76 ms, 6719.2 tok/s (CPU 0.0 s)",
+  );
 });

@@ -71,8 +71,8 @@ async function measurePrefills(env: BenchEnv, work: BenchWorkload): Promise<Pref
   const out: PrefillResult[] = [];
   for (const n of env.options.prefills) {
     const c0 = cpuSeconds();
-    const ms = await work.prefill(n, 0);
-    const r = { tokens: n, ms, tokensPerS: n / (ms / 1000), cpuS: cpuSeconds() - c0 };
+    const { ms, gpuMs } = await work.prefillTimed(n, 0);
+    const r = { tokens: n, ms, tokensPerS: n / (ms / 1000), cpuS: cpuSeconds() - c0, gpuMs };
     out.push(r);
     env.log(prefillLine(r));
   }

@@ -37,9 +37,12 @@ export interface ModelBenchReport {
 /** One prefill's figures. */
 export interface PrefillResult {
   readonly tokens: number;
+  /** Wall time: the host's encoding, the GPU's pass and the readback wait. */
   readonly ms: number;
   readonly tokensPerS: number;
   readonly cpuS: number;
+  /** The GPU's time for the step's compute pass (`timestamp-query`), else null. */
+  readonly gpuMs: number | null;
 }
 
 /** One runner's (one weight format's) figures. */
@@ -83,8 +86,11 @@ export function loadLine(
 
 /** One prefill's time and rate. */
 export function prefillLine(r: PrefillResult): string {
+  const gpu = r.gpuMs === null
+    ? ""
+    : `; GPU pass ${r.gpuMs.toFixed(1)} ms, ${(r.tokens / (r.gpuMs / 1000)).toFixed(1)} tok/s`;
   return `prefill ${r.tokens} tokens: ${r.ms.toFixed(0)} ms, ${r.tokensPerS.toFixed(1)} tok/s ` +
-    `(CPU ${r.cpuS.toFixed(1)} s)`;
+    `(CPU ${r.cpuS.toFixed(1)} s${gpu})`;
 }
 
 /** A batch size's decode rate, and its host cost per step. */

@@ -96,9 +96,29 @@ export class BenchWorkload {
 
   /** Prefills `n` tokens of one sequence in blocks [base, base + ceil(n / BLOCK)); awaits it. */
   async prefill(n: number, base: number): Promise<number> {
-    const start = performance.now();
-    await this.runner.execute(this.prefillStep(n, base)).result;
-    return performance.now() - start;
+    return (await this.prefillTimed(n, base)).ms;
+  }
+
+  /**
+   * {@linkcode BenchWorkload.prefill}, with the GPU's time for the step's compute pass
+   * (`timestamp-query`; else null) beside the wall time: the wall time also holds the host's
+   * encoding and Deno's readback wait (>= 10 ms, ../shared/platform-notes.md), which a server
+   * pipelining its steps does not pay once per prefill.
+   */
+  async prefillTimed(n: number, base: number): Promise<{ ms: number; gpuMs: number | null }> {
+    const timer = this.runner.ctx.hasTimestamps ? new GpuTimer(this.runner.ctx, 1) : null;
+    try {
+      const start = performance.now();
+      const descriptor = timer?.passDescriptor(0);
+      await this.runner.execute(this.prefillStep(n, base), { descriptor }).result;
+      const ms = performance.now() - start;
+      const gpuMs = timer === null
+        ? null
+        : (await readTimeline(this.runner, timer, 1)).busyMsPerStep;
+      return { ms, gpuMs };
+    } finally {
+      timer?.destroy();
+    }
   }
 
   /** The greedy prefill step of `n` tokens of one sequence in blocks from `base` on. */
