@@ -47,10 +47,10 @@
 //   phase 1, invocation i scores position i against the GROUP queries (held in workgroup memory)
 //   and folds its scores into the running maximum per query (workgroup atomicMax on the scores'
 //   order-preserving bits); phase 2, every invocation reads the maxima, rescales (all keep the
-//   previous ones) and turns its own position's scores into weights, in parallel (until 2026-11-29 invocation
-//   g < GROUP walked the tile's 64 scores twice, serially, while the others waited at a barrier);
-//   phase 3, each invocation accumulates (query, 4 dims) outputs and, beside them, the sum of the
-//   weights over the tile.
+//   previous ones) and turns its own position's scores into weights, in parallel (until
+//   2026-11-29 invocation g < GROUP walked the tile's 64 scores twice, serially, while the others
+//   waited at a barrier); phase 3, each invocation accumulates (query, 4 dims) outputs and,
+//   beside them, the sum of the weights over the tile.
 //   With P = GROUP * HEAD_DIM / 4 output vec4s: P >= 64 gives each invocation ceil(P / 64) of
 //   them over all positions; P < 64 splits the positions between floor(64 / P) invocation sets
 //   whose sums are added at the end.
@@ -211,5 +211,6 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   // A head's (max, sum) by the invocation holding its first output vec4.
   var m_pair$r = NEG_BIG;
   m_pair$r = select(m_pair$r, m_run$i, pair$r / D4 == $iu);
-  if (p.split != 0u && pair$r < P && pair$r % D4 == 0u) { part_ml[(seq * p.num_q_heads + head0 + pair$r / D4) * p.max_partitions + part] = vec2<f32>(m_pair$r, l$r); }
+  let ml$r = (seq * p.num_q_heads + head0 + pair$r / D4) * p.max_partitions + part;
+  if (p.split != 0u && pair$r < P && pair$r % D4 == 0u) { part_ml[ml$r] = vec2<f32>(m_pair$r, l$r); }
 }

@@ -71,8 +71,9 @@ export interface PagedAttentionPrefillConfig {
    * 8-32 rows, the largest that fits the workgroup storage) or `blocked`
    * (`paged_attention_prefill_blocked.wgsl`, 64 invocations share 8-32 rows, each a block of
    * rows by keys and rows by output dims); for these two `workgroupSize` and `keyChunk` do not
-   * apply and the GQA group is at most the rows (kernels/prefill_attention_shapes.ts). Default `unrolled` on CPU adapters when
-   * `GROUP * headDim <= 512` and `headDim` is a multiple of 8, else `workgroup`.
+   * apply and the GQA group is at most the rows (kernels/prefill_attention_shapes.ts). Default
+   * `unrolled` on CPU adapters when `GROUP * headDim <= 512` and `headDim` is a multiple of 8,
+   * else `workgroup`.
    */
   readonly variant?: PagedAttentionPrefillVariant;
   /**

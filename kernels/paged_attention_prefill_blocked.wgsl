@@ -150,6 +150,7 @@ fn main(
   for (var t = 0u; t < 8u; t++) {
     lt$r += sh_m[row$r * 8u + t];
   }
-  let ob$r = ((tile.q0 + tile.first + row$r / group) * p.num_q_heads + kvh * group + row$r % group) * D4;
+  let head$r = kvh * group + row$r % group;
+  let ob$r = ((tile.q0 + tile.first + row$r / group) * p.num_q_heads + head$r) * D4;
   if (row$r < nrows && tx + 8u * $cu < D4) { out[ob$r + tx + 8u * $cu] = o$r_$c / lt$r; }
 }
