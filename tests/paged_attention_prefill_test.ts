@@ -247,6 +247,16 @@ Deno.test(
       blockSize: 16,
       kernel: { workgroupSize: 40, keyChunk: 7 },
     });
+    // GQA 16: the tiled and blocked kernels at 32 and 16 rows a workgroup (2 and 1 queries a tile).
+    await check(ctx, {
+      ...base,
+      name: "g16",
+      numQHeads: 16,
+      numKvHeads: 1,
+      headDim: 64,
+      blockSize: 16,
+      exactTiles: true,
+    });
     // A group (3) that does not divide the workgroup, and a sequence with no new tokens.
     await check(ctx, {
       dtype,
