@@ -90,9 +90,7 @@ fn main(
     // Stage the chunk's K and V rows in workgroup memory as f32 (converted once per workgroup).
     workgroupBarrier();
     for (var e = lid; e < kn * D4; e += WG) {
-      let key = k0 + e / D4;
-      let block = block_tables[bt_row + key / p.block_size];
-      let g = ((block * p.num_kv_heads + kvh) * p.block_size + key % p.block_size) * D4 + e % D4;
+      let g = kv_vec4(bt_row, kvh, k0 + e / D4, e % D4);
       ks[e] = vec4<f32>(k_cache[g]);
       vs[e] = vec4<f32>(v_cache[g]);
     }

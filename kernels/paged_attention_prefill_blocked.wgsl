@@ -31,7 +31,7 @@
 // Prelude (prepended by kernels/paged_attention_prefill.ts): the weight prelude (WT4: vec4 of
 // the KV dtype) with KVT = WT4; `const D4: u32` (head_dim / 4), `const BR: u32` (8 * RR),
 // `const BK: u32` (8 * KR); paged_attention_prefill_io.wgsl (Params, bindings,
-// workgroup_tile).
+// workgroup_tile, tile_query).
 //
 // Bindings (group 0): as paged_attention_prefill.wgsl
 //   0 q            : storage read  array<vec4<f32>>  q(t, h, d) at t * q_stride + h * D + d
@@ -78,10 +78,7 @@ fn main(
 
   // The tile's queries, scaled, row by row (rows past the tile repeat its last row).
   for (var e = lid; e < BR * D4; e += 64u) {
-    let r = min(e / D4, nrows - 1u);
-    let t = tile.q0 + tile.first + r / group;
-    let h = kvh * group + r % group;
-    sh_q[(e / D4) * QS + e % D4] = q[t * (p.q_stride / 4u) + h * D4 + e % D4] * p.scale_log2e;
+    sh_q[(e / D4) * QS + e % D4] = tile_query(tile, e / D4, e % D4);
   }
   let ty = lid / 8u;
   let tx = lid % 8u;
@@ -103,9 +100,7 @@ fn main(
       var kv = KVT(0.0);
       var vv = KVT(0.0);
       if (j < kn) {
-        let key = k0 + j;
-        let block = block_tables[bt_row + key / p.block_size];
-        let g = ((block * p.num_kv_heads + kvh) * p.block_size + key % p.block_size) * D4 + e % D4;
+        let g = kv_vec4(bt_row, kvh, k0 + j, e % D4);
         kv = k_cache[g];
         vv = v_cache[g];
       }

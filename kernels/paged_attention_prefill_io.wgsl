@@ -3,7 +3,7 @@
 // prepended to both by kernels/paged_attention_prefill.ts, which writes Params. Shapes are
 // listed in the kernels' headers. Needs the alias KVT, the
 // element type of the caches, defined around it: WT4 (vec4 of the KV dtype) for the workgroup
-// kernel, kv_load8_{f16,f32}.wgsl's for the unrolled one.
+// kernel, kv_load8_{f16,f32}.wgsl's for the unrolled one; and `const D4: u32` (head_dim / 4).
 
 // A score no real score reaches; masked keys get it and then weight 0.
 const NEG_BIG: f32 = -3.0e38;
@@ -82,4 +82,21 @@ fn workgroup_tile(wid: vec3u, nwg: vec3u) -> Tile {
     }
   }
   return Tile(false, kvh, 0u, 0u, 0u, 0u, 0u);
+}
+
+// Query vec4 d4 of row r of a tile whose rows are (query, head of the kv head's group) pairs,
+// row r = i * group + g, scaled by scale_log2e; rows past the tile's last repeat it.
+fn tile_query(tile: Tile, r: u32, d4: u32) -> vec4<f32> {
+  let group = p.num_q_heads / p.num_kv_heads;
+  let rr = min(r, tile.rows * group - 1u);
+  let t = tile.q0 + tile.first + rr / group;
+  let h = tile.kv_head * group + rr % group;
+  return q[t * (p.q_stride / 4u) + h * D4 + d4] * p.scale_log2e;
+}
+
+// Index of K / V vec4 d4 of key `key` of kv head kvh in the caches (as KVT vec4s), the sequence's
+// block-table row starting at bt_row (table_row).
+fn kv_vec4(bt_row: u32, kvh: u32, key: u32, d4: u32) -> u32 {
+  let block = block_tables[bt_row + key / p.block_size];
+  return ((block * p.num_kv_heads + kvh) * p.block_size + key % p.block_size) * D4 + d4;
 }

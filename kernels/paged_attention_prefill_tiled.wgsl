@@ -30,7 +30,7 @@
 // the KV dtype) with KVT = WT4; `const D4: u32` (head_dim / 4), `const BR: u32` (rows per
 // workgroup, 8, 16 or 32), `const BK: u32` (keys per step, a multiple of IPR), `const IPR: u32`
 // (64 / BR), `const OD: u32`; paged_attention_prefill_io.wgsl (Params, bindings,
-// workgroup_tile).
+// workgroup_tile, tile_query).
 //
 // Bindings (group 0): as paged_attention_prefill.wgsl
 //   0 q            : storage read  array<vec4<f32>>  q(t, h, d) at t * q_stride + h * D + d
@@ -73,10 +73,7 @@ fn main(
 
   // The tile's queries, scaled, row by row (rows past the tile repeat its last row).
   for (var e = lid; e < BR * D4; e += 64u) {
-    let r = min(e / D4, nrows - 1u);
-    let t = tile.q0 + tile.first + r / group;
-    let h = kvh * group + r % group;
-    sh_q[e] = q[t * (p.q_stride / 4u) + h * D4 + e % D4] * p.scale_log2e;
+    sh_q[e] = tile_query(tile, e / D4, e % D4);
   }
   let row = lid / IPR;
   let part = lid % IPR;
@@ -98,9 +95,7 @@ fn main(
       var kv = vec4<f32>(0.0);
       var vv = vec4<f32>(0.0);
       if (j < kn) {
-        let key = k0 + j;
-        let block = block_tables[bt_row + key / p.block_size];
-        let g = ((block * p.num_kv_heads + kvh) * p.block_size + key % p.block_size) * D4 + e % D4;
+        let g = kv_vec4(bt_row, kvh, k0 + j, e % D4);
         kv = vec4<f32>(k_cache[g]);
         vv = vec4<f32>(v_cache[g]);
       }
