@@ -11,9 +11,10 @@
 // (lid / 8, lid % 8); it owns rows ty + 8a (a < RR) for the whole kernel, and per step of BK =
 // 8 * KR keys the keys tx + 8b (b < KR) of the scores and the output vec4s tx + 8c (c < OD =
 // ceil(D4 / 8)). Unlike paged_attention_prefill_tiled.wgsl (one invocation per row and part,
-// a row's softmax by one invocation), each score costs a quarter of a load per multiply-add
-// (RR q and KR k vec4s per RR x KR dot products), each output vec4 likewise (RR weights and OD
-// V vec4s per RR x OD multiply-adds), and the softmax is shared by the row's 8 invocations.
+// about one workgroup load per vec4 multiply-add, a row's softmax by one invocation), a vec4 step
+// of the scores costs RR + KR loads for RR x KR dot products and one of the outputs RR weights
+// and OD V vec4s for RR x OD multiply-adds (at 4 x 4: half a load each), and the softmax is
+// shared by the row's 8 invocations.
 // Per step (4 barriers):
 //   1. the step's K and V rows are staged in workgroup memory in the cache's type (keys past the
 //      tile's last position as zeros);
