@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { readBattery, readModelRun, summaryLines } from "../bench/battery_summary.ts";
+import { readBattery, readModelRun } from "../bench/battery_read.ts";
+import { summaryLines } from "../bench/battery_summary.ts";
 
 // Lines as bench/model_bench.ts, bench/torch_reference.py, bench/serve.ts, deno test and
 // bench/gpu_battery.sh print them (copied from a lavapipe run of the battery, 2026-11-27).
