@@ -119,6 +119,20 @@ export function gpuPrefillKernels(
   });
 }
 
+/**
+ * The `tiled` or `blocked` kernel's source after the prelude and the shape constants (D4, BR, BK),
+ * its register blocks written out (kernels/unroll.ts).
+ */
+function tileKernelBody(variant: TiledPrefillVariant, headDim: number, br: number, bk: number) {
+  if (variant === "blocked") {
+    return unrollTemplate(blockedSource, { r: br / 8, i: bk / 8, c: Math.ceil(headDim / 32) });
+  }
+  const ipr = 64 / br;
+  const od = Math.ceil(headDim / 4 / ipr);
+  return `const IPR: u32 = ${ipr}u;\nconst OD: u32 = ${od}u;\n` +
+    unrollTemplate(tiledSource, { i: bk / ipr, r: od });
+}
+
 /** Largest `GROUP * headDim` of the `unrolled` kernel (registers and code size). */
 export const MAX_UNROLLED_PREFILL_GROUP_DIM = 512;
 
@@ -227,10 +241,10 @@ export class PagedAttentionPrefill {
           `tiled and blocked only, ${TILED_ROWS.join(", ")}`,
       );
     }
-    const tiled = tileVariant === null
+    const tileShape = tileVariant === null
       ? null
       : prefillTileShape(tileVariant, headDim, group, storage, dtype, rows);
-    if (tileVariant !== null && tiled === null) {
+    if (tileVariant !== null && tileShape === null) {
       throw new RangeError(
         `Cannot create ${variant} paged_attention_prefill: GQA group ${group} or head_dim ` +
           `${headDim} does not fit ${storage} bytes of workgroup storage` +
@@ -248,30 +262,17 @@ export class PagedAttentionPrefill {
       workgroupSize,
       keyChunk,
       variant,
-      tiledRows: tiled?.br ?? 0,
+      tiledRows: tileShape?.br ?? 0,
     };
-    if (tiled !== null && variant === "blocked") {
-      const { br, bk } = tiled;
+    if (tileVariant !== null && tileShape !== null) {
+      const { br, bk } = tileShape;
       this.tileQueries = Math.floor(br / group);
       this.#pipeline = ctx.pipeline(
-        `paged_attention_prefill_blocked/${dtype}/d${headDim}/br${br}/bk${bk}`,
+        `paged_attention_prefill_${tileVariant}/${dtype}/d${headDim}/br${br}/bk${bk}`,
         () =>
           weightPrelude(dtype) + WORKGROUP_KVT + prefillIo +
           `const D4: u32 = ${headDim / 4}u;\nconst BR: u32 = ${br}u;\nconst BK: u32 = ${bk}u;\n` +
-          unrollTemplate(blockedSource, { r: br / 8, i: bk / 8, c: Math.ceil(headDim / 32) }),
-      );
-    } else if (tiled !== null) {
-      const { br, bk } = tiled;
-      const ipr = 64 / br;
-      const od = Math.ceil(headDim / 4 / ipr);
-      this.tileQueries = Math.floor(br / group);
-      this.#pipeline = ctx.pipeline(
-        `paged_attention_prefill_tiled/${dtype}/d${headDim}/br${br}/bk${bk}`,
-        () =>
-          weightPrelude(dtype) + WORKGROUP_KVT + prefillIo +
-          `const D4: u32 = ${headDim / 4}u;\nconst BR: u32 = ${br}u;\nconst BK: u32 = ${bk}u;\n` +
-          `const IPR: u32 = ${ipr}u;\nconst OD: u32 = ${od}u;\n` +
-          unrollTemplate(tiledSource, { i: bk / ipr, r: od }),
+          tileKernelBody(tileVariant, headDim, br, bk),
       );
     } else if (variant === "unrolled") {
       this.tileQueries = 8;

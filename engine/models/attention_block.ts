@@ -26,7 +26,6 @@ import {
   gpuPrefillKernels,
   PagedAttentionPrefill,
   type PagedAttentionPrefillOp,
-  prefillTileShape,
   type TiledPrefillVariant,
 } from "../../kernels/paged_attention_prefill.ts";
 import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
@@ -74,21 +73,17 @@ export async function gpuPrefillCompiles(
   dtype: DType,
 ): Promise<{ readonly variants: TiledPrefillVariant[]; readonly errors: string[] }> {
   const { numHeads, numKvHeads, headDim } = geometry;
-  const storage = ctx.limits.maxComputeWorkgroupStorageSize;
   const variants: TiledPrefillVariant[] = [];
   const errors: string[] = [];
   if (ctx.isCpuProfile) return { variants, errors };
   for (const variant of GPU_PREFILL_VARIANTS) {
-    if (prefillTileShape(variant, headDim, numHeads / numKvHeads, storage, dtype) === null) {
-      continue;
-    }
-    // The default shape and each other row count the tuner measures.
+    // The default shape and each other row count the tuner measures (none where it does not fit).
     const r = await withErrorScopes(ctx.device, () =>
       Promise.resolve(
         gpuPrefillKernels(ctx, { numQHeads: numHeads, numKvHeads, headDim, dtype }, [variant]),
       ));
     if ("error" in r) errors.push(`${variant}: ${r.error.message.split("\n")[0]!}`);
-    else variants.push(variant);
+    else if (r.value.length > 0) variants.push(variant);
   }
   return { variants, errors };
 }
