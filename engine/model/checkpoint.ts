@@ -1,9 +1,9 @@
 /**
  * A Hugging Face checkpoint directory: `config.json` (required), `generation_config.json`
  * (optional), and the weights as one `model.safetensors` or as shards listed by
- * `model.safetensors.index.json` (`weight_map`: tensor name -> shard file). Opening reads only
- * the JSON files and the safetensors headers; tensor data is streamed on demand in bounded
- * chunks from whichever shard holds it. Tokenizer files are handled elsewhere.
+ * `model.safetensors.index.json` (`weight_map`: tensor name -> shard file), opened by
+ * engine/model/checkpoint_files.ts. Opening reads only the JSON files and the safetensors
+ * headers; tensor data is streamed on demand in bounded chunks from whichever shard holds it. Tokenizer files are handled elsewhere.
  *
  * Tensors are addressed by their canonical names in every layout transformers loads (prefixed
  * or not; non-weight buffers left out): see engine/model/tensor_names.ts.
@@ -43,7 +43,8 @@ import {
   type PackedParts,
   readPackedWeight,
 } from "./packed_tensors.ts";
-import { SafetensorsFile, type TensorChunk } from "./safetensors.ts";
+import { fileExists, openWeightFiles, readCheckpointJson } from "./checkpoint_files.ts";
+import type { SafetensorsFile, TensorChunk } from "./safetensors.ts";
 import { shapeText, type TensorInfo } from "./safetensors_header.ts";
 import { TensorNames } from "./tensor_names.ts";
 
@@ -60,40 +61,6 @@ interface Fp8Layout {
 export interface CheckpointTensor extends TensorInfo {
   /** Path of the safetensors file (shard) holding the tensor. */
   readonly file: string;
-}
-
-const SINGLE_FILE = "model.safetensors";
-const INDEX_FILE = "model.safetensors.index.json";
-
-async function readJson(path: string): Promise<unknown> {
-  let text: string;
-  try {
-    text = await Deno.readTextFile(path);
-  } catch (e) {
-    const why = e instanceof Deno.errors.NotFound
-      ? "not found"
-      : `cannot read (${e instanceof Error ? e.message : e})`;
-    throw new CheckpointError(`${path}: ${why}`, { cause: e });
-  }
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    throw new CheckpointError(
-      `${path}: invalid JSON (${e instanceof Error ? e.message : e})`,
-      { cause: e },
-    );
-  }
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    return (await Deno.stat(path)).isFile;
-  } catch (e) {
-    if (e instanceof Deno.errors.NotFound) return false;
-    throw new CheckpointError(`${path}: cannot stat (${e instanceof Error ? e.message : e})`, {
-      cause: e,
-    });
-  }
 }
 
 /** An open checkpoint. Call {@linkcode close} when done to release the shard files. */
@@ -166,7 +133,7 @@ export class Checkpoint {
    */
   static async open(dir: string): Promise<Checkpoint> {
     const configPath = join(dir, "config.json");
-    const rawConfig = await readJson(configPath);
+    const rawConfig = await readCheckpointJson(configPath);
     const config = parseModelConfig(rawConfig, configPath);
     const quantization = parseCheckpointQuantization(rawConfig, configPath);
     if (quantization !== null && isPackedInt(quantization) && config.arch === "GPT2LMHeadModel") {
@@ -177,28 +144,11 @@ export class Checkpoint {
       );
     }
     const genPath = join(dir, "generation_config.json");
-    const generationConfig = await exists(genPath)
-      ? parseGenerationConfig(await readJson(genPath), genPath)
+    const generationConfig = await fileExists(genPath)
+      ? parseGenerationConfig(await readCheckpointJson(genPath), genPath)
       : null;
 
-    const files: SafetensorsFile[] = [];
-    const byTensor = new Map<string, SafetensorsFile>();
-    try {
-      const single = join(dir, SINGLE_FILE);
-      const indexPath = join(dir, INDEX_FILE);
-      if (await exists(single)) {
-        const f = await SafetensorsFile.open(single);
-        files.push(f);
-        for (const name of f.tensors.keys()) byTensor.set(name, f);
-      } else if (await exists(indexPath)) {
-        await openShards(dir, indexPath, await readJson(indexPath), files, byTensor);
-      } else {
-        throw new CheckpointError(`${dir}: no ${SINGLE_FILE} or ${INDEX_FILE} found`);
-      }
-    } catch (e) {
-      for (const f of files) f.close();
-      throw e;
-    }
+    const { files, byTensor } = await openWeightFiles(dir);
     return new Checkpoint(dir, config, generationConfig, quantization, files, byTensor);
   }
 
@@ -412,49 +362,6 @@ export class Checkpoint {
   close(): void {
     for (const f of this.#files) f.close();
     this.#files = [];
-  }
-}
-
-async function openShards(
-  dir: string,
-  indexPath: string,
-  index: unknown,
-  files: SafetensorsFile[],
-  byTensor: Map<string, SafetensorsFile>,
-): Promise<void> {
-  const weightMap = typeof index === "object" && index !== null
-    ? Reflect.get(index, "weight_map")
-    : undefined;
-  if (typeof weightMap !== "object" || weightMap === null || Array.isArray(weightMap)) {
-    throw new CheckpointError(`${indexPath}: missing or invalid "weight_map"`);
-  }
-  const shards = new Map<string, SafetensorsFile>();
-  for (const [name, shard] of Object.entries(weightMap)) {
-    if (typeof shard !== "string" || shard === "" || /[\\/]/.test(shard) || shard === "..") {
-      throw new CheckpointError(
-        `${indexPath}: weight_map entry "${name}" has an invalid shard file name ${
-          JSON.stringify(shard)
-        }`,
-      );
-    }
-    let file = shards.get(shard);
-    if (file === undefined) {
-      const shardPath = join(dir, shard);
-      if (!(await exists(shardPath))) {
-        throw new CheckpointError(
-          `${indexPath}: weight_map points at missing shard "${shard}" (for "${name}")`,
-        );
-      }
-      file = await SafetensorsFile.open(shardPath);
-      files.push(file);
-      shards.set(shard, file);
-    }
-    if (!file.tensors.has(name)) {
-      throw new CheckpointError(
-        `${name}: listed in ${indexPath} for shard "${shard}" but not found in it`,
-      );
-    }
-    byTensor.set(name, file);
   }
 }
 
