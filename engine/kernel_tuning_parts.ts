@@ -9,12 +9,8 @@
 import type { GpuContext } from "../gpu/context.ts";
 import { MATMUL_SOURCES_DIGEST } from "../kernels/matmul_kernels.ts";
 import { MATMUL_TUNER_REVISION, tuneMatmul } from "../kernels/matmul_tuner.ts";
-import {
-  describeTuning,
-  type MatmulTuning,
-  parseMatmulTuning,
-  shapeKey,
-} from "../kernels/matmul_tuning.ts";
+import { describeTuning, type MatmulTuning, shapeKey } from "../kernels/matmul_tuning.ts";
+import { parseMatmulTuning } from "../kernels/matmul_tuning_parse.ts";
 import type { Matmul } from "../kernels/matmul.ts";
 import {
   checkDecodeSplitTuning,

@@ -8,35 +8,41 @@
  */
 
 import type { GemvKind } from "./matmul_kernels.ts";
-import { checkTile, type TileConfig, tileSplit } from "./matmul_tile.ts";
+import { checkTile, sameTile, type TileConfig, tileSplit } from "./matmul_tile.ts";
 import { type MatmulShape, type MatmulTuning, MAX_X_ROWS, shapeKey } from "./matmul_tuning.ts";
 
-/** The tiles `shape` runs under `tuning` (its own, or the common ones): prefill, small M. */
+/**
+ * The tiles `shape` runs under `tuning` (its own, or the common ones): prefill, small M, and the
+ * shape's own between them.
+ */
 function tilesOf(tuning: MatmulTuning, shape?: MatmulShape) {
   const own = shape === undefined ? undefined : tuning.shapeTiles?.[shapeKey(shape)];
   return own === undefined
-    ? { tile: tuning.tile, small: tuning.smallTile }
-    : { tile: own.tile, small: own.small };
+    ? { tile: tuning.tile, small: tuning.smallTile, middle: [] }
+    : { tile: own.tile, small: own.small, middle: own.middle ?? [] };
 }
 
 /**
  * The `tiled` configuration that runs `m` rows of X of `shape` under `tuning`: the shape's own
- * when the tuning lists it, else the common one (the small-M tile up to its rows).
+ * when the tuning lists it (the first of its small-M and middle tiles whose rows hold `m`, else
+ * its prefill tile), else the common one (the small-M tile up to its rows).
  */
 export function tileAt(tuning: MatmulTuning, m: number, shape?: MatmulShape): TileConfig {
-  const { tile, small } = tilesOf(tuning, shape);
-  return small !== undefined && m <= small.maxRows ? small.tile : tile;
+  const { tile, small, middle } = tilesOf(tuning, shape);
+  const below = small === undefined ? middle : [small, ...middle];
+  return below.find((b) => m <= b.maxRows)?.tile ?? tile;
 }
 
 /**
  * Every `tiled` configuration `shape` may run under `tuning` (any shape's common ones without
- * it): the tile, the small-M tile when there is one, and each split-K one's unsplit twin (what
- * runs the M whose partials do not fit, `Matmul.fitSplit`).
+ * it): the tile, the small-M and middle tiles, and each split-K one's unsplit twin (what runs the
+ * M whose partials do not fit, `Matmul.fitSplit`).
  */
 export function tilesRun(tuning: MatmulTuning, shape?: MatmulShape): TileConfig[] {
-  const { tile, small } = tilesOf(tuning, shape);
-  return (small === undefined ? [tile] : [tile, small.tile])
+  const { tile, small, middle } = tilesOf(tuning, shape);
+  const all = [tile, ...(small === undefined ? [] : [small.tile]), ...middle.map((b) => b.tile)]
     .flatMap((t) => tileSplit(t) === 1 ? [t] : [t, { ...t, sk: 1 }]);
+  return all.filter((t, i) => all.findIndex((u) => sameTile(u, t)) === i);
 }
 
 /**
@@ -50,6 +56,7 @@ export function checkTuningTiles(tuning: MatmulTuning): void {
   for (const own of Object.values(tuning.shapeTiles ?? {})) {
     checkTile(own.tile);
     if (own.small !== undefined) checkTile(own.small.tile);
+    for (const b of own.middle ?? []) checkTile(b.tile);
   }
 }
 

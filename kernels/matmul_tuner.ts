@@ -8,9 +8,11 @@
  *    prefill tile may leave most of a GPU idle: 16 workgroups for N = 1,024 at M = 64 with 64 x 64
  *    tiles); when another tile wins there, it runs every M up to that batch
  *    ({@linkcode SmallTile});
- * 3. from the same measurements, per shape, its own tiles ({@linkcode ShapeTile}): the fastest
- *    at its prefill rows and, when another, at the decode batch (1 and 2 remain for shapes bound
- *    later);
+ * 3. per shape, its own tiles ({@linkcode ShapeTile}): from the same measurements, the fastest
+ *    at its prefill rows and, when another, at the decode batch; and the fastest at the row
+ *    counts between ({@linkcode middleRows}: 128 and 256 between a batch of 64 and 512 rows),
+ *    timed for that (a tile chosen at 512 rows may give a 128-token prefill a quarter of its
+ *    workgroups: on a large GPU, as long as 512 tokens); 1 and 2 remain for shapes bound later;
  * 4. per shape, `gemv` (with 1 and 4 weight rows per invocation, each with steps of 4 and, where
  *    the row stride allows, 8 weights at 64 and 32 invocations a row, and for int8 / int4
  *    weights steps of 32, each taking at most 8, 4, 2 or 1 rows of X per workgroup:
@@ -56,9 +58,11 @@ import {
   gemvKindKey,
   type MatmulTuning,
   MAX_X_ROWS,
+  middleRows,
   pickTile,
   shapeKey,
   type ShapeTile,
+  shapeTileOf,
   type SmallTile,
   tileRounds,
 } from "./matmul_tuning.ts";
@@ -72,8 +76,10 @@ import {
  * `gemv` at 32 invocations a row.
  * 4 (2026-11-29): each timed pass runs the next of the shape's call sites (their own weights), not
  * always the first.
+ * 5 (2026-11-29): each shape's tiles also timed at the row counts between the decode batch and
+ * the prefill rows (`ShapeTile.middle`).
  */
-export const MATMUL_TUNER_REVISION = 4;
+export const MATMUL_TUNER_REVISION = 5;
 
 /**
  * The most call sites of one shape that the timed passes rotate over: enough that their weights
@@ -108,12 +114,14 @@ export interface MatmulTuningReport {
   }[];
   /**
    * Per shape key: each tile candidate's time (in the order of `tiles`) at the shape's prefill
-   * rows and at the largest decode batch, in ms.
+   * rows, at the largest decode batch and at the row counts between, in ms.
    */
   readonly shapes: Readonly<
     Record<string, {
       readonly tileMs: readonly number[];
       readonly smallMs?: readonly number[];
+      /** The same at each row count between (`ShapeTile.middle`), ascending. */
+      readonly middleMs?: readonly { readonly rows: number; readonly ms: readonly number[] }[];
       /** The call sites the timed passes rotated over. */
       readonly sites: number;
     }>
@@ -222,14 +230,17 @@ export async function tuneMatmul(
     // Each tile's time per shape: the mean of its kept passes (tileRounds: a discarded first
     // pass that compiles, then passes backward and forward), a shape's tiles of one pass timed
     // together.
-    const timeTiles = async (rows: (g: ShapeGroup) => number) => {
+    // A shape whose `rows` is null is left out (its times read 0).
+    const timeTiles = async (rows: (g: ShapeGroup) => number | null) => {
       const sums = tiles.map(() => groups.map(() => 0));
       const rounds = tileRounds(tiles.length);
       const keptRounds = rounds.filter((r) => r.kept).length;
       for (const round of rounds) {
         for (const [j, g] of groups.entries()) {
+          const m = rows(g);
+          if (m === null) continue;
           const ms = await clock.medianMsEach(
-            round.order.map((i) => run(g, () => trial(g, tiles[i]!), rows(g), "tiled")),
+            round.order.map((i) => run(g, () => trial(g, tiles[i]!), m, "tiled")),
           );
           if (round.kept) round.order.forEach((i, k) => sums[i]![j]! += ms[k]!);
         }
@@ -247,17 +258,28 @@ export async function tuneMatmul(
     const smallTile: SmallTile | undefined = sameTile(small, tile)
       ? undefined
       : { tile: small, maxRows: decodeRows };
+    // The row counts between the decode batch and each shape's prefill rows, timed for that
+    // shape's own tiles only.
+    const middleOf = (g: ShapeGroup) => middleRows(decodeRows, prefill(g));
+    const middleTimes = new Map<number, ReadonlyMap<TileConfig, readonly number[]>>();
+    for (const r of [...new Set(groups.flatMap(middleOf))].sort((a, b) => a - b)) {
+      middleTimes.set(r, await timeTiles((g) => middleOf(g).includes(r) ? r : null));
+    }
     // Each shape's own tiles, from the same measurements: the fastest at its prefill rows and,
-    // when another, at the decode batch.
+    // when another, at the decode batch and at the row counts between.
     const shapeBest = (times: ReadonlyMap<TileConfig, readonly number[]>, j: number) =>
       pickTile(new Map([...times].map(([t, ms]) => [t, [ms[j]!]])));
     const shapeTiles: Record<string, ShapeTile> = {};
     for (const [j, g] of groups.entries()) {
       const own = shapeBest(tileTimes, j);
-      const ownSmall = smallTimes === undefined ? own : shapeBest(smallTimes, j);
-      shapeTiles[g.key] = sameTile(ownSmall, own)
-        ? { tile: own }
-        : { tile: own, small: { tile: ownSmall, maxRows: decodeRows } };
+      const ownSmall = smallTimes === undefined
+        ? undefined
+        : { tile: shapeBest(smallTimes, j), maxRows: decodeRows };
+      const middle = middleOf(g).map((r) => ({
+        tile: shapeBest(middleTimes.get(r)!, j),
+        maxRows: r,
+      }));
+      shapeTiles[g.key] = shapeTileOf(own, ownSmall, middle);
     }
     // The tiles chosen so far, as the tuned call sites will look them up (matmul_choice.ts).
     const tiled: MatmulTuning = { tile, smallTile, shapeTiles, gemvMaxRows: {} };
@@ -327,6 +349,12 @@ export async function tuneMatmul(
       shapes: Object.fromEntries(groups.map((g, j) => [g.key, {
         tileMs: tiles.map((t) => tileTimes.get(t)![j]!),
         ...(smallTimes === undefined ? {} : { smallMs: tiles.map((t) => smallTimes.get(t)![j]!) }),
+        ...(middleOf(g).length === 0 ? {} : {
+          middleMs: middleOf(g).map((rows) => ({
+            rows,
+            ms: tiles.map((t) => middleTimes.get(rows)!.get(t)![j]!),
+          })),
+        }),
         sites: g.sites.length,
       }])),
       crossovers,

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { checkTile, sameTile, TILE_CANDIDATES, type TileConfig, tileName } from "./matmul_tile.ts";
+import { sameTile, type TileConfig, tileName } from "./matmul_tile.ts";
 import {
   GEMV_ROW_BLOCKS,
   GEMV_STEPS,
@@ -32,14 +32,62 @@ export interface SmallTile {
 }
 
 /**
- * One call-site shape's own `tiled` configurations: the fastest at its prefill rows and, when
- * another, the fastest at the largest decode batch.
+ * One call-site shape's own `tiled` configurations: the fastest at its prefill rows, at the
+ * largest decode batch (`small`) and at the row counts between ({@linkcode middleRows}: `middle`).
+ * M runs the first of `small`, `middle` (ascending) whose `maxRows` holds it, else `tile`; an
+ * entry is left out where it would run the same tile as the next one up ({@linkcode shapeTileOf}).
  */
 export interface ShapeTile {
   /** One of {@linkcode TILE_CANDIDATES}. */
   readonly tile: TileConfig;
   /** The configuration of small M (up to `maxRows`), when the measured best there is another. */
   readonly small?: SmallTile;
+  /**
+   * The configurations of M between the decode batch and the prefill rows, by ascending
+   * `maxRows` (all above `small`'s), where the measured best there is another.
+   */
+  readonly middle?: readonly SmallTile[];
+}
+
+/**
+ * The row counts between the largest decode batch and the prefill rows at which the tuning also
+ * times the tiles: the powers of two strictly between them, the largest three at most. A tile
+ * chosen at 512 rows may give a 128-row prefill a quarter of its workgroups, too few for a large
+ * GPU: a shorter prompt would take as long as a 512-token one.
+ */
+export function middleRows(decodeRows: number, prefillRows: number): number[] {
+  let m = 1;
+  while (m * 2 < prefillRows) m *= 2; // the largest power of two below prefillRows
+  const out: number[] = [];
+  for (; m > decodeRows && out.length < 3; m /= 2) out.unshift(m);
+  return out;
+}
+
+/**
+ * A shape's {@linkcode ShapeTile} from the fastest tile at each measured row count: `tile` at the
+ * prefill rows, `small` at the decode batch (when measured) and `middle` at the row counts
+ * between, ascending. An entry whose tile is the one the next larger row count runs is left out
+ * (the lookup then reaches that one with the same tile).
+ */
+export function shapeTileOf(
+  tile: TileConfig,
+  small: SmallTile | undefined,
+  middle: readonly SmallTile[],
+): ShapeTile {
+  let next = tile;
+  const kept: SmallTile[] = [];
+  for (const t of [...(small === undefined ? [] : [small]), ...middle].reverse()) {
+    if (sameTile(t.tile, next)) continue;
+    kept.unshift(t);
+    next = t.tile;
+  }
+  const keptSmall = kept[0] === small && small !== undefined ? small : undefined;
+  const keptMiddle = keptSmall === undefined ? kept : kept.slice(1);
+  return {
+    tile,
+    ...(keptSmall === undefined ? {} : { small: keptSmall }),
+    ...(keptMiddle.length === 0 ? {} : { middle: keptMiddle }),
+  };
 }
 
 /** Measured choices of the `gpu` policy's matmul kernels on one adapter. */
@@ -229,136 +277,9 @@ export function pickTile(
 }
 
 /**
- * Checks plain data read back (e.g. from a cache file) as a {@linkcode MatmulTuning}: the tile
- * must be one of {@linkcode TILE_CANDIDATES} (the configurations tested against the reference),
- * every row count a non-negative integer.
- *
- * @throws {TypeError} naming what is wrong.
- */
-export function parseMatmulTuning(data: unknown): MatmulTuning {
-  const o = data as
-    | {
-      tile?: unknown;
-      smallTile?: { tile?: unknown; maxRows?: unknown };
-      shapeTiles?: unknown;
-      gemvMaxRows?: unknown;
-      gemvRows?: unknown;
-      gemvSteps?: unknown;
-      gemvTprs?: unknown;
-      gemvXRows?: unknown;
-    }
-    | null;
-  const tile = parseTile(o?.tile);
-  const smallTile = o?.smallTile === undefined
-    ? undefined
-    : parseSmallTile("smallTile", o.smallTile);
-  const shapeTiles: Record<string, ShapeTile> = {};
-  const table = o?.shapeTiles ?? {};
-  if (typeof table !== "object" || table === null || Array.isArray(table)) {
-    throw new TypeError("Invalid matmul tuning: shapeTiles must be an object");
-  }
-  for (const [key, value] of Object.entries(table)) {
-    const v = value as { tile?: unknown; small?: unknown } | null;
-    shapeTiles[key] = {
-      tile: parseTile(v?.tile),
-      ...(v?.small === undefined
-        ? {}
-        : { small: parseSmallTile(`shapeTiles["${key}"].small`, v.small) }),
-    };
-  }
-  const rows = o?.gemvMaxRows;
-  if (typeof rows !== "object" || rows === null || Array.isArray(rows)) {
-    throw new TypeError("Invalid matmul tuning: gemvMaxRows must be an object");
-  }
-  const gemvMaxRows: Record<string, number> = {};
-  for (const [key, value] of Object.entries(rows)) {
-    if (!Number.isInteger(value) || (value as number) < 0) {
-      throw new TypeError(
-        `Invalid matmul tuning: gemvMaxRows["${key}"] must be a non-negative integer, got ${
-          JSON.stringify(value)
-        }`,
-      );
-    }
-    gemvMaxRows[key] = value as number;
-  }
-  const gemvRows = parseChoices("gemvRows", o?.gemvRows, GEMV_ROW_BLOCKS);
-  const gemvSteps = parseChoices("gemvSteps", o?.gemvSteps, GEMV_STEPS);
-  const gemvTprs = parseChoices("gemvTprs", o?.gemvTprs, GEMV_TPRS);
-  const gemvXRows = parseChoices("gemvXRows", o?.gemvXRows, ROW_BLOCKS);
-  return {
-    tile,
-    ...(smallTile === undefined ? {} : { smallTile }),
-    ...(Object.keys(shapeTiles).length === 0 ? {} : { shapeTiles }),
-    gemvMaxRows,
-    gemvRows,
-    gemvSteps,
-    gemvTprs,
-    gemvXRows,
-  };
-}
-
-/** A per-shape table `name` (absent: empty) whose values are all among `allowed`. */
-function parseChoices(
-  name: string,
-  data: unknown,
-  allowed: readonly number[],
-): Record<string, number> {
-  const table = data ?? {};
-  if (typeof table !== "object" || table === null || Array.isArray(table)) {
-    throw new TypeError(`Invalid matmul tuning: ${name} must be an object`);
-  }
-  const out: Record<string, number> = {};
-  for (const [key, value] of Object.entries(table)) {
-    if (!allowed.some((b) => b === value)) {
-      throw new TypeError(
-        `Invalid matmul tuning: ${name}["${key}"] must be one of ${allowed.join(", ")}, ` +
-          `got ${JSON.stringify(value)}`,
-      );
-    }
-    out[key] = value as number;
-  }
-  return out;
-}
-
-/** A {@linkcode SmallTile} read back as `name`. */
-function parseSmallTile(name: string, data: unknown): SmallTile {
-  const o = data as { tile?: unknown; maxRows?: unknown } | null;
-  const maxRows = o?.maxRows;
-  if (!Number.isInteger(maxRows) || (maxRows as number) < 1) {
-    throw new TypeError(
-      `Invalid matmul tuning: ${name}.maxRows must be a positive integer, got ${
-        JSON.stringify(maxRows)
-      }`,
-    );
-  }
-  return { tile: parseTile(o?.tile), maxRows: maxRows as number };
-}
-
-/** The candidate `t` names (see {@linkcode parseMatmulTuning}). */
-function parseTile(t: unknown): TileConfig {
-  const c = t as Partial<TileConfig> | null | undefined;
-  const tile = TILE_CANDIDATES.find((k) =>
-    sameTile(k, {
-      wx: c?.wx ?? 0,
-      wy: c?.wy ?? 0,
-      bk: c?.bk ?? 0,
-      tm: c?.tm,
-      tn: c?.tn,
-      db: c?.db === true,
-      sk: c?.sk,
-    })
-  );
-  if (tile === undefined) {
-    throw new TypeError(`Invalid matmul tuning: tile ${JSON.stringify(t)} is not a candidate`);
-  }
-  checkTile(tile);
-  return tile;
-}
-
-/**
  * One line describing `t`, e.g. "tile 16x16 bk16 (8x4 bk16 up to M = 64); gemv up to M = 64 for
- * f16 1024x3072 swiglu; tiles per shape: 16x16 bk16 sk4 (16x4 bk16 sk4 up to M = 64) for f16
- * 1024x3072 swiglu".
+ * f16 1024x3072 swiglu; tiles per shape: 16x16 bk16 sk4 (16x4 bk16 sk4 up to M = 64, 32x8 bk32
+ * up to M = 256) for f16 1024x3072 swiglu".
  */
 export function describeTuning(t: MatmulTuning): string {
   const rows = Object.entries(t.gemvMaxRows).map(([k, m]) => {
@@ -374,12 +295,13 @@ export function describeTuning(t: MatmulTuning): string {
     ].filter((s) => s !== "").join(", ");
     return `${m}${kind === "" ? "" : ` (${kind})`} for ${k}`;
   });
-  const tiles = (tile: TileConfig, small?: SmallTile) =>
-    `${tileName(tile)}${
-      small === undefined ? "" : ` (${tileName(small.tile)} up to M = ${small.maxRows})`
-    }`;
+  const tiles = (tile: TileConfig, small?: SmallTile, middle: readonly SmallTile[] = []) => {
+    const below = [...(small === undefined ? [] : [small]), ...middle]
+      .map((b) => `${tileName(b.tile)} up to M = ${b.maxRows}`);
+    return `${tileName(tile)}${below.length === 0 ? "" : ` (${below.join(", ")})`}`;
+  };
   const shapes = Object.entries(t.shapeTiles ?? {}).map(([k, s]) =>
-    `${tiles(s.tile, s.small)} for ${k}`
+    `${tiles(s.tile, s.small, s.middle)} for ${k}`
   );
   return `tile ${tiles(t.tile, t.smallTile)}; gemv up to M = ${
     rows.length > 0 ? rows.join(", ") : "(no shape)"

@@ -15,7 +15,8 @@ import {
   TILE,
   TILE_CANDIDATES,
 } from "../kernels/matmul.ts";
-import { sameTile } from "../kernels/matmul_tile.ts";
+import { sameTile, type TileConfig } from "../kernels/matmul_tile.ts";
+import { tileAt } from "../kernels/matmul_choice.ts";
 import { pickGemv, rowCounts, SiteTurns, tuneMatmul } from "../kernels/matmul_tuner.ts";
 import {
   crossover,
@@ -25,11 +26,13 @@ import {
   gemvCandidates,
   gemvKindKey,
   gemvKinds,
-  parseMatmulTuning,
+  middleRows,
   pickTile,
   shapeKey,
+  shapeTileOf,
   tileRounds,
 } from "../kernels/matmul_tuning.ts";
+import { parseMatmulTuning } from "../kernels/matmul_tuning_parse.ts";
 import {
   applyKernelTuning,
   cachedTunings,
@@ -214,6 +217,42 @@ Deno.test("parseMatmulTuning() accepts candidate tiles and row limits, refuses t
       }),
     /shapeTiles\["a"\].small.maxRows must be a positive integer, got -2/,
   );
+  // Middle tiles: ascending, above the small-M tile's rows.
+  const middle = {
+    tile: TILE,
+    shapeTiles: {
+      a: {
+        tile: split,
+        small: { tile: tm8, maxRows: 64 },
+        middle: [{ tile: TILE, maxRows: 128 }, { tile: tm8, maxRows: 256 }],
+      },
+    },
+    gemvMaxRows: {},
+  };
+  const mid = parseMatmulTuning(JSON.parse(JSON.stringify(middle)));
+  assertEqual(mid.shapeTiles, middle.shapeTiles);
+  assert(
+    describeTuning(mid).endsWith(
+      "; tiles per shape: 16x16 bk16 sk4 (16x8 bk16 tm8 up to M = 64, 16x16 bk16 up to M = 128, " +
+        "16x8 bk16 tm8 up to M = 256) for a",
+    ),
+  );
+  const withMiddle = (m: unknown, small?: unknown) => () =>
+    parseMatmulTuning({
+      tile: TILE,
+      shapeTiles: { a: { tile: TILE, ...(small === undefined ? {} : { small }), middle: m } },
+      gemvMaxRows: {},
+    });
+  assertThrows(withMiddle({}), /shapeTiles\["a"\].middle must be an array/);
+  assertThrows(
+    withMiddle([{ tile: TILE, maxRows: 64 }], { tile: tm8, maxRows: 64 }),
+    /shapeTiles\["a"\].middle\[0\].maxRows 64 must exceed 64/,
+  );
+  assertThrows(
+    withMiddle([{ tile: TILE, maxRows: 256 }, { tile: tm8, maxRows: 128 }]),
+    /middle\[1\].maxRows 128 must exceed 256/,
+  );
+  assertThrows(withMiddle([{ tile: { wx: 1 }, maxRows: 128 }]), /is not a candidate/);
 });
 
 Deno.test("pickGemv() takes the least total over the row counts where gemv was useful", () => {
@@ -259,6 +298,41 @@ Deno.test("rowCounts() doubles up to the decode batch, then adds it and the pref
   assertEqual(rowCounts(48, 40), [1, 2, 4, 8, 16, 32, 40]);
   assertEqual(rowCounts(1, 1), [1]);
   assertEqual(rowCounts(6, 100), [1, 2, 4, 6, 100]);
+});
+
+Deno.test("middleRows() gives the powers of two between the decode batch and the prefill rows, three at most", () => {
+  assertEqual(middleRows(64, 512), [128, 256]);
+  assertEqual(middleRows(8, 512), [64, 128, 256]);
+  assertEqual(middleRows(1, 2048), [256, 512, 1024]);
+  assertEqual(middleRows(4, 24), [8, 16]);
+  assertEqual(middleRows(64, 300), [128, 256]);
+  assertEqual(middleRows(256, 512), []);
+  assertEqual(middleRows(64, 128), [], "128 is the prefill rows themselves");
+  assertEqual(middleRows(64, 64), []);
+  assertEqual(middleRows(1, 1), []);
+});
+
+Deno.test("shapeTileOf() keeps a row count's tile only where the next larger one runs another", () => {
+  const [a, b, c] = TILE_CANDIDATES as unknown as [TileConfig, TileConfig, TileConfig];
+  const at = (tile: TileConfig, maxRows: number) => ({ tile, maxRows });
+  // All the same: the prefill tile alone.
+  assertEqual(shapeTileOf(a, at(a, 64), [at(a, 128), at(a, 256)]), { tile: a });
+  // Small differs from the middle tile above it, which is the prefill one.
+  assertEqual(shapeTileOf(a, at(b, 64), [at(a, 128), at(a, 256)]), { tile: a, small: at(b, 64) });
+  // A middle tile of its own; small equal to it is left out (M <= 64 reaches 128's tile).
+  assertEqual(shapeTileOf(a, at(b, 64), [at(b, 128), at(a, 256)]), {
+    tile: a,
+    middle: [at(b, 128)],
+  });
+  // Small equal to the prefill tile is kept when a middle tile between differs.
+  assertEqual(shapeTileOf(a, at(a, 64), [at(c, 128), at(b, 256)]), {
+    tile: a,
+    small: at(a, 64),
+    middle: [at(c, 128), at(b, 256)],
+  });
+  // No decode batch measured.
+  assertEqual(shapeTileOf(a, undefined, [at(b, 8), at(b, 16)]), { tile: a, middle: [at(b, 16)] });
+  assertEqual(shapeTileOf(a, undefined, []), { tile: a });
 });
 
 Deno.test("kernelTuningCachePath() follows WEBGPU_LLM_CACHE_DIR, XDG_CACHE_HOME, then HOME", () => {
@@ -388,6 +462,31 @@ Deno.test(
         for (const s of sites) {
           await checkSite(s, rows, `${shapeKey(s.op.shape)} own tile, M ${rows}`);
         }
+      }
+      // A middle tile of a's own, from 18 to 30 rows: it runs M = 25, which matches float64.
+      matmul.setTuning({
+        tile: tm8,
+        shapeTiles: {
+          [shapeKey(a.op.shape)]: {
+            tile: split,
+            small: { tile: TILE, maxRows: 17 },
+            middle: [{ tile: small, maxRows: 30 }],
+          },
+        },
+        gemvMaxRows: {},
+      });
+      assertEqual(
+        [17, 18, 30, 31].map((m) => matmul.tileFor(m, a.op.shape)),
+        [TILE, small, small, split],
+      );
+      const config = (m: number) => a.op.configFor(m, { variant: "tiled" });
+      assertEqual([25, 31].map((m) => [config(m).mPerGroup, config(m).split]), [
+        [4 * small.wy, 1],
+        [4 * split.wy, 4],
+      ]);
+      for (const rows of [25, 31]) {
+        await runPass(ctx, arena, (pass) => a.op.encode(pass, rows, { variant: "tiled" }));
+        await checkSite(a, rows, `middle tile, M ${rows}`);
       }
       const [ka, kb] = [shapeKey(a.op.shape), shapeKey(b.op.shape)];
       /** Follows `tuning`: b at `mb` rows and a at `ma` run the gemv kernels keyed `keyB` and `keyA`, and match float64. */
@@ -527,17 +626,35 @@ Deno.test(
       }
       const best = Math.min(...r.tiles.map((t) => t.totalMs));
       assertEqual(r.tiles.find((t) => t.totalMs === best)!.tile, r.tuning.tile);
-      // Each shape's own tiles: the fastest for it alone, at its prefill rows and (when another)
-      // at the decode batch.
+      // Each shape's own tiles: the fastest for it alone at its prefill rows, at the decode
+      // batch and at the row counts between (8 and 16), each kept where it differs from the tile
+      // of the next larger row count.
       assertEqual(Object.keys(r.shapes), keys);
+      const fastest = (ms: readonly number[]) => tiles[ms.indexOf(Math.min(...ms))]!;
       for (const key of keys) {
-        const { tileMs, smallMs } = r.shapes[key]!;
-        const own = tiles[tileMs.indexOf(Math.min(...tileMs))]!;
-        const ownSmall = tiles[smallMs!.indexOf(Math.min(...smallMs!))]!;
-        assertEqual(
-          r.tuning.shapeTiles![key],
-          ownSmall === own ? { tile: own } : { tile: own, small: { tile: ownSmall, maxRows: 4 } },
-        );
+        const { tileMs, smallMs, middleMs } = r.shapes[key]!;
+        assertEqual(middleMs!.map((x) => x.rows), [8, 16]);
+        for (const x of middleMs!) assert(x.ms.every((t) => t > 0), `${key} M ${x.rows}`);
+        const chain = [
+          { tile: fastest(smallMs!), maxRows: 4 },
+          ...middleMs!.map((x) => ({ tile: fastest(x.ms), maxRows: x.rows })),
+        ];
+        const want: { tile: TileConfig; below: { tile: TileConfig; maxRows: number }[] } = {
+          tile: fastest(tileMs),
+          below: [],
+        };
+        for (const t of [...chain].reverse()) {
+          const next = want.below[0]?.tile ?? want.tile;
+          if (!sameTile(t.tile, next)) want.below.unshift(t);
+        }
+        const got = r.tuning.shapeTiles![key]!;
+        assertEqual(got.tile, want.tile);
+        assertEqual([...(got.small ? [got.small] : []), ...(got.middle ?? [])], want.below);
+        // Each M runs the tile measured fastest at the least measured row count holding it.
+        for (const m of [1, 4, 5, 8, 9, 16, 17, 24]) {
+          const at = chain.find((t) => m <= t.maxRows)?.tile ?? want.tile;
+          assertEqual(tileAt(r.tuning, m, sites[key === keys[0] ? 0 : 2]!.op.shape), at);
+        }
       }
       // The decode batch's tile: the best there, kept only when it is not the prefill tile.
       const bestSmall = Math.min(...r.tiles.map((t) => t.smallMs!));
