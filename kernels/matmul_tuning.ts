@@ -222,6 +222,37 @@ export function crossover(points: readonly CrossoverPoint[]): number {
   return last;
 }
 
+/**
+ * The index of the `gemv` kernel (of those measured, `ms[i]` for kernel i) with the least total
+ * time over the row counts where some `gemv` was at least as fast as `tiled` (all of them when
+ * none was); ties go to the earlier.
+ */
+export function pickGemv(
+  rows: readonly { readonly ms: readonly number[]; readonly tiledMs: number }[],
+): number {
+  const useful = rows.filter((r) => Math.min(...r.ms) <= r.tiledMs);
+  const set = useful.length > 0 ? useful : rows;
+  let best = 0;
+  let bestMs = Infinity;
+  (rows[0]?.ms ?? []).forEach((_, i) => {
+    const total = set.reduce((sum, r) => sum + r.ms[i]!, 0);
+    if (total < bestMs) {
+      best = i;
+      bestMs = total;
+    }
+  });
+  return best;
+}
+
+/** 1, 2, 4, ... up to `maxBatch`, then `maxBatch` and `prefillRows` (at most `prefillRows`). */
+export function rowCounts(maxBatch: number, prefillRows: number): number[] {
+  const out = new Set<number>();
+  for (let m = 1; m < maxBatch; m *= 2) out.add(m);
+  out.add(maxBatch);
+  out.add(prefillRows);
+  return [...out].filter((m) => m <= prefillRows).sort((a, b) => a - b);
+}
+
 /** One pass over the tile candidates in {@linkcode tileRounds}. */
 export interface TileRound {
   /** Candidate indices in the order they are timed. */

@@ -17,7 +17,7 @@ import {
 } from "../kernels/matmul.ts";
 import { sameTile, type TileConfig } from "../kernels/matmul_tile.ts";
 import { tileAt } from "../kernels/matmul_choice.ts";
-import { pickGemv, rowCounts, SiteTurns, tuneMatmul } from "../kernels/matmul_tuner.ts";
+import { SiteTurns, tuneMatmul } from "../kernels/matmul_tuner.ts";
 import {
   crossover,
   describeTuning,
@@ -27,7 +27,9 @@ import {
   gemvKindKey,
   gemvKinds,
   middleRows,
+  pickGemv,
   pickTile,
+  rowCounts,
   shapeKey,
   shapeTileOf,
   tileRounds,
