@@ -40,11 +40,15 @@ export interface SmallTile {
 export interface ShapeTile {
   /** One of {@linkcode TILE_CANDIDATES}. */
   readonly tile: TileConfig;
-  /** The configuration of small M (up to `maxRows`), when the measured best there is another. */
+  /**
+   * The configuration of small M (up to `maxRows`), when the measured best there is another than
+   * the next larger row count's.
+   */
   readonly small?: SmallTile;
   /**
    * The configurations of M between the decode batch and the prefill rows, by ascending
-   * `maxRows` (all above `small`'s), where the measured best there is another.
+   * `maxRows` (all above `small`'s), each where the measured best there is another than the next
+   * larger row count's.
    */
   readonly middle?: readonly SmallTile[];
 }
