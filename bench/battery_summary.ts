@@ -92,7 +92,7 @@ export function summaryLines(b: BatteryFigures): string[] {
       goal === undefined ? "-" : verdict(v, goal, true),
     );
   }
-  for (const tokens of [128, 512]) {
+  for (const tokens of [128, 256, 512]) {
     const v = p(b.model, tokens)?.tokPerS;
     const pass = p(b.model, tokens)?.gpuPassTokPerS;
     row(
@@ -147,10 +147,12 @@ export function summaryLines(b: BatteryFigures): string[] {
       show(ratio(tuned, d(b.unfused, batch)?.tokPerS), 2, "x"),
     );
   }
-  row(
-    "prefill 512: tuned / defaults (--kernel-tuning off)",
-    show(ratio(p(b.model, 512)?.tokPerS, p(b.untuned, 512)?.tokPerS), 2, "x"),
-  );
+  for (const tokens of [128, 512]) {
+    row(
+      `prefill ${tokens}: tuned / defaults (--kernel-tuning off)`,
+      show(ratio(p(b.model, tokens)?.tokPerS, p(b.untuned, tokens)?.tokPerS), 2, "x"),
+    );
+  }
   for (const batch of [1, 64]) {
     row(
       `decode batch ${batch}: second start-up / first, each with its own tuning`,

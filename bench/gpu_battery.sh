@@ -16,8 +16,8 @@
 # then BATTERY_STAGES="tests".
 #
 # Stages (names for BATTERY_STAGES), in the default order: info (adapter); make-model; bench-model
-# (prefill 128/512, decode batch 1/8/64, host and GPU time per step, per-kernel breakdown of decode
-# and of prefill 512, gpu profile); torch (the PyTorch peer on the same checkpoint on CUDA); quant
+# (prefill 128/256/512, decode batch 1/8/64, host and GPU time per step, per-kernel breakdown of
+# decode and of prefill 512, gpu profile); torch (the PyTorch peer on the same checkpoint on CUDA); quant
 # (bench:model --quantization none,int8,int4, two rounds, the int4 runner's breakdown at decode
 # batch 1 and prefill 512); serve (bench:serve at concurrency 1/16/64); readback (readbacks 6 at a
 # time, 11 steps in flight: the GPU's idle time between steps); retune (a second start-up measuring
@@ -81,7 +81,7 @@ stage() {
     # 120 s: the first run also measures the kernel tuning (every tile, the gemv kernels per shape).
     bench-model)
       run_stage bench-model 145 model.txt deno run --cached-only -A bench/model_bench.ts \
-        --model $model --batches 1,8,64 --prefill 128,512 --steps 64 --breakdown-batches 1,8,64 $gpu
+        --model $model --batches 1,8,64 --prefill 128,256,512 --steps 64 --breakdown-batches 1,8,64 $gpu
       ;;
     torch)
       if python3 -c "import torch, transformers" 2> /dev/null; then
@@ -129,7 +129,7 @@ stage() {
     # The same decode and prefill with the default kernel choices (A/B of the measured tuning).
     untuned)
       run_stage bench-model-untuned 60 model_untuned.txt deno run --cached-only -A \
-        bench/model_bench.ts --model $model --batches 1,8,64 --prefill 512 --steps 32 \
+        bench/model_bench.ts --model $model --batches 1,8,64 --prefill 128,512 --steps 32 \
         --no-breakdown --kernel-tuning off $gpu
       ;;
     # Decode with rope_and_cache's own dispatch per layer instead of the fused decode attention.

@@ -103,6 +103,9 @@ Deno.test("summaryLines() compares a second start-up's own tuning with the first
     "| decode batch 64: second start-up / first, each with its own tuning | not measured |",
   );
   assertHas(text, "| prefill 512: second start-up / first, each with its own tuning | 1x |");
+  // The middle row counts' prefill (tiles measured between the decode batch and 512 rows).
+  assertHas(text, "| prefill 256, tok/s (PyTorch peer: not measured) | not measured |  | - |");
+  assertHas(text, "| prefill 128: tuned / defaults (--kernel-tuning off) | not measured |");
   assertHas(
     text,
     "| prefill 512, tok/s (PyTorch peer: not measured) | 6,732 (GPU pass alone: 10,000) | >= 20,000 | short |",
