@@ -2,10 +2,10 @@
  * The engine's kernel tuning (`--kernel-tuning auto|measure|off`): under the `gpu` kernel profile,
  * the matmul tile and the `gemv` / `tiled` choice per call-site shape (kernels/matmul_tuner.ts),
  * the decode attention's split-K partition size per small batch (kernels/decode_split_tuner.ts)
- * and the prefill attention kernel (kernels/prefill_attention_tuner.ts) are measured on the
- * adapter once the model is loaded, and kept in a cache file (engine/kernel_tuning_cache.ts)
- * keyed by the adapter, Deno, the kernels' sources and the model's shapes, so the next start on
- * the same machine reads them back instead of measuring again.
+ * and the prefill attention kernel per prompt length (kernels/prefill_attention_tuner.ts) are
+ * measured on the adapter once the model is loaded, and kept in a cache file
+ * (engine/kernel_tuning_cache.ts) keyed by the adapter, Deno, the kernels' sources and the model's
+ * shapes, so the next start on the same machine reads them back instead of measuring again.
  *
  * - `auto` (default): the cached tuning, else measure and cache it; on a software adapter
  *   (lavapipe: no speed target for the gpu profile, and measuring prefill tiles there takes
@@ -31,7 +31,7 @@ import type { Matmul } from "../kernels/matmul.ts";
 import type { ModelRunner } from "./model_runner.ts";
 import type { DecodeSplitTuning } from "../kernels/decode_split.ts";
 import type { DecodeSplitReport } from "../kernels/decode_split_tuner.ts";
-import type { PrefillAttentionReport } from "../kernels/prefill_attention_tuner.ts";
+import type { PrefillAttentionReport, PrefillChoice } from "../kernels/prefill_attention_tuner.ts";
 import {
   envGet,
   kernelTuningCachePath,
@@ -84,16 +84,16 @@ export interface KernelTuningOutcome {
   readonly tuning: MatmulTuning | null;
   /** The decode attention's split choices now followed, or null (its default rule). */
   readonly attention: DecodeSplitTuning | null;
-  /** The name of the prefill attention kernel now run, or null (the default one). */
-  readonly prefill: string | null;
+  /** The prefill attention kernels now run by step length, or null (the default one). */
+  readonly prefill: PrefillChoice | null;
   /** "measured", "cached" or why nothing was tuned. */
   readonly source: string;
   /** The matmul measurement, when one ran. */
   readonly report?: MatmulTuningReport;
   /** The decode attention's measurement, when one ran. */
   readonly attentionReport?: DecodeSplitReport;
-  /** The prefill attention's measurement, when one ran. */
-  readonly prefillReport?: PrefillAttentionReport;
+  /** The prefill attention's measurements (one per measured length), when they ran. */
+  readonly prefillReports?: readonly PrefillAttentionReport[];
 }
 
 /**
@@ -129,7 +129,7 @@ export async function applyKernelTuning(
   const outcome = (values: Map<string, unknown>) => ({
     tuning: (values.get("matmul") ?? null) as MatmulTuning | null,
     attention: (values.get("decode") ?? null) as DecodeSplitTuning | null,
-    prefill: (values.get("prefill") ?? null) as string | null,
+    prefill: (values.get("prefill") ?? null) as PrefillChoice | null,
   });
   const entry = cache.entries[key];
   if (mode === "auto" && entry !== undefined) {
@@ -202,7 +202,7 @@ export async function applyKernelTuning(
       ? { attentionReport: reports.get("decode") as DecodeSplitReport }
       : {}),
     ...(reports.has("prefill")
-      ? { prefillReport: reports.get("prefill") as PrefillAttentionReport }
+      ? { prefillReports: reports.get("prefill") as PrefillAttentionReport[] }
       : {}),
   };
 }

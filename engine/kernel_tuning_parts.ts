@@ -26,17 +26,23 @@ import {
   type PagedAttentionPrefill,
   PREFILL_SOURCES_DIGEST,
 } from "../kernels/paged_attention_prefill.ts";
-import { tunePrefillAttention } from "../kernels/prefill_attention_tuner.ts";
+import {
+  describePrefillChoice,
+  parsePrefillChoice,
+  type PrefillChoice,
+  prefillLengths,
+  tunePrefillAttention,
+} from "../kernels/prefill_attention_tuner.ts";
 import { adapterKey } from "./kernel_tuning_cache.ts";
 import type { KernelTuningMode } from "./kernel_tuning.ts";
 
-/** The prefill attention kernels a model can run, and how to choose one for every layer. */
+/** The prefill attention kernels a model can run, and how to choose them for every layer. */
 export interface PrefillTarget {
   /** The kernels (same shape; the first is the default). */
   readonly kernels: readonly PagedAttentionPrefill[];
-  /** Makes every layer run the kernel named `name` (`PagedAttentionPrefill.name`). */
-  use(name: string): void;
-  /** New tokens of the sequence measured. */
+  /** Makes every layer run a kernel by step length (`PagedAttentionPrefill.name`s). */
+  useChoice(choice: PrefillChoice): void;
+  /** New tokens of the longest sequence measured (shorter ones: `prefillLengths`). */
   readonly tokens: number;
   /** Tokens per KV block. */
   readonly blockSize: number;
@@ -168,25 +174,30 @@ export function tuningParts(
   const pre = options.prefill;
   if (pre !== undefined && pre.kernels.length > 1) {
     const names = pre.kernels.map((k) => k.name);
-    const prefill: TuningPart<string> = {
+    const lengths = prefillLengths(pre.tokens);
+    const prefill: TuningPart<PrefillChoice> = {
       name: "prefill",
-      key: `prefill ${names.join("/")} tokens ${pre.tokens} digest ${PREFILL_SOURCES_DIGEST}`,
+      key: `prefill ${names.join("/")} tokens ${
+        lengths.join("/")
+      } digest ${PREFILL_SOURCES_DIGEST}`,
       async measure() {
-        const r = await tunePrefillAttention(ctx, pre.kernels, {
-          tokens: pre.tokens,
-          blockSize: pre.blockSize,
-        });
-        return measurement(r.name, r);
-      },
-      check(data) {
-        const v = names.find((x) => x === data);
-        if (v === undefined) {
-          throw new TypeError(`prefill attention ${JSON.stringify(data)} is not one of ${names}`);
+        const reports = [];
+        for (const tokens of lengths) {
+          reports.push(
+            await tunePrefillAttention(ctx, pre.kernels, { tokens, blockSize: pre.blockSize }),
+          );
         }
-        return v;
+        return {
+          value: reports.map((r) => ({ tokens: r.tokens, name: r.name })),
+          wallMs: reports.reduce((sum, r) => sum + r.wallMs, 0),
+          method: reports[0]!.method,
+          failures: reports.flatMap((r) => r.failures),
+          report: reports,
+        };
       },
-      apply: (v) => pre.use(v),
-      describe: (v) => `prefill attention ${v} (of ${names.join(", ")}, ${pre.tokens} tokens)`,
+      check: (data) => parsePrefillChoice(data, names, lengths),
+      apply: (v) => pre.useChoice(v),
+      describe: (v) => describePrefillChoice(v, names),
     };
     parts.push(prefill as TuningPart<unknown>);
   }

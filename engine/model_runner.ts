@@ -38,6 +38,7 @@ import type { TokenFeedOp } from "../kernels/token_feed.ts";
 import type { Matmul } from "../kernels/matmul.ts";
 import type { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
 import type { PagedAttentionPrefill } from "../kernels/paged_attention_prefill.ts";
+import type { PrefillChoice } from "../kernels/prefill_attention_tuner.ts";
 import type { AttentionKernels } from "./models/attention_block.ts";
 
 export type { SampledRows, TopLogprob } from "./sampler.ts";
@@ -218,15 +219,21 @@ export class ModelRunner {
    */
   get prefillAttention(): {
     readonly kernels: readonly PagedAttentionPrefill[];
-    /** The name (`PagedAttentionPrefill.name`) of the kernel every layer runs. */
+    /** The name (`PagedAttentionPrefill.name`) of the kernel every layer runs (long prefills). */
     readonly name: string;
+    /** The name of the kernel of a step of `tokens` new tokens. */
+    nameFor(tokens: number): string;
     use(name: string): void;
+    /** Chooses the kernel by step length (see {@linkcode PrefillChoice}). */
+    useChoice(choice: PrefillChoice): void;
   } {
     const a = this.#attention;
     return {
       kernels: a.prefillKernels,
-      name: a.prefillName,
+      name: a.prefillName(),
+      nameFor: (tokens) => a.prefillName(tokens),
       use: (name) => a.usePrefill(name),
+      useChoice: (choice) => a.usePrefillChoice(choice),
     };
   }
 

@@ -3,7 +3,9 @@
  * `tiled`, ...) is fastest on this adapter for one model's shape: one sequence of `tokens` new
  * tokens and no cached prefix, on buffers made here (zero queries and KV: the time does not
  * depend on the values), each kernel timed as the median of several passes on the GPU
- * (gpu/timer.ts).
+ * (gpu/timer.ts). The engine measures it at two lengths ({@linkcode prefillLengths}) and runs
+ * each step's prefill through the kernel measured fastest at the least length that holds the
+ * step's new tokens ({@linkcode PrefillChoice}).
  *
  * @module
  */
@@ -92,4 +94,78 @@ export async function tunePrefillAttention(
   } finally {
     for (const o of own) o.destroy();
   }
+}
+
+/** The prefill attention kernel of steps of up to `tokens` new tokens (one measured length). */
+export interface PrefillLengthChoice {
+  readonly tokens: number;
+  /** The kernel's name (`PagedAttentionPrefill.name`). */
+  readonly name: string;
+}
+
+/**
+ * The prefill attention kernel per step length, by ascending `tokens`: a step of N new tokens
+ * runs the first entry whose `tokens` hold N, a longer one the last entry's.
+ */
+export type PrefillChoice = readonly PrefillLengthChoice[];
+
+/**
+ * The prompt lengths the prefill attention is measured at for prefills of up to `tokens` new
+ * tokens: a quarter of it (from 16 tokens) and `tokens`. A kernel of few rows a workgroup may win
+ * a short prompt (a 128-token prefill gives 32-row tiles 4 workgroups a kv head) and lose a long
+ * one.
+ */
+export function prefillLengths(tokens: number): number[] {
+  const short = Math.ceil(tokens / 4);
+  return short >= 16 ? [short, tokens] : [tokens];
+}
+
+/** The kernel name `choice` gives a step of `tokens` new tokens. */
+export function prefillChoiceAt(choice: PrefillChoice, tokens: number): string {
+  const last = choice[choice.length - 1];
+  if (last === undefined) throw new RangeError("Cannot choose a prefill attention: no choice");
+  return (choice.find((c) => tokens <= c.tokens) ?? last).name;
+}
+
+/**
+ * Checks plain data read back (a cache file) as a {@linkcode PrefillChoice} measured at
+ * `lengths` among the kernels `names`.
+ *
+ * @throws {TypeError} naming what is wrong.
+ */
+export function parsePrefillChoice(
+  data: unknown,
+  names: readonly string[],
+  lengths: readonly number[],
+): PrefillChoice {
+  if (!Array.isArray(data) || data.length !== lengths.length) {
+    throw new TypeError(
+      `prefill attention choice ${JSON.stringify(data)} is not one entry per length (${lengths})`,
+    );
+  }
+  return data.map((d, i) => {
+    const o = d as { tokens?: unknown; name?: unknown } | null;
+    if (o?.tokens !== lengths[i]) {
+      throw new TypeError(`prefill attention choice ${i}: tokens ${o?.tokens}, not ${lengths[i]}`);
+    }
+    const name = names.find((n) => n === o?.name);
+    if (name === undefined) {
+      throw new TypeError(`prefill attention ${JSON.stringify(o?.name)} is not one of ${names}`);
+    }
+    return { tokens: lengths[i]!, name };
+  });
+}
+
+/**
+ * `choice` in words, e.g. "prefill attention blocked br8 up to 128 tokens, blocked above (of
+ * workgroup, blocked, blocked br8; 128 and 512 tokens)".
+ */
+export function describePrefillChoice(choice: PrefillChoice, names: readonly string[]): string {
+  const lengths = choice.map((c) => c.tokens).join(" and ");
+  const chosen = choice.every((c) => c.name === choice[0]?.name)
+    ? `${choice[0]?.name}`
+    : choice.map((c, i) =>
+      i < choice.length - 1 ? `${c.name} up to ${c.tokens} tokens` : `${c.name} above`
+    ).join(", ");
+  return `prefill attention ${chosen} (of ${names.join(", ")}; ${lengths} tokens)`;
 }

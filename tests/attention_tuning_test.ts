@@ -12,7 +12,13 @@ import {
   splitPartitionFor,
 } from "../kernels/decode_split.ts";
 import { splitBatches, tuneDecodeSplit } from "../kernels/decode_split_tuner.ts";
-import { tunePrefillAttention } from "../kernels/prefill_attention_tuner.ts";
+import {
+  describePrefillChoice,
+  parsePrefillChoice,
+  prefillChoiceAt,
+  prefillLengths,
+  tunePrefillAttention,
+} from "../kernels/prefill_attention_tuner.ts";
 import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { GPU_TEST, ParamArena, testContext, upload, whole } from "./support/gpu.ts";
@@ -464,6 +470,103 @@ Deno.test(
         assertEqual(runner.prefillAttention.name, chosen);
       });
     }
+  },
+);
+
+Deno.test("prefillLengths() and prefillChoiceAt() choose the prefill attention by step length", () => {
+  assertEqual(prefillLengths(512), [128, 512]);
+  assertEqual(prefillLengths(100), [25, 100]);
+  assertEqual(prefillLengths(60), [60], "a quarter below 16 tokens: one length");
+  assertEqual(prefillLengths(1), [1]);
+  const choice = [{ tokens: 128, name: "blocked br8" }, { tokens: 512, name: "blocked" }];
+  assertEqual([1, 128, 129, 512, 4096].map((t) => prefillChoiceAt(choice, t)), [
+    "blocked br8",
+    "blocked br8",
+    "blocked",
+    "blocked",
+    "blocked",
+  ]);
+  assertThrows(() => prefillChoiceAt([], 4), /no choice/);
+  const names = ["workgroup", "blocked", "blocked br8"];
+  assertEqual(
+    describePrefillChoice(choice, names),
+    "prefill attention blocked br8 up to 128 tokens, blocked above (of workgroup, blocked, " +
+      "blocked br8; 128 and 512 tokens)",
+  );
+  assertEqual(
+    describePrefillChoice([{ tokens: 128, name: "blocked" }, { tokens: 512, name: "blocked" }], [
+      "blocked",
+    ]),
+    "prefill attention blocked (of blocked; 128 and 512 tokens)",
+  );
+  // Read back from a cache: one entry per measured length, each a compiled kernel.
+  const data = JSON.parse(JSON.stringify(choice));
+  assertEqual(parsePrefillChoice(data, names, [128, 512]), choice);
+  assertThrows(() => parsePrefillChoice("blocked", names, [128, 512]), /one entry per length/);
+  assertThrows(() => parsePrefillChoice(data, names, [512]), /one entry per length/);
+  assertThrows(() => parsePrefillChoice(data, names, [64, 512]), /tokens 128, not 64/);
+  assertThrows(
+    () => parsePrefillChoice(data, ["workgroup", "blocked"], [128, 512]),
+    /"blocked br8" is not one of workgroup,blocked/,
+  );
+});
+
+Deno.test(
+  "ModelRunner prefills equal to the float64 reference with the prefill attention chosen by step length",
+  GPU_TEST,
+  async () => {
+    // Chunks of 24, 24 and 12 tokens: `blocked` runs the first two, `tiled br8` (up to 16 tokens)
+    // the last, each attending to the cached prefix.
+    const prompt = Array.from({ length: 60 }, (_, i) => (i * 59 + 3) % 500);
+    const labels: string[] = [];
+    const proto = GPUComputePassEncoder.prototype;
+    const setPipeline = proto.setPipeline;
+    let layers = 0;
+    try {
+      await withTinyRunner(34, "gpu", prompt, 6, 24, (runner) => {
+        layers = runner.config.numLayers;
+        const pre = runner.prefillAttention;
+        pre.useChoice([{ tokens: 16, name: "tiled br8" }, { tokens: 48, name: "blocked" }]);
+        assertEqual(
+          [1, 16, 17, 48, 4096].map((t) => runner.prefillAttention.nameFor(t)),
+          ["tiled br8", "tiled br8", "blocked", "blocked", "blocked"],
+        );
+        assertEqual(runner.prefillAttention.name, "blocked");
+        assertThrows(() => pre.useChoice([]), /empty prefill attention choice/);
+        assertThrows(
+          () => pre.useChoice([{ tokens: 8, name: "nope" }]),
+          /Cannot use the nope prefill attention/,
+        );
+        assertEqual(
+          runner.prefillAttention.nameFor(12),
+          "tiled br8",
+          "a refused choice changes none",
+        );
+        // Every prefill attention pipeline the steps set, from here on.
+        proto.setPipeline = function (this: GPUComputePassEncoder, p: GPUComputePipeline) {
+          if (p.label.startsWith("paged_attention_prefill")) labels.push(p.label);
+          return setPipeline.call(this, p);
+        };
+      });
+    } finally {
+      proto.setPipeline = setPipeline;
+    }
+    const kernel = (label: string) => `${label.split("/")[0]} ${label.match(/br\d+/)?.[0]}`;
+    assertEqual(labels.map(kernel), [
+      ...Array(2 * layers).fill("paged_attention_prefill_blocked br32"),
+      ...Array(layers).fill("paged_attention_prefill_tiled br8"),
+    ]);
+    // `use` returns to one kernel for every length.
+    await withTinyRunner(34, "gpu", prompt.slice(0, 20), 2, 24, (runner) => {
+      const pre = runner.prefillAttention;
+      pre.useChoice([{ tokens: 16, name: "tiled br8" }, { tokens: 48, name: "blocked" }]);
+      pre.use("tiled");
+      assertEqual([1, 48, 4096].map((t) => runner.prefillAttention.nameFor(t)), [
+        "tiled",
+        "tiled",
+        "tiled",
+      ]);
+    });
   },
 );
 

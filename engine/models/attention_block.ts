@@ -29,6 +29,7 @@ import {
   type TiledPrefillVariant,
 } from "../../kernels/paged_attention_prefill.ts";
 import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
+import type { PrefillChoice } from "../../kernels/prefill_attention_tuner.ts";
 import type { GpuContext } from "../../gpu/context.ts";
 import type { DType } from "../../gpu/dtype.ts";
 import { withErrorScopes } from "../../gpu/timer.ts";
@@ -100,6 +101,17 @@ export function fusesRope(ctx: GpuContext, group: number, headDim: number): bool
     unrolledFusedFits(ctx, group, headDim);
 }
 
+/** Which prefill kernel runs: `index`, or by step length (the first `byTokens` entry that holds it). */
+interface PrefillSelection {
+  index: number;
+  byTokens: readonly { readonly tokens: number; readonly index: number }[];
+}
+
+/** The kernel index `sel` gives a step of `tokens` new tokens. */
+function prefillIndex(sel: Readonly<PrefillSelection>, tokens: number): number {
+  return (sel.byTokens.find((c) => tokens <= c.tokens) ?? sel).index;
+}
+
 /** The attention kernels compiled for one model; {@linkcode AttentionKernels.bind} per layer. */
 export class AttentionKernels {
   readonly geometry: AttentionGeometry;
@@ -107,8 +119,11 @@ export class AttentionKernels {
   readonly #decode: PagedAttentionDecode;
   /** The profile's prefill kernel first, then (gpu profile, where they fit) `tiled`, `blocked`. */
   readonly #prefill: readonly PagedAttentionPrefill[];
-  /** Which of `#prefill` every layer runs (shared by the blocks). */
-  readonly #prefillChoice = { index: 0 };
+  /**
+   * Which of `#prefill` every layer runs (shared by the blocks): `index`, or by step length, the
+   * first of `byTokens` whose `tokens` hold the step's new tokens (`index` past the last).
+   */
+  readonly #prefillChoice: PrefillSelection = { index: 0, byTokens: [] };
   readonly #scratch: ReturnType<PagedAttentionDecode["createScratch"]>;
 
   /**
@@ -150,9 +165,12 @@ export class AttentionKernels {
     return this.#prefill;
   }
 
-  /** The name of the prefill kernel every layer runs (`PagedAttentionPrefill.name`). */
-  get prefillName(): string {
-    return this.#prefill[this.#prefillChoice.index]!.name;
+  /**
+   * The name of the prefill kernel every layer runs (`PagedAttentionPrefill.name`) for steps of
+   * `tokens` new tokens (default: the longest, past every length of a choice by length).
+   */
+  prefillName(tokens = Infinity): string {
+    return this.#prefill[prefillIndex(this.#prefillChoice, tokens)]!.name;
   }
 
   /**
@@ -161,6 +179,26 @@ export class AttentionKernels {
    * @throws {RangeError} when no such kernel was compiled for this model and profile.
    */
   usePrefill(name: string): void {
+    this.#prefillChoice.index = this.#prefillIndexOf(name);
+    this.#prefillChoice.byTokens = [];
+  }
+
+  /**
+   * Makes every layer run a prefill kernel by step length: `choice`'s (see
+   * {@linkcode PrefillChoice}).
+   *
+   * @throws {RangeError} when a name is not a kernel compiled for this model and profile, or the
+   *   choice is empty.
+   */
+  usePrefillChoice(choice: PrefillChoice): void {
+    const byTokens = choice.map((c) => ({ tokens: c.tokens, index: this.#prefillIndexOf(c.name) }));
+    const last = byTokens[byTokens.length - 1];
+    if (last === undefined) throw new RangeError("Cannot use an empty prefill attention choice");
+    this.#prefillChoice.index = last.index;
+    this.#prefillChoice.byTokens = byTokens;
+  }
+
+  #prefillIndexOf(name: string): number {
     const index = this.#prefill.findIndex((k) => k.name === name);
     if (index < 0) {
       throw new RangeError(
@@ -169,7 +207,7 @@ export class AttentionKernels {
         }`,
       );
     }
-    this.#prefillChoice.index = index;
+    return index;
   }
 
   /** The decode attention kernel every layer's call site shares (its split choice is tunable). */
@@ -253,8 +291,13 @@ export class AttentionBlock {
     /** One op per prefill kernel of the model ({@linkcode AttentionKernels.prefillKernels}). */
     private readonly prefill: readonly PagedAttentionPrefillOp[],
     /** Which of them runs (shared by every layer). */
-    private readonly prefillChoice: { readonly index: number },
+    private readonly prefillChoice: Readonly<PrefillSelection>,
   ) {}
+
+  /** The prefill op this layer runs for a step of `tokens` new tokens. */
+  prefillFor(tokens: number): PagedAttentionPrefillOp {
+    return this.prefill[prefillIndex(this.prefillChoice, tokens)]!;
+  }
 
   /**
    * Whether this block's all-decode steps run the fused decode variant, which norms and rotates
@@ -271,7 +314,7 @@ export class AttentionBlock {
     if (step.allDecode) {
       this.decode.encode(pass, step.numSeqs, step.maxContextLen, undefined, this.fusesRope);
     } else {
-      this.prefill[this.prefillChoice.index]!.encode(pass, step.numSeqs, step.numTokens);
+      this.prefillFor(step.numTokens).encode(pass, step.numSeqs, step.numTokens);
     }
   }
 }
