@@ -14,10 +14,10 @@ import { readBuffer } from "../gpu/readback.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import {
   PagedAttentionDecode,
-  type PagedAttentionDecodeVariant,
   unrolledFusedBytes,
   unrolledFusedFits,
 } from "../kernels/paged_attention_decode.ts";
+import type { PagedAttentionDecodeVariant } from "../kernels/paged_attention_decode_config.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { SKIP_SLOT } from "../kernels/reshape_and_cache.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";

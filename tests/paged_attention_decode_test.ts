@@ -1,11 +1,11 @@
 import { equal, throws } from "node:assert/strict";
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
+import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
 import {
   MAX_UNROLLED_GROUP_DIM,
-  PagedAttentionDecode,
   type PagedAttentionDecodeVariant,
-} from "../kernels/paged_attention_decode.ts";
+} from "../kernels/paged_attention_decode_config.ts";
 import { assertClose, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,

@@ -14,9 +14,9 @@ import { INDEXED_ROWS } from "../../kernels/block_table_stride.ts";
 import type { ParamArena } from "../../gpu/params.ts";
 import type { KvCache } from "../kv_cache.ts";
 import type { StepBuffers } from "../step_buffers.ts";
+import { defaultDecodeVariant } from "../../kernels/paged_attention_decode_config.ts";
 import {
   type DecodeRopeConfig,
-  defaultDecodeVariant,
   PagedAttentionDecode,
   type PagedAttentionDecodeOp,
   type PagedAttentionDecodeRopeBuffers,
