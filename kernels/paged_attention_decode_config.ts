@@ -33,7 +33,7 @@ export function unrolledShapeFits(group: number, headDim: number): boolean {
 }
 
 /**
- * The kernel a {@linkcode PagedAttentionDecode} runs by default: `unrolled` under the cpu kernel
+ * The kernel a `PagedAttentionDecode` runs by default: `unrolled` under the cpu kernel
  * profile where the shape fits it, else `workgroup`.
  */
 export function defaultDecodeVariant(
@@ -44,10 +44,10 @@ export function defaultDecodeVariant(
   return ctx.isCpuProfile && unrolledShapeFits(group, headDim) ? "unrolled" : "workgroup";
 }
 
-/** The two decode attention kernels (see the module documentation). */
+/** The two decode attention kernels (see kernels/paged_attention_decode.ts). */
 export type PagedAttentionDecodeVariant = "workgroup" | "unrolled";
 
-/** Model shape and tuning of a {@linkcode PagedAttentionDecode} kernel. */
+/** Model shape and tuning of a `PagedAttentionDecode` kernel. */
 export interface PagedAttentionDecodeConfig {
   readonly numQHeads: number;
   /** Divides `numQHeads`; `numQHeads / numKvHeads` <= 8. */
