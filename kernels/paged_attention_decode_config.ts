@@ -71,7 +71,7 @@ export interface PagedAttentionDecodeConfig {
   readonly variant?: PagedAttentionDecodeVariant;
   /**
    * Also compile the fused variant (the `unrolled` kernel's where it fits the workgroup memory,
-   * {@linkcode unrolledFusedFits}): q/k head norms with weights of
+   * `unrolledFusedFits`): q/k head norms with weights of
    * `normDtype` (null: no norms, Llama / Qwen2), RoPE and the K/V write of the new tokens.
    */
   readonly rope?: DecodeRopeConfig;
@@ -93,7 +93,7 @@ export interface PagedAttentionDecodeBuffers {
   readonly out: GPUBufferBinding;
   /**
    * Split-K partials, shareable by every layer's op
-   * (see {@linkcode PagedAttentionDecode.createScratch}).
+   * (see `PagedAttentionDecode.createScratch`).
    */
   readonly scratch: PagedAttentionScratch;
   /** The fused variant's inputs (a kernel compiled with `rope`); without them it is not bound. */
