@@ -152,6 +152,16 @@ export async function applyKernelTuning(
   if (mode === "auto" && ctx.adapter.isFallback) {
     return skip("auto: software adapter, nothing cached; --kernel-tuning measure measures here");
   }
+  // Measuring takes a while on a first start (tens of seconds on a GPU): say so before it starts.
+  const reason = why !== ""
+    ? why.trim().slice(1, -1)
+    : mode === "measure"
+    ? "--kernel-tuning measure"
+    : "nothing cached";
+  log(
+    `Kernel tuning: measuring the ${parts.map((p) => p.name).join(", ")} choices on this ` +
+      `adapter (${reason}); the result is cached in ${path}`,
+  );
   const values = new Map<string, unknown>();
   const reports = new Map<string, unknown>();
   let method = "";

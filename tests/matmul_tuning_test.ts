@@ -709,6 +709,12 @@ Deno.test(
         const measured = await applyKernelTuning(gpu, [matmul], { ...base, mode: "measure" });
         assertEqual(measured.source, "measured");
         assert(lines.pop()!.startsWith("Kernel tuning: measured in "));
+        // Said before it starts, with where the result goes.
+        assertEqual(
+          lines.pop(),
+          "Kernel tuning: measuring the matmul choices on this adapter (--kernel-tuning measure); " +
+            `the result is cached in ${cachePath}`,
+        );
         assertEqual(matmul.tile, measured.tuning!.tile, "applied");
         const counted = await cachedTunings(gpu, cachePath);
         assertEqual(counted?.entries, 1);
