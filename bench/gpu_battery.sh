@@ -78,9 +78,10 @@ stage() {
       run_stage make-model 120 info.txt deno run --cached-only -A tools/make_model.ts --out $model \
         --preset "$preset" --dtype bf16
       ;;
-    # 120 s: the first run also measures the kernel tuning (every tile, the gemv kernels per shape).
+    # The first run also measures the kernel tuning (every tile at the prefill rows, the decode
+    # batch and up to three row counts between since 2026-11-29; the gemv kernels per shape).
     bench-model)
-      run_stage bench-model 145 model.txt deno run --cached-only -A bench/model_bench.ts \
+      run_stage bench-model 180 model.txt deno run --cached-only -A bench/model_bench.ts \
         --model $model --batches 1,8,64 --prefill 128,256,512 --steps 64 --breakdown-batches 1,8,64 $gpu
       ;;
     torch)
@@ -120,9 +121,10 @@ stage() {
     # A second start-up measuring its own tuning (is the tuner steady? the choices and figures
     # against bench-model's). Both start-ups measure 26 tiles (five split-K) and the attention's
     # split at four contexts since 2026-11-29 (15 tiles, one context before: ~23 s on the H200),
-    # hence 145 / 85 s.
+    # and the tiles at the row counts between the decode batch and the prefill rows since then too,
+    # hence 180 / 110 s.
     retune)
-      run_stage bench-model-retuned 85 model_retuned.txt deno run --cached-only -A \
+      run_stage bench-model-retuned 110 model_retuned.txt deno run --cached-only -A \
         bench/model_bench.ts --model $model --batches 1,8,64 --prefill 512 --steps 32 \
         --no-breakdown --kernel-tuning measure $gpu
       ;;
