@@ -13,7 +13,6 @@
  * @module
  */
 
-import { BlockTableRows } from "./block_table_rows.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { ReadbackRing } from "../gpu/readback.ts";
@@ -29,6 +28,7 @@ import type { ModelConfig } from "./model/config.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
 import { type SampledRows, Sampler, samplerRowsFor } from "./sampler.ts";
 import type { StepBuffers } from "./step_buffers.ts";
+import { StepInputs } from "./step_inputs.ts";
 import { gpuPrefillCompiles, type StepShape } from "./models/attention_block.ts";
 import { allocateBindTargets, type BindTargets } from "./models/bind_targets.ts";
 import { loadModel } from "./models/load_model.ts";
@@ -71,15 +71,8 @@ export class ModelRunner {
   /** The readbacks of overlapped steps that wait for a later submit. */
   readonly #deferred = new DeferredReadbacks();
   readonly #own: { destroy(): void }[];
-  /** The block tables on the GPU, kept across steps (engine/block_table_rows.ts). */
-  readonly #tableRows: BlockTableRows;
-  readonly #host: {
-    cuQLens: Uint32Array<ArrayBuffer>;
-    contextLens: Uint32Array<ArrayBuffer>;
-    ids: Uint32Array<ArrayBuffer>;
-    positions: Uint32Array<ArrayBuffer>;
-    slots: Uint32Array<ArrayBuffer>;
-  };
+  /** The batch's ids, positions, slots, lengths and block tables, staged each step. */
+  readonly #inputs: StepInputs;
 
   private constructor(
     ctx: GpuContext,
@@ -117,15 +110,7 @@ export class ModelRunner {
     });
     this.#ring = new ReadbackRing(ctx, bufs.readbackBytes(true), bufs.ringSlots);
     this.#writes = new StagedWrites(ctx);
-    const { maxTokens: T, maxSeqs: S } = options;
-    this.#tableRows = new BlockTableRows(S, bufs.capacity.maxBlocksPerSeq);
-    this.#host = {
-      cuQLens: new Uint32Array(S + 1),
-      contextLens: new Uint32Array(S),
-      ids: new Uint32Array(T),
-      positions: new Uint32Array(T),
-      slots: new Uint32Array(T),
-    };
+    this.#inputs = new StepInputs(bufs);
   }
 
   /**
@@ -256,7 +241,7 @@ export class ModelRunner {
    * entries its tables gained; engine/block_table_rows.ts): for benches and tests.
    */
   get stagedBlockTableEntries(): number {
-    return this.#tableRows.lastStagedEntries;
+    return this.#inputs.stagedBlockTableEntries;
   }
 
   /**
@@ -329,7 +314,7 @@ export class ModelRunner {
     this.#writes.clear();
     const plan = this.#sampler.prepare(batch.seqs, this.#writes);
     const rows = plan.rows;
-    const { allDecode, maxContextLen } = this.#upload(batch);
+    const { allDecode, maxContextLen } = this.#inputs.stage(batch, this.#writes);
     const T = batch.inputIds.length;
     const S = batch.seqs.length;
     const q = this.ctx.device.queue;
@@ -398,43 +383,6 @@ export class ModelRunner {
         return deferred.result;
       },
     };
-  }
-
-  /**
-   * Packs and stages the batch's ids, positions, slots and lengths, and the block tables' changes
-   * since the rows the GPU keeps (engine/block_table_rows.ts: a header of row offsets, and each
-   * table's new entries; the attention reads them as indexed rows).
-   */
-  #upload(
-    batch: ForwardBatch,
-  ): { allDecode: boolean; maxContextLen: number } {
-    const h = this.#host;
-    const T = batch.inputIds.length;
-    const S = batch.seqs.length;
-    let tokens = 0;
-    let maxContextLen = 0;
-    let allDecode = true;
-    h.cuQLens[0] = 0;
-    for (let s = 0; s < S; s++) {
-      const seq = batch.seqs[s]!;
-      tokens += seq.queryLen;
-      h.cuQLens[s + 1] = tokens;
-      h.contextLens[s] = seq.contextLen;
-      maxContextLen = Math.max(maxContextLen, seq.contextLen);
-      if (seq.queryLen !== 1) allDecode = false;
-    }
-    h.ids.set(batch.inputIds);
-    h.positions.set(batch.positions);
-    h.slots.set(batch.slotMapping);
-    const w = this.#writes;
-    const bufs = this.#bufs;
-    w.write(bufs.hostIds, h.ids, T);
-    w.write(bufs.positions, h.positions, T);
-    w.write(bufs.slotMapping, h.slots, T);
-    this.#tableRows.stage(batch.seqs.map((seq) => seq.blockTable), w, bufs.blockTables);
-    w.write(bufs.contextLens, h.contextLens, S);
-    w.write(bufs.cuQLens, h.cuQLens, S + 1);
-    return { allDecode, maxContextLen };
   }
 
   /** Releases every GPU buffer of the model. */
