@@ -26,7 +26,8 @@ import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import { resolveQuantization } from "./model/checkpoint_quantization.ts";
 import type { ModelConfig } from "./model/config.ts";
 import { WeightLoader } from "./model/weight_loader.ts";
-import { type SampledRows, Sampler, samplerRowsFor } from "./sampler.ts";
+import { Sampler, samplerRowsFor } from "./sampler.ts";
+import type { SampledRows } from "./sampled_rows.ts";
 import type { StepBuffers } from "./step_buffers.ts";
 import { StepInputs } from "./step_inputs.ts";
 import { gpuPrefillCompiles, type StepShape } from "./models/attention_block.ts";
@@ -41,7 +42,7 @@ import type { PagedAttentionPrefill } from "../kernels/paged_attention_prefill.t
 import type { PrefillChoice } from "../kernels/prefill_attention_tuner.ts";
 import type { AttentionKernels } from "./models/attention_block.ts";
 
-export type { SampledRows, TopLogprob } from "./sampler.ts";
+export type { SampledRows, TopLogprob } from "./sampled_rows.ts";
 export type { StepHandle, StepOptions, StepTiming } from "./step_options.ts";
 import { checkOptions, type ModelRunnerOptions, type WeightBytes } from "./model_runner_options.ts";
 

@@ -14,7 +14,7 @@
  *
  * Every call site is bound once, at construction; {@linkcode Sampler.prepare} packs and uploads
  * one step's per-row records, {@linkcode Sampler.encode} dispatches, {@linkcode Sampler.read}
- * decodes the read-back slot. The model runner owns the pass, the submission and the readback.
+ * decodes the read-back slot (engine/sampled_rows.ts). The model runner owns the pass, the submission and the readback.
  * The logits-processing records, the penalty histories kept on the GPU per sequence, and their
  * bounds, live in {@linkcode LogitsProcessLists} (logits_process_lists.ts).
  *
@@ -50,46 +50,7 @@ import type { MatmulOp } from "../kernels/matmul.ts";
 import { maskWords, type TokenMaskOp } from "../kernels/token_mask.ts";
 import { STORAGE_RW } from "../gpu/context.ts";
 import type { StagedWrites } from "../gpu/staged_writes.ts";
-
-/** One entry of a row's top log-probabilities. */
-export interface TopLogprob {
-  readonly tokenId: number;
-  /** log-softmax of the raw logits (before logits processing and temperature). */
-  readonly logprob: number;
-}
-
-/** One scored prompt position (see `SequenceChunk.promptLogprobs`), once read back. */
-export interface PromptLogprobRow {
-  /** The prompt token scored. */
-  readonly tokenId: number;
-  /** Its log-softmax under the raw logits at the position before it. */
-  readonly logprob: number;
-  /** 1 + the number of tokens with a strictly larger logit there. */
-  readonly rank: number;
-  /** The `topLogprobs` most likely tokens there, best first (ties: lower id first). */
-  readonly top: readonly TopLogprob[];
-}
-
-/** The sampled rows of one step, once read back. */
-export interface SampledRows {
-  /** u32 `[rows]`: token id per sampling sequence, in batch order. */
-  readonly tokens: Uint32Array;
-  /**
-   * f32 `[rows]`: log-probability of each token under the logits `sample` saw: the raw logits,
-   * or for a row with logits processing (penalties, bias) the processed ones.
-   */
-  readonly logprobs: Float32Array;
-  /**
-   * `[rows]`: each row's `min(topLogprobs, vocab)` most likely tokens under the raw logits, best
-   * first (ties: lower id first); empty for rows that asked for none.
-   */
-  readonly top: readonly (readonly TopLogprob[])[];
-  /**
-   * The scored prompt positions of the step's sequences, in batch order and position order
-   * (`SequenceChunk.promptLogprobs`); empty when none.
-   */
-  readonly prompt: readonly PromptLogprobRow[];
-}
+import { readSampledRows, type SampledRows } from "./sampled_rows.ts";
 
 /** Sizes fixed at load time. */
 export interface SamplerLimits {
@@ -357,26 +318,7 @@ export class Sampler {
    * bytes from the start of the slot the step was encoded into.
    */
   read(bytes: ArrayBuffer, plan: SamplingPlan): SampledRows {
-    const bufs = this.#bufs;
-    const { rows, sampled, topCounts } = plan;
-    const tokens = new Uint32Array(bytes, 0, rows);
-    const logprobs = new Float32Array(bytes, bufs.logprobsOffset, rows);
-    const top = plan.anyTop
-      ? readTop(bytes, bufs, topCounts, this.limits.vocab)
-      : topCounts.map(() => []);
-    // A scored row's "token" is the target's rank (kernels/sample.ts).
-    const prompt = plan.promptTargets.map((tokenId, j) => ({
-      tokenId,
-      logprob: logprobs[sampled + j]!,
-      rank: tokens[sampled + j]!,
-      top: top[sampled + j]!,
-    }));
-    return {
-      tokens: tokens.subarray(0, sampled),
-      logprobs: logprobs.subarray(0, sampled),
-      top: top.slice(0, sampled),
-      prompt,
-    };
+    return readSampledRows(bytes, this.#bufs, plan, this.limits.vocab);
   }
 
   /** The penalty histories kept on the GPU, by key (see `LogitsProcessing.history`). */
@@ -400,21 +342,4 @@ export class Sampler {
 export function samplerRowsFor(maxSeqs: number, hidden: number, wanted: number): number {
   if (wanted <= maxSeqs || (maxSeqs * hidden * 4) % 256 !== 0) return maxSeqs;
   return wanted;
-}
-
-/** Decodes the top-logprob regions of a read-back ring slot. */
-function readTop(
-  bytes: ArrayBuffer,
-  bufs: StepBuffers,
-  counts: readonly number[],
-  vocab: number,
-): TopLogprob[][] {
-  const ids = new Uint32Array(bytes, bufs.topIdsOffset, counts.length * TOP_LOGPROBS_MAX);
-  const lps = new Float32Array(bytes, bufs.topLogprobsOffset, counts.length * TOP_LOGPROBS_MAX);
-  return counts.map((c, row) =>
-    Array.from({ length: Math.min(c, vocab) }, (_, j) => ({
-      tokenId: ids[row * TOP_LOGPROBS_MAX + j]!,
-      logprob: lps[row * TOP_LOGPROBS_MAX + j]!,
-    }))
-  );
 }

@@ -6,7 +6,7 @@
  */
 
 import type { KernelGroupRecorder } from "./models/kernel_group_recorder.ts";
-import type { SampledRows } from "./sampler.ts";
+import type { SampledRows } from "./sampled_rows.ts";
 
 /**
  * GPU timing of one step (benchmarks): the step's single compute pass is opened with

@@ -10,7 +10,7 @@
  */
 
 import type { SchedulerOutput } from "../../scheduler/scheduler_output.ts";
-import type { PromptLogprobRow } from "../sampler.ts";
+import type { PromptLogprobRow } from "../sampled_rows.ts";
 
 /** The token sampled for one request in one step. */
 export interface SampledToken {
