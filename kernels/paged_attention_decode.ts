@@ -96,6 +96,15 @@ export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
 /** Invocations per workgroup of the `workgroup` kernel (WG in paged_attention_decode.wgsl). */
 const WORKGROUP_SIZE = 64;
 
+/**
+ * Loads an invocation of the `workgroup` kernel issues together (paged_attention_decode.wgsl
+ * UNROLL_K, UNROLL_V): key-row vec4s for its scores, and V vec4s for its outputs, `pairs` of them
+ * per position (so UNROLL_V positions, at least 2).
+ */
+export function decodeUnroll(pairs: number): { readonly k: number; readonly v: number } {
+  return { k: 8, v: Math.max(2, Math.floor(8 / pairs)) };
+}
+
 /** The cache bindings 1 and 2 of both kernels (`array<KVT>`), read or read_write. */
 function kvBindings(access: "read" | "read_write"): string {
   return `@group(0) @binding(1) var<storage, ${access}> k_cache: array<KVT>;\n` +
@@ -160,13 +169,13 @@ export class PagedAttentionDecode {
       );
     }
     this.rope = config.rope ?? null;
+    const pairs = Math.ceil((group * headDim) / 4 / WORKGROUP_SIZE);
+    const unroll = decodeUnroll(pairs);
     const workgroup = (fused: string) =>
       weightPrelude(dtype) + WORKGROUP_KVT + decodeIo +
-      `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\n` + fused +
-      unrollTemplate(decodeSource, {
-        i: group,
-        r: Math.ceil((group * headDim) / 4 / WORKGROUP_SIZE),
-      });
+      `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\n` +
+      `const UNROLL_K = ${unroll.k}u;\nconst UNROLL_V = ${unroll.v}u;\n` + fused +
+      unrollTemplate(decodeSource, { i: group, r: pairs, c: unroll.v, w: unroll.k });
     const unrolled = (fused: string) =>
       weightPrelude(dtype) + kvLoad8Prelude(dtype) + decodeIo +
       `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst D4 = ${headDim / 4}u;\n` +

@@ -17,13 +17,21 @@
 // Prelude constants (kernels/paged_attention_decode.ts; one pipeline per combination):
 //   GROUP    : u32  query heads per kv head (1..8)
 //   HEAD_DIM : u32  elements per head (multiple of 4, <= 256)
+//   UNROLL_K : u32  phase 1 walks an invocation's key row UNROLL_K vec4s at a time, and
+//   UNROLL_V : u32  phase 3 its positions UNROLL_V at a time (PAIRS V vec4s each), each group's
+//                   loads issued before any is used (the TEMPLATE's dollar-w and dollar-c
+//                   lines). Why: with loops of one load each, a tile of 64 positions
+//                   took ~23 us on an NVIDIA H200 (the direct path: 0.74 ms for 2,048 tokens,
+//                   32 tiles, 2026-11-27), about a memory latency per loop step if each load
+//                   waits for its use; the unrolled loops have not run on a GPU yet.
 //   FUSED    : bool the fused variant: q/k head norms, RoPE and the new token's K/V write in
 //                   the prologue (paged_attention_decode_rope.wgsl, prepended with its bindings
 //                   9-13 and `rope_prologue`; the caches then bind read_write); otherwise false
 //                   with an empty `rope_prologue`.
 // TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-i is emitted once per query
-// head i < GROUP, a line containing dollar-r once per output vec4 r < PAIRS of an invocation; the
-// markers become the numbers. So the per-invocation scores and outputs live in named variables,
+// head i < GROUP, a line containing dollar-r once per output vec4 r < PAIRS of an invocation, one
+// containing dollar-w once per w < UNROLL_K and one containing dollar-c once per c < UNROLL_V
+// (the loads an invocation issues together); the markers become the numbers. So the per-invocation scores and outputs live in named variables,
 // never in arrays in function memory: on an NVIDIA H200 through Deno (wgpu, Vulkan) the array form
 // of this kernel took 0.25 ms for one sequence of 512 tokens (8 GB/s of KV; bench/attention_bench.ts,
 // 2026-11-26), the same pathology as the matmul register tile (see matmul_tiled.wgsl).
@@ -146,6 +154,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   var m_run$i = NEG_BIG; // running max of query i (every invocation keeps all of them)
   // Its output vec4s, r < PAIRS (valid when below P), their sums and their heads' weight sums.
   let pair$r = first + $ru * WG;
+  let pc$r = min(pair$r, P - 1u); // the same, clamped to a real pair for loads
   var acc$r = vec4<f32>(0.0);
   var l$r = 0.0;
   let bt_row = table_row(seq);
@@ -166,9 +175,12 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
       let base = ((block_tables[bt_row + blk] * p.num_kv_heads + kvh) * p.block_size + off) * D4;
       sh_base[parity * TILE + lid] = base;
       var dot$i = 0.0;
-      for (var d4 = 0u; d4 < D4; d4++) {
-        let kv = vec4<f32>(k_cache[base + d4]);
-        dot$i += dot(sh_q[$iu * MAX_D4 + d4], kv);
+      // UNROLL_K vec4s of the key row per iteration, loaded before any is used (past D4: the
+      // last one again, its product not added).
+      for (var d0 = 0u; d0 < D4; d0 += UNROLL_K) {
+        let kd$w = min(d0 + $wu, D4 - 1u);
+        let kv$w = vec4<f32>(k_cache[base + kd$w]);
+        dot$i += select(0.0, dot(sh_q[$iu * MAX_D4 + kd$w], kv$w), d0 + $wu < D4);
       }
       s$i = dot$i;
       atomicMax(&sh_max[$iu], ordered_bits(dot$i));
@@ -183,11 +195,18 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
     if (lid == 0u) { sh_alpha[$iu] = alpha$i; }
     workgroupBarrier();
     // Phase 3: rescale the running outputs and sums, then add this tile's weighted V rows.
+    // UNROLL_V positions of the set per iteration, their V vec4s loaded before any is used (past
+    // the tile's n: the last position again, with weight 0). Pairs past P compute on a clamped
+    // pair and are never stored.
     if (sub < SUBS) {
       if (pair$r < P) { let a = sh_alpha[pair$r / D4]; acc$r *= a; l$r *= a; }
-      for (var i = sub; i < n; i += SUBS) {
-        let base = sh_base[parity * TILE + i];
-        if (pair$r < P) { let w = sh_w[pair$r / D4 * TILE + i]; acc$r += w * vec4<f32>(v_cache[base + pair$r % D4]); l$r += w; }
+      for (var i0 = sub; i0 < n; i0 += UNROLL_V * SUBS) {
+        let vi$c = min(i0 + $cu * SUBS, n - 1u);
+        let vb$c = sh_base[parity * TILE + vi$c];
+        let vv$r_$c = vec4<f32>(v_cache[vb$c + pc$r % D4]);
+        let vw$r_$c = select(0.0, sh_w[pc$r / D4 * TILE + vi$c], i0 + $cu * SUBS < n);
+        acc$r += vw$r_$c * vv$r_$c;
+        l$r += vw$r_$c;
       }
     }
     parity = 1u - parity;
