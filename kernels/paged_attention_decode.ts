@@ -96,6 +96,9 @@ export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
 /** Invocations per workgroup of the `workgroup` kernel (WG in paged_attention_decode.wgsl). */
 const WORKGROUP_SIZE = 64;
 
+/** Partials an invocation of the merge kernel loads together (paged_attention_merge.wgsl). */
+const MERGE_UNROLL = 8;
+
 /**
  * Loads an invocation of the `workgroup` kernel issues together (paged_attention_decode.wgsl
  * UNROLL_K, UNROLL_V): key-row vec4s for its scores, and V vec4s for its outputs, `pairs` of them
@@ -204,7 +207,12 @@ export class PagedAttentionDecode {
           )
           : workgroup(kvBindings("read_write") + ropePrologueSource(normDtype))),
     );
-    this.#merge = ctx.pipeline("paged_attention_merge", () => mergeSource);
+    this.#merge = ctx.pipeline(
+      "paged_attention_merge",
+      () =>
+        `const UNROLL = ${MERGE_UNROLL}u;\n` +
+        unrollTemplate(mergeSource, { i: 1, r: 1, c: MERGE_UNROLL }),
+    );
   }
 
   /**

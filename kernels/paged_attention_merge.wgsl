@@ -10,6 +10,9 @@
 //   2 part_ml      : storage read  array<vec2<f32>> [max_seqs, num_q_heads, max_partitions] (m, l)
 //   3 out          : storage rw    array<vec4<f32>> [num_seqs, num_q_heads, head_dim]
 //   4 p            : uniform       Params
+// Prelude (kernels/paged_attention_decode.ts): `const UNROLL: u32`, the partials whose loads an
+// invocation issues together. TEMPLATE (kernels/unroll.ts): a line containing dollar-c is
+// emitted once per c < UNROLL, the marker replaced by the number.
 // Workgroup: 64 invocations per (sequence, query head), each writing 4 output dims at a time
 //   (head_dim / 4 <= 64 means one vec4 each); no barriers.
 // Dispatch:  num_seqs * num_q_heads workgroups as a 1-D grid folded into (x, y)
@@ -42,21 +45,27 @@ fn main(
   let seq = row / p.num_q_heads;
   let parts = (context_lens[seq] + p.partition_size - 1u) / p.partition_size;
   let ml0 = row * p.max_partitions;
+  // UNROLL partials per iteration, their loads issued before any is used (past the last
+  // partial: the last one again, which changes no maximum and is weighted 0 in the sums).
   var m = -3.0e38;
-  for (var i = 0u; i < parts; i++) {
-    m = max(m, part_ml[ml0 + i].x);
+  for (var i0 = 0u; i0 < parts; i0 += UNROLL) {
+    let mi$c = part_ml[ml0 + min(i0 + $cu, parts - 1u)].x;
+    m = max(m, mi$c);
   }
   var l = 0.0;
-  for (var i = 0u; i < parts; i++) {
-    let ml = part_ml[ml0 + i];
-    l += exp(ml.x - m) * ml.y;
+  for (var i0 = 0u; i0 < parts; i0 += UNROLL) {
+    let pm$c = part_ml[ml0 + min(i0 + $cu, parts - 1u)];
+    l += select(0.0, exp(pm$c.x - m) * pm$c.y, i0 + $cu < parts);
   }
   let inv_l = select(0.0, 1.0 / l, l > 0.0);
   let d4s = p.head_dim / 4u;
   for (var d4 = lid; d4 < d4s; d4 += 64u) {
     var o = vec4<f32>(0.0);
-    for (var i = 0u; i < parts; i++) {
-      o += exp(part_ml[ml0 + i].x - m) * part_out[(ml0 + i) * d4s + d4];
+    for (var i0 = 0u; i0 < parts; i0 += UNROLL) {
+      let j$c = ml0 + min(i0 + $cu, parts - 1u);
+      let e$c = select(0.0, exp(part_ml[j$c].x - m), i0 + $cu < parts);
+      let v$c = part_out[j$c * d4s + d4];
+      o += e$c * v$c;
     }
     out[row * d4s + d4] = o * inv_l;
   }

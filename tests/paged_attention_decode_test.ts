@@ -189,6 +189,8 @@ Deno.test(
     const base = { hq: 16, hkv: 8, headDim: 128, blockSize: 16, dtype: "f16" as const };
     await checkCase({ ...base, partitionSize: 512 }, [1100]);
     await checkCase({ ...base, partitionSize: 64 }, [2]);
+    // 18 and 10 partials: the merge's groups of 8, the last one partial.
+    await checkCase({ ...base, partitionSize: 64 }, [1100, 577]);
   },
 );
 
