@@ -124,13 +124,25 @@ export function gpuPrefillKernels(
  * its register blocks written out (kernels/unroll.ts).
  */
 function tileKernelBody(variant: TiledPrefillVariant, headDim: number, br: number, bk: number) {
+  const su = stageUnroll(bk, headDim / 4, 64);
+  const stage = `const STAGE_U: u32 = ${su}u;\n`;
   if (variant === "blocked") {
-    return unrollTemplate(blockedSource, { r: br / 8, i: bk / 8, c: Math.ceil(headDim / 32) });
+    return stage +
+      unrollTemplate(blockedSource, { r: br / 8, i: bk / 8, c: Math.ceil(headDim / 32), w: su });
   }
   const ipr = 64 / br;
   const od = Math.ceil(headDim / 4 / ipr);
-  return `const IPR: u32 = ${ipr}u;\nconst OD: u32 = ${od}u;\n` +
-    unrollTemplate(tiledSource, { i: bk / ipr, r: od });
+  return stage + `const IPR: u32 = ${ipr}u;\nconst OD: u32 = ${od}u;\n` +
+    unrollTemplate(tiledSource, { i: bk / ipr, r: od, w: su });
+}
+
+/**
+ * The K / V vec4s each invocation of a GPU prefill kernel stages per step and loads together
+ * (STAGE_U in paged_attention_prefill{,_tiled,_blocked}.wgsl): the step's `keys` rows of `d4`
+ * vec4s over `invocations`, at most 8 (two vec4 registers each, K and V).
+ */
+export function stageUnroll(keys: number, d4: number, invocations: number): number {
+  return Math.min(8, Math.ceil((keys * d4) / invocations));
 }
 
 /** Largest `GROUP * headDim` of the `unrolled` kernel (registers and code size). */
@@ -289,9 +301,12 @@ export class PagedAttentionPrefill {
       const prelude = weightPrelude(dtype) + WORKGROUP_KVT + prefillIo +
         `const D4: u32 = ${headDim / 4}u;\nconst KC: u32 = ${keyChunk}u;\n` +
         `const WG: u32 = ${workgroupSize}u;\n`;
+      const su = stageUnroll(keyChunk, headDim / 4, workgroupSize);
       this.#pipeline = ctx.pipeline(
         `paged_attention_prefill/${dtype}/d${headDim}/kc${keyChunk}/wg${workgroupSize}`,
-        () => prelude + unrollTemplate(source, { i: 1, r: headDim / 4 }),
+        () =>
+          prelude + `const STAGE_U: u32 = ${su}u;\n` +
+          unrollTemplate(source, { i: 1, r: headDim / 4, w: su }),
       );
     }
   }

@@ -89,10 +89,14 @@ fn main(
     let kn = min(KC, kv_end - k0);
     // Stage the chunk's K and V rows in workgroup memory as f32 (converted once per workgroup).
     workgroupBarrier();
-    for (var e = lid; e < kn * D4; e += WG) {
-      let g = kv_vec4(bt_row, kvh, k0 + e / D4, e % D4);
-      ks[e] = vec4<f32>(k_cache[g]);
-      vs[e] = vec4<f32>(v_cache[g]);
+    // STAGE_U vec4s of K and of V per invocation at a time, all loaded before any is stored
+    // (past the chunk: its last key again, not stored).
+    for (var e0 = lid; e0 < kn * D4; e0 += WG * STAGE_U) {
+      let se$w = e0 + $wu * WG;
+      let sg$w = kv_vec4(bt_row, kvh, k0 + min(se$w / D4, kn - 1u), se$w % D4);
+      let sk$w = k_cache[sg$w];
+      let sv$w = v_cache[sg$w];
+      if (se$w < kn * D4) { ks[se$w] = vec4<f32>(sk$w); vs[se$w] = vec4<f32>(sv$w); }
     }
     workgroupBarrier();
     var cmax = NEG_BIG;

@@ -96,17 +96,15 @@ fn main(
   for (var k0 = 0u; k0 < kv_end; k0 += BK) {
     let kn = min(BK, kv_end - k0);
     workgroupBarrier();
-    for (var e = lid; e < BK * D4; e += 64u) {
-      let j = e / D4;
-      var kv = KVT(0.0);
-      var vv = KVT(0.0);
-      if (j < kn) {
-        let g = kv_vec4(bt_row, kvh, k0 + j, e % D4);
-        kv = k_cache[g];
-        vv = v_cache[g];
-      }
-      ks[j * QS + e % D4] = kv;
-      vs[j * QS + e % D4] = vv;
+    // STAGE_U vec4s of K and of V per invocation at a time, all loaded before any is stored
+    // (keys past the step's kn: its last key loaded again, zeros stored).
+    for (var e0 = lid; e0 < BK * D4; e0 += 64u * STAGE_U) {
+      let se$w = e0 + $wu * 64u;
+      let sj$w = se$w / D4;
+      let sg$w = kv_vec4(bt_row, kvh, k0 + min(sj$w, kn - 1u), se$w % D4);
+      let sk$w = select(KVT(0.0), k_cache[sg$w], sj$w < kn);
+      let sv$w = select(KVT(0.0), v_cache[sg$w], sj$w < kn);
+      if (se$w < BK * D4) { ks[sj$w * QS + se$w % D4] = sk$w; vs[sj$w * QS + se$w % D4] = sv$w; }
     }
     workgroupBarrier();
     var s$r_$i = 0.0;

@@ -90,17 +90,15 @@ fn main(
   for (var k0 = 0u; k0 < kv_end; k0 += BK) {
     let kn = min(BK, kv_end - k0);
     workgroupBarrier();
-    for (var e = lid; e < BK * D4; e += 64u) {
-      let j = e / D4;
-      var kv = vec4<f32>(0.0);
-      var vv = vec4<f32>(0.0);
-      if (j < kn) {
-        let g = kv_vec4(bt_row, kvh, k0 + j, e % D4);
-        kv = vec4<f32>(k_cache[g]);
-        vv = vec4<f32>(v_cache[g]);
-      }
-      ks[e] = kv;
-      vs[e] = vv;
+    // STAGE_U vec4s of K and of V per invocation at a time, all loaded before any is stored
+    // (keys past the step's kn: its last key loaded again, zeros stored).
+    for (var e0 = lid; e0 < BK * D4; e0 += 64u * STAGE_U) {
+      let se$w = e0 + $wu * 64u;
+      let sj$w = se$w / D4;
+      let sg$w = kv_vec4(bt_row, kvh, k0 + min(sj$w, kn - 1u), se$w % D4);
+      let sk$w = select(vec4<f32>(0.0), vec4<f32>(k_cache[sg$w]), sj$w < kn);
+      let sv$w = select(vec4<f32>(0.0), vec4<f32>(v_cache[sg$w]), sj$w < kn);
+      if (se$w < BK * D4) { ks[se$w] = sk$w; vs[se$w] = sv$w; }
     }
     workgroupBarrier();
     var dot$i = vec4<f32>(0.0);
