@@ -24,7 +24,8 @@
 # its own tuning: how steady the choices are); untuned (--kernel-tuning off: what the measured
 # tuning changes); unfused (--fused-decode off); kernels, kernels-int4 (every matmul kernel and
 # tile shape, bench/matmul_tune.ts, f16 and int4); kernels-rms (the same with X read as the
-# normed residual stream, as qkv and gate/up read it); attention; dispatch (the GPU time a dispatch
+# normed residual stream, as qkv and gate/up read it, and as down reads it, the SwiGLU of gate|up:
+# kernels_swiglu.txt); attention; dispatch (the GPU time a dispatch
 # adds, bench/dispatch_floor.ts); host (the host's time per decode step call by call,
 # bench/host_calls.ts); prompt-logprobs; tests (the suite on the GPU: greedy parity with the
 # float64 reference, its auto profile there the gpu one, less the files importing the client SDKs
@@ -156,6 +157,10 @@ stage() {
     kernels-rms)
       run_stage kernels-rms 40 kernels_rms.txt deno run --cached-only -A bench/matmul_tune.ts \
         --m 1,64,512 --shapes qkv,gate_up --x-form rms_residual
+      # The down projection's X as the engine reads it: the SwiGLU of gate|up, computed in every
+      # workgroup (its exp per element, against the kernels stage's plain X).
+      run_stage kernels-swiglu 30 kernels_swiglu.txt deno run --cached-only -A \
+        bench/matmul_tune.ts --m 1,8,64 --shapes down --x-form swiglu
       ;;
     attention)
       run_stage attention 40 kernels.txt env DECODE_CONTEXTS=160,2048 \

@@ -8,12 +8,14 @@
  * tuning (kernels/matmul_tuner.ts) measures on a model's own call sites at start-up.
  *
  *   deno run -A bench/matmul_tune.ts [--m 1,8,16,32,64,512] [--shapes qkv,o,gate_up,down]
- *     [--format f16|int8|int4] [--x-form plain|rms_residual]
+ *     [--format f16|int8|int4] [--x-form plain|rms_residual|swiglu]
  *
  * `--x-form rms_residual` reads X as the engine's qkv and gate/up projections do under the `gpu`
  * profile: the residual stream plus the previous sub-layer's output, normed on the fly with an f16
  * norm weight, the sum written back (`gemv` and `tiled` only; `kernels/matmul_x_rms.wgsl`), so the
- * X form's own cost shows against plain X.
+ * X form's own cost shows against plain X. `--x-form swiglu` reads X as the down projection does:
+ * the SwiGLU of a gate|up buffer of 2K values per row, computed in every workgroup that loads it
+ * (`kernels/matmul_x_swiglu.wgsl`).
  *
  * Weights and X are zero (timing does not depend on the values here: no tensor cores, no sparsity
  * fast path).
@@ -63,10 +65,12 @@ if (found === undefined) {
   Deno.exit(2);
 }
 const format = found;
-const X_FORMS = ["plain", "rms_residual"] as const;
+const X_FORMS = ["plain", "rms_residual", "swiglu"] as const;
 const xForm = X_FORMS.find((f) => f === values["x-form"]);
 if (xForm === undefined) {
-  console.error(`error: --x-form expects plain or rms_residual, got "${values["x-form"]}"`);
+  console.error(
+    `error: --x-form expects plain, rms_residual or swiglu, got "${values["x-form"]}"`,
+  );
   Deno.exit(2);
 }
 /** With a norm X form: its norm weight's dtype (the engine's f16 checkpoints). */
@@ -141,7 +145,8 @@ for (const shapeName of shapes) {
     ? null
     : ctx.createBuffer("scales", deviceScaleBytes(n, k), STORAGE_RW);
   const readBytes = wBytes + (scales?.size ?? 0);
-  const x = ctx.createBuffer("x", maxM * k * 4, STORAGE_RW);
+  // SwiGLU: K gate values then K up values per row.
+  const x = ctx.createBuffer("x", maxM * k * (xForm === "swiglu" ? 2 : 1) * 4, STORAGE_RW);
   const y = ctx.createBuffer("y", maxM * n * 4, STORAGE_RW);
   // One parameter buffer per candidate: the candidates of one M are timed in one submission.
   const params = new Map<string, GPUBuffer>();
@@ -155,7 +160,7 @@ for (const shapeName of shapes) {
   };
   // rms_residual: the sub-layer output added to the stream (delta), the f16 norm weight (K halves
   // in u32 pairs) and the stream's next buffer (written by weight part 0, here the only part).
-  const norm = xForm === "plain" ? null : {
+  const norm = xForm !== "rms_residual" ? null : {
     delta: ctx.createBuffer("delta", maxM * k * 4, STORAGE_RW),
     gamma: ctx.createBuffer("gamma", k * 2, STORAGE_RW),
     hOut: ctx.createBuffer("h_out", maxM * k * 4, STORAGE_RW),
@@ -173,7 +178,7 @@ for (const shapeName of shapes) {
       const split = c.src.split;
       const reduce = split === 1 ? null : ctx.pipeline(
         `tune/reduce/${split}/${xForm}`,
-        () => splitReduceCode(split, false, xForm !== "plain"),
+        () => splitReduceCode(split, false, xForm === "rms_residual"),
       );
       const group = ctx.device.createBindGroup({
         layout: pipeline.getBindGroupLayout(0),
