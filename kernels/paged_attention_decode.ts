@@ -104,7 +104,7 @@ const MERGE_UNROLL = 8;
  * UNROLL_K, UNROLL_V): key-row vec4s for its scores, and V vec4s for its outputs, `pairs` of them
  * per position (so UNROLL_V positions, at least 2).
  */
-export function decodeUnroll(pairs: number): { readonly k: number; readonly v: number } {
+function decodeUnroll(pairs: number): { readonly k: number; readonly v: number } {
   return { k: 8, v: Math.max(2, Math.floor(8 / pairs)) };
 }
 

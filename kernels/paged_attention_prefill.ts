@@ -141,7 +141,7 @@ function tileKernelBody(variant: TiledPrefillVariant, headDim: number, br: numbe
  * (STAGE_U in paged_attention_prefill{,_tiled,_blocked}.wgsl): the step's `keys` rows of `d4`
  * vec4s over `invocations`, at most 8 (two vec4 registers each, K and V).
  */
-export function stageUnroll(keys: number, d4: number, invocations: number): number {
+function stageUnroll(keys: number, d4: number, invocations: number): number {
   return Math.min(8, Math.ceil((keys * d4) / invocations));
 }
 
