@@ -50,7 +50,7 @@ import type { MatmulOp } from "../kernels/matmul.ts";
 import { maskWords, type TokenMaskOp } from "../kernels/token_mask.ts";
 import { STORAGE_RW } from "../gpu/context.ts";
 import type { StagedWrites } from "../gpu/staged_writes.ts";
-import { readSampledRows, type SampledRows } from "./sampled_rows.ts";
+import { readSampledRows, type SampledLayout, type SampledRows } from "./sampled_rows.ts";
 
 /** Sizes fixed at load time. */
 export interface SamplerLimits {
@@ -67,21 +67,11 @@ export interface SamplerLimits {
   readonly vocab: number;
 }
 
-/** What one step samples, packed and uploaded by {@linkcode Sampler.prepare}. */
-export interface SamplingPlan {
-  /**
-   * Rows of the logits: the sequences that sample, in batch order, then the scored prompt
-   * positions (`promptTargets`).
-   */
-  readonly rows: number;
-  /** Sequences that sample (the first rows; rows of the result's tokens). */
-  readonly sampled: number;
-  /** The token each scored prompt position scores, in row order (rows `sampled` on). */
-  readonly promptTargets: readonly number[];
-  /** `[rows]`: top log-probabilities asked per row (0: none). */
-  readonly topCounts: readonly number[];
-  /** Some row asks for top log-probabilities (dispatch `top_logprobs`, read its regions back). */
-  readonly anyTop: boolean;
+/**
+ * What one step samples, packed and uploaded by {@linkcode Sampler.prepare}: the rows and what
+ * their read-back slot holds ({@linkcode SampledLayout}), and what the step dispatches for them.
+ */
+export interface SamplingPlan extends SampledLayout {
   /** The `logits_process` op to encode, or null when no row has a penalty or a bias. */
   readonly process: LogitsProcessOp | null;
   /** Rows with a grammar mask (structured outputs); 0: no `token_mask` dispatch. */
