@@ -18,7 +18,6 @@
  * @module
  */
 
-import { checkBlockTableStride } from "./block_table_stride.ts";
 import prefillIo from "./paged_attention_prefill_io.wgsl" with { type: "text" };
 import source from "./paged_attention_prefill.wgsl" with { type: "text" };
 import unrolledSource from "./paged_attention_prefill_unrolled.wgsl" with { type: "text" };
@@ -28,8 +27,8 @@ import { unrollTemplate } from "./unroll.ts";
 import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { type DType, weightPrelude } from "../gpu/dtype.ts";
-import type { ParamArena, ParamSlot } from "../gpu/params.ts";
-import { dispatch1d } from "./dispatch.ts";
+import type { ParamArena } from "../gpu/params.ts";
+import { PagedAttentionPrefillOp } from "./paged_attention_prefill_op.ts";
 import { sourceDigest } from "./source_digest.ts";
 import {
   prefillTileRows,
@@ -38,6 +37,7 @@ import {
   type TiledPrefillVariant,
 } from "./prefill_attention_shapes.ts";
 
+export { PagedAttentionPrefillOp };
 export {
   prefillTileRows,
   prefillTileShape,
@@ -377,52 +377,5 @@ export class PagedAttentionPrefill {
       numKvHeads,
       layout.btStride,
     );
-  }
-}
-
-/** One `paged_attention_prefill` call site. */
-export class PagedAttentionPrefillOp {
-  constructor(
-    private readonly pipeline: GPUComputePipeline,
-    private readonly bindGroup: GPUBindGroup,
-    private readonly slot: ParamSlot,
-    private readonly tileQueries: number,
-    private readonly numKvHeads: number,
-    /** The block-table row stride bound (the most entries a row of the buffer holds). */
-    private readonly maxBtStride: number,
-  ) {}
-
-  /**
-   * Sets the block-table layout of the next encodes (see
-   * `PagedAttentionDecodeOp.setBlockTableStride`).
-   *
-   * @throws {RangeError} when `stride` is neither 0 (`INDEXED_ROWS`, kernels/block_table_stride.ts)
-   *   nor an integer in [1, the bound stride].
-   */
-  setBlockTableStride(stride: number): void {
-    this.slot.setU32(5, checkBlockTableStride(stride, this.maxBtStride));
-  }
-
-  /**
-   * Encodes attention for `numSeqs` sequences holding `numTokens` new query tokens in all.
-   * `tiles` is the exact tile count ({@linkcode PagedAttentionPrefill.countTiles}); without it
-   * the bound `ceil(numTokens / tileQueries) + numSeqs - 1` is dispatched (extra workgroups
-   * exit at once). `cuQLens`, `contextLens` and `blockTables` must already hold this step's
-   * values for the first `numSeqs` sequences.
-   */
-  encode(
-    pass: GPUComputePassEncoder,
-    numSeqs: number,
-    numTokens: number,
-    tiles?: number,
-  ): void {
-    if (numSeqs <= 0 || numTokens <= 0) return;
-    const bound = Math.ceil(numTokens / this.tileQueries) + numSeqs - 1;
-    const numTiles = tiles === undefined ? bound : Math.min(tiles, bound);
-    this.slot.setU32(0, numSeqs);
-    this.slot.setU32(7, numTiles);
-    pass.setPipeline(this.pipeline);
-    pass.setBindGroup(0, this.bindGroup);
-    dispatch1d(pass, numTiles * this.numKvHeads);
   }
 }
