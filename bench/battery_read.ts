@@ -63,6 +63,8 @@ export interface BatteryFigures {
   readonly kernels: KernelTimes;
   /** The `kernels-rms` stage's (X read as the normed residual stream). */
   readonly kernelsRms: KernelTimes;
+  /** The same stage's down projection with X read as the SwiGLU of gate|up. */
+  readonly kernelsSwiglu: KernelTimes;
   readonly unfused: ModelRun;
   readonly torch: ModelRun;
   /** Per weight format ("int8", "int4"): its median ratios to f16 over the rounds. */
@@ -219,6 +221,7 @@ export function readBattery(files: Readonly<Record<string, string>>): BatteryFig
     ),
     kernels: readKernelTimes(f("kernels.txt")),
     kernelsRms: readKernelTimes(f("kernels_rms.txt")),
+    kernelsSwiglu: readKernelTimes(f("kernels_swiglu.txt")),
     unfused: readModelRun(f("model_unfused.txt")),
     torch: readModelRun(f("torch.txt")),
     quant,

@@ -131,7 +131,7 @@ Deno.test("summaryLines() compares a second start-up's own tuning with the first
   );
 });
 
-Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buffered, split-K and normed X apart", () => {
+Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buffered, split-K and the engine's X forms apart", () => {
   const tune = (xForm: string, lines: string) =>
     `$ deno run --cached-only -A bench/matmul_tune.ts\n` +
     `matmul_tune: adapter: NVIDIA H200 (vendor 4318); 16 CPU cores; Deno 2.9.6; 2026-11-30\n` +
@@ -158,6 +158,14 @@ Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buff
         "  tiled 8x16 bk16                 0.1065 ms    5041 GFLOP/s    79 GB/s of W\n" +
         "  tiled 8x16 bk16 db              0.0994 ms    5400 GFLOP/s    84 GB/s of W\n",
     ),
+    "kernels_swiglu.txt": tune(
+      "swiglu",
+      "down N 1024 K 3072, M 1:\n" +
+        "  gemv mb1                        0.0120 ms     524 GFLOP/s   524 GB/s of W\n" +
+        "  gemv mb1 rb4                    0.0108 ms     583 GFLOP/s   583 GB/s of W\n" +
+        "down N 1024 K 3072, M 64:\n" +
+        "  gemv mb8 rb4                    0.1190 ms    3384 GFLOP/s    53 GB/s of W\n",
+    ),
   });
   assert.deepEqual([...b.kernels.keys()], ["qkv M 64", "down M 1"]);
   assert.deepEqual(b.kernels.get("qkv M 64")?.get("tiled 8x16 bk16 db"), 0.071);
@@ -169,7 +177,12 @@ Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buff
       "tiled 8x16 bk16 db (0.071 ms) | tiled 16x16 bk16 db sk8 (0.065 ms) | " +
       "tiled 8x16 bk16 db (0.0994 ms) | 1.53x |",
   );
-  assertHas(text, "| down M 1 | gemv mb1 (0.009 ms) | - | - | - | - | not measured |");
+  assertHas(
+    text,
+    "| down M 1 | gemv mb1 (0.009 ms) | - | - | - | gemv mb1 rb4 (0.0108 ms) | 1.2x |",
+  );
+  // A case with the engine's X form only: no plain figure to compare.
+  assertHas(text, "| down M 64 | - | - | - | - | gemv mb8 rb4 (0.119 ms) | not measured |");
   const none = summaryLines(readBattery({})).join("\n");
   assertHas(
     none,
