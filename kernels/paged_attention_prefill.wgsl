@@ -25,10 +25,13 @@
 //                   rescale of the running max / sum / accumulator ((2 * D + WG) * KC * 4 bytes
 //                   of workgroup memory)
 //   const WG: u32   the workgroup size.
+//   const STAGE_U: u32  K / V vec4s an invocation loads per staging iteration, all before it
+//                   stores any (kernels/paged_attention_prefill.ts stageUnroll).
 //
 // TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-r is emitted once per
 // r < D4 (the row's q and accumulator are D4 named vec4s, not arrays: on NVIDIA through Deno a
-// register tile in an array indexed by loop counters ran 10-40x slower, docs/kernels.md).
+// register tile in an array indexed by loop counters ran 10-40x slower, docs/kernels.md), one
+// containing dollar-w once per w < STAGE_U.
 //
 // Work split: a workgroup owns one (q tile, kv head): a tile is up to `tile_q` consecutive query
 // tokens of ONE sequence, and the workgroup's WG invocations are the rows (query i, head g of

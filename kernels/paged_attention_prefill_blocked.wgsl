@@ -27,12 +27,13 @@
 // arrays (docs/kernels.md): the blocks are named variables (TEMPLATE below).
 //
 // TEMPLATE (kernels/unroll.ts): a line containing dollar-r is emitted once per r < RR (rows),
-// dollar-i once per i < KR (keys of a step), dollar-c once per c < OD (output vec4s).
+// dollar-i once per i < KR (keys of a step), dollar-c once per c < OD (output vec4s), dollar-w
+// once per w < STAGE_U (K / V vec4s an invocation stages at a time).
 //
 // Prelude (prepended by kernels/paged_attention_prefill.ts): the weight prelude (WT4: vec4 of
 // the KV dtype) with KVT = WT4; `const D4: u32` (head_dim / 4), `const BR: u32` (8 * RR),
-// `const BK: u32` (8 * KR); paged_attention_prefill_io.wgsl (Params, bindings,
-// workgroup_tile, tile_query).
+// `const BK: u32` (8 * KR), `const STAGE_U: u32` (kernels/paged_attention_prefill.ts
+// stageUnroll); paged_attention_prefill_io.wgsl (Params, bindings, workgroup_tile, tile_query).
 //
 // Bindings (group 0): as paged_attention_prefill.wgsl
 //   0 q            : storage read  array<vec4<f32>>  q(t, h, d) at t * q_stride + h * D + d

@@ -24,12 +24,13 @@
 //
 // TEMPLATE (kernels/unroll.ts): a line containing the marker dollar-i is emitted once per
 // i < SK (the invocation's keys of a step), a line containing dollar-r once per r < OD (its
-// output vec4s).
+// output vec4s), one containing dollar-w once per w < STAGE_U (K / V vec4s it stages at a time).
 //
 // Prelude (prepended by kernels/paged_attention_prefill.ts): the weight prelude (WT4: vec4 of
 // the KV dtype) with KVT = WT4; `const D4: u32` (head_dim / 4), `const BR: u32` (rows per
 // workgroup, 8, 16 or 32), `const BK: u32` (keys per step, a multiple of IPR), `const IPR: u32`
-// (64 / BR), `const OD: u32`; paged_attention_prefill_io.wgsl (Params, bindings,
+// (64 / BR), `const OD: u32`, `const STAGE_U: u32` (kernels/paged_attention_prefill.ts
+// stageUnroll); paged_attention_prefill_io.wgsl (Params, bindings,
 // workgroup_tile, tile_query).
 //
 // Bindings (group 0): as paged_attention_prefill.wgsl
