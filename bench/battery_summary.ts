@@ -67,11 +67,11 @@ function kernelRows(b: BatteryFigures): string[] {
     "| --- | --- | --- | --- | --- | --- | --- |",
     ...cases.map((c) => {
       const plain = b.kernels.get(c);
-      const normed = fastest(b.kernelsRms.get(c) ?? b.kernelsSwiglu.get(c));
+      const engineX = fastest(b.kernelsRms.get(c) ?? b.kernelsSwiglu.get(c));
       return `| ${c} | ${cell(fastest(plain))} | ${cell(fastest(plain, tiled("single")))} | ` +
         `${cell(fastest(plain, tiled("db")))} | ${cell(fastest(plain, tiled("split")))} | ` +
-        `${cell(normed)} | ` +
-        `${show(ratio(normed?.ms, fastest(plain)?.ms), 2, "x")} |`;
+        `${cell(engineX)} | ` +
+        `${show(ratio(engineX?.ms, fastest(plain)?.ms), 2, "x")} |`;
     }),
   ];
 }

@@ -14,9 +14,10 @@
  *
  * Every call site is bound once, at construction; {@linkcode Sampler.prepare} packs and uploads
  * one step's per-row records, {@linkcode Sampler.encode} dispatches, {@linkcode Sampler.read}
- * decodes the read-back slot (engine/sampled_rows.ts). The model runner owns the pass, the submission and the readback.
- * The logits-processing records, the penalty histories kept on the GPU per sequence, and their
- * bounds, live in {@linkcode LogitsProcessLists} (logits_process_lists.ts).
+ * decodes the read-back slot (engine/sampled_rows.ts). The model runner owns the pass, the
+ * submission and the readback. The logits-processing records, the penalty histories kept on the
+ * GPU per sequence, and their bounds, live in {@linkcode LogitsProcessLists}
+ * (logits_process_lists.ts).
  *
  * @module
  */
