@@ -32,6 +32,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
 import type { WordLayout } from "../gpu/quant.ts";
 import type { ParamArena } from "../gpu/params.ts";
+import type { GpuMatrix } from "../gpu/tensor.ts";
 import {
   BLOCKED_PREFILL_MB,
   DECODE_MAX_ROWS,
@@ -44,6 +45,7 @@ import {
   UNROLLED_BLOCKS,
   type WeightFormat,
   type XForm,
+  type YForm,
 } from "./matmul_kernels.ts";
 import { checkTile, TILE, TILE_CANDIDATES, type TileConfig } from "./matmul_tile.ts";
 import {
@@ -70,6 +72,8 @@ import {
   type MatmulEncodeOptions,
   type MatmulNorm,
   MatmulOp,
+  type MatmulResidualNorm,
+  type MatmulRowNorm,
 } from "./matmul_op.ts";
 
 export {
@@ -80,6 +84,8 @@ export {
   type MatmulNorm,
   MatmulOp,
   type MatmulPolicy,
+  type MatmulResidualNorm,
+  type MatmulRowNorm,
   type MatmulShape,
   type MatmulTuning,
   type MatmulVariant,
@@ -89,6 +95,7 @@ export {
   type TileConfig,
   type WeightFormat,
   type XForm,
+  type YForm,
 };
 
 /** Options of {@linkcode Matmul}. */
@@ -234,6 +241,23 @@ export class Matmul {
   }
 
   /**
+   * Whether a call site on `weight` can read X as `"rms_partials"` (the `cpu` policy's `unrolled`
+   * kernel: a row stride that is a multiple of 8).
+   */
+  readsRowNorm(weight: GpuMatrix): boolean {
+    return this.policy === "cpu" && weight.rowStride % 8 === 0;
+  }
+
+  /**
+   * Whether a call site on `weight` can have the output form `"residual_rms"`: as
+   * {@linkcode Matmul.readsRowNorm}, with the weight in one part (its partial sums are indexed by
+   * workgroup).
+   */
+  writesResidualNorm(weight: GpuMatrix): boolean {
+    return this.readsRowNorm(weight) && weight.parts.length === 1;
+  }
+
+  /**
    * Compiles the policy's kernels for weights of `format` (words in blocks of `block` rows) and X
    * read as `xForm`.
    */
@@ -242,8 +266,9 @@ export class Matmul {
     xForm: XForm = "plain",
     block: WordLayout = 1,
     shape?: MatmulShape,
+    yForm: YForm = "plain",
   ): void {
-    const options = { format, xForm, wordLayout: block };
+    const options = { format, xForm, wordLayout: block, yForm };
     if (this.policy === "cpu") {
       for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, { ...options, xVec4: true });
     } else {
@@ -270,7 +295,7 @@ export class Matmul {
    * `rows` x `cols` whose row stride is `rowStride` elements, X read as `xForm`; `unrolled`
    * reads X through a uniform binding of `xUniform` vec4s (the call site's
    * {@linkcode Matmul.uniformXCapacity}) when the `m` rows fit in it; quantized words in blocks
-   * of `wordLayout` rows. @internal
+   * of `wordLayout` rows; the output form `yForm` (`unrolled` only but for `"plain"`). @internal
    */
   choose(
     m: number,
@@ -283,6 +308,7 @@ export class Matmul {
     gemv: Partial<GemvKind> & { readonly xRows?: number } = {},
     xUniform = 0,
     wordLayout: WordLayout = 1,
+    yForm: YForm = "plain",
   ): KernelConfig {
     const decode = m <= this.decodeMaxRows;
     const shape = { format, rows, cols, xForm, bias: this.bias };
@@ -297,6 +323,10 @@ export class Matmul {
         `Cannot encode matmul with ${v}: weight row stride ${rowStride} is not a multiple of 8`,
       );
     }
+    if ((yForm !== "plain" || xForm === "rms_partials") && v !== "unrolled") {
+      const form = yForm !== "plain" ? `Y ${yForm}` : `X ${xForm}`;
+      throw new RangeError(`Cannot encode matmul ${v} with ${form}: unrolled only`);
+    }
     if (v === "tiled") {
       return this.config("tiled", 0, { format, xForm, tile: this.tileFor(m, shape), wordLayout });
     }
@@ -305,7 +335,7 @@ export class Matmul {
         UNROLLED_BLOCKS[UNROLLED_BLOCKS.length - 1]!;
       const xVec4 = cols % 4 === 0;
       const xu = xVec4 && m * xRowVec4s(cols, xForm) <= xUniform ? xUniform : 0;
-      return this.config(v, mb, { xVec4, format, xForm, xUniform: xu, wordLayout });
+      return this.config(v, mb, { xVec4, format, xForm, xUniform: xu, wordLayout, yForm });
     }
     if (v === "blocked" && !decode) {
       return this.config(v, BLOCKED_PREFILL_MB, { format, xForm, wordLayout });
@@ -381,7 +411,7 @@ export class Matmul {
    */
   bind(arena: ParamArena, buffers: MatmulBuffers): MatmulOp {
     const w = buffers.weight;
-    const { ldy, maxRows, xForm } = checkCallSite(buffers, this);
+    const { ldy, maxRows, xForm, yForm } = checkCallSite(buffers, this);
     if (w.wordLayout === "texture" && this.policy !== "cpu") {
       throw new TypeError(
         `Cannot bind ${w.label} to the ${this.policy} policy's matmul: its words are in a texture, which only the cpu policy's kernel reads`,
@@ -389,7 +419,7 @@ export class Matmul {
     }
     // The constructor compiled the policy's kernels for plain X and weights of this dtype.
     const shape = { format: w.format, rows: w.rows, cols: w.cols, xForm, bias: this.bias };
-    this.#compilePolicy(w.format, xForm, w.wordLayout, shape);
+    this.#compilePolicy(w.format, xForm, w.wordLayout, shape, yForm);
     const slots = w.parts.map(() => arena.allocate());
     const xUniform = this.uniformXCapacity(buffers.x);
     const op = new MatmulOp(this, this.#ctx.device, buffers, slots, ldy, maxRows, xUniform);
@@ -398,12 +428,13 @@ export class Matmul {
       // The uniform-X blocks some decode M will run.
       for (const mb of uniformXBlocks(w.cols, xForm, xUniform)) {
         const wordLayout = w.wordLayout;
-        this.config("unrolled", mb, { xVec4: true, format: w.format, xForm, xUniform, wordLayout });
+        const options = { xVec4: true, format: w.format, xForm, xUniform, wordLayout, yForm };
+        this.config("unrolled", mb, options);
       }
     }
     for (const config of this.#configs.compiled()) {
       if (config.format !== w.format || config.xForm !== xForm) continue;
-      if (config.wordLayout !== w.wordLayout) continue;
+      if (config.wordLayout !== w.wordLayout || config.yForm !== yForm) continue;
       // Uniform-X kernels are bound to call sites of their binding's size only.
       if (config.xUniform !== 0 && config.xUniform !== xUniform) continue;
       // Kernels reading 8-element steps are bound only to weights whose row stride allows it;

@@ -1,8 +1,9 @@
 /**
  * The WGSL bindings and helper functions the matmul kernels (kernels/matmul_kernels.ts) are
  * assembled from: how X is read (plain, SwiGLU of a gate|up buffer, the RMSNorm of the residual
- * stream) and how weights are read (f32, f16 pairs, int8 / int4 words with f16 group scales),
- * each as a WGSL string prepended to a kernel file.
+ * stream, or its input scaled by the factor of partial sums), how weights are read (f32, f16
+ * pairs, int8 / int4 words with f16 group scales) and the residual epilogue's outputs, each as a
+ * WGSL string prepended to a kernel file.
  *
  * @module
  */
@@ -29,9 +30,32 @@ export type WeightFormat = DType | QuantFormat;
  * separate activation dispatch); or the RMSNorm of the f32 `[M, K]` residual stream h (no
  * rms_norm dispatch; `gemv` and `tiled` only, see matmul_x_rms.wgsl): `"rms"`,
  * `X = rms(h) * gamma`; `"rms_residual"`, `r = h + delta` written to the stream's next buffer
- * and `X = rms(r) * gamma`.
+ * and `X = rms(r) * gamma`; or `"rms_partials"` (`unrolled` only): the f32 `[M, K]` buffer holds
+ * `h * gamma` and each row's sums of squares of h come in blocks of {@linkcode NORM_PARTIAL_ROWS}
+ * columns, as the residual epilogue ({@linkcode YForm}) of the projection before wrote them;
+ * the row's dot products are scaled by `rsqrt(sum / K + eps)`.
  */
-export type XForm = "plain" | "swiglu" | "rms" | "rms_residual";
+export type XForm = "plain" | "swiglu" | "rms" | "rms_residual" | "rms_partials";
+
+/**
+ * What a matmul does with its output: `"plain"`, `y = X W^T (+ bias)`; or `"residual_rms"`
+ * (`unrolled` only, one weight part; matmul_unrolled_residual.wgsl): y is the residual stream h,
+ * `h += X W^T (+ bias)`, and the next RMSNorm's input is written beside it, `normed = h * gamma`
+ * with the sums of squares of h per row in blocks of {@linkcode NORM_PARTIAL_ROWS} columns (the
+ * X form `"rms_partials"` of the projection after).
+ */
+export type YForm = "plain" | "residual_rms";
+
+/**
+ * Columns of the residual stream per partial sum of squares (`"residual_rms"` /
+ * `"rms_partials"`): the weight rows of one `unrolled` workgroup (kernels/matmul_kernels.ts).
+ */
+export const NORM_PARTIAL_ROWS = 128;
+
+/** Partial sums of squares per row of a residual stream of `cols` columns. */
+export function normPartialsPerRow(cols: number): number {
+  return Math.ceil(cols / NORM_PARTIAL_ROWS);
+}
 
 /** Whether `xForm` normalises the residual stream (matmul_x_rms.wgsl). */
 export function isNormXForm(xForm: XForm): xForm is "rms" | "rms_residual" {
@@ -319,17 +343,59 @@ export function xBinding8(vec4: boolean, uniformVec4s = 0): string {
 }
 
 /**
+ * WGSL: a norm weight of `dtype` at binding `binding` as `name` and `fn name_at(k: u32) -> f32`
+ * (f16 read as packed pairs: no `shader-f16` needed).
+ */
+function normWeightBinding(binding: number, name: string, dtype: DType): string {
+  return dtype === "f16"
+    ? `@group(0) @binding(${binding}) var<storage, read> ${name}: array<u32>;\n` +
+      `fn ${name}_at(k: u32) -> f32 {\n` +
+      `  let pair = unpack2x16float(${name}[k >> 1u]);\n` +
+      "  return select(pair.x, pair.y, (k & 1u) == 1u);\n}\n"
+    : `@group(0) @binding(${binding}) var<storage, read> ${name}: array<f32>;\n` +
+      `fn ${name}_at(k: u32) -> f32 {\n  return ${name}[k];\n}\n`;
+}
+
+/**
+ * `unrolled`'s `fn x_rscale(row: u32) -> f32`, the factor of X row `row`'s dot products: 1, or
+ * for `"rms_partials"` the RMSNorm's rsqrt from the row's partial sums of squares (binding 9,
+ * f32 `[M, ceil(K / NORM_PARTIAL_ROWS)]`, added up in order).
+ */
+export function xRowScale(xForm: XForm): string {
+  if (xForm !== "rms_partials") return "fn x_rscale(row: u32) -> f32 {\n  return 1.0;\n}\n";
+  return "@group(0) @binding(9) var<storage, read> x_partials: array<f32>;\n" +
+    "fn x_rscale(row: u32) -> f32 {\n" +
+    `  let blocks = (p.k + ${NORM_PARTIAL_ROWS - 1}u) / ${NORM_PARTIAL_ROWS}u;\n` +
+    "  var sum = 0.0;\n" +
+    "  for (var j = 0u; j < blocks; j++) {\n" +
+    "    sum += x_partials[row * blocks + j];\n  }\n" +
+    "  return inverseSqrt(sum / f32(p.k) + p.eps);\n}\n";
+}
+
+/**
+ * The prelude of matmul_unrolled_residual.wgsl (the `"residual_rms"` epilogue, MB rows of X per
+ * invocation, WG invocations): the next norm's weight of `dtype` (binding 10), `normed` (11),
+ * `y_partials` (12), `store_residual` and the workgroup's `sh_sq`.
+ */
+export function residualOutBinding(dtype: DType): string {
+  return normWeightBinding(10, "out_gamma", dtype) +
+    "@group(0) @binding(11) var<storage, read_write> normed: array<f32>;\n" +
+    "@group(0) @binding(12) var<storage, read_write> y_partials: array<f32>;\n" +
+    "var<workgroup> sh_sq: array<f32, WG * MB>;\n" +
+    "fn store_residual(m: u32, n: u32, v: f32) -> f32 {\n" +
+    "  let i = m * p.ldy + p.n0 + n;\n" +
+    "  let h = y[i] + v + bias_at(p.n0 + n);\n" +
+    "  y[i] = h;\n" +
+    "  normed[i] = h * out_gamma_at(p.n0 + n);\n" +
+    "  return h * h;\n}\n";
+}
+
+/**
  * The prelude of matmul_x_rms.wgsl: its bindings, `raw1`, `keep1` and `gamma_at` for a norm
  * weight of `dtype` (f16 read as packed pairs: no `shader-f16` needed).
  */
 function xRmsPrelude(residual: boolean, dtype: DType): string {
-  const gamma = dtype === "f16"
-    ? "@group(0) @binding(7) var<storage, read> gamma: array<u32>;\n" +
-      "fn gamma_at(k: u32) -> f32 {\n" +
-      "  let pair = unpack2x16float(gamma[k >> 1u]);\n" +
-      "  return select(pair.x, pair.y, (k & 1u) == 1u);\n}\n"
-    : "@group(0) @binding(7) var<storage, read> gamma: array<f32>;\n" +
-      "fn gamma_at(k: u32) -> f32 {\n  return gamma[k];\n}\n";
+  const gamma = normWeightBinding(7, "gamma", dtype);
   const stream = residual
     ? "@group(0) @binding(6) var<storage, read> delta: array<f32>;\n" +
       "@group(0) @binding(8) var<storage, read_write> h_out: array<f32>;\n" +

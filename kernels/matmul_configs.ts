@@ -18,6 +18,7 @@ import {
   type MatmulVariant,
   type WeightFormat,
   type XForm,
+  type YForm,
 } from "./matmul_kernels.ts";
 import { type TileConfig, tileKey } from "./matmul_tile.ts";
 import { splitReduceCode } from "./matmul_split.ts";
@@ -39,6 +40,8 @@ export interface ConfigOptions {
   readonly xUniform?: number;
   /** Rows per block of quantized words (gpu/quant.ts); default 1. */
   readonly wordLayout?: WordLayout;
+  /** What the kernel does with its output (`unrolled` only but for `"plain"`); default plain. */
+  readonly yForm?: YForm;
 }
 
 /** The configurations compiled for one weight dtype (of the norm weights) and bias setting. */
@@ -76,10 +79,13 @@ export class MatmulConfigs {
       tile,
       xUniform = 0,
       wordLayout = 1,
+      yForm = "plain",
     } = options;
     const bias = this.#bias;
     // A norm form's weight has the instance's dtype, whatever the matmul weight's format.
-    const x = xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.#dtype}` : ""}`;
+    const x =
+      (xForm === "plain" ? "" : `/${xForm}${isNormXForm(xForm) ? `/g${this.#dtype}` : ""}`) +
+      (yForm === "plain" ? "" : `/y${yForm}/g${this.#dtype}`);
     const f = `${format}${wordLayoutTag(wordLayout)}`;
     const tag = `matmul/${variant}/${f}/${bias ? "bias" : "nobias"}${x}`;
     // Steps of 32 run their own invocations per row (matmul_kernels.ts GEMV_Q32_TPR).
@@ -111,6 +117,7 @@ export class MatmulConfigs {
       xUniform,
       wordLayout,
       gemvTpr,
+      yForm,
     );
     const { code, rowsPerGroup, mPerGroup, split } = source;
     const pipeline = this.#ctx.pipeline(key, () => code);
@@ -128,6 +135,7 @@ export class MatmulConfigs {
       format,
       wordLayout,
       xForm,
+      yForm,
       xVec4,
       xUniform,
       steps8,

@@ -3,7 +3,8 @@
 // quantized k loop), prepended to each by kernels/matmul_kernels.ts (kernelSource); the wrapper
 // kernels/matmul.ts writes Params. Needs `fn bias_at(n: u32) -> f32` from the bias prelude.
 //
-// Bindings (group 0), the rest are the kernels' (0 x, 1 w, 2 bias, 5 w_scales):
+// Bindings (group 0), the rest are the kernels' (0 x, 1 w, 2 bias, 5 w_scales; 6-8
+// matmul_x_rms.wgsl, 9 the rms_partials X form, 10-12 matmul_unrolled_residual.wgsl):
 //   3 y : storage rw  array<f32>  [M, ldy]; columns [n0, n0 + rows) written
 //   4 p : uniform     Params
 
@@ -22,7 +23,7 @@ struct Params {
   n0: u32,
   // Workgroups along the weight rows (the folded (x, y) grid's count).
   groups_n: u32,
-  // The RMSNorm's epsilon (X form matmul_x_rms.wgsl; 0 otherwise).
+  // The RMSNorm's epsilon (X forms matmul_x_rms.wgsl and rms_partials; 0 otherwise).
   eps: f32,
   // 1 when this dispatch writes the residual stream's next buffer (matmul_x_rms.wgsl with
   // RESIDUAL: weight part 0), else 0.

@@ -29,6 +29,7 @@
 import blockedSource from "./matmul_blocked.wgsl" with { type: "text" };
 import unrolledSource from "./matmul_unrolled.wgsl" with { type: "text" };
 import unrolledQuantSource from "./matmul_unrolled_q.wgsl" with { type: "text" };
+import unrolledResidualSource from "./matmul_unrolled_residual.wgsl" with { type: "text" };
 import gemvSource from "./matmul_gemv.wgsl" with { type: "text" };
 import gemvStep8Source from "./matmul_gemv_step8.wgsl" with { type: "text" };
 import gemvQ32Source from "./matmul_gemv_q32.wgsl" with { type: "text" };
@@ -41,14 +42,18 @@ import xNoStatSource from "./matmul_x_nostat.wgsl" with { type: "text" };
 import {
   biasBinding,
   isNormXForm,
+  NORM_PARTIAL_ROWS,
   quantWeightBinding8,
+  residualOutBinding,
   weightBinding,
   weightBinding8,
   type WeightFormat,
   xBinding8,
   xBinding8Swiglu,
   type XForm,
+  xRowScale,
   xStatBinding,
+  type YForm,
 } from "./matmul_bindings.ts";
 import tiledSource from "./matmul_tiled.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
@@ -68,7 +73,7 @@ import { unrollTemplate } from "./unroll.ts";
 import { SPLIT_REDUCE_SOURCE } from "./matmul_split.ts";
 import { sourceDigest } from "./source_digest.ts";
 
-export { isNormXForm, type WeightFormat, type XForm };
+export { isNormXForm, type WeightFormat, type XForm, type YForm };
 
 /**
  * A digest of every matmul WGSL source: a measured tuning (kernels/matmul_tuner.ts)
@@ -78,6 +83,7 @@ export const MATMUL_SOURCES_DIGEST: string = sourceDigest(
   blockedSource,
   unrolledSource,
   unrolledQuantSource,
+  unrolledResidualSource,
   gemvSource,
   gemvStep8Source,
   gemvQ32Source,
@@ -140,6 +146,14 @@ const UNROLLED_RN = 16;
 // profile) as one word block.
 const QUANT_RN = WORD_BLOCK_ROWS;
 const UNROLLED_WG = 8;
+// The residual epilogue's partial sums cover one workgroup's weight rows, whatever the format.
+if (
+  UNROLLED_WG * UNROLLED_RN !== NORM_PARTIAL_ROWS || UNROLLED_WG * QUANT_RN !== NORM_PARTIAL_ROWS
+) {
+  throw new Error(
+    "matmul_kernels.ts: unrolled workgroups must cover NORM_PARTIAL_ROWS weight rows",
+  );
+}
 /** `gemv`: invocations per weight row (default) and invocation sets (of RB weight rows) per workgroup. */
 const GEMV_TPR = 64;
 const GEMV_RPW = 4;
@@ -240,9 +254,12 @@ export interface KernelSource {
  * invocations per weight row (one of {@linkcode GEMV_TPRS}; steps of 32 run their own); `xUniform`,
  * when not 0, makes `unrolled` read its vec4 X through a uniform binding of that many vec4s
  * (matmul_bindings.ts `xBinding8`); `wordLayout` is how int8 / int4 words are laid out (rows per
- * block, or a texture: `unrolled` only; gpu/quant.ts).
+ * block, or a texture: `unrolled` only; gpu/quant.ts); `yForm` is what the kernel does with its
+ * output ({@linkcode YForm}; `"residual_rms"` with `unrolled` only, its norm weight of
+ * `normDtype`).
  *
- * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`, or a
+ * @throws {RangeError} for a norm X form with a kernel other than `gemv` or `tiled`, the X form
+ *   `"rms_partials"` or the Y form `"residual_rms"` with a kernel other than `unrolled`, or a
  *   `gemvRows` / `gemvStep` / `gemvTpr` that is not one of {@linkcode GEMV_ROW_BLOCKS} /
  *   {@linkcode GEMV_STEPS} / {@linkcode GEMV_TPRS}, or a uniform X with a kernel other than `unrolled` or without vec4
  *   loads, or a word layout other than 1 for f16 / f32 weights, or words in a texture for a
@@ -262,9 +279,14 @@ export function kernelSource(
   xUniform = 0,
   wordLayout: WordLayout = 1,
   gemvTpr: number = GEMV_TPR,
+  yForm: YForm = "plain",
 ): KernelSource {
   if (xUniform !== 0 && variant !== "unrolled") {
     throw new RangeError(`Cannot build matmul ${variant} with a uniform X: unrolled only`);
+  }
+  if ((xForm === "rms_partials" || yForm !== "plain") && variant !== "unrolled") {
+    const form = yForm !== "plain" ? `Y ${yForm}` : `X ${xForm}`;
+    throw new RangeError(`Cannot build matmul ${variant} with ${form}: unrolled only`);
   }
   const quant = format === "int8" || format === "int4" ? format : null;
   const step8 = variant === "gemv" && gemvStep === 8;
@@ -296,9 +318,10 @@ export function kernelSource(
   const x = stat
     ? xStatBinding(xForm, normDtype)
     : variant === "unrolled"
-    ? (swiglu ? xBinding8Swiglu(xVec4, xUniform) : xBinding8(xVec4, xUniform))
+    ? (swiglu ? xBinding8Swiglu(xVec4, xUniform) : xBinding8(xVec4, xUniform)) + xRowScale(xForm)
     : (swiglu ? xSwigluSource : xSource);
-  const prelude = x + w + biasBinding(bias);
+  const out = yForm === "residual_rms" ? residualOutBinding(normDtype) : "";
+  const prelude = x + w + biasBinding(bias) + out;
   const kernel = (consts: Record<string, number>, source: string, rowsPerGroup: number) => ({
     code: prelude + Object.entries(consts).map(([k, v]) => `const ${k} = ${v}u;\n`).join("") +
       ioSource + source,
@@ -308,9 +331,14 @@ export function kernelSource(
   });
   switch (variant) {
     case "unrolled": {
-      const template = quant === null
+      const name = "matmul_unrolled.wgsl";
+      let template = quant === null
         ? unrolledSource
-        : withFragment(unrolledSource, "matmul_unrolled.wgsl", "K LOOP", unrolledQuantSource);
+        : withFragment(unrolledSource, name, "K LOOP", unrolledQuantSource);
+      if (yForm === "residual_rms") {
+        template = withFragment(template, name, "ROW GUARD", "");
+        template = withFragment(template, name, "EPILOGUE", unrolledResidualSource);
+      }
       const rn = quant === null ? UNROLLED_RN : QUANT_RN;
       const source = unrollTemplate(template, { i: mb, r: rn });
       return kernel({ MB: mb, RN: rn, WG: UNROLLED_WG }, source, rn * UNROLLED_WG);

@@ -18,6 +18,7 @@ import {
   type MatmulVariant,
   type WeightFormat,
   type XForm,
+  type YForm,
 } from "./matmul_kernels.ts";
 
 /**
@@ -37,6 +38,32 @@ export interface MatmulNorm {
   readonly out?: GPUBufferBinding;
 }
 
+/**
+ * The row factor of X form `"rms_partials"`: X holds `h * gamma`, and each row's dot products are
+ * scaled by `rsqrt(sum of its partial sums of squares / K + eps)`.
+ */
+export interface MatmulRowNorm {
+  readonly eps: number;
+  /**
+   * f32 `[M, ceil(K / NORM_PARTIAL_ROWS)]`: the sums of squares of h per row, as a
+   * `"residual_rms"` call site wrote them (kernels/matmul_bindings.ts).
+   */
+  readonly partials: GPUBufferBinding;
+}
+
+/**
+ * What a `"residual_rms"` call site writes beside the residual stream (its y, `h += X W^T`): the
+ * next RMSNorm's input, for a call site with X form `"rms_partials"` to read.
+ */
+export interface MatmulResidualNorm {
+  /** `[1, N]` weight of the next norm, of the {@linkcode Matmul}'s dtype. */
+  readonly weight: GpuMatrix;
+  /** f32 `[M, ldy]`, not y's buffer: receives `h * gamma`. */
+  readonly normed: GPUBufferBinding;
+  /** f32 `[M, ceil(N / NORM_PARTIAL_ROWS)]`: receives the sums of squares of h per row. */
+  readonly partials: GPUBufferBinding;
+}
+
 /** Buffers of one matmul call site; fixed for the op's lifetime. */
 export interface MatmulBuffers {
   /**
@@ -49,6 +76,13 @@ export interface MatmulBuffers {
   readonly xForm?: XForm;
   /** The norm of a `"rms"` / `"rms_residual"` X form (required exactly with those forms). */
   readonly norm?: MatmulNorm;
+  /** The row factor of X form `"rms_partials"` (required exactly with it). */
+  readonly rowNorm?: MatmulRowNorm;
+  /**
+   * Makes the call site's output form `"residual_rms"` (`unrolled`, one weight part): y is then
+   * the residual stream, added to, and this receives the next norm's input.
+   */
+  readonly residual?: MatmulResidualNorm;
   /**
    * `[N, K]` weight (`[out, in]`): f16 or f32 created with `padColsTo: 4`, or quantized
    * (`GpuMatrix.createQuantized`).
@@ -56,7 +90,10 @@ export interface MatmulBuffers {
   readonly weight: GpuMatrix;
   /** f32 `[N]`; required exactly when the {@linkcode Matmul} was created with `bias: true`. */
   readonly bias?: GPUBufferBinding;
-  /** f32 `[M, ldy]`; columns `[0, N)` of each row are written, the others are left untouched. */
+  /**
+   * f32 `[M, ldy]`; columns `[0, N)` of each row are written (with `residual`: added to), the
+   * others are left untouched.
+   */
   readonly y: GPUBufferBinding;
   /** Row stride of `y` in elements (>= N), to write into a wider buffer; default N. */
   readonly ldy?: number;
@@ -89,6 +126,8 @@ export interface KernelConfig {
   readonly wordLayout: WordLayout;
   /** How the kernel reads X. */
   readonly xForm: XForm;
+  /** What the kernel does with its output. */
+  readonly yForm: YForm;
   /** Whether the kernel reads X as vec4s (`unrolled` only; needs K % 4 == 0). */
   readonly xVec4: boolean;
   /**
@@ -223,6 +262,15 @@ export class MatmulOp {
         if (b.norm.delta !== undefined) entries.push({ binding: 6, resource: b.norm.delta });
         if (b.norm.out !== undefined) entries.push({ binding: 8, resource: b.norm.out });
       }
+      if (b.rowNorm !== undefined && config.xForm === "rms_partials") {
+        entries.push({ binding: 9, resource: b.rowNorm.partials });
+      }
+      if (b.residual !== undefined && config.yForm === "residual_rms") {
+        const gamma = { buffer: b.residual.weight.parts[0]!.buffer };
+        entries.push({ binding: 10, resource: gamma });
+        entries.push({ binding: 11, resource: b.residual.normed });
+        entries.push({ binding: 12, resource: b.residual.partials });
+      }
       return this.#device.createBindGroup({ label: config.key, layout, entries });
     });
     if (config.reduce !== null && partials !== null) {
@@ -264,6 +312,7 @@ export class MatmulOp {
       { rows: gemvRows, step: gemvStep, tpr: gemvTpr, xRows: gemvXRows },
       this.#xUniform,
       w.wordLayout,
+      this.#buffers.residual === undefined ? "plain" : "residual_rms",
     );
     const config = this.#matmul.fitSplit(chosen, m, this.#ldy, w.parts.length);
     const groups = this.bindGroups(config);
@@ -311,7 +360,8 @@ export class MatmulOp {
       const slot = this.#slots[i]!;
       slot.setU32(0, m, part.rows, w.cols, w.rowStride / 4, this.#ldy, part.rowStart, n);
       // Part 0 writes the residual stream's next buffer (rms_residual).
-      slot.setF32(7, norm?.eps ?? 0).setU32(8, i === 0 && norm?.out !== undefined ? 1 : 0);
+      const eps = norm?.eps ?? this.#buffers.rowNorm?.eps ?? 0;
+      slot.setF32(7, eps).setU32(8, i === 0 && norm?.out !== undefined ? 1 : 0);
       pass.setBindGroup(0, groups[i]!);
       const gy = Math.ceil(n / MAX_GROUPS_PER_DIM);
       pass.dispatchWorkgroups(Math.ceil(n / gy), gy, gz);

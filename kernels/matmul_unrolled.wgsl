@@ -18,8 +18,10 @@
 // Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32`, `const RN: u32`,
 // `const WG: u32`;
 // the x binding with `fn load_x8(row: u32, q: u32) -> mat2x4<f32>` (elements 8q..8q+7 of X row
-// `row`, columns 0 and 1 = elements 0..3 and 4..7) and `fn load_x8_tail(row: u32, q: u32,
-// rem: u32) -> mat2x4<f32>` (the same with elements >= rem of the step zeroed); the weight
+// `row`, columns 0 and 1 = elements 0..3 and 4..7), `fn load_x8_tail(row: u32, q: u32,
+// rem: u32) -> mat2x4<f32>` (the same with elements >= rem of the step zeroed) and `fn
+// x_rscale(row: u32) -> f32` (the factor of X row `row`'s dot products: 1, or with the X form
+// rms_partials the row's RMSNorm rsqrt from the partial sums of squares at binding 9); the weight
 // binding `w` with `fn load_w8(row: u32, q: u32) -> mat2x4<f32>` (8-element step q of the part's
 // row `row`); `fn bias_at(n: u32) -> f32` (with the bias binding when there is one);
 // matmul_io.wgsl (Params, bindings y and p, store_y).
@@ -31,6 +33,9 @@
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
 //   3 y    : storage rw    array<f32>               [M, ldy]; columns [n0, n0 + rows) written
 //   4 p    : uniform       Params (k4 = rowStride / 4)
+//   9 x_partials : storage read  array<f32>         [M, ceil(K / NORM_ROWS)] (X form rms_partials
+//            only: X is h * gamma, each row's sums of squares of h in blocks of NORM_ROWS columns,
+//            as the residual epilogue writes them; matmul_unrolled_residual.wgsl)
 // Workgroup: WG invocations, each RN rows of W x MB rows of X.
 // Dispatch:  ceil(rows / (WG * RN)) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x,
 //            count p.groups_n), times ceil(M / MB) in z.
@@ -48,9 +53,11 @@ fn main(
     return;
   }
   let row0 = (group * WG + lid) * RN;
+  // ROW GUARD BEGIN (the residual epilogue drops it: its barrier needs every invocation)
   if (row0 >= p.rows) {
     return;
   }
+  // ROW GUARD END
   let m0 = wid.z * MB;
   // K LOOP BEGIN (matmul_unrolled_q.wgsl replaces this part for int8 / int4 weights)
   // Rows past the end are clamped to the last valid one (read, never stored): no masks inside
@@ -73,6 +80,10 @@ fn main(
     acc$i_$r += dot(tx$i[0], tw$r[0]) + dot(tx$i[1], tw$r[1]);
   }
   // K LOOP END
+  // EPILOGUE BEGIN (matmul_unrolled_residual.wgsl replaces this part for the residual epilogue)
+  // x_rscale: the X form's factor of each X row (1, or the row's rsqrt for rms_partials).
+  let rs$i = x_rscale(xr$i);
   let n$r = row0 + $ru;
-  if (m0 + $iu < p.m && n$r < p.rows) { store_y(m0 + $iu, n$r, acc$i_$r); }
+  if (m0 + $iu < p.m && n$r < p.rows) { store_y(m0 + $iu, n$r, acc$i_$r * rs$i); }
+  // EPILOGUE END
 }

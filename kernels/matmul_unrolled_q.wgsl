@@ -33,7 +33,7 @@
 // FRAGMENT: this file is the k loop only. kernels/matmul_kernels.ts puts it in place of the part
 // of matmul_unrolled.wgsl between its "K LOOP BEGIN" and "K LOOP END" lines (the rest of that
 // kernel, its register tile and its stores, is shared); the loop leaves acc$i_$r holding the
-// sums.
+// sums and xr$i the X rows they belong to (clamped: the epilogue's x_rscale reads them).
 //
 // Prelude (prepended by kernels/matmul_kernels.ts): `const MB: u32`, `const RN: u32`,
 // `const WG: u32`; the x binding with `fn load_x8(row: u32, q: u32) -> mat2x4<f32>` (K % 4 == 0);
