@@ -9,6 +9,7 @@
 import { blockTableEntries } from "./block_table_rows.ts";
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { LOGITS_PROCESS_PARAMS_BYTES } from "../kernels/logits_process.ts";
+import { normPartialsPerRow } from "../kernels/matmul_bindings.ts";
 import { SAMPLE_PARAMS_BYTES } from "../kernels/sample.ts";
 import { TOP_LOGPROBS_MAX } from "../kernels/top_logprobs.ts";
 
@@ -81,9 +82,17 @@ export class StepBuffers {
   /**
    * f32 `[maxTokens, hidden]`: normalised hidden states (input of projections); or, where the
    * projections normalise their input themselves (matmul X form `rms_residual`, the gpu kernel
-   * profile), the residual stream's second buffer (the stream alternates with `hidden`).
+   * profile), the residual stream's second buffer (the stream alternates with `hidden`); or,
+   * where o and down end their sub-layer with the residual epilogue (matmul Y form
+   * `residual_rms`, the cpu kernel profile), `h * gamma`, not yet scaled by the norm's factor.
    */
   readonly normed: GPUBuffer;
+  /**
+   * f32 `[maxTokens, ceil(hidden / NORM_PARTIAL_ROWS)]`: the residual epilogue's sums of squares
+   * of the stream per row, in blocks of columns (kernels/matmul_bindings.ts), read by the next
+   * projection (X form `rms_partials`).
+   */
+  readonly normPartials: GPUBuffer;
   /** f32 `[maxTokens, hidden]`: a sub-layer's output before it is added to the residual. */
   readonly delta: GPUBuffer;
   /** f32 `[maxTokens, qkv]`: fused q, k, v projections. */
@@ -160,6 +169,7 @@ export class StepBuffers {
     // uniformXCapacity: the cpu profile's decode matmuls read X that way).
     const x = STORAGE_RW | GPUBufferUsage.UNIFORM;
     this.normed = make("normed", T * widths.hidden * 4, x);
+    this.normPartials = make("normPartials", T * normPartialsPerRow(widths.hidden) * 4);
     this.delta = make("delta", T * widths.hidden * 4);
     this.qkv = make("qkv", T * widths.qkv * 4);
     this.attnOut = make("attnOut", T * widths.attn * 4, x);

@@ -14,7 +14,9 @@
  * kernels read the norm themselves (the gpu kernel profile), the norm and the add are fused into
  * the qkv and gate/up projections instead (X form `rms_residual`: no rms_norm dispatch; the
  * residual stream then alternates between two buffers, the projection writing `h + delta` into
- * the other one). Q/k/v and
+ * the other one); under the cpu profile, where o / down and the projection after them run
+ * `unrolled`, the norm is split between them, and only layer 0's input norm is a dispatch (see
+ * norm_placement.ts). Q/k/v and
  * gate/up are fused projections, the q/k head norms, RoPE and the K/V cache write are one
  * kernel (`rope_and_cache`; in all-decode steps the decode attention's own prologue, where its
  * fused variant was compiled), so attention runs without its own cache write, and the down
@@ -31,6 +33,15 @@ import type { AttentionBlock } from "./attention_block.ts";
 import type { BindTargets } from "./bind_targets.ts";
 import { BoundModel, type EncodeForward } from "./model.ts";
 import { KERNEL_GROUPS } from "./step_passes.ts";
+import {
+  advance,
+  bindNormed,
+  bindSubLayerOut,
+  type NormSplit,
+  type Op,
+  splitsNorm,
+  type Stream,
+} from "./norm_placement.ts";
 import { ConfigError } from "../model/errors.ts";
 
 interface LayerWeights {
@@ -123,6 +134,11 @@ const GROUPS = {
   /** The fused decode attention (all-decode steps): `rope_and_cache`'s work too. */
   attentionRope: "attention (+ q/k norm, rope, kv write)",
   norm: "rms_norm (2 per layer, fused residual)",
+  /** The one rms_norm left where o and down write the next norm's input (cpu profile). */
+  firstNorm: "rms_norm (layer 0's input)",
+  /** o and down with the residual epilogue (cpu profile). */
+  oResidual: "matmul o (+ residual add, norm input)",
+  downResidual: "matmul down (+ silu_mul, residual add, norm input)",
   ropeAndCache: "q/k norm + rope + kv write",
   gateUp: "matmul gate_up",
   /** The projections that read the norm themselves (see the module doc). */
@@ -133,80 +149,26 @@ const GROUPS = {
   final: "final add + gather + norm",
 } as const;
 
-type Op = { encode(pass: GPUComputePassEncoder, n: number): void };
-
-/** One layer's call sites, in the order they run. */
+/** One layer's call sites, in the order they run, and the kernel groups of those that vary. */
 interface DecoderLayer {
   /** Null where qkv reads the norm itself (see the module doc). */
   inputNorm: Op | null;
+  inputNormGroup: string;
   qkv: Op;
   /** q/k head norms (Qwen3), RoPE of q and k, K/V cache write. */
   ropeAndCache: Op;
   attn: AttentionBlock;
   o: Op;
+  oGroup: string;
   /** Null where gateUp reads the norm itself. */
   postNorm: Op | null;
   gateUp: Op;
   /** Reads X as silu(gate) * up of gateUp's output. */
   down: Op;
+  downGroup: string;
 }
 
 const b = (buffer: GPUBuffer) => ({ buffer });
-
-/**
- * Where a layer's residual stream is: the buffer its first norm reads, and, where the
- * projections read the norm (`fused`), the buffer its norms alternate with (the stream is in
- * `bufs.hidden` or `bufs.normed`; see the module doc).
- */
-interface Stream {
-  readonly fused: boolean;
-  /** The buffer holding the stream before the layer's first norm. */
-  readonly at: GPUBuffer;
-  readonly other: GPUBuffer;
-}
-
-/** Binds a norm followed by a projection: one rms_norm and a plain matmul, or one fused matmul. */
-function bindNormed(
-  t: BindTargets,
-  stream: Stream,
-  norm: { weight: GpuMatrix; eps: number; addDelta: boolean },
-  projection: { weight: GpuMatrix; bias?: GPUBuffer | null; y: GPUBuffer },
-): { norm: Op | null; projection: Op } {
-  const { kernels, arena, bufs } = t;
-  const hasBias = projection.bias !== undefined && projection.bias !== null;
-  const matmul = kernels.matmul(hasBias);
-  const tail = {
-    weight: projection.weight,
-    ...(hasBias ? { bias: b(projection.bias!) } : {}),
-    y: b(projection.y),
-  };
-  if (stream.fused) {
-    const op = matmul.bind(arena, {
-      x: b(stream.at),
-      ...(norm.addDelta
-        ? {
-          xForm: "rms_residual",
-          norm: { weight: norm.weight, eps: norm.eps, delta: b(bufs.delta), out: b(stream.other) },
-        }
-        : { xForm: "rms", norm: { weight: norm.weight, eps: norm.eps } }),
-      ...tail,
-    });
-    return { norm: null, projection: op };
-  }
-  const rms = kernels.rmsNorm.bind(
-    arena,
-    norm.addDelta
-      ? { weight: norm.weight, x: b(bufs.delta), residual: b(stream.at), out: b(bufs.normed) }
-      : { weight: norm.weight, x: b(stream.at), out: b(bufs.normed) },
-    { eps: norm.eps },
-  );
-  return { norm: rms, projection: matmul.bind(arena, { x: b(bufs.normed), ...tail }) };
-}
-
-/** The stream after a norm that adds delta: fused norms write it to the other buffer. */
-function advance(stream: Stream): Stream {
-  return stream.fused ? { fused: true, at: stream.other, other: stream.at } : stream;
-}
 
 /**
  * Binds layer `l`'s attention half: input norm, qkv, q/k norms + RoPE + cache write, attention,
@@ -219,7 +181,11 @@ function bindAttention(
   l: number,
   invFreq: GPUBuffer,
   stream: Stream,
-): Pick<DecoderLayer, "inputNorm" | "qkv" | "ropeAndCache" | "attn" | "o"> {
+  split: NormSplit,
+): Pick<
+  DecoderLayer,
+  "inputNorm" | "inputNormGroup" | "qkv" | "ropeAndCache" | "attn" | "o" | "oGroup"
+> {
   const { kernels, arena, bufs } = t;
   const eps = c.normEps;
   // Layer 0 normalises the embedding; later layers first add the previous MLP output.
@@ -228,6 +194,7 @@ function bindAttention(
     stream,
     { weight: lw.inputNorm, eps, addDelta: l > 0 },
     { weight: lw.qkv, bias: lw.qkvBias, y: bufs.qkv },
+    split.input,
   );
   const ropeAndCache = kernels.ropeAndCache.bind(arena, {
     qkv: b(bufs.qkv),
@@ -254,38 +221,43 @@ function bindAttention(
       ...(lw.qNorm !== null && lw.kNorm !== null ? { qkNorm: { q: lw.qNorm, k: lw.kNorm } } : {}),
     },
   });
-  const o = kernels.matmul(false).bind(arena, {
-    x: b(bufs.attnOut),
-    weight: lw.o,
-    y: b(bufs.delta),
-  });
-  return { inputNorm, qkv, ropeAndCache, attn, o };
+  const x = { buffer: bufs.attnOut, form: "plain" } as const;
+  const o = bindSubLayerOut(t, stream, x, lw.o, split.post ? lw.postNorm : null);
+  // Where o writes the post norm's input, only layer 0's input norm is a dispatch.
+  const inputNormGroup = split.post && l === 0 ? GROUPS.firstNorm : GROUPS.norm;
+  const oGroup = split.post ? GROUPS.oResidual : GROUPS.o;
+  return { inputNorm, inputNormGroup, qkv, ropeAndCache, attn, o, oGroup };
 }
 
 /**
  * Binds a layer's MLP half: post-attention norm (residual fused), gate/up, down (reading
- * SiLU(gate) * up).
+ * SiLU(gate) * up); `split.post`: o wrote the post norm's input; `nextNorm`: the next layer's
+ * input norm, whose input down writes (null: down writes `bufs.delta`).
  */
 function bindMlp(
   c: ModelConfig,
   t: BindTargets,
   lw: LayerWeights,
   stream: Stream,
-): Pick<DecoderLayer, "postNorm" | "gateUp" | "down"> {
-  const { kernels, arena, bufs } = t;
+  split: NormSplit,
+  nextNorm: GpuMatrix | null,
+): Pick<DecoderLayer, "postNorm" | "gateUp" | "down" | "downGroup"> {
+  const { bufs } = t;
   const { norm: postNorm, projection: gateUp } = bindNormed(
     t,
     stream,
     { weight: lw.postNorm, eps: c.normEps, addDelta: true },
     { weight: lw.gateUp, y: bufs.mlpUp },
+    split.post,
   );
-  const down = kernels.matmul(false).bind(arena, {
-    x: b(bufs.mlpUp),
-    xForm: "swiglu",
-    weight: lw.down,
-    y: b(bufs.delta),
-  });
-  return { postNorm, gateUp, down };
+  const x = { buffer: bufs.mlpUp, form: "swiglu" } as const;
+  const down = bindSubLayerOut(t, stream, x, lw.down, nextNorm);
+  return {
+    postNorm,
+    gateUp,
+    down,
+    downGroup: nextNorm === null ? GROUPS.down : GROUPS.downResidual,
+  };
 }
 
 /**
@@ -321,7 +293,7 @@ function forward(
     const T = step.numTokens;
     embed.encode(passes.at(GROUPS.embedding), T);
     for (const L of layers) {
-      L.inputNorm?.encode(passes.at(GROUPS.norm), T);
+      L.inputNorm?.encode(passes.at(L.inputNormGroup), T);
       L.qkv.encode(passes.at(qkvGroup), T);
       // The fused decode attention does rope_and_cache's work itself in all-decode steps.
       if (step.allDecode && L.attn.fusesRope) {
@@ -330,10 +302,10 @@ function forward(
         L.ropeAndCache.encode(passes.at(GROUPS.ropeAndCache), T);
         L.attn.encode(passes.at(GROUPS.attention), step);
       }
-      L.o.encode(passes.at(GROUPS.o), T);
+      L.o.encode(passes.at(L.oGroup), T);
       L.postNorm?.encode(passes.at(GROUPS.norm), T);
       L.gateUp.encode(passes.at(gateUpGroup), T);
-      L.down.encode(passes.at(GROUPS.down), T);
+      L.down.encode(passes.at(L.downGroup), T);
     }
     if (step.numSampled > 0) finalNorm.encode(passes.at(GROUPS.final), step.numSampled);
   };
@@ -363,10 +335,21 @@ export class DecoderModel extends BoundModel {
       at: bufs.hidden,
       other: bufs.normed,
     };
+    // Which norms o and down write the input of (cpu profile; see splitsNorm).
+    const post = w.layers.map((lw) =>
+      splitsNorm(targets, stream, lw.o, { weight: lw.gateUp, bias: null })
+    );
+    const input = w.layers.map((lw, l) => {
+      const before = w.layers[l - 1];
+      return before !== undefined &&
+        splitsNorm(targets, stream, before.down, { weight: lw.qkv, bias: lw.qkvBias });
+    });
     const layers = w.layers.map((lw, l) => {
-      const attention = bindAttention(config, targets, lw, l, invFreq, stream);
+      const split = { input: input[l]!, post: post[l]! };
+      const attention = bindAttention(config, targets, lw, l, invFreq, stream, split);
       if (l > 0) stream = advance(stream);
-      const mlp = bindMlp(config, targets, lw, stream);
+      const next = input[l + 1] === true ? w.layers[l + 1]!.inputNorm : null;
+      const mlp = bindMlp(config, targets, lw, stream, split, next);
       stream = advance(stream);
       return { ...attention, ...mlp };
     });
