@@ -5,7 +5,7 @@ import { type DType, roundTo } from "../gpu/dtype.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { Matmul, TILE_CANDIDATES, type TileConfig } from "../kernels/matmul.ts";
 import { tileName } from "../kernels/matmul_tile.ts";
-import { assertClose, toleranceFor } from "./support/assert_close.ts";
+import { assertClose, assertUntouchedFrom, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,
   ParamArena,
@@ -43,16 +43,6 @@ interface NormCase {
 }
 
 const EPS = 1e-5;
-
-/** Fails when any of `got[from..)` is not NaN (a poisoned element was written). */
-function assertUntouched(got: Float32Array, from: number, context: string): void {
-  const written = got.findIndex((v, i) => i >= from && !Number.isNaN(v));
-  if (written >= 0) {
-    throw new AssertionError({
-      message: `${context}: element ${written} past the rows was written`,
-    });
-  }
-}
 
 /**
  * Runs one case on fresh random inputs: the residual stream h (and delta), a norm weight, a
@@ -122,13 +112,13 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
       : quantizeRef(w, k, c.quant).dequantized;
     const expected = matmulRef(ref.out, wRef, bias, m, n, k);
     const got = await readF32(ctx, yBuf);
-    assertUntouched(got, m * n, `${context} y`);
+    assertUntouchedFrom(got, m * n, `${context} y`);
     const tolerance = c.quant === undefined ? toleranceFor(c.dtype) : toleranceFor("f32");
     const floor = termFloor(ref.out, wRef, bias, m, n, k);
     assertClose(got.subarray(0, m * n), expected, tolerance, `${context} y`, floor);
     if (outBuf !== undefined) {
       const stream = await readF32(ctx, outBuf);
-      assertUntouched(stream, m * k, `${context} stream`);
+      assertUntouchedFrom(stream, m * k, `${context} stream`);
       assertClose(stream.subarray(0, m * k), ref.residual, 1e-6, `${context} stream`);
     }
   } finally {

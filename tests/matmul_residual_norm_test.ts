@@ -9,7 +9,6 @@
  */
 
 import { throws as assertThrows } from "node:assert/strict";
-import { AssertionError } from "node:assert";
 import type { GpuContext } from "../gpu/context.ts";
 import { type DType, roundTo } from "../gpu/dtype.ts";
 import { type QuantFormat, quantizeRows, type WordLayout } from "../gpu/quant.ts";
@@ -18,7 +17,7 @@ import { Matmul } from "../kernels/matmul.ts";
 import { kernelSource } from "../kernels/matmul_kernels.ts";
 import { NORM_PARTIAL_ROWS, normPartialsPerRow } from "../kernels/matmul_bindings.ts";
 import { TILE } from "../kernels/matmul_tile.ts";
-import { assertClose, toleranceFor } from "./support/assert_close.ts";
+import { assertClose, assertUntouchedFrom, toleranceFor } from "./support/assert_close.ts";
 import {
   GPU_TEST,
   ParamArena,
@@ -45,16 +44,6 @@ interface WeightKind {
 }
 
 const EPS = 1e-5;
-
-/** Fails when any of `got[from..)` is not NaN (a poisoned element was written). */
-function assertUntouched(got: Float32Array, from: number, context: string): void {
-  const written = got.findIndex((v, i) => i >= from && !Number.isNaN(v));
-  if (written >= 0) {
-    throw new AssertionError({
-      message: `${context}: element ${written} past the rows was written`,
-    });
-  }
-}
 
 /** `w` `[n, k]` on the device as `kind` says, and the values the kernel multiplies by. */
 function makeWeight(
@@ -109,6 +98,20 @@ function partialsRef(h: ArrayLike<number>, m: number, n: number): Float64Array {
   return out;
 }
 
+/** The seeded generator and failure context of one case. */
+function caseSeed(
+  [m, n, k]: Shape,
+  kind: WeightKind,
+  bias: boolean,
+  uniform: boolean,
+  form: string,
+): { rng: Rng; context: string } {
+  const label = `[${m}, ${n}, ${k}] ${kindName(kind)} ${bias ? "bias" : "no bias"} ` +
+    `X ${uniform ? "uniform" : "storage"} ${form}`;
+  const { seed, rng } = testSeed(label);
+  return { rng, context: `seed ${seed} ${label}` };
+}
+
 /**
  * One case of the output form: y (the stream h, one spare row poisoned), normed and partials
  * poisoned, then `h + x W^T (+ bias)`, `h * gamma` and the partial sums checked against float64.
@@ -121,10 +124,7 @@ async function checkResidual(
   uniform: boolean,
 ): Promise<void> {
   const [m, n, k] = shape;
-  const label = `[${m}, ${n}, ${k}] ${kindName(kind)} ${bias ? "bias" : "no bias"} ` +
-    `X ${uniform ? "uniform" : "storage"} residual_rms`;
-  const { seed, rng } = testSeed(label);
-  const context = `seed ${seed} ${label}`;
+  const { rng, context } = caseSeed(shape, kind, bias, uniform, "residual_rms");
   const x = rng.array(m * k);
   const w = rng.array(n * k);
   const h = rng.array(m * n, -2, 2);
@@ -164,14 +164,14 @@ async function checkResidual(
     const tolerance = kind.quant === undefined ? toleranceFor(kind.dtype) : toleranceFor("f32");
     const floor = termFloor(x, wRef, b, m, n, k);
     const got = await readF32(ctx, buffers.y);
-    assertUntouched(got, m * n, `${context} stream`);
+    assertUntouchedFrom(got, m * n, `${context} stream`);
     assertClose(got.subarray(0, m * n), hNew, tolerance, `${context} stream`, floor);
     const normed = await readF32(ctx, buffers.normed);
-    assertUntouched(normed, m * n, `${context} normed`);
+    assertUntouchedFrom(normed, m * n, `${context} normed`);
     const normedRef = hNew.map((v, i) => v * g[i % n]!);
     assertClose(normed.subarray(0, m * n), normedRef, tolerance, `${context} normed`, floor);
     const partials = await readF32(ctx, buffers.partials);
-    assertUntouched(partials, m * blocks, `${context} partials`);
+    assertUntouchedFrom(partials, m * blocks, `${context} partials`);
     assertClose(
       partials.subarray(0, m * blocks),
       partialsRef(hNew, m, n),
@@ -198,10 +198,7 @@ async function checkRowNorm(
   uniform: boolean,
 ): Promise<void> {
   const [m, n, k] = shape;
-  const label = `[${m}, ${n}, ${k}] ${kindName(kind)} ${bias ? "bias" : "no bias"} ` +
-    `X ${uniform ? "uniform" : "storage"} rms_partials`;
-  const { seed, rng } = testSeed(label);
-  const context = `seed ${seed} ${label}`;
+  const { rng, context } = caseSeed(shape, kind, bias, uniform, "rms_partials");
   const x = rng.array(m * k, -2, 2);
   const w = rng.array(n * k);
   const b = bias ? rng.array(n) : undefined;
@@ -239,7 +236,7 @@ async function checkRowNorm(
     const floor = termFloor(scaledX, wRef, b, m, n, k);
     const tolerance = kind.quant === undefined ? toleranceFor(kind.dtype) : toleranceFor("f32");
     const got = await readF32(ctx, buffers.y);
-    assertUntouched(got, m * n, `${context} y`);
+    assertUntouchedFrom(got, m * n, `${context} y`);
     assertClose(got.subarray(0, m * n), expected, tolerance, `${context} y`, floor);
   } finally {
     arena.destroy();
@@ -276,32 +273,35 @@ const SHAPES: readonly Shape[] = [
   [2, 256, 128],
 ];
 
+/**
+ * Runs `check` on every shape and weight kind (a fresh seed for the kinds' choice per `name`),
+ * with a bias and a uniform X binding on shapes that `bias` and `uniform` pick by index.
+ */
+async function eachCase(
+  name: string,
+  check: typeof checkResidual,
+  bias: (i: number) => boolean,
+  uniform: (i: number) => boolean,
+): Promise<void> {
+  const ctx = await testContext();
+  const { rng } = testSeed(`${name} kinds`);
+  for (const [i, shape] of SHAPES.entries()) {
+    for (const kind of kindsFor(i, shape[2], rng)) {
+      await check(ctx, shape, kind, bias(i), uniform(i));
+    }
+  }
+}
+
 Deno.test(
   "matmul() adds to the residual stream and writes the next norm's input when y is residual_rms",
   GPU_TEST,
-  async () => {
-    const ctx = await testContext();
-    const { rng } = testSeed("residual_rms kinds");
-    for (const [i, shape] of SHAPES.entries()) {
-      for (const kind of kindsFor(i, shape[2], rng)) {
-        await checkResidual(ctx, shape, kind, i % 2 === 0, i % 3 !== 1);
-      }
-    }
-  },
+  () => eachCase("residual_rms", checkResidual, (i) => i % 2 === 0, (i) => i % 3 !== 1),
 );
 
 Deno.test(
   "matmul() scales each row by the RMSNorm factor of its partial sums when X is rms_partials",
   GPU_TEST,
-  async () => {
-    const ctx = await testContext();
-    const { rng } = testSeed("rms_partials kinds");
-    for (const [i, shape] of SHAPES.entries()) {
-      for (const kind of kindsFor(i, shape[2], rng)) {
-        await checkRowNorm(ctx, shape, kind, i % 2 === 1, i % 3 !== 2);
-      }
-    }
-  },
+  () => eachCase("rms_partials", checkRowNorm, (i) => i % 2 === 1, (i) => i % 3 !== 2),
 );
 
 Deno.test(

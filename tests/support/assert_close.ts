@@ -75,3 +75,13 @@ export function assertClose(
 export function toleranceFor(dtype: "f32" | "f16"): number {
   return dtype === "f16" ? 3e-3 : 1e-4;
 }
+
+/** Fails when any of `got[from..)` is not NaN: an element of a poisoned buffer past the rows was written. */
+export function assertUntouchedFrom(got: Float32Array, from: number, context: string): void {
+  const written = got.findIndex((v, i) => i >= from && !Number.isNaN(v));
+  if (written >= 0) {
+    throw new AssertionError({
+      message: `${context}: element ${written} past the rows was written`,
+    });
+  }
+}
