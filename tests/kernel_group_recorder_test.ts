@@ -21,28 +21,33 @@ import { SOLO_RUNNER_OPTIONS } from "./support/solo_run.ts";
 /**
  * The groups of a Llama-family step with q/k norms (Qwen3), in step order: under the gpu kernel
  * profile (`fused`) the projections read the norms themselves (no rms_norm group); under the cpu
- * profile o and down (all layers' but the last) write the next norm's input, so the only
- * rms_norm is layer 0's input norm; under either profile an all-decode step's attention does the
- * q/k norms, RoPE and the K/V write (no rope_and_cache group; the tiny model's shape fits the cpu
- * profile's fused unrolled kernel).
+ * profile, in steps of at most SPLIT_NORM_MAX_TOKENS tokens (the decode steps here), o and down
+ * (all layers' but the last) write the next norm's input, so the only rms_norm is layer 0's input
+ * norm; under either profile an all-decode step's attention does the q/k norms, RoPE and the K/V
+ * write (no rope_and_cache group; the tiny model's shape fits the cpu profile's fused unrolled
+ * kernel).
  */
-const QWEN3_GROUPS = (fused: boolean, decode = false) => [
-  "embedding + token feed",
-  ...(fused
-    ? ["matmul qkv (+ residual add, rms_norm)"]
-    : ["rms_norm (layer 0's input)", "matmul qkv"]),
-  ...(decode
-    ? ["attention (+ q/k norm, rope, kv write)"]
-    : ["q/k norm + rope + kv write", "attention"]),
-  fused ? "matmul o" : "matmul o (+ residual add, norm input)",
-  fused ? "matmul gate_up (+ residual add, rms_norm)" : "matmul gate_up",
-  ...(fused
-    ? ["matmul down (+ silu_mul)"]
-    : ["matmul down (+ silu_mul, residual add, norm input)", "matmul down (+ silu_mul)"]),
-  "final add + gather + norm",
-  "matmul lm_head",
-  "sample",
-];
+const QWEN3_GROUPS = (fused: boolean, decode = false) => {
+  const split = !fused && decode;
+  return [
+    "embedding + token feed",
+    ...(fused ? ["matmul qkv (+ residual add, rms_norm)"] : [
+      split ? "rms_norm (layer 0's input)" : "rms_norm (2 per layer, fused residual)",
+      "matmul qkv",
+    ]),
+    ...(decode
+      ? ["attention (+ q/k norm, rope, kv write)"]
+      : ["q/k norm + rope + kv write", "attention"]),
+    split ? "matmul o (+ residual add, norm input)" : "matmul o",
+    fused ? "matmul gate_up (+ residual add, rms_norm)" : "matmul gate_up",
+    ...(split
+      ? ["matmul down (+ silu_mul, residual add, norm input)", "matmul down (+ silu_mul)"]
+      : ["matmul down (+ silu_mul)"]),
+    "final add + gather + norm",
+    "matmul lm_head",
+    "sample",
+  ];
+};
 
 const GPT2_GROUPS = [
   "embedding + token feed",

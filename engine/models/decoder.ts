@@ -15,8 +15,8 @@
  * the qkv and gate/up projections instead (X form `rms_residual`: no rms_norm dispatch; the
  * residual stream then alternates between two buffers, the projection writing `h + delta` into
  * the other one); under the cpu profile, where o / down and the projection after them run
- * `unrolled`, the norm is split between them, and only layer 0's input norm is a dispatch (see
- * norm_placement.ts). Q/k/v and
+ * `unrolled`, steps of at most SPLIT_NORM_MAX_TOKENS tokens split the norm between them, and only
+ * layer 0's input norm is a dispatch (see norm_placement.ts). Q/k/v and
  * gate/up are fused projections, the q/k head norms, RoPE and the K/V cache write are one
  * kernel (`rope_and_cache`; in all-decode steps the decode attention's own prologue, where its
  * fused variant was compiled), so attention runs without its own cache write, and the down
@@ -149,15 +149,15 @@ const GROUPS = {
   final: "final add + gather + norm",
 } as const;
 
-/** One layer's call sites, in the order they run, and the kernel groups of those that vary. */
-interface DecoderLayer {
+/**
+ * A layer's projections and norms, one way of placing the norms (norm_placement.ts), in the order
+ * they run, and the kernel groups of those that vary.
+ */
+interface LayerOps {
   /** Null where qkv reads the norm itself (see the module doc). */
   inputNorm: Op | null;
   inputNormGroup: string;
   qkv: Op;
-  /** q/k head norms (Qwen3), RoPE of q and k, K/V cache write. */
-  ropeAndCache: Op;
-  attn: AttentionBlock;
   o: Op;
   oGroup: string;
   /** Null where gateUp reads the norm itself. */
@@ -168,34 +168,42 @@ interface DecoderLayer {
   downGroup: string;
 }
 
-const b = (buffer: GPUBuffer) => ({ buffer });
+/** One layer's call sites. */
+interface DecoderLayer {
+  /** q/k head norms (Qwen3), RoPE of q and k, K/V cache write. */
+  ropeAndCache: Op;
+  attn: AttentionBlock;
+  /** The norms as dispatches, or read by the projections after them (gpu profile). */
+  ops: LayerOps;
+  /**
+   * The norms split between the projections around them (cpu profile), for steps of at most
+   * {@linkcode SPLIT_NORM_MAX_TOKENS} tokens; null where the layer's projections cannot.
+   */
+  split: LayerOps | null;
+}
 
 /**
- * Binds layer `l`'s attention half: input norm, qkv, q/k norms + RoPE + cache write, attention,
- * o.
+ * The most tokens a step may have to run the split norms (cpu profile). The residual epilogue
+ * writes three values per output where a plain projection writes one, in every 16-row block of X:
+ * on lavapipe (2026-11-29, int4 weights, scratch timing of the engine's kernels) o and down took
+ * 9-13% longer at 512 rows and within the noise at 1 and 8, while the 55 rms_norm dispatches it
+ * saves cost ~4 ms per step at any size: a batch-1 decode step went from 77.3 to 72-76 ms, a
+ * 512-token prefill from 17.5-17.8 s to 18.3-18.5 s.
  */
-function bindAttention(
+export const SPLIT_NORM_MAX_TOKENS = 8;
+
+const b = (buffer: GPUBuffer) => ({ buffer });
+
+/** Binds layer `l`'s q/k norms + RoPE + cache write and its attention. */
+function bindAttentionCore(
   c: ModelConfig,
   t: BindTargets,
   lw: LayerWeights,
   l: number,
   invFreq: GPUBuffer,
-  stream: Stream,
-  split: NormSplit,
-): Pick<
-  DecoderLayer,
-  "inputNorm" | "inputNormGroup" | "qkv" | "ropeAndCache" | "attn" | "o" | "oGroup"
-> {
+): Pick<DecoderLayer, "ropeAndCache" | "attn"> {
   const { kernels, arena, bufs } = t;
   const eps = c.normEps;
-  // Layer 0 normalises the embedding; later layers first add the previous MLP output.
-  const { norm: inputNorm, projection: qkv } = bindNormed(
-    t,
-    stream,
-    { weight: lw.inputNorm, eps, addDelta: l > 0 },
-    { weight: lw.qkv, bias: lw.qkvBias, y: bufs.qkv },
-    split.input,
-  );
   const ropeAndCache = kernels.ropeAndCache.bind(arena, {
     qkv: b(bufs.qkv),
     positions: b(bufs.positions),
@@ -221,12 +229,36 @@ function bindAttention(
       ...(lw.qNorm !== null && lw.kNorm !== null ? { qkNorm: { q: lw.qNorm, k: lw.kNorm } } : {}),
     },
   });
+  return { ropeAndCache, attn };
+}
+
+/**
+ * Binds layer `l`'s input norm, qkv and o, the residual stream at `stream`, the norms placed as
+ * `split` says.
+ */
+function bindAttentionOps(
+  c: ModelConfig,
+  t: BindTargets,
+  lw: LayerWeights,
+  l: number,
+  stream: Stream,
+  split: NormSplit,
+): Pick<LayerOps, "inputNorm" | "inputNormGroup" | "qkv" | "o" | "oGroup"> {
+  const { bufs } = t;
+  // Layer 0 normalises the embedding; later layers first add the previous MLP output.
+  const { norm: inputNorm, projection: qkv } = bindNormed(
+    t,
+    stream,
+    { weight: lw.inputNorm, eps: c.normEps, addDelta: l > 0 },
+    { weight: lw.qkv, bias: lw.qkvBias, y: bufs.qkv },
+    split.input,
+  );
   const x = { buffer: bufs.attnOut, form: "plain" } as const;
   const o = bindSubLayerOut(t, stream, x, lw.o, split.post ? lw.postNorm : null);
   // Where o writes the post norm's input, only layer 0's input norm is a dispatch.
   const inputNormGroup = split.post && l === 0 ? GROUPS.firstNorm : GROUPS.norm;
   const oGroup = split.post ? GROUPS.oResidual : GROUPS.o;
-  return { inputNorm, inputNormGroup, qkv, ropeAndCache, attn, o, oGroup };
+  return { inputNorm, inputNormGroup, qkv, o, oGroup };
 }
 
 /**
@@ -241,7 +273,7 @@ function bindMlp(
   stream: Stream,
   split: NormSplit,
   nextNorm: GpuMatrix | null,
-): Pick<DecoderLayer, "postNorm" | "gateUp" | "down" | "downGroup"> {
+): Pick<LayerOps, "postNorm" | "gateUp" | "down" | "downGroup"> {
   const { bufs } = t;
   const { norm: postNorm, projection: gateUp } = bindNormed(
     t,
@@ -292,9 +324,11 @@ function forward(
   return (passes, step) => {
     const T = step.numTokens;
     embed.encode(passes.at(GROUPS.embedding), T);
+    const split = T <= SPLIT_NORM_MAX_TOKENS;
     for (const L of layers) {
-      L.inputNorm?.encode(passes.at(L.inputNormGroup), T);
-      L.qkv.encode(passes.at(qkvGroup), T);
+      const ops = split && L.split !== null ? L.split : L.ops;
+      ops.inputNorm?.encode(passes.at(ops.inputNormGroup), T);
+      ops.qkv.encode(passes.at(qkvGroup), T);
       // The fused decode attention does rope_and_cache's work itself in all-decode steps.
       if (step.allDecode && L.attn.fusesRope) {
         L.attn.encode(passes.at(GROUPS.attentionRope), step);
@@ -302,10 +336,10 @@ function forward(
         L.ropeAndCache.encode(passes.at(GROUPS.ropeAndCache), T);
         L.attn.encode(passes.at(GROUPS.attention), step);
       }
-      L.o.encode(passes.at(L.oGroup), T);
-      L.postNorm?.encode(passes.at(GROUPS.norm), T);
-      L.gateUp.encode(passes.at(gateUpGroup), T);
-      L.down.encode(passes.at(L.downGroup), T);
+      ops.o.encode(passes.at(ops.oGroup), T);
+      ops.postNorm?.encode(passes.at(GROUPS.norm), T);
+      ops.gateUp.encode(passes.at(gateUpGroup), T);
+      ops.down.encode(passes.at(ops.downGroup), T);
     }
     if (step.numSampled > 0) finalNorm.encode(passes.at(GROUPS.final), step.numSampled);
   };
@@ -344,14 +378,32 @@ export class DecoderModel extends BoundModel {
       return before !== undefined &&
         splitsNorm(targets, stream, before.down, { weight: lw.qkv, bias: lw.qkvBias });
     });
-    const layers = w.layers.map((lw, l) => {
-      const split = { input: input[l]!, post: post[l]! };
-      const attention = bindAttention(config, targets, lw, l, invFreq, stream, split);
-      if (l > 0) stream = advance(stream);
-      const next = input[l + 1] === true ? w.layers[l + 1]!.inputNorm : null;
-      const mlp = bindMlp(config, targets, lw, stream, split, next);
-      stream = advance(stream);
-      return { ...attention, ...mlp };
+    /**
+     * Layer `l`'s ops with the norms placed as `split` says (and down writing the next layer's
+     * input norm's input when `splitNext`), the stream at `at`.
+     */
+    const layerOps = (
+      lw: LayerWeights,
+      l: number,
+      at: Stream,
+      split: NormSplit,
+      splitNext: boolean,
+    ) => {
+      const attention = bindAttentionOps(config, targets, lw, l, at, split);
+      const mid = l > 0 ? advance(at) : at;
+      const next = splitNext ? w.layers[l + 1]!.inputNorm : null;
+      const mlp = bindMlp(config, targets, lw, mid, split, next);
+      return { ops: { ...attention, ...mlp }, after: advance(mid) };
+    };
+    const layers = w.layers.map((lw, l): DecoderLayer => {
+      const core = bindAttentionCore(config, targets, lw, l, invFreq);
+      const { ops, after } = layerOps(lw, l, stream, { input: false, post: false }, false);
+      const next = input[l + 1] === true;
+      const split = input[l]! || post[l]! || next
+        ? layerOps(lw, l, stream, { input: input[l]!, post: post[l]! }, next).ops
+        : null;
+      stream = after;
+      return { ...core, ops, split };
     });
     const encode = forward(config, targets, w, embed, layers, stream);
     return new DecoderModel(config, w.lmHead, encode, loader);

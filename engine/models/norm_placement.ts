@@ -10,7 +10,10 @@
  *   of squares (matmul Y form `residual_rms`), gate/up and the next qkv scale by the norm's
  *   factor from those sums (X form `rms_partials`). Lavapipe pays ~30 us or more per dispatch
  *   whatever its work (kernels/matmul_unrolled_residual.wgsl), so this leaves one rms_norm
- *   dispatch per step (layer 0's input norm) instead of two per layer.
+ *   dispatch per step (layer 0's input norm) instead of two per layer; the decoder binds it
+ *   beside the first way and runs it in steps of few tokens only (decoder.ts
+ *   `SPLIT_NORM_MAX_TOKENS`), where the dispatches it saves outweigh the residual epilogue's
+ *   extra stores.
  *
  * @module
  */
