@@ -33,9 +33,9 @@
 //   2 bias : storage read  array<f32>               [N] (whole bias; only with bias)
 //   3 y    : storage rw    array<f32>               [M, ldy]; columns [n0, n0 + rows) written
 //   4 p    : uniform       Params (k4 = rowStride / 4)
-//   9 x_partials : storage read  array<f32>         [M, ceil(K / NORM_ROWS)] (X form rms_partials
-//            only: X is h * gamma, each row's sums of squares of h in blocks of NORM_ROWS columns,
-//            as the residual epilogue writes them; matmul_unrolled_residual.wgsl)
+//   9 x_partials : storage read  array<f32>         [M, ceil(K / 128)] (X form rms_partials only:
+//            X is h * gamma, each row's sums of squares of h in blocks of 128 columns,
+//            NORM_PARTIAL_ROWS, as the residual epilogue writes them; matmul_unrolled_residual.wgsl)
 // Workgroup: WG invocations, each RN rows of W x MB rows of X.
 // Dispatch:  ceil(rows / (WG * RN)) workgroups folded into (x, y) (index wid.x + wid.y * nwg.x,
 //            count p.groups_n), times ceil(M / MB) in z.

@@ -4,7 +4,8 @@
 // next projection (qkv, gate_up, X form rms_partials) needs no rms_norm dispatch before it.
 //   h[m, n]        = y[m, n] + x_rscale(m) sum_k x[m, k] w'[n, k] (+ bias[n])   (y: the stream)
 //   normed[m, n]   = h[m, n] * gamma[n]
-//   partials[m, b] = sum of h[m, n]^2 over the NORM_ROWS = WG * RN columns n of workgroup b
+//   partials[m, b] = sum of h[m, n]^2 over the 128 = WG * RN columns n of workgroup b
+//                    (NORM_PARTIAL_ROWS, kernels/matmul_bindings.ts)
 // The next projection scales its dot products over normed by rsqrt(sum_b partials[m, b] / N +
 // eps), the RMSNorm's row factor (reassociated: the norm's product is taken after the sum). Why
 // (measured on lavapipe, 2 cores, Qwen3-0.6B preset, int4, batch 1, 2026-11-29): each dispatch

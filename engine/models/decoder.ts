@@ -187,8 +187,8 @@ interface DecoderLayer {
  * writes three values per output where a plain projection writes one, in every 16-row block of X:
  * on lavapipe (2026-11-29, int4 weights, scratch timing of the engine's kernels) o and down took
  * 9-13% longer at 512 rows and within the noise at 1 and 8, while the 55 rms_norm dispatches it
- * saves cost ~4 ms per step at any size: a batch-1 decode step went from 77.3 to 72-76 ms, a
- * 512-token prefill from 17.5-17.8 s to 18.3-18.5 s.
+ * saves cost ~4 ms per step at any size: a batch-1 decode step went from 77.3 to 72-76 ms, while
+ * a 512-token prefill took 18.3-18.5 s split against 17.5-17.8 s not (docs/benchmarks.md).
  */
 export const SPLIT_NORM_MAX_TOKENS = 8;
 
