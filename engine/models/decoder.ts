@@ -183,12 +183,12 @@ interface DecoderLayer {
 }
 
 /**
- * The most tokens a step may have to run the split norms (cpu profile). The residual epilogue
- * writes three values per output where a plain projection writes one, in every 16-row block of X:
+ * The most tokens a step may have to run the split norms (cpu profile). Per output the residual
+ * epilogue reads the stream and writes it and `h * gamma` where a plain projection writes once:
  * on lavapipe (2026-11-29, int4 weights, scratch timing of the engine's kernels) o and down took
  * 9-13% longer at 512 rows and within the noise at 1 and 8, while the 55 rms_norm dispatches it
- * saves cost ~4 ms per step at any size: a batch-1 decode step went from 77.3 to 72-76 ms, while
- * a 512-token prefill took 18.3-18.5 s split against 17.5-17.8 s not (docs/benchmarks.md).
+ * saves were ~4 ms of a batch-1 decode step (77.3 ms before, 72-76 after); a 512-token prefill
+ * took 18.3-18.5 s split against 17.5-17.8 s not (docs/benchmarks.md).
  */
 export const SPLIT_NORM_MAX_TOKENS = 8;
 
