@@ -40,13 +40,22 @@
  *
  * Or, the cpu kernel profile's choice where it fits ({@linkcode WordLayout} `"texture"`,
  * gpu/word_texture.ts), the words sit in an `rgba32uint` 2D-array texture, one texel per unit of
- * 4 words (16 bytes): unit `u` of row `r` (word `4 u .. 4 u + 3` of the row) is texel `(u, r %
- * L)` of layer `floor(r / L)`, `L` = {@linkcode TEXTURE_LAYER_ROWS} (the matrix's row count if
- * smaller); one part holds the whole matrix. Why (lavapipe, Mesa 22.3): a storage load runs as a
- * per-lane loop with a branch and a bounds check per component, a texel fetch as a gather; the
- * cpu profile's `unrolled` int4 kernel at M = 1 took 0.76-0.80x the time of the 16-row word
- * blocks (6144 x 1024, 28 distinct weights, nine interleaved rounds, per-round medians,
- * 2026-11-27), int8 0.89x. Only `unrolled` and the embedding lookup read such matrices.
+ * 4 words (16 bytes), in the same blocks of 16 rows: unit `u` of row `r` (word `4 u .. 4 u + 3`
+ * of the row) is texel `(16 u + r % 16, b % H)` of layer `floor(b / H)`, `b = floor(r / 16)` the
+ * row's block and `H` = {@linkcode TEXTURE_LAYER_ROWS} / 16 block rows per layer (the matrix's
+ * block count if smaller); a texture row holds one block, unit after unit, the last block's
+ * missing rows zero; one part holds the whole matrix. So the 16 rows' unit `u` of a block are
+ * 16 neighbouring texels, and an invocation of `unrolled` reads its rows' groups as one stream.
+ * Why (lavapipe, Mesa 22.3): a storage load runs as a per-lane loop with a branch and a bounds
+ * check per component, a texel fetch as a gather; the cpu profile's `unrolled` int4 kernel at M
+ * = 1 took 0.76-0.80x the time of the 16-row word blocks in a buffer with the texels row by row
+ * (texel `(u, r)`; 6144 x 1024, 28 distinct weights, nine interleaved rounds, per-round medians,
+ * 2026-11-27), int8 0.89x; the texels in blocks rather than row by row, where each of an
+ * invocation's 16 rows was a stream of its own 512 bytes from the next (K = 1,024), took
+ * 0.84-0.87x the time on the LM head's shape (151,936 x 1,024: 11.9-12.1 against 13.7-14.3 ms),
+ * 0.90-0.95x on gate_up's (6,144 x 1,024) and about the same on down's (1,024 x 3,072, 8
+ * workgroups) (int4, M = 1, scratch copies of the kernel, interleaved pairs, 2026-11-29). Only
+ * `unrolled` and the embedding lookup read such matrices.
  *
  * @module
  */
@@ -145,8 +154,11 @@ export function wordStorageFor(profile: "cpu" | "gpu"): WordStorage {
   return profile === "cpu" ? "texture" : "buffer";
 }
 
-/** Rows per layer of a word texture (module documentation); a power of two. */
-export const TEXTURE_LAYER_ROWS = 2048;
+/**
+ * Matrix rows per layer of a word texture (module documentation): 512 blocks of
+ * {@linkcode WORD_BLOCK_ROWS}; a power of two.
+ */
+export const TEXTURE_LAYER_ROWS = 8192;
 
 /** Texels (16-byte units of 4 words) per row of `cols` weights of `format` in a word texture. */
 export function textureUnitsPerRow(cols: number, format: QuantFormat): number {

@@ -16,6 +16,7 @@ import type { DType } from "../gpu/dtype.ts";
 import {
   type QuantFormat,
   TEXTURE_LAYER_ROWS,
+  WORD_BLOCK_ROWS,
   type WordBlock,
   type WordLayout,
 } from "../gpu/quant.ts";
@@ -79,15 +80,20 @@ export function wordIndexFunction(block: WordBlock, k: string): string {
 /**
  * WGSL: binding `binding` as the word texture `name` (gpu/quant.ts, gpu/word_texture.ts) and `fn
  * name_texel(row: u32, unit: u32) -> vec4<u32>`, unit `unit` (4 words) of the matrix's row `row`:
- * texel (unit, row % L) of layer row / L, L = TEXTURE_LAYER_ROWS (a power of two; a matrix of
- * fewer rows has one layer of its rows, where row / L is 0 and row % L is row).
+ * texel (16 unit + row % 16, b % H) of layer b / H, b = row / 16 the row's block, H =
+ * TEXTURE_LAYER_ROWS / 16 (powers of two; a matrix of fewer blocks has one layer of them, where b
+ * / H is 0 and b % H is b).
  */
 export function wordTextureFunction(binding: number, name: string): string {
-  const shift = Math.log2(TEXTURE_LAYER_ROWS);
+  const b = WORD_BLOCK_ROWS;
+  const h = TEXTURE_LAYER_ROWS / b;
   return `@group(0) @binding(${binding}) var ${name}: texture_2d_array<u32>;\n` +
     `fn ${name}_texel(row: u32, unit: u32) -> vec4<u32> {\n` +
-    `  let y = i32(row & ${TEXTURE_LAYER_ROWS - 1}u);\n` +
-    `  return textureLoad(${name}, vec2<i32>(i32(unit), y), i32(row >> ${shift}u), 0);\n}\n`;
+    `  let x = i32(unit * ${b}u + (row & ${b - 1}u));\n` +
+    `  let y = i32((row >> ${Math.log2(b)}u) & ${h - 1}u);\n` +
+    `  return textureLoad(${name}, vec2<i32>(x, y), i32(row >> ${
+      Math.log2(TEXTURE_LAYER_ROWS)
+    }u), 0);\n}\n`;
 }
 
 /**

@@ -16,8 +16,10 @@
 // (gpu/quant.ts word blocks: a group of the RN = 16 rows is 256 (int4) or 512 (int8)
 // contiguous bytes), so an invocation's loads walk one stream instead of 16; or, the cpu
 // profile's default, in a texture (gpu/quant.ts, gpu/word_texture.ts: one texel per 16 bytes of a
-// row), whose fetches lavapipe runs as gathers rather than per-lane loops (0.76-0.80x the time of
-// the blocks, int4; 0.89x int8; 2026-11-27); `load_group` reads any of the three (`w_unit`).
+// row, in the same blocks of 16 rows, one block per texture row), whose fetches lavapipe runs as
+// gathers rather than per-lane loops (0.76-0.80x the time of the blocks, int4; 0.89x int8;
+// 2026-11-27, texels then row by row; in blocks, the LM head's shape 0.84-0.87x again, 2026-11-29);
+// `load_group` reads any of the three (`w_unit`).
 //
 // Unpacking without shifts (the prelude's q_prep / q_offset / q_dot): a value is isolated in
 // place with one AND (the word with the sign bit of every value but the top one flipped, so
@@ -52,7 +54,8 @@
 //                              GpuMatrix part, row by row or in blocks of 16 rows, gpu/quant.ts):
 //                              one (int4) or two (int8) per group
 //                or texture_2d_array<u32> (rgba32uint)  the same 16-byte units, unit u of row r
-//                              at texel (u, r % 2048), layer r / 2048 (gpu/quant.ts)
+//                              at texel (16 u + r % 16, (r / 16) % 512), layer r / 8192
+//                              (gpu/quant.ts)
 //   2 bias     : storage read  array<f32>                [N] (whole bias; only with bias)
 //   3 y        : storage rw    array<f32>                [M, ldy]; columns [n0, n0 + rows) written
 //   4 p        : uniform       Params

@@ -180,8 +180,8 @@ Deno.test(
           );
         }
       }
-      // A texture of three layers (2,048 rows each, gpu/quant.ts).
-      await checkGather(ctx, `embedding ${format} texture layers`, 4200, 64, 33, format, {
+      // A texture of three layers (8,192 rows each, gpu/quant.ts; the last block 10 rows).
+      await checkGather(ctx, `embedding ${format} texture layers`, 16410, 64, 33, format, {
         layout: "texture",
       });
       // 96 columns: 96 (int8) or 48 (int4) bytes per row; 500-byte parts hold 5 or 10 rows

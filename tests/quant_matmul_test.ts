@@ -14,6 +14,7 @@ import {
   type QuantFormat,
   quantizeRows,
   TEXTURE_LAYER_ROWS,
+  WORD_BLOCK_ROWS,
   type WordLayout,
 } from "../gpu/quant.ts";
 import { GpuMatrix, type QuantizedMatrixOptions } from "../gpu/tensor.ts";
@@ -484,34 +485,50 @@ async function readTexture(
 }
 
 Deno.test(
-  "GpuMatrix.writeWords() puts int8 / int4 rows in a texture of 2,048-row layers, whatever the chunks",
+  "GpuMatrix.writeWords() puts int8 / int4 rows in a texture in blocks of 16 rows, 512 blocks a layer, whatever the chunks",
   GPU_TEST,
   async () => {
     const ctx = await testContext();
+    const B = WORD_BLOCK_ROWS;
+    const height = TEXTURE_LAYER_ROWS / B;
     for (const format of FORMATS) {
       const { seed, rng } = testSeed(`word texture ${format}`);
+      // Two whole layers and a third holding one block of 5 rows (11 missing).
       const rows = 2 * TEXTURE_LAYER_ROWS + 5;
       const cols = 64;
       const perRow = format === "int4" ? 8 : 16; // words per row: 2 or 4 texels
+      const units = perRow / 4;
       const words = Uint32Array.from({ length: rows * perRow }, () => rng.int(1, 0xffffffff));
       const m = GpuMatrix.createQuantized(ctx, "w", rows, cols, format, { wordStorage: "texture" });
       try {
         assert.equal(m.wordLayout, "texture");
         assert.equal(m.parts.length, 1);
         const texture = m.parts[0]!.texture!;
-        assert.deepEqual([texture.layerRows, texture.layers], [TEXTURE_LAYER_ROWS, 3]);
-        // Chunks that cross layer boundaries and end inside a layer.
-        for (const [lo, hi] of [[0, 100], [100, 2050], [2050, 4097], [4097, rows]] as const) {
+        assert.deepEqual([texture.width, texture.height, texture.layers], [B * units, height, 3]);
+        // Chunks that start and end inside blocks (100, 8,190, 8,195, 16,001), cover blocks 511
+        // and 512 in part on both sides of the layer boundary at row 8,192, hold whole blocks
+        // only (8,208..16,000) or one row, and whole blocks across the next layer boundary up to
+        // the last row (16,384..16,388: the last block, 5 rows).
+        const cuts = [0, 100, 8190, 8195, 8208, 16000, 16001, rows];
+        for (let i = 0; i + 1 < cuts.length; i++) {
+          const [lo, hi] = [cuts[i]!, cuts[i + 1]!];
           m.writeWords(ctx.device.queue, lo, words.subarray(lo * perRow, hi * perRow));
         }
-        const got = await readTexture(ctx, texture.texture, perRow / 4, TEXTURE_LAYER_ROWS, 3);
-        // Texel (u, y) of layer l is unit u of row l * 2048 + y; rows past the last are zero.
-        const expected = new Uint32Array(3 * TEXTURE_LAYER_ROWS * perRow);
-        expected.set(words);
+        const got = await readTexture(ctx, texture.texture, B * units, height, 3);
+        // Unit u of row r: texel (16 u + r % 16, b % 512) of layer b / 512, b = r / 16; the
+        // missing rows of the last block are zero.
+        const expected = new Uint32Array(3 * height * B * units * 4);
+        for (let r = 0; r < rows; r++) {
+          const b = Math.floor(r / B);
+          for (let u = 0; u < units; u++) {
+            const texel = b * B * units + B * u + (r % B);
+            expected.set(words.subarray(r * perRow + 4 * u, r * perRow + 4 * u + 4), 4 * texel);
+          }
+        }
         assert.deepEqual(got, expected, `seed ${seed} ${format}`);
-        // 2 or 4 texels of 16 bytes per row, three layers of 2,048 rows; scales of 4,101 rows
-        // padded to 4,104, two per row.
-        assert.equal(m.byteSize, 3 * TEXTURE_LAYER_ROWS * perRow * 4 + 4104 * 2 * 2);
+        // 2 or 4 texels of 16 bytes per row, three layers of 512 blocks of 16 rows; scales of
+        // 16,389 rows padded to 16,392, two per row.
+        assert.equal(m.byteSize, 3 * TEXTURE_LAYER_ROWS * perRow * 4 + 16392 * 2 * 2);
         assert.throws(() => m.parts[0]!.buffer, /in a texture/);
         assert.throws(() => m.writeWords(ctx.device.queue, rows - 1, words), RangeError);
       } finally {
@@ -529,14 +546,15 @@ Deno.test(
     for (const bias of [false, true]) {
       const kernel = new Matmul(ctx, { dtype: "f16", bias, policy: "cpu" });
       for (const format of FORMATS) {
-        for (const shape of [[1, 4200, 32], [7, 2100, 96], [17, 4101, 64]] as const) {
+        // 3 layers of 512 blocks of 16 rows (the last block 10 rows), 2 layers (8 and 5 rows).
+        for (const shape of [[1, 16410, 32], [7, 8200, 96], [17, 8213, 64]] as const) {
           await check(ctx, kernel, format, shape, "unrolled", 1, "plain", undefined, "texture");
         }
         await check(
           ctx,
           kernel,
           format,
-          [5, 2100, 64],
+          [5, 8210, 64],
           "unrolled",
           1,
           "swiglu",
