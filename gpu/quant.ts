@@ -52,7 +52,7 @@
  * (texel `(u, r)`; 6144 x 1024, 28 distinct weights, nine interleaved rounds, per-round medians,
  * 2026-11-27), int8 0.89x; the texels in blocks rather than row by row, where each of an
  * invocation's 16 rows was a stream of its own 512 bytes from the next (K = 1,024), took
- * 0.84-0.87x the time on the LM head's shape (151,936 x 1,024: 11.9-12.1 against 13.7-14.3 ms),
+ * 0.85-0.87x the time on the LM head's shape (151,936 x 1,024: 11.9-12.1 against 13.7-14.3 ms),
  * 0.90-0.95x on gate_up's (6,144 x 1,024) and about the same on down's (1,024 x 3,072, 8
  * workgroups) (int4, M = 1, scratch copies of the kernel, interleaved pairs, 2026-11-29). Only
  * `unrolled` and the embedding lookup read such matrices.

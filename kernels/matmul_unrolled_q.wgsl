@@ -18,7 +18,7 @@
 // profile's default, in a texture (gpu/quant.ts, gpu/word_texture.ts: one texel per 16 bytes of a
 // row, in the same blocks of 16 rows, one block per texture row), whose fetches lavapipe runs as
 // gathers rather than per-lane loops (0.76-0.80x the time of the blocks, int4; 0.89x int8;
-// 2026-11-27, texels then row by row; in blocks, the LM head's shape 0.84-0.87x again, 2026-11-29);
+// 2026-11-27, texels then row by row; in blocks, the LM head's shape 0.85-0.87x again, 2026-11-29);
 // `load_group` reads any of the three (`w_unit`).
 //
 // Unpacking without shifts (the prelude's q_prep / q_offset / q_dot): a value is isolated in
