@@ -3,7 +3,8 @@
  * Qwen3-0.6B shapes: 16 query heads, 8 kv heads, head_dim 128, block size 16, KV cache in the
  * context's weight dtype (f16 on lavapipe), for contexts of 512 and 2048 tokens and batches of
  * 1, 16 and 64 sequences, with the direct path and with split-K (partitions of 512 tokens;
- * `DECODE_PARTITIONS=16,64,512` and `DECODE_CONTEXTS=160,512` choose others).
+ * `DECODE_PARTITIONS=16,64,512` and `DECODE_CONTEXTS=160,512` choose others), each at every
+ * workgroup width the kernel runs here (kernels/decode_split.ts DECODE_WIDTHS: 64 and 256).
  *
  * Run: `deno bench -A bench/attention_bench.ts`. The printed lines are GPU times from timestamp
  * queries (bench/support.ts timeGpu). "KV GB/s" counts the K and V bytes a call must read
@@ -113,9 +114,10 @@ function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize
   }, { qStride, btStride: blocksPer });
   return {
     kvBytes: 2 * batch * contextLen * tokenBytes,
-    call: (split: boolean): KernelCase => ({
+    widths: kernel.widths,
+    call: (split: boolean, width?: number): KernelCase => ({
       arena,
-      encode: (pass) => op.encode(pass, batch, contextLen, split),
+      encode: (pass) => op.encode(pass, batch, contextLen, split, false, width),
     }),
     destroy: () => {
       for (const b of Object.values(buffers)) b.destroy();
@@ -138,10 +140,10 @@ for (const contextLen of CONTEXTS) {
     for (const partitionSize of partitionSizes) {
       const s = setup(ctx, batch, contextLen, partitionSize);
       try {
-        for (const split of [false, true]) {
+        for (const [split, width] of s.widths.flatMap((w) => [[false, w], [true, w]] as const)) {
           const repeats = s.kvBytes > 64 << 20 ? 4 : 8;
-          const t = await timeCase(ctx, () => s.call(split), { warmup: 1, repeats });
-          const path = split ? `split-K ${partitionSize}` : "direct";
+          const t = await timeCase(ctx, () => s.call(split, width), { warmup: 1, repeats });
+          const path = `${split ? `split-K ${partitionSize}` : "direct"}, ${width} wide`;
           console.log(
             `  context ${contextLen}, batch ${batch}, ${path}: ${medianText(t, 3)}, ` +
               `KV ${(s.kvBytes / 1e6).toFixed(1)} MB, ` +

@@ -163,7 +163,7 @@ export function tuningParts(
         return measurement(r.tuning, r);
       },
       check(data) {
-        checkDecodeSplitTuning(data as DecodeSplitTuning);
+        checkDecodeSplitTuning(data as DecodeSplitTuning, k.widths);
         return data as DecodeSplitTuning;
       },
       apply: (t) => k.setSplitTuning(t),

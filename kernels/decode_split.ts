@@ -21,6 +21,21 @@ export const SPLIT_UNIT = 16;
  */
 export const SPLIT_CANDIDATES: readonly number[] = [0, 16, 32, 64, 128, 256, 512];
 
+/**
+ * Invocations per workgroup of the `workgroup` decode kernel (kernels/paged_attention_decode.wgsl
+ * WG, also its positions per tile): 64 by default; 256 gives a context of up to 256 tokens one
+ * tile with 4x the invocations (the direct path of one Qwen3-0.6B sequence is 8 workgroups), where
+ * short partitions reach more workgroups only through a merge dispatch. The tuner measures the
+ * wider one for the direct path and partitions of at least {@linkcode WIDE_MIN_PARTITION} tokens.
+ */
+export const DECODE_WIDTHS: readonly number[] = [64, 256];
+
+/** The default of {@linkcode DECODE_WIDTHS}. */
+export const DEFAULT_DECODE_WIDTH = 64;
+
+/** Shortest partition measured at a width above the default (a shorter one leaves most idle). */
+export const WIDE_MIN_PARTITION = 128;
+
 /** The split choices measured at one context length. */
 export interface DecodeSplitChoice {
   /** Context length (tokens) the choices were measured at. */
@@ -30,6 +45,12 @@ export interface DecodeSplitChoice {
    * direct path. Batches above the largest key take the direct path.
    */
   readonly partitionByBatch: Readonly<Record<string, number>>;
+  /**
+   * Per measured batch size (the keys of `partitionByBatch`): the workgroup width its choice was
+   * measured at, one of {@linkcode DECODE_WIDTHS}; a batch not listed (or no table, as in
+   * tunings measured before widths existed) runs {@linkcode DEFAULT_DECODE_WIDTH}.
+   */
+  readonly widthByBatch?: Readonly<Record<string, number>>;
 }
 
 /**
@@ -60,6 +81,19 @@ export function splitPartitionFor(
   numSeqs: number,
   maxContextLen: number,
 ): number {
+  return decodeChoiceFor(tuning, numSeqs, maxContextLen).partition;
+}
+
+/**
+ * The partition size (as {@linkcode splitPartitionFor}) and the workgroup width (one of
+ * {@linkcode DECODE_WIDTHS}) `tuning` gives `numSeqs` sequences of at most `maxContextLen`
+ * tokens: both from the same measured entry (the default width past the largest batch).
+ */
+export function decodeChoiceFor(
+  tuning: DecodeSplitTuning,
+  numSeqs: number,
+  maxContextLen: number,
+): { readonly partition: number; readonly width: number } {
   const choice = tuning.shorter?.find((c) => maxContextLen <= c.contextLen) ?? tuning;
   let best: number | undefined;
   let bestBatch = Infinity;
@@ -70,22 +104,30 @@ export function splitPartitionFor(
       bestBatch = batch;
     }
   }
-  if (best === undefined || best <= 0 || maxContextLen <= best) return 0;
-  if (maxContextLen <= choice.contextLen) return best;
+  const width = best === undefined
+    ? DEFAULT_DECODE_WIDTH
+    : choice.widthByBatch?.[String(bestBatch)] ?? DEFAULT_DECODE_WIDTH;
+  if (best === undefined || best <= 0 || maxContextLen <= best) return { partition: 0, width };
+  if (maxContextLen <= choice.contextLen) return { partition: best, width };
   const parts = Math.ceil(choice.contextLen / best);
-  return Math.ceil(maxContextLen / parts / SPLIT_UNIT) * SPLIT_UNIT;
+  return { partition: Math.ceil(maxContextLen / parts / SPLIT_UNIT) * SPLIT_UNIT, width };
 }
 
 /**
- * Checks `tuning` (e.g. read back from a cache file).
+ * Checks `tuning` (e.g. read back from a cache file), its widths against `widths` (a kernel's,
+ * default {@linkcode DECODE_WIDTHS}).
  *
  * @throws {TypeError} naming the first entry that is not a positive batch size mapped to 0 or a
  * positive multiple of {@linkcode SPLIT_UNIT}, a context length that is not a positive integer,
- * or shorter contexts that are not an array ascending below the tuning's own.
+ * shorter contexts that are not an array ascending below the tuning's own, or a width that is not
+ * one of `widths` or belongs to no measured batch.
  */
-export function checkDecodeSplitTuning(tuning: DecodeSplitTuning): void {
+export function checkDecodeSplitTuning(
+  tuning: DecodeSplitTuning,
+  widths: readonly number[] = DECODE_WIDTHS,
+): void {
   const t = tuning as Partial<DecodeSplitTuning> | null;
-  checkChoice(t);
+  checkChoice(t, widths);
   const shorter = t!.shorter;
   if (shorter === undefined) return;
   if (!Array.isArray(shorter)) {
@@ -93,7 +135,7 @@ export function checkDecodeSplitTuning(tuning: DecodeSplitTuning): void {
   }
   let previous = 0;
   for (const c of shorter as Partial<DecodeSplitChoice>[]) {
-    checkChoice(c);
+    checkChoice(c, widths);
     if (c.contextLen! <= previous || c.contextLen! >= t!.contextLen!) {
       throw new TypeError(
         `Invalid decode split tuning: shorter context ${c.contextLen} is not ascending below ` +
@@ -105,7 +147,10 @@ export function checkDecodeSplitTuning(tuning: DecodeSplitTuning): void {
 }
 
 /** {@linkcode checkDecodeSplitTuning} for one context's choices. */
-function checkChoice(t: Partial<DecodeSplitChoice> | null | undefined): void {
+function checkChoice(
+  t: Partial<DecodeSplitChoice> | null | undefined,
+  widths: readonly number[],
+): void {
   if (!Number.isInteger(t?.contextLen) || t!.contextLen! < 1) {
     throw new TypeError(
       `Invalid decode split tuning: contextLen ${JSON.stringify(t?.contextLen)} is not positive`,
@@ -128,17 +173,39 @@ function checkChoice(t: Partial<DecodeSplitChoice> | null | undefined): void {
       );
     }
   }
+  const byBatch = t!.widthByBatch;
+  if (byBatch === undefined) return;
+  if (typeof byBatch !== "object" || byBatch === null || Array.isArray(byBatch)) {
+    throw new TypeError("Invalid decode split tuning: widthByBatch must be an object");
+  }
+  for (const [key, width] of Object.entries(byBatch)) {
+    if (!(key in table)) {
+      throw new TypeError(`Invalid decode split tuning: width of batch "${key}" has no partition`);
+    }
+    if (!widths.includes(width)) {
+      throw new TypeError(
+        `Invalid decode split tuning: batch ${key} has width ${JSON.stringify(width)} (one of ${
+          widths.join(", ")
+        })`,
+      );
+    }
+  }
 }
 
 /**
  * One line, e.g. "decode attention split at 1024 tokens: batch 1 x 64, 2 x 128, 4 direct", with
- * the shorter contexts first ("at 128 tokens: batch 1 x 16, 2 direct; at 1024 tokens: ...").
+ * the shorter contexts first ("at 128 tokens: batch 1 x 16, 2 direct; at 1024 tokens: ..."); a
+ * width other than the default follows its entry ("1 direct w256").
  */
 export function describeDecodeSplit(t: DecodeSplitTuning): string {
   const one = (c: DecodeSplitChoice) => {
     const rows = Object.entries(c.partitionByBatch)
       .sort(([a], [b]) => Number(a) - Number(b))
-      .map(([batch, size]) => `${batch} ${size > 0 ? `x ${size}` : "direct"}`);
+      .map(([batch, size]) => {
+        const width = c.widthByBatch?.[batch] ?? DEFAULT_DECODE_WIDTH;
+        const w = width === DEFAULT_DECODE_WIDTH ? "" : ` w${width}`;
+        return `${batch} ${size > 0 ? `x ${size}` : "direct"}${w}`;
+      });
     return `at ${c.contextLen} tokens: batch ${rows.join(", ")}`;
   };
   return `decode attention split ${[...(t.shorter ?? []), t].map(one).join("; ")}`;

@@ -2,7 +2,10 @@
  * Measures the decode attention's split-K choice on this adapter (kernels/decode_split.ts): for
  * batch sizes 1, 2, 4, ... up to `maxBatch`, the direct path and partitions of each of
  * {@linkcode SPLIT_CANDIDATES} tokens that fit the kernel's scratch (16 and 32 tokens up to 16
- * sequences, kernels/paged_attention_decode_op.ts; 64 and more beyond), at one context length and
+ * sequences, kernels/paged_attention_decode_op.ts; 64 and more beyond), each at the default
+ * workgroup width, and at every wider width the kernel runs (`widths`, kernels/decode_split.ts DECODE_WIDTHS)
+ * the direct path and partitions of at least {@linkcode WIDE_MIN_PARTITION} tokens; at one context
+ * length and
  * at the shorter ones asked for (every sequence of a batch at that length), on buffers of the
  * kernel's shape made here (zero queries and KV: the time does not depend on the values). A
  * kernel with the fused variant (`rope`) is measured in it, as all-decode steps run it: q/k
@@ -21,7 +24,9 @@ import { GpuMatrix } from "../gpu/tensor.ts";
 import {
   type DecodeSplitChoice,
   type DecodeSplitTuning,
+  DEFAULT_DECODE_WIDTH,
   SPLIT_CANDIDATES,
+  WIDE_MIN_PARTITION,
 } from "./decode_split.ts";
 import type { PagedAttentionDecode } from "./paged_attention_decode.ts";
 
@@ -46,8 +51,8 @@ export interface DecodeSplitTunerOptions {
 export interface DecodeSplitReport {
   readonly tuning: DecodeSplitTuning;
   /**
-   * Per batch size: each tried partition size (0: direct) and its median time in ms, at
-   * `tuning.contextLen`.
+   * Per batch size: each tried partition size (0: direct), its workgroup width and its median
+   * time in ms, at `tuning.contextLen`.
    */
   readonly points: SplitPoints;
   /** The same per shorter context length measured (as a decimal string key). */
@@ -58,8 +63,24 @@ export interface DecodeSplitReport {
   readonly wallMs: number;
 }
 
-/** Per batch size (a decimal string key): each tried partition size and its median time, ms. */
-export type SplitPoints = Readonly<Record<string, readonly { size: number; ms: number }[]>>;
+/**
+ * Per batch size (a decimal string key): each tried partition size, workgroup width and median
+ * time, ms.
+ */
+export type SplitPoints = Readonly<
+  Record<string, readonly { size: number; width: number; ms: number }[]>
+>;
+
+/** The (partition size, width) pairs measured for a kernel running `widths`, the default first. */
+export function splitCandidates(
+  widths: readonly number[],
+): readonly { size: number; width: number }[] {
+  return widths.flatMap((width) =>
+    SPLIT_CANDIDATES.filter((size) =>
+      width === DEFAULT_DECODE_WIDTH || size === 0 || size >= WIDE_MIN_PARTITION
+    ).map((size) => ({ size, width }))
+  );
+}
 
 /** Batch sizes measured: 1, 2, 4, ... below `maxBatch`, then `maxBatch`. */
 export function splitBatches(maxBatch: number): number[] {
@@ -112,8 +133,9 @@ export async function tuneDecodeSplit(
     const scratch = kernel.createScratch(B, L);
     own.push(scratch);
     // Two slots (attention and merge) per candidate: those of one batch size are timed together
-    // (PassClock.medianMsEach), so each partition size has a call site of its own.
-    const arena = new ParamArena(ctx, 2 * SPLIT_CANDIDATES.length, "decode-split-tuning");
+    // (PassClock.medianMsEach), so each candidate has a call site of its own.
+    const candidates = splitCandidates(kernel.widths);
+    const arena = new ParamArena(ctx, 2 * candidates.length, "decode-split-tuning");
     own.push(arena);
     // The fused variant reads k and v from each sequence's fused [q | k | v] row, and writes
     // them to the slot of its last position.
@@ -153,29 +175,34 @@ export async function tuneDecodeSplit(
       scratch,
       ...(fused ? { rope: rope() } : {}),
     };
-    const ops = SPLIT_CANDIDATES.map(() =>
-      kernel.bind(arena, bound, { qStride, btStride: perSeq })
-    );
+    const ops = candidates.map(() => kernel.bind(arena, bound, { qStride, btStride: perSeq }));
     const clock = new PassClock(ctx, arena, options.repeats);
     /** The points and choices at `len` tokens. */
     const measureAt = async (len: number) => {
       setContext(len);
-      const points: Record<string, { size: number; ms: number }[]> = {};
+      const points: Record<string, { size: number; width: number; ms: number }[]> = {};
       const partitionByBatch: Record<string, number> = {};
+      const widthByBatch: Record<string, number> = {};
       for (const b of batches) {
-        const sizes = SPLIT_CANDIDATES.filter((size) =>
-          size === 0 || (size < len && Math.ceil(len / size) <= scratch.partitionsPerSeq(b))
+        const tries = candidates.flatMap((c, i) =>
+          c.size === 0 || (c.size < len && Math.ceil(len / c.size) <= scratch.partitionsPerSeq(b))
+            ? [{ ...c, op: ops[i]! }]
+            : []
         );
-        const times = await clock.medianMsEach(sizes.map((size) => () => {
-          const op = ops[SPLIT_CANDIDATES.indexOf(size)]!;
+        const times = await clock.medianMsEach(tries.map(({ size, width, op }) => () => {
           const split = size === 0 ? false : size;
-          return (pass) => op.encode(pass, b, len, split, fused);
+          return (pass) => op.encode(pass, b, len, split, fused, width);
         }));
-        const tried = sizes.map((size, i) => ({ size, ms: times[i]! }));
+        const tried = tries.map(({ size, width }, i) => ({ size, width, ms: times[i]! }));
         points[b] = tried;
-        partitionByBatch[b] = tried.reduce((best, p) => (p.ms < best.ms ? p : best)).size;
+        const best = tried.reduce((best, p) => (p.ms < best.ms ? p : best));
+        partitionByBatch[b] = best.size;
+        if (best.width !== DEFAULT_DECODE_WIDTH) widthByBatch[b] = best.width;
       }
-      return { points, choice: { contextLen: len, partitionByBatch } };
+      const choice: DecodeSplitChoice = Object.keys(widthByBatch).length > 0
+        ? { contextLen: len, partitionByBatch, widthByBatch }
+        : { contextLen: len, partitionByBatch };
+      return { points, choice };
     };
     const shorterPoints: Record<string, SplitPoints> = {};
     const shorter: DecodeSplitChoice[] = [];

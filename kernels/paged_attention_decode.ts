@@ -20,8 +20,9 @@
  *   partition size measured fastest for the step's batch size.
  *
  * Two kernels compute both paths (same bindings, grid and outputs): `workgroup`
- * (`paged_attention_decode.wgsl`: 64 invocations, tiles of 64 positions shared through
- * workgroup memory; the GPU kernel) and `unrolled` (`paged_attention_decode_unrolled.wgsl`: 8
+ * (`paged_attention_decode.wgsl`: 64 or 256 invocations, {@linkcode DECODE_WIDTHS}, tiles of as
+ * many positions shared through workgroup memory; the GPU kernel, its width chosen per step by
+ * the measured split tuning) and `unrolled` (`paged_attention_decode_unrolled.wgsl`: 8
  * invocations each taking every 8th position with queries and outputs in named registers, one
  * barrier; the default on CPU adapters such as lavapipe, where barriers are coroutine switches,
  * when `GROUP * headDim <= 512`). Measured on lavapipe: see docs/benchmarks.md.
@@ -58,7 +59,13 @@ import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
 import { type DType, weightPrelude } from "../gpu/dtype.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { sourceDigest } from "./source_digest.ts";
-import { checkDecodeSplitTuning, type DecodeSplitTuning, SPLIT_UNIT } from "./decode_split.ts";
+import {
+  checkDecodeSplitTuning,
+  DECODE_WIDTHS,
+  type DecodeSplitTuning,
+  DEFAULT_DECODE_WIDTH,
+  SPLIT_UNIT,
+} from "./decode_split.ts";
 import {
   LARGE_BATCH_CONTEXT,
   PagedAttentionDecodeOp,
@@ -93,8 +100,27 @@ export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
   ...ROPE_PROLOGUE_SOURCES,
 );
 
-/** Invocations per workgroup of the `workgroup` kernel (WG in paged_attention_decode.wgsl). */
-const WORKGROUP_SIZE = 64;
+/**
+ * Bytes of workgroup memory the `workgroup` kernel declares at `width` invocations
+ * (paged_attention_decode.wgsl, with the fused prologue's arrays in
+ * paged_attention_decode_rope.wgsl).
+ */
+export function workgroupKernelBytes(
+  group: number,
+  headDim: number,
+  width: number,
+  fused: boolean,
+): number {
+  const maxGroup = 8;
+  return 16 * group * 64 + 4 * headDim + 4 * group * width + 4 * maxGroup + 8 * width +
+    4 * maxGroup + 16 * width + 4 * width + 4 + (fused ? 4 * (maxGroup + 1) * 9 : 0);
+}
+
+/** A call site's bound pipelines at one width: the kernel, and its fused variant or null. */
+export interface DecodeSites {
+  readonly decode: { readonly pipeline: GPUComputePipeline; readonly group: GPUBindGroup };
+  readonly fused: { readonly pipeline: GPUComputePipeline; readonly group: GPUBindGroup } | null;
+}
 
 /** Partials an invocation of the merge kernel loads together (paged_attention_merge.wgsl). */
 const MERGE_UNROLL = 8;
@@ -132,9 +158,17 @@ export class PagedAttentionDecode {
   readonly variant: PagedAttentionDecodeVariant;
   /** The fused variant's shape, or null when it was not compiled. */
   readonly rope: DecodeRopeConfig | null;
+  /**
+   * The workgroup widths this kernel runs ({@linkcode DECODE_WIDTHS} that fit the adapter's
+   * workgroup limits; the `unrolled` kernel has its own, named here as the default).
+   */
+  readonly widths: readonly number[];
   readonly #ctx: GpuContext;
-  readonly #decode: GPUComputePipeline;
-  readonly #fused: GPUComputePipeline | null;
+  /** The kernel and its fused variant at each width, compiled on first use. */
+  readonly #pipelines: (width: number) => {
+    decode: GPUComputePipeline;
+    fused: GPUComputePipeline | null;
+  };
   readonly #merge: GPUComputePipeline;
   #splitTuning: DecodeSplitTuning | null = null;
 
@@ -172,41 +206,66 @@ export class PagedAttentionDecode {
       );
     }
     this.rope = config.rope ?? null;
-    const pairs = Math.ceil((group * headDim) / 4 / WORKGROUP_SIZE);
-    const unroll = decodeUnroll(pairs);
-    const workgroup = (fused: string) =>
-      weightPrelude(dtype) + WORKGROUP_KVT + decodeIo +
-      `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\n` +
-      `const UNROLL_K = ${unroll.k}u;\nconst UNROLL_V = ${unroll.v}u;\n` + fused +
-      unrollTemplate(decodeSource, { i: group, r: pairs, c: unroll.v, w: unroll.k });
+    const workgroup = (fused: string, width: number) => {
+      const pairs = Math.ceil((group * headDim) / 4 / width);
+      const unroll = decodeUnroll(pairs);
+      return weightPrelude(dtype) + WORKGROUP_KVT + decodeIo +
+        `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst WG = ${width}u;\n` +
+        `const UNROLL_K = ${unroll.k}u;\nconst UNROLL_V = ${unroll.v}u;\n` + fused +
+        unrollTemplate(decodeSource, { i: group, r: pairs, c: unroll.v, w: unroll.k });
+    };
     const unrolled = (fused: string) =>
       weightPrelude(dtype) + kvLoad8Prelude(dtype) + decodeIo +
       `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst D4 = ${headDim / 4}u;\n` +
       `const D8 = ${headDim / 8}u;\n` + fused +
       unrollTemplate(unrolledSource, { i: group, r: headDim / 8 });
-    this.#decode = this.variant === "unrolled"
-      ? ctx.pipeline(
-        `paged_attention_decode_unrolled/${dtype}/group${group}/d${headDim}`,
-        () => unrolled(kvBindings("read") + UNFUSED),
-      )
-      : ctx.pipeline(
-        `paged_attention_decode/${dtype}/group${group}/d${headDim}`,
-        () => workgroup(kvBindings("read") + UNFUSED),
-      );
     const normDtype = this.rope?.normDtype ?? null;
     // `enable f16` comes with an f16 cache (weightPrelude); an f16 norm beside an f32 cache adds it.
     const f16Norm = normDtype === "f16" && dtype !== "f16" ? "enable f16;\n" : "";
     const variant = this.variant;
-    this.#fused = this.rope === null ? null : ctx.pipeline(
-      `paged_attention_decode_rope/${variant}/${dtype}/group${group}/d${headDim}/norm-${normDtype}`,
-      () =>
-        f16Norm + (variant === "unrolled"
-          ? unrolled(
-            kvBindings("read_write") + UNROLLED_ROPE_STAGING +
-              ropePrologueSource(normDtype, dtype === "f16"),
-          )
-          : workgroup(kvBindings("read_write") + ropePrologueSource(normDtype))),
-    );
+    const rope = this.rope;
+    const limits = ctx.limits;
+    this.widths = variant === "unrolled"
+      ? [DEFAULT_DECODE_WIDTH]
+      : DECODE_WIDTHS.filter((w) =>
+        w === DEFAULT_DECODE_WIDTH ||
+        (w <= limits.maxComputeInvocationsPerWorkgroup && w <= limits.maxComputeWorkgroupSizeX &&
+          workgroupKernelBytes(group, headDim, w, rope !== null) <=
+            limits.maxComputeWorkgroupStorageSize)
+      );
+    // Widths other than the default in the pipeline keys (the default's keys are unchanged).
+    const tag = (width: number) => (width === DEFAULT_DECODE_WIDTH ? "" : `/w${width}`);
+    this.#pipelines = (width) => {
+      if (!this.widths.includes(width)) {
+        throw new RangeError(
+          `Cannot encode paged attention at width ${width}: this ${variant} kernel runs ` +
+            `${this.widths.join(", ")}`,
+        );
+      }
+      const decode = variant === "unrolled"
+        ? ctx.pipeline(
+          `paged_attention_decode_unrolled/${dtype}/group${group}/d${headDim}`,
+          () => unrolled(kvBindings("read") + UNFUSED),
+        )
+        : ctx.pipeline(
+          `paged_attention_decode/${dtype}/group${group}/d${headDim}${tag(width)}`,
+          () => workgroup(kvBindings("read") + UNFUSED, width),
+        );
+      const fused = rope === null ? null : ctx.pipeline(
+        `paged_attention_decode_rope/${variant}/${dtype}/group${group}/d${headDim}/norm-${normDtype}` +
+          tag(width),
+        () =>
+          f16Norm + (variant === "unrolled"
+            ? unrolled(
+              kvBindings("read_write") + UNROLLED_ROPE_STAGING +
+                ropePrologueSource(normDtype, dtype === "f16"),
+            )
+            : workgroup(kvBindings("read_write") + ropePrologueSource(normDtype), width)),
+      );
+      return { decode, fused };
+    };
+    // The default width compiled now, as before; others when a tuning or an encode asks.
+    this.#pipelines(DEFAULT_DECODE_WIDTH);
     this.#merge = ctx.pipeline(
       "paged_attention_merge",
       () =>
@@ -256,11 +315,28 @@ export class PagedAttentionDecode {
   /**
    * Follows measured split choices per batch size (kernels/decode_split.ts) from now on; null
    * returns to the default rule (split above `splitThreshold` tokens, partitions of
-   * `partitionSize`).
+   * `partitionSize`, the default width).
+   *
+   * @throws {TypeError} when `tuning` is invalid or names a width this kernel does not run.
    */
   setSplitTuning(tuning: DecodeSplitTuning | null): void {
-    if (tuning !== null) checkDecodeSplitTuning(tuning);
+    if (tuning !== null) {
+      checkDecodeSplitTuning(tuning, this.widths);
+      // Its widths compiled now rather than inside a step.
+      for (const c of [tuning, ...(tuning.shorter ?? [])]) {
+        for (const width of Object.values(c.widthByBatch ?? {})) this.#pipelines(width);
+      }
+    }
     this.#splitTuning = tuning;
+  }
+
+  /**
+   * The kernel and fused pipelines at `width` (one of {@linkcode widths}), compiled on first use.
+   *
+   * @throws {RangeError} at a width this kernel does not run.
+   */
+  pipelinesAt(width: number): { decode: GPUComputePipeline; fused: GPUComputePipeline | null } {
+    return this.#pipelines(width);
   }
 
   /** The measured split choices in use, or null (the default rule). */
@@ -269,7 +345,8 @@ export class PagedAttentionDecode {
   }
 
   /**
-   * Creates a call site: its two bind groups and two parameter slots are made once, here.
+   * Creates a call site: its two parameter slots and the default width's bind groups are made
+   * here, another width's bind groups when a step first runs it.
    *
    * @throws {RangeError} on strides that do not fit the shape, or a scratch made by a kernel
    * with another partition size.
@@ -280,10 +357,10 @@ export class PagedAttentionDecode {
     layout: PagedAttentionDecodeLayout,
   ): PagedAttentionDecodeOp {
     const { qStride, btStride } = layout;
-    const width = this.numQHeads * this.headDim;
-    if (!Number.isInteger(qStride) || qStride % 4 !== 0 || qStride < width) {
+    const qWidth = this.numQHeads * this.headDim;
+    if (!Number.isInteger(qStride) || qStride % 4 !== 0 || qStride < qWidth) {
       throw new RangeError(
-        `Cannot bind paged attention: qStride ${qStride} must be a multiple of 4 and >= ${width}`,
+        `Cannot bind paged attention: qStride ${qStride} must be a multiple of 4 and >= ${qWidth}`,
       );
     }
     if (!Number.isInteger(btStride) || btStride < 1) {
@@ -297,7 +374,7 @@ export class PagedAttentionDecode {
       );
     }
     // Checked before any parameter slot is taken, so a refused bind leaks none.
-    const ropeBindings = this.#fused !== null && buffers.rope !== undefined
+    const ropeBindings = this.rope !== null && buffers.rope !== undefined
       ? ropeEntries(buffers.rope, this.rope!.normDtype, this.headDim)
       : null;
     const device = this.#ctx.device;
@@ -316,11 +393,6 @@ export class PagedAttentionDecode {
       { binding: 7, resource: { buffer: scratch.partMl } },
       { binding: 8, resource: slot.binding },
     ];
-    const decodeGroup = device.createBindGroup({
-      label: "paged_attention_decode",
-      layout: this.#decode.getBindGroupLayout(0),
-      entries,
-    });
     const mergeSlot = arena.allocate();
     mergeSlot.setU32(1, this.numQHeads, this.headDim, this.partitionSize, scratch.maxPartitions);
     const mergeGroup = device.createBindGroup({
@@ -334,24 +406,34 @@ export class PagedAttentionDecode {
         { binding: 4, resource: mergeSlot.binding },
       ],
     });
-    const fused = this.#fused !== null && ropeBindings !== null
-      ? {
-        pipeline: this.#fused,
-        group: device.createBindGroup({
-          label: "paged_attention_decode_rope",
-          layout: this.#fused.getBindGroupLayout(0),
-          entries: [...entries, ...ropeBindings],
-        }),
-      }
-      : null;
+    /** The bind groups of `width`'s pipelines (each "auto" layout takes its own groups). */
+    const sitesAt = (width: number): DecodeSites => {
+      const pipelines = this.#pipelines(width);
+      const group = (label: string, pipeline: GPUComputePipeline, all: GPUBindGroupEntry[]) =>
+        device.createBindGroup({ label, layout: pipeline.getBindGroupLayout(0), entries: all });
+      return {
+        decode: {
+          pipeline: pipelines.decode,
+          group: group("paged_attention_decode", pipelines.decode, entries),
+        },
+        fused: pipelines.fused !== null && ropeBindings !== null
+          ? {
+            pipeline: pipelines.fused,
+            group: group("paged_attention_decode_rope", pipelines.fused, [
+              ...entries,
+              ...ropeBindings,
+            ]),
+          }
+          : null,
+      };
+    };
     return new PagedAttentionDecodeOp(
       this,
-      { decode: this.#decode, merge: this.#merge },
-      { decode: decodeGroup, merge: mergeGroup },
+      sitesAt,
+      { pipeline: this.#merge, group: mergeGroup },
       { decode: slot, merge: mergeSlot },
       scratch,
       btStride,
-      fused,
     );
   }
 }

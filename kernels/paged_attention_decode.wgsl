@@ -8,7 +8,7 @@
 //   split == 1: part_out(s, h, part, :) = o (unnormalised), part_ml(s, h, part) = (m, l)
 // K(s, j, kh, d) lives at k_cache[((b * num_kv_heads + kh) * block_size + j % block_size)
 // * HEAD_DIM + d] with b = block_tables[s * bt_stride + j / block_size]; same for V.
-// Softmax is online (running max and sum, rescaled per tile of 64 positions), all in f32.
+// Softmax is online (running max and sum, rescaled per tile of WG positions), all in f32.
 // WT (f16 or f32 KV cache) comes from the weight prelude (engine/gpu/dtype.ts weightPrelude).
 // Requirements: HEAD_DIM % 4 == 0 and HEAD_DIM <= 256; q_stride % 4 == 0;
 // GROUP = num_q_heads / num_kv_heads in 1..8; partition_size a multiple of 16 (split only; a
@@ -24,6 +24,9 @@
 //                   took ~23 us on an NVIDIA H200 (the direct path: 0.74 ms for 2,048 tokens,
 //                   32 tiles, 2026-11-27), about a memory latency per loop step if each load
 //                   waits for its use; the unrolled loops have not run on a GPU yet.
+//   WG       : u32  invocations per workgroup and positions per tile: 64, or 256
+//                   (kernels/paged_attention_decode.ts DECODE_WIDTHS; the wider one gives a
+//                   short context one tile and 4x the invocations, the tuner measures both)
 //   FUSED    : bool the fused variant: q/k head norms, RoPE and the new token's K/V write in
 //                   the prologue (paged_attention_decode_rope.wgsl, prepended with its bindings
 //                   9-13 and `rope_prologue`; the caches then bind read_write); otherwise false
@@ -50,24 +53,23 @@
 //   7 part_ml      : storage rw    array<vec2<f32>> [max_seqs, num_q_heads, max_partitions]
 //                                                    (m, l) (split == 1)
 //   8 p            : uniform       Params
-// Workgroup: 64 invocations per (partition, kv head, sequence), handling the GROUP query heads
-//   that share the kv head, so K and V are read once for all of them. Per tile of 64 positions:
+// Workgroup: WG invocations per (partition, kv head, sequence), handling the GROUP query heads
+//   that share the kv head, so K and V are read once for all of them. Per tile of WG positions:
 //   phase 1, invocation i scores position i against the GROUP queries (held in workgroup memory)
 //   and folds its scores into the running maximum per query (workgroup atomicMax on the scores'
 //   order-preserving bits); phase 2, every invocation reads the maxima, rescales (all keep the
 //   previous ones) and turns its own position's scores into weights, in parallel (until
-//   2026-11-29 invocation g < GROUP walked the tile's 64 scores twice, serially, while the others
+//   2026-11-29 invocation g < GROUP walked the tile's scores twice, serially, while the others
 //   waited at a barrier); phase 3, each invocation accumulates (query, 4 dims) outputs and,
 //   beside them, the sum of the weights over the tile.
-//   With P = GROUP * HEAD_DIM / 4 output vec4s: P >= 64 gives each invocation ceil(P / 64) of
-//   them over all positions; P < 64 splits the positions between floor(64 / P) invocation sets
+//   With P = GROUP * HEAD_DIM / 4 output vec4s: P >= WG gives each invocation ceil(P / WG) of
+//   them over all positions; P < WG splits the positions between floor(WG / P) invocation sets
 //   whose sums are added at the end.
 // Dispatch:  (partitions, num_kv_heads, num_seqs); partitions = 1 when split == 0, else
 //   ceil(max context / partition_size). Workgroups past a sequence's context return at once
 //   (a sequence with context 0 gets zeros when split == 0).
 
-const WG: u32 = 64u;
-const TILE: u32 = 64u;
+const TILE: u32 = WG;
 const MAX_GROUP: u32 = 8u;
 const MAX_D4: u32 = 64u;
 
@@ -78,9 +80,9 @@ const SUBS: u32 = max(1u, WG / P); // invocation sets splitting the positions (p
 
 // Params, the bindings and NEG_BIG: paged_attention_decode_io.wgsl (prepended).
 
-var<workgroup> sh_q: array<vec4<f32>, MAX_GROUP * MAX_D4>; // scaled queries [g, d4]
-var<workgroup> sh_s: array<f32, MAX_GROUP * TILE>; // the fused prologue's staging (its k head)
-var<workgroup> sh_w: array<f32, MAX_GROUP * TILE>; // softmax weights [g, i]
+var<workgroup> sh_q: array<vec4<f32>, GROUP * MAX_D4>; // scaled queries [g, d4]
+var<workgroup> sh_s: array<f32, HEAD_DIM>; // the fused prologue's staging (its k head)
+var<workgroup> sh_w: array<f32, GROUP * TILE>; // softmax weights [g, i]
 var<workgroup> sh_alpha: array<f32, MAX_GROUP>; // rescale of the running output, per g
 var<workgroup> sh_base: array<u32, 2u * TILE>; // K/V vec4 index of position i, double-buffered
 // The running maximum score per g, as order-preserving bits (ordered_bits): the phase-2 reads of a
@@ -113,7 +115,7 @@ fn store_pair(seq: u32, head0: u32, part: u32, pair: u32, v: vec4<f32>, l: f32) 
   }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let part = wid.x;
   let kvh = wid.y;

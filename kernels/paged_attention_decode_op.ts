@@ -7,10 +7,10 @@
  */
 
 import type { ParamSlot } from "../gpu/params.ts";
-import { SPLIT_UNIT, splitPartitionFor } from "./decode_split.ts";
+import { decodeChoiceFor, DEFAULT_DECODE_WIDTH, SPLIT_UNIT } from "./decode_split.ts";
 import { checkBlockTableStride } from "./block_table_stride.ts";
 import { dispatch1d, MAX_GROUPS_PER_DIM, noteWork } from "./dispatch.ts";
-import type { PagedAttentionDecode } from "./paged_attention_decode.ts";
+import type { DecodeSites, PagedAttentionDecode } from "./paged_attention_decode.ts";
 
 /**
  * Sequences up to which a scratch also has room for short partitions (they give a small batch
@@ -64,21 +64,35 @@ export class PagedAttentionScratch {
 
 /** One decode attention call site (one layer). */
 export class PagedAttentionDecodeOp {
+  /** The bound pipelines at each width run so far (the default's from the start). */
+  readonly #sites = new Map<number, DecodeSites>();
+
   constructor(
     private readonly kernel: PagedAttentionDecode,
-    private readonly pipelines: { decode: GPUComputePipeline; merge: GPUComputePipeline },
-    private readonly groups: { decode: GPUBindGroup; merge: GPUBindGroup },
+    /** Binds the kernel (and its fused variant, when bound with rope inputs) at a width. */
+    private readonly sitesAt: (width: number) => DecodeSites,
+    private readonly merge: { pipeline: GPUComputePipeline; group: GPUBindGroup },
     private readonly slots: { decode: ParamSlot; merge: ParamSlot },
     private readonly scratch: PagedAttentionScratch,
     /** The block-table row stride bound (the most entries a row of the buffer holds). */
     private readonly maxBtStride: number,
-    /** The fused variant (kernel compiled and bound with its rope inputs), or null. */
-    private readonly fused: { pipeline: GPUComputePipeline; group: GPUBindGroup } | null = null,
-  ) {}
+  ) {
+    this.#sites.set(DEFAULT_DECODE_WIDTH, sitesAt(DEFAULT_DECODE_WIDTH));
+  }
 
   /** Whether {@linkcode encode} can run the fused variant (RoPE and the K/V write included). */
   get fusesRope(): boolean {
-    return this.fused !== null;
+    return this.#sites.get(DEFAULT_DECODE_WIDTH)!.fused !== null;
+  }
+
+  /** The bound pipelines at `width`, bound on first use. */
+  #at(width: number): DecodeSites {
+    let sites = this.#sites.get(width);
+    if (sites === undefined) {
+      sites = this.sitesAt(width);
+      this.#sites.set(width, sites);
+    }
+    return sites;
   }
 
   /**
@@ -99,14 +113,29 @@ export class PagedAttentionDecodeOp {
    * tokens; 0 when the partitions would not fit the scratch.
    */
   splitPartition(numSeqs: number, maxContextLen: number): number {
+    return this.choice(numSeqs, maxContextLen).partition;
+  }
+
+  /**
+   * {@linkcode splitPartition} and the workgroup width {@linkcode encode} runs by default: the
+   * measured choice's (kernels/decode_split.ts `decodeChoiceFor`; its width also when its
+   * partitions do not fit the scratch), else the default width.
+   */
+  choice(numSeqs: number, maxContextLen: number): { partition: number; width: number } {
     const k = this.kernel;
-    const size = k.splitTuning !== null
-      ? splitPartitionFor(k.splitTuning, numSeqs, maxContextLen)
+    const measured = k.splitTuning !== null
+      ? decodeChoiceFor(k.splitTuning, numSeqs, maxContextLen)
+      : null;
+    const size = measured !== null
+      ? measured.partition
       : maxContextLen > k.splitThreshold
       ? k.partitionSize
       : 0;
     const fits = Math.ceil(maxContextLen / size) <= this.scratch.partitionsPerSeq(numSeqs);
-    return size > 0 && fits ? size : 0;
+    return {
+      partition: size > 0 && fits ? size : 0,
+      width: measured?.width ?? DEFAULT_DECODE_WIDTH,
+    };
   }
 
   /** Whether {@linkcode encode} takes the split-K path for this longest context by default. */
@@ -122,12 +151,15 @@ export class PagedAttentionDecodeOp {
    * {@linkcode splitPartition} decides.
    *
    * With `fused` the fused variant runs: it first norms and rotates the queries and writes each
-   * sequence's new K and V (what `rope_and_cache` does for an all-decode step).
+   * sequence's new K and V (what `rope_and_cache` does for an all-decode step). `width` forces the
+   * workgroup width (one of the kernel's `widths`); by default the measured choice's when `split`
+   * is not forced, else the default width.
    *
    * @returns whether the split-K path was encoded.
    * @throws {RangeError} when `numSeqs` or the partitions exceed the scratch (split-K only) or
    * the grid limit, a forced partition size is not a positive multiple of
-   *   {@linkcode SPLIT_UNIT}, or `fused` is asked of an op without the fused variant.
+   *   {@linkcode SPLIT_UNIT}, `fused` is asked of an op without the fused variant, or the
+   *   kernel does not run `width`.
    */
   encode(
     pass: GPUComputePassEncoder,
@@ -135,22 +167,23 @@ export class PagedAttentionDecodeOp {
     maxContextLen: number,
     split?: boolean | number,
     fused = false,
+    width?: number,
   ): boolean {
-    if (fused && this.fused === null) {
+    if (fused && !this.fusesRope) {
       throw new RangeError("Cannot encode fused paged attention: the op was bound without it");
     }
     if (numSeqs <= 0) return false;
-    const decode = fused
-      ? this.fused!
-      : { pipeline: this.pipelines.decode, group: this.groups.decode };
     if (numSeqs > MAX_GROUPS_PER_DIM) {
       throw new RangeError(
         `Cannot encode paged attention: ${numSeqs} sequences exceed ${MAX_GROUPS_PER_DIM}`,
       );
     }
     const kernel = this.kernel;
+    const chosen = split === undefined ? this.choice(numSeqs, maxContextLen) : null;
+    const sites = this.#at(width ?? chosen?.width ?? DEFAULT_DECODE_WIDTH);
+    const decode = fused ? sites.fused! : sites.decode;
     const size = split === undefined
-      ? this.splitPartition(numSeqs, maxContextLen)
+      ? chosen!.partition
       : split === true
       ? kernel.partitionSize
       : split === false
@@ -177,8 +210,8 @@ export class PagedAttentionDecodeOp {
       pass.setPipeline(decode.pipeline);
       pass.setBindGroup(0, decode.group);
       pass.dispatchWorkgroups(parts, kernel.numKvHeads, numSeqs);
-      pass.setPipeline(this.pipelines.merge);
-      pass.setBindGroup(0, this.groups.merge);
+      pass.setPipeline(this.merge.pipeline);
+      pass.setBindGroup(0, this.merge.group);
       dispatch1d(pass, numSeqs * kernel.numQHeads);
     } else {
       this.slots.decode.setU32(5, 0xffffffff, this.scratch.maxPartitions, 0);

@@ -6,12 +6,14 @@ import {
 } from "node:assert/strict";
 import {
   checkDecodeSplitTuning,
+  decodeChoiceFor,
   type DecodeSplitTuning,
   describeDecodeSplit,
   SPLIT_CANDIDATES,
   splitPartitionFor,
+  WIDE_MIN_PARTITION,
 } from "../kernels/decode_split.ts";
-import { splitBatches, tuneDecodeSplit } from "../kernels/decode_split_tuner.ts";
+import { splitBatches, splitCandidates, tuneDecodeSplit } from "../kernels/decode_split_tuner.ts";
 import {
   describePrefillChoice,
   parsePrefillChoice,
@@ -88,6 +90,36 @@ Deno.test("splitPartitionFor() follows the shortest measured context at or above
   ]);
 });
 
+/** TUNING with batches 1 and 8 measured fastest 256 invocations wide. */
+const WIDE: DecodeSplitTuning = {
+  ...TUNING,
+  widthByBatch: { "1": 256, "8": 256 },
+  shorter: [{ contextLen: 128, partitionByBatch: { "1": 0, "2": 0 }, widthByBatch: { "2": 256 } }],
+};
+
+Deno.test("decodeChoiceFor() takes the width of the same measured entry as the partition", () => {
+  const cases: [number, number, number, number][] = [
+    [1, 1000, 64, 256],
+    [2, 1000, 128, 64],
+    [3, 1000, 0, 64],
+    [5, 1000, 256, 256],
+    [5, 200, 0, 256], // one partition of batch 8's 256 tokens: direct, at its width
+    [9, 1000, 0, 64], // past the largest measured batch
+    [1, 100, 0, 64], // 128 tokens' batch 1, no width listed
+    [2, 100, 0, 256],
+  ];
+  for (const [batch, context, partition, width] of cases) {
+    assertEqual(
+      decodeChoiceFor(WIDE, batch, context),
+      { partition, width },
+      `${batch} x ${context}`,
+    );
+    assertEqual(splitPartitionFor(WIDE, batch, context), partition);
+  }
+  // A tuning without widths (measured before they existed) runs the default everywhere.
+  assertEqual(decodeChoiceFor(TUNING, 1, 1000), { partition: 64, width: 64 });
+});
+
 Deno.test("checkDecodeSplitTuning() refuses bad batches, sizes and lengths, naming them", () => {
   checkDecodeSplitTuning(TUNING);
   const bad = (t: unknown) => () => checkDecodeSplitTuning(t as DecodeSplitTuning);
@@ -116,11 +148,34 @@ Deno.test("checkDecodeSplitTuning() refuses bad batches, sizes and lengths, nami
     describeDecodeSplit(TUNING),
     "decode attention split at 1024 tokens: batch 1 x 64, 2 x 128, 4 direct, 8 x 256",
   );
+  checkDecodeSplitTuning(WIDE);
+  assertThrows(bad({ ...TUNING, widthByBatch: [] }), /widthByBatch must be an object/);
+  assertThrows(bad({ ...TUNING, widthByBatch: { "1": 128 } }), /batch 1 has width 128/);
+  assertThrows(bad({ ...TUNING, widthByBatch: { "3": 256 } }), /width of batch "3" has no/);
+  // Against a kernel's own widths (the unrolled kernel runs the default only).
+  assertThrows(() => checkDecodeSplitTuning(WIDE, [64]), /batch 1 has width 256 \(one of 64\)/);
+  assertEqual(
+    describeDecodeSplit(WIDE),
+    "decode attention split at 128 tokens: batch 1 direct, 2 direct w256; at 1024 tokens: " +
+      "batch 1 x 64 w256, 2 x 128, 4 direct, 8 x 256 w256",
+  );
   assertEqual(
     describeDecodeSplit(WITH_SHORTER),
     "decode attention split at 128 tokens: batch 1 x 16, 2 direct; at 512 tokens: batch 1 x 32, " +
       "8 direct; at 1024 tokens: batch 1 x 64, 2 x 128, 4 direct, 8 x 256",
   );
+});
+
+Deno.test("splitCandidates() adds the direct path and long partitions at each wider width", () => {
+  const base = SPLIT_CANDIDATES.map((size) => ({ size, width: 64 }));
+  assertEqual(splitCandidates([64]), base);
+  assertEqual(splitCandidates([64, 256]), [
+    ...base,
+    ...SPLIT_CANDIDATES.filter((s) => s === 0 || s >= WIDE_MIN_PARTITION).map((size) => ({
+      size,
+      width: 256,
+    })),
+  ]);
 });
 
 Deno.test("splitBatches() doubles up to the batch, then adds it", () => {
@@ -129,6 +184,35 @@ Deno.test("splitBatches() doubles up to the batch, then adds it", () => {
   assertEqual(splitBatches(64), [1, 2, 4, 8, 16, 32, 64]);
   assertEqual(splitBatches(80), [1, 2, 4, 8, 16, 32, 64, 80]);
 });
+
+/**
+ * The (size, width) pairs tuneDecodeSplit() tries for `kernel` at `len` tokens: the direct path
+ * and the partitions shorter than `len` that `fits` allows, at each width the kernel runs.
+ */
+function tries(
+  kernel: PagedAttentionDecode,
+  len: number,
+  fits: (size: number) => boolean = () => true,
+): [number, number][] {
+  return splitCandidates(kernel.widths)
+    .filter((c) => c.size === 0 || (c.size < len && fits(c.size)))
+    .map((c) => [c.size, c.width]);
+}
+
+/** Checks that `choice` keeps the fastest of `tried` for `batch`: its partition and width. */
+function expectFastest(
+  choice: { partitionByBatch: Record<string, number>; widthByBatch?: Record<string, number> },
+  batch: string,
+  tried: readonly { size: number; width: number; ms: number }[],
+  why: string,
+): void {
+  const best = tried.reduce((a, p) => (p.ms < a.ms ? p : a));
+  assertEqual(
+    [choice.partitionByBatch[batch], choice.widthByBatch?.[batch] ?? 64],
+    [best.size, best.width],
+    why,
+  );
+}
 
 /** A decode attention kernel and one call site on small zero buffers. */
 async function smallOp(maxSeqs: number, maxLen: number) {
@@ -200,8 +284,8 @@ Deno.test(
     // At 40 sequences of 200 tokens the scratch (16 x 13 short partitions, 208) holds 5 per
     // sequence: 64-token partitions (4) and longer, not 16- or 32-token ones (13, 7).
     assertEqual(
-      r.points["40"]!.map((p) => p.size),
-      SPLIT_CANDIDATES.filter((s) => s === 0 || (s >= 64 && s < 200)),
+      r.points["40"]!.map((p) => [p.size, p.width]),
+      tries(kernel, 200, (s) => s >= 64),
     );
     assert(r.points["40"]!.some((p) => p.size === 64));
     checkDecodeSplitTuning(r.tuning);
@@ -221,9 +305,8 @@ Deno.test(
     assertEqual(r.tuning.contextLen, 200);
     for (const [batch, tried] of Object.entries(r.points)) {
       // 256 and 512 would be one partition of 200 tokens: not tried.
-      assertEqual(tried.map((p) => p.size), SPLIT_CANDIDATES.filter((s) => s < 200));
-      const best = tried.reduce((a, p) => (p.ms < a.ms ? p : a));
-      assertEqual(r.tuning.partitionByBatch[batch], best.size);
+      assertEqual(tried.map((p) => [p.size, p.width]), tries(kernel, 200));
+      expectFastest(r.tuning, batch, tried, `batch ${batch}`);
       for (const p of tried) assert(p.ms > 0 && Number.isFinite(p.ms), `batch ${batch}`);
     }
     checkDecodeSplitTuning(r.tuning);
@@ -260,14 +343,55 @@ Deno.test(
       const points = r.shorterPoints[c.contextLen]!;
       assertEqual(Object.keys(points), ["1", "2"]);
       for (const [batch, tried] of Object.entries(points)) {
-        // Only partitions shorter than the context are tried: 40 tokens gives direct, 16, 32.
-        assertEqual(tried.map((p) => p.size), SPLIT_CANDIDATES.filter((s) => s < c.contextLen));
-        const best = tried.reduce((a, p) => (p.ms < a.ms ? p : a));
-        assertEqual(c.partitionByBatch[batch], best.size, `${c.contextLen} tokens, batch ${batch}`);
+        // Only partitions shorter than the context are tried: 40 tokens gives direct, 16, 32
+        // (and direct at the wider width).
+        assertEqual(tried.map((p) => [p.size, p.width]), tries(kernel, c.contextLen));
+        expectFastest(c, batch, tried, `${c.contextLen} tokens, batch ${batch}`);
       }
     }
     assertEqual(Object.keys(r.points), ["1", "2"]);
     checkDecodeSplitTuning(r.tuning);
+  },
+);
+
+Deno.test(
+  "PagedAttentionDecodeOp.choice() follows the tuning's widths; the unrolled kernel refuses them",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const shape = {
+      numQHeads: 4,
+      numKvHeads: 2,
+      headDim: 16,
+      blockSize: 16,
+      dtype: "f32" as const,
+    };
+    const kernel = new PagedAttentionDecode(ctx, { ...shape, variant: "workgroup" });
+    assertEqual(kernel.widths, [64, 256]);
+    const scratch = kernel.createScratch(8, 2048);
+    const b = (n: number) => whole(upload(ctx, new Float32Array(n)));
+    const op = kernel.bind(new ParamArena(ctx, 2), {
+      q: b(8 * 64),
+      kCache: b(16),
+      vCache: b(16),
+      blockTables: b(32),
+      contextLens: b(8),
+      out: b(8 * 64),
+      scratch,
+    }, { qStride: 64, btStride: 4 });
+    try {
+      assertEqual(op.choice(1, 1000), { partition: 0, width: 64 });
+      kernel.setSplitTuning(WIDE);
+      assertEqual(op.choice(1, 1000), { partition: 64, width: 256 });
+      assertEqual(op.choice(2, 1000), { partition: 128, width: 64 });
+      assertEqual(op.choice(2, 100), { partition: 0, width: 256 });
+      const unrolled = new PagedAttentionDecode(ctx, { ...shape, variant: "unrolled" });
+      assertEqual(unrolled.widths, [64]);
+      assertThrows(() => unrolled.setSplitTuning(WIDE), /batch 1 has width 256 \(one of 64\)/);
+      unrolled.setSplitTuning(TUNING);
+    } finally {
+      scratch.destroy();
+    }
   },
 );
 
@@ -289,6 +413,8 @@ Deno.test(
       const r = await tuneDecodeSplit(ctx, kernel, { maxBatch: 2, contextLen: 100, repeats: 2 });
       assertEqual(r.failures, [], `norm ${normDtype}`);
       assertEqual(Object.keys(r.points), ["1", "2"]);
+      // The workgroup kernel's 256-wide direct path is timed beside the default's.
+      assert(r.points["1"]!.some((p) => p.size === 0 && p.width === 256), `norm ${normDtype}`);
       for (const tried of Object.values(r.points)) {
         for (const p of tried) assert(p.ms > 0 && Number.isFinite(p.ms), `norm ${normDtype}`);
       }
@@ -344,6 +470,27 @@ for (const size of [64, 16]) {
           contextLen: 128,
           partitionByBatch: { "4": size },
         });
+      });
+    },
+  );
+}
+
+for (const size of [0, 16]) {
+  Deno.test(
+    `ModelRunner decodes equal to the float64 reference 256 invocations wide (partitions ${size})`,
+    GPU_TEST,
+    async () => {
+      // Under the gpu profile every decode step runs the fused workgroup kernel 256 wide: one
+      // tile of up to 256 positions (direct), or 5 to 6 partitions of 16 tokens.
+      const prompt = Array.from({ length: 70 }, (_, i) => (i * 43 + 7) % 500);
+      await withTinyRunner(53 + size, "gpu", prompt, 16, 32, (runner) => {
+        const tuning = {
+          contextLen: 128,
+          partitionByBatch: { "4": size },
+          widthByBatch: { "4": 256 },
+        };
+        runner.decodeAttention.setSplitTuning(tuning);
+        assertEqual(decodeChoiceFor(tuning, 1, 80).width, 256);
       });
     },
   );

@@ -155,15 +155,20 @@ async function checkCase(c: Case, variant: PagedAttentionDecodeVariant): Promise
   };
   // A K cache element rounds once more than the reference's f64 (the f32 arithmetic); V is copied.
   const kTolerance = dtype === "f16" ? 1e-3 : 1e-5;
-  for (const split of [false, true, 64]) {
-    const mode = `${context} split ${split}`;
+  // Every width the kernel runs (the workgroup kernel's 256 here too: its prologue's loops stride
+  // by the width).
+  const modes = kernel.widths.flatMap((width) =>
+    ([false, true, 64] as const).map((split) => ({ split, width }))
+  );
+  for (const { split, width } of modes) {
+    const mode = `${context} split ${split} width ${width}`;
     ctx.device.queue.writeBuffer(kCache, 0, cache.kData as Float32Array<ArrayBuffer>);
     ctx.device.queue.writeBuffer(vCache, 0, cache.vData as Float32Array<ArrayBuffer>);
     ctx.device.queue.writeBuffer(out, 0, new Float32Array(LENS.length * hq * d).fill(NaN));
     await runPass(
       ctx,
       arena,
-      (pass) => op.encode(pass, LENS.length, Math.max(...LENS), split, true),
+      (pass) => op.encode(pass, LENS.length, Math.max(...LENS), split, true, width),
     );
     assertClose(await readF32(ctx, out), expected, toleranceFor(dtype), `${mode}: output`);
     const [gotK, gotV] = [await read(kCache), await read(vCache)];

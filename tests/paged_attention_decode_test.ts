@@ -135,12 +135,20 @@ async function checkKernel(
   const short = [16, 32, 48, 64, 192].filter((size) =>
     Math.ceil(maxLen / size) <= scratch.partitionsPerSeq(lens.length)
   );
-  for (const split of [false, true, undefined, ...short]) {
-    ctx.device.queue.writeBuffer(out, 0, new Float32Array(lens.length * hq * headDim).fill(NaN));
-    await runPass(ctx, arena, (pass) => op.encode(pass, lens.length, maxLen, split));
-    const got = await readF32(ctx, out);
-    const mode = split === undefined ? `auto (split ${op.usesSplit(maxLen)})` : `split ${split}`;
-    assertClose(got, expected, toleranceFor(dtype), `${name} ${mode}`);
+  // At every width the kernel runs (the workgroup kernel's 256: tiles of 256 positions, four
+  // invocation sets per output vec4 at GQA 2 and head_dim 128).
+  for (const width of kernel.widths) {
+    for (const split of [false, true, undefined, ...short]) {
+      ctx.device.queue.writeBuffer(out, 0, new Float32Array(lens.length * hq * headDim).fill(NaN));
+      await runPass(
+        ctx,
+        arena,
+        (pass) => op.encode(pass, lens.length, maxLen, split, false, width),
+      );
+      const got = await readF32(ctx, out);
+      const mode = split === undefined ? `auto (split ${op.usesSplit(maxLen)})` : `split ${split}`;
+      assertClose(got, expected, toleranceFor(dtype), `${name} ${mode} width ${width}`);
+    }
   }
   // The same tables as indexed rows (a header of row offsets; the runner's layout).
   const indexedArena = new ParamArena(ctx, 2);
@@ -150,9 +158,19 @@ async function checkKernel(
   }, { qStride, btStride: cache.btStride });
   indexed.setBlockTableStride(INDEXED_ROWS);
   for (const split of [false, true]) {
+    const width = kernel.widths.at(-1)!;
     ctx.device.queue.writeBuffer(out, 0, new Float32Array(lens.length * hq * headDim).fill(NaN));
-    await runPass(ctx, indexedArena, (pass) => indexed.encode(pass, lens.length, maxLen, split));
-    assertClose(await readF32(ctx, out), expected, toleranceFor(dtype), `${name} indexed ${split}`);
+    await runPass(
+      ctx,
+      indexedArena,
+      (pass) => indexed.encode(pass, lens.length, maxLen, split, false, width),
+    );
+    assertClose(
+      await readF32(ctx, out),
+      expected,
+      toleranceFor(dtype),
+      `${name} indexed ${split} width ${width}`,
+    );
   }
   scratch.destroy();
 }
