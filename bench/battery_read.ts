@@ -1,6 +1,7 @@
 /**
  * Reads the GPU battery's logs (`bench/gpu_battery.sh`: bench:model, the PyTorch peer,
- * bench:serve, bench/matmul_tune.ts, bench/dispatch_floor.ts, the tests, its progress) into plain
+ * bench:serve, bench/matmul_tune.ts, bench/attention_bench.ts, bench/dispatch_floor.ts, the
+ * tests, its progress) into plain
  * figures, for bench/battery_summary.ts to set against the goals. A line a reader does not find
  * leaves its figure undefined ("not measured" there), never a guess.
  *
@@ -65,6 +66,11 @@ export interface BatteryFigures {
   readonly kernelsRms: KernelTimes;
   /** The same stage's down projection with X read as the SwiGLU of gate|up. */
   readonly kernelsSwiglu: KernelTimes;
+  /**
+   * bench/attention_bench.ts (the `attention` stage): per case ("context 160, batch 1") each
+   * path's median ms by its printed name ("direct, 64 wide", "split-K 16, 256 wide").
+   */
+  readonly attention: KernelTimes;
   readonly unfused: ModelRun;
   readonly torch: ModelRun;
   /** Per weight format ("int8", "int4"): its median ratios to f16 over the rounds. */
@@ -107,6 +113,24 @@ const DISPATCH_LINE = new RegExp(
 const KERNEL_CASE = /^(\w+) N \d+ K \d+, M (\d+):$/;
 /** One of its kernel lines, "  tiled 16x16 bk16 db     0.0931 ms     5770 GFLOP/s ...". */
 const KERNEL_TIME = /^ {2}(\S.*?)\s+([0-9.]+) ms /;
+
+/** bench/attention_bench.ts's "  context 160, batch 1, split-K 16, 64 wide: 0.031 ms median". */
+const ATTENTION_LINE = /^ {2}(context \d+, batch \d+), (.+?): ([0-9.]+) ms median/gm;
+
+/**
+ * Reads bench/attention_bench.ts's lines (other tools' lines in the same log are skipped); a path
+ * timed twice (the direct path, once per partition size) keeps its faster median.
+ */
+export function readAttentionTimes(text: string): KernelTimes {
+  const out = new Map<string, Map<string, number>>();
+  for (const m of text.replace(ANSI, "").matchAll(ATTENTION_LINE)) {
+    const times = out.get(m[1]!) ?? new Map<string, number>();
+    out.set(m[1]!, times);
+    const ms = Number(m[3]);
+    times.set(m[2]!, Math.min(ms, times.get(m[2]!) ?? Infinity));
+  }
+  return out;
+}
 
 /** Reads bench/matmul_tune.ts's output (other tools' lines in the same log are skipped). */
 export function readKernelTimes(text: string): KernelTimes {
@@ -222,6 +246,7 @@ export function readBattery(files: Readonly<Record<string, string>>): BatteryFig
     kernels: readKernelTimes(f("kernels.txt")),
     kernelsRms: readKernelTimes(f("kernels_rms.txt")),
     kernelsSwiglu: readKernelTimes(f("kernels_swiglu.txt")),
+    attention: readAttentionTimes(f("kernels.txt")),
     unfused: readModelRun(f("model_unfused.txt")),
     torch: readModelRun(f("torch.txt")),
     quant,

@@ -76,6 +76,29 @@ function kernelRows(b: BatteryFigures): string[] {
   ];
 }
 
+/**
+ * Markdown rows of the decode attention in isolation (the `attention` stage): per context and
+ * batch, the fastest path 64 invocations wide and the fastest wider (kernels/decode_split.ts
+ * DECODE_WIDTHS), and their ratio: whether the wider kernel can replace a split and its merge.
+ */
+function attentionRows(b: BatteryFigures): string[] {
+  if (b.attention.size === 0) return ["- not measured"];
+  const cell = (k: { name: string; ms: number } | undefined) =>
+    k === undefined ? "-" : `${k.name} (${show(k.ms, 4)} ms)`;
+  const wide = (name: string) => !name.endsWith(", 64 wide");
+  return [
+    "| case | fastest, 64 wide | fastest, wider | wider / 64 |",
+    "| --- | --- | --- | --- |",
+    ...[...b.attention].map(([c, times]) => {
+      const narrow = fastest(times, (name) => !wide(name));
+      const wider = fastest(times, wide);
+      return `| ${c} | ${cell(narrow)} | ${cell(wider)} | ${
+        show(ratio(wider?.ms, narrow?.ms), 2, "x")
+      } |`;
+    }),
+  ];
+}
+
 /** The summary as Markdown lines: the header, then one table row per figure. */
 export function summaryLines(b: BatteryFigures): string[] {
   const d = (run: ModelRun, batch: number) => run.decode.get(batch);
@@ -233,6 +256,10 @@ export function summaryLines(b: BatteryFigures): string[] {
     "Matmul kernels in isolation (bench/matmul_tune.ts, f16 weights; stages kernels, kernels-rms):",
     "",
     ...kernelRows(b),
+    "",
+    "Decode attention in isolation (bench/attention_bench.ts; stage attention):",
+    "",
+    ...attentionRows(b),
   ];
 }
 

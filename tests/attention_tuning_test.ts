@@ -22,6 +22,7 @@ import {
   tunePrefillAttention,
 } from "../kernels/prefill_attention_tuner.ts";
 import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
+import type { PagedAttentionDecodeVariant } from "../kernels/paged_attention_decode_config.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { GPU_TEST, ParamArena, testContext, upload, whole } from "./support/gpu.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
@@ -215,7 +216,7 @@ function expectFastest(
 }
 
 /** A decode attention kernel and one call site on small zero buffers. */
-async function smallOp(maxSeqs: number, maxLen: number) {
+async function smallOp(maxSeqs: number, maxLen: number, variant?: PagedAttentionDecodeVariant) {
   const ctx = await testContext();
   const kernel = new PagedAttentionDecode(ctx, {
     numQHeads: 4,
@@ -223,6 +224,7 @@ async function smallOp(maxSeqs: number, maxLen: number) {
     headDim: 16,
     blockSize: 16,
     dtype: "f32",
+    ...(variant === undefined ? {} : { variant }),
   });
   const scratch = kernel.createScratch(maxSeqs, maxLen);
   const b = (n: number) => whole(upload(ctx, new Float32Array(n)));
@@ -358,34 +360,21 @@ Deno.test(
   "PagedAttentionDecodeOp.choice() follows the tuning's widths; the unrolled kernel refuses them",
   GPU_TEST,
   async () => {
-    const ctx = await testContext();
-    const shape = {
-      numQHeads: 4,
-      numKvHeads: 2,
-      headDim: 16,
-      blockSize: 16,
-      dtype: "f32" as const,
-    };
-    const kernel = new PagedAttentionDecode(ctx, { ...shape, variant: "workgroup" });
+    const { ctx, kernel, scratch, op } = await smallOp(8, 2048, "workgroup");
     assertEqual(kernel.widths, [64, 256]);
-    const scratch = kernel.createScratch(8, 2048);
-    const b = (n: number) => whole(upload(ctx, new Float32Array(n)));
-    const op = kernel.bind(new ParamArena(ctx, 2), {
-      q: b(8 * 64),
-      kCache: b(16),
-      vCache: b(16),
-      blockTables: b(32),
-      contextLens: b(8),
-      out: b(8 * 64),
-      scratch,
-    }, { qStride: 64, btStride: 4 });
     try {
       assertEqual(op.choice(1, 1000), { partition: 0, width: 64 });
       kernel.setSplitTuning(WIDE);
       assertEqual(op.choice(1, 1000), { partition: 64, width: 256 });
       assertEqual(op.choice(2, 1000), { partition: 128, width: 64 });
       assertEqual(op.choice(2, 100), { partition: 0, width: 256 });
-      const unrolled = new PagedAttentionDecode(ctx, { ...shape, variant: "unrolled" });
+      const unrolled = new PagedAttentionDecode(ctx, {
+        numQHeads: 4,
+        numKvHeads: 2,
+        headDim: 16,
+        blockSize: 16,
+        variant: "unrolled",
+      });
       assertEqual(unrolled.widths, [64]);
       assertThrows(() => unrolled.setSplitTuning(WIDE), /batch 1 has width 256 \(one of 64\)/);
       unrolled.setSplitTuning(TUNING);

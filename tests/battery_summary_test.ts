@@ -190,6 +190,41 @@ Deno.test("summaryLines() lists the fastest matmul kernels per case, double-buff
   );
 });
 
+Deno.test("summaryLines() sets the decode attention's wider workgroups against 64 per case", () => {
+  // bench/attention_bench.ts's lines (the direct path printed once per partition size) beside
+  // bench/matmul_tune.ts's in the same log.
+  const b = readBattery({
+    "kernels.txt": "paged_attention decode, adapter: NVIDIA H200 (vendor 4318); KV f16\n" +
+      "Hq 16, Hkv 8, head_dim 128, block 16; copy bandwidth 3490.1 GB/s (read + write)\n" +
+      "  context 160, batch 1, direct, 64 wide: 0.0300 ms median (min 0.0290), KV 0.7 MB, " +
+      "22.0 GB/s effective vs copy 3490.1 GB/s (timestamp-query)\n" +
+      "  context 160, batch 1, split-K 16, 64 wide: 0.0180 ms median (min 0.0170), KV 0.7 MB\n" +
+      "  context 160, batch 1, direct, 256 wide: 0.0120 ms median (min 0.0110), KV 0.7 MB\n" +
+      "  context 160, batch 1, direct, 64 wide: 0.0280 ms median (min 0.0270), KV 0.7 MB\n" +
+      "  context 160, batch 1, split-K 64, 64 wide: 0.0200 ms median (min 0.0190), KV 0.7 MB\n" +
+      "  context 2048, batch 64, direct, 64 wide: 0.9000 ms median (min 0.8000), KV 537 MB\n" +
+      "qkv N 4096 K 1024, M 1:\n" +
+      "  gemv mb1                        0.0090 ms     699 GFLOP/s   699 GB/s of W\n",
+  });
+  assert.deepEqual([...b.attention.keys()], ["context 160, batch 1", "context 2048, batch 64"]);
+  // The direct path's two medians: the faster one.
+  assert.deepEqual(b.attention.get("context 160, batch 1")?.get("direct, 64 wide"), 0.028);
+  assert.deepEqual(b.kernels.get("qkv M 1")?.get("gemv mb1"), 0.009);
+  const text = summaryLines(b).join("\n");
+  assertHas(
+    text,
+    "| context 160, batch 1 | split-K 16, 64 wide (0.018 ms) | direct, 256 wide (0.012 ms) | 0.67x |",
+  );
+  assertHas(
+    text,
+    "| context 2048, batch 64 | direct, 64 wide (0.9 ms) | - | not measured |",
+  );
+  assertHas(
+    summaryLines(readBattery({})).join("\n"),
+    "Decode attention in isolation (bench/attention_bench.ts; stage attention):\n\n- not measured",
+  );
+});
+
 Deno.test("summaryLines() sets figures against the goals and says 'not measured' for missing ones", () => {
   const text = summaryLines(
     readBattery({
