@@ -1,7 +1,7 @@
-import { equal, throws } from "node:assert/strict";
+import { deepStrictEqual, equal, throws } from "node:assert/strict";
 import type { GpuContext } from "../gpu/context.ts";
 import type { DType } from "../gpu/dtype.ts";
-import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
+import { PagedAttentionDecode, workgroupKernelBytes } from "../kernels/paged_attention_decode.ts";
 import {
   MAX_UNROLLED_GROUP_DIM,
   type PagedAttentionDecodeVariant,
@@ -220,6 +220,46 @@ Deno.test(
     // subtract each query's running maximum would return NaN.
     const base = { hq: 4, hkv: 2, headDim: 64, blockSize: 16, dtype: "f32" as const, qScale: 100 };
     await checkCase({ ...base, partitionSize: 64 }, LENS);
+  },
+);
+
+Deno.test(
+  "PagedAttentionDecode offers the 256-wide kernel only where its workgroup memory fits",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    // Qwen3-0.6B's GQA 2 x 128, fused: 12,168 bytes at 256 wide, within WebGPU's default 16 KiB;
+    // GQA 8 x 128 needs 24,456 there (12,936 at 64 wide).
+    equal(workgroupKernelBytes(2, 128, 256, true), 12168);
+    equal(workgroupKernelBytes(8, 128, 256, true), 24456);
+    equal(workgroupKernelBytes(8, 128, 64, true), 12936);
+    // The same context with WebGPU's default limit (the adapter's own object otherwise): its
+    // members read through to ctx, its pipelines compile there.
+    const limits = { ...ctx.limits, maxComputeWorkgroupStorageSize: 16384 };
+    const small = Object.create(ctx, {
+      limits: { value: limits },
+      pipeline: { value: ctx.pipeline.bind(ctx) },
+    }) as GpuContext;
+    const shape = {
+      headDim: 128,
+      blockSize: 16,
+      variant: "workgroup" as const,
+      dtype: "f32" as const,
+    };
+    const kernel = (numQHeads: number, c: GpuContext) =>
+      new PagedAttentionDecode(c, {
+        ...shape,
+        numQHeads,
+        numKvHeads: 2,
+        rope: { normDtype: null },
+      });
+    deepStrictEqual(kernel(4, small).widths, [64, 256]);
+    deepStrictEqual(kernel(16, small).widths, [64]);
+    deepStrictEqual(
+      kernel(16, ctx).widths,
+      ctx.limits.maxComputeWorkgroupStorageSize >= 24456 ? [64, 256] : [64],
+    );
+    throws(() => kernel(16, small).pipelinesAt(256), /at width 256: this workgroup kernel runs 64/);
   },
 );
 
