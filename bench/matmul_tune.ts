@@ -99,7 +99,7 @@ function candidates(m: number, k: number): { name: string; src: KernelSource }[]
             mb,
             format,
             false,
-            false,
+            k % 4 === 0, // X as vec4s, as the engine's gemv reads it where K allows
             xForm,
             NORM_DTYPE,
             undefined,

@@ -151,8 +151,9 @@ export class Matmul {
     this.decodeMaxRows = decodeMaxRows;
     this.#tuning = { tile: options.tile ?? TILE, gemvMaxRows: {} };
     checkTile(this.#tuning.tile);
-    // Compile what the policy uses up front; forced variants (and `blocked`, the CPU fallback
-    // for row strides that are not a multiple of 8) compile on first use.
+    // Compile what the policy uses up front (the gpu policy's `gemv` once a call site gives its
+    // K); forced variants (and `blocked`, the CPU fallback for row strides that are not a
+    // multiple of 8) compile on first use.
     this.#compilePolicy(this.dtype);
   }
 
@@ -206,7 +207,8 @@ export class Matmul {
       const gemv = this.gemvFor(op.shape);
       if (gemv.rows === 1 && gemv.step === 4 && (gemv.tpr ?? 64) === 64) continue;
       for (const mb of ROW_BLOCKS) {
-        op.bindGroups(this.config("gemv", mb, { format, xForm, gemv, wordLayout: block }));
+        const xVec4 = op.shape.cols % 4 === 0;
+        op.bindGroups(this.config("gemv", mb, { format, xForm, gemv, wordLayout: block, xVec4 }));
       }
     }
   }
@@ -272,7 +274,12 @@ export class Matmul {
     if (this.policy === "cpu") {
       for (const mb of UNROLLED_BLOCKS) this.config("unrolled", mb, { ...options, xVec4: true });
     } else {
-      for (const mb of ROW_BLOCKS) this.config("gemv", mb, options);
+      // X as vec4s where the shape's K allows; without a shape (the constructor) its K is not
+      // known yet: each call site's bind compiles its own.
+      if (shape !== undefined) {
+        const xVec4 = shape.cols % 4 === 0;
+        for (const mb of ROW_BLOCKS) this.config("gemv", mb, { ...options, xVec4 });
+      }
       // Split-K tiles with their unsplit twins, so that no M compiles while serving.
       for (const tile of tilesRun(this.#tuning, shape)) {
         this.config("tiled", 0, { ...options, tile });
@@ -369,7 +376,7 @@ export class Matmul {
       }
       kind.step = 4;
     }
-    return this.config(v, mb, { format, xForm, gemv: kind, wordLayout });
+    return this.config(v, mb, { format, xForm, gemv: kind, wordLayout, xVec4: cols % 4 === 0 });
   }
 
   /**

@@ -397,25 +397,78 @@ export function residualOutBinding(dtype: DType): string {
 }
 
 /**
- * The prelude of matmul_x_rms.wgsl: its bindings, `raw1`, `keep1` and `gamma_at` for a norm
- * weight of `dtype` (f16 read as packed pairs: no `shader-f16` needed).
+ * A read-only f32 binding `name` at `binding` and `fn <name>1(i: u32) -> f32` (element i): as
+ * scalars, or (`vec4`) as vec4s, whose element i is component i % 4 of vec4 i / 4.
  */
-function xRmsPrelude(residual: boolean, dtype: DType): string {
-  const gamma = normWeightBinding(7, "gamma", dtype);
-  const stream = residual
-    ? "@group(0) @binding(6) var<storage, read> delta: array<f32>;\n" +
-      "@group(0) @binding(8) var<storage, read_write> h_out: array<f32>;\n" +
-      "fn raw1(i: u32) -> f32 {\n  return x[i] + delta[i];\n}\n" +
-      "fn keep1(i: u32, v: f32) {\n  h_out[i] = v;\n}\n"
-    : "fn raw1(i: u32) -> f32 {\n  return x[i];\n}\n" +
-      "fn keep1(i: u32, v: f32) {}\n";
-  return "@group(0) @binding(0) var<storage, read> x: array<f32>;\n" + gamma + stream;
+function f32Access(binding: number, name: string, vec4: boolean, access = "read"): string {
+  return vec4
+    ? `@group(0) @binding(${binding}) var<storage, ${access}> ${name}: array<vec4<f32>>;\n` +
+      `fn ${name}1(i: u32) -> f32 {\n  return ${name}[i >> 2u][i & 3u];\n}\n`
+    : `@group(0) @binding(${binding}) var<storage, ${access}> ${name}: array<f32>;\n` +
+      `fn ${name}1(i: u32) -> f32 {\n  return ${name}[i];\n}\n`;
 }
 
-/** The X form of `gemv` and `tiled`, with the `_stat` interface (matmul_x_nostat.wgsl). */
-export function xStatBinding(xForm: XForm, normDtype: DType): string {
-  if (isNormXForm(xForm)) return xRmsPrelude(xForm === "rms_residual", normDtype) + xRmsSource;
-  return (xForm === "swiglu" ? xSwigluSource : xSource) + xNoStatSource;
+/** `fn <name>4(base: u32) -> vec4<f32>`: elements base .. base + 3 of an {@linkcode f32Access}. */
+function f32Access4(name: string, vec4: boolean): string {
+  return `fn ${name}4(base: u32) -> vec4<f32> {\n` +
+    (vec4
+      ? `  return ${name}[base >> 2u];\n}\n`
+      : `  return vec4<f32>(${name}[base], ${name}[base + 1u], ${name}[base + 2u], ` +
+        `${name}[base + 3u]);\n}\n`);
+}
+
+/**
+ * Binding 0 `x` with `fn xv1(i: u32) -> f32` and `fn xv4(base: u32) -> vec4<f32>` for
+ * matmul_x.wgsl and matmul_x_swiglu.wgsl: f32 scalars, or (`vec4`, K % 4 == 0, so that every
+ * `xv4` base is a multiple of 4) vec4s, one 16-byte load each.
+ */
+export function xAccess(vec4: boolean): string {
+  return f32Access(0, "x", vec4) + f32Access4("x", vec4) +
+    "fn xv1(i: u32) -> f32 {\n  return x1(i);\n}\n" +
+    "fn xv4(base: u32) -> vec4<f32> {\n  return x4(base);\n}\n";
+}
+
+/**
+ * The prelude of matmul_x_rms.wgsl: its bindings, `raw1` / `raw4`, `keep1` / `keep4` and
+ * `gamma_at` / `gamma4` for a norm weight of `dtype` (f16 read as packed pairs: no `shader-f16`
+ * needed; `gamma4`'s k is a multiple of 4, as every `load_x4_stat` caller's is), x, delta and
+ * h_out as f32 scalars or (`vec4`, K % 4 == 0) vec4s.
+ */
+function xRmsPrelude(residual: boolean, dtype: DType, vec4: boolean): string {
+  const gamma = normWeightBinding(7, "gamma", dtype) + "fn gamma4(k: u32) -> vec4<f32> {\n" +
+    (dtype === "f16"
+      ? "  return vec4<f32>(unpack2x16float(gamma[k >> 1u]), unpack2x16float(gamma[(k >> 1u) + 1u]));\n}\n"
+      : "  return vec4<f32>(gamma[k], gamma[k + 1u], gamma[k + 2u], gamma[k + 3u]);\n}\n");
+  const x = f32Access(0, "x", vec4) + f32Access4("x", vec4);
+  const stream = residual
+    ? f32Access(6, "delta", vec4) + f32Access4("delta", vec4) +
+      `@group(0) @binding(8) var<storage, read_write> h_out: array<${
+        vec4 ? "vec4<f32>" : "f32"
+      }>;\n` +
+      "fn raw1(i: u32) -> f32 {\n  return x1(i) + delta1(i);\n}\n" +
+      "fn raw4(base: u32) -> vec4<f32> {\n  return x4(base) + delta4(base);\n}\n" +
+      (vec4
+        ? "fn keep1(i: u32, v: f32) {\n  h_out[i >> 2u][i & 3u] = v;\n}\n" +
+          "fn keep4(base: u32, v: vec4<f32>) {\n  h_out[base >> 2u] = v;\n}\n"
+        : "fn keep1(i: u32, v: f32) {\n  h_out[i] = v;\n}\n" +
+          "fn keep4(base: u32, v: vec4<f32>) {\n" +
+          "  h_out[base] = v.x;\n  h_out[base + 1u] = v.y;\n" +
+          "  h_out[base + 2u] = v.z;\n  h_out[base + 3u] = v.w;\n}\n")
+    : "fn raw1(i: u32) -> f32 {\n  return x1(i);\n}\n" +
+      "fn raw4(base: u32) -> vec4<f32> {\n  return x4(base);\n}\n" +
+      "fn keep1(i: u32, v: f32) {}\nfn keep4(base: u32, v: vec4<f32>) {}\n";
+  return x + gamma + stream;
+}
+
+/**
+ * The X form of `gemv` and `tiled`, with the `_stat` interface (matmul_x_nostat.wgsl); `vec4`
+ * (`gemv` with K % 4 == 0) reads X (and the norm forms' delta, h_out) as vec4s.
+ */
+export function xStatBinding(xForm: XForm, normDtype: DType, vec4 = false): string {
+  if (isNormXForm(xForm)) {
+    return xRmsPrelude(xForm === "rms_residual", normDtype, vec4) + xRmsSource;
+  }
+  return xAccess(vec4) + (xForm === "swiglu" ? xSwigluSource : xSource) + xNoStatSource;
 }
 
 /** `bias_at(n)`: the bias binding's element n, or 0 without a bias. */

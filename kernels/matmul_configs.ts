@@ -26,7 +26,7 @@ import type { KernelConfig } from "./matmul_op.ts";
 
 /** How a kernel configuration is built; each field has a default. */
 export interface ConfigOptions {
-  /** `unrolled`: X read as vec4s (K % 4 == 0); default false. */
+  /** `unrolled` and `gemv`: X read as vec4s (K % 4 == 0); default false. */
   readonly xVec4?: boolean;
   /** The weight format; default the instance's dtype. */
   readonly format?: WeightFormat;
@@ -99,7 +99,7 @@ export class MatmulConfigs {
       : variant === "gemv"
       ? `${tag}/mb${mb}${gemv.rows > 1 ? `/rb${gemv.rows}` : ""}${
         gemv.step > 4 ? `/ks${gemv.step}` : ""
-      }${gemvTpr !== 64 ? `/tp${gemvTpr}` : ""}`
+      }${gemvTpr !== 64 ? `/tp${gemvTpr}` : ""}${xVec4 ? "/x4" : ""}`
       : `${tag}/mb${mb}`;
     let config = this.#configs.get(key);
     if (config !== undefined) return config;

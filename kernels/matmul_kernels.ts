@@ -48,6 +48,7 @@ import {
   weightBinding,
   weightBinding8,
   type WeightFormat,
+  xAccess,
   xBinding8,
   xBinding8Swiglu,
   type XForm,
@@ -315,11 +316,12 @@ export function kernelSource(
   if (isNormXForm(xForm) && !stat) {
     throw new RangeError(`Cannot build matmul ${variant} with X ${xForm}: only gemv and tiled`);
   }
+  // `gemv` reads X as vec4s where K % 4 == 0 (xVec4), `tiled` stages it element by element.
   const x = stat
-    ? xStatBinding(xForm, normDtype)
+    ? xStatBinding(xForm, normDtype, xVec4 && variant === "gemv")
     : variant === "unrolled"
     ? (swiglu ? xBinding8Swiglu(xVec4, xUniform) : xBinding8(xVec4, xUniform)) + xRowScale(xForm)
-    : (swiglu ? xSwigluSource : xSource);
+    : xAccess(false) + (swiglu ? xSwigluSource : xSource);
   const out = yForm === "residual_rms" ? residualOutBinding(normDtype) : "";
   const prelude = x + w + biasBinding(bias) + out;
   const kernel = (consts: Record<string, number>, source: string, rowsPerGroup: number) => ({

@@ -128,7 +128,7 @@ export interface KernelConfig {
   readonly xForm: XForm;
   /** What the kernel does with its output. */
   readonly yForm: YForm;
-  /** Whether the kernel reads X as vec4s (`unrolled` only; needs K % 4 == 0). */
+  /** Whether the kernel reads X as vec4s (`unrolled` and `gemv`; needs K % 4 == 0). */
   readonly xVec4: boolean;
   /**
    * vec4s of X the kernel reads through a uniform binding (`unrolled` only); 0: X is a storage

@@ -10,16 +10,19 @@
 // workgroup column), and h and h_out are different buffers, so no workgroup reads what another
 // writes.
 //
-// Prepended by kernels/matmul_kernels.ts (kernelSource) after the prelude that declares
-// `const RESIDUAL: bool`, the bindings below and `fn raw1(i: u32) -> f32` (r at element i),
-// `fn keep1(i: u32, v: f32)` (h_out[i] = v, or nothing) and `fn gamma_at(k: u32) -> f32`.
-// Params (p.k, p.eps) is matmul_io.wgsl's.
+// Prepended by kernels/matmul_kernels.ts (kernelSource) after the prelude
+// (kernels/matmul_bindings.ts `xRmsPrelude`) that declares the bindings below and
+// `fn raw1(i: u32) -> f32` / `fn raw4(base: u32) -> vec4<f32>` (r at element i, at elements
+// base .. base + 3), `fn keep1(i: u32, v: f32)` / `fn keep4(base: u32, v: vec4<f32>)` (h_out
+// there = v, or nothing), `fn gamma_at(k: u32) -> f32` / `fn gamma4(k: u32) -> vec4<f32>`: x,
+// delta and h_out as f32 scalars, or as vec4s where K % 4 == 0 (`gemv`: one 16-byte load or
+// store per vec4 and buffer, the rows start 4-aligned). Params (p.k, p.eps) is matmul_io.wgsl's.
 //
 // Bindings (group 0):
-//   0 x     : storage read  array<f32>                       [M, K] the residual stream h
-//   6 delta : storage read  array<f32>                       [M, K] (RESIDUAL only)
+//   0 x     : storage read  array<f32> / array<vec4<f32>>    [M, K] the residual stream h
+//   6 delta : storage read  array<f32> / array<vec4<f32>>    [M, K] (residual form only)
 //   7 gamma : storage read  array<f32> / array<u32> (f16 pairs)  [K] the norm's weight
-//   8 h_out : storage rw    array<f32>                       [M, K] r (RESIDUAL only)
+//   8 h_out : storage rw    array<f32> / array<vec4<f32>>    [M, K] r (residual form only)
 
 // The kernels reduce the squares (X_STAT) and scale by x_scale.
 const X_STAT = true;
@@ -53,14 +56,11 @@ fn load_x1_stat(i: u32, k: u32, keep: bool) -> XLoad1 {
 
 // X elements base .. base + 3 of one row (columns k .. k + 3) before the row's rsqrt factor.
 fn load_x4_stat(base: u32, k: u32, keep: bool) -> XLoad4 {
-  let r = vec4<f32>(raw1(base), raw1(base + 1u), raw1(base + 2u), raw1(base + 3u));
+  let r = raw4(base);
   if (keep) {
-    keep1(base, r.x);
-    keep1(base + 1u, r.y);
-    keep1(base + 2u, r.z);
-    keep1(base + 3u, r.w);
+    keep4(base, r);
   }
-  let g = vec4<f32>(gamma_at(k), gamma_at(k + 1u), gamma_at(k + 2u), gamma_at(k + 3u));
+  let g = gamma4(k);
   return XLoad4(r * g, dot(r, r));
 }
 

@@ -4,12 +4,12 @@
 //   X[m, k] = silu(x[m, k]) * x[m, K + k],  silu(g) = g / (1 + exp(-g))
 // (in that order of operations, as the separate silu_mul kernel it replaced).
 // Prepended by kernels/matmul_kernels.ts (kernelSource) instead of matmul_x.wgsl when a call site
-// binds `xForm: "swiglu"`.
+// binds `xForm: "swiglu"`, after the same binding prelude (`xv1`, `xv4`; vec4s where K % 4 == 0:
+// then both halves of a row start 4-aligned).
 //
-// Bindings (group 0):
-//   0 x : storage read  array<f32>  [M, 2K]: per row K gate values then K up values
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
+// Bindings (group 0, declared by the prelude):
+//   0 x : storage read  array<f32> / array<vec4<f32>>  [M, 2K]: per row K gate values then K up
+//         values
 
 // SwiGLU of gate g and up u: g / (1 + exp(-g)) * u.
 fn silu_mul4(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {
@@ -24,17 +24,13 @@ fn x_row(m: u32) -> u32 {
 
 // X element at gate index i.
 fn load_x1(i: u32) -> f32 {
-  let g = x[i];
-  return g / (1.0 + exp(-g)) * x[i + p.k];
+  let g = xv1(i);
+  return g / (1.0 + exp(-g)) * xv1(i + p.k);
 }
 
 // X elements at gate indices base .. base + 3.
 fn load_x4(base: u32) -> vec4<f32> {
-  let u = base + p.k;
-  return silu_mul4(
-    vec4<f32>(x[base], x[base + 1u], x[base + 2u], x[base + 3u]),
-    vec4<f32>(x[u], x[u + 1u], x[u + 2u], x[u + 3u]),
-  );
+  return silu_mul4(xv4(base), xv4(base + p.k));
 }
 
 // The K tail of a row: X elements at gate indices base .. base + rem - 1 (rem in 1..3), then

@@ -516,7 +516,7 @@ Deno.test(
           gemvRows: { [kb]: 4 },
           gemvSteps: { [ka]: 8, [kb]: 8 },
         },
-        [40, "/mb8/rb4/ks8"],
+        [40, "/mb8/rb4/ks8/x4"], // b: K = 64, X read as vec4s
         [8, "/mb8"],
       );
       // 32 invocations a row where the tuning says so (b), 64 elsewhere (a).
@@ -527,7 +527,7 @@ Deno.test(
           gemvSteps: { [kb]: 8 },
           gemvTprs: { [kb]: 32 },
         },
-        [8, "/mb8/ks8/tp32"],
+        [8, "/mb8/ks8/tp32/x4"],
         [8, "/mb8"],
       );
       // At most 2 (or 1) rows of X per gemv workgroup: M = 40 and 17 run 20 / 9 (40 / 17)
@@ -546,7 +546,7 @@ Deno.test(
           await checkSite(a, rows, `a, ${cap} X rows per workgroup, M ${rows}`);
         }
       }
-      assertEqual(matmul.choose(40, 33, 64, 64, "gemv").key.endsWith("/mb8"), true, "b keeps 8");
+      assertEqual(matmul.choose(40, 33, 64, 64, "gemv").key.endsWith("/mb8/x4"), true, "b keeps 8");
       assertThrows(
         () => matmul.choose(8, 67, 129, 132, "gemv", "f32", "plain", { xRows: 3 }),
         /Cannot encode matmul gemv with 3 X rows per workgroup/,
