@@ -400,11 +400,11 @@ export function residualOutBinding(dtype: DType): string {
  * A read-only f32 binding `name` at `binding` and `fn <name>1(i: u32) -> f32` (element i): as
  * scalars, or (`vec4`) as vec4s, whose element i is component i % 4 of vec4 i / 4.
  */
-function f32Access(binding: number, name: string, vec4: boolean, access = "read"): string {
+function f32Access(binding: number, name: string, vec4: boolean): string {
   return vec4
-    ? `@group(0) @binding(${binding}) var<storage, ${access}> ${name}: array<vec4<f32>>;\n` +
+    ? `@group(0) @binding(${binding}) var<storage, read> ${name}: array<vec4<f32>>;\n` +
       `fn ${name}1(i: u32) -> f32 {\n  return ${name}[i >> 2u][i & 3u];\n}\n`
-    : `@group(0) @binding(${binding}) var<storage, ${access}> ${name}: array<f32>;\n` +
+    : `@group(0) @binding(${binding}) var<storage, read> ${name}: array<f32>;\n` +
       `fn ${name}1(i: u32) -> f32 {\n  return ${name}[i];\n}\n`;
 }
 
@@ -418,14 +418,12 @@ function f32Access4(name: string, vec4: boolean): string {
 }
 
 /**
- * Binding 0 `x` with `fn xv1(i: u32) -> f32` and `fn xv4(base: u32) -> vec4<f32>` for
+ * Binding 0 `x` with `fn x1(i: u32) -> f32` and `fn x4(base: u32) -> vec4<f32>` for
  * matmul_x.wgsl and matmul_x_swiglu.wgsl: f32 scalars, or (`vec4`, K % 4 == 0, so that every
- * `xv4` base is a multiple of 4) vec4s, one 16-byte load each.
+ * `x4` base is a multiple of 4) vec4s, one 16-byte load each.
  */
 export function xAccess(vec4: boolean): string {
-  return f32Access(0, "x", vec4) + f32Access4("x", vec4) +
-    "fn xv1(i: u32) -> f32 {\n  return x1(i);\n}\n" +
-    "fn xv4(base: u32) -> vec4<f32> {\n  return x4(base);\n}\n";
+  return f32Access(0, "x", vec4) + f32Access4("x", vec4);
 }
 
 /**
@@ -439,7 +437,7 @@ function xRmsPrelude(residual: boolean, dtype: DType, vec4: boolean): string {
     (dtype === "f16"
       ? "  return vec4<f32>(unpack2x16float(gamma[k >> 1u]), unpack2x16float(gamma[(k >> 1u) + 1u]));\n}\n"
       : "  return vec4<f32>(gamma[k], gamma[k + 1u], gamma[k + 2u], gamma[k + 3u]);\n}\n");
-  const x = f32Access(0, "x", vec4) + f32Access4("x", vec4);
+  const x = xAccess(vec4);
   const stream = residual
     ? f32Access(6, "delta", vec4) + f32Access4("delta", vec4) +
       `@group(0) @binding(8) var<storage, read_write> h_out: array<${

@@ -4,7 +4,7 @@
 //   X[m, k] = silu(x[m, k]) * x[m, K + k],  silu(g) = g / (1 + exp(-g))
 // (in that order of operations, as the separate silu_mul kernel it replaced).
 // Prepended by kernels/matmul_kernels.ts (kernelSource) instead of matmul_x.wgsl when a call site
-// binds `xForm: "swiglu"`, after the same binding prelude (`xv1`, `xv4`; vec4s where K % 4 == 0:
+// binds `xForm: "swiglu"`, after the same binding prelude (`x1`, `x4`; vec4s where K % 4 == 0:
 // then both halves of a row start 4-aligned).
 //
 // Bindings (group 0, declared by the prelude):
@@ -24,13 +24,13 @@ fn x_row(m: u32) -> u32 {
 
 // X element at gate index i.
 fn load_x1(i: u32) -> f32 {
-  let g = xv1(i);
-  return g / (1.0 + exp(-g)) * xv1(i + p.k);
+  let g = x1(i);
+  return g / (1.0 + exp(-g)) * x1(i + p.k);
 }
 
 // X elements at gate indices base .. base + 3.
 fn load_x4(base: u32) -> vec4<f32> {
-  return silu_mul4(xv4(base), xv4(base + p.k));
+  return silu_mul4(x4(base), x4(base + p.k));
 }
 
 // The K tail of a row: X elements at gate indices base .. base + rem - 1 (rem in 1..3), then
