@@ -66,6 +66,8 @@ export interface BatteryFigures {
   readonly kernelsRms: KernelTimes;
   /** The same stage's down projection with X read as the SwiGLU of gate|up. */
   readonly kernelsSwiglu: KernelTimes;
+  /** The `kernels-xscalar` stage's: `kernels-rms`'s gemv kernels with X in 4-byte loads. */
+  readonly kernelsRmsScalar: KernelTimes;
   /**
    * bench/attention_bench.ts (the `attention` stage): per case ("context 160, batch 1") each
    * path's median ms by its printed name ("direct, 64 wide", "split-K 16, 256 wide").
@@ -246,6 +248,7 @@ export function readBattery(files: Readonly<Record<string, string>>): BatteryFig
     kernels: readKernelTimes(f("kernels.txt")),
     kernelsRms: readKernelTimes(f("kernels_rms.txt")),
     kernelsSwiglu: readKernelTimes(f("kernels_swiglu.txt")),
+    kernelsRmsScalar: readKernelTimes(f("kernels_rms_scalar.txt")),
     attention: readAttentionTimes(f("kernels.txt")),
     unfused: readModelRun(f("model_unfused.txt")),
     torch: readModelRun(f("torch.txt")),

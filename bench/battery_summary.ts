@@ -99,6 +99,29 @@ function attentionRows(b: BatteryFigures): string[] {
   ];
 }
 
+/**
+ * Markdown rows of the `gemv` kernels' X loads: per case of the `kernels-xscalar` stage, the
+ * fastest gemv reading X in 4-byte loads against the fastest reading it as vec4s (`kernels-rms`,
+ * same X form and M).
+ */
+function xLoadRows(b: BatteryFigures): string[] {
+  if (b.kernelsRmsScalar.size === 0) return ["- not measured"];
+  const cell = (k: { name: string; ms: number } | undefined) =>
+    k === undefined ? "-" : `${k.name} (${show(k.ms, 4)} ms)`;
+  const gemv = (name: string) => name.startsWith("gemv");
+  return [
+    "| case | fastest gemv, vec4 X | fastest gemv, scalar X | vec4 / scalar |",
+    "| --- | --- | --- | --- |",
+    ...[...b.kernelsRmsScalar].map(([c, times]) => {
+      const vec4 = fastest(b.kernelsRms.get(c), gemv);
+      const scalar = fastest(times, gemv);
+      return `| ${c} | ${cell(vec4)} | ${cell(scalar)} | ${
+        show(ratio(vec4?.ms, scalar?.ms), 2, "x")
+      } |`;
+    }),
+  ];
+}
+
 /** The summary as Markdown lines: the header, then one table row per figure. */
 export function summaryLines(b: BatteryFigures): string[] {
   const d = (run: ModelRun, batch: number) => run.decode.get(batch);
@@ -260,6 +283,10 @@ export function summaryLines(b: BatteryFigures): string[] {
     "Decode attention in isolation (bench/attention_bench.ts; stage attention):",
     "",
     ...attentionRows(b),
+    "",
+    "gemv X loads, normed residual X (stages kernels-rms, kernels-xscalar):",
+    "",
+    ...xLoadRows(b),
   ];
 }
 

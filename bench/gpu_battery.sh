@@ -25,7 +25,8 @@
 # tuning changes); unfused (--fused-decode off); kernels, kernels-int4 (every matmul kernel and
 # tile shape, bench/matmul_tune.ts, f16 and int4); kernels-rms (the same with X read as the
 # normed residual stream, as qkv and gate/up read it, and as down reads it, the SwiGLU of gate|up:
-# kernels_swiglu.txt); attention; dispatch (the GPU time a dispatch
+# kernels_swiglu.txt); kernels-xscalar (the gemv kernels of kernels-rms with X in 4-byte loads, as
+# before 2026-11-29: the vec4 loads' A/B); attention; dispatch (the GPU time a dispatch
 # adds, bench/dispatch_floor.ts); host (the host's time per decode step call by call,
 # bench/host_calls.ts); prompt-logprobs; tests (the suite on the GPU: greedy parity with the
 # float64 reference, its auto profile there the gpu one, less the files importing the client SDKs
@@ -162,6 +163,12 @@ stage() {
       run_stage kernels-swiglu 30 kernels_swiglu.txt deno run --cached-only -A \
         bench/matmul_tune.ts --m 1,8,64 --shapes down --x-form swiglu
       ;;
+    # The gemv kernels reading X (the normed residual stream) in 4-byte loads, as before
+    # 2026-11-29, against kernels-rms's vec4 loads at the same M.
+    kernels-xscalar)
+      run_stage kernels-xscalar 30 kernels_rms_scalar.txt deno run --cached-only -A \
+        bench/matmul_tune.ts --m 1,64 --shapes qkv,gate_up --x-form rms_residual --x-loads scalar
+      ;;
     attention)
       run_stage attention 40 kernels.txt env DECODE_CONTEXTS=160,2048 \
         DECODE_PARTITIONS=16,64,512 deno bench --cached-only --no-check -A --filter "/^zz$/" \
@@ -189,7 +196,7 @@ stage() {
 # readback before retune: it reads bench-model's cached tuning (same call sites and context), which
 # retune then replaces.
 stages=${BATTERY_STAGES:-info make-model bench-model torch quant serve readback retune untuned \
-unfused kernels kernels-int4 kernels-rms attention dispatch host prompt-logprobs tests}
+unfused kernels kernels-int4 kernels-rms kernels-xscalar attention dispatch host prompt-logprobs tests}
 for name in $stages; do stage "$name"; done
 log "done"
 # The figures against issue 18's and issue 20's goals, read from the logs above (no GPU work).

@@ -8,14 +8,16 @@
  * tuning (kernels/matmul_tuner.ts) measures on a model's own call sites at start-up.
  *
  *   deno run -A bench/matmul_tune.ts [--m 1,8,16,32,64,512] [--shapes qkv,o,gate_up,down]
- *     [--format f16|int8|int4] [--x-form plain|rms_residual|swiglu]
+ *     [--format f16|int8|int4] [--x-form plain|rms_residual|swiglu] [--x-loads vec4|scalar]
  *
  * `--x-form rms_residual` reads X as the engine's qkv and gate/up projections do under the `gpu`
  * profile: the residual stream plus the previous sub-layer's output, normed on the fly with an f16
  * norm weight, the sum written back (`gemv` and `tiled` only; `kernels/matmul_x_rms.wgsl`), so the
  * X form's own cost shows against plain X. `--x-form swiglu` reads X as the down projection does:
  * the SwiGLU of a gate|up buffer of 2K values per row, computed in every workgroup that loads it
- * (`kernels/matmul_x_swiglu.wgsl`).
+ * (`kernels/matmul_x_swiglu.wgsl`). `gemv` reads X (and the norm form's residual stream) as vec4s
+ * where K % 4 == 0, as the engine does; `--x-loads scalar` reads it in 4-byte loads as it did
+ * before 2026-11-29, for an A/B in one run.
  *
  * Weights and X are zero (timing does not depend on the values here: no tensor cores, no sparsity
  * fast path).
@@ -54,6 +56,7 @@ const { values } = parseArgs({
     shapes: { type: "string", default: "qkv,o,gate_up,down" },
     format: { type: "string", default: "f16" },
     "x-form": { type: "string", default: "plain" },
+    "x-loads": { type: "string", default: "vec4" },
   },
 });
 const ms = values.m.split(",").map(Number);
@@ -73,6 +76,11 @@ if (xForm === undefined) {
   );
   Deno.exit(2);
 }
+if (values["x-loads"] !== "vec4" && values["x-loads"] !== "scalar") {
+  console.error(`error: --x-loads expects vec4 or scalar, got "${values["x-loads"]}"`);
+  Deno.exit(2);
+}
+const xLoadsVec4 = values["x-loads"] === "vec4";
 /** With a norm X form: its norm weight's dtype (the engine's f16 checkpoints). */
 const NORM_DTYPE = "f16";
 /** Bytes per weight of the format (the scales, 2 bytes per 32 weights, come on top). */
@@ -81,7 +89,10 @@ const WEIGHT_BYTES = { f16: 2, int8: 1, int4: 0.5 } as const;
 const ctx = await benchContext();
 console.log(`matmul_tune: ${describeMachine(ctx)}`);
 console.log(
-  `command: deno run -A bench/matmul_tune.ts ${Deno.args.join(" ")}; ${format} weights, X ${xForm}`,
+  `command: deno run -A bench/matmul_tune.ts ${
+    Deno.args.join(" ")
+  }; ${format} weights, X ${xForm}` +
+    `, gemv X loads ${xLoadsVec4 ? "vec4 where K % 4 == 0" : "scalar"}`,
 );
 console.log(`copy bandwidth (same run): ${(await measureCopyBandwidth(ctx)).toFixed(1)} GB/s`);
 
@@ -99,7 +110,7 @@ function candidates(m: number, k: number): { name: string; src: KernelSource }[]
             mb,
             format,
             false,
-            k % 4 === 0, // X as vec4s, as the engine's gemv reads it where K allows
+            xLoadsVec4 && k % 4 === 0, // X as vec4s, as the engine's gemv reads it where K allows
             xForm,
             NORM_DTYPE,
             undefined,

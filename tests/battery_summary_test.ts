@@ -225,6 +225,40 @@ Deno.test("summaryLines() sets the decode attention's wider workgroups against 6
   );
 });
 
+Deno.test("summaryLines() sets gemv's vec4 X loads against scalar ones per case", () => {
+  const tune = (loads: string, lines: string) =>
+    `matmul_tune: adapter: NVIDIA H200 (vendor 4318); 16 CPU cores; Deno 2.9.6; 2026-11-30\n` +
+    `command: deno run -A bench/matmul_tune.ts; f16 weights, X rms_residual, gemv X loads ${loads}\n` +
+    lines;
+  const b = readBattery({
+    "kernels_rms.txt": tune(
+      "vec4 where K % 4 == 0",
+      "qkv N 4096 K 1024, M 64:\n" +
+        "  gemv mb8 rb4                    0.0500 ms    2556 GFLOP/s    40 GB/s of W\n" +
+        "  tiled 8x16 bk16                 0.0300 ms    5041 GFLOP/s    79 GB/s of W\n",
+    ),
+    "kernels_rms_scalar.txt": tune(
+      "scalar",
+      "qkv N 4096 K 1024, M 64:\n" +
+        "  gemv mb8 rb4                    0.0800 ms    1600 GFLOP/s    25 GB/s of W\n" +
+        "  gemv mb4 rb4                    0.0900 ms    1400 GFLOP/s    22 GB/s of W\n" +
+        "gate_up N 6144 K 1024, M 1:\n" +
+        "  gemv mb1                        0.0110 ms     699 GFLOP/s   699 GB/s of W\n",
+    ),
+  });
+  const text = summaryLines(b).join("\n");
+  // The fastest gemv of each, not the faster tile beside it.
+  assertHas(
+    text,
+    "| qkv M 64 | gemv mb8 rb4 (0.05 ms) | gemv mb8 rb4 (0.08 ms) | 0.63x |",
+  );
+  assertHas(text, "| gate_up M 1 | - | gemv mb1 (0.011 ms) | not measured |");
+  assertHas(
+    summaryLines(readBattery({})).join("\n"),
+    "gemv X loads, normed residual X (stages kernels-rms, kernels-xscalar):\n\n- not measured",
+  );
+});
+
 Deno.test("summaryLines() sets figures against the goals and says 'not measured' for missing ones", () => {
   const text = summaryLines(
     readBattery({
