@@ -44,6 +44,11 @@ function fastest(
   return best;
 }
 
+/** A kernel's table cell, "name (ms)", or "-". */
+function cell(k: { name: string; ms: number } | undefined): string {
+  return k === undefined ? "-" : `${k.name} (${show(k.ms, 4)} ms)`;
+}
+
 /**
  * Markdown rows of the matmul kernels in isolation: per case of the `kernels` stage (and of
  * `kernels-rms`), the fastest kernel, the fastest single-buffered, double-buffered and split-K
@@ -56,8 +61,6 @@ function kernelRows(b: BatteryFigures): string[] {
     ...new Set([...b.kernels.keys(), ...b.kernelsRms.keys(), ...b.kernelsSwiglu.keys()]),
   ];
   if (cases.length === 0) return ["- not measured"];
-  const cell = (k: { name: string; ms: number } | undefined) =>
-    k === undefined ? "-" : `${k.name} (${show(k.ms, 4)} ms)`;
   const kind = (name: string) =>
     / sk\d+$/.test(name) ? "split" : name.endsWith(" db") ? "db" : "single";
   const tiled = (k: string) => (name: string) => name.startsWith("tiled ") && kind(name) === k;
@@ -83,8 +86,6 @@ function kernelRows(b: BatteryFigures): string[] {
  */
 function attentionRows(b: BatteryFigures): string[] {
   if (b.attention.size === 0) return ["- not measured"];
-  const cell = (k: { name: string; ms: number } | undefined) =>
-    k === undefined ? "-" : `${k.name} (${show(k.ms, 4)} ms)`;
   const wide = (name: string) => !name.endsWith(", 64 wide");
   return [
     "| case | fastest, 64 wide | fastest, wider | wider / 64 |",
@@ -106,8 +107,6 @@ function attentionRows(b: BatteryFigures): string[] {
  */
 function xLoadRows(b: BatteryFigures): string[] {
   if (b.kernelsRmsScalar.size === 0) return ["- not measured"];
-  const cell = (k: { name: string; ms: number } | undefined) =>
-    k === undefined ? "-" : `${k.name} (${show(k.ms, 4)} ms)`;
   const gemv = (name: string) => name.startsWith("gemv");
   return [
     "| case | fastest gemv, vec4 X | fastest gemv, scalar X | vec4 / scalar |",
