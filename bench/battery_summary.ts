@@ -86,13 +86,13 @@ function kernelRows(b: BatteryFigures): string[] {
  */
 function attentionRows(b: BatteryFigures): string[] {
   if (b.attention.size === 0) return ["- not measured"];
-  const wide = (name: string) => !name.endsWith(", 64 wide");
+  const at64 = (name: string) => name.endsWith(", 64 wide");
   return [
     "| case | fastest, 64 wide | fastest, wider | wider / 64 |",
     "| --- | --- | --- | --- |",
     ...[...b.attention].map(([c, times]) => {
-      const narrow = fastest(times, (name) => !wide(name));
-      const wider = fastest(times, wide);
+      const narrow = fastest(times, at64);
+      const wider = fastest(times, (name) => !at64(name));
       return `| ${c} | ${cell(narrow)} | ${cell(wider)} | ${
         show(ratio(wider?.ms, narrow?.ms), 2, "x")
       } |`;

@@ -3,10 +3,9 @@
  * batch sizes 1, 2, 4, ... up to `maxBatch`, the direct path and partitions of each of
  * {@linkcode SPLIT_CANDIDATES} tokens that fit the kernel's scratch (16 and 32 tokens up to 16
  * sequences, kernels/paged_attention_decode_op.ts; 64 and more beyond), each at the default
- * workgroup width, and at every wider width the kernel runs (`widths`, kernels/decode_split.ts DECODE_WIDTHS)
- * the direct path and partitions of at least {@linkcode WIDE_MIN_PARTITION} tokens; at one context
- * length and
- * at the shorter ones asked for (every sequence of a batch at that length), on buffers of the
+ * workgroup width, and at every wider width the kernel runs (`widths`, kernels/decode_split.ts
+ * DECODE_WIDTHS) the direct path and partitions of at least {@linkcode WIDE_MIN_PARTITION}
+ * tokens; at one context length and at the shorter ones asked for (every sequence of a batch at that length), on buffers of the
  * kernel's shape made here (zero queries and KV: the time does not depend on the values). A
  * kernel with the fused variant (`rope`) is measured in it, as all-decode steps run it: q/k
  * norms, RoPE and each sequence's K/V write into its last position's slot included. Each

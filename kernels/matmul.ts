@@ -119,6 +119,14 @@ export interface MatmulOptions {
 }
 
 /**
+ * Whether `gemv` reads X of `cols` elements per row as vec4s (kernels/matmul_bindings.ts
+ * `xAccess`): where every row starts 4-aligned.
+ */
+function gemvXVec4(cols: number): boolean {
+  return cols % 4 === 0;
+}
+
+/**
  * The compiled matmul kernels for one weight dtype and bias setting; {@linkcode Matmul.bind}
  * makes call sites. Pipelines are compiled once per context (cached by key).
  */
@@ -206,8 +214,8 @@ export class Matmul {
       }
       const gemv = this.gemvFor(op.shape);
       if (gemv.rows === 1 && gemv.step === 4 && (gemv.tpr ?? 64) === 64) continue;
+      const xVec4 = gemvXVec4(op.shape.cols);
       for (const mb of ROW_BLOCKS) {
-        const xVec4 = op.shape.cols % 4 === 0;
         op.bindGroups(this.config("gemv", mb, { format, xForm, gemv, wordLayout: block, xVec4 }));
       }
     }
@@ -277,7 +285,7 @@ export class Matmul {
       // X as vec4s where the shape's K allows; without a shape (the constructor) its K is not
       // known yet: each call site's bind compiles its own.
       if (shape !== undefined) {
-        const xVec4 = shape.cols % 4 === 0;
+        const xVec4 = gemvXVec4(shape.cols);
         for (const mb of ROW_BLOCKS) this.config("gemv", mb, { ...options, xVec4 });
       }
       // Split-K tiles with their unsplit twins, so that no M compiles while serving.
@@ -376,7 +384,7 @@ export class Matmul {
       }
       kind.step = 4;
     }
-    return this.config(v, mb, { format, xForm, gemv: kind, wordLayout, xVec4: cols % 4 === 0 });
+    return this.config(v, mb, { format, xForm, gemv: kind, wordLayout, xVec4: gemvXVec4(cols) });
   }
 
   /**
