@@ -1,7 +1,8 @@
 /**
- * What the benchmark commands (`bench:batching`, `bench:prefill-decode`, `bench:serve`) share at
- * their edge: the error for bad command-line input, the strict flag parser and its checks, the
- * default output folder, and the line sinks tests capture.
+ * What the benchmark commands (`bench:batching`, `bench:prefill-decode`, `bench:serve`) and the
+ * measurement scripts (`bench/matmul_tune.ts`, `bench/host_calls.ts`, ...) share at their edge:
+ * the error for bad command-line input, the strict flag parser and its checks, the default output
+ * folder, and the line sinks tests capture.
  *
  * @module
  */
@@ -60,6 +61,34 @@ export function parseFlags<const T extends ParseArgsOptionsConfig>(argv: string[
   return orUsageError(() =>
     parseArgs({ args: argv, strict: true, allowPositionals: false, options }).values
   );
+}
+
+/**
+ * The flag values of a measurement script run as `deno run -A <script>` (not a `deno task`), as
+ * {@linkcode parseFlags} parses them; bad input (an unknown flag, a positional, a missing value, or
+ * what `check` throws for the values) prints one `error:` line naming the script and exits with
+ * status 2, never a stack trace.
+ */
+export function scriptFlags<const T extends ParseArgsOptionsConfig>(
+  script: string,
+  argv: string[],
+  options: T,
+  check: (values: ReturnType<typeof parseFlags<T>>) => void = () => {},
+): ReturnType<typeof parseFlags<T>> {
+  try {
+    const values = parseFlags(argv, options);
+    check(values);
+    return values;
+  } catch (error) {
+    const message = (error instanceof Error ? error.message : String(error)).split("\n")[0];
+    console.error(`error: ${message} (deno run -A ${script})`);
+    Deno.exit(2);
+  }
+}
+
+/** Whether `text` is a decimal integer >= 1 (a flag's value). */
+export function isPositiveInteger(text: string): boolean {
+  return /^[0-9]+$/.test(text) && Number(text) >= 1;
 }
 
 /** `value` when it is one of `allowed`; else a {@linkcode UsageError} naming `--flag`. */

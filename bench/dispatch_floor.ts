@@ -20,22 +20,22 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { benchContext, describeMachine, timeGpu } from "./support.ts";
+import { isPositiveInteger, scriptFlags } from "./bench_io.ts";
 
-const { values } = parseArgs({
-  args: Deno.args,
-  options: {
-    dispatches: { type: "string", default: "145" },
-    workgroups: { type: "string", default: "1,528" },
-  },
+const values = scriptFlags("bench/dispatch_floor.ts", Deno.args, {
+  dispatches: { type: "string", default: "145" },
+  workgroups: { type: "string", default: "1,528" },
+}, (v) => {
+  if (!isPositiveInteger(v.dispatches) || Number(v.dispatches) < 2) {
+    throw new Error(`--dispatches takes an integer >= 2, got "${v.dispatches}"`);
+  }
+  if (!v.workgroups.split(",").every(isPositiveInteger)) {
+    throw new Error(`--workgroups takes positive integers, got "${v.workgroups}"`);
+  }
 });
 const n = Number(values.dispatches);
 const sizes = values.workgroups.split(",").map(Number);
-if (!Number.isInteger(n) || n < 2 || !sizes.every((s) => Number.isInteger(s) && s >= 1)) {
-  console.error("error: --dispatches takes an integer >= 2, --workgroups positive integers");
-  Deno.exit(2);
-}
 
 const ctx = await benchContext();
 const device = ctx.device;

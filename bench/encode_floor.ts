@@ -17,26 +17,23 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { benchContext, describeMachine } from "./support.ts";
 import { median } from "./lib/step_cost.ts";
+import { isPositiveInteger, scriptFlags } from "./bench_io.ts";
 
-const { values } = parseArgs({
-  args: Deno.args,
-  options: {
-    dispatches: { type: "string", default: "235,179,120" },
-    bindings: { type: "string", default: "6" },
-    pipelines: { type: "string", default: "24" },
-    drop: { type: "boolean", default: false },
-  },
+const values = scriptFlags("bench/encode_floor.ts", Deno.args, {
+  dispatches: { type: "string", default: "235,179,120" },
+  bindings: { type: "string", default: "6" },
+  pipelines: { type: "string", default: "24" },
+  drop: { type: "boolean", default: false },
+}, (v) => {
+  if (![...v.dispatches.split(","), v.bindings, v.pipelines].every(isPositiveInteger)) {
+    throw new Error("--dispatches, --bindings and --pipelines take positive integers");
+  }
 });
 const counts = values.dispatches.split(",").map(Number);
 const bindings = Number(values.bindings);
 const numPipelines = Number(values.pipelines);
-if (![...counts, bindings, numPipelines].every((n) => Number.isInteger(n) && n >= 1)) {
-  console.error("error: --dispatches, --bindings and --pipelines take positive integers");
-  Deno.exit(2);
-}
 
 const ctx = await benchContext();
 const device = ctx.device;

@@ -22,38 +22,35 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
-import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { benchContext, describeMachine } from "./support.ts";
 import { modelDirectory } from "./model_bench/setup.ts";
 import { BenchWorkload } from "./model_bench/workload.ts";
 import { BLOCK, PROMPT } from "./model_bench/options.ts";
 import { median, wrap } from "./lib/step_cost.ts";
+import { isPositiveInteger, kernelProfileOption, scriptFlags } from "./bench_io.ts";
 
-const { values } = parseArgs({
-  args: Deno.args,
-  options: {
-    model: { type: "string" },
-    batch: { type: "string", default: "1" },
-    steps: { type: "string", default: "300" },
-    "max-model-len": { type: "string", default: "4096" },
-    context: { type: "string", default: String(PROMPT + 16) },
-    "kernel-profile": { type: "string" },
-  },
+const values = scriptFlags("bench/host_calls.ts", Deno.args, {
+  model: { type: "string" },
+  batch: { type: "string", default: "1" },
+  steps: { type: "string", default: "300" },
+  "max-model-len": { type: "string", default: "4096" },
+  context: { type: "string", default: String(PROMPT + 16) },
+  "kernel-profile": { type: "string" },
+}, (v) => {
+  if (![v.batch, v.steps, v.context, v["max-model-len"]].every(isPositiveInteger)) {
+    throw new Error("--batch, --steps, --context and --max-model-len take positive integers");
+  }
+  kernelProfileOption(v["kernel-profile"]);
 });
 const batch = Number(values.batch);
 const steps = Number(values.steps);
 const context = Number(values.context);
 const maxModelLen = Math.max(Number(values["max-model-len"]), context);
-if (![batch, steps, maxModelLen, context].every((n) => Number.isInteger(n) && n >= 1)) {
-  console.error("error: --batch, --steps, --context and --max-model-len take positive integers");
-  Deno.exit(2);
-}
 /** KV blocks the tables point into (ids reused across sequences and positions). */
 const POOL_BLOCKS = 64;
 const ctx = await benchContext({
-  kernelProfile: parseKernelProfileChoice(values["kernel-profile"]),
+  kernelProfile: kernelProfileOption(values["kernel-profile"]),
 });
 const model = await modelDirectory(values.model);
 const blocksPerSeq = Math.ceil(context / BLOCK);

@@ -25,7 +25,6 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { STORAGE_RW } from "../gpu/context.ts";
 import { deviceScaleBytes } from "../gpu/quant.ts";
 import {
@@ -40,6 +39,7 @@ import { TILE_CANDIDATES, tileName, tileSplit } from "../kernels/matmul_tile.ts"
 import { SPLIT_REDUCE_WG, splitReduceCode } from "../kernels/matmul_split.ts";
 import { MAX_GROUPS_PER_DIM } from "../kernels/dispatch.ts";
 import { benchContext, describeMachine, measureCopyBandwidth, timeGpuEach } from "./support.ts";
+import { isPositiveInteger, oneOf, scriptFlags } from "./bench_io.ts";
 
 const SHAPES = {
   qkv: { n: 4096, k: 1024 },
@@ -49,37 +49,31 @@ const SHAPES = {
   lm_head: { n: 151936, k: 1024 },
 } as const;
 
-const { values } = parseArgs({
-  args: Deno.args,
-  options: {
-    m: { type: "string", default: "1,8,16,32,64,512" },
-    shapes: { type: "string", default: "qkv,o,gate_up,down" },
-    format: { type: "string", default: "f16" },
-    "x-form": { type: "string", default: "plain" },
-    "x-loads": { type: "string", default: "vec4" },
-  },
+const FORMATS = ["f16", "int8", "int4"] as const;
+const X_FORMS = ["plain", "rms_residual", "swiglu"] as const;
+const values = scriptFlags("bench/matmul_tune.ts", Deno.args, {
+  m: { type: "string", default: "1,8,16,32,64,512" },
+  shapes: { type: "string", default: "qkv,o,gate_up,down" },
+  format: { type: "string", default: "f16" },
+  "x-form": { type: "string", default: "plain" },
+  "x-loads": { type: "string", default: "vec4" },
+}, (v) => {
+  if (!v.m.split(",").every(isPositiveInteger)) {
+    throw new Error(`--m takes positive integers, got "${v.m}"`);
+  }
+  for (const shape of v.shapes.split(",")) {
+    if (!Object.hasOwn(SHAPES, shape)) {
+      throw new Error(`--shapes takes ${Object.keys(SHAPES).join(", ")}; got "${shape}"`);
+    }
+  }
+  oneOf("format", v.format, FORMATS);
+  oneOf("x-form", v["x-form"], X_FORMS);
+  oneOf("x-loads", v["x-loads"], ["vec4", "scalar"]);
 });
 const ms = values.m.split(",").map(Number);
 const shapes = values.shapes.split(",") as (keyof typeof SHAPES)[];
-const FORMATS = ["f16", "int8", "int4"] as const;
-const found = FORMATS.find((f) => f === values.format);
-if (found === undefined) {
-  console.error(`error: --format expects f16, int8 or int4, got "${values.format}"`);
-  Deno.exit(2);
-}
-const format = found;
-const X_FORMS = ["plain", "rms_residual", "swiglu"] as const;
-const xForm = X_FORMS.find((f) => f === values["x-form"]);
-if (xForm === undefined) {
-  console.error(
-    `error: --x-form expects plain, rms_residual or swiglu, got "${values["x-form"]}"`,
-  );
-  Deno.exit(2);
-}
-if (values["x-loads"] !== "vec4" && values["x-loads"] !== "scalar") {
-  console.error(`error: --x-loads expects vec4 or scalar, got "${values["x-loads"]}"`);
-  Deno.exit(2);
-}
+const format = oneOf("format", values.format, FORMATS);
+const xForm = oneOf("x-form", values["x-form"], X_FORMS);
 const xLoadsVec4 = values["x-loads"] === "vec4";
 /** With a norm X form: its norm weight's dtype (the engine's f16 checkpoints). */
 const NORM_DTYPE = "f16";

@@ -20,21 +20,20 @@
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import { StructuredOutputs } from "../engine/structured_output/structured_outputs.ts";
 import { Tokenizer } from "../engine/tokenizer.ts";
 import { type SamplingParams, samplingParams } from "../scheduler/sampling_params.ts";
 import type { StructuredOutputSpec } from "../scheduler/sampling_params.ts";
 import { makeModel } from "../tools/make_model.ts";
+import { isPositiveInteger, scriptFlags } from "./bench_io.ts";
 
-const args = parseArgs({
-  args: Deno.args,
-  options: {
-    tokens: { type: "string", default: "64" },
-    json: { type: "boolean", default: false },
-  },
-}).values;
+const args = scriptFlags("bench/structured_output_bench.ts", Deno.args, {
+  tokens: { type: "string", default: "64" },
+  json: { type: "boolean", default: false },
+}, (v) => {
+  if (!isPositiveInteger(v.tokens)) throw new Error(`--tokens takes a positive integer`);
+});
 const TOKENS = Number(args.tokens);
 const log = args.json ? () => {} : console.log;
 
