@@ -11,7 +11,7 @@ import { weightPrelude } from "../gpu/dtype.ts";
 import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { type GpuMatrix, partResource } from "../gpu/tensor.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
-import { wordIndexFunction, wordTextureFunction } from "./matmul_bindings.ts";
+import { wordIndexFunction, wordTextureFunction } from "./matmul_weight_bindings.ts";
 import { wordLayoutTag } from "../gpu/quant.ts";
 
 /**

@@ -2,7 +2,7 @@
 // weights per invocation per step: invocation t reads groups t, t + TPR, ... of each weight row,
 // each one 16-byte load (int4; int8: two) and one f16 scale, and the group's 32 X values as 8
 // `load_x4_stat` vec4s (loaded once for the RB rows). The group's 4 steps of 8 values are
-// unpacked as matmul_unrolled_q.wgsl does (kernels/matmul_bindings.ts QUANT_STEP: a mask and a
+// unpacked as matmul_unrolled_q.wgsl does (kernels/matmul_weight_bindings.ts QUANT_STEP: a mask and a
 // conversion per value, X pre-multiplied by the values' places and the sign offsets folded into
 // a sum of X), and the group's sum is scaled once: acc += s * (sum over the group of q * x).
 // Why: the vec4 and 8-element loops read 2 or 4 bytes of int4 words per load instruction where
@@ -19,7 +19,7 @@
 // `w_scales` with `fn load_group(row: u32, grp: u32) -> QGroup` (group grp of the part's row
 // `row`), `fn scale_at(row: u32, grp: u32) -> f32`, `fn q_prep(x: mat2x4<f32>) -> mat2x4<f32>`,
 // `fn q_offset(x: mat2x4<f32>) -> f32` and `fn q_dot(xs: mat2x4<f32>, v: QGroup, c: u32) -> f32`
-// (kernels/matmul_bindings.ts quantWeightBinding8).
+// (kernels/matmul_weight_bindings.ts quantWeightBinding8).
   let groups = p.k / 32u;
   for (var g = t; g < groups; g += TPR) {
     let v$r = load_group(row$r, g);

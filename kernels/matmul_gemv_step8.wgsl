@@ -9,7 +9,7 @@
 // this invocation's sums, as the vec4 loop does.
 //
 // Prelude (besides matmul_gemv.wgsl's): the weight binding `w` with
-// `fn load_w8(row: u32, q: u32) -> mat2x4<f32>` (kernels/matmul_bindings.ts weightBinding8:
+// `fn load_w8(row: u32, q: u32) -> mat2x4<f32>` (kernels/matmul_weight_bindings.ts weightBinding8:
 // elements 8q .. 8q + 7 of row `row`; the row stride a multiple of 8, padding zero).
   let full = p.k / 8u;
   for (var q = t; q < full; q += TPR) {

@@ -40,14 +40,16 @@ import xSwigluSource from "./matmul_x_swiglu.wgsl" with { type: "text" };
 import xRmsSource from "./matmul_x_rms.wgsl" with { type: "text" };
 import xNoStatSource from "./matmul_x_nostat.wgsl" with { type: "text" };
 import {
-  biasBinding,
-  isNormXForm,
-  NORM_PARTIAL_ROWS,
   quantWeightBinding8,
-  residualOutBinding,
   weightBinding,
   weightBinding8,
   type WeightFormat,
+} from "./matmul_weight_bindings.ts";
+import {
+  biasBinding,
+  isNormXForm,
+  NORM_PARTIAL_ROWS,
+  residualOutBinding,
   xAccess,
   xBinding8,
   xBinding8Swiglu,

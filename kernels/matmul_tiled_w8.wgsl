@@ -12,7 +12,7 @@
 // single or double buffered, is shared).
 //
 // Prelude (besides matmul_tiled.wgsl's): the weight bindings `w` and `w_scales` with
-// `fn load_w8(row: u32, q: u32) -> mat2x4<f32>` (kernels/matmul_bindings.ts weightBinding8:
+// `fn load_w8(row: u32, q: u32) -> mat2x4<f32>` (kernels/matmul_weight_bindings.ts weightBinding8:
 // elements 8q .. 8q + 7 of row `row`, dequantized; K % 32 == 0).
 
 alias WItem = mat2x4<f32>;
