@@ -2,8 +2,9 @@
  * The host cost of encoding dispatches through Deno's WebGPU, with nothing of the engine around
  * them: the floor under `bench:model`'s "host per step". One pass of `--dispatches` trivial
  * dispatches (one workgroup each, so the device's work does not matter), each with its own bind
- * group of `--bindings` storage buffers and one of `--pipelines` pipelines, as a decode step
- * encodes them; the time to record them (`setPipeline`, `setBindGroup`, `dispatchWorkgroups`),
+ * group of `--bindings` storage buffers (taken in turn from a pool of `--buffers`: a decode step
+ * binds ~400 distinct ones, its weights, caches and activations) and one of `--pipelines`
+ * pipelines, as a decode step encodes them; the time to record them (`setPipeline`, `setBindGroup`, `dispatchWorkgroups`),
  * then inside `GPUCommandEncoder.finish` (where wgpu validates and records the commands) and
  * `queue.submit`, median of 50 encoders (each awaited, so no submit waits on a previous one).
  *
@@ -12,7 +13,7 @@
  * buffers' encoders, and `finish` costs more (see docs/benchmarks.md).
  *
  * Run: `deno run -A bench/encode_floor.ts [--dispatches 235,179,120] [--bindings 6]
- * [--pipelines 24] [--drop]`.
+ * [--pipelines 24] [--buffers 64] [--drop]`.
  *
  * @module
  */
@@ -25,15 +26,17 @@ const values = scriptFlags("bench/encode_floor.ts", Deno.args, {
   dispatches: { type: "string", default: "235,179,120" },
   bindings: { type: "string", default: "6" },
   pipelines: { type: "string", default: "24" },
+  buffers: { type: "string", default: "64" },
   drop: { type: "boolean", default: false },
 }, (v) => {
-  if (![...v.dispatches.split(","), v.bindings, v.pipelines].every(isPositiveInteger)) {
-    throw new Error("--dispatches, --bindings and --pipelines take positive integers");
+  if (![...v.dispatches.split(","), v.bindings, v.pipelines, v.buffers].every(isPositiveInteger)) {
+    throw new Error("--dispatches, --bindings, --pipelines and --buffers take positive integers");
   }
 });
 const counts = values.dispatches.split(",").map(Number);
 const bindings = Number(values.bindings);
 const numPipelines = Number(values.pipelines);
+const numBuffers = Number(values.buffers);
 
 const ctx = await benchContext();
 const device = ctx.device;
@@ -55,7 +58,7 @@ function pipeline(k: number): GPUComputePipeline {
 
 const pipelines = Array.from({ length: numPipelines }, (_, k) => pipeline(k));
 const buffers = Array.from(
-  { length: 64 },
+  { length: numBuffers },
   () => ctx.createBuffer("floor", 4096, GPUBufferUsage.STORAGE),
 );
 
@@ -66,7 +69,7 @@ async function measure(n: number) {
       layout: pipelines[i % numPipelines]!.getBindGroupLayout(0),
       entries: Array.from({ length: bindings }, (_, j) => ({
         binding: j,
-        resource: { buffer: buffers[(i * 7 + j) % buffers.length]! },
+        resource: { buffer: buffers[(i * bindings + j) % buffers.length]! },
       })),
     }));
   const record: number[] = [];
@@ -99,7 +102,7 @@ async function measure(n: number) {
 console.log(`encode_floor: ${describeMachine(ctx)}`);
 console.log(
   `command: deno run -A bench/encode_floor.ts ${Deno.args.join(" ")}`.trim() +
-    ` (${bindings} bindings per dispatch, ${numPipelines} pipelines` +
+    ` (${bindings} bindings per dispatch, ${numPipelines} pipelines, ${numBuffers} buffers` +
     `${values.drop ? ", command buffers dropped unsubmitted" : ""})`,
 );
 for (const n of counts) {
