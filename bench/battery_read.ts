@@ -38,6 +38,8 @@ export interface ServeLevel {
   readonly outputTokPerS: number;
   readonly tpotP50Ms: number;
   readonly ok: string;
+  /** Preemptions the server reported during the level (bench:serve since 2026-11-30), or null. */
+  readonly preempted: number | null;
 }
 
 /**
@@ -223,12 +225,18 @@ export function readBattery(files: Readonly<Record<string, string>>): BatteryFig
   for (
     const m of f("serve.txt").matchAll(
       new RegExp(
-        String.raw`^concurrency (\d+): (\S+) ok, .*?${NUM} output tok/s, .*TPOT p50 ${NUM} ms`,
+        String.raw`^concurrency (\d+): (\S+) ok, .*?${NUM} output tok/s, .*TPOT p50 ${NUM} ms(.*)$`,
         "gm",
       ),
     )
   ) {
-    serve.set(num(m[1]!), { ok: m[2]!, outputTokPerS: num(m[3]!), tpotP50Ms: num(m[4]!) });
+    const preempted = /, (\d+) preempted \(server \/metrics\)/.exec(m[5]!)?.[1];
+    serve.set(num(m[1]!), {
+      ok: m[2]!,
+      outputTokPerS: num(m[3]!),
+      tpotP50Ms: num(m[4]!),
+      preempted: preempted === undefined ? null : Number(preempted),
+    });
   }
   const tests = f("tests.txt");
   const summary = /^(ok|FAILED) \| .*$/m.exec(tests)?.[0] ?? "";

@@ -169,7 +169,8 @@ export function summaryLines(b: BatteryFigures): string[] {
   for (const c of [1, 16, 64]) {
     const level = b.serve.get(c);
     row(
-      `serve, concurrency ${c}: output tok/s (${level?.ok ?? "-"} ok)`,
+      `serve, concurrency ${c}: output tok/s (${level?.ok ?? "-"} ok` +
+        (level?.preempted == null ? ")" : `, ${level.preempted} preempted)`),
       show(level?.outputTokPerS),
       c === 64 ? ">= 4,000" : "",
       c === 64 ? verdict(c64, 4000, true) : "-",

@@ -57,7 +57,9 @@ Deno.test("readBattery() reads the quantization medians, serving levels, coloure
       "  int8: weight bytes 0.533x; batch 1 1.12x (1.06-1.12), prefill 512 1.02x (0.76-1.02)\n" +
       "  int4: weight bytes 0.283x; batch 1 1.05x (0.87-1.05), prefill 512 1.23x (0.76-1.23)\n",
     "serve.txt": "concurrency 1: 16/16 ok, 0.41 req/s, 52.18 output tok/s, TTFT p50 121.2 ms " +
-      "p95 141.4 ms, TPOT p50 19.29 ms, E2E p50 2558.3 ms\n",
+      "p95 141.4 ms, TPOT p50 19.29 ms, E2E p50 2558.3 ms\n" +
+      "concurrency 64: 256/256 ok, 9.3 req/s, 1190.0 output tok/s, TTFT p50 700.1 ms p95 " +
+      "4301.0 ms, TPOT p50 26.80 ms, E2E p50 4100.0 ms, 72 preempted (server /metrics)\n",
     "tests.txt":
       "\x1b[0m./tests/a_test.ts => \x1b[0mthing() works ... \x1b[0m\x1b[32mok\x1b[0m (1ms)\n" +
       "./tests/b_test.ts => other() works ... \x1b[31mFAILED\x1b[0m (2ms)\n",
@@ -70,7 +72,19 @@ Deno.test("readBattery() reads the quantization medians, serving levels, coloure
   assert.deepEqual(b.quant.get("int4")?.has("batch 8"), false);
   assert.deepEqual(b.quant.get("int8")?.get("weight bytes"), 0.533);
   assert.deepEqual(b.quant.get("int4")?.get("prefill 512"), 1.23);
-  assert.deepEqual(b.serve.get(1), { ok: "16/16", outputTokPerS: 52.18, tpotP50Ms: 19.29 });
+  // A line from before bench:serve read the server's /metrics (no preemption count), and one since.
+  assert.deepEqual(b.serve.get(1), {
+    ok: "16/16",
+    outputTokPerS: 52.18,
+    tpotP50Ms: 19.29,
+    preempted: null,
+  });
+  assert.deepEqual(b.serve.get(64), {
+    ok: "256/256",
+    outputTokPerS: 1190,
+    tpotP50Ms: 26.8,
+    preempted: 72,
+  });
   assert.deepEqual(b.tests, { passed: 1, failed: 1, summary: "" });
   assert.deepEqual(b.stagesCut, ["bench-model (rc 124)", "tests (rc 1)"]);
 });
@@ -281,4 +295,18 @@ Deno.test("summaryLines() sets figures against the goals and says 'not measured'
   assertHas(text, "| tests on the GPU | ok \\| 369 passed \\| 0 failed (120s) | 0 failed | met |");
   assertHas(text, "Stages cut short or failed: none.");
   assertHas(text, "Kernel tuning, second start-up (retune):\n- not measured");
+});
+
+Deno.test("summaryLines() shows the preemptions a serving level reported beside its rate", () => {
+  const text = summaryLines(readBattery({
+    "serve.txt": "concurrency 64: 256/256 ok, 9.3 req/s, 1190.0 output tok/s, TTFT p50 700.1 ms " +
+      "p95 4301.0 ms, TPOT p50 26.80 ms, E2E p50 4100.0 ms, 72 preempted (server /metrics)\n" +
+      "concurrency 16: 64/64 ok, 5.0 req/s, 640.0 output tok/s, TTFT p50 100.0 ms p95 " +
+      "200.0 ms, TPOT p50 20.00 ms, E2E p50 2700.0 ms\n",
+  })).join("\n");
+  assertHas(
+    text,
+    "| serve, concurrency 64: output tok/s (256/256 ok, 72 preempted) | 1,190 | >= 4,000 | short |",
+  );
+  assertHas(text, "| serve, concurrency 16: output tok/s (64/64 ok) | 640 |  | - |");
 });

@@ -24,6 +24,7 @@ const ReportView = z.object({
       itlMs: z.object({ count: z.number() }).nullable(),
       goodput: z.number().nullable(),
     }),
+    preemptions: z.number().nullable(),
     requests: z.array(z.object({
       ok: z.boolean(),
       outputTokens: z.number(),
@@ -117,6 +118,8 @@ Deno.test("bench/serve.ts sweeps concurrency 1,2 against a fake server and write
       }
     }
     assert.ok(report.observations.length >= 2);
+    // The fake server has no /metrics here: no preemption count.
+    assert.deepEqual(report.levels.map((l) => l.preemptions), [null, null]);
     const md = await Deno.readTextFile(`${dir}/report.md`);
     for (
       const s of [
@@ -130,6 +133,7 @@ Deno.test("bench/serve.ts sweeps concurrency 1,2 against a fake server and write
         "# Analysis",
         "### Observations",
         "throughput_vs_concurrency.svg",
+        "**Preempted (server /metrics):** not reported",
       ]
     ) assert.ok(md.includes(s), `report.md contains '${s}'`);
     assert.ok(md.indexOf("## Concurrency Level: 2") < md.indexOf("# Analysis"));
@@ -147,6 +151,46 @@ Deno.test("bench/serve.ts sweeps concurrency 1,2 against a fake server and write
       for (const label of labels) assert.ok(svg.includes(`>${label}<`), `${name} has '${label}'`);
       assert.match(svg, /<polyline /, `${name} draws lines`);
     }
+  } finally {
+    await fake.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("bench/serve.ts reports each level's preemptions from the server's /metrics", async () => {
+  // One preemption per 2 finished completions: the warm-up request leaves the counter at 0, the
+  // first level's 4 requests take it to 2, the second's to 4.
+  const fake = startFakeServer({ modelId: "tiny", ttftMs: 1, itlMs: 1, preemptEvery: 2 });
+  const dir = await Deno.makeTempDir({ prefix: "bench_serve_" });
+  try {
+    const { code, log } = await bench([
+      "--url",
+      fake.url,
+      "--concurrency",
+      "1,2",
+      "--requests-per-level",
+      "4",
+      "--input-len",
+      "4",
+      "--output-len",
+      "3",
+      "--out-dir",
+      dir,
+    ]);
+    assert.equal(code, 0, log.join("\n"));
+    const json: unknown = JSON.parse(await Deno.readTextFile(`${dir}/report.json`));
+    const report = ReportView.parse(json);
+    assert.deepEqual(report.levels.map((l) => l.preemptions), [2, 2]);
+    assert.ok(
+      log.some((l) => /^concurrency 2: 4\/4 ok, .*, 2 preempted \(server \/metrics\)$/.test(l)),
+    );
+    assert.ok(
+      report.observations.some((o) =>
+        o.startsWith("The server preempted requests 2 times at concurrency 2")
+      ),
+    );
+    const md = await Deno.readTextFile(`${dir}/report.md`);
+    assert.ok(md.includes("**Preempted (server /metrics):** 2"));
   } finally {
     await fake.close();
     await Deno.remove(dir, { recursive: true });

@@ -7,6 +7,7 @@ import {
   summarize,
   tpotMs,
 } from "../bench/serve/metrics.ts";
+import { parsePreemptions } from "../bench/serve/server_counters.ts";
 import { analyze } from "../bench/serve/analysis.ts";
 import type { LevelReport } from "../bench/serve/report.ts";
 
@@ -142,7 +143,14 @@ Deno.test("levelMetrics() goodput counts successful requests meeting every SLO p
 });
 
 /** A level whose numbers are taken from seed 002 (RTX 4090, max_num_seqs 50). */
-function level(c: number, outputTput: number, ttftP50: number, ttftP95: number, tpot: number) {
+function level(
+  c: number,
+  outputTput: number,
+  ttftP50: number,
+  ttftP95: number,
+  tpot: number,
+  preemptions: number | null = null,
+) {
   const base = levelMetrics([req({ index: 0, ttftMs: 1, e2eMs: 2, outputTokens: 2 })], 1000);
   const report: LevelReport = {
     label: `concurrency ${c}`,
@@ -155,6 +163,7 @@ function level(c: number, outputTput: number, ttftP50: number, ttftP95: number, 
       ttftMs: { ...base.ttftMs!, p50: ttftP50, p95: ttftP95, p99: ttftP95 },
       tpotMs: { ...base.tpotMs!, p50: tpot },
     },
+    preemptions,
     requests: [],
   };
   return report;
@@ -205,4 +214,34 @@ Deno.test("analyze() reports saturation and flat throughput without claiming que
   assert.match(text, /reaches 90% of its peak at concurrency 2/);
   assert.match(text, /TPOT p50 stays within 1\.1x/);
   assert.match(text, /All 3 requests succeeded/);
+});
+
+Deno.test("analyze() names each level where the server preempted requests, and no other", () => {
+  const levels = [
+    level(1, 100, 10, 12, 10, 0),
+    level(16, 900, 20, 30, 12, null),
+    level(64, 1400, 600, 4000, 27, 72),
+  ];
+  const obs = analyze(levels, {}).filter((o) => o.includes("preempted"));
+  assert.deepEqual(obs, [
+    "The server preempted requests 72 times at concurrency 64 (vllm:num_preemptions_total): " +
+    "its KV cache does not hold this load at once, so these figures include recomputed or " +
+    "swapped work (a larger KV cache, e.g. the server's --kv-cache-memory, measures the engine " +
+    "alone).",
+  ]);
+});
+
+Deno.test("parsePreemptions() sums vllm:num_preemptions_total over label sets, null without it", () => {
+  const text = [
+    "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+    "# TYPE vllm:num_preemptions_total counter",
+    'vllm:num_preemptions_total{model_name="a"} 3.0',
+    'vllm:num_preemptions_total{model_name="b",engine="0"} 4',
+    'vllm:num_preemptions_total_created{model_name="a"} 1.7e9',
+    "vllm:num_requests_running 2",
+  ].join("\n");
+  assert.equal(parsePreemptions(text), 7);
+  assert.equal(parsePreemptions("vllm:num_preemptions_total 5\n"), 5);
+  assert.equal(parsePreemptions("vllm:num_requests_running 2\n"), null);
+  assert.equal(parsePreemptions(""), null);
 });

@@ -172,6 +172,16 @@ function usageWarning(ok: readonly LevelReport[]): string[] {
   ];
 }
 
+/** Rule 9: the levels where the server preempted requests (its `/metrics` says how many). */
+function preemptions(levels: readonly LevelReport[]): string[] {
+  return levels.filter((l) => (l.preemptions ?? 0) > 0).map((l) =>
+    `The server preempted requests ${l.preemptions} times at ${l.label} ` +
+    `(vllm:num_preemptions_total): its KV cache does not hold this load at once, so these ` +
+    `figures include recomputed or swapped work (a larger KV cache, e.g. the server's ` +
+    `--kv-cache-memory, measures the engine alone).`
+  );
+}
+
 /**
  * Observations across levels, each produced by one rule on the numbers (in this order):
  *
@@ -189,6 +199,7 @@ function usageWarning(ok: readonly LevelReport[]): string[] {
  * 7. With SLOs: the level with the best goodput, and levels where < 90% of successful requests
  *    met the SLOs.
  * 8. A warning when the server sent no usage chunk (token counts are streamed chunks).
+ * 9. The levels where the server reported preemptions.
  */
 export function analyze(levels: readonly LevelReport[], slo: Slo): string[] {
   if (levels.length === 0) return [];
@@ -201,5 +212,6 @@ export function analyze(levels: readonly LevelReport[], slo: Slo): string[] {
     ...failures(levels),
     ...goodput(ok, slo),
     ...usageWarning(ok),
+    ...preemptions(levels),
   ];
 }

@@ -4,7 +4,10 @@
  * `max_tokens` one-token chunks (" t0", " t1", ...), a usage chunk when asked, and
  * `data: [DONE]`. Timing is simulated: at most `slots` requests are served at once (the rest
  * queue, like a server's max_num_seqs), the first token comes `ttftMs` after a request gets a
- * slot, then one token every `itlMs + itlPerActiveMs * (active requests - 1)`.
+ * slot, then one token every `itlMs + itlPerActiveMs * (active requests - 1)`. With
+ * `preemptEvery`, `GET /metrics` also reports a `vllm:num_preemptions_total` that counts one
+ * preemption per that many finished completions (else /metrics is a 404, as on a server without
+ * one).
  *
  * Run alone: `deno run -A bench/serve/fake_server.ts [--port 8000]` prints `Listening on URL`.
  *
@@ -25,6 +28,8 @@ export interface FakeServerOptions {
   readonly itlPerActiveMs?: number;
   /** Port; default 0 (any free port). */
   readonly port?: number;
+  /** Serve `/metrics`, counting one preemption per this many finished completions. */
+  readonly preemptEvery?: number;
 }
 
 /** A running fake server. */
@@ -117,6 +122,8 @@ interface Generation {
   readonly itlPerActiveMs: number;
   /** Whether the client went away. */
   readonly cancelled: () => boolean;
+  /** Called once the completion has streamed its last chunk. */
+  readonly finished: () => void;
 }
 
 /** Streams `g`'s chunks into `controller`: a slot, the tokens, the usage chunk, `[DONE]`. */
@@ -158,6 +165,7 @@ async function generate(
     if (!g.cancelled()) {
       controller.enqueue(encoder.encode("data: [DONE]\n\n"));
       controller.close();
+      g.finished();
     }
   } catch {
     // The client went away (enqueue on a cancelled stream).
@@ -171,6 +179,7 @@ export function startFakeServer(options: FakeServerOptions = {}): FakeServer {
   const modelId = options.modelId ?? "fake-model";
   const slots = new Slots(options.slots ?? Infinity);
   let received = 0;
+  let finished = 0;
 
   const completions = async (req: Request): Promise<Response> => {
     const ask = await readCompletionAsk(req, modelId);
@@ -186,6 +195,7 @@ export function startFakeServer(options: FakeServerOptions = {}): FakeServer {
       itlMs: options.itlMs ?? 2,
       itlPerActiveMs: options.itlPerActiveMs ?? 0,
       cancelled: () => cancelled,
+      finished: () => finished++,
     };
     const stream = new ReadableStream<Uint8Array>({
       start(controller) {
@@ -210,6 +220,15 @@ export function startFakeServer(options: FakeServerOptions = {}): FakeServer {
         });
       }
       if (req.method === "POST" && path === "/v1/completions") return completions(req);
+      const every = options.preemptEvery;
+      if (req.method === "GET" && path === "/metrics" && every !== undefined) {
+        const n = Math.floor(finished / every);
+        return new Response(
+          "# TYPE vllm:num_preemptions_total counter\n" +
+            `vllm:num_preemptions_total{model_name="${modelId}"} ${n}.0\n`,
+          { headers: { "content-type": "text/plain; version=0.0.4" } },
+        );
+      }
       return errorResponse(404, `no route ${req.method} ${path}`);
     },
   );

@@ -33,6 +33,11 @@ export interface LevelReport {
   /** ISO date-time the level started. */
   readonly startedAt: string;
   readonly metrics: LevelMetrics;
+  /**
+   * Requests the server preempted during the level, from its `/metrics` before and after
+   * (bench/serve/server_counters.ts); null when it reports none.
+   */
+  readonly preemptions: number | null;
   readonly requests: readonly RequestRecord[];
 }
 

@@ -10,6 +10,7 @@ import { type LevelMetrics, levelMetrics, tpotMs } from "./metrics.ts";
 import { ProgressBar, type SyncWriter } from "./progress.ts";
 import { type BenchConfig, type LevelReport, num } from "./report.ts";
 import { type ClientConfig, type LevelPlan, type LevelRun, runLevel } from "./runner.ts";
+import { preemptionsTotal } from "./server_counters.ts";
 import { streamCompletion } from "./sse_client.ts";
 import { arrivalTimesMs, type PlannedRequest, planRequests, Rng } from "./workload.ts";
 
@@ -52,13 +53,19 @@ function levelAt(
 }
 
 /** The report of a level that ran. */
-function levelReport(level: Level, run: LevelRun, metrics: LevelMetrics): LevelReport {
+function levelReport(
+  level: Level,
+  run: LevelRun,
+  metrics: LevelMetrics,
+  preemptions: number | null,
+): LevelReport {
   return {
     label: level.label,
     concurrency: level.plan.concurrency,
     requestRate: level.rate,
     startedAt: run.startedAt.toISOString(),
     metrics,
+    preemptions,
     requests: run.results.map((r) => ({
       index: r.index,
       ok: r.ok,
@@ -74,12 +81,18 @@ function levelReport(level: Level, run: LevelRun, metrics: LevelMetrics): LevelR
 }
 
 /** The one-line summary of a level. */
-function levelLine(label: string, metrics: LevelMetrics): string {
+function levelLine(label: string, metrics: LevelMetrics, preemptions: number | null): string {
   return `${label}: ${metrics.successful}/${metrics.totalRequests} ok, ` +
     `${num(metrics.requestThroughput)} req/s, ${num(metrics.outputThroughput)} output tok/s, ` +
     `TTFT p50 ${num(metrics.ttftMs?.p50)} ms p95 ${num(metrics.ttftMs?.p95)} ms, ` +
     `TPOT p50 ${num(metrics.tpotMs?.p50)} ms, E2E p50 ${num(metrics.e2eMs?.p50)} ms` +
+    (preemptions === null ? "" : `, ${preemptions} preempted (server /metrics)`) +
     (metrics.errors[0] ? ` (first error: ${metrics.errors[0].message})` : "");
+}
+
+/** Preemptions between two readings of the server's counter; null unless both exist. */
+function preemptedBetween(before: number | null, after: number | null): number | null {
+  return before === null || after === null ? null : after - before;
 }
 
 /**
@@ -117,11 +130,13 @@ export async function runSweep(
     // Fresh prompts per level: identical prompts would hit the server's prefix cache.
     const level = levelAt(config, i, planRequests({ ...workload, count: n }, rng), rng);
     const bar = new ProgressBar(io.progress, level.label, n);
+    const before = await preemptionsTotal(client.baseUrl);
     const run = await runLevel(level.plan, client, bar);
     bar.finish();
+    const preempted = preemptedBetween(before, await preemptionsTotal(client.baseUrl));
     const metrics = levelMetrics(run.results, run.durationMs, config.slo);
-    levels.push(levelReport(level, run, metrics));
-    io.log(levelLine(level.label, metrics));
+    levels.push(levelReport(level, run, metrics, preempted));
+    io.log(levelLine(level.label, metrics, preempted));
   }
   return levels;
 }
