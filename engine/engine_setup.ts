@@ -16,6 +16,7 @@ import { MockExecutor } from "./executors/mock_executor.ts";
 import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
+import { kvCacheBlocks } from "./kv_cache_size.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
 import type { GenerationConfig } from "./model/generation_config.ts";
@@ -102,7 +103,7 @@ async function webGpuParts(
 ): Promise<EngineParts> {
   const mc = ck.config;
   const maxModelLen = resolveMaxModelLen(config.maxModelLen, mc);
-  const { kvBlocks, numSwapBlocks } = kvCacheSize(config, ctx, mc, maxModelLen, log);
+  const { kvBlocks, numSwapBlocks, notes } = kvCacheSize(config, ctx, mc, maxModelLen);
   const runner = await ModelRunner.fromCheckpoint(ctx, ck, {
     maxTokens: config.maxNumBatchedTokens,
     maxSeqs: config.maxNumSeqs,
@@ -120,6 +121,7 @@ async function webGpuParts(
   );
   logWeights(log, runner.weights, ctx.weightDtype);
   logKv(log, kvBlocks, config.blockSize, maxModelLen);
+  for (const note of notes) log(note);
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +
       `in sub-batches of the ${config.maxNumSeqs} logits rows`,
@@ -171,18 +173,13 @@ async function webGpuParts(
   };
 }
 
-/**
- * KV blocks on the device and swap blocks on the host. By default: `kvCacheMemory` (1 GiB), but
- * no more than `max_num_seqs` requests of `max_model_len` tokens could ever hold, and no more
- * than one binding holds (said in the log when it caps).
- */
+/** KV blocks on the device (engine/kv_cache_size.ts, its notes logged) and swap blocks on the host. */
 function kvCacheSize(
   config: EngineConfig,
   ctx: GpuContext,
   mc: ModelConfig,
   maxModelLen: number,
-  log: Logger,
-): { kvBlocks: number; numSwapBlocks: number } {
+): { kvBlocks: number; numSwapBlocks: number; notes: readonly string[] } {
   const shape: KvCacheShape = {
     numLayers: mc.numLayers,
     numKvHeads: mc.numKvHeads,
@@ -191,16 +188,17 @@ function kvCacheSize(
     dtype: ctx.weightDtype,
   };
   const perBlock = blockBytes(shape);
-  const limit = maxBlocks(ctx, shape);
-  const useful = config.maxNumSeqs * Math.ceil(maxModelLen / config.blockSize);
-  const wanted = config.numKvBlocks ??
-    Math.min(Math.floor(((config.kvCacheMemory ?? 1024) * 2 ** 20) / perBlock), useful);
-  const kvBlocks = Math.min(wanted, limit);
-  if (kvBlocks < wanted) {
-    log(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
-  }
+  const { kvBlocks, notes } = kvCacheBlocks({
+    ...(config.numKvBlocks === undefined ? {} : { numKvBlocks: config.numKvBlocks }),
+    ...(config.kvCacheMemory === undefined ? {} : { kvCacheMemory: config.kvCacheMemory }),
+    blockBytes: perBlock,
+    limitBlocks: maxBlocks(ctx, shape),
+    blockSize: config.blockSize,
+    maxNumSeqs: config.maxNumSeqs,
+    maxModelLen,
+  });
   const swapMiB = config.swapSpace ?? (config.preemptionMode === "swap" ? 256 : 0);
-  return { kvBlocks, numSwapBlocks: Math.floor((swapMiB * 2 ** 20) / perBlock) };
+  return { kvBlocks, numSwapBlocks: Math.floor((swapMiB * 2 ** 20) / perBlock), notes };
 }
 
 /** The sampling defaults generation_config.json sets (requests override them). */

@@ -1,0 +1,59 @@
+/**
+ * How many KV blocks the engine allocates (engine/engine_setup.ts), and what the start-up log
+ * says about that choice: `numKvBlocks` when given; else `kvCacheMemory` MiB (default
+ * {@linkcode DEFAULT_KV_CACHE_MIB}), but no more than `maxNumSeqs` requests of `maxModelLen`
+ * tokens could ever hold; never more than one binding per layer holds. WebGPU cannot report how
+ * much memory a GPU has, so the default is a fixed size, not a share of the GPU's memory as
+ * vLLM's `--gpu-memory-utilization`: when it is what limits the cache, the log says how many
+ * tokens each of `maxNumSeqs` requests gets before the scheduler must preempt, and which flag
+ * gives more.
+ *
+ * @module
+ */
+
+/** The KV cache's size in MiB unless `kvCacheMemory` or `numKvBlocks` is given. */
+export const DEFAULT_KV_CACHE_MIB = 1024;
+
+/** What {@linkcode kvCacheBlocks} sizes the cache from. */
+export interface KvCacheRequest {
+  /** Blocks asked for (`--num-kv-blocks`). */
+  readonly numKvBlocks?: number;
+  /** MiB asked for (`--kv-cache-memory`). */
+  readonly kvCacheMemory?: number;
+  /** Bytes of one block across all layers, K and V. */
+  readonly blockBytes: number;
+  /** Most blocks one binding per layer holds (engine/kv_cache.ts `maxBlocks`). */
+  readonly limitBlocks: number;
+  readonly blockSize: number;
+  readonly maxNumSeqs: number;
+  readonly maxModelLen: number;
+}
+
+/** The blocks to allocate and the log lines that explain a limit. */
+export interface KvCacheSizing {
+  readonly kvBlocks: number;
+  readonly notes: readonly string[];
+}
+
+/** The KV cache's blocks for `r` (see the module documentation). */
+export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
+  const useful = r.maxNumSeqs * Math.ceil(r.maxModelLen / r.blockSize);
+  const mib = r.kvCacheMemory ?? DEFAULT_KV_CACHE_MIB;
+  const byMemory = Math.floor((mib * 2 ** 20) / r.blockBytes);
+  const wanted = r.numKvBlocks ?? Math.min(byMemory, useful);
+  const kvBlocks = Math.min(wanted, r.limitBlocks);
+  const notes: string[] = [];
+  if (kvBlocks < wanted) {
+    notes.push(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
+  } else if (r.numKvBlocks === undefined && r.kvCacheMemory === undefined && byMemory < useful) {
+    const f = (n: number) => n.toLocaleString("en-US");
+    const perRequest = Math.floor((kvBlocks * r.blockSize) / r.maxNumSeqs);
+    notes.push(
+      `KV cache limited by its ${f(DEFAULT_KV_CACHE_MIB)} MiB default (WebGPU cannot report the ` +
+        `GPU's memory): ${f(r.maxNumSeqs)} running requests (--max-num-seqs) get ` +
+        `${f(perRequest)} tokens each before the scheduler preempts; --kv-cache-memory MIB gives ` +
+        `it more`,
+    );
+  }
+  return { kvBlocks, notes };
+}

@@ -1,0 +1,52 @@
+import assert from "node:assert/strict";
+import { DEFAULT_KV_CACHE_MIB, kvCacheBlocks } from "../engine/kv_cache_size.ts";
+
+/** Qwen3-0.6B's f16 KV: 28 layers x K and V x 8 heads x 16 tokens x 128 dims x 2 bytes a block. */
+const QWEN3 = {
+  blockBytes: 28 * 2 * 8 * 16 * 128 * 2,
+  limitBlocks: 32_768,
+  blockSize: 16,
+  maxNumSeqs: 64,
+  maxModelLen: 4096,
+};
+
+Deno.test("kvCacheBlocks() fills the 1 GiB default and says so when that limits the cache", () => {
+  assert.equal(DEFAULT_KV_CACHE_MIB, 1024);
+  const s = kvCacheBlocks(QWEN3);
+  // 2^30 / 1,835,008 = 585.1 blocks, 9,360 tokens: 146 for each of 64 requests.
+  assert.equal(s.kvBlocks, 585);
+  assert.deepEqual(s.notes, [
+    "KV cache limited by its 1,024 MiB default (WebGPU cannot report the GPU's memory): 64 " +
+    "running requests (--max-num-seqs) get 146 tokens each before the scheduler preempts; " +
+    "--kv-cache-memory MIB gives it more",
+  ]);
+});
+
+Deno.test("kvCacheBlocks() sizes by --kv-cache-memory or --num-kv-blocks without the default's note", () => {
+  assert.deepEqual(kvCacheBlocks({ ...QWEN3, kvCacheMemory: 4096 }), { kvBlocks: 2340, notes: [] });
+  assert.deepEqual(kvCacheBlocks({ ...QWEN3, kvCacheMemory: 512 }), { kvBlocks: 292, notes: [] });
+  assert.deepEqual(kvCacheBlocks({ ...QWEN3, numKvBlocks: 1000 }), { kvBlocks: 1000, notes: [] });
+  // A memory size past what max_num_seqs requests of max_model_len could hold: that much only.
+  assert.deepEqual(kvCacheBlocks({ ...QWEN3, maxNumSeqs: 2, kvCacheMemory: 8192 }), {
+    kvBlocks: 512,
+    notes: [],
+  });
+});
+
+Deno.test("kvCacheBlocks() keeps the default without a note when it holds every request whole", () => {
+  // 4 requests of 4,096 tokens: 1,024 blocks wanted... of a model with 1/8 the bytes a block.
+  const small = { ...QWEN3, blockBytes: QWEN3.blockBytes / 8, maxNumSeqs: 4 };
+  assert.deepEqual(kvCacheBlocks(small), { kvBlocks: 1024, notes: [] });
+});
+
+Deno.test("kvCacheBlocks() caps at one binding per layer and says so", () => {
+  const s = kvCacheBlocks({ ...QWEN3, limitBlocks: 100 });
+  assert.deepEqual(s, {
+    kvBlocks: 100,
+    notes: ["KV cache capped at 100 blocks: one layer's K or V must fit one binding"],
+  });
+  assert.deepEqual(
+    kvCacheBlocks({ ...QWEN3, numKvBlocks: 5000, limitBlocks: 4096 }).kvBlocks,
+    4096,
+  );
+});
