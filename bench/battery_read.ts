@@ -230,7 +230,7 @@ export function readBattery(files: Readonly<Record<string, string>>): BatteryFig
       ),
     )
   ) {
-    const preempted = /, (\d+) preempted \(server \/metrics\)/.exec(m[5]!)?.[1];
+    const preempted = /, (\d+) preemptions \(server \/metrics\)/.exec(m[5]!)?.[1];
     serve.set(num(m[1]!), {
       ok: m[2]!,
       outputTokPerS: num(m[3]!),

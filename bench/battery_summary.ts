@@ -170,7 +170,7 @@ export function summaryLines(b: BatteryFigures): string[] {
     const level = b.serve.get(c);
     row(
       `serve, concurrency ${c}: output tok/s (${level?.ok ?? "-"} ok` +
-        (level?.preempted == null ? ")" : `, ${level.preempted} preempted)`),
+        (level?.preempted == null ? ")" : `, ${level.preempted} preemptions)`),
       show(level?.outputTokPerS),
       c === 64 ? ">= 4,000" : "",
       c === 64 ? verdict(c64, 4000, true) : "-",

@@ -110,8 +110,8 @@ stage() {
       ;;
     # A KV cache that holds 64 requests of 256 tokens at once (1,024 blocks of Qwen3-0.6B's 1.75
     # MiB; 4 GiB holds 2,340): the default 1 GiB holds 585, and the 2026-11-26/27 runs at
-    # concurrency 64 preempted (the mock executor, same load: 72-77 of 256 requests, 1.32x less
-    # throughput; docs/benchmarks.md). bench:serve prints each level's preemptions since then.
+    # concurrency 64 preempted (the mock executor, same load: 72-77 preemptions in 256 requests,
+    # 0.76x the throughput; docs/benchmarks.md). bench:serve prints each level's preemptions since.
     serve)
       run_stage serve 90 serve.txt deno run --cached-only -A bench/serve.ts --model $model \
         --concurrency 1,16,64 --input-len 128 --output-len 128 --out-dir /tmp/gpu-serve \

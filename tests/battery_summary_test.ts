@@ -59,7 +59,7 @@ Deno.test("readBattery() reads the quantization medians, serving levels, coloure
     "serve.txt": "concurrency 1: 16/16 ok, 0.41 req/s, 52.18 output tok/s, TTFT p50 121.2 ms " +
       "p95 141.4 ms, TPOT p50 19.29 ms, E2E p50 2558.3 ms\n" +
       "concurrency 64: 256/256 ok, 9.3 req/s, 1190.0 output tok/s, TTFT p50 700.1 ms p95 " +
-      "4301.0 ms, TPOT p50 26.80 ms, E2E p50 4100.0 ms, 72 preempted (server /metrics)\n",
+      "4301.0 ms, TPOT p50 26.80 ms, E2E p50 4100.0 ms, 72 preemptions (server /metrics)\n",
     "tests.txt":
       "\x1b[0m./tests/a_test.ts => \x1b[0mthing() works ... \x1b[0m\x1b[32mok\x1b[0m (1ms)\n" +
       "./tests/b_test.ts => other() works ... \x1b[31mFAILED\x1b[0m (2ms)\n",
@@ -300,13 +300,13 @@ Deno.test("summaryLines() sets figures against the goals and says 'not measured'
 Deno.test("summaryLines() shows the preemptions a serving level reported beside its rate", () => {
   const text = summaryLines(readBattery({
     "serve.txt": "concurrency 64: 256/256 ok, 9.3 req/s, 1190.0 output tok/s, TTFT p50 700.1 ms " +
-      "p95 4301.0 ms, TPOT p50 26.80 ms, E2E p50 4100.0 ms, 72 preempted (server /metrics)\n" +
+      "p95 4301.0 ms, TPOT p50 26.80 ms, E2E p50 4100.0 ms, 72 preemptions (server /metrics)\n" +
       "concurrency 16: 64/64 ok, 5.0 req/s, 640.0 output tok/s, TTFT p50 100.0 ms p95 " +
       "200.0 ms, TPOT p50 20.00 ms, E2E p50 2700.0 ms\n",
   })).join("\n");
   assertHas(
     text,
-    "| serve, concurrency 64: output tok/s (256/256 ok, 72 preempted) | 1,190 | >= 4,000 | short |",
+    "| serve, concurrency 64: output tok/s (256/256 ok, 72 preemptions) | 1,190 | >= 4,000 | short |",
   );
   assertHas(text, "| serve, concurrency 16: output tok/s (64/64 ok) | 640 |  | - |");
 });

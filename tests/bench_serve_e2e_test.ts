@@ -133,7 +133,7 @@ Deno.test("bench/serve.ts sweeps concurrency 1,2 against a fake server and write
         "# Analysis",
         "### Observations",
         "throughput_vs_concurrency.svg",
-        "**Preempted (server /metrics):** not reported",
+        "**Preemptions (server /metrics):** not reported",
       ]
     ) assert.ok(md.includes(s), `report.md contains '${s}'`);
     assert.ok(md.indexOf("## Concurrency Level: 2") < md.indexOf("# Analysis"));
@@ -182,7 +182,7 @@ Deno.test("bench/serve.ts reports each level's preemptions from the server's /me
     const report = ReportView.parse(json);
     assert.deepEqual(report.levels.map((l) => l.preemptions), [2, 2]);
     assert.ok(
-      log.some((l) => /^concurrency 2: 4\/4 ok, .*, 2 preempted \(server \/metrics\)$/.test(l)),
+      log.some((l) => /^concurrency 2: 4\/4 ok, .*, 2 preemptions \(server \/metrics\)$/.test(l)),
     );
     assert.ok(
       report.observations.some((o) =>
@@ -190,7 +190,7 @@ Deno.test("bench/serve.ts reports each level's preemptions from the server's /me
       ),
     );
     const md = await Deno.readTextFile(`${dir}/report.md`);
-    assert.ok(md.includes("**Preempted (server /metrics):** 2"));
+    assert.ok(md.includes("**Preemptions (server /metrics):** 2"));
   } finally {
     await fake.close();
     await Deno.remove(dir, { recursive: true });

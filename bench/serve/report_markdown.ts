@@ -50,7 +50,7 @@ function levelSection(l: LevelReport): string {
     `**Output Throughput:** ${num(m.outputThroughput)} tokens/s`,
     `**Total Throughput:** ${num(m.totalThroughput)} tokens/s`,
     `**Tokens:** ${m.totalInputTokens} input, ${m.totalOutputTokens} output`,
-    `**Preempted (server /metrics):** ${l.preemptions ?? "not reported"}`,
+    `**Preemptions (server /metrics):** ${l.preemptions ?? "not reported"}`,
   ];
   if (m.goodput !== null) {
     bullets.push(

@@ -86,7 +86,7 @@ function levelLine(label: string, metrics: LevelMetrics, preemptions: number | n
     `${num(metrics.requestThroughput)} req/s, ${num(metrics.outputThroughput)} output tok/s, ` +
     `TTFT p50 ${num(metrics.ttftMs?.p50)} ms p95 ${num(metrics.ttftMs?.p95)} ms, ` +
     `TPOT p50 ${num(metrics.tpotMs?.p50)} ms, E2E p50 ${num(metrics.e2eMs?.p50)} ms` +
-    (preemptions === null ? "" : `, ${preemptions} preempted (server /metrics)`) +
+    (preemptions === null ? "" : `, ${preemptions} preemptions (server /metrics)`) +
     (metrics.errors[0] ? ` (first error: ${metrics.errors[0].message})` : "");
 }
 
