@@ -48,11 +48,12 @@ export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
   } else if (r.numKvBlocks === undefined && r.kvCacheMemory === undefined && byMemory < useful) {
     const f = (n: number) => n.toLocaleString("en-US");
     const perRequest = Math.floor((kvBlocks * r.blockSize) / r.maxNumSeqs);
+    const wholeMiB = Math.ceil((Math.min(useful, r.limitBlocks) * r.blockBytes) / 2 ** 20);
     notes.push(
       `KV cache limited by its ${f(DEFAULT_KV_CACHE_MIB)} MiB default (WebGPU cannot report the ` +
         `GPU's memory): ${f(r.maxNumSeqs)} running requests (--max-num-seqs) get ` +
         `${f(perRequest)} tokens each before the scheduler preempts; --kv-cache-memory MIB gives ` +
-        `it more`,
+        `it more (${f(wholeMiB)} holds ${f(r.maxNumSeqs)} of ${f(r.maxModelLen)} tokens)`,
     );
   }
   return { kvBlocks, notes };

@@ -18,7 +18,7 @@ Deno.test("kvCacheBlocks() fills the 1 GiB default and says so when that limits 
   assert.deepEqual(s.notes, [
     "KV cache limited by its 1,024 MiB default (WebGPU cannot report the GPU's memory): 64 " +
     "running requests (--max-num-seqs) get 146 tokens each before the scheduler preempts; " +
-    "--kv-cache-memory MIB gives it more",
+    "--kv-cache-memory MIB gives it more (28,672 holds 64 of 4,096 tokens)",
   ]);
 });
 
@@ -45,6 +45,9 @@ Deno.test("kvCacheBlocks() caps at one binding per layer and says so", () => {
     kvBlocks: 100,
     notes: ["KV cache capped at 100 blocks: one layer's K or V must fit one binding"],
   });
+  // Past one binding's limit the default's note names what the limit allows.
+  const capped = kvCacheBlocks({ ...QWEN3, limitBlocks: 1000 }).notes[0]!;
+  assert.match(capped, /get 146 tokens each .* \(1,750 holds 64 of 4,096 tokens\)$/);
   assert.deepEqual(
     kvCacheBlocks({ ...QWEN3, numKvBlocks: 5000, limitBlocks: 4096 }).kvBlocks,
     4096,
