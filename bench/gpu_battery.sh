@@ -80,11 +80,15 @@ stage() {
       run_stage make-model 120 info.txt deno run --cached-only -A tools/make_model.ts --out $model \
         --preset "$preset" --dtype bf16
       ;;
-    # The first run also measures the kernel tuning (every tile at the prefill rows, the decode
+    # Prefills are timed 3 times after an untimed one of each length (--prefill-repeats, since
+# 2026-11-30; before, once: on the H200 128 and 512 tokens took 47.6 and 76 ms, ~38 ms that did not
+# scale with the prompt, part of it possibly first-use work).
+# The first run also measures the kernel tuning (every tile at the prefill rows, the decode
     # batch and up to three row counts between since 2026-11-29; the gemv kernels per shape).
     bench-model)
       run_stage bench-model 180 model.txt deno run --cached-only -A bench/model_bench.ts \
-        --model $model --batches 1,8,64 --prefill 128,256,512 --steps 64 --breakdown-batches 1,8,64 $gpu
+        --model $model --batches 1,8,64 --prefill 128,256,512 --prefill-repeats 3 --steps 64 \
+        --breakdown-batches 1,8,64 $gpu
       ;;
     torch)
       if python3 -c "import torch, transformers" 2> /dev/null; then
@@ -131,14 +135,14 @@ stage() {
     # hence 180 / 110 s.
     retune)
       run_stage bench-model-retuned 110 model_retuned.txt deno run --cached-only -A \
-        bench/model_bench.ts --model $model --batches 1,8,64 --prefill 512 --steps 32 \
-        --no-breakdown --kernel-tuning measure $gpu
+        bench/model_bench.ts --model $model --batches 1,8,64 --prefill 512 --prefill-repeats 3 \
+        --steps 32 --no-breakdown --kernel-tuning measure $gpu
       ;;
     # The same decode and prefill with the default kernel choices (A/B of the measured tuning).
     untuned)
       run_stage bench-model-untuned 60 model_untuned.txt deno run --cached-only -A \
-        bench/model_bench.ts --model $model --batches 1,8,64 --prefill 128,512 --steps 32 \
-        --no-breakdown --kernel-tuning off $gpu
+        bench/model_bench.ts --model $model --batches 1,8,64 --prefill 128,512 --prefill-repeats 3 \
+        --steps 32 --no-breakdown --kernel-tuning off $gpu
       ;;
     # Decode with rope_and_cache's own dispatch per layer instead of the fused decode attention.
     unfused)

@@ -6,6 +6,7 @@ import { summaryLines } from "../bench/battery_summary.ts";
 // bench/gpu_battery.sh print them (copied from a lavapipe run of the battery, 2026-11-27).
 const MODEL = `model_bench: adapter: NVIDIA H100 80GB HBM3 (vendor 4318); 16 CPU cores; Deno 2.9.6
 prefill 128 tokens: 46 ms, 2766.5 tok/s (CPU 0.1 s)
+prefill 256 tokens: 40 ms, 6400.0 tok/s (CPU 0.0 s; median of 3 after an untimed one, 38-45 ms; GPU pass 20.0 ms, 12800.0 tok/s)
 prefill 512 tokens: 172 ms, 2970.4 tok/s (CPU 0.3 s; GPU pass 128.0 ms, 4000.0 tok/s)
 decode batch 1: 77.44 tok/s, 12.9 ms/step (64 steps, CPU 22 ms/step), weights 0.03 GB/s
   host per step: 149 dispatches (5.3 per layer, fixed ones included), 0.36 ms to prepare, encode and submit (prepare 0.09, record 0.10, finish 0.12, rest 0.05); blocked in WebGPU: 7.9 ms in queue.submit, 4.2 ms in mapAsync
@@ -29,6 +30,8 @@ Deno.test("readModelRun() reads bench:model's rates with each decode step's host
   assert.deepEqual(run.prefill.get(512), { msPerStep: 172, tokPerS: 2970.4, gpuPassTokPerS: 4000 });
   // A line without timestamps: no pass rate, not a wrong one.
   assert.deepEqual(run.prefill.get(128), { msPerStep: 46, tokPerS: 2766.5 });
+  // --prefill-repeats: the medians, read as any other line.
+  assert.deepEqual(run.prefill.get(256), { msPerStep: 40, tokPerS: 6400, gpuPassTokPerS: 12800 });
   assert.deepEqual(run.decode.get(1), {
     tokPerS: 77.44,
     msPerStep: 12.9,

@@ -80,3 +80,12 @@ Deno.test("prefillLine() gives the GPU pass's time and rate beside the wall time
     "prefill 512 tokens: 76 ms, 6719.2 tok/s (CPU 0.0 s)",
   );
 });
+
+Deno.test("prefillLine() gives the medians' rounds and range with --prefill-repeats", () => {
+  const r = { tokens: 512, ms: 76.2, tokensPerS: 6719.2, cpuS: 0.04, gpuMs: 51.2 };
+  assertEqual(
+    prefillLine({ ...r, repeats: { n: 3, minMs: 74.6, maxMs: 80.1 } }),
+    "prefill 512 tokens: 76 ms, 6719.2 tok/s (CPU 0.0 s; median of 3 after an untimed one, " +
+      "75-80 ms; GPU pass 51.2 ms, 10000.0 tok/s)",
+  );
+});

@@ -12,6 +12,7 @@ import { ModelRunner } from "../../engine/model_runner.ts";
 import { tuneRunner } from "../../engine/kernel_tuning.ts";
 import { READBACK_BATCH } from "../../engine/step_pipeline.ts";
 import { measureCopyBandwidth } from "../support.ts";
+import { median } from "../lib/step_cost.ts";
 import { type ModelBenchOptions, PROMPT, runnerSizes } from "./options.ts";
 import {
   decodeLines,
@@ -67,12 +68,40 @@ export async function loadWorkload(env: BenchEnv, choice: QuantizationChoice) {
   return work;
 }
 
+/**
+ * Each `--prefill` length timed `--prefill-repeats` times (after an untimed one when more than
+ * once: whatever that length does the first time, such as first use of its buffers' ranges, is
+ * then not timed), the medians reported.
+ */
 async function measurePrefills(env: BenchEnv, work: BenchWorkload): Promise<PrefillResult[]> {
   const out: PrefillResult[] = [];
+  const repeats = env.options.prefillRepeats;
   for (const n of env.options.prefills) {
-    const c0 = cpuSeconds();
-    const { ms, gpuMs } = await work.prefillTimed(n, 0);
-    const r = { tokens: n, ms, tokensPerS: n / (ms / 1000), cpuS: cpuSeconds() - c0, gpuMs };
+    if (repeats > 1) await work.prefillTimed(n, 0);
+    const runs: { ms: number; gpuMs: number | null; cpuS: number }[] = [];
+    for (let i = 0; i < repeats; i++) {
+      const c0 = cpuSeconds();
+      const t = await work.prefillTimed(n, 0);
+      runs.push({ ...t, cpuS: cpuSeconds() - c0 });
+    }
+    const ms = median(runs.map((t) => t.ms));
+    const gpu = runs.flatMap((t) => t.gpuMs === null ? [] : [t.gpuMs]);
+    const r: PrefillResult = {
+      tokens: n,
+      ms,
+      tokensPerS: n / (ms / 1000),
+      cpuS: median(runs.map((t) => t.cpuS)),
+      gpuMs: gpu.length === runs.length ? median(gpu) : null,
+      ...(repeats > 1
+        ? {
+          repeats: {
+            n: repeats,
+            minMs: Math.min(...runs.map((t) => t.ms)),
+            maxMs: Math.max(...runs.map((t) => t.ms)),
+          },
+        }
+        : {}),
+    };
     out.push(r);
     env.log(prefillLine(r));
   }

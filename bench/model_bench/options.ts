@@ -16,6 +16,9 @@ const USAGE = `usage: deno task bench:model [options]
   --steps N                    decode steps per batch size (default 8)
   --batches LIST               decode batch sizes (default 1,8,32)
   --prefill LIST               prefill lengths (default 128,512; "" for none)
+  --prefill-repeats N          time each prefill length N times after an untimed one of that
+                               length, and print the median (default 1: one timed prefill, no
+                               warm-up at that length)
   --no-breakdown               skip the per-kernel breakdown
   --breakdown-batches LIST     decode batch sizes of the breakdown (default 1,8)
   --breakdown-prefill LIST     prefill lengths of the breakdown (default the longest --prefill)
@@ -59,6 +62,8 @@ export interface ModelBenchOptions {
   readonly steps: number;
   readonly batches: readonly number[];
   readonly prefills: readonly number[];
+  /** `--prefill-repeats`: timed prefills per length (more than 1: after an untimed one). */
+  readonly prefillRepeats: number;
   /** Batch sizes of the per-kernel breakdown; empty with `--no-breakdown`. */
   readonly breakdownBatches: readonly number[];
   /** Prefill lengths of the per-kernel breakdown; empty with `--no-breakdown`. */
@@ -111,6 +116,7 @@ function parseFlags(argv: string[]) {
         steps: { type: "string", default: "8" },
         batches: { type: "string", default: "1,8,32" },
         prefill: { type: "string", default: "128,512" },
+        "prefill-repeats": { type: "string", default: "1" },
         "no-breakdown": { type: "boolean", default: false },
         "breakdown-batches": { type: "string" },
         "breakdown-prefill": { type: "string" },
@@ -149,6 +155,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     steps: number;
     batches: number[];
     prefills: number[];
+    prefillRepeats: number;
     breakdown: number[];
     breakdownPrefills: number[];
     readbackBatch: number | undefined;
@@ -161,6 +168,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
       steps: positiveInts("steps", values.steps)[0]!,
       batches: positiveInts("batches", values.batches),
       prefills: positiveInts("prefill", values.prefill, true),
+      prefillRepeats: positiveInts("prefill-repeats", values["prefill-repeats"])[0]!,
       breakdown: values["no-breakdown"]
         ? []
         : positiveInts("breakdown-batches", values["breakdown-batches"] ?? "1,8", true),
@@ -211,6 +219,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     steps: sizes.steps,
     batches: sizes.batches,
     prefills: sizes.prefills,
+    prefillRepeats: sizes.prefillRepeats,
     breakdownBatches: sizes.breakdown,
     breakdownPrefills: sizes.breakdownPrefills,
     matmulVariant: values["matmul-variant"],

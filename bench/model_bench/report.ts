@@ -43,6 +43,11 @@ export interface PrefillResult {
   readonly cpuS: number;
   /** The GPU's time for the step's compute pass (`timestamp-query`), else null. */
   readonly gpuMs: number | null;
+  /**
+   * With `--prefill-repeats` N > 1: N, and the least and most wall ms of the N timed prefills
+   * (`ms`, `cpuS` and `gpuMs` are then their medians).
+   */
+  readonly repeats?: { readonly n: number; readonly minMs: number; readonly maxMs: number };
 }
 
 /** One runner's (one weight format's) figures. */
@@ -89,8 +94,10 @@ export function prefillLine(r: PrefillResult): string {
   const gpu = r.gpuMs === null
     ? ""
     : `; GPU pass ${r.gpuMs.toFixed(1)} ms, ${(r.tokens / (r.gpuMs / 1000)).toFixed(1)} tok/s`;
+  const repeats = r.repeats === undefined ? "" : `; median of ${r.repeats.n} after an untimed ` +
+    `one, ${r.repeats.minMs.toFixed(0)}-${r.repeats.maxMs.toFixed(0)} ms`;
   return `prefill ${r.tokens} tokens: ${r.ms.toFixed(0)} ms, ${r.tokensPerS.toFixed(1)} tok/s ` +
-    `(CPU ${r.cpuS.toFixed(1)} s${gpu})`;
+    `(CPU ${r.cpuS.toFixed(1)} s${repeats}${gpu})`;
 }
 
 /** A batch size's decode rate, and its host cost per step. */
