@@ -6,7 +6,9 @@
  * much memory a GPU has, so the default is a fixed size, not a share of the GPU's memory as
  * vLLM's `--gpu-memory-utilization`: when it is what limits the cache, the log says how many
  * tokens each of `maxNumSeqs` requests gets before the scheduler must preempt, and which flag
- * gives more.
+ * gives more. The log also says when the cache holds fewer tokens than `maxModelLen` (longer
+ * requests are then refused, scheduler/scheduler_api.ts); a memory size that holds no block is
+ * an error.
  *
  * @module
  */
@@ -35,18 +37,28 @@ export interface KvCacheSizing {
   readonly notes: readonly string[];
 }
 
-/** The KV cache's blocks for `r` (see the module documentation). */
+/**
+ * The KV cache's blocks for `r` (see the module documentation).
+ *
+ * @throws {RangeError} when `kvCacheMemory` holds no block.
+ */
 export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
+  const f = (n: number) => n.toLocaleString("en-US");
   const useful = r.maxNumSeqs * Math.ceil(r.maxModelLen / r.blockSize);
   const mib = r.kvCacheMemory ?? DEFAULT_KV_CACHE_MIB;
   const byMemory = Math.floor((mib * 2 ** 20) / r.blockBytes);
+  if (r.numKvBlocks === undefined && byMemory < 1) {
+    throw new RangeError(
+      `--kv-cache-memory ${mib} MiB holds no KV block: one block of this model takes ` +
+        `${(r.blockBytes / 2 ** 20).toFixed(3)} MiB`,
+    );
+  }
   const wanted = r.numKvBlocks ?? Math.min(byMemory, useful);
   const kvBlocks = Math.min(wanted, r.limitBlocks);
   const notes: string[] = [];
   if (kvBlocks < wanted) {
     notes.push(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
   } else if (r.numKvBlocks === undefined && r.kvCacheMemory === undefined && byMemory < useful) {
-    const f = (n: number) => n.toLocaleString("en-US");
     const perRequest = Math.floor((kvBlocks * r.blockSize) / r.maxNumSeqs);
     const wholeMiB = Math.ceil((Math.min(useful, r.limitBlocks) * r.blockBytes) / 2 ** 20);
     notes.push(
@@ -54,6 +66,12 @@ export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
         `GPU's memory): ${f(r.maxNumSeqs)} running requests (--max-num-seqs) get ` +
         `${f(perRequest)} tokens each before the scheduler preempts; --kv-cache-memory MIB gives ` +
         `it more (${f(wholeMiB)} holds ${f(r.maxNumSeqs)} of ${f(r.maxModelLen)} tokens)`,
+    );
+  }
+  if (kvBlocks * r.blockSize < r.maxModelLen) {
+    notes.push(
+      `KV cache holds ${f(kvBlocks * r.blockSize)} tokens, fewer than max_model_len ` +
+        `${f(r.maxModelLen)}: a request needing more is refused`,
     );
   }
   return { kvBlocks, notes };

@@ -43,7 +43,11 @@ Deno.test("kvCacheBlocks() caps at one binding per layer and says so", () => {
   const s = kvCacheBlocks({ ...QWEN3, limitBlocks: 100 });
   assert.deepEqual(s, {
     kvBlocks: 100,
-    notes: ["KV cache capped at 100 blocks: one layer's K or V must fit one binding"],
+    notes: [
+      "KV cache capped at 100 blocks: one layer's K or V must fit one binding",
+      "KV cache holds 1,600 tokens, fewer than max_model_len 4,096: a request needing more is " +
+      "refused",
+    ],
   });
   // Past one binding's limit the default's note names what the limit allows.
   const capped = kvCacheBlocks({ ...QWEN3, limitBlocks: 1000 }).notes[0]!;
@@ -52,4 +56,22 @@ Deno.test("kvCacheBlocks() caps at one binding per layer and says so", () => {
     kvCacheBlocks({ ...QWEN3, numKvBlocks: 5000, limitBlocks: 4096 }).kvBlocks,
     4096,
   );
+});
+
+Deno.test("kvCacheBlocks() refuses a memory size that holds no block, and notes one short of max_model_len", () => {
+  assert.throws(
+    () => kvCacheBlocks({ ...QWEN3, kvCacheMemory: 1 }),
+    (e) =>
+      e instanceof RangeError &&
+      e.message === "--kv-cache-memory 1 MiB holds no KV block: one block of this model takes " +
+          "1.750 MiB",
+  );
+  // 100 MiB: 57 blocks, 912 tokens.
+  assert.deepEqual(kvCacheBlocks({ ...QWEN3, kvCacheMemory: 100 }), {
+    kvBlocks: 57,
+    notes: [
+      "KV cache holds 912 tokens, fewer than max_model_len 4,096: a request needing more is refused",
+    ],
+  });
+  assert.deepEqual(kvCacheBlocks({ ...QWEN3, numKvBlocks: 256 }).notes, []);
 });
