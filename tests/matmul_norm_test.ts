@@ -18,7 +18,7 @@ import {
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 import { forced, padColsFor, type TestVariant } from "./support/matmul_variants.ts";
-import { matmulRef, termFloor } from "./reference/matmul.ts";
+import { matmulRef, sumFloorFraction, termFloor } from "./reference/matmul.ts";
 import { quantizeRef } from "./reference/quant.ts";
 import { type QuantFormat, quantizeRows } from "../gpu/quant.ts";
 import { denseRows, fusedAddRmsNormRef, rmsNormRef } from "./reference/norms.ts";
@@ -114,7 +114,7 @@ async function check(ctx: GpuContext, c: NormCase): Promise<void> {
     const got = await readF32(ctx, yBuf);
     assertUntouchedFrom(got, m * n, `${context} y`);
     const tolerance = c.quant === undefined ? toleranceFor(c.dtype) : toleranceFor("f32");
-    const floor = termFloor(ref.out, wRef, bias, m, n, k);
+    const floor = termFloor(ref.out, wRef, bias, m, n, k, sumFloorFraction(k, tolerance));
     assertClose(got.subarray(0, m * n), expected, tolerance, `${context} y`, floor);
     if (outBuf !== undefined) {
       const stream = await readF32(ctx, outBuf);

@@ -30,7 +30,7 @@ import {
   whole,
 } from "./support/gpu.ts";
 import { type Rng, testSeed } from "./support/random.ts";
-import { matmulRef, termFloor } from "./reference/matmul.ts";
+import { matmulRef, sumFloorFraction, termFloor } from "./reference/matmul.ts";
 import { quantizeRef } from "./reference/quant.ts";
 import { denseRows, fusedAddRmsNormRef } from "./reference/norms.ts";
 
@@ -162,7 +162,7 @@ async function checkResidual(
     const hNew = product.map((v, i) => v + h[i]!);
     const g = roundTo(gamma, normDtype);
     const tolerance = kind.quant === undefined ? toleranceFor(kind.dtype) : toleranceFor("f32");
-    const floor = termFloor(x, wRef, b, m, n, k);
+    const floor = termFloor(x, wRef, b, m, n, k, sumFloorFraction(k, tolerance));
     const got = await readF32(ctx, buffers.y);
     assertUntouchedFrom(got, m * n, `${context} stream`);
     assertClose(got.subarray(0, m * n), hNew, tolerance, `${context} stream`, floor);
@@ -233,8 +233,8 @@ async function checkRowNorm(
     const plain = matmulRef(x, wRef, undefined, m, n, k);
     const expected = plain.map((v, i) => v * scale[Math.floor(i / n)]! + (b?.[i % n] ?? 0));
     const scaledX = x.map((v, i) => v * scale[Math.floor(i / k)]!);
-    const floor = termFloor(scaledX, wRef, b, m, n, k);
     const tolerance = kind.quant === undefined ? toleranceFor(kind.dtype) : toleranceFor("f32");
+    const floor = termFloor(scaledX, wRef, b, m, n, k, sumFloorFraction(k, tolerance));
     const got = await readF32(ctx, buffers.y);
     assertUntouchedFrom(got, m * n, `${context} y`);
     assertClose(got.subarray(0, m * n), expected, tolerance, `${context} y`, floor);
@@ -360,7 +360,15 @@ Deno.test(
           const norm = fusedAddRmsNormRef(delta, h, g, denseRows(m, hidden), EPS);
           const expected = matmulRef(norm.out, two.ref, undefined, m, n2, hidden);
           const got = await readF32(ctx, buffers.y);
-          const floor = termFloor(norm.out, two.ref, undefined, m, n2, hidden);
+          const floor = termFloor(
+            norm.out,
+            two.ref,
+            undefined,
+            m,
+            n2,
+            hidden,
+            sumFloorFraction(hidden, toleranceFor(dtype)),
+          );
           assertClose(got, expected, toleranceFor(dtype), `${context} y`, floor);
           const stream = await readF32(ctx, buffers.stream);
           assertClose(stream, norm.residual, toleranceFor(dtype), `${context} stream`);
