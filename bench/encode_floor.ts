@@ -3,10 +3,11 @@
  * them: the floor under `bench:model`'s "host per step". One pass of `--dispatches` trivial
  * dispatches (one workgroup each, so the device's work does not matter), each with its own bind
  * group of `--bindings` storage buffers (taken in turn from a pool of `--buffers`: a decode step
- * binds ~400 distinct ones, its weights, caches and activations) and one of `--pipelines`
- * pipelines, as a decode step encodes them; the time to record them (`setPipeline`, `setBindGroup`, `dispatchWorkgroups`),
- * then inside `GPUCommandEncoder.finish` (where wgpu validates and records the commands) and
- * `queue.submit`, median of 50 encoders (each awaited, so no submit waits on a previous one).
+ * binds ~300 distinct ones, its weights, caches and activations) and one of `--pipelines`
+ * pipelines, as a decode step encodes them; the time to record them (`setPipeline`,
+ * `setBindGroup`, `dispatchWorkgroups`), then inside `GPUCommandEncoder.finish` (where wgpu
+ * validates and records the commands) and `queue.submit`, median of 50 encoders (each awaited,
+ * so no submit waits on a previous one).
  *
  * With `--drop` each command buffer is dropped unsubmitted (an empty submission instead), as
  * bench/host_calls.ts does with its stubbed `queue.submit`: wgpu then cannot recycle the
@@ -31,6 +32,9 @@ const values = scriptFlags("bench/encode_floor.ts", Deno.args, {
 }, (v) => {
   if (![...v.dispatches.split(","), v.bindings, v.pipelines, v.buffers].every(isPositiveInteger)) {
     throw new Error("--dispatches, --bindings, --pipelines and --buffers take positive integers");
+  }
+  if (Number(v.buffers) < Number(v.bindings)) {
+    throw new Error("--buffers must be at least --bindings: a dispatch binds distinct buffers");
   }
 });
 const counts = values.dispatches.split(",").map(Number);

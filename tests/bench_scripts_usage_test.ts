@@ -65,6 +65,12 @@ Deno.test("the measurement scripts print one error line and exit 2 when given ba
       "error: Option '--bindings <value>' argument missing (deno run -A bench/encode_floor.ts)",
     ],
     [
+      "bench/encode_floor.ts",
+      ["--bindings", "8", "--buffers", "4"],
+      "error: --buffers must be at least --bindings: a dispatch binds distinct buffers " +
+      "(deno run -A bench/encode_floor.ts)",
+    ],
+    [
       "bench/structured_output_bench.ts",
       ["extra"],
       "error: Unexpected argument 'extra'. This command does not take positional arguments " +
