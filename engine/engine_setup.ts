@@ -16,7 +16,7 @@ import { MockExecutor } from "./executors/mock_executor.ts";
 import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
-import { kvCacheBlocks } from "./kv_cache_size.ts";
+import { kvCacheBlocks, kvCacheLines } from "./kv_cache_size.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
 import type { GenerationConfig } from "./model/generation_config.ts";
@@ -120,8 +120,9 @@ async function webGpuParts(
       `weights ${ctx.weightDtype}`,
   );
   logWeights(log, runner.weights, ctx.weightDtype);
-  logKv(log, kvBlocks, config.blockSize, maxModelLen);
-  for (const note of notes) log(note);
+  for (const line of [...kvCacheLines(kvBlocks, config.blockSize, maxModelLen), ...notes]) {
+    log(line);
+  }
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +
       `in sub-batches of the ${config.maxNumSeqs} logits rows`,
@@ -245,7 +246,7 @@ export function setupMockEngine(
   log(
     `Mock executor: step = ${config.mockBaseMs} ms + ${config.mockPerTokenMs} ms per batched token`,
   );
-  logKv(log, kvBlocks, config.blockSize, maxModelLen);
+  for (const line of kvCacheLines(kvBlocks, config.blockSize, maxModelLen)) log(line);
   // A bare mock accepts any token id below a nominal 32,000 (it never looks at them).
   const vocabSize = tokenizer?.size ?? 32000;
   const structured = new StructuredOutputs(tokenizer, vocabSize, [], {
@@ -293,18 +294,6 @@ export function resolveMaxModelLen(requested: number | undefined, model: ModelCo
     );
   }
   return maxModelLen;
-}
-
-/** Logs the KV cache size and the concurrency it allows. */
-function logKv(log: Logger, blocks: number, blockSize: number, maxModelLen: number): void {
-  const tokens = blocks * blockSize;
-  const f = (n: number) => n.toLocaleString("en-US");
-  log(`KV cache: ${f(blocks)} blocks x ${f(blockSize)} tokens = ${f(tokens)} tokens`);
-  log(
-    `Maximum concurrency for ${f(maxModelLen)} tokens per request: ${
-      (tokens / maxModelLen).toFixed(2)
-    }x`,
-  );
 }
 
 /**

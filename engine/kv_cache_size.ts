@@ -13,6 +13,9 @@
  * @module
  */
 
+/** "9,360" (the log's number format). */
+const f = (n: number) => n.toLocaleString("en-US");
+
 /** The KV cache's size in MiB unless `kvCacheMemory` or `numKvBlocks` is given. */
 export const DEFAULT_KV_CACHE_MIB = 1024;
 
@@ -43,7 +46,6 @@ export interface KvCacheSizing {
  * @throws {RangeError} when `kvCacheMemory` holds no block.
  */
 export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
-  const f = (n: number) => n.toLocaleString("en-US");
   const useful = r.maxNumSeqs * Math.ceil(r.maxModelLen / r.blockSize);
   const mib = r.kvCacheMemory ?? DEFAULT_KV_CACHE_MIB;
   const byMemory = Math.floor((mib * 2 ** 20) / r.blockBytes);
@@ -60,12 +62,19 @@ export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
     notes.push(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
   } else if (r.numKvBlocks === undefined && r.kvCacheMemory === undefined && byMemory < useful) {
     const perRequest = Math.floor((kvBlocks * r.blockSize) / r.maxNumSeqs);
-    const wholeMiB = Math.ceil((Math.min(useful, r.limitBlocks) * r.blockBytes) / 2 ** 20);
+    // The most that helps: every request whole, or what one binding per layer allows.
+    const most = Math.min(useful, r.limitBlocks);
+    const mostMiB = Math.ceil((most * r.blockBytes) / 2 ** 20);
+    const held = most === useful
+      ? `${f(r.maxNumSeqs)}`
+      : `${
+        f(Math.floor((most * r.blockSize) / r.maxModelLen))
+      }, the most one binding per layer allows,`;
     notes.push(
       `KV cache limited by its ${f(DEFAULT_KV_CACHE_MIB)} MiB default (WebGPU cannot report the ` +
         `GPU's memory): ${f(r.maxNumSeqs)} running requests (--max-num-seqs) get ` +
         `${f(perRequest)} tokens each before the scheduler preempts; --kv-cache-memory MIB gives ` +
-        `it more (${f(wholeMiB)} holds ${f(r.maxNumSeqs)} of ${f(r.maxModelLen)} tokens)`,
+        `it more (${f(mostMiB)} holds ${held} of ${f(r.maxModelLen)} tokens)`,
     );
   }
   if (kvBlocks * r.blockSize < r.maxModelLen) {
@@ -75,4 +84,15 @@ export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
     );
   }
   return { kvBlocks, notes };
+}
+
+/** The start-up log's lines on a cache of `blocks` blocks: its tokens and the concurrency they allow. */
+export function kvCacheLines(blocks: number, blockSize: number, maxModelLen: number): string[] {
+  const tokens = blocks * blockSize;
+  return [
+    `KV cache: ${f(blocks)} blocks x ${f(blockSize)} tokens = ${f(tokens)} tokens`,
+    `Maximum concurrency for ${f(maxModelLen)} tokens per request: ${
+      (tokens / maxModelLen).toFixed(2)
+    }x`,
+  ];
 }

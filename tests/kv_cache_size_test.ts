@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { DEFAULT_KV_CACHE_MIB, kvCacheBlocks } from "../engine/kv_cache_size.ts";
+import { DEFAULT_KV_CACHE_MIB, kvCacheBlocks, kvCacheLines } from "../engine/kv_cache_size.ts";
 
 /** Qwen3-0.6B's f16 KV: 28 layers x K and V x 8 heads x 16 tokens x 128 dims x 2 bytes a block. */
 const QWEN3 = {
@@ -49,9 +49,13 @@ Deno.test("kvCacheBlocks() caps at one binding per layer and says so", () => {
       "refused",
     ],
   });
-  // Past one binding's limit the default's note names what the limit allows.
+  // Past one binding's limit the default's note names what the limit allows: 1,000 blocks,
+  // 16,000 tokens, 3 requests of 4,096.
   const capped = kvCacheBlocks({ ...QWEN3, limitBlocks: 1000 }).notes[0]!;
-  assert.match(capped, /get 146 tokens each .* \(1,750 holds 64 of 4,096 tokens\)$/);
+  assert.match(
+    capped,
+    /get 146 tokens each .* \(1,750 holds 3, the most one binding per layer allows, of 4,096 tokens\)$/,
+  );
   assert.deepEqual(
     kvCacheBlocks({ ...QWEN3, numKvBlocks: 5000, limitBlocks: 4096 }).kvBlocks,
     4096,
@@ -74,4 +78,11 @@ Deno.test("kvCacheBlocks() refuses a memory size that holds no block, and notes 
     ],
   });
   assert.deepEqual(kvCacheBlocks({ ...QWEN3, numKvBlocks: 256 }).notes, []);
+});
+
+Deno.test("kvCacheLines() gives the cache's tokens and the concurrency at max_model_len", () => {
+  assert.deepEqual(kvCacheLines(585, 16, 4096), [
+    "KV cache: 585 blocks x 16 tokens = 9,360 tokens",
+    "Maximum concurrency for 4,096 tokens per request: 2.29x",
+  ]);
 });
