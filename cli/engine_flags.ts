@@ -59,6 +59,7 @@ const ENGINE_FLAG_OPTIONS = {
   "block-size": ["blockSize", "number"],
   "kv-cache-memory": ["kvCacheMemory", "number"],
   "num-kv-blocks": ["numKvBlocks", "number"],
+  "gpu-memory-utilization": ["gpuMemoryUtilization", "number"],
   "swap-space": ["swapSpace", "number"],
   "preemption-mode": ["preemptionMode", "string"],
   "scheduling-policy": ["schedulingPolicy", "string"],
@@ -108,8 +109,11 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --max-num-batched-tokens N     token budget per step (default 2048)
   --max-model-len N              longest prompt + output (default min(model, 4096))
   --block-size N                 tokens per KV block (default 16)
-  --kv-cache-memory MIB          KV cache size (default 1024, capped per binding)
+  --kv-cache-memory MIB          KV cache size (default: from --gpu-memory-utilization where
+                                 the GPU's memory can be read, else 1024; capped per binding)
   --num-kv-blocks N              KV blocks, instead of --kv-cache-memory
+  --gpu-memory-utilization F     share of the GPU's memory to fill, KV cache included, read
+                                 with nvidia-smi on NVIDIA GPUs (default 0.9 there)
   --swap-space MIB               host swap space for --preemption-mode swap (default 256 then)
   --preemption-mode recompute|swap
   --scheduling-policy fcfs|priority

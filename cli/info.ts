@@ -8,11 +8,13 @@
  */
 
 import { GpuContext, REQUESTED_LIMITS } from "../gpu/context.ts";
+import { type DeviceMemoryReading, readDeviceMemory } from "../gpu/device_memory.ts";
 import type { KernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { QuantizationChoice } from "../gpu/quant.ts";
 import { ModelRunner } from "../engine/model_runner.ts";
 import { resolveModelDir } from "./engine_flags.ts";
 import { cachedTunings, kernelTuningCachePath } from "../engine/kernel_tuning.ts";
+import { DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_KV_CACHE_MIB } from "../engine/kv_cache_size.ts";
 
 /** Formats a byte count as an exact integer plus MiB/GiB when large. */
 function formatLimit(name: string, value: number): string {
@@ -55,6 +57,20 @@ export function describeContext(ctx: GpuContext): string {
   return lines.join("\n");
 }
 
+const f = (n: number) => n.toLocaleString("en-US");
+
+/** The report's line on the GPU's memory (what the KV cache is sized from by default). */
+export function describeMemory(reading: DeviceMemoryReading): string {
+  if (!("memory" in reading)) {
+    return `Memory:    unknown (${reading.unknown}): the KV cache takes --kv-cache-memory, ` +
+      `default ${f(DEFAULT_KV_CACHE_MIB)} MiB`;
+  }
+  const m = reading.memory;
+  return `Memory:    ${f(m.totalMiB)} MiB, ${f(m.usedMiB)} MiB in use (${m.source}): the KV ` +
+    `cache fills --gpu-memory-utilization of it (default ${DEFAULT_GPU_MEMORY_UTILIZATION}) ` +
+    "once the model is loaded";
+}
+
 /** Runs `info`: prints the report, returns the exit code. */
 export async function runInfo(
   args: {
@@ -70,6 +86,7 @@ export async function runInfo(
   });
   try {
     console.log(describeContext(ctx));
+    console.log(describeMemory(await readDeviceMemory(ctx.adapter)));
     const path = kernelTuningCachePath();
     const cached = await cachedTunings(ctx, path);
     console.log(

@@ -42,8 +42,16 @@ export const engineOptionsSchema = z.object({
   maxModelLen: positiveInt.optional(),
   /** Tokens per KV block. */
   blockSize: positiveInt.default(16),
-  /** KV cache size in MiB (default 1024, capped so each layer's buffer fits one binding). */
+  /**
+   * KV cache size in MiB (default: sized from the GPU's memory where it can be read, see
+   * gpuMemoryUtilization, else 1024; capped so each layer's buffer fits one binding).
+   */
   kvCacheMemory: z.number().positive().optional(),
+  /**
+   * Share of the GPU's memory the engine may fill, KV cache included, where the memory can be
+   * read (NVIDIA, gpu/device_memory.ts); default 0.9 there (engine/kv_cache_size.ts).
+   */
+  gpuMemoryUtilization: z.number().gt(0).max(1).optional(),
   /** KV blocks, instead of kvCacheMemory. */
   numKvBlocks: positiveInt.optional(),
   /** Host swap space in MiB for preemption by swap (default 256 with swap mode, else 0). */
@@ -119,6 +127,15 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
   if (c.kvCacheMemory !== undefined && c.numKvBlocks !== undefined) {
     throw new RangeError("Invalid engine options: give kvCacheMemory or numKvBlocks, not both");
   }
+  if (
+    c.gpuMemoryUtilization !== undefined &&
+    (c.kvCacheMemory !== undefined || c.numKvBlocks !== undefined)
+  ) {
+    throw new RangeError(
+      "Invalid engine options: gpuMemoryUtilization sizes the KV cache as kvCacheMemory and " +
+        "numKvBlocks do: give one of them",
+    );
+  }
   checkApplicable(options, c);
   return Object.freeze(c);
 }
@@ -134,7 +151,7 @@ const APPLIES_TO: readonly {
   readonly otherwise: (c: EngineConfig) => string;
 }[] = [
   {
-    options: ["quantization", "kernelProfile", "kernelTuning", "forceF32"],
+    options: ["quantization", "kernelProfile", "kernelTuning", "forceF32", "gpuMemoryUtilization"],
     where: "the webgpu executor",
     applies: (c) => c.executor === "webgpu",
     otherwise: (c) => `executor ${c.executor}`,

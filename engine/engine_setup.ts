@@ -15,8 +15,9 @@ import type { Executor } from "./executors/executor.ts";
 import { MockExecutor } from "./executors/mock_executor.ts";
 import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
 import { GpuContext } from "../gpu/context.ts";
-import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
-import { kvCacheBlocks, kvCacheLines } from "./kv_cache_size.ts";
+import { type DeviceMemoryReader, readDeviceMemory } from "../gpu/device_memory.ts";
+import { kvCacheLines } from "./kv_cache_size.ts";
+import { KvCachePlan } from "./kv_cache_plan.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
 import type { GenerationConfig } from "./model/generation_config.ts";
@@ -57,10 +58,12 @@ export interface EngineParts {
 /**
  * Validates `options`, loads the model (WebGPU executor) or sets up the mock executor, sizes
  * the KV cache and logs what was chosen. On failure the GPU context created here is destroyed.
+ * `readMemory` reads the GPU's memory (engine/kv_cache_plan.ts; default nvidia-smi's figures).
  */
 export async function setupEngine(
   options: EngineOptions = {},
   log: Logger = () => {},
+  readMemory: DeviceMemoryReader = readDeviceMemory,
 ): Promise<EngineParts> {
   const config = resolveEngineConfig(options);
   const tokenizer = config.model !== undefined ? await Tokenizer.fromDir(config.model) : null;
@@ -82,7 +85,7 @@ export async function setupEngine(
     );
     const ck = await openCheckpoint(config.model!);
     try {
-      return await webGpuParts(config, name, tokenizer, ctx, ck, log);
+      return await webGpuParts(config, name, tokenizer, ctx, ck, log, readMemory);
     } finally {
       ck.close();
     }
@@ -100,17 +103,18 @@ async function webGpuParts(
   ctx: GpuContext,
   ck: Checkpoint,
   log: Logger,
+  readMemory: DeviceMemoryReader,
 ): Promise<EngineParts> {
   const mc = ck.config;
   const maxModelLen = resolveMaxModelLen(config.maxModelLen, mc);
-  const { kvBlocks, numSwapBlocks, notes } = kvCacheSize(config, ctx, mc, maxModelLen);
+  const plan = await KvCachePlan.create(config, ctx, mc, maxModelLen, readMemory);
   const runner = await ModelRunner.fromCheckpoint(ctx, ck, {
     maxTokens: config.maxNumBatchedTokens,
     maxSeqs: config.maxNumSeqs,
     maxSamplerRows: samplerRowsWanted(config),
     maxModelLen,
     blockSize: config.blockSize,
-    numKvBlocks: kvBlocks,
+    numKvBlocks: plan.numKvBlocks,
     ...(config.showProgress !== undefined ? { showProgress: config.showProgress } : {}),
     ...(config.maxInFlight !== undefined ? { maxInFlight: config.maxInFlight } : {}),
     quantization: config.quantization,
@@ -120,9 +124,12 @@ async function webGpuParts(
       `weights ${ctx.weightDtype}`,
   );
   logWeights(log, runner.weights, ctx.weightDtype);
+  const { kvBlocks, numSwapBlocks, notes } = plan.sized;
   for (const line of [...kvCacheLines(kvBlocks, config.blockSize, maxModelLen), ...notes]) {
     log(line);
   }
+  const memory = await plan.memoryLine();
+  if (memory !== null) log(memory);
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +
       `in sub-batches of the ${config.maxNumSeqs} logits rows`,
@@ -172,34 +179,6 @@ async function webGpuParts(
     eosTokenIds: eos,
     structured,
   };
-}
-
-/** KV blocks on the device (engine/kv_cache_size.ts, its notes logged) and swap blocks on the host. */
-function kvCacheSize(
-  config: EngineConfig,
-  ctx: GpuContext,
-  mc: ModelConfig,
-  maxModelLen: number,
-): { kvBlocks: number; numSwapBlocks: number; notes: readonly string[] } {
-  const shape: KvCacheShape = {
-    numLayers: mc.numLayers,
-    numKvHeads: mc.numKvHeads,
-    headDim: mc.headDim,
-    blockSize: config.blockSize,
-    dtype: ctx.weightDtype,
-  };
-  const perBlock = blockBytes(shape);
-  const { kvBlocks, notes } = kvCacheBlocks({
-    ...(config.numKvBlocks === undefined ? {} : { numKvBlocks: config.numKvBlocks }),
-    ...(config.kvCacheMemory === undefined ? {} : { kvCacheMemory: config.kvCacheMemory }),
-    blockBytes: perBlock,
-    limitBlocks: maxBlocks(ctx, shape),
-    blockSize: config.blockSize,
-    maxNumSeqs: config.maxNumSeqs,
-    maxModelLen,
-  });
-  const swapMiB = config.swapSpace ?? (config.preemptionMode === "swap" ? 256 : 0);
-  return { kvBlocks, numSwapBlocks: Math.floor((swapMiB * 2 ** 20) / perBlock), notes };
 }
 
 /** The sampling defaults generation_config.json sets (requests override them). */

@@ -1,14 +1,14 @@
 /**
  * How many KV blocks the engine allocates (engine/engine_setup.ts), and what the start-up log
- * says about that choice: `numKvBlocks` when given; else `kvCacheMemory` MiB (default
- * {@linkcode DEFAULT_KV_CACHE_MIB}), but no more than `maxNumSeqs` requests of `maxModelLen`
- * tokens could ever hold; never more than one binding per layer holds. WebGPU cannot report how
- * much memory a GPU has, so the default is a fixed size, not a share of the GPU's memory as
- * vLLM's `--gpu-memory-utilization`: when it is what limits the cache, the log says how many
- * tokens each of `maxNumSeqs` requests gets before the scheduler must preempt, and which flag
- * gives more. The log also says when the cache holds fewer tokens than `maxModelLen` (longer
- * requests are then refused, scheduler/scheduler_api.ts); a memory size that holds no block is
- * an error.
+ * says about that choice: `numKvBlocks` when given; else `kvCacheMemory` MiB; else, where the
+ * GPU's memory could be read (gpu/device_memory.ts), what is left of its `utilization` share
+ * once the model is loaded (vLLM's `--gpu-memory-utilization`); else
+ * {@linkcode DEFAULT_KV_CACHE_MIB}. By memory, never more than `maxNumSeqs` requests of
+ * `maxModelLen` tokens could ever hold, nor more than one binding per layer holds. When the
+ * fixed default is what limits the cache, the log says how many tokens each of `maxNumSeqs`
+ * requests gets before the scheduler must preempt, and which flag gives more. The log also says
+ * when the cache holds fewer tokens than `maxModelLen` (longer requests are then refused,
+ * scheduler/scheduler_api.ts); a memory size that holds no block is an error.
  *
  * @module
  */
@@ -16,8 +16,25 @@
 /** "9,360" (the log's number format). */
 const f = (n: number) => n.toLocaleString("en-US");
 
-/** The KV cache's size in MiB unless `kvCacheMemory` or `numKvBlocks` is given. */
+/**
+ * The KV cache's size in MiB unless `kvCacheMemory` or `numKvBlocks` is given and the GPU's
+ * memory cannot be read.
+ */
 export const DEFAULT_KV_CACHE_MIB = 1024;
+
+/** The share of the GPU's memory the engine fills by default where it can be read (vLLM's). */
+export const DEFAULT_GPU_MEMORY_UTILIZATION = 0.9;
+
+/** The GPU's memory once the model is loaded, and the share of it the engine may fill. */
+export interface GpuMemoryShare {
+  readonly totalMiB: number;
+  /** In use by every process, this one's weights and step buffers included. */
+  readonly usedMiB: number;
+  /** Where the figures were read (gpu/device_memory.ts `DeviceMemory.source`). */
+  readonly source: string;
+  /** Share of `totalMiB` the engine may fill, KV cache included (`--gpu-memory-utilization`). */
+  readonly utilization: number;
+}
 
 /** What {@linkcode kvCacheBlocks} sizes the cache from. */
 export interface KvCacheRequest {
@@ -25,6 +42,11 @@ export interface KvCacheRequest {
   readonly numKvBlocks?: number;
   /** MiB asked for (`--kv-cache-memory`). */
   readonly kvCacheMemory?: number;
+  /**
+   * The GPU's memory, read after loading (used when neither of the above is given), or why it
+   * could not be read (the log's note on the default says so).
+   */
+  readonly gpuMemory?: GpuMemoryShare | { readonly unknown: string };
   /** Bytes of one block across all layers, K and V. */
   readonly blockBytes: number;
   /** Most blocks one binding per layer holds (engine/kv_cache.ts `maxBlocks`). */
@@ -43,24 +65,45 @@ export interface KvCacheSizing {
 /**
  * The KV cache's blocks for `r` (see the module documentation).
  *
- * @throws {RangeError} when `kvCacheMemory` holds no block.
+ * @throws {RangeError} when `kvCacheMemory`, or the GPU memory share, holds no block.
  */
 export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
   const useful = r.maxNumSeqs * Math.ceil(r.maxModelLen / r.blockSize);
-  const mib = r.kvCacheMemory ?? DEFAULT_KV_CACHE_MIB;
-  const byMemory = Math.floor((mib * 2 ** 20) / r.blockBytes);
+  const sized = r.numKvBlocks === undefined && r.kvCacheMemory === undefined;
+  const gpu = sized && r.gpuMemory !== undefined && "totalMiB" in r.gpuMemory ? r.gpuMemory : null;
+  const mib = r.kvCacheMemory ??
+    (gpu !== null ? gpu.utilization * gpu.totalMiB - gpu.usedMiB : DEFAULT_KV_CACHE_MIB);
+  const byMemory = Math.max(0, Math.floor((mib * 2 ** 20) / r.blockBytes));
+  const blockMiB = `${(r.blockBytes / 2 ** 20).toFixed(3)} MiB`;
   if (r.numKvBlocks === undefined && byMemory < 1) {
     throw new RangeError(
-      `--kv-cache-memory ${mib} MiB holds no KV block: one block of this model takes ` +
-        `${(r.blockBytes / 2 ** 20).toFixed(3)} MiB`,
+      gpu !== null
+        ? `--gpu-memory-utilization ${gpu.utilization} leaves no room for the KV cache: ` +
+          `${f(gpu.usedMiB)} of the GPU's ${f(gpu.totalMiB)} MiB in use once the model is ` +
+          `loaded (${gpu.source}), ${f(Math.floor(gpu.utilization * gpu.totalMiB))} allowed; ` +
+          `one KV block of this model takes ${blockMiB}`
+        : `--kv-cache-memory ${mib} MiB holds no KV block: one block of this model takes ` +
+          blockMiB,
     );
   }
   const wanted = r.numKvBlocks ?? Math.min(byMemory, useful);
   const kvBlocks = Math.min(wanted, r.limitBlocks);
   const notes: string[] = [];
+  if (gpu !== null) {
+    const whole = Math.ceil((useful * r.blockBytes) / 2 ** 20);
+    notes.push(
+      `KV cache sized from the GPU's memory (${gpu.source}): ${gpu.utilization} of ` +
+        `${f(gpu.totalMiB)} MiB (--gpu-memory-utilization) less ${f(gpu.usedMiB)} MiB in use ` +
+        `once the model is loaded leaves ${f(Math.floor(mib))} MiB` +
+        (byMemory > useful
+          ? `; ${f(whole)} MiB of it hold all ${f(r.maxNumSeqs)} requests (--max-num-seqs) ` +
+            `of ${f(r.maxModelLen)} tokens`
+          : ""),
+    );
+  }
   if (kvBlocks < wanted) {
     notes.push(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
-  } else if (r.numKvBlocks === undefined && r.kvCacheMemory === undefined && byMemory < useful) {
+  } else if (sized && gpu === null && byMemory < useful) {
     const perRequest = Math.floor((kvBlocks * r.blockSize) / r.maxNumSeqs);
     // The most that helps: every request whole, or what one binding per layer allows.
     const most = Math.min(useful, r.limitBlocks);
@@ -70,9 +113,12 @@ export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
       : `${
         f(Math.floor((most * r.blockSize) / r.maxModelLen))
       }, the most one binding per layer allows,`;
+    const why = r.gpuMemory !== undefined && "unknown" in r.gpuMemory
+      ? r.gpuMemory.unknown
+      : "WebGPU cannot report it";
     notes.push(
-      `KV cache limited by its ${f(DEFAULT_KV_CACHE_MIB)} MiB default (WebGPU cannot report the ` +
-        `GPU's memory): ${f(r.maxNumSeqs)} running requests (--max-num-seqs) get ` +
+      `KV cache limited by its ${f(DEFAULT_KV_CACHE_MIB)} MiB default (the GPU's memory is ` +
+        `unknown: ${why}): ${f(r.maxNumSeqs)} running requests (--max-num-seqs) get ` +
         `${f(perRequest)} tokens each before the scheduler preempts; --kv-cache-memory MIB gives ` +
         `it more (${f(mostMiB)} holds ${held} of ${f(r.maxModelLen)} tokens)`,
     );

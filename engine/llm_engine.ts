@@ -37,6 +37,7 @@ import {
 import { type EngineParts, type Logger, setupEngine, setupMockEngine } from "./engine_setup.ts";
 import type { Executor, SampledToken, ScoredPromptToken } from "./executors/executor.ts";
 import type { GpuContext } from "../gpu/context.ts";
+import type { DeviceMemoryReader } from "../gpu/device_memory.ts";
 import {
   checkServable,
   checkTokenIds,
@@ -111,10 +112,15 @@ export class LLMEngine implements EngineClient {
 
   /**
    * Validates `options`, loads the model (WebGPU executor) or sets up the mock executor, sizes
-   * the KV cache and logs what was chosen.
+   * the KV cache and logs what was chosen. `readMemory` reads the GPU's memory for the KV
+   * cache's size (default: gpu/device_memory.ts `readDeviceMemory`, nvidia-smi's figures).
    */
-  static async create(options: EngineOptions = {}, log: Logger = () => {}): Promise<LLMEngine> {
-    return new LLMEngine(await setupEngine(options, log));
+  static async create(
+    options: EngineOptions = {},
+    log: Logger = () => {},
+    readMemory?: DeviceMemoryReader,
+  ): Promise<LLMEngine> {
+    return new LLMEngine(await setupEngine(options, log, readMemory));
   }
 
   /**

@@ -20,7 +20,7 @@ import { StagedWrites } from "../gpu/staged_writes.ts";
 import { DeferredReadbacks } from "./deferred_readbacks.ts";
 import type { StepHandle, StepOptions } from "./step_options.ts";
 import { type ForwardBatch, FROM_SAMPLED, validateBatch } from "./forward_batch.ts";
-import type { KvCache } from "./kv_cache.ts";
+import { KvCache } from "./kv_cache.ts";
 import type { PenaltyHistorySlots } from "./logits_process_lists.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import { resolveQuantization } from "./model/checkpoint_quantization.ts";
@@ -31,7 +31,7 @@ import type { SampledRows } from "./sampled_rows.ts";
 import type { StepBuffers } from "./step_buffers.ts";
 import { StepInputs } from "./step_inputs.ts";
 import { gpuPrefillCompiles, type StepShape } from "./models/attention_block.ts";
-import { allocateBindTargets, type BindTargets } from "./models/bind_targets.ts";
+import { allocateBindTargets, type BindTargets, kvCacheShape } from "./models/bind_targets.ts";
 import { loadModel } from "./models/load_model.ts";
 import type { Model } from "./models/model.ts";
 import { KERNEL_GROUPS, SinglePass } from "./models/step_passes.ts";
@@ -44,7 +44,13 @@ import type { AttentionKernels } from "./models/attention_block.ts";
 
 export type { SampledRows, TopLogprob } from "./sampled_rows.ts";
 export type { StepHandle, StepOptions, StepTiming } from "./step_options.ts";
-import { checkOptions, type ModelRunnerOptions, type WeightBytes } from "./model_runner_options.ts";
+import {
+  checkOptions,
+  checkPositive,
+  type LoadedRunnerOptions,
+  type ModelRunnerOptions,
+  type WeightBytes,
+} from "./model_runner_options.ts";
 
 export type { ModelRunnerOptions, WeightBytes };
 
@@ -52,7 +58,7 @@ export type { ModelRunnerOptions, WeightBytes };
 export class ModelRunner {
   readonly ctx: GpuContext;
   readonly config: ModelConfig;
-  readonly options: ModelRunnerOptions;
+  readonly options: LoadedRunnerOptions;
   readonly kv: KvCache;
   /** The weights' bytes on the device, and what they would be unquantized. */
   readonly weights: WeightBytes;
@@ -78,7 +84,7 @@ export class ModelRunner {
   private constructor(
     ctx: GpuContext,
     config: ModelConfig,
-    options: ModelRunnerOptions,
+    options: LoadedRunnerOptions,
     parts: BindTargets & {
       model: Model;
       own: { destroy(): void }[];
@@ -149,12 +155,18 @@ export class ModelRunner {
     );
     const targets = allocateBindTargets(ctx, c, { ...options, maxRows }, gpuPrefill.variants);
     // What to destroy on failure or at the end, in allocation order.
-    const own: { destroy(): void }[] = [
-      targets.kv,
-      targets.bufs,
-      targets.arena,
-      targets.attention,
-    ];
+    const own: { destroy(): void }[] = [targets.bufs, targets.arena, targets.attention];
+    // Allocated by the model once its weights are loaded (numKvBlocks may be sized then).
+    let kv: KvCache | undefined;
+    const kvCache = async (): Promise<KvCache> => {
+      const blocks = typeof options.numKvBlocks === "number"
+        ? options.numKvBlocks
+        : await options.numKvBlocks();
+      checkPositive("numKvBlocks", blocks);
+      kv = new KvCache(ctx, kvCacheShape(ctx, c, options.blockSize), blocks);
+      own.push(kv);
+      return kv;
+    };
     const loader = new WeightLoader(
       ctx,
       ck,
@@ -164,7 +176,8 @@ export class ModelRunner {
     );
     let model: Model;
     try {
-      model = await loadModel(ctx, ck, loader, targets, own);
+      model = await loadModel(ctx, ck, loader, targets, own, kvCache);
+      if (kv === undefined) throw new Error(`The ${c.arch} loader allocated no KV cache`);
     } catch (error) {
       loader.destroy();
       for (const o of own) o.destroy();
@@ -180,7 +193,13 @@ export class ModelRunner {
     const weights = { ...loader.bytes, notes, quantization: loader.quantization };
     own.push(model);
     ctx.check();
-    return new ModelRunner(ctx, c, options, { ...targets, model, own, weights });
+    return new ModelRunner(ctx, c, { ...options, numKvBlocks: kv.numBlocks }, {
+      ...targets,
+      kv,
+      model,
+      own,
+      weights,
+    });
   }
 
   /**

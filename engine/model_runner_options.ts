@@ -36,8 +36,12 @@ export interface ModelRunnerOptions {
   readonly maxModelLen: number;
   /** Tokens per KV block. */
   readonly blockSize: number;
-  /** KV blocks in the pool. */
-  readonly numKvBlocks: number;
+  /**
+   * KV blocks in the pool, or a function that says how many once the weights and step buffers
+   * are on the device, before the cache is allocated (the engine reads the GPU's memory then:
+   * engine/engine_setup.ts). `ModelRunner.options` holds the number.
+   */
+  readonly numKvBlocks: number | (() => Promise<number>);
   /** Draw a load progress bar (default: when stderr is a terminal). */
   readonly showProgress?: boolean;
   /**
@@ -63,11 +67,19 @@ export interface ModelRunnerOptions {
   readonly maxInFlight?: number;
 }
 
+/** {@linkcode ModelRunnerOptions} with the KV cache's blocks known. */
+export type LoadedRunnerOptions = Omit<ModelRunnerOptions, "numKvBlocks"> & {
+  readonly numKvBlocks: number;
+};
+
 /** @throws {RangeError} when a numeric option is not a positive integer. */
 export function checkOptions(options: ModelRunnerOptions): void {
-  for (const [name, v] of Object.entries(options)) {
-    if (typeof v === "number" && (!Number.isInteger(v) || v < 1)) {
-      throw new RangeError(`Model runner option ${name} must be a positive integer: got ${v}`);
-    }
+  for (const [name, v] of Object.entries(options)) checkPositive(name, v);
+}
+
+/** @throws {RangeError} naming option `name` when `v` is a number but not a positive integer. */
+export function checkPositive(name: string, v: unknown): void {
+  if (typeof v === "number" && (!Number.isInteger(v) || v < 1)) {
+    throw new RangeError(`Model runner option ${name} must be a positive integer: got ${v}`);
   }
 }

@@ -10,6 +10,15 @@ Deno.test("main.ts info prints the adapter, its features and the requested limit
   assert.match(stdout, /timestamp-query +(yes|no)/);
   assert.match(stdout, /subgroups +(yes|no)/);
   assert.match(stdout, /maxStorageBufferBindingSize +[\d,]+/);
+  // The GPU's memory (what the KV cache is sized from): unknown on a software adapter.
+  if (/^Kind: {6}software/m.test(stdout) || /llvmpipe|lavapipe/.test(stdout)) {
+    assert.match(
+      stdout,
+      /^Memory: {4}unknown \(a software adapter, whose memory is the host's\): the KV cache takes --kv-cache-memory, default 1,024 MiB$/m,
+    );
+  } else {
+    assert.match(stdout, /^Memory: {4}(unknown \(.+\)|[\d,]+ MiB, [\d,.]+ MiB in use \(.+\)): /m);
+  }
 });
 
 Deno.test("main.ts info fails with one line when no adapter exists", async () => {

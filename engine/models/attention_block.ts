@@ -12,7 +12,7 @@
 
 import { INDEXED_ROWS } from "../../kernels/block_table_stride.ts";
 import type { ParamArena } from "../../gpu/params.ts";
-import type { KvCache } from "../kv_cache.ts";
+import type { KvCache, KvCacheShape } from "../kv_cache.ts";
 import type { StepBuffers } from "../step_buffers.ts";
 import { defaultDecodeVariant } from "../../kernels/paged_attention_decode_config.ts";
 import {
@@ -135,20 +135,20 @@ export class AttentionKernels {
   constructor(
     ctx: GpuContext,
     geometry: AttentionGeometry,
-    kv: KvCache,
+    kv: KvCacheShape,
     maxSeqs: number,
     gpuPrefill: readonly TiledPrefillVariant[] = GPU_PREFILL_VARIANTS,
     rope?: DecodeRopeConfig,
   ) {
     this.geometry = geometry;
     const { numHeads, numKvHeads, headDim } = geometry;
-    const dtype = kv.shape.dtype;
+    const dtype = kv.dtype;
     this.#reshape = new ReshapeAndCache(ctx, dtype);
     this.#decode = new PagedAttentionDecode(ctx, {
       numQHeads: numHeads,
       numKvHeads,
       headDim,
-      blockSize: kv.shape.blockSize,
+      blockSize: kv.blockSize,
       dtype,
       ...(rope !== undefined && fusesRope(ctx, numHeads / numKvHeads, headDim) ? { rope } : {}),
     });

@@ -1,14 +1,16 @@
 /**
  * What a model's call sites are bound against, allocated once per model runner for its largest
- * step: the paged KV cache, the step buffers, the parameter arena, and the compiled kernels
- * (attention included). Every layer of the model binds against the same ones.
+ * step: the step buffers, the parameter arena, and the compiled kernels (attention included),
+ * before the weights load; and the paged KV cache, which a model allocates once its weights are
+ * on the device (so that the engine can size it from the memory left: engine/engine_setup.ts).
+ * Every layer of the model binds against the same ones.
  *
  * @module
  */
 
 import type { GpuContext } from "../../gpu/context.ts";
 import { ParamArena } from "../../gpu/params.ts";
-import { KvCache } from "../kv_cache.ts";
+import type { KvCache, KvCacheShape } from "../kv_cache.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { DEFAULT_RING_SLOTS, StepBuffers } from "../step_buffers.ts";
 import { AttentionKernels, GPU_PREFILL_VARIANTS } from "./attention_block.ts";
@@ -16,14 +18,24 @@ import type { TiledPrefillVariant } from "../../kernels/paged_attention_prefill.
 import { KernelSet } from "./kernel_set.ts";
 
 /** What an architecture binds its call sites against (the runner's, shared by every layer). */
-export interface BindTargets {
+export interface BindTargets extends ModelTargets {
+  readonly kv: KvCache;
+}
+
+/** The targets allocated before the weights load: all but the KV cache. */
+export interface ModelTargets {
   readonly kernels: KernelSet;
   readonly attention: AttentionKernels;
   /** The parameter slots of every call site. */
   readonly arena: ParamArena;
   readonly bufs: StepBuffers;
-  readonly kv: KvCache;
 }
+
+/**
+ * Allocates the KV cache once a model's weights are loaded (engine/models/load_model.ts): the
+ * architectures call it between loading their weights and binding their attention.
+ */
+export type KvCacheAllocator = () => Promise<KvCache>;
 
 /** The sizes the targets are allocated for (the model runner's options). */
 export interface BindTargetSizes {
@@ -37,35 +49,37 @@ export interface BindTargetSizes {
   readonly maxModelLen: number;
   /** Tokens per KV block. */
   readonly blockSize: number;
-  /** KV blocks in the pool. */
-  readonly numKvBlocks: number;
   /** Compile the fused decode attention for a RoPE model (gpu profile); default true. */
   readonly fusedDecode?: boolean;
   /** Steps in flight at once (default `DEFAULT_RING_SLOTS` - 1): the ring has one slot more. */
   readonly maxInFlight?: number;
 }
 
+/** The KV cache's shape for a model of config `c` on `ctx` (the cache in `ctx.weightDtype`). */
+export function kvCacheShape(ctx: GpuContext, c: ModelConfig, blockSize: number): KvCacheShape {
+  return {
+    numLayers: c.numLayers,
+    numKvHeads: c.numKvHeads,
+    headDim: c.headDim,
+    blockSize,
+    dtype: ctx.weightDtype,
+  };
+}
+
 /**
- * Allocates the KV cache and step buffers for `sizes` (in `ctx.weightDtype`), the parameter
- * arena, and compiles the kernels, for a model of config `c` (of the GPU prefill attention
- * kernels, `gpuPrefill`: see `gpuPrefillCompiles`). The caller destroys `kv`, `bufs`, `arena` and
- * `attention` (in that order of allocation).
+ * Allocates the step buffers for `sizes` (in `ctx.weightDtype`), the parameter arena, and
+ * compiles the kernels, for a model of config `c` (of the GPU prefill attention kernels,
+ * `gpuPrefill`: see `gpuPrefillCompiles`). The caller destroys `bufs`, `arena` and `attention`
+ * (in that order of allocation). The KV cache comes later ({@linkcode KvCacheAllocator}).
  */
 export function allocateBindTargets(
   ctx: GpuContext,
   c: ModelConfig,
   sizes: BindTargetSizes,
   gpuPrefill: readonly TiledPrefillVariant[] = GPU_PREFILL_VARIANTS,
-): BindTargets {
+): ModelTargets {
   const dtype = ctx.weightDtype;
   const D = c.headDim;
-  const kv = new KvCache(ctx, {
-    numLayers: c.numLayers,
-    numKvHeads: c.numKvHeads,
-    headDim: D,
-    blockSize: sizes.blockSize,
-    dtype,
-  }, sizes.numKvBlocks);
   const qkvWidth = (c.numHeads + 2 * c.numKvHeads) * D;
   const bufs = new StepBuffers(ctx, {
     maxTokens: sizes.maxTokens,
@@ -102,7 +116,7 @@ export function allocateBindTargets(
       vOffset: (c.numHeads + c.numKvHeads) * D,
       maxModelLen: sizes.maxModelLen,
     },
-    kv,
+    kvCacheShape(ctx, c, sizes.blockSize),
     sizes.maxSeqs,
     gpuPrefill,
     // RoPE models (every architecture but GPT-2); head norms in the weights' dtype (Qwen3).
@@ -110,5 +124,5 @@ export function allocateBindTargets(
       ? undefined
       : { normDtype: c.qkNorm ? dtype : null, eps: c.normEps },
   );
-  return { kernels, attention, arena, bufs, kv };
+  return { kernels, attention, arena, bufs };
 }

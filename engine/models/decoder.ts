@@ -30,7 +30,7 @@ import type { GpuMatrix } from "../../gpu/tensor.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { WeightLoader } from "../model/weight_loader.ts";
 import type { AttentionBlock } from "./attention_block.ts";
-import type { BindTargets } from "./bind_targets.ts";
+import type { BindTargets, KvCacheAllocator, ModelTargets } from "./bind_targets.ts";
 import { BoundModel, type EncodeForward } from "./model.ts";
 import { KERNEL_GROUPS } from "./step_passes.ts";
 import {
@@ -354,10 +354,13 @@ export class DecoderModel extends BoundModel {
   static async load(
     config: ModelConfig,
     loader: WeightLoader,
-    targets: BindTargets,
+    modelTargets: ModelTargets,
+    kvCache: KvCacheAllocator,
     invFreq: GPUBuffer,
   ): Promise<DecoderModel> {
     const w = await loadWeights(config, loader);
+    // The KV cache once the weights are on the device (see bind_targets.ts).
+    const targets: BindTargets = { ...modelTargets, kv: await kvCache() };
     const { kernels, arena, bufs } = targets;
     const embed = kernels.embedding.bind(arena, {
       ids: b(bufs.ids),

@@ -16,7 +16,7 @@ import type { GpuMatrix } from "../../gpu/tensor.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { WeightLoader } from "../model/weight_loader.ts";
 import type { AttentionBlock } from "./attention_block.ts";
-import type { BindTargets } from "./bind_targets.ts";
+import type { KvCacheAllocator, ModelTargets } from "./bind_targets.ts";
 import { BoundModel, type EncodeForward } from "./model.ts";
 import { KERNEL_GROUPS } from "./step_passes.ts";
 import { ConfigError } from "../model/errors.ts";
@@ -67,7 +67,7 @@ class Gpt2Binder {
   constructor(
     readonly c: ModelConfig,
     readonly w: WeightLoader,
-    readonly t: BindTargets,
+    readonly t: ModelTargets,
   ) {}
 
   /** LayerNorm `name` (weight and bias) from `x` to `out`. */
@@ -98,8 +98,8 @@ class Gpt2Binder {
     });
   }
 
-  /** Layer `l`'s call sites. */
-  async layer(l: number): Promise<Gpt2Layer> {
+  /** Layer `l`'s call sites but its attention (bound once the KV cache exists). */
+  async layer(l: number): Promise<Omit<Gpt2Layer, "attn">> {
     const { c, t } = this;
     const { bufs, arena } = t;
     const H = c.hiddenSize;
@@ -108,7 +108,6 @@ class Gpt2Binder {
     return {
       ln1: await this.norm(`${p}.ln_1`, bufs.hidden, bufs.normed),
       qkv: await this.linear(`${p}.attn.c_attn`, H, 3 * H, bufs.normed, bufs.qkv),
-      attn: t.attention.bind(arena, bufs, t.kv, l),
       proj: await this.linear(`${p}.attn.c_proj`, H, H, bufs.attnOut, bufs.delta),
       ln2: await this.norm(`${p}.ln_2`, bufs.hidden, bufs.normed),
       fc: await this.linear(`${p}.mlp.c_fc`, H, I, bufs.normed, bufs.mlpUp),
@@ -182,7 +181,8 @@ export class Gpt2Model extends BoundModel {
   static async load(
     config: ModelConfig,
     loader: WeightLoader,
-    targets: BindTargets,
+    targets: ModelTargets,
+    kvCache: KvCacheAllocator,
   ): Promise<Gpt2Model> {
     if (!config.tieWordEmbeddings) {
       // The head is wte here; an untied lm_head.weight would be ignored: a wrong answer.
@@ -190,8 +190,8 @@ export class Gpt2Model extends BoundModel {
     }
     const binder = new Gpt2Binder(config, loader, targets);
     const { wte, ...embeddings } = await binder.embeddings();
-    const layers: Gpt2Layer[] = [];
-    for (let l = 0; l < config.numLayers; l++) layers.push(await binder.layer(l));
+    const loaded: Omit<Gpt2Layer, "attn">[] = [];
+    for (let l = 0; l < config.numLayers; l++) loaded.push(await binder.layer(l));
     const { kernels, arena, bufs } = targets;
     const gather = kernels.gatherRows.bind(arena, {
       src: b(bufs.hidden),
@@ -199,6 +199,12 @@ export class Gpt2Model extends BoundModel {
       out: b(bufs.lastHidden),
     });
     const lnF = await binder.norm("transformer.ln_f", bufs.lastHidden, bufs.lastNormed);
+    // The KV cache once the weights are on the device (see bind_targets.ts).
+    const kv = await kvCache();
+    const layers = loaded.map((L, l): Gpt2Layer => ({
+      ...L,
+      attn: targets.attention.bind(arena, bufs, kv, l),
+    }));
     const encode = forward(config, { ...embeddings, gather, lnF }, layers);
     return new Gpt2Model(config, wte, encode, loader);
   }

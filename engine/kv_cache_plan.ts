@@ -1,0 +1,146 @@
+/**
+ * How a WebGPU engine sizes its KV cache (engine/engine_setup.ts): from `--num-kv-blocks` or
+ * `--kv-cache-memory` before the model loads; otherwise, where the GPU's memory can be read
+ * (gpu/device_memory.ts), from what `--gpu-memory-utilization` leaves once the weights and step
+ * buffers are on the device (the model runner asks between loading its weights and allocating
+ * the cache: engine/models/bind_targets.ts); otherwise the fixed default. The arithmetic and the
+ * log's notes are engine/kv_cache_size.ts's; the swap space is sized here too.
+ *
+ * @module
+ */
+
+import type { DeviceMemoryReader, DeviceMemoryReading } from "../gpu/device_memory.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import type { EngineConfig } from "./engine_config.ts";
+import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
+import {
+  DEFAULT_GPU_MEMORY_UTILIZATION,
+  type GpuMemoryShare,
+  kvCacheBlocks,
+} from "./kv_cache_size.ts";
+import type { ModelConfig } from "./model/config.ts";
+
+/** The KV cache's blocks, the host's swap blocks, and the log's notes on the choice. */
+export interface KvCacheSized {
+  readonly kvBlocks: number;
+  readonly numSwapBlocks: number;
+  readonly notes: readonly string[];
+}
+
+const f = (n: number) => n.toLocaleString("en-US");
+
+/** One model's KV sizing on one adapter: {@linkcode KvCachePlan.create}. */
+export class KvCachePlan {
+  #sized: KvCacheSized | null = null;
+
+  private constructor(
+    private readonly config: EngineConfig,
+    private readonly ctx: GpuContext,
+    private readonly shape: KvCacheShape,
+    private readonly maxModelLen: number,
+    private readonly readMemory: DeviceMemoryReader,
+    /** The memory as read before loading (null: the flags size the cache). */
+    private readonly before: DeviceMemoryReading | null,
+  ) {}
+
+  /**
+   * The plan for model `mc` on `ctx`. Reads the GPU's memory when no flag sizes the cache.
+   *
+   * @throws {RangeError} when `gpuMemoryUtilization` is given but the memory cannot be read, or
+   *   a flag's size holds no block.
+   */
+  static async create(
+    config: EngineConfig,
+    ctx: GpuContext,
+    mc: ModelConfig,
+    maxModelLen: number,
+    readMemory: DeviceMemoryReader,
+  ): Promise<KvCachePlan> {
+    const shape: KvCacheShape = {
+      numLayers: mc.numLayers,
+      numKvHeads: mc.numKvHeads,
+      headDim: mc.headDim,
+      blockSize: config.blockSize,
+      dtype: ctx.weightDtype,
+    };
+    const byFlags = config.numKvBlocks !== undefined || config.kvCacheMemory !== undefined;
+    const before = byFlags ? null : await readMemory(ctx.adapter);
+    if (before !== null && "unknown" in before && config.gpuMemoryUtilization !== undefined) {
+      throw new RangeError(
+        `Cannot apply --gpu-memory-utilization: the GPU's memory is unknown (${before.unknown}); ` +
+          "give --kv-cache-memory MIB instead",
+      );
+    }
+    const plan = new KvCachePlan(config, ctx, shape, maxModelLen, readMemory, before);
+    // Sized now unless by memory (a size that holds no block fails before the load).
+    if (before === null || "unknown" in before) plan.#size(before ?? undefined);
+    return plan;
+  }
+
+  /**
+   * The model runner's `numKvBlocks`: the blocks, or (sized by the GPU's memory) a function
+   * that reads the memory once the weights are loaded and sizes the cache from it.
+   */
+  get numKvBlocks(): number | (() => Promise<number>) {
+    if (this.#sized !== null) return this.#sized.kvBlocks;
+    return async () => {
+      // Uploads finished, so their staging memory is not counted as in use.
+      await this.ctx.device.queue.onSubmittedWorkDone();
+      const now = await this.readMemory(this.ctx.adapter);
+      if ("unknown" in now) {
+        throw new Error(
+          `Cannot size the KV cache: the GPU's memory was read before loading, not after (${now.unknown})`,
+        );
+      }
+      const utilization = this.config.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION;
+      return this.#size({ ...now.memory, utilization }).kvBlocks;
+    };
+  }
+
+  /**
+   * The sizing, once done (before the load, or when the runner asked).
+   *
+   * @throws {Error} when asked before the runner allocated a cache sized by memory.
+   */
+  get sized(): KvCacheSized {
+    if (this.#sized === null) throw new Error("The KV cache is sized once the model is loaded");
+    return this.#sized;
+  }
+
+  /**
+   * The log's line on the GPU's memory in use before the load and now (with the KV cache), or
+   * null where it is not read. Shows what the sizing left, and whether the cache's bytes
+   * landed on the GPU.
+   */
+  async memoryLine(): Promise<string | null> {
+    if (this.before === null || !("memory" in this.before)) return null;
+    await this.ctx.device.queue.onSubmittedWorkDone();
+    const now = await this.readMemory(this.ctx.adapter);
+    if (!("memory" in now)) return `GPU memory: no longer read (${now.unknown})`;
+    const m = now.memory;
+    return `GPU memory in use: ${f(this.before.memory.usedMiB)} MiB before loading, ` +
+      `${f(m.usedMiB)} of ${f(m.totalMiB)} MiB with the model and KV cache (${m.source})`;
+  }
+
+  #size(gpuMemory: GpuMemoryShare | { readonly unknown: string } | undefined): KvCacheSized {
+    const c = this.config;
+    const perBlock = blockBytes(this.shape);
+    const { kvBlocks, notes } = kvCacheBlocks({
+      ...(c.numKvBlocks === undefined ? {} : { numKvBlocks: c.numKvBlocks }),
+      ...(c.kvCacheMemory === undefined ? {} : { kvCacheMemory: c.kvCacheMemory }),
+      ...(gpuMemory === undefined ? {} : { gpuMemory }),
+      blockBytes: perBlock,
+      limitBlocks: maxBlocks(this.ctx, this.shape),
+      blockSize: c.blockSize,
+      maxNumSeqs: c.maxNumSeqs,
+      maxModelLen: this.maxModelLen,
+    });
+    const swapMiB = c.swapSpace ?? (c.preemptionMode === "swap" ? 256 : 0);
+    this.#sized = {
+      kvBlocks,
+      numSwapBlocks: Math.floor((swapMiB * 2 ** 20) / perBlock),
+      notes,
+    };
+    return this.#sized;
+  }
+}

@@ -1,0 +1,151 @@
+import assert from "node:assert/strict";
+import type { DeviceMemoryReader, DeviceMemoryReading } from "../gpu/device_memory.ts";
+import { LLMEngine } from "../engine/llm_engine.ts";
+import type { EngineOptions } from "../engine/engine_config.ts";
+import { makeModel } from "../tools/make_model.ts";
+
+/** A reader that answers `readings` in turn (the last one from then on) and counts its calls. */
+function fakeMemory(...readings: DeviceMemoryReading[]): DeviceMemoryReader & { calls: number } {
+  const read = Object.assign(
+    () => Promise.resolve(readings[Math.min(read.calls++, readings.length - 1)]!),
+    { calls: 0 },
+  );
+  return read;
+}
+
+const gpu = (usedMiB: number): DeviceMemoryReading => ({
+  memory: { totalMiB: 1000, usedMiB, source: "fake" },
+});
+
+/**
+ * Runs `fn` on a tiny-qwen3 checkpoint (f32: 3 layers x K and V x 2 kv heads x 16 tokens x 32
+ * dims x 4 bytes = 24,576 bytes a KV block).
+ */
+async function withTinyModel(fn: (options: EngineOptions) => Promise<void>): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "kv_cache_plan_" });
+  try {
+    await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "f32", seed: 3 });
+    // 4 requests of 512 tokens: 128 blocks at most.
+    await fn({ model: dir, showProgress: false, forceF32: true, maxNumSeqs: 4, maxModelLen: 512 });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("LLMEngine.create() sizes the KV cache from the GPU's memory read once the model is loaded", async () => {
+  await withTinyModel(async (options) => {
+    // Before the load 100 MiB in use, after it 499: 0.5 x 1,000 - 499 = 1 MiB, 42 blocks.
+    const read = fakeMemory(gpu(100), gpu(499), gpu(500));
+    const log: string[] = [];
+    const engine = await LLMEngine.create(
+      { ...options, gpuMemoryUtilization: 0.5 },
+      (l) => log.push(l),
+      read,
+    );
+    try {
+      assert.equal(engine.stats().kvBlocksTotal, 42);
+      assert.equal(read.calls, 3);
+      assert.ok(log.includes("KV cache: 42 blocks x 16 tokens = 672 tokens"), log.join("\n"));
+      assert.ok(
+        log.includes(
+          "KV cache sized from the GPU's memory (fake): 0.5 of 1,000 MiB " +
+            "(--gpu-memory-utilization) less 499 MiB in use once the model is loaded leaves 1 MiB",
+        ),
+        log.join("\n"),
+      );
+      assert.ok(
+        log.includes(
+          "GPU memory in use: 100 MiB before loading, 500 of 1,000 MiB with the model and KV " +
+            "cache (fake)",
+        ),
+        log.join("\n"),
+      );
+    } finally {
+      await engine.shutdown();
+    }
+    // The default share, 0.9: 900 - 499 MiB hold far more than 4 requests' 128 blocks.
+    const roomy = await LLMEngine.create(options, () => {}, fakeMemory(gpu(100), gpu(499)));
+    try {
+      assert.equal(roomy.stats().kvBlocksTotal, 128);
+    } finally {
+      await roomy.shutdown();
+    }
+  });
+});
+
+Deno.test("LLMEngine.create() refuses a --gpu-memory-utilization that leaves no room once loaded", async () => {
+  await withTinyModel(async (options) => {
+    await assert.rejects(
+      () =>
+        LLMEngine.create(
+          { ...options, gpuMemoryUtilization: 0.5 },
+          () => {},
+          fakeMemory(gpu(100), gpu(600)),
+        ),
+      (e) =>
+        e instanceof RangeError &&
+        e.message === "--gpu-memory-utilization 0.5 leaves no room for the KV cache: 600 of the " +
+            "GPU's 1,000 MiB in use once the model is loaded (fake), 500 allowed; one KV block " +
+            "of this model takes 0.023 MiB",
+    );
+  });
+});
+
+Deno.test("LLMEngine.create() keeps the fixed default where the GPU's memory is unknown, and refuses --gpu-memory-utilization there", async () => {
+  await withTinyModel(async (options) => {
+    const unknown = { unknown: "nvidia-smi not found" };
+    const read = fakeMemory(unknown);
+    const log: string[] = [];
+    const engine = await LLMEngine.create(options, (l) => log.push(l), read);
+    try {
+      // 1,024 MiB hold the 128 blocks: no note, one read (before the load).
+      assert.equal(engine.stats().kvBlocksTotal, 128);
+      assert.equal(read.calls, 1);
+      assert.ok(!log.some((l) => l.startsWith("GPU memory") || l.includes("sized from")));
+    } finally {
+      await engine.shutdown();
+    }
+    await assert.rejects(
+      () =>
+        LLMEngine.create({ ...options, gpuMemoryUtilization: 0.8 }, () => {}, fakeMemory(unknown)),
+      (e) =>
+        e instanceof RangeError &&
+        e.message === "Cannot apply --gpu-memory-utilization: the GPU's memory is unknown " +
+            "(nvidia-smi not found); give --kv-cache-memory MIB instead",
+    );
+    // A flag's size: the memory is not read at all.
+    const flagged = fakeMemory(gpu(0));
+    const sized = await LLMEngine.create({ ...options, numKvBlocks: 7 }, () => {}, flagged);
+    try {
+      assert.equal(sized.stats().kvBlocksTotal, 7);
+      assert.equal(flagged.calls, 0);
+    } finally {
+      await sized.shutdown();
+    }
+  });
+});
+
+Deno.test("LLMEngine.create() refuses --gpu-memory-utilization beside a KV size, out of range, or for the mock", async () => {
+  for (
+    const [options, message] of [
+      [
+        { executor: "mock", gpuMemoryUtilization: 0.5 },
+        "Invalid engine option gpuMemoryUtilization: it applies to the webgpu executor, not executor mock",
+      ],
+      [
+        { model: "x", gpuMemoryUtilization: 0.5, kvCacheMemory: 100 },
+        "Invalid engine options: gpuMemoryUtilization sizes the KV cache as kvCacheMemory and " +
+        "numKvBlocks do: give one of them",
+      ],
+      [{ model: "x", gpuMemoryUtilization: 1.5 }, /^Invalid engine option gpuMemoryUtilization: /],
+      [{ model: "x", gpuMemoryUtilization: 0 }, /^Invalid engine option gpuMemoryUtilization: /],
+    ] as const
+  ) {
+    await assert.rejects(
+      () => LLMEngine.create(options as EngineOptions),
+      (e) =>
+        e instanceof RangeError &&
+        (typeof message === "string" ? e.message === message : message.test(e.message)),
+    );
+  }
+});
