@@ -128,8 +128,7 @@ async function webGpuParts(
   for (const line of [...kvCacheLines(kvBlocks, config.blockSize, maxModelLen), ...notes]) {
     log(line);
   }
-  const memory = await plan.memoryLine();
-  if (memory !== null) log(memory);
+  for (const line of await plan.memoryLines()) log(line);
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +
       `in sub-batches of the ${config.maxNumSeqs} logits rows`,

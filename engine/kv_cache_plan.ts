@@ -9,7 +9,11 @@
  * @module
  */
 
-import type { DeviceMemoryReader, DeviceMemoryReading } from "../gpu/device_memory.ts";
+import type {
+  DeviceMemory,
+  DeviceMemoryReader,
+  DeviceMemoryReading,
+} from "../gpu/device_memory.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { EngineConfig } from "./engine_config.ts";
 import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
@@ -32,6 +36,8 @@ const f = (n: number) => n.toLocaleString("en-US");
 /** One model's KV sizing on one adapter: {@linkcode KvCachePlan.create}. */
 export class KvCachePlan {
   #sized: KvCacheSized | null = null;
+  /** The memory read once the model was loaded, when the cache was sized from it. */
+  #loaded: DeviceMemory | null = null;
 
   private constructor(
     private readonly config: EngineConfig,
@@ -93,6 +99,7 @@ export class KvCachePlan {
         );
       }
       const utilization = this.config.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION;
+      this.#loaded = now.memory;
       return this.#size({ ...now.memory, utilization }).kvBlocks;
     };
   }
@@ -108,18 +115,36 @@ export class KvCachePlan {
   }
 
   /**
-   * The log's line on the GPU's memory in use before the load and now (with the KV cache), or
-   * null where it is not read. Shows what the sizing left, and whether the cache's bytes
-   * landed on the GPU.
+   * The log's lines on the GPU's memory in use before the load and now (with the KV cache), or
+   * none where it is not read. Shows what the sizing left, and whether the cache's bytes landed
+   * on the GPU: wgpu's allocator moves on to host memory when the GPU's is full (see
+   * gpu/device_memory.ts), so a cache sized from the memory that raised its use by less than half
+   * its size is warned of.
    */
-  async memoryLine(): Promise<string | null> {
-    if (this.before === null || !("memory" in this.before)) return null;
+  async memoryLines(): Promise<string[]> {
+    if (this.before === null || !("memory" in this.before)) return [];
     await this.ctx.device.queue.onSubmittedWorkDone();
     const now = await this.readMemory(this.ctx.adapter);
-    if (!("memory" in now)) return `GPU memory: no longer read (${now.unknown})`;
+    if (!("memory" in now)) return [`GPU memory: no longer read (${now.unknown})`];
     const m = now.memory;
-    return `GPU memory in use: ${f(this.before.memory.usedMiB)} MiB before loading, ` +
-      `${f(m.usedMiB)} of ${f(m.totalMiB)} MiB with the model and KV cache (${m.source})`;
+    const lines = [
+      `GPU memory in use: ${f(this.before.memory.usedMiB)} MiB before loading, ` +
+      `${f(m.usedMiB)} of ${f(m.totalMiB)} MiB with the model and KV cache (${m.source})`,
+    ];
+    const loaded = this.#loaded;
+    if (loaded !== null && this.#sized !== null) {
+      const cacheMiB = (this.#sized.kvBlocks * blockBytes(this.shape)) / 2 ** 20;
+      const rise = m.usedMiB - loaded.usedMiB;
+      if (rise < cacheMiB / 2) {
+        lines.push(
+          `Warning: the KV cache's ${f(Math.round(cacheMiB))} MiB raised the GPU's memory in use ` +
+            `by ${f(Math.round(rise))} MiB: part of it may lie in host memory (wgpu's allocator ` +
+            "turns to it when the GPU's is full), where attention reads it slowly; a lower " +
+            "--gpu-memory-utilization or --kv-cache-memory keeps it on the GPU",
+        );
+      }
+    }
+    return lines;
   }
 
   #size(gpuMemory: GpuMemoryShare | { readonly unknown: string } | undefined): KvCacheSized {

@@ -63,10 +63,26 @@ Deno.test("LLMEngine.create() sizes the KV cache from the GPU's memory read once
     } finally {
       await engine.shutdown();
     }
-    // The default share, 0.9: 900 - 499 MiB hold far more than 4 requests' 128 blocks.
-    const roomy = await LLMEngine.create(options, () => {}, fakeMemory(gpu(100), gpu(499)));
+    // The default share, 0.9: 900 - 499 MiB hold far more than 4 requests' 128 blocks (3 MiB),
+    // which here leave the memory in use as it was: a warning that they may be in host memory.
+    const warned: string[] = [];
+    const roomy = await LLMEngine.create(
+      options,
+      (l) => warned.push(l),
+      fakeMemory(gpu(100), gpu(499)),
+    );
     try {
       assert.equal(roomy.stats().kvBlocksTotal, 128);
+      assert.ok(
+        warned.includes(
+          "Warning: the KV cache's 3 MiB raised the GPU's memory in use by 0 MiB: part of it may " +
+            "lie in host memory (wgpu's allocator turns to it when the GPU's is full), where " +
+            "attention reads it slowly; a lower --gpu-memory-utilization or --kv-cache-memory " +
+            "keeps it on the GPU",
+        ),
+        warned.join("\n"),
+      );
+      assert.ok(!log.some((l) => l.startsWith("Warning")), "the first engine's cache raised it");
     } finally {
       await roomy.shutdown();
     }

@@ -512,3 +512,63 @@ Deno.test(
       assert.deepEqual([a.tokens[0], b.tokens[0]], expected, `seed ${seed}`);
     }),
 );
+
+for (const preset of ["tiny-qwen3", "tiny-gpt2"] as const) {
+  Deno.test(
+    `ModelRunner.load() asks a numKvBlocks function once, with the weights on the device, for ${preset}`,
+    GPU_TEST,
+    async () => {
+      const dir = await Deno.makeTempDir();
+      const ctx = await testContext({ forceF32: true });
+      try {
+        await makeModel({ out: dir, preset, dtype: "f32", seed: 11, shards: 1 });
+        // Every buffer the load creates, in order; the count when the function is asked.
+        const made: { label: string; size: number }[] = [];
+        const create = ctx.createBuffer.bind(ctx);
+        ctx.createBuffer = (label, size, usage) => {
+          made.push({ label, size });
+          return create(label, size, usage);
+        };
+        let askedAt = -1;
+        const runner = await ModelRunner.load(ctx, dir, {
+          ...SOLO_RUNNER_OPTIONS,
+          numKvBlocks: () => {
+            assert.equal(askedAt, -1, "asked twice");
+            askedAt = made.length;
+            return Promise.resolve(9);
+          },
+        });
+        try {
+          assert.equal(runner.kv.numBlocks, 9);
+          assert.equal(runner.options.numKvBlocks, 9);
+          const before = made.slice(0, askedAt);
+          // The weights (at least their bytes) were created before it was asked, the cache after.
+          const bytes = before.reduce((s, b) => s + b.size, 0);
+          assert.ok(bytes >= runner.weights.device, `${bytes} < ${runner.weights.device}`);
+          assert.ok(!before.some((b) => b.label.startsWith("kv.")), "a KV buffer came first");
+          const kv = made.slice(askedAt).filter((b) => b.label.startsWith("kv."));
+          assert.equal(kv.length, 2 * runner.config.numLayers);
+        } finally {
+          runner.destroy();
+        }
+        // A count that is not a positive integer is refused, naming the option.
+        for (const bad of [0, 2.5]) {
+          await assert.rejects(
+            () =>
+              ModelRunner.load(ctx, dir, {
+                ...SOLO_RUNNER_OPTIONS,
+                numKvBlocks: () => Promise.resolve(bad),
+              }),
+            (e) =>
+              e instanceof RangeError &&
+              e.message ===
+                `Model runner option numKvBlocks must be a positive integer: got ${bad}`,
+          );
+        }
+      } finally {
+        ctx.destroy();
+        await Deno.remove(dir, { recursive: true });
+      }
+    },
+  );
+}
