@@ -83,6 +83,11 @@ export interface BatteryFigures {
   readonly tests: { readonly passed: number; readonly failed: number; readonly summary: string };
   /** Stages whose exit status was not 0 ("bench-model: rc 124"). */
   readonly stagesCut: readonly string[];
+  /**
+   * The GPU's memory as the engine read it: `main.ts info`'s "Memory:" line (the `info` stage)
+   * and the start-up log's lines on a KV cache sized from it (the `kv-auto` stage), in order.
+   */
+  readonly memory: readonly string[];
 }
 
 // deno-lint-ignore no-control-regex
@@ -274,5 +279,9 @@ export function readBattery(files: Readonly<Record<string, string>>): BatteryFig
     stagesCut: [...f("progress.txt").matchAll(/\] (\S+): rc ([1-9]\d*)/g)].map((m) =>
       `${m[1]} (rc ${m[2]})`
     ),
+    memory: [
+      ...(info.match(/^Memory: .*$/gm) ?? []),
+      ...(f("kv_auto.txt").match(/^(KV cache|GPU memory|Cannot apply|error:).*$/gm) ?? []),
+    ],
   };
 }

@@ -21,7 +21,8 @@
 # (bench:model --quantization none,int8,int4, two rounds, the int4 runner's breakdown at decode
 # batch 1 and prefill 512); serve (bench:serve at concurrency 1/16/64); readback (readbacks 6 at a
 # time, 11 steps in flight: the GPU's idle time between steps); retune (a second start-up measuring
-# its own tuning: how steady the choices are); untuned (--kernel-tuning off: what the measured
+# its own tuning: how steady the choices are); kv-auto (a generate whose KV cache is sized from
+# the GPU's memory: the start-up log's lines on it); untuned (--kernel-tuning off: what the measured
 # tuning changes); unfused (--fused-decode off); kernels, kernels-int4 (every matmul kernel and
 # tile shape, bench/matmul_tune.ts, f16 and int4); kernels-rms (the same with X read as the
 # normed residual stream, as qkv and gate/up read it, and as down reads it, the SwiGLU of gate|up:
@@ -144,6 +145,13 @@ stage() {
         bench/model_bench.ts --model $model --batches 1,8,64 --prefill 128,512 --prefill-repeats 3 \
         --steps 32 --no-breakdown --kernel-tuning off $gpu
       ;;
+    # The KV cache sized from the GPU's memory (nvidia-smi, --gpu-memory-utilization's default 0.9:
+    # engine/kv_cache_plan.ts, since 2026-11-30, never run on a GPU before): the start-up log's
+    # "KV cache sized from the GPU's memory" and "GPU memory in use" lines, and 8 tokens.
+    kv-auto)
+      run_stage kv-auto 60 kv_auto.txt deno run --cached-only -A main.ts generate --model $model \
+        --prompt "The capital of France is" --max-tokens 8 $gpu
+      ;;
     # Decode with rope_and_cache's own dispatch per layer instead of the fused decode attention.
     unfused)
       run_stage bench-model-unfused 30 model_unfused.txt deno run --cached-only -A \
@@ -203,8 +211,8 @@ stage() {
 }
 # readback before retune: it reads bench-model's cached tuning (same call sites and context), which
 # retune then replaces.
-stages=${BATTERY_STAGES:-info make-model bench-model torch quant serve readback retune untuned \
-unfused kernels kernels-int4 kernels-rms kernels-xscalar attention dispatch host prompt-logprobs tests}
+stages=${BATTERY_STAGES:-info make-model bench-model torch quant serve kv-auto readback retune \
+untuned unfused kernels kernels-int4 kernels-rms kernels-xscalar attention dispatch host prompt-logprobs tests}
 for name in $stages; do stage "$name"; done
 log "done"
 # The figures against issue 18's and issue 20's goals, read from the logs above (no GPU work).

@@ -298,6 +298,29 @@ Deno.test("summaryLines() sets figures against the goals and says 'not measured'
   assertHas(text, "| tests on the GPU | ok \\| 369 passed \\| 0 failed (120s) | 0 failed | met |");
   assertHas(text, "Stages cut short or failed: none.");
   assertHas(text, "Kernel tuning, second start-up (retune):\n- not measured");
+  assertHas(text, "GPU memory and the KV cache sized from it (info, kv-auto):\n- not measured");
+});
+
+Deno.test("summaryLines() quotes the GPU's memory as info read it and the KV cache the engine sized from it", () => {
+  const text = summaryLines(readBattery({
+    "info.txt": "$ deno run --cached-only -A main.ts info\nAdapter:   NVIDIA H200\n" +
+      "Memory:    143,771 MiB, 612 MiB in use (nvidia-smi): the KV cache fills ...\n",
+    "kv_auto.txt": "Adapter: NVIDIA H200; weights f16\nModel: Qwen3ForCausalLM, 28 layers\n" +
+      "KV cache: 16,384 blocks x 16 tokens = 262,144 tokens\n" +
+      "Maximum concurrency for 4,096 tokens per request: 64.00x\n" +
+      "KV cache sized from the GPU's memory (nvidia-smi): 0.9 of 143,771 MiB ...\n" +
+      "GPU memory in use: 612 MiB before loading, 31,000 of 143,771 MiB with the model and KV " +
+      "cache (nvidia-smi)\nThe capital of France is ...\n",
+  })).join("\n");
+  assertHas(
+    text,
+    "GPU memory and the KV cache sized from it (info, kv-auto):\n" +
+      "- Memory:    143,771 MiB, 612 MiB in use (nvidia-smi): the KV cache fills ...\n" +
+      "- KV cache: 16,384 blocks x 16 tokens = 262,144 tokens\n" +
+      "- KV cache sized from the GPU's memory (nvidia-smi): 0.9 of 143,771 MiB ...\n" +
+      "- GPU memory in use: 612 MiB before loading, 31,000 of 143,771 MiB with the model and KV " +
+      "cache (nvidia-smi)\n",
+  );
 });
 
 Deno.test("summaryLines() shows the preemptions a serving level reported beside its rate", () => {
