@@ -19,6 +19,7 @@ import {
   clusterSettingsFromArgs,
 } from "./cluster_settings.ts";
 import { nginxConfig } from "./nginx_config.ts";
+import { replicaMemory } from "./cluster_memory.ts";
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
 const CONFIG = new URL("../deno.json", import.meta.url).pathname;
@@ -252,11 +253,15 @@ class Cluster {
 
 /** Runs `cluster` with `args`; resolves with the exit code once everything has stopped. */
 export async function runCluster(args: string[]): Promise<number> {
-  const settings = clusterSettingsFromArgs(args);
-  if (settings === "help") {
+  const parsed = clusterSettingsFromArgs(args);
+  if (parsed === "help") {
     console.log(CLUSTER_USAGE);
     return 0;
   }
+  // Each replica's share of the GPU's memory, where the serve flags leave it to the engine.
+  const memory = await replicaMemory(parsed.serveArgs, parsed.replicas);
+  if (memory.note !== null) console.log(memory.note);
+  const settings = { ...parsed, serveArgs: [...parsed.serveArgs, ...memory.args] };
   const nginx = await nginxToRun(settings);
   const cluster = new Cluster(settings, nginx === null ? settings.host : "127.0.0.1");
   const onSignal = () => cluster.stop(0);

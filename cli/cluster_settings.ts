@@ -28,7 +28,9 @@ Ctrl-C / SIGTERM stops them all.
   --startup-timeout-s S   time each replica may take to listen (default 120)
 
 Everything after '--' goes to every replica's 'serve' (e.g. -- --model DIR --max-num-seqs 32);
---host and --port are the launcher's.`;
+--host and --port are the launcher's. Where nvidia-smi reads the GPU's memory, each replica's
+engine gets 0.9 / N of it (--gpu-memory-utilization) unless --gpu-memory-utilization,
+--kv-cache-memory or --num-kv-blocks follows '--'.`;
 
 /** The launcher's settings, from its flags. */
 export interface ClusterSettings {

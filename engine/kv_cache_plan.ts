@@ -1,10 +1,16 @@
 /**
  * How a WebGPU engine sizes its KV cache (engine/engine_setup.ts): from `--num-kv-blocks` or
  * `--kv-cache-memory` before the model loads; otherwise, where the GPU's memory can be read
- * (gpu/device_memory.ts), from what `--gpu-memory-utilization` leaves once the weights and step
- * buffers are on the device (the model runner asks between loading its weights and allocating
- * the cache: engine/models/bind_targets.ts); otherwise the fixed default. The arithmetic and the
- * log's notes are engine/kv_cache_size.ts's; the swap space is sized here too.
+ * (gpu/device_memory.ts), from what the engine's `--gpu-memory-utilization` share of it leaves
+ * once the weights and step buffers are on the device (the model runner asks between loading its
+ * weights and allocating the cache: engine/models/bind_targets.ts); otherwise the fixed default.
+ *
+ * As vLLM's, the share is what this engine may use, whatever other processes use: the memory in
+ * use is read before the load and after it, the difference is the model's, and the share must
+ * be free at start-up (several engines on one GPU, e.g. `main.ts cluster`'s replicas, each take
+ * their own share; started together, each may count another's load as its own, which only makes
+ * its cache smaller). The arithmetic and the log's notes are engine/kv_cache_size.ts's; the swap
+ * space is sized here too.
  *
  * @module
  */
@@ -52,8 +58,8 @@ export class KvCachePlan {
   /**
    * The plan for model `mc` on `ctx`. Reads the GPU's memory when no flag sizes the cache.
    *
-   * @throws {RangeError} when `gpuMemoryUtilization` is given but the memory cannot be read, or
-   *   a flag's size holds no block.
+   * @throws {RangeError} when `gpuMemoryUtilization` is given but the memory cannot be read, its
+   *   share of the memory is not free, or a flag's size holds no block.
    */
   static async create(
     config: EngineConfig,
@@ -77,6 +83,18 @@ export class KvCachePlan {
           "give --kv-cache-memory MIB instead",
       );
     }
+    if (before !== null && "memory" in before) {
+      const { totalMiB, usedMiB, source } = before.memory;
+      const u = config.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION;
+      if (totalMiB - usedMiB < u * totalMiB) {
+        throw new RangeError(
+          `Cannot use ${u} of the GPU's memory (--gpu-memory-utilization): ${
+            f(Math.floor(u * totalMiB))
+          } of ${f(totalMiB)} MiB, but ${f(usedMiB)} MiB are in use (${source}); give a lower ` +
+            "share or --kv-cache-memory MIB",
+        );
+      }
+    }
     const plan = new KvCachePlan(config, ctx, shape, maxModelLen, readMemory, before);
     // Sized now unless by memory (a size that holds no block fails before the load).
     if (before === null || "unknown" in before) plan.#size(before ?? undefined);
@@ -99,8 +117,17 @@ export class KvCachePlan {
         );
       }
       const utilization = this.config.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION;
+      // Only a plan whose memory was read before the load is sized here (see create).
+      const before = this.before !== null && "memory" in this.before
+        ? this.before.memory
+        : now.memory;
       this.#loaded = now.memory;
-      return this.#size({ ...now.memory, utilization }).kvBlocks;
+      return this.#size({
+        totalMiB: now.memory.totalMiB,
+        modelMiB: Math.max(0, now.memory.usedMiB - before.usedMiB),
+        source: now.memory.source,
+        utilization,
+      }).kvBlocks;
     };
   }
 

@@ -1,8 +1,9 @@
 /**
  * How many KV blocks the engine allocates (engine/engine_setup.ts), and what the start-up log
  * says about that choice: `numKvBlocks` when given; else `kvCacheMemory` MiB; else, where the
- * GPU's memory could be read (gpu/device_memory.ts), what is left of its `utilization` share
- * once the model is loaded (vLLM's `--gpu-memory-utilization`); else
+ * GPU's memory could be read (gpu/device_memory.ts), what is left of the engine's `utilization`
+ * share of it once the model is loaded (vLLM's `--gpu-memory-utilization`: the share this engine
+ * may use, whatever other processes use; engine/kv_cache_plan.ts checks that it is free); else
  * {@linkcode DEFAULT_KV_CACHE_MIB}. By memory, never more than `maxNumSeqs` requests of
  * `maxModelLen` tokens could ever hold, nor more than one binding per layer holds. When the
  * fixed default is what limits the cache, the log says how many tokens each of `maxNumSeqs`
@@ -25,11 +26,14 @@ export const DEFAULT_KV_CACHE_MIB = 1024;
 /** The share of the GPU's memory the engine fills by default where it can be read (vLLM's). */
 export const DEFAULT_GPU_MEMORY_UTILIZATION = 0.9;
 
-/** The GPU's memory once the model is loaded, and the share of it the engine may fill. */
+/** The GPU's memory, the share of it the engine may use, and what its model took of it. */
 export interface GpuMemoryShare {
   readonly totalMiB: number;
-  /** In use by every process, this one's weights and step buffers included. */
-  readonly usedMiB: number;
+  /**
+   * What loading the model added to the memory in use (weights, step buffers, kernels; read
+   * before and after the load).
+   */
+  readonly modelMiB: number;
   /** Where the figures were read (gpu/device_memory.ts `DeviceMemory.source`). */
   readonly source: string;
   /** Share of `totalMiB` the engine may fill, KV cache included (`--gpu-memory-utilization`). */
@@ -71,17 +75,17 @@ export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
   const useful = r.maxNumSeqs * Math.ceil(r.maxModelLen / r.blockSize);
   const sized = r.numKvBlocks === undefined && r.kvCacheMemory === undefined;
   const gpu = sized && r.gpuMemory !== undefined && "totalMiB" in r.gpuMemory ? r.gpuMemory : null;
-  const mib = r.kvCacheMemory ??
-    (gpu !== null ? gpu.utilization * gpu.totalMiB - gpu.usedMiB : DEFAULT_KV_CACHE_MIB);
+  const share = gpu !== null ? gpu.utilization * gpu.totalMiB : 0;
+  const mib = r.kvCacheMemory ?? (gpu !== null ? share - gpu.modelMiB : DEFAULT_KV_CACHE_MIB);
   const byMemory = Math.max(0, Math.floor((mib * 2 ** 20) / r.blockBytes));
   const blockMiB = `${(r.blockBytes / 2 ** 20).toFixed(3)} MiB`;
   if (r.numKvBlocks === undefined && byMemory < 1) {
     throw new RangeError(
       gpu !== null
-        ? `--gpu-memory-utilization ${gpu.utilization} leaves no room for the KV cache: ` +
-          `${f(gpu.usedMiB)} of the GPU's ${f(gpu.totalMiB)} MiB in use once the model is ` +
-          `loaded (${gpu.source}), ${f(Math.floor(gpu.utilization * gpu.totalMiB))} allowed; ` +
-          `one KV block of this model takes ${blockMiB}`
+        ? `--gpu-memory-utilization ${gpu.utilization} leaves no room for the KV cache: the ` +
+          `model took ${f(Math.round(gpu.modelMiB))} MiB of the ${f(Math.floor(share))} it ` +
+          `allows of the GPU's ${f(gpu.totalMiB)} (${gpu.source}); one KV block of this model ` +
+          `takes ${blockMiB}`
         : `--kv-cache-memory ${mib} MiB holds no KV block: one block of this model takes ` +
           blockMiB,
     );
@@ -93,8 +97,8 @@ export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
     const whole = Math.ceil((useful * r.blockBytes) / 2 ** 20);
     notes.push(
       `KV cache sized from the GPU's memory (${gpu.source}): ${gpu.utilization} of ` +
-        `${f(gpu.totalMiB)} MiB (--gpu-memory-utilization) less ${f(gpu.usedMiB)} MiB in use ` +
-        `once the model is loaded leaves ${f(Math.floor(mib))} MiB` +
+        `${f(gpu.totalMiB)} MiB (--gpu-memory-utilization) less the model's ` +
+        `${f(Math.round(gpu.modelMiB))} MiB leaves ${f(Math.floor(mib))} MiB` +
         (byMemory > useful
           ? `; ${f(whole)} MiB of it hold all ${f(r.maxNumSeqs)} requests (--max-num-seqs) ` +
             `of ${f(r.maxModelLen)} tokens`

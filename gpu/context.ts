@@ -44,6 +44,23 @@ export interface AdapterSummary {
   };
 }
 
+/** What `adapter` says of itself, as the engine logs it. */
+export function adapterSummary(adapter: GPUAdapter): AdapterSummary {
+  const info = adapter.info;
+  return {
+    description: info.description || "(unnamed adapter)",
+    vendor: info.vendor,
+    architecture: info.architecture,
+    device: info.device,
+    isFallback: (info as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false,
+    features: {
+      shaderF16: adapter.features.has("shader-f16"),
+      timestampQuery: adapter.features.has("timestamp-query"),
+      subgroups: adapter.features.has("subgroups" as GPUFeatureName),
+    },
+  };
+}
+
 /** The compute limits the engine requests: the adapter's own maximum for each. */
 export const REQUESTED_LIMITS = [
   "maxBufferSize",
@@ -156,19 +173,7 @@ export class GpuContext {
     for (const name of REQUESTED_LIMITS) limits[name] = adapter.limits[name];
     const wanted: GPUFeatureName[] = ["shader-f16", "timestamp-query"];
     const requiredFeatures = wanted.filter((f) => adapter.features.has(f));
-    const info = adapter.info;
-    const summary: AdapterSummary = {
-      description: info.description || "(unnamed adapter)",
-      vendor: info.vendor,
-      architecture: info.architecture,
-      device: info.device,
-      isFallback: (info as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false,
-      features: {
-        shaderF16: adapter.features.has("shader-f16"),
-        timestampQuery: adapter.features.has("timestamp-query"),
-        subgroups: adapter.features.has("subgroups" as GPUFeatureName),
-      },
-    };
+    const summary = adapterSummary(adapter);
     // Decided before the device exists, so a bad choice leaks nothing.
     const profile = resolveKernelProfile(summary, options.kernelProfile);
     const device = await adapter.requestDevice({ requiredFeatures, requiredLimits: limits });

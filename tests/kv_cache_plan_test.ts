@@ -34,8 +34,9 @@ async function withTinyModel(fn: (options: EngineOptions) => Promise<void>): Pro
 
 Deno.test("LLMEngine.create() sizes the KV cache from the GPU's memory read once the model is loaded", async () => {
   await withTinyModel(async (options) => {
-    // Before the load 100 MiB in use, after it 499: 0.5 x 1,000 - 499 = 1 MiB, 42 blocks.
-    const read = fakeMemory(gpu(100), gpu(499), gpu(500));
+    // Before the load 100 MiB in use, after it 599: the model took 499 MiB of the 500 that 0.5
+    // of the GPU allows, so 1 MiB is left, 42 blocks.
+    const read = fakeMemory(gpu(100), gpu(599), gpu(600));
     const log: string[] = [];
     const engine = await LLMEngine.create(
       { ...options, gpuMemoryUtilization: 0.5 },
@@ -49,13 +50,13 @@ Deno.test("LLMEngine.create() sizes the KV cache from the GPU's memory read once
       assert.ok(
         log.includes(
           "KV cache sized from the GPU's memory (fake): 0.5 of 1,000 MiB " +
-            "(--gpu-memory-utilization) less 499 MiB in use once the model is loaded leaves 1 MiB",
+            "(--gpu-memory-utilization) less the model's 499 MiB leaves 1 MiB",
         ),
         log.join("\n"),
       );
       assert.ok(
         log.includes(
-          "GPU memory in use: 100 MiB before loading, 500 of 1,000 MiB with the model and KV " +
+          "GPU memory in use: 100 MiB before loading, 600 of 1,000 MiB with the model and KV " +
             "cache (fake)",
         ),
         log.join("\n"),
@@ -69,7 +70,7 @@ Deno.test("LLMEngine.create() sizes the KV cache from the GPU's memory read once
     const roomy = await LLMEngine.create(
       options,
       (l) => warned.push(l),
-      fakeMemory(gpu(100), gpu(499)),
+      fakeMemory(gpu(100), gpu(599)),
     );
     try {
       assert.equal(roomy.stats().kvBlocksTotal, 128);
@@ -89,20 +90,32 @@ Deno.test("LLMEngine.create() sizes the KV cache from the GPU's memory read once
   });
 });
 
-Deno.test("LLMEngine.create() refuses a --gpu-memory-utilization that leaves no room once loaded", async () => {
+Deno.test("LLMEngine.create() refuses a --gpu-memory-utilization share that is not free, or that the model fills", async () => {
   await withTinyModel(async (options) => {
+    const create = (...readings: DeviceMemoryReading[]) =>
+      LLMEngine.create(
+        { ...options, gpuMemoryUtilization: 0.5 },
+        () => {},
+        fakeMemory(...readings),
+      );
+    // 600 MiB in use by others: 500 of 1,000 are not free (checked before the load).
+    const busy = fakeMemory(gpu(600));
     await assert.rejects(
-      () =>
-        LLMEngine.create(
-          { ...options, gpuMemoryUtilization: 0.5 },
-          () => {},
-          fakeMemory(gpu(100), gpu(600)),
-        ),
+      () => LLMEngine.create({ ...options, gpuMemoryUtilization: 0.5 }, () => {}, busy),
       (e) =>
         e instanceof RangeError &&
-        e.message === "--gpu-memory-utilization 0.5 leaves no room for the KV cache: 600 of the " +
-            "GPU's 1,000 MiB in use once the model is loaded (fake), 500 allowed; one KV block " +
-            "of this model takes 0.023 MiB",
+        e.message === "Cannot use 0.5 of the GPU's memory (--gpu-memory-utilization): 500 of " +
+            "1,000 MiB, but 600 MiB are in use (fake); give a lower share or --kv-cache-memory MIB",
+    );
+    assert.equal(busy.calls, 1);
+    // The model took 600 MiB of its 500.
+    await assert.rejects(
+      () => create(gpu(100), gpu(700)),
+      (e) =>
+        e instanceof RangeError &&
+        e.message === "--gpu-memory-utilization 0.5 leaves no room for the KV cache: the model " +
+            "took 600 MiB of the 500 it allows of the GPU's 1,000 (fake); one KV block of this " +
+            "model takes 0.023 MiB",
     );
   });
 });

@@ -26,26 +26,25 @@ Deno.test("kvCacheBlocks() fills the 1 GiB default and says so when that limits 
   assert.match(unknown.notes[0]!, /\(the GPU's memory is unknown: nvidia-smi not found\): 64 /);
 });
 
-/** An H200 as nvidia-smi reports it, 2,100 MiB in use once the model is loaded. */
-const H200 = { totalMiB: 143_771, usedMiB: 2_100, source: "nvidia-smi", utilization: 0.9 };
+/** An H200 as nvidia-smi reports it, the model taking 2,100 MiB of it. */
+const H200 = { totalMiB: 143_771, modelMiB: 2_100, source: "nvidia-smi", utilization: 0.9 };
 
-Deno.test("kvCacheBlocks() fills what --gpu-memory-utilization leaves of the GPU's memory", () => {
+Deno.test("kvCacheBlocks() fills what the model leaves of its --gpu-memory-utilization share", () => {
   // 8 requests of 4,096 tokens hold 2,048 blocks (3,584 MiB): less than 0.9 x 143,771 - 2,100.
   const whole = kvCacheBlocks({ ...QWEN3, maxNumSeqs: 8, gpuMemory: H200 });
   assert.equal(whole.kvBlocks, 2048);
   assert.deepEqual(whole.notes, [
     "KV cache sized from the GPU's memory (nvidia-smi): 0.9 of 143,771 MiB " +
-    "(--gpu-memory-utilization) less 2,100 MiB in use once the model is loaded leaves " +
-    "127,293 MiB; 3,584 MiB of it hold all 8 requests (--max-num-seqs) of 4,096 tokens",
+    "(--gpu-memory-utilization) less the model's 2,100 MiB leaves 127,293 MiB; 3,584 MiB of it " +
+    "hold all 8 requests (--max-num-seqs) of 4,096 tokens",
   ]);
   // A share that holds fewer: 0.5 x 8,192 - 3,000 = 1,096 MiB, floor(1,096 / 1.75) = 626 blocks.
-  const gpu = { totalMiB: 8192, usedMiB: 3000, source: "nvidia-smi", utilization: 0.5 };
+  const gpu = { totalMiB: 8192, modelMiB: 3000, source: "nvidia-smi", utilization: 0.5 };
   const part = kvCacheBlocks({ ...QWEN3, gpuMemory: gpu });
   assert.equal(part.kvBlocks, 626);
   assert.deepEqual(part.notes, [
     "KV cache sized from the GPU's memory (nvidia-smi): 0.5 of 8,192 MiB " +
-    "(--gpu-memory-utilization) less 3,000 MiB in use once the model is loaded leaves " +
-    "1,096 MiB",
+    "(--gpu-memory-utilization) less the model's 3,000 MiB leaves 1,096 MiB",
   ]);
   // One binding per layer still caps it, and says so.
   const capped = kvCacheBlocks({ ...QWEN3, limitBlocks: 1000, gpuMemory: H200 });
@@ -62,19 +61,19 @@ Deno.test("kvCacheBlocks() fills what --gpu-memory-utilization leaves of the GPU
 });
 
 Deno.test("kvCacheBlocks() refuses a --gpu-memory-utilization that leaves no room for a block", () => {
-  for (const usedMiB of [7_372, 9_000]) {
-    const gpu = { totalMiB: 8192, usedMiB, source: "nvidia-smi", utilization: 0.9 };
+  for (const modelMiB of [7_372, 9_000]) {
+    const gpu = { totalMiB: 8192, modelMiB, source: "nvidia-smi", utilization: 0.9 };
     assert.throws(
       () => kvCacheBlocks({ ...QWEN3, gpuMemory: gpu }),
       (e) =>
         e instanceof RangeError &&
-        e.message === `--gpu-memory-utilization 0.9 leaves no room for the KV cache: ` +
-            `${usedMiB.toLocaleString("en-US")} of the GPU's 8,192 MiB in use once the model ` +
-            "is loaded (nvidia-smi), 7,372 allowed; one KV block of this model takes 1.750 MiB",
+        e.message === "--gpu-memory-utilization 0.9 leaves no room for the KV cache: the model " +
+            `took ${modelMiB.toLocaleString("en-US")} MiB of the 7,372 it allows of the GPU's ` +
+            "8,192 (nvidia-smi); one KV block of this model takes 1.750 MiB",
     );
   }
   // 0.9 x 8,192 - 7,370 = 2.8 MiB: one block.
-  const one = { totalMiB: 8192, usedMiB: 7370, source: "nvidia-smi", utilization: 0.9 };
+  const one = { totalMiB: 8192, modelMiB: 7370, source: "nvidia-smi", utilization: 0.9 };
   assert.equal(kvCacheBlocks({ ...QWEN3, gpuMemory: one }).kvBlocks, 1);
 });
 
