@@ -128,7 +128,7 @@ async function webGpuParts(
   for (const line of [...kvCacheLines(kvBlocks, config.blockSize, maxModelLen), ...notes]) {
     log(line);
   }
-  for (const line of await plan.memoryLines()) log(line);
+  for (const line of await plan.memoryLines(runner.weights.device)) log(line);
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +
       `in sub-batches of the ${config.maxNumSeqs} logits rows`,

@@ -143,35 +143,29 @@ export class KvCachePlan {
 
   /**
    * The log's lines on the GPU's memory in use before the load and now (with the KV cache), or
-   * none where it is not read. Shows what the sizing left, and whether the cache's bytes landed
-   * on the GPU: wgpu's allocator moves on to host memory when the GPU's is full (see
-   * gpu/device_memory.ts), so a cache sized from the memory that raised its use by less than half
-   * its size is warned of.
+   * none where it is not read, and {@linkcode residencyWarnings} where the cache was sized from
+   * it: whether the weights (`weightBytes`) and the cache landed on the GPU.
    */
-  async memoryLines(): Promise<string[]> {
+  async memoryLines(weightBytes: number): Promise<string[]> {
     if (this.before === null || !("memory" in this.before)) return [];
     await this.ctx.device.queue.onSubmittedWorkDone();
     const now = await this.readMemory(this.ctx.adapter);
     if (!("memory" in now)) return [`GPU memory: no longer read (${now.unknown})`];
     const m = now.memory;
-    const lines = [
-      `GPU memory in use: ${f(this.before.memory.usedMiB)} MiB before loading, ` +
+    const before = this.before.memory;
+    return [
+      `GPU memory in use: ${f(before.usedMiB)} MiB before loading, ` +
       `${f(m.usedMiB)} of ${f(m.totalMiB)} MiB with the model and KV cache (${m.source})`,
+      ...(this.#loaded !== null && this.#sized !== null
+        ? residencyWarnings({
+          weightsMiB: weightBytes / 2 ** 20,
+          cacheMiB: (this.#sized.kvBlocks * blockBytes(this.shape)) / 2 ** 20,
+          beforeMiB: before.usedMiB,
+          loadedMiB: this.#loaded.usedMiB,
+          nowMiB: m.usedMiB,
+        })
+        : []),
     ];
-    const loaded = this.#loaded;
-    if (loaded !== null && this.#sized !== null) {
-      const cacheMiB = (this.#sized.kvBlocks * blockBytes(this.shape)) / 2 ** 20;
-      const rise = m.usedMiB - loaded.usedMiB;
-      if (rise < cacheMiB / 2) {
-        lines.push(
-          `Warning: the KV cache's ${f(Math.round(cacheMiB))} MiB raised the GPU's memory in use ` +
-            `by ${f(Math.round(rise))} MiB: part of it may lie in host memory (wgpu's allocator ` +
-            "turns to it when the GPU's is full), where attention reads it slowly; a lower " +
-            "--gpu-memory-utilization or --kv-cache-memory keeps it on the GPU",
-        );
-      }
-    }
-    return lines;
   }
 
   #size(gpuMemory: GpuMemoryShare | { readonly unknown: string } | undefined): KvCacheSized {
@@ -195,4 +189,45 @@ export class KvCachePlan {
     };
     return this.#sized;
   }
+}
+
+/** MiB of an allocation that may go unaccounted for before a warning (the allocator's chunks). */
+const RESIDENCY_SLACK_MIB = 64;
+
+/**
+ * Warnings that the weights or the KV cache may lie in host memory: wgpu's Vulkan allocator
+ * turns to it when the GPU's is full (see gpu/device_memory.ts), silently, and the kernels then
+ * read them over the bus. Each is warned of when the GPU's memory in use (read before the load,
+ * once loaded, and with the cache) rose by less than half its size, and by at least
+ * {@linkcode RESIDENCY_SLACK_MIB} less than its size (small buffers may fit chunks already held).
+ */
+export function residencyWarnings(m: {
+  readonly weightsMiB: number;
+  readonly cacheMiB: number;
+  readonly beforeMiB: number;
+  readonly loadedMiB: number;
+  readonly nowMiB: number;
+}): string[] {
+  const short = (size: number, rise: number) =>
+    rise < size / 2 && size - rise >= RESIDENCY_SLACK_MIB;
+  const lines: string[] = [];
+  const weightsRise = m.loadedMiB - m.beforeMiB;
+  if (short(m.weightsMiB, weightsRise)) {
+    lines.push(
+      `Warning: the model's ${f(Math.round(m.weightsMiB))} MiB of weights raised the GPU's ` +
+        `memory in use by ${f(Math.round(weightsRise))} MiB: part of them may lie in host memory ` +
+        "(wgpu's allocator turns to it when the GPU's is full), where every step reads them " +
+        "slowly; the model may not fit this GPU",
+    );
+  }
+  const cacheRise = m.nowMiB - m.loadedMiB;
+  if (short(m.cacheMiB, cacheRise)) {
+    lines.push(
+      `Warning: the KV cache's ${f(Math.round(m.cacheMiB))} MiB raised the GPU's memory in use ` +
+        `by ${f(Math.round(cacheRise))} MiB: part of it may lie in host memory (wgpu's allocator ` +
+        "turns to it when the GPU's is full), where attention reads it slowly; a lower " +
+        "--gpu-memory-utilization or --kv-cache-memory keeps it on the GPU",
+    );
+  }
+  return lines;
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import type { DeviceMemoryReader, DeviceMemoryReading } from "../gpu/device_memory.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
+import { residencyWarnings } from "../engine/kv_cache_plan.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import { makeModel } from "../tools/make_model.ts";
 
@@ -65,25 +66,16 @@ Deno.test("LLMEngine.create() sizes the KV cache from the GPU's memory read once
       await engine.shutdown();
     }
     // The default share, 0.9: 900 - 499 MiB hold far more than 4 requests' 128 blocks (3 MiB),
-    // which here leave the memory in use as it was: a warning that they may be in host memory.
-    const warned: string[] = [];
+    // here without a rise in the memory in use: too small to warn of (residencyWarnings).
+    const quiet: string[] = [];
     const roomy = await LLMEngine.create(
       options,
-      (l) => warned.push(l),
+      (l) => quiet.push(l),
       fakeMemory(gpu(100), gpu(599)),
     );
     try {
       assert.equal(roomy.stats().kvBlocksTotal, 128);
-      assert.ok(
-        warned.includes(
-          "Warning: the KV cache's 3 MiB raised the GPU's memory in use by 0 MiB: part of it may " +
-            "lie in host memory (wgpu's allocator turns to it when the GPU's is full), where " +
-            "attention reads it slowly; a lower --gpu-memory-utilization or --kv-cache-memory " +
-            "keeps it on the GPU",
-        ),
-        warned.join("\n"),
-      );
-      assert.ok(!log.some((l) => l.startsWith("Warning")), "the first engine's cache raised it");
+      assert.ok(![...log, ...quiet].some((l) => l.startsWith("Warning")), quiet.join("\n"));
     } finally {
       await roomy.shutdown();
     }
@@ -177,4 +169,28 @@ Deno.test("LLMEngine.create() refuses --gpu-memory-utilization beside a KV size,
         (typeof message === "string" ? e.message === message : message.test(e.message)),
     );
   }
+});
+
+Deno.test("residencyWarnings() warns of weights or a KV cache that did not raise the GPU's memory in use", () => {
+  const base = {
+    weightsMiB: 1200,
+    cacheMiB: 28_672,
+    beforeMiB: 600,
+    loadedMiB: 1900,
+    nowMiB: 30_600,
+  };
+  assert.deepEqual(residencyWarnings(base), []);
+  // The weights rose the memory by 500 of their 1,200 MiB; the cache by 2,000 of 28,672.
+  assert.deepEqual(residencyWarnings({ ...base, loadedMiB: 1100, nowMiB: 3100 }), [
+    "Warning: the model's 1,200 MiB of weights raised the GPU's memory in use by 500 MiB: part " +
+    "of them may lie in host memory (wgpu's allocator turns to it when the GPU's is full), where " +
+    "every step reads them slowly; the model may not fit this GPU",
+    "Warning: the KV cache's 28,672 MiB raised the GPU's memory in use by 2,000 MiB: part of it " +
+    "may lie in host memory (wgpu's allocator turns to it when the GPU's is full), where " +
+    "attention reads it slowly; a lower --gpu-memory-utilization or --kv-cache-memory keeps it " +
+    "on the GPU",
+  ]);
+  // Less than 64 MiB unaccounted for, or at least half risen: no warning.
+  assert.deepEqual(residencyWarnings({ ...base, weightsMiB: 100, cacheMiB: 60, nowMiB: 1900 }), []);
+  assert.deepEqual(residencyWarnings({ ...base, loadedMiB: 1200, nowMiB: 15_536 }), []);
 });
