@@ -112,8 +112,9 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --kv-cache-memory MIB          KV cache size (default: from --gpu-memory-utilization where
                                  the GPU's memory can be read, else 1024; capped per binding)
   --num-kv-blocks N              KV blocks, instead of --kv-cache-memory
-  --gpu-memory-utilization F     share of the GPU's memory to fill, KV cache included, read
-                                 with nvidia-smi on NVIDIA GPUs (default 0.9 there)
+  --gpu-memory-utilization F     share of the GPU's memory this engine may use, the KV cache
+                                 taking what the model leaves; read with nvidia-smi on NVIDIA
+                                 GPUs (default 0.9 there)
   --swap-space MIB               host swap space for --preemption-mode swap (default 256 then)
   --preemption-mode recompute|swap
   --scheduling-policy fcfs|priority

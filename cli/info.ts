@@ -66,9 +66,9 @@ export function describeMemory(reading: DeviceMemoryReading): string {
       `default ${f(DEFAULT_KV_CACHE_MIB)} MiB`;
   }
   const m = reading.memory;
-  return `Memory:    ${f(m.totalMiB)} MiB, ${f(m.usedMiB)} MiB in use (${m.source}): the KV ` +
-    `cache fills --gpu-memory-utilization of it (default ${DEFAULT_GPU_MEMORY_UTILIZATION}) ` +
-    "once the model is loaded";
+  return `Memory:    ${f(m.totalMiB)} MiB, ${f(m.usedMiB)} MiB in use (${m.source}): the engine ` +
+    `may use --gpu-memory-utilization of it (default ${DEFAULT_GPU_MEMORY_UTILIZATION}), the KV ` +
+    "cache what the model leaves";
 }
 
 /** Runs `info`: prints the report, returns the exit code. */

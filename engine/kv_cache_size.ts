@@ -73,8 +73,10 @@ export interface KvCacheSizing {
  */
 export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
   const useful = r.maxNumSeqs * Math.ceil(r.maxModelLen / r.blockSize);
-  const sized = r.numKvBlocks === undefined && r.kvCacheMemory === undefined;
-  const gpu = sized && r.gpuMemory !== undefined && "totalMiB" in r.gpuMemory ? r.gpuMemory : null;
+  const noFlags = r.numKvBlocks === undefined && r.kvCacheMemory === undefined;
+  const gpu = noFlags && r.gpuMemory !== undefined && "totalMiB" in r.gpuMemory
+    ? r.gpuMemory
+    : null;
   const share = gpu !== null ? gpu.utilization * gpu.totalMiB : 0;
   const mib = r.kvCacheMemory ?? (gpu !== null ? share - gpu.modelMiB : DEFAULT_KV_CACHE_MIB);
   const byMemory = Math.max(0, Math.floor((mib * 2 ** 20) / r.blockBytes));
@@ -107,7 +109,7 @@ export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
   }
   if (kvBlocks < wanted) {
     notes.push(`KV cache capped at ${kvBlocks} blocks: one layer's K or V must fit one binding`);
-  } else if (sized && gpu === null && byMemory < useful) {
+  } else if (noFlags && gpu === null && byMemory < useful) {
     const perRequest = Math.floor((kvBlocks * r.blockSize) / r.maxNumSeqs);
     // The most that helps: every request whole, or what one binding per layer allows.
     const most = Math.min(useful, r.limitBlocks);

@@ -304,7 +304,7 @@ Deno.test("summaryLines() sets figures against the goals and says 'not measured'
 Deno.test("summaryLines() quotes the GPU's memory as info read it and the KV cache the engine sized from it", () => {
   const text = summaryLines(readBattery({
     "info.txt": "$ deno run --cached-only -A main.ts info\nAdapter:   NVIDIA H200\n" +
-      "Memory:    143,771 MiB, 612 MiB in use (nvidia-smi): the KV cache fills ...\n",
+      "Memory:    143,771 MiB, 612 MiB in use (nvidia-smi): the engine may use ...\n",
     "kv_auto.txt": "Adapter: NVIDIA H200; weights f16\nModel: Qwen3ForCausalLM, 28 layers\n" +
       "KV cache: 16,384 blocks x 16 tokens = 262,144 tokens\n" +
       "Maximum concurrency for 4,096 tokens per request: 64.00x\n" +
@@ -315,7 +315,7 @@ Deno.test("summaryLines() quotes the GPU's memory as info read it and the KV cac
   assertHas(
     text,
     "GPU memory and the KV cache sized from it (info, kv-auto):\n" +
-      "- Memory:    143,771 MiB, 612 MiB in use (nvidia-smi): the KV cache fills ...\n" +
+      "- Memory:    143,771 MiB, 612 MiB in use (nvidia-smi): the engine may use ...\n" +
       "- KV cache: 16,384 blocks x 16 tokens = 262,144 tokens\n" +
       "- KV cache sized from the GPU's memory (nvidia-smi): 0.9 of 143,771 MiB ...\n" +
       "- GPU memory in use: 612 MiB before loading, 31,000 of 143,771 MiB with the model and KV " +
