@@ -1,15 +1,9 @@
 import assert from "node:assert/strict";
 import type { AdapterSummary } from "../gpu/context.ts";
 import { type ClusterGpuProbe, replicaMemory } from "../cli/cluster_memory.ts";
+import { H200_ADAPTER } from "./support/adapter.ts";
 
-const H200: AdapterSummary = {
-  description: "NVIDIA H200",
-  vendor: "4318",
-  architecture: "",
-  device: "8995",
-  isFallback: false,
-  features: { shaderF16: true, timestampQuery: true, subgroups: false },
-};
+const H200 = H200_ADAPTER;
 
 /** A probe whose nvidia-smi prints `stdout` and whose adapter is `adapter`; it counts both. */
 function probe(stdout: string | Error, adapter: AdapterSummary | null = H200) {

@@ -1,22 +1,14 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type { AdapterSummary } from "../gpu/context.ts";
 import {
   type CommandRunner,
   NVIDIA_SMI_ARGS,
   parseNvidiaSmiMemory,
   readDeviceMemory,
 } from "../gpu/device_memory.ts";
+import { H200_ADAPTER } from "./support/adapter.ts";
 
-/** An adapter as wgpu describes an NVIDIA GPU (vendor 0x10de). */
-const H200: AdapterSummary = {
-  description: "NVIDIA H200",
-  vendor: "4318",
-  architecture: "",
-  device: "8995",
-  isFallback: false,
-  features: { shaderF16: true, timestampQuery: true, subgroups: false },
-};
+const H200 = H200_ADAPTER;
 
 /** A runner that prints `stdout` (exit `code`) and records its calls. */
 function fakeRun(stdout: string, code = 0): CommandRunner & { calls: string[][] } {

@@ -4,7 +4,6 @@
  */
 
 import assert from "node:assert/strict";
-import type { AdapterSummary } from "../gpu/context.ts";
 import { GpuContext } from "../gpu/context.ts";
 import {
   isSoftwareAdapter,
@@ -18,16 +17,9 @@ import { defaultMatmulPolicy } from "../kernels/matmul.ts";
 import { samplingParams } from "../scheduler/sampling_params.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
+import { fakeAdapter } from "./support/adapter.ts";
 
-const adapter = (over: Partial<AdapterSummary>): AdapterSummary => ({
-  description: "",
-  vendor: "",
-  architecture: "",
-  device: "",
-  isFallback: false,
-  features: { shaderF16: true, timestampQuery: true, subgroups: false },
-  ...over,
-});
+const adapter = fakeAdapter;
 
 const H100 = adapter({ description: "NVIDIA H100 80GB HBM3", vendor: "4318" });
 const LAVAPIPE = adapter({ description: "llvmpipe (LLVM 15.0.6, 256 bits)", device: "0" });
