@@ -145,9 +145,9 @@ stage() {
         bench/model_bench.ts --model $model --batches 1,8,64 --prefill 128,512 --prefill-repeats 3 \
         --steps 32 --no-breakdown --kernel-tuning off $gpu
       ;;
-    # The KV cache sized from the GPU's memory (nvidia-smi, --gpu-memory-utilization's default 0.9:
-    # engine/kv_cache_plan.ts, since 2026-11-30, never run on a GPU before): the start-up log's
-    # "KV cache sized from the GPU's memory" and "GPU memory in use" lines, and 8 tokens.
+    # The KV cache sized from the GPU's memory (nvidia-smi; --gpu-memory-utilization's default, 0.9
+    # of the free memory: engine/kv_cache_plan.ts, since 2026-11-30, never run on a GPU before): the
+    # start-up log's "KV cache sized from the GPU's memory" and "GPU memory in use" lines, 8 tokens.
     kv-auto)
       run_stage kv-auto 60 kv_auto.txt deno run --cached-only -A main.ts generate --model $model \
         --prompt "The capital of France is" --max-tokens 8 $gpu

@@ -1,10 +1,11 @@
 /**
  * The GPU memory each of `main.ts cluster`'s replicas may use. Every replica is an engine of its
  * own on the same GPU, and an engine sizes its KV cache from its `--gpu-memory-utilization`
- * share of the GPU's memory (engine/kv_cache_plan.ts, default 0.9): left to the default, the
- * first replica would take 0.9 of the GPU and the others find no room. So where the GPU's memory
- * can be read and the serve flags do not size the cache themselves, the launcher gives each
- * replica 0.9 / N of it.
+ * share of the GPU's memory (engine/kv_cache_plan.ts, default 0.9 of the memory free at its
+ * start-up): left to the default, the
+ * first replica would take 0.9 of the free memory and the others find little room. So where the
+ * GPU's memory can be read and the serve flags do not size the cache themselves, the launcher
+ * gives each replica 0.9 / N of the memory free before they start.
  *
  * @module
  */
@@ -62,8 +63,9 @@ function mockExecutor(args: readonly string[]): boolean {
 }
 
 /**
- * Each of `replicas` replicas' share of the GPU's memory, as serve flags: 0.9 / N (rounded down
- * to 0.001) where the GPU's memory can be read; none where `serveArgs` size the KV cache or run
+ * Each of `replicas` replicas' share of the GPU's memory, as serve flags: 0.9 of the memory free
+ * now, / N (rounded down to 0.001), where the GPU's memory can be read (an engine's own default is
+ * 0.9 of what is free, engine/kv_cache_plan.ts); none where `serveArgs` size the KV cache or run
  * the mock executor, or the memory cannot be read. The adapter is looked at only once
  * `nvidia-smi` has listed a GPU (a machine without one starts no WebGPU here).
  */
@@ -83,12 +85,15 @@ export async function replicaMemory(
   if (adapter === null) return NONE;
   const reading = await readDeviceMemory(adapter, probe.run);
   if (!("memory" in reading)) return NONE;
-  const share = Math.floor((1000 * DEFAULT_GPU_MEMORY_UTILIZATION) / replicas) / 1000;
-  const total = reading.memory.totalMiB.toLocaleString("en-US");
+  const { totalMiB, usedMiB, source } = reading.memory;
+  const free = Math.max(0, totalMiB - usedMiB);
+  const share = Math.floor((1000 * DEFAULT_GPU_MEMORY_UTILIZATION * free) / totalMiB / replicas) /
+    1000;
+  const f = (n: number) => n.toLocaleString("en-US");
   return {
     args: ["--gpu-memory-utilization", String(share)],
-    note: `[cluster] each replica's engine may use ${share} of the GPU's ${total} MiB ` +
-      `(--gpu-memory-utilization: ${DEFAULT_GPU_MEMORY_UTILIZATION} shared by ${replicas} ` +
-      `replicas, ${reading.memory.source}); a sizing flag after -- chooses instead`,
+    note: `[cluster] each replica's engine may use ${share} of the GPU's ${f(totalMiB)} MiB ` +
+      `(--gpu-memory-utilization: ${DEFAULT_GPU_MEMORY_UTILIZATION} of the ${f(free)} MiB free, ` +
+      `shared by ${replicas} replicas; ${source}); a sizing flag after -- chooses instead`,
   };
 }

@@ -29,7 +29,7 @@ Ctrl-C / SIGTERM stops them all.
 
 Everything after '--' goes to every replica's 'serve' (e.g. -- --model DIR --max-num-seqs 32);
 --host and --port are the launcher's. Where nvidia-smi reads the GPU's memory, each replica's
-engine gets 0.9 / N of it (--gpu-memory-utilization) unless --gpu-memory-utilization,
+engine gets 0.9 / N of the free memory (--gpu-memory-utilization) unless --gpu-memory-utilization,
 --kv-cache-memory or --num-kv-blocks follows '--'.`;
 
 /** The launcher's settings, from its flags. */

@@ -114,7 +114,7 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --num-kv-blocks N              KV blocks, instead of --kv-cache-memory
   --gpu-memory-utilization F     share of the GPU's memory this engine may use, the KV cache
                                  taking what the model leaves; read with nvidia-smi on NVIDIA
-                                 GPUs (default 0.9 there)
+                                 GPUs (default there: 0.9 of the memory free at start-up)
   --swap-space MIB               host swap space for --preemption-mode swap (default 256 then)
   --preemption-mode recompute|swap
   --scheduling-policy fcfs|priority

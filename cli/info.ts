@@ -67,7 +67,8 @@ export function describeMemory(reading: DeviceMemoryReading): string {
   }
   const m = reading.memory;
   return `Memory:    ${f(m.totalMiB)} MiB, ${f(m.usedMiB)} MiB in use (${m.source}): the engine ` +
-    `may use --gpu-memory-utilization of it (default ${DEFAULT_GPU_MEMORY_UTILIZATION}), the KV ` +
+    `may use --gpu-memory-utilization of it (default ${DEFAULT_GPU_MEMORY_UTILIZATION} of the ` +
+    "memory free at start-up), the KV " +
     "cache what the model leaves";
 }
 

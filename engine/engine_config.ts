@@ -49,7 +49,8 @@ export const engineOptionsSchema = z.object({
   kvCacheMemory: z.number().positive().optional(),
   /**
    * Share of the GPU's memory the engine may fill, KV cache included, where the memory can be
-   * read (NVIDIA, gpu/device_memory.ts); default 0.9 there (engine/kv_cache_size.ts).
+   * read (NVIDIA, gpu/device_memory.ts); default 0.9 of the memory free at start-up
+   * (engine/kv_cache_plan.ts).
    */
   gpuMemoryUtilization: z.number().gt(0).max(1).optional(),
   /** KV blocks, instead of kvCacheMemory. */

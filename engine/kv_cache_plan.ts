@@ -6,10 +6,11 @@
  * weights and allocating the cache: engine/models/bind_targets.ts); otherwise the fixed default.
  *
  * As vLLM's, the share is what this engine may use, whatever other processes use: the memory in
- * use is read before the load and after it, the difference is the model's, and the share must
- * be free at start-up (several engines on one GPU, e.g. `main.ts cluster`'s replicas, each take
- * their own share; started together, each may count another's load as its own, which only makes
- * its cache smaller). The arithmetic and the log's notes are engine/kv_cache_size.ts's; the swap
+ * use is read before the load and after it, the difference is the model's, and a share given
+ * must be free at start-up (several engines on one GPU, e.g. `main.ts cluster`'s replicas, each
+ * take their own share; started together, each may count another's load as its own, which only
+ * makes its cache smaller). Unlike vLLM's, the default is 0.9 of the memory free at start-up
+ * rather than of the whole, so a GPU that a desktop or another process uses still serves. The arithmetic and the log's notes are engine/kv_cache_size.ts's; the swap
  * space is sized here too.
  *
  * @module
@@ -53,13 +54,16 @@ export class KvCachePlan {
     private readonly readMemory: DeviceMemoryReader,
     /** The memory as read before loading (null: the flags size the cache). */
     private readonly before: DeviceMemoryReading | null,
+    /** The engine's share of the GPU's memory (`--gpu-memory-utilization` or the default's). */
+    private readonly utilization: number,
   ) {}
 
   /**
    * The plan for model `mc` on `ctx`. Reads the GPU's memory when no flag sizes the cache.
    *
    * @throws {RangeError} when `gpuMemoryUtilization` is given but the memory cannot be read, its
-   *   share of the memory is not free, or a flag's size holds no block.
+   *   share of the memory is not free, or a flag's size holds no block. Not given, the share is
+   *   0.9 of the memory free now, so that a GPU that other processes use still serves.
    */
   static async create(
     config: EngineConfig,
@@ -83,19 +87,31 @@ export class KvCachePlan {
           "give --kv-cache-memory MIB instead",
       );
     }
+    // The share: as given (and free now), or 0.9 of what is free now (rounded down to 0.001).
+    let utilization = config.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION;
     if (before !== null && "memory" in before) {
       const { totalMiB, usedMiB, source } = before.memory;
-      const u = config.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION;
-      if (totalMiB - usedMiB < u * totalMiB) {
+      const free = Math.max(0, totalMiB - usedMiB);
+      if (config.gpuMemoryUtilization === undefined) {
+        utilization = Math.floor((1000 * DEFAULT_GPU_MEMORY_UTILIZATION * free) / totalMiB) / 1000;
+      } else if (free < utilization * totalMiB) {
         throw new RangeError(
-          `Cannot use ${u} of the GPU's memory (--gpu-memory-utilization): ${
-            f(Math.floor(u * totalMiB))
+          `Cannot use ${utilization} of the GPU's memory (--gpu-memory-utilization): ${
+            f(Math.floor(utilization * totalMiB))
           } of ${f(totalMiB)} MiB, but ${f(usedMiB)} MiB are in use (${source}); give a lower ` +
             "share or --kv-cache-memory MIB",
         );
       }
     }
-    const plan = new KvCachePlan(config, ctx, shape, maxModelLen, readMemory, before);
+    const plan = new KvCachePlan(
+      config,
+      ctx,
+      shape,
+      maxModelLen,
+      readMemory,
+      before,
+      utilization,
+    );
     // Sized now unless by memory (a size that holds no block fails before the load).
     if (before === null || "unknown" in before) plan.#size(before ?? undefined);
     return plan;
@@ -116,7 +132,6 @@ export class KvCachePlan {
           `Cannot size the KV cache: the GPU's memory was read before loading, not after (${now.unknown})`,
         );
       }
-      const utilization = this.config.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION;
       // Only a plan whose memory was read before the load is sized here (see create).
       const before = this.before !== null && "memory" in this.before
         ? this.before.memory
@@ -126,7 +141,8 @@ export class KvCachePlan {
         totalMiB: now.memory.totalMiB,
         modelMiB: Math.max(0, now.memory.usedMiB - before.usedMiB),
         source: now.memory.source,
-        utilization,
+        utilization: this.utilization,
+        byDefault: this.config.gpuMemoryUtilization === undefined,
       }).kvBlocks;
     };
   }

@@ -38,6 +38,11 @@ export interface GpuMemoryShare {
   readonly source: string;
   /** Share of `totalMiB` the engine may fill, KV cache included (`--gpu-memory-utilization`). */
   readonly utilization: number;
+  /**
+   * The share is the default's: {@linkcode DEFAULT_GPU_MEMORY_UTILIZATION} of the memory free at
+   * start-up, not of the whole (engine/kv_cache_plan.ts).
+   */
+  readonly byDefault?: boolean;
 }
 
 /** What {@linkcode kvCacheBlocks} sizes the cache from. */
@@ -99,7 +104,11 @@ export function kvCacheBlocks(r: KvCacheRequest): KvCacheSizing {
     const whole = Math.ceil((useful * r.blockBytes) / 2 ** 20);
     notes.push(
       `KV cache sized from the GPU's memory (${gpu.source}): ${gpu.utilization} of ` +
-        `${f(gpu.totalMiB)} MiB (--gpu-memory-utilization) less the model's ` +
+        `${f(gpu.totalMiB)} MiB (--gpu-memory-utilization${
+          gpu.byDefault === true
+            ? `, by default ${DEFAULT_GPU_MEMORY_UTILIZATION} of the memory free at start-up`
+            : ""
+        }) less the model's ` +
         `${f(Math.round(gpu.modelMiB))} MiB leaves ${f(Math.floor(mib))} MiB` +
         (byMemory > useful
           ? `; ${f(whole)} MiB of it hold all ${f(r.maxNumSeqs)} requests (--max-num-seqs) ` +

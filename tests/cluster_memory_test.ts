@@ -25,16 +25,19 @@ function probe(stdout: string | Error, adapter: AdapterSummary | null = H200) {
 
 const SMI = "NVIDIA H200, 143771, 600\n";
 
-Deno.test("replicaMemory() gives each replica 0.9 / N of a GPU whose memory nvidia-smi reads", async () => {
+Deno.test("replicaMemory() gives each replica 0.9 / N of the free memory of a GPU that nvidia-smi reads", async () => {
   const { probe: p } = probe(SMI);
   assert.deepEqual(await replicaMemory(["--model", "m"], 2, p), {
-    args: ["--gpu-memory-utilization", "0.45"],
-    note: "[cluster] each replica's engine may use 0.45 of the GPU's 143,771 MiB " +
-      "(--gpu-memory-utilization: 0.9 shared by 2 replicas, nvidia-smi); a sizing flag after -- " +
-      "chooses instead",
+    args: ["--gpu-memory-utilization", "0.448"],
+    note: "[cluster] each replica's engine may use 0.448 of the GPU's 143,771 MiB " +
+      "(--gpu-memory-utilization: 0.9 of the 143,171 MiB free, shared by 2 replicas; " +
+      "nvidia-smi); a sizing flag after -- chooses instead",
   });
-  // Rounded down: 0.9 / 7 = 0.12857...
+  // Rounded down: 0.9 x 143,171 / 143,771 / 7 = 0.12803...
   assert.deepEqual((await replicaMemory([], 7, p)).args, ["--gpu-memory-utilization", "0.128"]);
+  // A GPU half in use: 0.9 x 0.5 / 2.
+  const { probe: half } = probe("NVIDIA H200, 143771, 71885.5\n");
+  assert.deepEqual((await replicaMemory([], 2, half)).args, ["--gpu-memory-utilization", "0.225"]);
 });
 
 Deno.test("replicaMemory() adds nothing where the serve flags size the cache or run the mock", async () => {

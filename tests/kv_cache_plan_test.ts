@@ -65,8 +65,9 @@ Deno.test("LLMEngine.create() sizes the KV cache from the GPU's memory read once
     } finally {
       await engine.shutdown();
     }
-    // The default share, 0.9: 900 - 499 MiB hold far more than 4 requests' 128 blocks (3 MiB),
-    // here without a rise in the memory in use: too small to warn of (residencyWarnings).
+    // The default share, 0.9 of the 900 MiB free: 810 - 499 MiB hold far more than 4 requests'
+    // 128 blocks (3 MiB), here without a rise in the memory in use: too small to warn of
+    // (residencyWarnings).
     const quiet: string[] = [];
     const roomy = await LLMEngine.create(
       options,
@@ -75,6 +76,15 @@ Deno.test("LLMEngine.create() sizes the KV cache from the GPU's memory read once
     );
     try {
       assert.equal(roomy.stats().kvBlocksTotal, 128);
+      assert.ok(
+        quiet.includes(
+          "KV cache sized from the GPU's memory (fake): 0.81 of 1,000 MiB " +
+            "(--gpu-memory-utilization, by default 0.9 of the memory free at start-up) less the " +
+            "model's 499 MiB leaves 311 MiB; 3 MiB of it hold all 4 requests (--max-num-seqs) of " +
+            "512 tokens",
+        ),
+        quiet.join("\n"),
+      );
       assert.ok(![...log, ...quiet].some((l) => l.startsWith("Warning")), quiet.join("\n"));
     } finally {
       await roomy.shutdown();
@@ -100,6 +110,13 @@ Deno.test("LLMEngine.create() refuses a --gpu-memory-utilization share that is n
             "1,000 MiB, but 600 MiB are in use (fake); give a lower share or --kv-cache-memory MIB",
     );
     assert.equal(busy.calls, 1);
+    // Not given, the share is 0.9 of what is free (0.36 of 1,000 MiB): the engine serves.
+    const shared = await LLMEngine.create(options, () => {}, fakeMemory(gpu(600), gpu(700)));
+    try {
+      assert.equal(shared.stats().kvBlocksTotal, 128);
+    } finally {
+      await shared.shutdown();
+    }
     // The model took 600 MiB of its 500.
     await assert.rejects(
       () => create(gpu(100), gpu(700)),
