@@ -30,6 +30,7 @@ import {
   kvCacheBlocks,
 } from "./kv_cache_size.ts";
 import type { ModelConfig } from "./model/config.ts";
+import { kvCacheShape } from "./models/bind_targets.ts";
 
 /** The KV cache's blocks, the host's swap blocks, and the log's notes on the choice. */
 export interface KvCacheSized {
@@ -72,13 +73,7 @@ export class KvCachePlan {
     maxModelLen: number,
     readMemory: DeviceMemoryReader,
   ): Promise<KvCachePlan> {
-    const shape: KvCacheShape = {
-      numLayers: mc.numLayers,
-      numKvHeads: mc.numKvHeads,
-      headDim: mc.headDim,
-      blockSize: config.blockSize,
-      dtype: ctx.weightDtype,
-    };
+    const shape = kvCacheShape(ctx, mc, config.blockSize);
     const byFlags = config.numKvBlocks !== undefined || config.kvCacheMemory !== undefined;
     const before = byFlags ? null : await readMemory(ctx.adapter);
     if (before !== null && "unknown" in before && config.gpuMemoryUtilization !== undefined) {
