@@ -16,11 +16,7 @@
  * @module
  */
 
-import type {
-  DeviceMemory,
-  DeviceMemoryReader,
-  DeviceMemoryReading,
-} from "../gpu/device_memory.ts";
+import type { DeviceMemory, DeviceMemoryReader } from "../gpu/device_memory.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { EngineConfig } from "./engine_config.ts";
 import { blockBytes, type KvCacheShape, maxBlocks } from "./kv_cache.ts";
@@ -53,8 +49,8 @@ export class KvCachePlan {
     private readonly shape: KvCacheShape,
     private readonly maxModelLen: number,
     private readonly readMemory: DeviceMemoryReader,
-    /** The memory as read before loading (null: the flags size the cache). */
-    private readonly before: DeviceMemoryReading | null,
+    /** The memory as read before loading (null: not read, or unknown; then sized already). */
+    private readonly before: DeviceMemory | null,
     /** The engine's share of the GPU's memory (`--gpu-memory-utilization` or the default's). */
     private readonly utilization: number,
   ) {}
@@ -104,7 +100,7 @@ export class KvCachePlan {
       shape,
       maxModelLen,
       readMemory,
-      before,
+      before !== null && "memory" in before ? before.memory : null,
       utilization,
     );
     // Sized now unless by memory (a size that holds no block fails before the load).
@@ -117,7 +113,9 @@ export class KvCachePlan {
    * that reads the memory once the weights are loaded and sizes the cache from it.
    */
   get numKvBlocks(): number | (() => Promise<number>) {
-    if (this.#sized !== null) return this.#sized.kvBlocks;
+    // Sized before the load unless the memory was read then (see create).
+    const before = this.before;
+    if (this.#sized !== null || before === null) return this.sized.kvBlocks;
     return async () => {
       // Uploads finished, so their staging memory is not counted as in use.
       await this.ctx.device.queue.onSubmittedWorkDone();
@@ -127,10 +125,6 @@ export class KvCachePlan {
           `Cannot size the KV cache: the GPU's memory was read before loading, not after (${now.unknown})`,
         );
       }
-      // Only a plan whose memory was read before the load is sized here (see create).
-      const before = this.before !== null && "memory" in this.before
-        ? this.before.memory
-        : now.memory;
       this.#loaded = now.memory;
       return this.#size({
         totalMiB: now.memory.totalMiB,
@@ -158,12 +152,12 @@ export class KvCachePlan {
    * it: whether the weights (`weightBytes`) and the cache landed on the GPU.
    */
   async memoryLines(weightBytes: number): Promise<string[]> {
-    if (this.before === null || !("memory" in this.before)) return [];
+    if (this.before === null) return [];
     await this.ctx.device.queue.onSubmittedWorkDone();
     const now = await this.readMemory(this.ctx.adapter);
     if (!("memory" in now)) return [`GPU memory: no longer read (${now.unknown})`];
     const m = now.memory;
-    const before = this.before.memory;
+    const before = this.before;
     return [
       `GPU memory in use: ${f(before.usedMiB)} MiB before loading, ` +
       `${f(m.usedMiB)} of ${f(m.totalMiB)} MiB with the model and KV cache (${m.source})`,
