@@ -6,6 +6,7 @@
  * @module
  */
 
+import { ChatTemplate, ChatTemplateError } from "../engine/chat_template.ts";
 import { parseQuantizationChoice } from "../gpu/quant.ts";
 import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
@@ -38,10 +39,19 @@ export async function checkModelDir(dir: string): Promise<void> {
 
 /**
  * How a flag's value becomes its engine option: `string` and `number` as given (a number
- * checked here), `on` / `off` a boolean flag that sets true / false when given, `profile` and
- * `quantization` parsed into their choices.
+ * checked here), `on` / `off` a boolean flag that sets true / false when given, `profile`,
+ * `quantization` and `dtype` parsed into their choices, `template` read as a chat template
+ * ({@linkcode readChatTemplate}).
  */
-type FlagKind = "string" | "number" | "on" | "off" | "profile" | "quantization";
+type FlagKind =
+  | "string"
+  | "number"
+  | "on"
+  | "off"
+  | "profile"
+  | "quantization"
+  | "dtype"
+  | "template";
 
 /**
  * Every engine flag, in the order values are read (the first bad one is reported): the engine
@@ -70,6 +80,8 @@ const ENGINE_FLAG_OPTIONS = {
   "max-batch-size": ["maxBatchSize", "number"],
   "batch-wait-ms": ["batchWaitMs", "number"],
   "force-f32": ["forceF32", "on"],
+  dtype: ["dtype", "dtype"],
+  "chat-template": ["chatTemplate", "template"],
   "kernel-profile": ["kernelProfile", "profile"],
   "kernel-tuning": ["kernelTuning", "string"],
   quantization: ["quantization", "quantization"],
@@ -125,6 +137,11 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --max-batch-size N             batch size of the static / dynamic baselines
   --batch-wait-ms MS             wait window of the dynamic baseline (default 10)
   --force-f32                    f32 weights even when shader-f16 exists
+  --dtype auto|half|float16|float|float32   weights and KV cache on the device (default auto:
+                                 float16 where the adapter has shader-f16, else float32;
+                                 bfloat16 checkpoints load as float16: WGSL has no bfloat16)
+  --chat-template FILE|TEXT      chat template (Jinja) replacing the model's own: a file, or
+                                 the template itself (\\n read as a newline), as vLLM reads it
   --kernel-profile auto|cpu|gpu  kernel variants (default auto: cpu on a software adapter, else gpu)
   --kernel-tuning auto|measure|off   gpu profile: measure kernel choices on this adapter at
                                  start-up (matmul tile, gemv/tiled per shape, decode split,
@@ -185,7 +202,72 @@ function optionValue(flag: string, kind: FlagKind, value: string | boolean | und
       return parseKernelProfileChoice(str(value));
     case "quantization":
       return value === undefined ? undefined : parseQuantizationChoice(str(value) ?? "");
+    case "dtype":
+      return value === undefined ? undefined : parseDtype(str(value) ?? "");
+    case "template":
+      return value === undefined ? undefined : readChatTemplate(str(value) ?? "");
   }
+}
+
+/** `--dtype` values (vLLM's names) and the engine's dtype each means. */
+const DTYPES: Readonly<Record<string, "auto" | "float16" | "float32">> = {
+  auto: "auto",
+  half: "float16",
+  float16: "float16",
+  float: "float32",
+  float32: "float32",
+};
+
+/**
+ * The engine dtype of a `--dtype` value.
+ *
+ * @throws {TypeError} for bfloat16 (WGSL has no such type) and unknown names.
+ */
+export function parseDtype(text: string): "auto" | "float16" | "float32" {
+  const dtype = DTYPES[text];
+  if (dtype !== undefined) return dtype;
+  if (text === "bfloat16") {
+    throw new TypeError(
+      "--dtype bfloat16: WGSL has no bfloat16 type; bfloat16 checkpoints load as float16 (--dtype auto or float16) or float32",
+    );
+  }
+  throw new TypeError(`--dtype expects one of ${Object.keys(DTYPES).join(", ")}, got "${text}"`);
+}
+
+/** Characters that tell a template from a file name (vLLM's test). */
+const TEMPLATE_CHARS = /[{}\n]/;
+
+/**
+ * The chat template `--chat-template` names, as vLLM reads it: the file's text where `value`
+ * opens as a file; else `value` itself when it holds `{`, `}` or a newline, its escapes `\n`,
+ * `\r`, `\t`, `\\`, `\"` and `\'` decoded (so a one-line shell argument can hold newlines). The
+ * template must parse.
+ *
+ * @throws {TypeError} when `value` is neither a readable file nor a template, or does not parse.
+ */
+export function readChatTemplate(value: string): string {
+  let source: string;
+  try {
+    source = Deno.readTextFileSync(value);
+  } catch (e) {
+    if (!TEMPLATE_CHARS.test(value)) {
+      const why = e instanceof Deno.errors.NotFound ? "no such file" : String(e);
+      throw new TypeError(
+        `--chat-template: cannot read "${value}" (${why}); give a template file or the template itself`,
+      );
+    }
+    source = value.replace(
+      /\\([nrt\\"'])/g,
+      (_, c: string) => c === "n" ? "\n" : c === "r" ? "\r" : c === "t" ? "\t" : c,
+    );
+  }
+  try {
+    new ChatTemplate(source);
+  } catch (e) {
+    if (e instanceof ChatTemplateError) throw new TypeError(`--chat-template: ${e.message}`);
+    throw e;
+  }
+  return source;
 }
 
 /** Where the default tiny model lives (git-ignored). */

@@ -28,6 +28,7 @@ import {
   resolveModelDir,
 } from "./engine_flags.ts";
 import { parseCommandArgs } from "./usage.ts";
+import { VLLM_SERVE_FLAGS, VLLM_SERVE_FLAGS_USAGE, vllmServeFlagValues } from "./vllm_flags.ts";
 import {
   API_KEY_ENV,
   SERVE_FLAGS,
@@ -36,25 +37,34 @@ import {
   serveSettingsFromFlags,
 } from "./serve_flags.ts";
 
-export const SERVE_USAGE = `usage: main.ts serve [--model DIR] [server flags] [engine flags]
+export const SERVE_USAGE = `usage: main.ts serve [MODEL | --model DIR] [server flags] [engine flags]
 
 ${SERVE_FLAGS_USAGE}
 
-${ENGINE_FLAGS_USAGE}`;
+${ENGINE_FLAGS_USAGE}
+
+${VLLM_SERVE_FLAGS_USAGE}`;
 
 /** A fatal engine error ends the process within this many ms (status 1). */
 const FATAL_EXIT_MS = 4500;
 
 /** Runs `serve` with `args`; resolves with the exit code once the server has stopped. */
 export async function runServe(args: string[]): Promise<number> {
-  const { values } = parseCommandArgs("serve", {
+  const parsed = parseCommandArgs("serve", {
     args,
-    options: { ...ENGINE_FLAGS, ...SERVE_FLAGS, help: { type: "boolean", default: false } },
+    allowPositionals: true,
+    options: {
+      ...ENGINE_FLAGS,
+      ...SERVE_FLAGS,
+      ...VLLM_SERVE_FLAGS,
+      help: { type: "boolean", default: false },
+    },
   });
-  if (values.help) {
+  if (parsed.values.help) {
     console.log(SERVE_USAGE);
     return 0;
   }
+  const values = { ...parsed.values, ...vllmServeFlagValues(parsed.values, parsed.positionals) };
   const settings = serveSettingsFromFlags(values);
   const mock = values.executor === "mock";
   const model = mock && values.model === undefined

@@ -71,6 +71,17 @@ export const engineOptionsSchema = z.object({
   batchWaitMs: z.number().nonnegative().default(10),
   /** f32 weights and KV even with shader-f16. */
   forceF32: z.boolean().default(false),
+  /**
+   * Weights and KV cache dtype on the device (vLLM's `--dtype`): `auto` f16 where the adapter
+   * has `shader-f16`, else f32; `float16` f16 or an error where it lacks `shader-f16`; `float32`
+   * f32 (as forceF32).
+   */
+  dtype: z.enum(["auto", "float16", "float32"]).default("auto"),
+  /**
+   * A chat template (Jinja source) replacing the model's own (tokenizer_config.json's
+   * `chat_template`, chat_template.jinja); vLLM's `--chat-template`.
+   */
+  chatTemplate: z.string().min(1).optional(),
   /** Kernel variants: `auto` (from the adapter), `cpu` or `gpu` (gpu/kernel_profile.ts). */
   kernelProfile: z.enum(["auto", "cpu", "gpu"]).default("auto"),
   /** Matmul tile and gemv/tiled choices: cached or measured, measured now, or the defaults. */
@@ -137,6 +148,9 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
         "numKvBlocks do: give one of them",
     );
   }
+  if (c.dtype === "float16" && c.forceF32) {
+    throw new RangeError("Invalid engine options: dtype float16 contradicts forceF32");
+  }
   checkApplicable(options, c);
   return Object.freeze(c);
 }
@@ -152,7 +166,14 @@ const APPLIES_TO: readonly {
   readonly otherwise: (c: EngineConfig) => string;
 }[] = [
   {
-    options: ["quantization", "kernelProfile", "kernelTuning", "forceF32", "gpuMemoryUtilization"],
+    options: [
+      "quantization",
+      "kernelProfile",
+      "kernelTuning",
+      "forceF32",
+      "dtype",
+      "gpuMemoryUtilization",
+    ],
     where: "the webgpu executor",
     applies: (c) => c.executor === "webgpu",
     otherwise: (c) => `executor ${c.executor}`,
@@ -174,6 +195,12 @@ const APPLIES_TO: readonly {
     where: "the dynamic scheduler",
     applies: (c) => c.scheduler === "dynamic",
     otherwise: (c) => `scheduler ${c.scheduler}`,
+  },
+  {
+    options: ["chatTemplate"],
+    where: "a model's tokenizer",
+    applies: (c) => c.model !== undefined,
+    otherwise: () => "an engine without a model",
   },
   {
     options: ["swapSpace"],

@@ -66,18 +66,28 @@ export async function setupEngine(
   readMemory: DeviceMemoryReader = readDeviceMemory,
 ): Promise<EngineParts> {
   const config = resolveEngineConfig(options);
-  const tokenizer = config.model !== undefined ? await Tokenizer.fromDir(config.model) : null;
+  const tokenizer = config.model !== undefined
+    ? await Tokenizer.fromDir(config.model, config.chatTemplate)
+    : null;
+  if (config.chatTemplate !== undefined) {
+    log(`Chat template: the one given (--chat-template), not the model's own`);
+  }
   const name = config.servedModelName ??
     (config.model !== undefined ? basename(config.model.replace(/\/+$/, "")) : "mock");
   if (config.executor === "mock") {
     return setupMockEngine({ ...config, servedModelName: name }, tokenizer, log);
   }
   const ctx = await GpuContext.create({
-    forceF32: config.forceF32,
+    forceF32: config.forceF32 || config.dtype === "float32",
     kernelProfile: config.kernelProfile,
   });
   try {
     const a = ctx.adapter;
+    if (config.dtype === "float16" && ctx.weightDtype !== "f16") {
+      throw new RangeError(
+        `Cannot use dtype float16: ${a.description} lacks the shader-f16 feature (use auto or float32)`,
+      );
+    }
     log(
       `Adapter: ${a.description}${a.isFallback ? " (software fallback: no GPU found)" : ""}; ` +
         `weights ${ctx.weightDtype}; shader-f16 ${a.features.shaderF16 ? "yes" : "no"}; ` +

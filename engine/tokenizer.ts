@@ -215,11 +215,13 @@ export class Tokenizer {
 
   /**
    * Loads `dir/tokenizer.json` and (when present) `dir/tokenizer_config.json`; a
-   * `dir/chat_template.jinja` file, when present, overrides the config's `chat_template`.
+   * `dir/chat_template.jinja` file, when present, overrides the config's `chat_template`, and
+   * `chatTemplate` (the template's source, e.g. from `--chat-template`) overrides both.
    *
    * @throws {TokenizerError} when tokenizer.json is missing or malformed.
+   * @throws {ChatTemplateError} when the chat template does not parse.
    */
-  static async fromDir(dir: string): Promise<Tokenizer> {
+  static async fromDir(dir: string, chatTemplate?: string): Promise<Tokenizer> {
     const tokenizerJson = await readJson(`${dir}/tokenizer.json`);
     if (!isRecord(tokenizerJson)) {
       throw new TokenizerError(`${dir}/tokenizer.json: expected a JSON object`);
@@ -228,7 +230,8 @@ export class Tokenizer {
     const config = (await exists(configPath)) ? await readJson(configPath) : {};
     if (!isRecord(config)) throw new TokenizerError(`${configPath}: expected a JSON object`);
     const jinjaPath = `${dir}/chat_template.jinja`;
-    const template = (await exists(jinjaPath)) ? await Deno.readTextFile(jinjaPath) : undefined;
+    const template = chatTemplate ??
+      ((await exists(jinjaPath)) ? await Deno.readTextFile(jinjaPath) : undefined);
     return new Tokenizer(tokenizerJson, config, dir, template);
   }
 
@@ -296,7 +299,7 @@ export class Tokenizer {
   applyChatTemplate(messages: readonly ChatMessage[], options: ChatTemplateOptions = {}): string {
     if (this.#template === undefined) {
       throw new ChatTemplateError(
-        `${this.#name} has no chat template (no chat_template in tokenizer_config.json): use a completion request instead`,
+        `${this.#name} has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja): start the server with --chat-template, or use a completion request`,
       );
     }
     return this.#template.render(messages, options);

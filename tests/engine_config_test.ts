@@ -51,6 +51,11 @@ Deno.test("resolveEngineConfig() refuses an option that the executor, scheduler 
       "kernelTuning: it applies to the webgpu executor",
     ],
     [{ executor: "mock", forceF32: true }, "forceF32: it applies to the webgpu executor"],
+    [{ executor: "mock", dtype: "float32" }, "dtype: it applies to the webgpu executor"],
+    [
+      { executor: "mock", chatTemplate: "{{ messages }}" },
+      "chatTemplate: it applies to a model's tokenizer, not an engine without a model",
+    ],
     [
       { model: "/m", mockBaseMs: 3 },
       "mockBaseMs: it applies to the mock executor, not executor webgpu",
@@ -78,12 +83,27 @@ Deno.test("resolveEngineConfig() refuses an option that the executor, scheduler 
   }
 });
 
+Deno.test("resolveEngineConfig() refuses dtype float16 beside forceF32, in one line", () => {
+  assert.throws(
+    () => resolveEngineConfig({ model: "/m", dtype: "float16", forceF32: true }),
+    (e) =>
+      e instanceof RangeError &&
+      e.message === "Invalid engine options: dtype float16 contradicts forceF32",
+  );
+  assert.throws(
+    () => resolveEngineConfig({ model: "/m", dtype: "bfloat16" as "float16" }),
+    (e) => e instanceof RangeError && e.message.startsWith("Invalid engine option dtype:"),
+  );
+});
+
 Deno.test("resolveEngineConfig() accepts those options where they apply, and at their defaults anywhere", () => {
   resolveEngineConfig({ executor: "mock", scheduler: "dynamic", maxBatchSize: 4, batchWaitMs: 5 });
   resolveEngineConfig({ executor: "mock", scheduler: "static", maxBatchSize: 4 });
   resolveEngineConfig({ executor: "mock", preemptionMode: "swap", swapSpace: 64 });
   resolveEngineConfig({ executor: "mock", mockBaseMs: 1, mockFailAtStep: 3 });
   resolveEngineConfig({ model: "/m", quantization: "int8", kernelProfile: "cpu", forceF32: true });
+  resolveEngineConfig({ model: "/m", dtype: "float32", forceF32: true });
+  resolveEngineConfig({ executor: "mock", model: "/m", chatTemplate: "{{ messages }}" });
   // Defaults change nothing, so they pass anywhere (the CLI always sets the profile to auto).
   resolveEngineConfig({
     executor: "mock",

@@ -230,3 +230,21 @@ Deno.test("Tokenizer.fromDir() reports a missing tokenizer.json with its path", 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("Tokenizer.fromDir() takes a given chat template over chat_template.jinja and the config's", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "tok_tmpl_" });
+  try {
+    await makeModel({ out: dir, preset: "tiny-qwen3", dtype: "bf16" });
+    const messages = [{ role: "user", content: "hi" }];
+    const own = await Tokenizer.fromDir(dir);
+    assert.match(own.applyChatTemplate(messages), /^<\|im_start\|>user\nhi<\|im_end\|>\n$/);
+    await Deno.writeTextFile(`${dir}/chat_template.jinja`, "[jinja file]{{ messages[0].content }}");
+    assert.equal((await Tokenizer.fromDir(dir)).applyChatTemplate(messages), "[jinja file]hi");
+    const given = await Tokenizer.fromDir(dir, "[given]{{ messages[0].content }}{{ eos_token }}");
+    assert.equal(given.applyChatTemplate(messages), `[given]hi${given.eosToken}`);
+    assert.equal(given.chatTemplateSource, "[given]{{ messages[0].content }}{{ eos_token }}");
+    await assert.rejects(() => Tokenizer.fromDir(dir, "{% for %}"), ChatTemplateError);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

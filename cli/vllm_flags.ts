@@ -1,0 +1,102 @@
+/**
+ * `vllm serve` arguments that `main.ts serve` accepts where this server does what they ask, so
+ * that a vLLM command line (a shell script, a systemd unit, a Docker or Kubernetes manifest)
+ * runs unchanged: the model as a positional argument, `--seed`, parallel sizes of 1,
+ * `--enforce-eager`, `--trust-remote-code`, `--enable-auto-tool-choice` and
+ * `--tool-call-parser hermes`. Values this server cannot honour (several GPUs, another tool-call
+ * format) are refused in one line, never ignored. `--dtype` and `--chat-template` are engine
+ * flags (cli/engine_flags.ts), shared with `generate`.
+ *
+ * @module
+ */
+
+import { UsageError } from "./usage.ts";
+
+/** `parseArgs` options of the vLLM flags (see the module documentation). */
+export const VLLM_SERVE_FLAGS = {
+  seed: { type: "string" },
+  "tensor-parallel-size": { type: "string" },
+  "pipeline-parallel-size": { type: "string" },
+  "enforce-eager": { type: "boolean" },
+  "trust-remote-code": { type: "boolean" },
+  "enable-auto-tool-choice": { type: "boolean" },
+  "tool-call-parser": { type: "string" },
+} as const;
+
+/** The tool-call formats the server parses (server/tools.ts: Hermes / Qwen `<tool_call>`). */
+export const TOOL_CALL_PARSERS = ["hermes"] as const;
+
+/** Usage lines of the vLLM flags. */
+export const VLLM_SERVE_FLAGS_USAGE =
+  `vLLM's flags, accepted so that a 'vllm serve' command line runs unchanged:
+  MODEL                          the model as the first argument, as --model
+  --seed N                       as --engine-seed
+  --tensor-parallel-size 1, --pipeline-parallel-size 1
+                                 one GPU per server (larger sizes are refused; for several GPUs
+                                 run replicas: main.ts cluster)
+  --enforce-eager                steps are always encoded as they run (no CUDA graphs here)
+  --trust-remote-code            allowed, but no checkpoint code is ever run (the architectures
+                                 are built in)
+  --enable-auto-tool-choice      tool_choice "auto" is always on
+  --tool-call-parser hermes      the tool-call format answers are parsed for (the only one)`;
+
+type Values = { [K in keyof typeof VLLM_SERVE_FLAGS]?: string | boolean } & {
+  model?: string | boolean;
+  "engine-seed"?: string | boolean;
+};
+
+/**
+ * The engine flag values the vLLM arguments stand for (`model`, `engine-seed`), after checking
+ * the others.
+ *
+ * @throws {UsageError} for more than one positional argument, a positional model beside a
+ *   different `--model`, `--seed` beside a different `--engine-seed`, a parallel size other
+ *   than 1, or a tool-call parser other than {@linkcode TOOL_CALL_PARSERS}.
+ */
+export function vllmServeFlagValues(
+  values: Values,
+  positionals: readonly string[],
+): { model?: string; "engine-seed"?: string } {
+  const out: { model?: string; "engine-seed"?: string } = {};
+  if (positionals.length > 1) {
+    throw new UsageError(
+      `Unexpected arguments ${positionals.slice(1).map((p) => `'${p}'`).join(", ")}: ` +
+        `serve takes one model (see 'main.ts serve --help')`,
+    );
+  }
+  const model = positionals[0];
+  if (model !== undefined) {
+    if (typeof values.model === "string" && values.model !== model) {
+      throw new UsageError(`Two models given: '${model}' and --model ${values.model}`);
+    }
+    out.model = model;
+  }
+  const seed = values.seed;
+  if (typeof seed === "string") {
+    const engineSeed = values["engine-seed"];
+    if (typeof engineSeed === "string" && engineSeed !== seed) {
+      throw new UsageError(`--seed ${seed} contradicts --engine-seed ${engineSeed}`);
+    }
+    out["engine-seed"] = seed;
+  }
+  for (const flag of ["tensor-parallel-size", "pipeline-parallel-size"] as const) {
+    const size = values[flag];
+    if (typeof size === "string" && Number(size) !== 1) {
+      throw new UsageError(
+        `--${flag} ${size}: this server runs a model on one GPU; for several GPUs run one ` +
+          `replica per GPU behind nginx (main.ts cluster)`,
+      );
+    }
+  }
+  const parser = values["tool-call-parser"];
+  if (
+    typeof parser === "string" && !(TOOL_CALL_PARSERS as readonly string[]).includes(parser)
+  ) {
+    throw new UsageError(
+      `--tool-call-parser ${parser}: the server parses ${
+        TOOL_CALL_PARSERS.join(", ")
+      } tool calls (<tool_call> blocks) only`,
+    );
+  }
+  return out;
+}

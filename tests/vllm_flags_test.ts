@@ -1,0 +1,161 @@
+/**
+ * vLLM's `serve` arguments on `main.ts serve` (cli/vllm_flags.ts) and the `--dtype` /
+ * `--chat-template` engine flags (cli/engine_flags.ts): what each means here, the one-line
+ * refusals of what this server cannot do, and a vLLM-style command line end to end.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { parseDtype, readChatTemplate } from "../cli/engine_flags.ts";
+import { UsageError } from "../cli/usage.ts";
+import { vllmServeFlagValues } from "../cli/vllm_flags.ts";
+import { makeModel } from "../tools/make_model.ts";
+import { GPU_TEST } from "./support/gpu.ts";
+import { MAIN, startServe, stopServe } from "./support/serve_process.ts";
+
+Deno.test("vllmServeFlagValues() reads a positional model and --seed as --model and --engine-seed", () => {
+  assert.deepEqual(vllmServeFlagValues({}, []), {});
+  assert.deepEqual(vllmServeFlagValues({}, ["Qwen/Qwen3-0.6B"]), { model: "Qwen/Qwen3-0.6B" });
+  assert.deepEqual(vllmServeFlagValues({ model: "/m" }, ["/m"]), { model: "/m" });
+  assert.deepEqual(vllmServeFlagValues({ seed: "3" }, []), { "engine-seed": "3" });
+  assert.deepEqual(vllmServeFlagValues({ seed: "3", "engine-seed": "3" }, []), {
+    "engine-seed": "3",
+  });
+  assert.deepEqual(
+    vllmServeFlagValues({
+      "tensor-parallel-size": "1",
+      "pipeline-parallel-size": "1",
+      "enforce-eager": true,
+      "trust-remote-code": true,
+      "enable-auto-tool-choice": true,
+      "tool-call-parser": "hermes",
+    }, []),
+    {},
+  );
+});
+
+Deno.test("vllmServeFlagValues() refuses what the server cannot do in one line", () => {
+  const cases: [Parameters<typeof vllmServeFlagValues>, RegExp][] = [
+    [[{}, ["/a", "/b"]], /^Unexpected arguments '\/b': serve takes one model/],
+    [[{ model: "/b" }, ["/a"]], /^Two models given: '\/a' and --model \/b$/],
+    [[{ seed: "1", "engine-seed": "2" }, []], /^--seed 1 contradicts --engine-seed 2$/],
+    [[{ "tensor-parallel-size": "2" }, []], /^--tensor-parallel-size 2: .*one GPU.*cluster/],
+    [[{ "pipeline-parallel-size": "4" }, []], /^--pipeline-parallel-size 4: /],
+    [[{ "tool-call-parser": "mistral" }, []], /^--tool-call-parser mistral: .*hermes/],
+  ];
+  for (const [args, message] of cases) {
+    assert.throws(
+      () => vllmServeFlagValues(...args),
+      (e) => e instanceof UsageError && message.test(e.message) && !e.message.includes("\n"),
+      JSON.stringify(args),
+    );
+  }
+});
+
+Deno.test("parseDtype() maps vLLM's dtype names and refuses bfloat16 saying why", () => {
+  assert.equal(parseDtype("auto"), "auto");
+  assert.equal(parseDtype("half"), "float16");
+  assert.equal(parseDtype("float16"), "float16");
+  assert.equal(parseDtype("float"), "float32");
+  assert.equal(parseDtype("float32"), "float32");
+  assert.throws(() => parseDtype("bfloat16"), /WGSL has no bfloat16 type/);
+  assert.throws(() => parseDtype("fp8"), /--dtype expects one of auto, half, .*, got "fp8"/);
+});
+
+Deno.test("readChatTemplate() reads a file, or takes a template given inline with its escapes", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "chat_tmpl_" });
+  try {
+    const file = `${dir}/t.jinja`;
+    await Deno.writeTextFile(file, "{{ messages[0].content }}\\n{# a file's \\n stays #}\n");
+    assert.equal(readChatTemplate(file), "{{ messages[0].content }}\\n{# a file's \\n stays #}\n");
+    assert.equal(
+      readChatTemplate(String.raw`{{ '<s>' }}\n{{ x }}\t\\n\'`),
+      "{{ '<s>' }}\n{{ x }}\t\\n'",
+    );
+    assert.throws(
+      () => readChatTemplate(`${dir}/missing.jinja`),
+      (e) =>
+        e instanceof TypeError &&
+        e.message === `--chat-template: cannot read "${dir}/missing.jinja" (no such file); ` +
+            "give a template file or the template itself",
+    );
+    assert.throws(
+      () => readChatTemplate("{% for %}"),
+      (e) =>
+        e instanceof TypeError &&
+        e.message.startsWith("--chat-template: Cannot parse the chat template:"),
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("serve refuses a vLLM flag it cannot honour before it binds a port", async () => {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", MAIN, "serve", "--port", "0", "--tensor-parallel-size", "2"],
+    env: { XDG_RUNTIME_DIR: "/tmp" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stderr = new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 2, stderr);
+  assert.doesNotMatch(new TextDecoder().decode(out.stdout), /Listening on/);
+  assert.equal(stderr.trim().split("\n").length, 1, stderr);
+  assert.match(stderr, /^error: --tensor-parallel-size 2: this server runs a model on one GPU/);
+});
+
+Deno.test(
+  "serve runs a vLLM command line: the model first, vLLM's flags, --dtype float32 and --chat-template",
+  GPU_TEST,
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "vllm_cli_" });
+    await makeModel({ out: dir, preset: "tiny-qwen3", seed: 3 });
+    const template = `${dir}/plain.jinja`;
+    await Deno.writeTextFile(
+      template,
+      "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}" +
+        "{% if add_generation_prompt %}[assistant] {% endif %}",
+    );
+    const server = await startServe("", [
+      dir,
+      "--dtype",
+      "float32",
+      "--seed",
+      "11",
+      "--tensor-parallel-size",
+      "1",
+      "--enforce-eager",
+      "--trust-remote-code",
+      "--enable-auto-tool-choice",
+      "--tool-call-parser",
+      "hermes",
+      "--chat-template",
+      template,
+    ]);
+    try {
+      const log = server.log.join("\n");
+      assert.match(log, /^Chat template: the one given \(--chat-template\)/m);
+      assert.match(log, /^Adapter: .*; weights f32;/m);
+      const post = async (path: string, body: unknown) => {
+        const r = await fetch(`${server.url}${path}`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify(body),
+        });
+        assert.equal(r.status, 200, path);
+        return await r.json();
+      };
+      const model = dir.split("/").pop();
+      const { tokens } = await post("/tokenize", {
+        model,
+        messages: [{ role: "user", content: "hello there" }],
+      });
+      const { prompt } = await post("/detokenize", { model, tokens });
+      assert.equal(prompt, "[user] hello there\n[assistant] ");
+    } finally {
+      assert.equal((await stopServe(server)).code, 0, server.log.join("\n"));
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
