@@ -41,7 +41,7 @@ export async function checkModelDir(dir: string): Promise<void> {
  * How a flag's value becomes its engine option: `string` and `number` as given (a number
  * checked here), `on` / `off` a boolean flag that sets true / false when given, `profile`,
  * `quantization` and `dtype` parsed into their choices, `template` read as a chat template
- * ({@linkcode readChatTemplate}).
+ * ({@linkcode readChatTemplate}), `json` a JSON object.
  */
 type FlagKind =
   | "string"
@@ -51,7 +51,8 @@ type FlagKind =
   | "profile"
   | "quantization"
   | "dtype"
-  | "template";
+  | "template"
+  | "json";
 
 /**
  * Every engine flag, in the order values are read (the first bad one is reported): the engine
@@ -82,6 +83,8 @@ const ENGINE_FLAG_OPTIONS = {
   "force-f32": ["forceF32", "on"],
   dtype: ["dtype", "dtype"],
   "chat-template": ["chatTemplate", "template"],
+  "generation-config": ["generationConfig", "string"],
+  "override-generation-config": ["overrideGenerationConfig", "json"],
   "kernel-profile": ["kernelProfile", "profile"],
   "kernel-tuning": ["kernelTuning", "string"],
   quantization: ["quantization", "quantization"],
@@ -142,6 +145,10 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
                                  bfloat16 checkpoints load as float16: WGSL has no bfloat16)
   --chat-template FILE|TEXT      chat template (Jinja) replacing the model's own: a file, or
                                  the template itself (\\n read as a newline), as vLLM reads it
+  --generation-config auto|vllm|DIR   sampling defaults: the model's generation_config.json
+                                 (default auto), none (vllm), or DIR's
+  --override-generation-config JSON   defaults set over those, e.g. '{"temperature": 0.5}'
+                                 (temperature, top_p, top_k, min_p, repetition_penalty)
   --kernel-profile auto|cpu|gpu  kernel variants (default auto: cpu on a software adapter, else gpu)
   --kernel-tuning auto|measure|off   gpu profile: measure kernel choices on this adapter at
                                  start-up (matmul tile, gemv/tiled per shape, decode split,
@@ -206,7 +213,23 @@ function optionValue(flag: string, kind: FlagKind, value: string | boolean | und
       return value === undefined ? undefined : parseDtype(str(value) ?? "");
     case "template":
       return value === undefined ? undefined : readChatTemplate(str(value) ?? "");
+    case "json":
+      return value === undefined ? undefined : jsonObject(flag, str(value) ?? "");
   }
+}
+
+/** `text` parsed as a JSON object (its fields are checked by the engine's schema). */
+function jsonObject(flag: string, text: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    value = undefined;
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new TypeError(`--${flag} expects a JSON object, got '${text}'`);
+  }
+  return value as Record<string, unknown>;
 }
 
 /** `--dtype` values (vLLM's names) and the engine's dtype each means. */

@@ -1,11 +1,13 @@
 /**
  * `vllm serve` arguments that `main.ts serve` accepts where this server does what they ask, so
  * that a vLLM command line (a shell script, a systemd unit, a Docker or Kubernetes manifest)
- * runs unchanged: the model as a positional argument, `--seed`, parallel sizes of 1,
- * `--enforce-eager`, `--trust-remote-code`, `--enable-auto-tool-choice` and
- * `--tool-call-parser hermes`. Values this server cannot honour (several GPUs, another tool-call
- * format) are refused in one line, never ignored. `--dtype` and `--chat-template` are engine
- * flags (cli/engine_flags.ts), shared with `generate`.
+ * runs unchanged: the model as a positional argument, `--seed`, vLLM's spellings of the prefix
+ * caching and chunked prefill switches, parallel sizes of 1, `--kv-cache-dtype auto`,
+ * `--enforce-eager`, `--trust-remote-code`, `--disable-log-requests`, `--disable-log-stats`,
+ * `--enable-auto-tool-choice` and `--tool-call-parser hermes`. Values this server cannot honour
+ * (several GPUs, an fp8 KV cache, another tool-call format) are refused in one line, never
+ * ignored. `--dtype` and `--chat-template` are engine flags (cli/engine_flags.ts), shared with
+ * `generate`.
  *
  * @module
  */
@@ -15,6 +17,13 @@ import { UsageError } from "./usage.ts";
 /** `parseArgs` options of the vLLM flags (see the module documentation). */
 export const VLLM_SERVE_FLAGS = {
   seed: { type: "string" },
+  "enable-prefix-caching": { type: "boolean" },
+  "no-enable-prefix-caching": { type: "boolean" },
+  "enable-chunked-prefill": { type: "boolean" },
+  "no-enable-chunked-prefill": { type: "boolean" },
+  "kv-cache-dtype": { type: "string" },
+  "disable-log-requests": { type: "boolean" },
+  "disable-log-stats": { type: "boolean" },
   "tensor-parallel-size": { type: "string" },
   "pipeline-parallel-size": { type: "string" },
   "enforce-eager": { type: "boolean" },
@@ -31,33 +40,55 @@ export const VLLM_SERVE_FLAGS_USAGE =
   `vLLM's flags, accepted so that a 'vllm serve' command line runs unchanged:
   MODEL                          the model as the first argument, as --model
   --seed N                       as --engine-seed
+  --[no-]enable-prefix-caching, --[no-]enable-chunked-prefill
+                                 both on by default (--no-prefix-caching, --no-chunked-prefill)
+  --kv-cache-dtype auto          the KV cache in the weights' dtype (fp8 is refused)
   --tensor-parallel-size 1, --pipeline-parallel-size 1
                                  one GPU per server (larger sizes are refused; for several GPUs
                                  run replicas: main.ts cluster)
   --enforce-eager                steps are always encoded as they run (no CUDA graphs here)
   --trust-remote-code            allowed, but no checkpoint code is ever run (the architectures
                                  are built in)
+  --disable-log-requests, --disable-log-stats
+                                 the server logs neither requests nor periodic statistics
   --enable-auto-tool-choice      tool_choice "auto" is always on
   --tool-call-parser hermes      the tool-call format answers are parsed for (the only one)`;
 
 type Values = { [K in keyof typeof VLLM_SERVE_FLAGS]?: string | boolean } & {
   model?: string | boolean;
   "engine-seed"?: string | boolean;
+  "no-prefix-caching"?: string | boolean;
+  "no-chunked-prefill"?: string | boolean;
 };
 
+/** The engine flag values that vLLM's arguments stand for. */
+export interface VllmEngineFlagValues {
+  model?: string;
+  "engine-seed"?: string;
+  "no-prefix-caching"?: boolean;
+  "no-chunked-prefill"?: boolean;
+}
+
+/** vLLM's on / off switches and the engine's `--no-*` flag each pair stands for. */
+const SWITCHES = [
+  ["prefix-caching", "no-prefix-caching"],
+  ["chunked-prefill", "no-chunked-prefill"],
+] as const;
+
 /**
- * The engine flag values the vLLM arguments stand for (`model`, `engine-seed`), after checking
- * the others.
+ * The engine flag values the vLLM arguments stand for (`model`, `engine-seed`,
+ * `no-prefix-caching`, `no-chunked-prefill`), after checking the others.
  *
  * @throws {UsageError} for more than one positional argument, a positional model beside a
- *   different `--model`, `--seed` beside a different `--engine-seed`, a parallel size other
- *   than 1, or a tool-call parser other than {@linkcode TOOL_CALL_PARSERS}.
+ *   different `--model`, `--seed` beside a different `--engine-seed`, a switch both on and off,
+ *   a parallel size other than 1, a KV cache dtype other than `auto`, or a tool-call parser
+ *   other than {@linkcode TOOL_CALL_PARSERS}.
  */
 export function vllmServeFlagValues(
   values: Values,
   positionals: readonly string[],
-): { model?: string; "engine-seed"?: string } {
-  const out: { model?: string; "engine-seed"?: string } = {};
+): VllmEngineFlagValues {
+  const out: VllmEngineFlagValues = {};
   if (positionals.length > 1) {
     throw new UsageError(
       `Unexpected arguments ${positionals.slice(1).map((p) => `'${p}'`).join(", ")}: ` +
@@ -78,6 +109,25 @@ export function vllmServeFlagValues(
       throw new UsageError(`--seed ${seed} contradicts --engine-seed ${engineSeed}`);
     }
     out["engine-seed"] = seed;
+  }
+  for (const [name, engineFlag] of SWITCHES) {
+    const on = values[`enable-${name}`] === true;
+    const off = values[`no-enable-${name}`] === true || values[engineFlag] === true;
+    if (on && off) {
+      throw new UsageError(
+        `--enable-${name} contradicts --${
+          values[engineFlag] === true ? engineFlag : `no-enable-${name}`
+        }`,
+      );
+    }
+    if (off) out[engineFlag] = true;
+  }
+  const kvDtype = values["kv-cache-dtype"];
+  if (typeof kvDtype === "string" && kvDtype !== "auto") {
+    throw new UsageError(
+      `--kv-cache-dtype ${kvDtype}: the KV cache is kept in the weights' dtype (float16 or ` +
+        `float32); only auto is supported`,
+    );
   }
   for (const flag of ["tensor-parallel-size", "pipeline-parallel-size"] as const) {
     const size = values[flag];

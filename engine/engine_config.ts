@@ -8,6 +8,7 @@
 
 import { z } from "zod";
 import { KERNEL_TUNING_MODES } from "./kernel_tuning.ts";
+import { generationOverrideSchema } from "./model/generation_config.ts";
 
 const positiveInt = z.number().int().positive();
 
@@ -82,6 +83,17 @@ export const engineOptionsSchema = z.object({
    * `chat_template`, chat_template.jinja); vLLM's `--chat-template`.
    */
   chatTemplate: z.string().min(1).optional(),
+  /**
+   * Where the sampling defaults come from (vLLM's `--generation-config`): `auto` the model's
+   * generation_config.json, `vllm` none (nor its extra EOS ids), else a directory holding a
+   * generation_config.json.
+   */
+  generationConfig: z.string().min(1).default("auto"),
+  /**
+   * Sampling defaults set over those (vLLM's `--override-generation-config`): `temperature`,
+   * `top_p`, `top_k`, `min_p`, `repetition_penalty`.
+   */
+  overrideGenerationConfig: generationOverrideSchema.optional(),
   /** Kernel variants: `auto` (from the adapter), `cpu` or `gpu` (gpu/kernel_profile.ts). */
   kernelProfile: z.enum(["auto", "cpu", "gpu"]).default("auto"),
   /** Matmul tile and gemv/tiled choices: cached or measured, measured now, or the defaults. */
@@ -173,6 +185,8 @@ const APPLIES_TO: readonly {
       "forceF32",
       "dtype",
       "gpuMemoryUtilization",
+      "generationConfig",
+      "overrideGenerationConfig",
     ],
     where: "the webgpu executor",
     applies: (c) => c.executor === "webgpu",

@@ -20,7 +20,11 @@ import { kvCacheLines } from "./kv_cache_size.ts";
 import { KvCachePlan } from "./kv_cache_plan.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
-import type { GenerationConfig } from "./model/generation_config.ts";
+import {
+  generationDefaultsLine,
+  generationDefaultsOf,
+  resolveGenerationConfig,
+} from "./generation_defaults.ts";
 import { ModelRunner } from "./model_runner.ts";
 import { READBACK_BATCH } from "./step_pipeline.ts";
 import { tuneRunner } from "./kernel_tuning.ts";
@@ -116,6 +120,11 @@ async function webGpuParts(
   readMemory: DeviceMemoryReader,
 ): Promise<EngineParts> {
   const mc = ck.config;
+  const generation = await resolveGenerationConfig(
+    config.generationConfig,
+    ck.generationConfig,
+    config.overrideGenerationConfig,
+  );
   const maxModelLen = resolveMaxModelLen(config.maxModelLen, mc);
   const plan = await KvCachePlan.create(config, ctx, mc, maxModelLen, readMemory);
   const runner = await ModelRunner.fromCheckpoint(ctx, ck, {
@@ -156,7 +165,8 @@ async function webGpuParts(
     runner.destroy();
     throw error;
   }
-  const gen = ck.generationConfig;
+  log(generationDefaultsLine(generation));
+  const gen = generation.config;
   const eos = [...new Set([...mc.eosTokenIds, ...(gen?.eosTokenIds ?? [])])];
   const structured = new StructuredOutputs(tokenizer, mc.vocabSize, eos, {
     compileTimeoutS: config.grammarCompileTimeoutS,
@@ -187,17 +197,6 @@ async function webGpuParts(
     kvBlocks,
     eosTokenIds: eos,
     structured,
-  };
-}
-
-/** The sampling defaults generation_config.json sets (requests override them). */
-function generationDefaultsOf(gen: GenerationConfig | null): Partial<SamplingParams> {
-  return {
-    ...(gen?.temperature !== undefined ? { temperature: gen.temperature } : {}),
-    ...(gen?.topP !== undefined ? { topP: gen.topP } : {}),
-    ...(gen?.topK !== undefined ? { topK: gen.topK } : {}),
-    ...(gen?.minP !== undefined ? { minP: gen.minP } : {}),
-    ...(gen?.repetitionPenalty !== undefined ? { repetitionPenalty: gen.repetitionPenalty } : {}),
   };
 }
 

@@ -53,6 +53,14 @@ Deno.test("resolveEngineConfig() refuses an option that the executor, scheduler 
     [{ executor: "mock", forceF32: true }, "forceF32: it applies to the webgpu executor"],
     [{ executor: "mock", dtype: "float32" }, "dtype: it applies to the webgpu executor"],
     [
+      { executor: "mock", overrideGenerationConfig: { temperature: 0 } },
+      "overrideGenerationConfig: it applies to the webgpu executor",
+    ],
+    [
+      { model: "/m", overrideGenerationConfig: { max_tokens: 3 } as object },
+      "overrideGenerationConfig: Unrecognized key",
+    ],
+    [
       { executor: "mock", chatTemplate: "{{ messages }}" },
       "chatTemplate: it applies to a model's tokenizer, not an engine without a model",
     ],

@@ -22,8 +22,19 @@ Deno.test("vllmServeFlagValues() reads a positional model and --seed as --model 
   assert.deepEqual(vllmServeFlagValues({ seed: "3", "engine-seed": "3" }, []), {
     "engine-seed": "3",
   });
+  assert.deepEqual(vllmServeFlagValues({ "no-enable-prefix-caching": true }, []), {
+    "no-prefix-caching": true,
+  });
+  assert.deepEqual(vllmServeFlagValues({ "no-enable-chunked-prefill": true }, []), {
+    "no-chunked-prefill": true,
+  });
   assert.deepEqual(
     vllmServeFlagValues({
+      "enable-prefix-caching": true,
+      "enable-chunked-prefill": true,
+      "kv-cache-dtype": "auto",
+      "disable-log-requests": true,
+      "disable-log-stats": true,
       "tensor-parallel-size": "1",
       "pipeline-parallel-size": "1",
       "enforce-eager": true,
@@ -41,6 +52,15 @@ Deno.test("vllmServeFlagValues() refuses what the server cannot do in one line",
     [[{ model: "/b" }, ["/a"]], /^Two models given: '\/a' and --model \/b$/],
     [[{ seed: "1", "engine-seed": "2" }, []], /^--seed 1 contradicts --engine-seed 2$/],
     [[{ "tensor-parallel-size": "2" }, []], /^--tensor-parallel-size 2: .*one GPU.*cluster/],
+    [
+      [{ "enable-prefix-caching": true, "no-enable-prefix-caching": true }, []],
+      /^--enable-prefix-caching contradicts --no-enable-prefix-caching$/,
+    ],
+    [
+      [{ "enable-chunked-prefill": true, "no-chunked-prefill": true }, []],
+      /^--enable-chunked-prefill contradicts --no-chunked-prefill$/,
+    ],
+    [[{ "kv-cache-dtype": "fp8" }, []], /^--kv-cache-dtype fp8: .*only auto is supported$/],
     [[{ "pipeline-parallel-size": "4" }, []], /^--pipeline-parallel-size 4: /],
     [[{ "tool-call-parser": "mistral" }, []], /^--tool-call-parser mistral: .*hermes/],
   ];
@@ -106,7 +126,7 @@ Deno.test("serve refuses a vLLM flag it cannot honour before it binds a port", a
 });
 
 Deno.test(
-  "serve runs a vLLM command line: the model first, vLLM's flags, --dtype float32 and --chat-template",
+  "serve runs a vLLM command line: the model first, vLLM's flags, --dtype, --chat-template, --generation-config",
   GPU_TEST,
   async () => {
     const dir = await Deno.makeTempDir({ prefix: "vllm_cli_" });
@@ -127,16 +147,28 @@ Deno.test(
       "1",
       "--enforce-eager",
       "--trust-remote-code",
+      "--no-enable-prefix-caching",
+      "--kv-cache-dtype",
+      "auto",
+      "--disable-log-requests",
       "--enable-auto-tool-choice",
       "--tool-call-parser",
       "hermes",
       "--chat-template",
       template,
+      "--generation-config",
+      "vllm",
+      "--override-generation-config",
+      '{"top_k": 3}',
     ]);
     try {
       const log = server.log.join("\n");
       assert.match(log, /^Chat template: the one given \(--chat-template\)/m);
       assert.match(log, /^Adapter: .*; weights f32;/m);
+      assert.match(
+        log,
+        /^Sampling defaults: top_k 3 \(--generation-config vllm: none from the model, with top_k from --override-generation-config\)$/m,
+      );
       const post = async (path: string, body: unknown) => {
         const r = await fetch(`${server.url}${path}`, {
           method: "POST",
@@ -153,6 +185,14 @@ Deno.test(
       });
       const { prompt } = await post("/detokenize", { model, tokens });
       assert.equal(prompt, "[user] hello there\n[assistant] ");
+      // --no-enable-prefix-caching: the second of two equal 40-token prompts hits nothing.
+      const ids = Array.from({ length: 40 }, (_, i) => (i * 7) % 300);
+      for (let i = 0; i < 2; i++) {
+        await post("/v1/completions", { model, prompt: ids, max_tokens: 1 });
+      }
+      const metrics = await (await fetch(`${server.url}/metrics`)).text();
+      const hits = metrics.split("\n").find((l) => l.startsWith("vllm:prefix_cache_hits_total{"));
+      assert.equal(Number(hits?.split(" ").at(-1)), 0, hits);
     } finally {
       assert.equal((await stopServe(server)).code, 0, server.log.join("\n"));
       await Deno.remove(dir, { recursive: true });

@@ -42,6 +42,32 @@ const schema = z.object({
   max_length: z.number().int().positive().nullish(),
 });
 
+/**
+ * The sampling fields a server may set over the model's (vLLM's `--override-generation-config`):
+ * `temperature`, `top_p`, `top_k`, `min_p`, `repetition_penalty`, no others.
+ */
+export const generationOverrideSchema = schema.pick({
+  temperature: true,
+  top_p: true,
+  top_k: true,
+  min_p: true,
+  repetition_penalty: true,
+}).strict();
+
+/** Fields set over a generation config ({@linkcode generationOverrideSchema}). */
+export type GenerationOverride = z.input<typeof generationOverrideSchema>;
+
+/** `config` (null: none) with the fields of `override` set over it. */
+export function overrideGenerationConfig(
+  config: GenerationConfig | null,
+  override: GenerationOverride,
+): GenerationConfig {
+  return Object.freeze({
+    ...config,
+    ...parseGenerationConfig(override, "--override-generation-config"),
+  });
+}
+
 function describe(v: unknown): string {
   const s = JSON.stringify(v);
   return s === undefined ? String(v) : s.length > 60 ? `${s.slice(0, 57)}...` : s;

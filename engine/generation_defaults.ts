@@ -1,0 +1,85 @@
+/**
+ * The sampling defaults a served model's requests start from, as vLLM takes them: the model's
+ * `generation_config.json` (`--generation-config auto`, the default), none (`vllm`), or the one in
+ * another directory, with `--override-generation-config` fields set over it. Requests override
+ * every default they set. The generation config's EOS ids also stop generation (beside
+ * config.json's), unless `vllm` leaves the file out.
+ *
+ * @module
+ */
+
+import { join } from "node:path";
+import { readCheckpointJson } from "./model/checkpoint_files.ts";
+import {
+  type GenerationConfig,
+  type GenerationOverride,
+  overrideGenerationConfig,
+  parseGenerationConfig,
+} from "./model/generation_config.ts";
+import type { SamplingParams } from "../scheduler/sampling_params.ts";
+
+/** The generation config in use and where it came from (for the start-up log). */
+export interface ResolvedGenerationConfig {
+  readonly config: GenerationConfig | null;
+  /** E.g. `the model's generation_config.json`, `--generation-config vllm: none from the model`. */
+  readonly from: string;
+}
+
+/**
+ * The generation config `source` names (`auto`: `own`, the checkpoint's; `vllm`: none; else a
+ * directory's generation_config.json), with `override` set over it.
+ *
+ * @throws {CheckpointError} when the directory's file is missing or not JSON.
+ * @throws {ConfigError} naming a field of the wrong type.
+ */
+export async function resolveGenerationConfig(
+  source: string,
+  own: GenerationConfig | null,
+  override?: GenerationOverride,
+): Promise<ResolvedGenerationConfig> {
+  let config: GenerationConfig | null;
+  let from: string;
+  if (source === "auto") {
+    config = own;
+    from = own === null
+      ? "the model has no generation_config.json"
+      : "the model's generation_config.json";
+  } else if (source === "vllm") {
+    config = null;
+    from = "--generation-config vllm: none from the model";
+  } else {
+    const path = join(source, "generation_config.json");
+    config = parseGenerationConfig(await readCheckpointJson(path), path);
+    from = path;
+  }
+  if (override === undefined) return { config, from };
+  const keys = Object.keys(override).join(", ");
+  return {
+    config: overrideGenerationConfig(config, override),
+    from: `${from}, with ${keys} from --override-generation-config`,
+  };
+}
+
+/** The sampling defaults a generation config sets (requests override them). */
+export function generationDefaultsOf(gen: GenerationConfig | null): Partial<SamplingParams> {
+  return {
+    ...(gen?.temperature !== undefined ? { temperature: gen.temperature } : {}),
+    ...(gen?.topP !== undefined ? { topP: gen.topP } : {}),
+    ...(gen?.topK !== undefined ? { topK: gen.topK } : {}),
+    ...(gen?.minP !== undefined ? { minP: gen.minP } : {}),
+    ...(gen?.repetitionPenalty !== undefined ? { repetitionPenalty: gen.repetitionPenalty } : {}),
+  };
+}
+
+/** One line on the defaults in use, e.g. `Sampling defaults: temperature 0.6, top_p 0.95 (...)`. */
+export function generationDefaultsLine(resolved: ResolvedGenerationConfig): string {
+  const d = generationDefaultsOf(resolved.config);
+  const parts = [
+    d.temperature !== undefined ? `temperature ${d.temperature}` : null,
+    d.topP !== undefined ? `top_p ${d.topP}` : null,
+    d.topK !== undefined ? `top_k ${d.topK}` : null,
+    d.minP !== undefined ? `min_p ${d.minP}` : null,
+    d.repetitionPenalty !== undefined ? `repetition_penalty ${d.repetitionPenalty}` : null,
+  ].filter((p) => p !== null);
+  return `Sampling defaults: ${parts.length > 0 ? parts.join(", ") : "none"} (${resolved.from})`;
+}
