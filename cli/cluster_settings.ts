@@ -81,6 +81,12 @@ export function clusterSettingsFromArgs(args: readonly string[]): ClusterSetting
     if (/^--(host|port)(=|$)/.test(flag)) {
       throw new UsageError(`${flag.split("=")[0]} is the launcher's flag: put it before '--'`);
     }
+    if (/^--ssl-(certfile|keyfile)(=|$)/.test(flag)) {
+      throw new UsageError(
+        `${flag.split("=")[0]}: the replicas sit behind nginx over loopback; terminate TLS in ` +
+          `nginx (--no-nginx and your own front) or serve one replica with serve --ssl-*`,
+      );
+    }
   }
   const replicaEnv: Array<Record<string, string>> = Array.from({ length: replicas }, () => ({}));
   for (const entry of values["replica-env"] ?? []) {

@@ -1,14 +1,14 @@
 /**
  * The flags of `main.ts serve` that belong to the HTTP server (the engine's are in
  * cli/engine_flags.ts): where to listen, shutdown and fatal-error behaviour, and what makes the
- * server safe to expose (API key, CORS origins, allowed hosts, timeouts). Parsed once into a
+ * server safe to expose (API key, CORS origins, allowed hosts, timeouts, TLS). Parsed once into a
  * readonly {@linkcode ServeSettings}.
  *
  * @module
  */
 
 import { REASONING_PARSERS, type ReasoningParserName } from "../server/reasoning.ts";
-import type { StartServerOptions } from "../server/server.ts";
+import type { ServerTls, StartServerOptions } from "../server/server.ts";
 
 /** Environment variable holding the API key when `--api-key` is absent (as vLLM's `VLLM_API_KEY`). */
 export const API_KEY_ENV = "WEBGPU_LLM_API_KEY";
@@ -27,6 +27,8 @@ export const SERVE_FLAGS = {
   "request-timeout-s": { type: "string", default: "0" },
   "keep-alive-timeout-s": { type: "string", default: "5" },
   "reasoning-parser": { type: "string" },
+  "ssl-certfile": { type: "string" },
+  "ssl-keyfile": { type: "string" },
 } as const;
 
 /** Usage lines of the server flags. */
@@ -50,7 +52,9 @@ export const SERVE_FLAGS_USAGE = `server flags:
   --reasoning-parser qwen3       return a chat answer's <think> block as reasoning_content
                                  (message and stream deltas), as vLLM does (default: off)
   --request-timeout-s S          time a generation request may take in all (default 0: none;
-                                 then 504, or an SSE error event, and its KV blocks are freed)`;
+                                 then 504, or an SSE error event, and its KV blocks are freed)
+  --ssl-certfile FILE, --ssl-keyfile FILE   serve HTTPS with this PEM certificate chain and
+                                 private key (both, as vLLM's; default plain HTTP)`;
 
 /** The server settings of one `serve` run. */
 export interface ServeSettings {
@@ -81,6 +85,27 @@ function reasoningParserOf(text: string | undefined): ReasoningParserName | null
     );
   }
   return name;
+}
+
+/** The PEM files of `--ssl-certfile` and `--ssl-keyfile` (both or neither), read now. */
+function tlsOf(certFile: string | undefined, keyFile: string | undefined): ServerTls | null {
+  if (certFile === undefined && keyFile === undefined) return null;
+  if (certFile === undefined || keyFile === undefined) {
+    throw new TypeError(
+      `--ssl-certfile and --ssl-keyfile go together: ${
+        certFile === undefined ? "--ssl-keyfile" : "--ssl-certfile"
+      } was given alone`,
+    );
+  }
+  const read = (flag: string, path: string) => {
+    try {
+      return Deno.readTextFileSync(path);
+    } catch (e) {
+      const why = e instanceof Deno.errors.NotFound ? "no such file" : String(e);
+      throw new TypeError(`--${flag}: cannot read ${path} (${why})`);
+    }
+  };
+  return { cert: read("ssl-certfile", certFile), key: read("ssl-keyfile", keyFile) };
 }
 
 function list(flag: string, text: string | undefined): readonly string[] | "*" | null {
@@ -138,6 +163,7 @@ export function serveSettingsFromFlags(
       requestTimeoutMs: 1000 * seconds("request-timeout-s", str("request-timeout-s") ?? "0"),
       keepAliveTimeoutMs: 1000 * keepAliveS,
       reasoningParser: reasoningParserOf(str("reasoning-parser")),
+      tls: tlsOf(str("ssl-certfile"), str("ssl-keyfile")),
     },
   };
 }

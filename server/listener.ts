@@ -2,7 +2,9 @@
  * Where the server listens: `Deno.serve` on a Unix socket in a private temporary directory,
  * behind a {@linkcode ConnectionGuard} on the public TCP address (header and keep-alive
  * deadlines, see server/connection_guard.ts), or `Deno.serve` directly on TCP when the header
- * deadline is off (`headerTimeoutMs` 0).
+ * deadline is off (`headerTimeoutMs` 0). With `tls`, the public address speaks HTTPS: the guard
+ * accepts TLS connections (the handshake counts in the header deadline: Deno performs it on the
+ * first read), or `Deno.serve` terminates TLS itself.
  *
  * @module
  */
@@ -22,6 +24,14 @@ export interface ListenOptions {
   readonly headerTimeoutMs: number;
   /** Idle time allowed between answered requests on a connection, ms. */
   readonly keepAliveTimeoutMs: number;
+  /** PEM certificate chain and private key: serve HTTPS (default: plain HTTP). */
+  readonly tls?: ServerTls | null;
+}
+
+/** A TLS certificate chain and its private key, PEM-encoded. */
+export interface ServerTls {
+  readonly cert: string;
+  readonly key: string;
 }
 
 /** A bound listener serving a handler. */
@@ -42,8 +52,12 @@ export function listen(
   options: ListenOptions,
 ): Listening {
   const { hostname, port } = options;
+  const tls = options.tls ?? null;
   if (options.headerTimeoutMs === 0) {
-    const server = Deno.serve({ hostname, port, onListen: () => {} }, handler);
+    const server = Deno.serve(
+      { hostname, port, onListen: () => {}, ...(tls === null ? {} : tls) },
+      handler,
+    );
     return {
       port: server.addr.port,
       finished: server.finished,
@@ -51,7 +65,9 @@ export function listen(
       shutdown: () => server.shutdown(),
     };
   }
-  const listener = Deno.listen({ hostname, port, transport: "tcp" });
+  const listener = tls === null
+    ? Deno.listen({ hostname, port, transport: "tcp" })
+    : Deno.listenTls({ hostname, port, transport: "tcp", ...tls });
   const dir = Deno.makeTempDirSync({ prefix: "webgpu-llm-" });
   const path = `${dir}/http.sock`;
   let server: Deno.HttpServer<Deno.UnixAddr>;

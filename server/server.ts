@@ -57,12 +57,13 @@ import { errorResponse } from "./protocol.ts";
 import { route, type RouteSettings } from "./routes.ts";
 import { RequestGuard } from "./security.ts";
 import type { ConnectionGuardStats } from "./connection_guard.ts";
-import { listen } from "./listener.ts";
+import { listen, type ServerTls } from "./listener.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
 
 export type { BatchTestConfig, BatchTestFactory, BatchTestResult } from "./batch_test.ts";
 export { ApiError } from "./protocol.ts";
 export { ServerMetrics } from "./metrics.ts";
+export type { ServerTls } from "./listener.ts";
 
 /** Options of {@linkcode createHandler}. */
 export interface ServerOptions {
@@ -208,11 +209,13 @@ export interface StartServerOptions extends ServerOptions {
   onListen?: (url: string) => void;
   /** Idle time allowed between answered requests on one connection, ms. Default 5,000. */
   keepAliveTimeoutMs?: number;
+  /** PEM certificate chain and private key: serve HTTPS (vLLM's `--ssl-certfile`, `--ssl-keyfile`). */
+  tls?: ServerTls | null;
 }
 
 /** A listening server. */
 export interface RunningServer {
-  /** Base URL, e.g. `http://127.0.0.1:8000`. */
+  /** Base URL, e.g. `http://127.0.0.1:8000` (`https` with TLS). */
   readonly url: string;
   readonly port: number;
   /** The handler and its state (metrics, readiness). */
@@ -238,10 +241,11 @@ export function startServer(engine: EngineClient, options: StartServerOptions = 
     port: options.port ?? 8000,
     headerTimeoutMs: options.requestReadTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS,
     keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? DEFAULT_KEEP_ALIVE_MS,
+    tls: options.tls ?? null,
   });
   const port = server.port;
   const host = hostname.includes(":") ? `[${hostname}]` : hostname;
-  const url = `http://${host}:${port}`;
+  const url = `${options.tls ? "https" : "http"}://${host}:${port}`;
   options.onListen?.(url);
   let stopping: Promise<void> | null = null;
   return {

@@ -18,9 +18,13 @@ export interface ServerProcess {
 
 /**
  * Starts `main.ts serve` (with `--model model` unless `model` is empty) on a free port and waits
- * for /health 200.
+ * for /health 200 (asked through a client from `client`, e.g. one trusting a test certificate).
  */
-export async function startServe(model: string, flags: string[] = []): Promise<ServerProcess> {
+export async function startServe(
+  model: string,
+  flags: string[] = [],
+  client?: () => Deno.HttpClient,
+): Promise<ServerProcess> {
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
@@ -44,7 +48,7 @@ export async function startServe(model: string, flags: string[] = []): Promise<S
       for (const line of chunk.split("\n")) {
         if (line === "") continue;
         log.push(line);
-        const m = line.match(/Listening on (http:\/\/\S+)/);
+        const m = line.match(/Listening on (https?:\/\/\S+)/);
         if (m) resolveUrl(m[1]!);
       }
     }
@@ -52,11 +56,16 @@ export async function startServe(model: string, flags: string[] = []): Promise<S
   void pump(child.stdout);
   void pump(child.stderr);
   const url = await urlPromise;
-  for (let i = 0; i < 200; i++) {
-    const r = await fetch(`${url}/health`).catch(() => null);
-    await r?.body?.cancel();
-    if (r?.status === 200) break;
-    await new Promise((r) => setTimeout(r, 50));
+  const http = client?.();
+  try {
+    for (let i = 0; i < 200; i++) {
+      const r = await fetch(`${url}/health`, http ? { client: http } : {}).catch(() => null);
+      await r?.body?.cancel();
+      if (r?.status === 200) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } finally {
+    http?.close();
   }
   return { url, child, log, exited: child.status };
 }
