@@ -47,6 +47,8 @@ export interface ConnectionGuardOptions {
   readonly keepAliveTimeoutMs: number;
   /** Largest request head, bytes (default 64 KiB). */
   readonly maxHeadBytes?: number;
+  /** Called once for each accepted connection, when the guard has closed it. */
+  readonly onClosed?: (client: Deno.Conn) => void;
 }
 
 /** Counts of what the guard cut, for tests and logs. */
@@ -78,6 +80,9 @@ export function rawErrorResponse(status: number, message: string, code: string):
     `connection: close\r\n\r\n`;
   return new Uint8Array([...new TextEncoder().encode(head), ...bytes]);
 }
+
+/** Time a refused connection's error answer may take to be written before the cut, ms. */
+const FAIL_WRITE_MS = 1000;
 
 async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
   let offset = 0;
@@ -186,11 +191,19 @@ class GuardedConnection {
     this.#timer = undefined;
   }
 
-  /** Sends `response` (if any) to the client, then closes both connections. */
+  /**
+   * Sends `response` (if any) to the client, then closes both connections: after at most
+   * {@linkcode FAIL_WRITE_MS} of trying (a client that takes nothing, e.g. one that connected to
+   * the HTTPS port and never began its TLS handshake, on which a write waits forever).
+   */
   #fail(response: Uint8Array | null): void {
     this.#disarm();
     if (response === null) return this.#close();
-    writeAll(this.#client, response).catch(() => {}).finally(() => this.#close());
+    const cut = setTimeout(() => this.#close(), FAIL_WRITE_MS);
+    writeAll(this.#client, response).catch(() => {}).finally(() => {
+      clearTimeout(cut);
+      this.#close();
+    });
   }
 
   async #pumpRequests(): Promise<void> {
@@ -254,6 +267,7 @@ class GuardedConnection {
         // Already closed.
       }
     }
+    this.#options.onClosed?.(this.#client);
   }
 
   /** Closes both connections now. */
@@ -327,6 +341,7 @@ export class ConnectionGuard {
       server = await connectServer();
     } catch {
       client.close();
+      options.onClosed?.(client);
       return;
     }
     this.stats.open++;

@@ -2,14 +2,16 @@
  * Where the server listens: `Deno.serve` on a Unix socket in a private temporary directory,
  * behind a {@linkcode ConnectionGuard} on the public TCP address (header and keep-alive
  * deadlines, see server/connection_guard.ts), or `Deno.serve` directly on TCP when the header
- * deadline is off (`headerTimeoutMs` 0). With `tls`, the public address speaks HTTPS: the guard
- * accepts TLS connections (the handshake counts in the header deadline: Deno performs it on the
- * first read), or `Deno.serve` terminates TLS itself.
+ * deadline is off (`headerTimeoutMs` 0). With `tls`, the public address speaks HTTPS: a
+ * {@linkcode TlsFront} relays it to a loopback TLS listener whose connections the guard serves
+ * (the handshake counts in the header deadline), or, without the guard, `Deno.serve` terminates
+ * TLS itself (and, as Deno does, keeps a connection stuck in its handshake open).
  *
  * @module
  */
 
 import { ConnectionGuard, type ConnectionGuardStats } from "./connection_guard.ts";
+import { TlsFront } from "./tls_front.ts";
 
 /** Time the guard gets to copy out the server's last bytes at shutdown, ms. */
 const SHUTDOWN_FLUSH_MS = 2000;
@@ -65,31 +67,64 @@ export function listen(
       shutdown: () => server.shutdown(),
     };
   }
-  const listener = tls === null
-    ? Deno.listen({ hostname, port, transport: "tcp" })
-    : Deno.listenTls({ hostname, port, transport: "tcp", ...tls });
+  return guarded(handler, options, tls, Deno.listen({ hostname, port, transport: "tcp" }));
+}
+
+/**
+ * `Deno.serve` on a private Unix socket behind the connection guard, which accepts on
+ * `listener`, or, with `tls`, on a loopback TLS listener fed by a {@linkcode TlsFront} on
+ * `listener` (server/tls_front.ts says why).
+ */
+function guarded(
+  handler: (req: Request) => Promise<Response>,
+  options: ListenOptions,
+  tls: ServerTls | null,
+  listener: Deno.TcpListener,
+): Listening {
+  let front: TlsFront | null = null;
+  let guardListener: Deno.Listener = listener;
+  if (tls !== null) {
+    let inner: Deno.TlsListener;
+    try {
+      inner = Deno.listenTls({ hostname: "127.0.0.1", port: 0, transport: "tcp", ...tls });
+    } catch (e) {
+      listener.close();
+      throw e;
+    }
+    const innerPort = inner.addr.port;
+    front = new TlsFront(
+      listener,
+      () => Deno.connect({ hostname: "127.0.0.1", port: innerPort, transport: "tcp" }),
+    );
+    guardListener = inner;
+  }
   const dir = Deno.makeTempDirSync({ prefix: "webgpu-llm-" });
   const path = `${dir}/http.sock`;
   let server: Deno.HttpServer<Deno.UnixAddr>;
   try {
     server = Deno.serve({ transport: "unix", path, onListen: () => {} }, handler);
   } catch (e) {
-    listener.close();
+    front?.closeAll();
+    guardListener.close();
     throw e;
   }
   const guard = new ConnectionGuard(
-    listener,
+    guardListener,
     () => Deno.connect({ transport: "unix", path }),
-    options,
+    front === null ? options : {
+      ...options,
+      onClosed: (client) => front.release((client.remoteAddr as Deno.NetAddr).port),
+    },
   );
-  const finished = Promise.all([server.finished, guard.finished]).then(() => {
+  const finished = Promise.all([server.finished, guard.finished, front?.finished]).then(() => {
     Deno.removeSync(dir, { recursive: true });
   });
   return {
-    port: guard.addr.port,
+    port: front?.addr.port ?? guard.addr.port,
     finished,
     guardStats: guard.stats,
     async shutdown() {
+      front?.stopAccepting();
       guard.stopAccepting();
       await server.shutdown();
       // The server has written its last bytes: let the guard copy them out (each connection
@@ -101,6 +136,7 @@ export function listen(
       ]);
       clearTimeout(timer);
       guard.closeAll();
+      front?.closeAll();
       await finished;
     },
   };

@@ -59,6 +59,44 @@ for (const [guard, requestReadTimeoutMs] of [["behind the guard", 30_000], ["wit
   });
 }
 
+Deno.test("startServer() with tls cuts a connection that never begins its handshake at the header deadline", async () => {
+  const engine = new FakeEngine(await tinyTokenizer(), { stepMs: 1 });
+  const server = startServer(engine, {
+    port: 0,
+    onError: () => {},
+    tls: TLS,
+    requestReadTimeoutMs: 300,
+  });
+  const client = trustingClient();
+  try {
+    // Deno keeps a socket whose TLS handshake is under way open after its TLS connection is
+    // closed (server/tls_front.ts): these would otherwise stay connected for good.
+    const silent = await Promise.all(
+      Array.from({ length: 5 }, () => Deno.connect({ port: server.port })),
+    );
+    const t0 = performance.now();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<string>((r) => timer = setTimeout(() => r("open after 6 s"), 6000));
+    const reads = await Promise.all(
+      silent.map((c) => Promise.race([c.read(new Uint8Array(64)).catch(() => null), late])),
+    );
+    clearTimeout(timer);
+    const waited = performance.now() - t0;
+    for (const c of silent) c.close();
+    assert.deepEqual(reads, [null, null, null, null, null], "closed by the server");
+    assert.ok(waited >= 250 && waited < 4000, `closed after ${waited.toFixed(0)} ms`);
+    assert.equal(server.guardStats?.headerTimeouts, 5);
+    assert.equal(server.guardStats?.open, 0);
+    const health = await fetch(`${server.url}/health`, { client });
+    assert.equal(health.status, 200);
+    await health.body?.cancel();
+  } finally {
+    client.close();
+    await server.shutdown(0);
+    await server.finished;
+  }
+});
+
 Deno.test("serveSettingsFromFlags() reads --ssl-certfile and --ssl-keyfile together, in one line when wrong", () => {
   assert.equal(serveSettingsFromFlags({}, () => undefined).server.tls, null);
   const both = serveSettingsFromFlags(
