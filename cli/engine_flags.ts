@@ -148,7 +148,8 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --generation-config auto|vllm|DIR   sampling defaults: the model's generation_config.json
                                  (default auto), none (vllm), or DIR's
   --override-generation-config JSON   defaults set over those, e.g. '{"temperature": 0.5}'
-                                 (temperature, top_p, top_k, min_p, repetition_penalty)
+                                 (temperature, top_p, top_k, min_p, repetition_penalty,
+                                 max_new_tokens: a limit on every request's output)
   --kernel-profile auto|cpu|gpu  kernel variants (default auto: cpu on a software adapter, else gpu)
   --kernel-tuning auto|measure|off   gpu profile: measure kernel choices on this adapter at
                                  start-up (matmul tile, gemv/tiled per shape, decode split,

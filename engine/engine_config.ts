@@ -91,7 +91,7 @@ export const engineOptionsSchema = z.object({
   generationConfig: z.string().min(1).default("auto"),
   /**
    * Sampling defaults set over those (vLLM's `--override-generation-config`): `temperature`,
-   * `top_p`, `top_k`, `min_p`, `repetition_penalty`.
+   * `top_p`, `top_k`, `min_p`, `repetition_penalty`, `max_new_tokens`.
    */
   overrideGenerationConfig: generationOverrideSchema.optional(),
   /** Kernel variants: `auto` (from the adapter), `cpu` or `gpu` (gpu/kernel_profile.ts). */

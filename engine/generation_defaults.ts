@@ -60,9 +60,14 @@ export async function resolveGenerationConfig(
   };
 }
 
-/** The sampling defaults a generation config sets (requests override them). */
+/**
+ * The sampling defaults a generation config sets (requests override them), and its
+ * `max_new_tokens` as `maxTokens`: as in vLLM, a limit on every request's output (the server
+ * takes the least of it, the request's `max_tokens` and the room left in the context).
+ */
 export function generationDefaultsOf(gen: GenerationConfig | null): Partial<SamplingParams> {
   return {
+    ...(gen?.maxNewTokens !== undefined ? { maxTokens: gen.maxNewTokens } : {}),
     ...(gen?.temperature !== undefined ? { temperature: gen.temperature } : {}),
     ...(gen?.topP !== undefined ? { topP: gen.topP } : {}),
     ...(gen?.topK !== undefined ? { topK: gen.topK } : {}),
@@ -80,6 +85,7 @@ export function generationDefaultsLine(resolved: ResolvedGenerationConfig): stri
     d.topK !== undefined ? `top_k ${d.topK}` : null,
     d.minP !== undefined ? `min_p ${d.minP}` : null,
     d.repetitionPenalty !== undefined ? `repetition_penalty ${d.repetitionPenalty}` : null,
+    d.maxTokens != null ? `max_new_tokens ${d.maxTokens} (a limit on every request)` : null,
   ].filter((p) => p !== null);
   return `Sampling defaults: ${parts.length > 0 ? parts.join(", ") : "none"} (${resolved.from})`;
 }

@@ -82,6 +82,9 @@ export function samplingFor(
   } else {
     maxTokens = Math.min(defaultMax ?? room, room);
   }
+  // generation_config.json's max_new_tokens limits every request, as vLLM's does.
+  const limit = engine.generationDefaults?.maxTokens;
+  if (limit !== undefined && limit !== null) maxTokens = Math.min(maxTokens, limit);
   const logitBias = parseLogitBias(body.logit_bias);
   const stop = body.stop === null || body.stop === undefined
     ? []

@@ -6,6 +6,8 @@ import {
 } from "../engine/generation_defaults.ts";
 import { CheckpointError } from "../engine/model/errors.ts";
 import { parseGenerationConfig } from "../engine/model/generation_config.ts";
+import { FakeEngine, tinyTokenizer, withServer } from "./support/fake_engine.ts";
+import { post } from "./support/http.ts";
 
 const OWN = parseGenerationConfig({ eos_token_id: [5, 6], temperature: 0.6, top_k: 20 });
 
@@ -57,4 +59,26 @@ Deno.test("resolveGenerationConfig() sets the override's fields over the config,
     generationDefaultsLine(await resolveGenerationConfig("vllm", OWN)),
     "Sampling defaults: none (--generation-config vllm: none from the model)",
   );
+});
+
+Deno.test("max_new_tokens of the generation config limits every request's output, as vLLM's does", async () => {
+  const r = await resolveGenerationConfig("auto", OWN, { max_new_tokens: 4, temperature: 0 });
+  const defaults = generationDefaultsOf(r.config);
+  assert.deepEqual(defaults, { maxTokens: 4, temperature: 0, topK: 20 });
+  assert.match(generationDefaultsLine(r), /max_new_tokens 4 \(a limit on every request\)/);
+  const engine = new FakeEngine(await tinyTokenizer(), { stepMs: 1, generationDefaults: defaults });
+  await withServer(engine, {}, async (url) => {
+    for (
+      const [body, tokens] of [[{ max_tokens: 10 }, 4], [{}, 4], [{ max_tokens: 2 }, 2]] as const
+    ) {
+      const res = await post(url, "/v1/completions", { prompt: "hello", ...body });
+      assert.equal(res.status, 200);
+      const json = await res.json();
+      assert.equal(json.usage.completion_tokens, tokens, JSON.stringify(body));
+      assert.equal(json.choices[0].finish_reason, "length");
+    }
+    // The engine received the limited budget, and the generation config's temperature.
+    assert.equal(engine.requests[0]!.params.maxTokens, 4);
+    assert.equal(engine.requests[0]!.params.temperature, 0);
+  });
 });

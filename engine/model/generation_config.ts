@@ -44,7 +44,7 @@ const schema = z.object({
 
 /**
  * The sampling fields a server may set over the model's (vLLM's `--override-generation-config`):
- * `temperature`, `top_p`, `top_k`, `min_p`, `repetition_penalty`, no others.
+ * `temperature`, `top_p`, `top_k`, `min_p`, `repetition_penalty` and `max_new_tokens`, no others.
  */
 export const generationOverrideSchema = schema.pick({
   temperature: true,
@@ -52,6 +52,7 @@ export const generationOverrideSchema = schema.pick({
   top_k: true,
   min_p: true,
   repetition_penalty: true,
+  max_new_tokens: true,
 }).strict();
 
 /** Fields set over a generation config ({@linkcode generationOverrideSchema}). */

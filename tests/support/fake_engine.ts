@@ -35,6 +35,7 @@ import {
   type TokenLogprob,
 } from "../../engine/engine_api.ts";
 import { Tokenizer } from "../../engine/tokenizer.ts";
+import type { SamplingParams } from "../../scheduler/sampling_params.ts";
 import { makeModel } from "../../tools/make_model.ts";
 import { type RunningServer, startServer, type StartServerOptions } from "../../server/server.ts";
 
@@ -52,6 +53,8 @@ export interface FakeEngineOptions {
   maxActive?: number;
   /** With `temperature` 0, answer this text's tokens (cyclically) instead of the prompt's. */
   reply?: string;
+  /** The model's sampling defaults (engine/generation_defaults.ts; default none). */
+  generationDefaults?: Partial<SamplingParams>;
 }
 
 const REPLACEMENT = "\uFFFD";
@@ -91,6 +94,7 @@ export function fakePromptLogprobs(
 export class FakeEngine implements EngineClient {
   readonly model: ModelInfo;
   readonly tokenizer: Tokenizer | null;
+  readonly generationDefaults: Partial<SamplingParams>;
   readonly #reply: number[] | null;
   readonly stepMs: number;
   maxActive: number;
@@ -116,6 +120,7 @@ export class FakeEngine implements EngineClient {
 
   constructor(tokenizer: Tokenizer | null, options: FakeEngineOptions = {}) {
     this.tokenizer = tokenizer;
+    this.generationDefaults = options.generationDefaults ?? {};
     this.stepMs = options.stepMs ?? 2;
     this.#reply = options.reply === undefined || tokenizer === null
       ? null
