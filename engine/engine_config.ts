@@ -85,7 +85,7 @@ export const engineOptionsSchema = z.object({
   chatTemplate: z.string().min(1).optional(),
   /**
    * Where the sampling defaults come from (vLLM's `--generation-config`): `auto` the model's
-   * generation_config.json, `vllm` none (nor its extra EOS ids), else a directory holding a
+   * generation_config.json, `vllm` none (its EOS ids still stop generation), else a directory holding a
    * generation_config.json.
    */
   generationConfig: z.string().min(1).default("auto"),

@@ -167,7 +167,7 @@ async function webGpuParts(
   }
   log(generationDefaultsLine(generation));
   const gen = generation.config;
-  const eos = [...new Set([...mc.eosTokenIds, ...(gen?.eosTokenIds ?? [])])];
+  const eos = [...new Set([...mc.eosTokenIds, ...generation.eosTokenIds])];
   const structured = new StructuredOutputs(tokenizer, mc.vocabSize, eos, {
     compileTimeoutS: config.grammarCompileTimeoutS,
   });

@@ -2,8 +2,9 @@
  * The sampling defaults a served model's requests start from, as vLLM takes them: the model's
  * `generation_config.json` (`--generation-config auto`, the default), none (`vllm`), or the one in
  * another directory, with `--override-generation-config` fields set over it. Requests override
- * every default they set. The generation config's EOS ids also stop generation (beside
- * config.json's), unless `vllm` leaves the file out.
+ * every default they set but `max_new_tokens`, a limit ({@linkcode generationDefaultsOf}). The EOS ids of the model's generation config (or, with a directory, of
+ * that one) stop generation beside config.json's whatever the sampling defaults' source, as in
+ * vLLM, where `vllm` drops the defaults but not the file's EOS ids.
  *
  * @module
  */
@@ -20,7 +21,10 @@ import type { SamplingParams } from "../scheduler/sampling_params.ts";
 
 /** The generation config in use and where it came from (for the start-up log). */
 export interface ResolvedGenerationConfig {
+  /** Where the sampling defaults come from (null: none). */
   readonly config: GenerationConfig | null;
+  /** EOS ids of the generation config file in use (the model's unless a directory is named). */
+  readonly eosTokenIds: readonly number[];
   /** E.g. `the model's generation_config.json`, `--generation-config vllm: none from the model`. */
   readonly from: string;
 }
@@ -37,6 +41,7 @@ export async function resolveGenerationConfig(
   own: GenerationConfig | null,
   override?: GenerationOverride,
 ): Promise<ResolvedGenerationConfig> {
+  let file = own;
   let config: GenerationConfig | null;
   let from: string;
   if (source === "auto") {
@@ -49,13 +54,15 @@ export async function resolveGenerationConfig(
     from = "--generation-config vllm: none from the model";
   } else {
     const path = join(source, "generation_config.json");
-    config = parseGenerationConfig(await readCheckpointJson(path), path);
+    file = config = parseGenerationConfig(await readCheckpointJson(path), path);
     from = path;
   }
-  if (override === undefined) return { config, from };
+  const eosTokenIds = file?.eosTokenIds ?? [];
+  if (override === undefined) return { config, eosTokenIds, from };
   const keys = Object.keys(override).join(", ");
   return {
     config: overrideGenerationConfig(config, override),
+    eosTokenIds,
     from: `${from}, with ${keys} from --override-generation-config`,
   };
 }

@@ -15,8 +15,10 @@ Deno.test("resolveGenerationConfig() takes the model's, none, or a directory's f
   const auto = await resolveGenerationConfig("auto", OWN);
   assert.equal(auto.config, OWN);
   assert.equal(auto.from, "the model's generation_config.json");
+  assert.deepEqual(auto.eosTokenIds, [5, 6]);
   const none = await resolveGenerationConfig("vllm", OWN);
   assert.equal(none.config, null);
+  assert.deepEqual(none.eosTokenIds, [5, 6], "vllm drops the defaults, not the EOS ids");
   assert.deepEqual(generationDefaultsOf(none.config), {});
   const dir = await Deno.makeTempDir({ prefix: "gen_cfg_" });
   try {
@@ -24,6 +26,7 @@ Deno.test("resolveGenerationConfig() takes the model's, none, or a directory's f
     const other = await resolveGenerationConfig(dir, OWN);
     assert.deepEqual(generationDefaultsOf(other.config), { topP: 0.5, minP: 0.1 });
     assert.equal(other.from, `${dir}/generation_config.json`);
+    assert.deepEqual(other.eosTokenIds, [], "the named file's EOS ids (none)");
     await assert.rejects(
       () => resolveGenerationConfig(`${dir}/none`, OWN),
       (e) =>
@@ -55,6 +58,7 @@ Deno.test("resolveGenerationConfig() sets the override's fields over the config,
   const onNone = await resolveGenerationConfig("vllm", OWN, { top_p: 0.9 });
   assert.deepEqual(generationDefaultsOf(onNone.config), { topP: 0.9 });
   assert.equal(onNone.config?.eosTokenIds, undefined);
+  assert.deepEqual(onNone.eosTokenIds, [5, 6]);
   assert.equal(
     generationDefaultsLine(await resolveGenerationConfig("vllm", OWN)),
     "Sampling defaults: none (--generation-config vllm: none from the model)",
