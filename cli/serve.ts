@@ -28,7 +28,12 @@ import {
   resolveModelDir,
 } from "./engine_flags.ts";
 import { parseCommandArgs } from "./usage.ts";
-import { VLLM_SERVE_FLAGS, VLLM_SERVE_FLAGS_USAGE, vllmServeFlagValues } from "./vllm_flags.ts";
+import {
+  splitServedModelNames,
+  VLLM_SERVE_FLAGS,
+  VLLM_SERVE_FLAGS_USAGE,
+  vllmServeFlagValues,
+} from "./vllm_flags.ts";
 import {
   API_KEY_ENV,
   SERVE_FLAGS,
@@ -50,8 +55,9 @@ const FATAL_EXIT_MS = 4500;
 
 /** Runs `serve` with `args`; resolves with the exit code once the server has stopped. */
 export async function runServe(args: string[]): Promise<number> {
+  const names = splitServedModelNames(args);
   const parsed = parseCommandArgs("serve", {
-    args,
+    args: names.args,
     allowPositionals: true,
     options: {
       ...ENGINE_FLAGS,
@@ -78,7 +84,7 @@ export async function runServe(args: string[]): Promise<number> {
   const loading = new LoadingEngine(
     await infoBeforeLoading(servedName, mock ? undefined : model, options),
   );
-  const run = new ServeRun(settings, loading, servedName);
+  const run = new ServeRun(settings, loading, [servedName, ...names.moreNames]);
   const onInt = () => void run.stop("SIGINT");
   const onTerm = () => void run.stop("SIGTERM");
   Deno.addSignalListener("SIGINT", onInt);
@@ -131,18 +137,19 @@ class ServeRun {
   exitCode = 0;
   readonly #settings: ServeSettings;
   readonly #loading: LoadingEngine;
-  readonly #servedName: string;
+  /** The names requests may use; the first is the one reported. */
+  readonly #servedNames: readonly string[];
   #stopping = false;
 
   /** Starts the server in front of `loading`, and says so. */
-  constructor(settings: ServeSettings, loading: LoadingEngine, servedName: string) {
+  constructor(settings: ServeSettings, loading: LoadingEngine, servedNames: readonly string[]) {
     this.#settings = settings;
     this.#loading = loading;
-    this.#servedName = servedName;
+    this.#servedNames = servedNames;
     this.server = startServer(loading, {
       ...settings.server,
       ready: false,
-      servedModelNames: [servedName],
+      servedModelNames: servedNames,
       batchTest: mockBatchTestFactory,
     });
     log(
@@ -164,7 +171,7 @@ class ServeRun {
   async load(options: EngineOptions): Promise<void> {
     try {
       const engine = await LLMEngine.create(
-        { ...options, servedModelName: this.#servedName },
+        { ...options, servedModelName: this.#servedNames[0]! },
         log,
       );
       if (this.#stopping) {

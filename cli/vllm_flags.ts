@@ -32,6 +32,30 @@ export const VLLM_SERVE_FLAGS = {
   "tool-call-parser": { type: "string" },
 } as const;
 
+/**
+ * `args` with the names that follow `--served-model-name`'s value taken out (vLLM's
+ * `--served-model-name NAME [NAME ...]`: every argument up to the next flag), and those names:
+ * the first name is the one the server reports, every name is accepted in requests.
+ */
+export function splitServedModelNames(
+  args: readonly string[],
+): { args: string[]; moreNames: string[] } {
+  const out: string[] = [];
+  const moreNames: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    out.push(arg);
+    if (arg === "--") {
+      out.push(...args.slice(i + 1));
+      break;
+    }
+    if (arg !== "--served-model-name" && !arg.startsWith("--served-model-name=")) continue;
+    if (arg === "--served-model-name" && i + 1 < args.length) out.push(args[++i]!);
+    while (i + 1 < args.length && !args[i + 1]!.startsWith("-")) moreNames.push(args[++i]!);
+  }
+  return { args: out, moreNames };
+}
+
 /** The tool-call formats the server parses (server/tools.ts: Hermes / Qwen `<tool_call>`). */
 export const TOOL_CALL_PARSERS = ["hermes"] as const;
 
@@ -39,6 +63,7 @@ export const TOOL_CALL_PARSERS = ["hermes"] as const;
 export const VLLM_SERVE_FLAGS_USAGE =
   `vLLM's flags, accepted so that a 'vllm serve' command line runs unchanged:
   MODEL                          the model as the first argument, as --model
+  --served-model-name NAME [NAME ...]   several names: the first is reported, all are accepted
   --seed N                       as --engine-seed
   --[no-]enable-prefix-caching, --[no-]enable-chunked-prefill
                                  both on by default (--no-prefix-caching, --no-chunked-prefill)

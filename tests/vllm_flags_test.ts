@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { parseDtype, readChatTemplate } from "../cli/engine_flags.ts";
 import { UsageError } from "../cli/usage.ts";
-import { vllmServeFlagValues } from "../cli/vllm_flags.ts";
+import { splitServedModelNames, vllmServeFlagValues } from "../cli/vllm_flags.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
 import { MAIN, startServe, stopServe } from "./support/serve_process.ts";
@@ -71,6 +71,29 @@ Deno.test("vllmServeFlagValues() refuses what the server cannot do in one line",
       JSON.stringify(args),
     );
   }
+});
+
+Deno.test("splitServedModelNames() takes vLLM's list of names after --served-model-name", () => {
+  assert.deepEqual(
+    splitServedModelNames(["m", "--served-model-name", "a", "b", "c", "--port", "1"]),
+    {
+      args: ["m", "--served-model-name", "a", "--port", "1"],
+      moreNames: ["b", "c"],
+    },
+  );
+  assert.deepEqual(splitServedModelNames(["--served-model-name=a", "b", "-x"]), {
+    args: ["--served-model-name=a", "-x"],
+    moreNames: ["b"],
+  });
+  assert.deepEqual(splitServedModelNames(["m", "--served-model-name", "a"]), {
+    args: ["m", "--served-model-name", "a"],
+    moreNames: [],
+  });
+  // Nothing after "--" is read.
+  assert.deepEqual(splitServedModelNames(["--", "--served-model-name", "a", "b"]), {
+    args: ["--", "--served-model-name", "a", "b"],
+    moreNames: [],
+  });
 });
 
 Deno.test("parseDtype() maps vLLM's dtype names and refuses bfloat16 saying why", () => {
@@ -151,6 +174,9 @@ Deno.test(
       "--kv-cache-dtype",
       "auto",
       "--disable-log-requests",
+      "--served-model-name",
+      "qwen",
+      "qwen-alias",
       "--enable-auto-tool-choice",
       "--tool-call-parser",
       "hermes",
@@ -178,7 +204,9 @@ Deno.test(
         assert.equal(r.status, 200, path);
         return await r.json();
       };
-      const model = dir.split("/").pop();
+      const model = "qwen-alias";
+      const models = await (await fetch(`${server.url}/v1/models`)).json();
+      assert.deepEqual(models.data.map((m: { id: string }) => m.id), ["qwen", "qwen-alias"]);
       const { tokens } = await post("/tokenize", {
         model,
         messages: [{ role: "user", content: "hello there" }],
