@@ -43,7 +43,8 @@ export const SERVE_FLAGS_USAGE = `server flags:
   --api-key KEY                  require 'Authorization: Bearer KEY' on /v1/*, /tokenize,
                                  /detokenize and /batch/test (default: $${API_KEY_ENV}, as
                                  vLLM's VLLM_API_KEY; /health and /metrics stay open)
-  --allowed-origins LIST         CORS: comma-separated origins, or '*' (default: CORS off)
+  --allowed-origins LIST         CORS: comma-separated origins (or vLLM's JSON list), or '*'
+                                 (default: CORS off; vLLM's default is '*')
   --allowed-hosts LIST           accepted Host names, or '*' (default: loopback names when bound
                                  to a loopback address, any otherwise)
   --request-read-timeout-s S     time a request's headers, then its body, may take to arrive
@@ -108,9 +109,27 @@ function tlsOf(certFile: string | undefined, keyFile: string | undefined): Serve
   return { cert: read("ssl-certfile", certFile), key: read("ssl-keyfile", keyFile) };
 }
 
+/**
+ * A comma-separated list, or a JSON list of strings as vLLM's `--allowed-origins` takes it
+ * (`'["https://a.example"]'`); `*` among the items allows any.
+ */
 function list(flag: string, text: string | undefined): readonly string[] | "*" | null {
   if (text === undefined) return null;
-  const items = text.split(",").map((s) => s.trim()).filter((s) => s !== "");
+  let items: string[];
+  if (text.trim().startsWith("[")) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = null;
+    }
+    if (!Array.isArray(parsed) || !parsed.every((x) => typeof x === "string")) {
+      throw new TypeError(`--${flag} expects a comma-separated list, or a JSON list of strings`);
+    }
+    items = parsed.map((s) => s.trim()).filter((s) => s !== "");
+  } else {
+    items = text.split(",").map((s) => s.trim()).filter((s) => s !== "");
+  }
   if (items.length === 0) throw new TypeError(`--${flag} expects a comma-separated list or '*'`);
   return items.includes("*") ? "*" : items;
 }

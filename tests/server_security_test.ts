@@ -296,5 +296,15 @@ Deno.test("serveSettingsFromFlags() reads the key from the flag or the environme
     () => serveSettingsFromFlags({ "allowed-origins": "," }, env(undefined)),
     /--allowed-origins/,
   );
+  // vLLM's form: a JSON list.
+  const json = (text: string) =>
+    serveSettingsFromFlags({ "allowed-origins": text }, env(undefined)).server.allowedOrigins;
+  assert.deepEqual(json('["https://a.example", " https://b.example"]'), [
+    "https://a.example",
+    "https://b.example",
+  ]);
+  assert.equal(json('["*"]'), "*");
+  assert.throws(() => json('["a", 1]'), /--allowed-origins expects .* a JSON list of strings/);
+  assert.throws(() => json("[not json"), /--allowed-origins expects/);
   assert.throws(() => serveSettingsFromFlags({ port: "99999" }, env(undefined)), /--port/);
 });
