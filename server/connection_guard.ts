@@ -38,6 +38,7 @@ import {
   responseBodyFraming,
   statusOf,
 } from "./http1_framer.ts";
+import { acceptEach, closeQuietly } from "./accept_loop.ts";
 
 /** Options of {@linkcode ConnectionGuard}. */
 export interface ConnectionGuardOptions {
@@ -260,13 +261,8 @@ class GuardedConnection {
     this.#closed = true;
     this.#disarm();
     this.#stats.open--;
-    for (const conn of [this.#client, this.#server]) {
-      try {
-        conn.close();
-      } catch {
-        // Already closed.
-      }
-    }
+    closeQuietly(this.#client);
+    closeQuietly(this.#server);
     this.#options.onClosed?.(this.#client);
   }
 
@@ -305,29 +301,12 @@ export class ConnectionGuard {
       );
     }
     this.#listener = listener;
-    this.finished = this.#accept(connectServer, options);
+    this.finished = acceptEach(listener, (client) => this.#serve(client, connectServer, options));
   }
 
   /** The address clients connect to. */
   get addr(): Deno.NetAddr {
     return this.#listener.addr as Deno.NetAddr;
-  }
-
-  async #accept(
-    connectServer: () => Promise<Deno.Conn>,
-    options: ConnectionGuardOptions,
-  ): Promise<void> {
-    const running = new Set<Promise<void>>();
-    try {
-      for await (const client of this.#listener) {
-        const run = this.#serve(client, connectServer, options);
-        running.add(run);
-        run.finally(() => running.delete(run));
-      }
-    } catch {
-      // The listener was closed.
-    }
-    await Promise.all(running);
   }
 
   async #serve(
@@ -356,11 +335,7 @@ export class ConnectionGuard {
 
   /** Stops accepting connections (open ones go on until they end or {@linkcode closeAll}). */
   stopAccepting(): void {
-    try {
-      this.#listener.close();
-    } catch {
-      // Already closed.
-    }
+    closeQuietly(this.#listener);
   }
 
   /** Stops accepting and closes every open connection. */

@@ -17,6 +17,8 @@
  * @module
  */
 
+import { acceptEach, closeQuietly } from "./accept_loop.ts";
+
 /** Time a released relay may take to copy out the server's last bytes before it is cut, ms. */
 export const RELEASE_MS = 1000;
 
@@ -76,13 +78,8 @@ class Relay {
     if (this.#closed) return;
     this.#closed = true;
     clearTimeout(this.#timer);
-    for (const conn of [this.#client, this.#inner]) {
-      try {
-        conn.close();
-      } catch {
-        // Already closed.
-      }
-    }
+    closeQuietly(this.#client);
+    closeQuietly(this.#inner);
     this.#onClosed();
   }
 }
@@ -109,7 +106,7 @@ export class TlsFront {
   /** @param connectInner opens a connection to the loopback TLS listener. */
   constructor(listener: Deno.TcpListener, connectInner: () => Promise<Deno.TcpConn>) {
     this.#listener = listener;
-    this.finished = this.#accept(connectInner);
+    this.finished = acceptEach(listener, (client) => this.#relay(client, connectInner));
   }
 
   /** The address clients connect to. */
@@ -120,20 +117,6 @@ export class TlsFront {
   /** Relays open now. */
   get open(): number {
     return this.#relays.size;
-  }
-
-  async #accept(connectInner: () => Promise<Deno.TcpConn>): Promise<void> {
-    const running = new Set<Promise<void>>();
-    try {
-      for await (const client of this.#listener) {
-        const run = this.#relay(client, connectInner);
-        running.add(run);
-        run.finally(() => running.delete(run));
-      }
-    } catch {
-      // The listener was closed.
-    }
-    await Promise.all(running);
   }
 
   async #relay(client: Deno.TcpConn, connectInner: () => Promise<Deno.TcpConn>): Promise<void> {
@@ -162,11 +145,7 @@ export class TlsFront {
 
   /** Stops accepting connections (open ones go on until they end or {@linkcode closeAll}). */
   stopAccepting(): void {
-    try {
-      this.#listener.close();
-    } catch {
-      // Already closed.
-    }
+    closeQuietly(this.#listener);
   }
 
   /** Stops accepting and closes every relay. */
