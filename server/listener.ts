@@ -13,8 +13,15 @@
 import { ConnectionGuard, type ConnectionGuardStats } from "./connection_guard.ts";
 import { TlsFront } from "./tls_front.ts";
 
-/** Time the guard gets to copy out the server's last bytes at shutdown, ms. */
+/** Time the guard (then the TLS front) gets to copy out the server's last bytes at shutdown, ms. */
 const SHUTDOWN_FLUSH_MS = 2000;
+
+/** Resolves when `done` settles or after `ms`, whichever comes first. */
+async function within(done: Promise<unknown>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([done, new Promise((r) => timer = setTimeout(r, ms))]);
+  clearTimeout(timer);
+}
 
 /** Options of {@linkcode listen}. */
 export interface ListenOptions {
@@ -128,15 +135,14 @@ function guarded(
       guard.stopAccepting();
       await server.shutdown();
       // The server has written its last bytes: let the guard copy them out (each connection
-      // ends when its server side closes), then cut whatever is left.
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      await Promise.race([
-        guard.finished,
-        new Promise((r) => timer = setTimeout(r, SHUTDOWN_FLUSH_MS)),
-      ]);
-      clearTimeout(timer);
+      // ends when its server side closes), then cut whatever is left; the same for the TLS
+      // front's relays, which the guard's closes release.
+      await within(guard.finished, SHUTDOWN_FLUSH_MS);
       guard.closeAll();
-      front?.closeAll();
+      if (front !== null) {
+        await within(front.finished, SHUTDOWN_FLUSH_MS);
+        front.closeAll();
+      }
       await finished;
     },
   };

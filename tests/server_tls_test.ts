@@ -97,6 +97,30 @@ Deno.test("startServer() with tls cuts a connection that never begins its handsh
   }
 });
 
+Deno.test("startServer() with tls lets a stream in flight finish at a graceful shutdown", async () => {
+  const engine = new FakeEngine(await tinyTokenizer(), { stepMs: 4 });
+  const server = startServer(engine, { port: 0, onError: () => {}, tls: TLS });
+  const client = trustingClient();
+  try {
+    const res = await fetch(`${server.url}/v1/completions`, {
+      client,
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "hello", max_tokens: 40, temperature: 0, stream: true }),
+    });
+    assert.equal(res.status, 200);
+    const shut = server.shutdown(5000);
+    const text = await res.text();
+    await shut;
+    await server.finished;
+    const events = text.split("\n\n").filter((e) => e.startsWith("data: ")).map((e) => e.slice(6));
+    assert.equal(events.at(-1), "[DONE]");
+    assert.equal(JSON.parse(events.at(-2)!).choices[0].finish_reason, "length");
+  } finally {
+    client.close();
+  }
+});
+
 Deno.test("serveSettingsFromFlags() reads --ssl-certfile and --ssl-keyfile together, in one line when wrong", () => {
   assert.equal(serveSettingsFromFlags({}, () => undefined).server.tls, null);
   const both = serveSettingsFromFlags(
