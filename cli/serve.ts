@@ -29,7 +29,7 @@ import {
 } from "./engine_flags.ts";
 import { parseCommandArgs } from "./usage.ts";
 import {
-  splitServedModelNames,
+  normalizeVllmArgs,
   VLLM_SERVE_FLAGS,
   VLLM_SERVE_FLAGS_USAGE,
   vllmServeFlagValues,
@@ -55,9 +55,9 @@ const FATAL_EXIT_MS = 4500;
 
 /** Runs `serve` with `args`; resolves with the exit code once the server has stopped. */
 export async function runServe(args: string[]): Promise<number> {
-  const names = splitServedModelNames(args);
+  const normalized = normalizeVllmArgs(args);
   const parsed = parseCommandArgs("serve", {
-    args: names.args,
+    args: normalized.args,
     allowPositionals: true,
     options: {
       ...ENGINE_FLAGS,
@@ -84,7 +84,7 @@ export async function runServe(args: string[]): Promise<number> {
   const loading = new LoadingEngine(
     await infoBeforeLoading(servedName, mock ? undefined : model, options),
   );
-  const run = new ServeRun(settings, loading, [servedName, ...names.moreNames]);
+  const run = new ServeRun(settings, loading, [servedName, ...normalized.moreNames]);
   const onInt = () => void run.stop("SIGINT");
   const onTerm = () => void run.stop("SIGTERM");
   Deno.addSignalListener("SIGINT", onInt);

@@ -1,8 +1,9 @@
 /**
  * `vllm serve` arguments that `main.ts serve` accepts where this server does what they ask, so
  * that a vLLM command line (a shell script, a systemd unit, a Docker or Kubernetes manifest)
- * runs unchanged: the model as a positional argument, `--seed`, vLLM's spellings of the prefix
- * caching and chunked prefill switches, parallel sizes of 1, `--kv-cache-dtype auto`,
+ * runs unchanged: the model as a positional argument, several `--served-model-name`s, `--seed`,
+ * vLLM's spellings of the prefix caching and chunked prefill switches, parallel sizes of 1 (also
+ * as `-tp 1`, `-pp 1`), `--kv-cache-dtype auto`,
  * `--enforce-eager`, `--trust-remote-code`, `--disable-log-requests`, `--disable-log-stats`,
  * `--enable-auto-tool-choice` and `--tool-call-parser hermes`. Values this server cannot honour
  * (several GPUs, an fp8 KV cache, another tool-call format) are refused in one line, never
@@ -32,18 +33,25 @@ export const VLLM_SERVE_FLAGS = {
   "tool-call-parser": { type: "string" },
 } as const;
 
+/** vLLM's short flags and the long ones they stand for. */
+const SHORT_FLAGS: Readonly<Record<string, string>> = {
+  "-tp": "--tensor-parallel-size",
+  "-pp": "--pipeline-parallel-size",
+};
+
 /**
- * `args` with the names that follow `--served-model-name`'s value taken out (vLLM's
- * `--served-model-name NAME [NAME ...]`: every argument up to the next flag), and those names:
- * the first name is the one the server reports, every name is accepted in requests.
+ * `args` in the form `parseArgs` reads: vLLM's `-tp` / `-pp` spelt out, and the names that follow
+ * `--served-model-name`'s value taken out (vLLM's `--served-model-name NAME [NAME ...]`: every
+ * argument up to the next flag), returned apart: the first name is the one the server reports,
+ * every name is accepted in requests. Nothing after `--` is touched.
  */
-export function splitServedModelNames(
+export function normalizeVllmArgs(
   args: readonly string[],
 ): { args: string[]; moreNames: string[] } {
   const out: string[] = [];
   const moreNames: string[] = [];
   for (let i = 0; i < args.length; i++) {
-    const arg = args[i]!;
+    const arg = SHORT_FLAGS[args[i]!] ?? args[i]!;
     out.push(arg);
     if (arg === "--") {
       out.push(...args.slice(i + 1));
@@ -68,7 +76,7 @@ export const VLLM_SERVE_FLAGS_USAGE =
   --[no-]enable-prefix-caching, --[no-]enable-chunked-prefill
                                  both on by default (--no-prefix-caching, --no-chunked-prefill)
   --kv-cache-dtype auto          the KV cache in the weights' dtype (fp8 is refused)
-  --tensor-parallel-size 1, --pipeline-parallel-size 1
+  --tensor-parallel-size 1, --pipeline-parallel-size 1 (-tp 1, -pp 1)
                                  one GPU per server (larger sizes are refused; for several GPUs
                                  run replicas: main.ts cluster)
   --enforce-eager                steps are always encoded as they run (no CUDA graphs here)

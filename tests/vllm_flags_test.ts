@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { parseDtype, readChatTemplate } from "../cli/engine_flags.ts";
 import { UsageError } from "../cli/usage.ts";
-import { splitServedModelNames, vllmServeFlagValues } from "../cli/vllm_flags.ts";
+import { normalizeVllmArgs, vllmServeFlagValues } from "../cli/vllm_flags.ts";
 import { makeModel } from "../tools/make_model.ts";
 import { GPU_TEST } from "./support/gpu.ts";
 import { MAIN, startServe, stopServe } from "./support/serve_process.ts";
@@ -73,24 +73,28 @@ Deno.test("vllmServeFlagValues() refuses what the server cannot do in one line",
   }
 });
 
-Deno.test("splitServedModelNames() takes vLLM's list of names after --served-model-name", () => {
+Deno.test("normalizeVllmArgs() takes vLLM's names after --served-model-name and spells out -tp / -pp", () => {
   assert.deepEqual(
-    splitServedModelNames(["m", "--served-model-name", "a", "b", "c", "--port", "1"]),
+    normalizeVllmArgs(["m", "--served-model-name", "a", "b", "c", "--port", "1"]),
     {
       args: ["m", "--served-model-name", "a", "--port", "1"],
       moreNames: ["b", "c"],
     },
   );
-  assert.deepEqual(splitServedModelNames(["--served-model-name=a", "b", "-x"]), {
+  assert.deepEqual(normalizeVllmArgs(["--served-model-name=a", "b", "-x"]), {
     args: ["--served-model-name=a", "-x"],
     moreNames: ["b"],
   });
-  assert.deepEqual(splitServedModelNames(["m", "--served-model-name", "a"]), {
+  assert.deepEqual(normalizeVllmArgs(["m", "--served-model-name", "a"]), {
     args: ["m", "--served-model-name", "a"],
     moreNames: [],
   });
+  assert.deepEqual(normalizeVllmArgs(["m", "-tp", "1", "-pp", "1"]), {
+    args: ["m", "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1"],
+    moreNames: [],
+  });
   // Nothing after "--" is read.
-  assert.deepEqual(splitServedModelNames(["--", "--served-model-name", "a", "b"]), {
+  assert.deepEqual(normalizeVllmArgs(["--", "--served-model-name", "a", "b"]), {
     args: ["--", "--served-model-name", "a", "b"],
     moreNames: [],
   });
@@ -166,7 +170,7 @@ Deno.test(
       "float32",
       "--seed",
       "11",
-      "--tensor-parallel-size",
+      "-tp",
       "1",
       "--enforce-eager",
       "--trust-remote-code",
