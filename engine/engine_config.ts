@@ -85,8 +85,8 @@ export const engineOptionsSchema = z.object({
   chatTemplate: z.string().min(1).optional(),
   /**
    * Where the sampling defaults come from (vLLM's `--generation-config`): `auto` the model's
-   * generation_config.json, `vllm` none (its EOS ids still stop generation), else a directory holding a
-   * generation_config.json.
+   * generation_config.json, `vllm` none (its EOS ids still stop generation), else a directory
+   * holding a generation_config.json (engine/generation_defaults.ts).
    */
   generationConfig: z.string().min(1).default("auto"),
   /**

@@ -2,9 +2,10 @@
  * The sampling defaults a served model's requests start from, as vLLM takes them: the model's
  * `generation_config.json` (`--generation-config auto`, the default), none (`vllm`), or the one in
  * another directory, with `--override-generation-config` fields set over it. Requests override
- * every default they set but `max_new_tokens`, a limit ({@linkcode generationDefaultsOf}). The EOS ids of the model's generation config (or, with a directory, of
- * that one) stop generation beside config.json's whatever the sampling defaults' source, as in
- * vLLM, where `vllm` drops the defaults but not the file's EOS ids.
+ * every default they set but `max_new_tokens`, a limit ({@linkcode generationDefaultsOf}). The
+ * EOS ids of the model's generation config (or, with a directory, of that one) stop generation
+ * beside config.json's whatever the defaults' source, as in vLLM, where `vllm` drops the
+ * defaults but not the file's EOS ids.
  *
  * @module
  */
