@@ -27,6 +27,7 @@ export const SERVE_FLAGS = {
   "request-timeout-s": { type: "string", default: "0" },
   "keep-alive-timeout-s": { type: "string", default: "5" },
   "reasoning-parser": { type: "string" },
+  "return-tokens-as-token-ids": { type: "boolean", default: false },
   "ssl-certfile": { type: "string" },
   "ssl-keyfile": { type: "string" },
 } as const;
@@ -54,6 +55,8 @@ export const SERVE_FLAGS_USAGE = `server flags:
                                  (message and stream deltas), as vLLM does (default: off)
   --request-timeout-s S          time a generation request may take in all (default 0: none;
                                  then 504, or an SSE error event, and its KV blocks are freed)
+  --return-tokens-as-token-ids   logprobs name tokens 'token_id:<id>' unless a request sets
+                                 return_tokens_as_token_ids false (vLLM's flag)
   --ssl-certfile FILE, --ssl-keyfile FILE   serve HTTPS with this PEM certificate chain and
                                  private key (both, as vLLM's; default plain HTTP)`;
 
@@ -183,6 +186,7 @@ export function serveSettingsFromFlags(
       keepAliveTimeoutMs: 1000 * keepAliveS,
       reasoningParser: reasoningParserOf(str("reasoning-parser")),
       tls: tlsOf(str("ssl-certfile"), str("ssl-keyfile")),
+      returnTokensAsTokenIds: values["return-tokens-as-token-ids"] === true,
     },
   };
 }

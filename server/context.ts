@@ -25,6 +25,8 @@ export interface ServerContext {
   readonly names: readonly string[];
   /** The reported model name. */
   readonly modelName: string;
+  /** Logprobs name tokens `token_id:<id>` unless a request says otherwise (vLLM's flag). */
+  readonly tokensAsIds: boolean;
   /** Largest accepted request body in bytes. */
   readonly maxBody: number;
   /** Time a request body may take to arrive, ms (0: no limit). */

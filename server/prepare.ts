@@ -87,12 +87,16 @@ export function echoText(prep: Prepared, index: number): string {
   return prep.echo?.[Math.floor(index / prep.n)] ?? "";
 }
 
-/** The fields of {@linkcode Prepared} both endpoints take as they are (vLLM's output options). */
+/**
+ * The fields of {@linkcode Prepared} both endpoints take as they are (vLLM's output options;
+ * `return_tokens_as_token_ids` defaults to the server's `--return-tokens-as-token-ids`).
+ */
 function outputOptions(
+  ctx: ServerContext,
   body: CompletionRequest | ChatRequest,
 ): Pick<Prepared, "tokensAsIds" | "returnTokenIds" | "cacheSalt"> {
   return {
-    tokensAsIds: body.return_tokens_as_token_ids ?? false,
+    tokensAsIds: body.return_tokens_as_token_ids ?? ctx.tokensAsIds,
     returnTokenIds: body.return_token_ids ?? false,
     cacheSalt: body.cache_salt ?? null,
   };
@@ -261,7 +265,7 @@ export function prepareCompletion(ctx: ServerContext, body: CompletionRequest): 
     echoLogprobs,
     echoOnly,
     echo: echoed,
-    ...outputOptions(body),
+    ...outputOptions(ctx, body),
   };
 }
 
@@ -337,6 +341,6 @@ export function prepareChat(ctx: ServerContext, body: ChatRequest): Prepared {
     echoLogprobs: null,
     echoOnly: false,
     echo: body.echo === true && last.role === "assistant" ? [messageText(last.content)] : null,
-    ...outputOptions(body),
+    ...outputOptions(ctx, body),
   };
 }

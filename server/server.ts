@@ -101,6 +101,11 @@ export interface ServerOptions {
   requestTimeoutMs?: number;
   /** Splits chat answers into `reasoning_content` and `content` (server/reasoning.ts). Default off. */
   reasoningParser?: ReasoningParserName | null;
+  /**
+   * Logprobs name their tokens `token_id:<id>` unless a request sets
+   * `return_tokens_as_token_ids` false (vLLM's `--return-tokens-as-token-ids`). Default false.
+   */
+  returnTokensAsTokenIds?: boolean;
 }
 
 /** The request handler plus its state. */
@@ -136,6 +141,7 @@ function serverContext(engine: EngineClient, options: ServerOptions): ServerCont
   return {
     engine,
     reasoningParser: options.reasoningParser ?? null,
+    tokensAsIds: options.returnTokensAsTokenIds ?? false,
     names,
     modelName,
     maxBody: options.maxBodyBytes ?? DEFAULT_MAX_BODY,

@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 // deno-lint-ignore no-import-prefix
 import OpenAI from "npm:openai@7.57.0";
+import { serveSettingsFromFlags } from "../cli/serve_flags.ts";
 import type { EngineClient } from "../engine/engine_api.ts";
 import { LLMEngine } from "../engine/llm_engine.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
@@ -467,4 +468,31 @@ Deno.test("cache_salt keeps prefix-cache hits within one salt on the real engine
   } finally {
     await engine.shutdown();
   }
+});
+
+Deno.test("--return-tokens-as-token-ids makes token_id:<id> the server's default, a request may still say false", async () => {
+  const engine = new FakeEngine(await tinyTokenizer(), { maxModelLen: 64 });
+  await withServer(engine, { returnTokensAsTokenIds: true }, async (url) => {
+    const body = {
+      prompt: "ab",
+      max_tokens: 3,
+      temperature: 0,
+      logprobs: 1,
+      return_token_ids: true,
+    };
+    const byDefault = await ok<{ choices: CompletionChoice[] }>(
+      await post(url, "/v1/completions", body),
+    );
+    const c = byDefault.choices[0]!;
+    assert.deepEqual(c.logprobs!.tokens, c.token_ids!.map((id) => `token_id:${id}`));
+    const asked = await ok<{ choices: CompletionChoice[] }>(
+      await post(url, "/v1/completions", { ...body, return_tokens_as_token_ids: false }),
+    );
+    assert.ok(asked.choices[0]!.logprobs!.tokens.every((t) => !t.startsWith("token_id:")));
+  });
+  assert.equal(
+    serveSettingsFromFlags({ "return-tokens-as-token-ids": true }, () => undefined).server
+      .returnTokensAsTokenIds,
+    true,
+  );
 });
