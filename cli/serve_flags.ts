@@ -118,21 +118,18 @@ function tlsOf(certFile: string | undefined, keyFile: string | undefined): Serve
  */
 function list(flag: string, text: string | undefined): readonly string[] | "*" | null {
   if (text === undefined) return null;
-  let items: string[];
+  let raw: unknown = text.split(",");
   if (text.trim().startsWith("[")) {
-    let parsed: unknown;
     try {
-      parsed = JSON.parse(text);
+      raw = JSON.parse(text);
     } catch {
-      parsed = null;
+      raw = null;
     }
-    if (!Array.isArray(parsed) || !parsed.every((x) => typeof x === "string")) {
+    if (!Array.isArray(raw) || !raw.every((x) => typeof x === "string")) {
       throw new TypeError(`--${flag} expects a comma-separated list, or a JSON list of strings`);
     }
-    items = parsed.map((s) => s.trim()).filter((s) => s !== "");
-  } else {
-    items = text.split(",").map((s) => s.trim()).filter((s) => s !== "");
   }
+  const items = (raw as string[]).map((s) => s.trim()).filter((s) => s !== "");
   if (items.length === 0) throw new TypeError(`--${flag} expects a comma-separated list or '*'`);
   return items.includes("*") ? "*" : items;
 }
