@@ -16,6 +16,23 @@ export function bytesPerElement(dtype: DType): number {
 }
 
 /**
+ * Element type of the paged KV cache: the weights' `f16` or `f32` (`--kv-cache-dtype auto`), or
+ * `fp8_e4m3`, one byte per element (float8_e4m3fn, vLLM's `--kv-cache-dtype fp8`; encoded and
+ * decoded in WGSL by kernels/kv_codec.ts).
+ */
+export type KvDtype = DType | "fp8_e4m3";
+
+/**
+ * The KV cache dtype a model runner is asked for: `auto`, the weights' dtype, or an 8-bit one.
+ */
+export type KvCacheDtypeChoice = "auto" | "fp8_e4m3";
+
+/** Bytes per element of a KV cache of `dtype`. */
+export function kvBytesPerElement(dtype: KvDtype): number {
+  return dtype === "fp8_e4m3" ? 1 : bytesPerElement(dtype);
+}
+
+/**
  * Converts host values to the typed array a GPU buffer of `dtype` holds.
  * f16 rounds to nearest even (Float16Array semantics).
  */

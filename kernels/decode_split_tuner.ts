@@ -17,6 +17,7 @@
  */
 
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { kvBytesPerElement } from "../gpu/dtype.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { PassClock } from "../gpu/timer.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
@@ -114,7 +115,7 @@ export async function tuneDecodeSplit(
   const B = batches.at(-1)!;
   const { numQHeads: hq, numKvHeads: hkv, headDim: D, blockSize: bs } = kernel;
   const perSeq = Math.ceil(L / bs);
-  const blockBytes = hkv * bs * D * (kernel.dtype === "f16" ? 2 : 4);
+  const blockBytes = hkv * bs * D * kvBytesPerElement(kernel.dtype);
   const budget = Math.min(options.maxCacheBytes ?? 64 * 2 ** 20, ctx.maxBindingBytes);
   // Distinct blocks per sequence while they fit the budget; past it sequences share them.
   const numBlocks = Math.max(perSeq, Math.min(B * perSeq, Math.floor(budget / blockBytes)));

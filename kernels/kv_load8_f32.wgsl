@@ -18,3 +18,8 @@ fn load_k8(i: u32) -> KV8 {
 fn load_v8(i: u32) -> KV8 {
   return KV8(v_cache[2u * i], v_cache[2u * i + 1u]);
 }
+
+// The fused decode attention's cache write (paged_attention_decode_rope.ts "vec4" layout).
+fn kv_pack(v: vec4<f32>) -> KVT {
+  return v;
+}

@@ -4,9 +4,10 @@
  *
  * Paged KV cache layout (per layer, shared with prefill attention and `reshape_and_cache`):
  * a K cache and a V cache, each `[num_blocks, num_kv_heads, block_size, head_dim]` of the KV
- * dtype (f16 or f32); element (block b, kv head h, offset o, dim d) is at
- * `((b * num_kv_heads + h) * block_size + o) * head_dim + d`; token `j` of sequence `s` is in
- * block `block_tables[s * bt_stride + floor(j / block_size)]` at offset `j % block_size`.
+ * dtype (f16, f32, or fp8 codes: kernels/kv_codec.ts); element (block b, kv head h, offset o,
+ * dim d) is at `((b * num_kv_heads + h) * block_size + o) * head_dim + d`; token `j` of sequence
+ * `s` is in block `block_tables[s * bt_stride + floor(j / block_size)]` at offset
+ * `j % block_size`.
  *
  * Two paths behind one op (`paged_attention_decode.wgsl`, `paged_attention_merge.wgsl`):
  * - direct: one workgroup per (sequence, kv head) runs the whole context with an online softmax
@@ -54,9 +55,9 @@ import {
   unrolledFusedFits,
 } from "./paged_attention_decode_rope.ts";
 import { unrollTemplate } from "./unroll.ts";
-import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
+import { KV_CODEC_SOURCES, kvLoad8Prelude, kvStageDtype, kvVec4Prelude } from "./kv_codec.ts";
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
-import { type DType, weightPrelude } from "../gpu/dtype.ts";
+import type { KvDtype } from "../gpu/dtype.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { sourceDigest } from "./source_digest.ts";
 import {
@@ -98,6 +99,7 @@ export const ATTENTION_SOURCES_DIGEST: string = sourceDigest(
   mergeSource,
   unrolledSource,
   ...ROPE_PROLOGUE_SOURCES,
+  ...KV_CODEC_SOURCES,
 );
 
 /**
@@ -150,7 +152,7 @@ export class PagedAttentionDecode {
   readonly numKvHeads: number;
   readonly headDim: number;
   readonly blockSize: number;
-  readonly dtype: DType;
+  readonly dtype: KvDtype;
   readonly scale: number;
   readonly partitionSize: number;
   readonly splitThreshold: number;
@@ -209,19 +211,21 @@ export class PagedAttentionDecode {
     const workgroup = (fused: string, width: number) => {
       const pairs = Math.ceil((group * headDim) / 4 / width);
       const unroll = decodeUnroll(pairs);
-      return weightPrelude(dtype) + WORKGROUP_KVT + decodeIo +
+      return kvVec4Prelude(ctx, dtype) + decodeIo +
         `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst WG = ${width}u;\n` +
         `const UNROLL_K = ${unroll.k}u;\nconst UNROLL_V = ${unroll.v}u;\n` + fused +
         unrollTemplate(decodeSource, { i: group, r: pairs, c: unroll.v, w: unroll.k });
     };
     const unrolled = (fused: string) =>
-      weightPrelude(dtype) + kvLoad8Prelude(dtype) + decodeIo +
+      kvLoad8Prelude(ctx, dtype) + decodeIo +
       `const GROUP = ${group}u;\nconst HEAD_DIM = ${headDim}u;\nconst D4 = ${headDim / 4}u;\n` +
       `const D8 = ${headDim / 8}u;\n` + fused +
       unrollTemplate(unrolledSource, { i: group, r: headDim / 8 });
     const normDtype = this.rope?.normDtype ?? null;
-    // `enable f16` comes with an f16 cache (weightPrelude); an f16 norm beside an f32 cache adds it.
-    const f16Norm = normDtype === "f16" && dtype !== "f16" ? "enable f16;\n" : "";
+    // `enable f16` comes with an f16 stage dtype (kv_codec.ts); an f16 norm beside another adds it.
+    const f16Norm = normDtype === "f16" && kvStageDtype(ctx, dtype) !== "f16"
+      ? "enable f16;\n"
+      : "";
     const variant = this.variant;
     const rope = this.rope;
     const limits = ctx.limits;
@@ -258,7 +262,7 @@ export class PagedAttentionDecode {
           f16Norm + (variant === "unrolled"
             ? unrolled(
               kvBindings("read_write") + UNROLLED_ROPE_STAGING +
-                ropePrologueSource(normDtype, dtype === "f16"),
+                ropePrologueSource(normDtype, dtype === "f32" ? "vec4" : `${dtype}x8`),
             )
             : workgroup(kvBindings("read_write") + ropePrologueSource(normDtype), width)),
       );

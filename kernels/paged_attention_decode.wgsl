@@ -9,7 +9,8 @@
 // K(s, j, kh, d) lives at k_cache[((b * num_kv_heads + kh) * block_size + j % block_size)
 // * HEAD_DIM + d] with b = block_tables[s * bt_stride + j / block_size]; same for V.
 // Softmax is online (running max and sum, rescaled per tile of WG positions), all in f32.
-// WT (f16 or f32 KV cache) comes from the weight prelude (engine/gpu/dtype.ts weightPrelude).
+// KVT (4 cache elements: vec4 of f16 / f32, or a u32 of 4 fp8 codes) and kv4 (its values as
+// vec4<f32>) come from the KV prelude (kernels/kv_codec.ts kvVec4Prelude).
 // Requirements: HEAD_DIM % 4 == 0 and HEAD_DIM <= 256; q_stride % 4 == 0;
 // GROUP = num_q_heads / num_kv_heads in 1..8; partition_size a multiple of 16 (split only; a
 // partition shorter than a tile is one partial tile).
@@ -41,9 +42,9 @@
 // Bindings (group 0):
 //   0 q            : storage read  array<vec4<f32>> [num_seqs, q_stride / 4]; q(s, h, d) at
 //                                                    s * q_stride + h * HEAD_DIM + d (f32)
-//   1 k_cache      : storage read  array<vec4<WT>>  [num_blocks, num_kv_heads, block_size,
+//   1 k_cache      : storage read  array<KVT>       [num_blocks, num_kv_heads, block_size,
 //                                                    HEAD_DIM] (read_write when FUSED)
-//   2 v_cache      : storage read  array<vec4<WT>>  same shape as k_cache (read_write when FUSED)
+//   2 v_cache      : storage read  array<KVT>       same shape as k_cache (read_write when FUSED)
 //   3 block_tables : storage read  array<u32>       [num_seqs, bt_stride] physical block ids
 //                  (bt_stride 0: rows located by the io file's table_row)
 //   4 context_lens : storage read  array<u32>       [num_seqs] tokens in the cache incl. this one
@@ -181,8 +182,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
       // last one again, its product not added).
       for (var d0 = 0u; d0 < D4; d0 += UNROLL_K) {
         let kd$w = min(d0 + $wu, D4 - 1u);
-        let kv$w = vec4<f32>(k_cache[base + kd$w]);
-        dot$i += select(0.0, dot(sh_q[$iu * MAX_D4 + kd$w], kv$w), d0 + $wu < D4);
+        let kvec$w = kv4(k_cache[base + kd$w]);
+        dot$i += select(0.0, dot(sh_q[$iu * MAX_D4 + kd$w], kvec$w), d0 + $wu < D4);
       }
       s$i = dot$i;
       atomicMax(&sh_max[$iu], ordered_bits(dot$i));
@@ -205,7 +206,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
       for (var i0 = sub; i0 < n; i0 += UNROLL_V * SUBS) {
         let vi$c = min(i0 + $cu * SUBS, n - 1u);
         let vb$c = sh_base[parity * TILE + vi$c];
-        let vv$r_$c = vec4<f32>(v_cache[vb$c + pc$r % D4]);
+        let vv$r_$c = kv4(v_cache[vb$c + pc$r % D4]);
         let vw$r_$c = select(0.0, sh_w[pc$r / D4 * TILE + vi$c], i0 + $cu * SUBS < n);
         acc$r += vw$r_$c * vv$r_$c;
         l$r += vw$r_$c;

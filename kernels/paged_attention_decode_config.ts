@@ -7,7 +7,7 @@
  */
 
 import type { GpuContext } from "../gpu/context.ts";
-import type { DType } from "../gpu/dtype.ts";
+import type { KvDtype } from "../gpu/dtype.ts";
 import { SPLIT_UNIT } from "./decode_split.ts";
 import type { PagedAttentionScratch } from "./paged_attention_decode_op.ts";
 import type {
@@ -57,7 +57,7 @@ export interface PagedAttentionDecodeConfig {
   /** Tokens per cache block. */
   readonly blockSize: number;
   /** KV cache dtype; default the context's weight dtype. */
-  readonly dtype?: DType;
+  readonly dtype?: KvDtype;
   /** Softmax scale; default `1 / sqrt(headDim)`. */
   readonly scale?: number;
   /** Tokens per split-K partition, a multiple of 16 (`SPLIT_UNIT`); default 512. */

@@ -3,8 +3,8 @@
 // both by kernels/paged_attention_decode.ts, which writes Params. Shapes are listed in the
 // kernels' headers. The cache bindings 1 (k_cache) and 2 (v_cache), `array<KVT>`, are declared
 // by kernels/paged_attention_decode.ts beside it (read, or read_write in the variant that writes
-// the new token's K and V); KVT, the element type of the caches, is defined around it: WT4 (vec4
-// of the KV dtype) for the workgroup kernel, kv_load8_{f16,f32}.wgsl's for the unrolled one.
+// the new token's K and V); KVT, the element type of the caches, is defined around it: kernels/kv_codec.ts's
+// (4 elements) for the workgroup kernel, kv_load8_{f16,f32,fp8}.wgsl's for the unrolled one.
 
 // A score no real score reaches (the running max before any position).
 const NEG_BIG: f32 = -3.0e38;

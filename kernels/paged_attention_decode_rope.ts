@@ -34,16 +34,22 @@ export interface PagedAttentionDecodeRopeBuffers {
 }
 
 /**
- * WGSL `store_kv4(i, k, v)`: elements 4i .. 4i + 3 of the flat (read_write) caches; `packedF16`
- * for the unrolled kernel's f16 caches (`KVT = vec4<u32>`, 8 packed halves per element), else a
- * cache of `KVT` vec4s (the workgroup kernel's WT4, the unrolled kernel's f32 vec4).
+ * How the fused prologue's caches hold 4 elements: `vec4`, one `KVT` written by `kv_pack` (the
+ * workgroup kernel's kernels/kv_codec.ts KVT, the unrolled kernel's f32 vec4); `f16x8` and
+ * `fp8_e4m3x8`, half of one element of the unrolled kernel's f16 caches (`KVT = vec4<u32>`, 8
+ * packed halves) or fp8 caches (`KVT = vec2<u32>`, 8 codes).
  */
-function storeKv4(packedF16: boolean): string {
-  const body = packedF16
+export type KvStoreLayout = "vec4" | "f16x8" | "fp8_e4m3x8";
+
+/** WGSL `store_kv4(i, k, v)`: elements 4i .. 4i + 3 of the flat (read_write) caches. */
+function storeKv4(layout: KvStoreLayout): string {
+  const body = layout === "f16x8"
     ? "  let w = i / 2u;\n  let h = (i % 2u) * 2u;\n" +
       "  k_cache[w][h] = pack2x16float(k.xy);\n  k_cache[w][h + 1u] = pack2x16float(k.zw);\n" +
       "  v_cache[w][h] = pack2x16float(v.xy);\n  v_cache[w][h + 1u] = pack2x16float(v.zw);\n"
-    : "  k_cache[i] = KVT(k);\n  v_cache[i] = KVT(v);\n";
+    : layout === "fp8_e4m3x8"
+    ? "  k_cache[i / 2u][i % 2u] = e4m3_pack4(k);\n  v_cache[i / 2u][i % 2u] = e4m3_pack4(v);\n"
+    : "  k_cache[i] = kv_pack(k);\n  v_cache[i] = kv_pack(v);\n";
   return `fn store_kv4(i: u32, k: vec4<f32>, v: vec4<f32>) {\n${body}}\n`;
 }
 
@@ -54,8 +60,9 @@ function storeKv4(packedF16: boolean): string {
 export const ROPE_PROLOGUE_SOURCES: readonly string[] = [
   ropeSource,
   ropeAngleSource,
-  storeKv4(false),
-  storeKv4(true),
+  storeKv4("vec4"),
+  storeKv4("f16x8"),
+  storeKv4("fp8_e4m3x8"),
   qkNormPrelude("f16", 12, 13),
   qkNormPrelude("f32", 12, 13),
 ];
@@ -63,11 +70,14 @@ export const ROPE_PROLOGUE_SOURCES: readonly string[] = [
 /**
  * WGSL of the fused prologue, prepended to the decode attention kernel after its cache
  * bindings: rope_angle.wgsl, the q/k norm weights at bindings 12 and 13 (`normDtype`; none when
- * null), `store_kv4` (`packedF16`: the unrolled kernel's f16 caches) and
- * paged_attention_decode_rope.wgsl (`FUSED = true`, `rope_prologue`).
+ * null), `store_kv4` (for caches of `layout`) and paged_attention_decode_rope.wgsl
+ * (`FUSED = true`, `rope_prologue`).
  */
-export function ropePrologueSource(normDtype: DType | null, packedF16 = false): string {
-  return ropeAngleSource + qkNormPrelude(normDtype, 12, 13) + storeKv4(packedF16) + ropeSource;
+export function ropePrologueSource(
+  normDtype: DType | null,
+  layout: KvStoreLayout = "vec4",
+): string {
+  return ropeAngleSource + qkNormPrelude(normDtype, 12, 13) + storeKv4(layout) + ropeSource;
 }
 
 /**

@@ -25,7 +25,7 @@
 //
 // Prelude (prepended by kernels/paged_attention_decode.ts): `const GROUP: u32` (query heads
 // per kv head), `const HEAD_DIM: u32` (a multiple of 8), `const D4: u32` (= HEAD_DIM / 4),
-// `const D8: u32` (= HEAD_DIM / 8), kv_load8_{f16,f32}.wgsl for the KV dtype (KVT, KV8,
+// `const D8: u32` (= HEAD_DIM / 8), kv_load8_{f16,f32,fp8}.wgsl for the KV dtype (KVT, KV8,
 // load_k8, load_v8), and `const FUSED: bool` with `fn rope_prologue(seq, kvh, head0, lid,
 // owner)` (paged_attention_decode_rope.wgsl, or empty). Requires WG * GROUP * D4 * 16 bytes of
 // workgroup memory (<= 16 KiB: GROUP * HEAD_DIM <= 512), and for FUSED the prologue's own
@@ -34,7 +34,8 @@
 // Bindings (group 0): as paged_attention_decode.wgsl
 //   0 q            : storage read  array<vec4<f32>> q(s, h, d) at s * q_stride + h * HEAD_DIM + d
 //   1 k_cache      : storage read  array<KVT>       [num_blocks, num_kv_heads, block_size, HEAD_DIM]
-//                                                    (f16: vec4<u32> of 8 packed halves; f32: vec4<f32>)
+//                                                    (f16: vec4<u32> of 8 packed halves; f32:
+//                                                    vec4<f32>; fp8: vec2<u32> of 8 codes)
 //   2 v_cache      : storage read  array<KVT>       same shape and type as k_cache
 //   3 block_tables : storage read  array<u32>       [num_seqs, bt_stride] physical block ids
 //                  (bt_stride 0: rows located by the io file's table_row)

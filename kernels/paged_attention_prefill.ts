@@ -24,9 +24,9 @@ import unrolledSource from "./paged_attention_prefill_unrolled.wgsl" with { type
 import tiledSource from "./paged_attention_prefill_tiled.wgsl" with { type: "text" };
 import blockedSource from "./paged_attention_prefill_blocked.wgsl" with { type: "text" };
 import { unrollTemplate } from "./unroll.ts";
-import { kvLoad8Prelude, WORKGROUP_KVT } from "./kv_load8.ts";
+import { KV_CODEC_SOURCES, kvLoad8Prelude, kvStageDtype, kvVec4Prelude } from "./kv_codec.ts";
 import type { GpuContext } from "../gpu/context.ts";
-import { type DType, weightPrelude } from "../gpu/dtype.ts";
+import type { KvDtype } from "../gpu/dtype.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import { PagedAttentionPrefillOp } from "./paged_attention_prefill_op.ts";
 import { sourceDigest } from "./source_digest.ts";
@@ -54,7 +54,7 @@ export interface PagedAttentionPrefillConfig {
   /** Elements per head (D): a multiple of 4, at most 256. */
   readonly headDim: number;
   /** Element type of the KV cache; default the context's weight dtype. */
-  readonly dtype?: DType;
+  readonly dtype?: KvDtype;
   /** Invocations per workgroup, one per (query, head of the group) row; default 64. */
   readonly workgroupSize?: number;
   /**
@@ -90,6 +90,7 @@ export const PREFILL_SOURCES_DIGEST: string = sourceDigest(
   unrolledSource,
   tiledSource,
   blockedSource,
+  ...KV_CODEC_SOURCES,
 );
 
 /** The prefill attention kernels. */
@@ -107,7 +108,7 @@ export function gpuPrefillKernels(
 ): PagedAttentionPrefill[] {
   const group = config.numQHeads / config.numKvHeads;
   const storage = ctx.limits.maxComputeWorkgroupStorageSize;
-  const dtype = config.dtype ?? ctx.weightDtype;
+  const dtype = kvStageDtype(ctx, config.dtype ?? ctx.weightDtype);
   return variants.flatMap((variant) => {
     if (prefillTileShape(variant, config.headDim, group, storage, dtype) === null) return [];
     return [
@@ -255,7 +256,7 @@ export class PagedAttentionPrefill {
     }
     const tileShape = tileVariant === null
       ? null
-      : prefillTileShape(tileVariant, headDim, group, storage, dtype, rows);
+      : prefillTileShape(tileVariant, headDim, group, storage, kvStageDtype(ctx, dtype), rows);
     if (tileVariant !== null && tileShape === null) {
       throw new RangeError(
         `Cannot create ${variant} paged_attention_prefill: GQA group ${group} or head_dim ` +
@@ -282,7 +283,7 @@ export class PagedAttentionPrefill {
       this.#pipeline = ctx.pipeline(
         `paged_attention_prefill_${tileVariant}/${dtype}/d${headDim}/br${br}/bk${bk}`,
         () =>
-          weightPrelude(dtype) + WORKGROUP_KVT + prefillIo +
+          kvVec4Prelude(ctx, dtype) + prefillIo +
           `const D4: u32 = ${headDim / 4}u;\nconst BR: u32 = ${br}u;\nconst BK: u32 = ${bk}u;\n` +
           tileKernelBody(tileVariant, headDim, br, bk),
       );
@@ -291,14 +292,14 @@ export class PagedAttentionPrefill {
       this.#pipeline = ctx.pipeline(
         `paged_attention_prefill_unrolled/${dtype}/group${group}/d${headDim}`,
         () =>
-          weightPrelude(dtype) + kvLoad8Prelude(dtype) + prefillIo +
+          kvLoad8Prelude(ctx, dtype) + prefillIo +
           `const GROUP: u32 = ${group}u;\nconst D4: u32 = ${headDim / 4}u;\n` +
           `const D8: u32 = ${headDim / 8}u;\n` +
           unrollTemplate(unrolledSource, { i: group, r: headDim / 8 }),
       );
     } else {
       this.tileQueries = Math.floor(workgroupSize / group);
-      const prelude = weightPrelude(dtype) + WORKGROUP_KVT + prefillIo +
+      const prelude = kvVec4Prelude(ctx, dtype) + prefillIo +
         `const D4: u32 = ${headDim / 4}u;\nconst KC: u32 = ${keyChunk}u;\n` +
         `const WG: u32 = ${workgroupSize}u;\n`;
       const su = stageUnroll(keyChunk, headDim / 4, workgroupSize);

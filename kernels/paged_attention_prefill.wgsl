@@ -9,8 +9,8 @@
 // Bindings (group 0):
 //   0 q            : storage read  array<vec4<f32>>  q(t, h, d) at t * q_stride + h * D + d
 //                                                    (q_stride >= num_q_heads * D, both % 4 == 0)
-//   1 k_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
-//   2 v_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
+//   1 k_cache      : storage read  array<KVT>   [num_blocks, num_kv_heads, block_size, D]
+//   2 v_cache      : storage read  array<KVT>   [num_blocks, num_kv_heads, block_size, D]
 //   3 block_tables : storage read  array<u32>   [num_seqs, bt_stride] physical block ids
 //                  (bt_stride 0: rows located by the io file's table_row)
 //   4 cu_q_lens    : storage read  array<u32>   [num_seqs + 1] prefix sums of q_len
@@ -19,7 +19,8 @@
 //   7 p            : uniform       Params
 // Workgroup memory: ks, vs  array<vec4<f32>, KC * D4>  the step's K and V rows as f32;
 //   sh_s  array<f32, KC * WG>  each row's scores of the step (key j of row lid at j * WG + lid).
-// WT / WT4 come from the weight prelude (f16 or f32). The prelude also defines
+// KVT (4 cache elements) and kv4 (them as vec4<f32>) come from the KV prelude
+// (kernels/kv_codec.ts kvVec4Prelude). The prelude also defines
 //   const D4: u32   head_dim / 4 (head_dim a multiple of 4, at most 256)
 //   const KC: u32   keys per step: staged in workgroup memory, scored, then one online-softmax
 //                   rescale of the running max / sum / accumulator ((2 * D + WG) * KC * 4 bytes
@@ -99,7 +100,7 @@ fn main(
       let sg$w = kv_vec4(bt_row, kvh, k0 + min(se$w / D4, kn - 1u), se$w % D4);
       let sk$w = k_cache[sg$w];
       let sv$w = v_cache[sg$w];
-      if (se$w < kn * D4) { ks[se$w] = vec4<f32>(sk$w); vs[se$w] = vec4<f32>(sv$w); }
+      if (se$w < kn * D4) { ks[se$w] = kv4(sk$w); vs[se$w] = kv4(sv$w); }
     }
     workgroupBarrier();
     var cmax = NEG_BIG;

@@ -30,15 +30,16 @@
 // dollar-i once per i < KR (keys of a step), dollar-c once per c < OD (output vec4s), dollar-w
 // once per w < STAGE_U (K / V vec4s an invocation stages at a time).
 //
-// Prelude (prepended by kernels/paged_attention_prefill.ts): the weight prelude (WT4: vec4 of
-// the KV dtype) with KVT = WT4; `const D4: u32` (head_dim / 4), `const BR: u32` (8 * RR),
-// `const BK: u32` (8 * KR), `const STAGE_U: u32` (kernels/paged_attention_prefill.ts
-// stageUnroll); paged_attention_prefill_io.wgsl (Params, bindings, workgroup_tile, tile_query).
+// Prelude (prepended by kernels/paged_attention_prefill.ts): the KV prelude (kernels/kv_codec.ts
+// kvVec4Prelude: KVT, 4 cache elements; WT4, the stage dtype's vec4; kv4, kv_stage); `const D4:
+// u32` (head_dim / 4), `const BR: u32` (8 * RR), `const BK: u32` (8 * KR), `const STAGE_U: u32`
+// (kernels/paged_attention_prefill.ts stageUnroll); paged_attention_prefill_io.wgsl (Params,
+// bindings, workgroup_tile, tile_query).
 //
 // Bindings (group 0): as paged_attention_prefill.wgsl
 //   0 q            : storage read  array<vec4<f32>>  q(t, h, d) at t * q_stride + h * D + d
-//   1 k_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
-//   2 v_cache      : storage read  array<WT4>   same shape as k_cache
+//   1 k_cache      : storage read  array<KVT>   [num_blocks, num_kv_heads, block_size, D]
+//   2 v_cache      : storage read  array<KVT>   same shape as k_cache
 //   3 block_tables : storage read  array<u32>   [num_seqs, bt_stride] physical block ids
 //                  (bt_stride 0: rows located by the io file's table_row)
 //   4 cu_q_lens    : storage read  array<u32>   [num_seqs + 1] prefix sums of q_len
@@ -57,8 +58,8 @@ const QS: u32 = D4 + 1u;
 const SS: u32 = BK + 1u;
 
 var<workgroup> sh_q: array<vec4<f32>, BR * QS>;
-var<workgroup> ks: array<KVT, BK * QS>;
-var<workgroup> vs: array<KVT, BK * QS>;
+var<workgroup> ks: array<WT4, BK * QS>;
+var<workgroup> vs: array<WT4, BK * QS>;
 var<workgroup> sh_s: array<f32, BR * SS>;
 var<workgroup> sh_m: array<f32, BR * 8>;
 
@@ -103,8 +104,8 @@ fn main(
       let se$w = e0 + $wu * 64u;
       let sj$w = se$w / D4;
       let sg$w = kv_vec4(bt_row, kvh, k0 + min(sj$w, kn - 1u), se$w % D4);
-      let sk$w = select(KVT(0.0), k_cache[sg$w], sj$w < kn);
-      let sv$w = select(KVT(0.0), v_cache[sg$w], sj$w < kn);
+      let sk$w = select(WT4(0.0), kv_stage(k_cache[sg$w]), sj$w < kn);
+      let sv$w = select(WT4(0.0), kv_stage(v_cache[sg$w]), sj$w < kn);
       if (se$w < BK * D4) { ks[sj$w * QS + se$w % D4] = sk$w; vs[sj$w * QS + se$w % D4] = sv$w; }
     }
     workgroupBarrier();

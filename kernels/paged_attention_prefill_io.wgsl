@@ -2,8 +2,8 @@
 // prefill attention kernels (paged_attention_prefill.wgsl, paged_attention_prefill_unrolled.wgsl),
 // prepended to both by kernels/paged_attention_prefill.ts, which writes Params. Shapes are
 // listed in the kernels' headers. Needs the alias KVT, the
-// element type of the caches, defined around it: WT4 (vec4 of the KV dtype) for the workgroup
-// kernel, kv_load8_{f16,f32}.wgsl's for the unrolled one; and `const D4: u32` (head_dim / 4).
+// element type of the caches, defined around it: kernels/kv_codec.ts's (4 elements) for the
+// workgroup kernels, kv_load8_{f16,f32,fp8}.wgsl's for the unrolled one; and `const D4: u32` (head_dim / 4).
 
 // A score no real score reaches; masked keys get it and then weight 0.
 const NEG_BIG: f32 = -3.0e38;

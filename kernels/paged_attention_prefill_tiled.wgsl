@@ -26,17 +26,17 @@
 // i < SK (the invocation's keys of a step), a line containing dollar-r once per r < OD (its
 // output vec4s), one containing dollar-w once per w < STAGE_U (K / V vec4s it stages at a time).
 //
-// Prelude (prepended by kernels/paged_attention_prefill.ts): the weight prelude (WT4: vec4 of
-// the KV dtype) with KVT = WT4; `const D4: u32` (head_dim / 4), `const BR: u32` (rows per
-// workgroup, 8, 16 or 32), `const BK: u32` (keys per step, a multiple of IPR), `const IPR: u32`
-// (64 / BR), `const OD: u32`, `const STAGE_U: u32` (kernels/paged_attention_prefill.ts
-// stageUnroll); paged_attention_prefill_io.wgsl (Params, bindings,
-// workgroup_tile, tile_query).
+// Prelude (prepended by kernels/paged_attention_prefill.ts): the KV prelude (kernels/kv_codec.ts
+// kvVec4Prelude: KVT, 4 cache elements; WT4, the stage dtype's vec4; kv4, kv_stage); `const D4:
+// u32` (head_dim / 4), `const BR: u32` (rows per workgroup, 8, 16 or 32), `const BK: u32` (keys per
+// step, a multiple of IPR), `const IPR: u32` (64 / BR), `const OD: u32`, `const STAGE_U: u32`
+// (kernels/paged_attention_prefill.ts stageUnroll); paged_attention_prefill_io.wgsl (Params,
+// bindings, workgroup_tile, tile_query).
 //
 // Bindings (group 0): as paged_attention_prefill.wgsl
 //   0 q            : storage read  array<vec4<f32>>  q(t, h, d) at t * q_stride + h * D + d
-//   1 k_cache      : storage read  array<WT4>   [num_blocks, num_kv_heads, block_size, D]
-//   2 v_cache      : storage read  array<WT4>   same shape as k_cache
+//   1 k_cache      : storage read  array<KVT>   [num_blocks, num_kv_heads, block_size, D]
+//   2 v_cache      : storage read  array<KVT>   same shape as k_cache
 //   3 block_tables : storage read  array<u32>   [num_seqs, bt_stride] physical block ids
 //                  (bt_stride 0: rows located by the io file's table_row)
 //   4 cu_q_lens    : storage read  array<u32>   [num_seqs + 1] prefix sums of q_len
@@ -97,8 +97,8 @@ fn main(
       let se$w = e0 + $wu * 64u;
       let sj$w = se$w / D4;
       let sg$w = kv_vec4(bt_row, kvh, k0 + min(sj$w, kn - 1u), se$w % D4);
-      let sk$w = select(vec4<f32>(0.0), vec4<f32>(k_cache[sg$w]), sj$w < kn);
-      let sv$w = select(vec4<f32>(0.0), vec4<f32>(v_cache[sg$w]), sj$w < kn);
+      let sk$w = select(vec4<f32>(0.0), kv4(k_cache[sg$w]), sj$w < kn);
+      let sv$w = select(vec4<f32>(0.0), kv4(v_cache[sg$w]), sj$w < kn);
       if (se$w < BK * D4) { ks[se$w] = sk$w; vs[se$w] = sv$w; }
     }
     workgroupBarrier();

@@ -18,7 +18,7 @@
 //
 // Prelude (prepended by kernels/paged_attention_prefill.ts): `const GROUP: u32`,
 // `const D4: u32` (head_dim / 4), `const D8: u32` (head_dim / 8; head_dim a multiple of 8) and
-// kv_load8_{f16,f32}.wgsl for the KV dtype (KVT, KV8, load_k8, load_v8).
+// kv_load8_{f16,f32,fp8}.wgsl for the KV dtype (KVT, KV8, load_k8, load_v8).
 //
 // Bindings (group 0): as paged_attention_prefill.wgsl
 //   0 q            : storage read  array<vec4<f32>>  q(t, h, d) at t * q_stride + h * D + d

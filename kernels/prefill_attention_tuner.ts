@@ -11,6 +11,7 @@
  */
 
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
+import { kvBytesPerElement } from "../gpu/dtype.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { PassClock } from "../gpu/timer.ts";
 import type { PagedAttentionPrefill } from "./paged_attention_prefill.ts";
@@ -52,7 +53,7 @@ export async function tunePrefillAttention(
   }
   const { numQHeads: hq, numKvHeads: hkv, headDim: D, dtype } = first.config;
   const blocks = Math.ceil(T / bs);
-  const cacheBytes = blocks * hkv * bs * D * (dtype === "f16" ? 2 : 4);
+  const cacheBytes = blocks * hkv * bs * D * kvBytesPerElement(dtype);
   const own: { destroy(): void }[] = [];
   const buffer = (label: string, data: Uint32Array<ArrayBuffer> | number) => {
     const bytes = typeof data === "number" ? data : data.byteLength;

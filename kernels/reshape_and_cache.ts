@@ -9,7 +9,8 @@
 
 import source from "./reshape_and_cache.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
-import { type DType, weightPrelude } from "../gpu/dtype.ts";
+import type { KvDtype } from "../gpu/dtype.ts";
+import { kvVec4Prelude } from "./kv_codec.ts";
 import type { ParamArena, ParamSlot } from "../gpu/params.ts";
 import { dispatch1d, groupsFor } from "./dispatch.ts";
 
@@ -46,17 +47,17 @@ export interface ReshapeAndCacheBuffers {
 /** The compiled `reshape_and_cache` pipeline for one cache dtype. */
 export class ReshapeAndCache {
   /** Element type of the KV cache. */
-  readonly dtype: DType;
+  readonly dtype: KvDtype;
   readonly #ctx: GpuContext;
   readonly #pipeline: GPUComputePipeline;
 
   /** Compiles the kernel for a KV cache of `dtype` (default: the context's weight dtype). */
-  constructor(ctx: GpuContext, dtype: DType = ctx.weightDtype) {
+  constructor(ctx: GpuContext, dtype: KvDtype = ctx.weightDtype) {
     this.#ctx = ctx;
     this.dtype = dtype;
     this.#pipeline = ctx.pipeline(
       `reshape_and_cache/${dtype}`,
-      () => weightPrelude(dtype) + source,
+      () => kvVec4Prelude(ctx, dtype) + source,
     );
   }
 

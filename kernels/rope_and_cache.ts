@@ -17,7 +17,8 @@
 import source from "./rope_and_cache.wgsl" with { type: "text" };
 import ropeAngleSource from "./rope_angle.wgsl" with { type: "text" };
 import type { GpuContext } from "../gpu/context.ts";
-import type { DType } from "../gpu/dtype.ts";
+import { type DType, type KvDtype, weightPrelude } from "../gpu/dtype.ts";
+import { kvStageDtype, kvVec4Prelude } from "./kv_codec.ts";
 import type { ParamArena } from "../gpu/params.ts";
 import type { GpuMatrix } from "../gpu/tensor.ts";
 import { CallSite, f32Capacity } from "./call_site.ts";
@@ -53,8 +54,8 @@ export interface RopeAndCacheShape {
   readonly headDim: number;
   /** Tokens per cache block. */
   readonly blockSize: number;
-  /** Element type of the KV cache. */
-  readonly cacheDtype: DType;
+  /** Element type of the KV cache (fp8 needs `headDim` a multiple of 8). */
+  readonly cacheDtype: KvDtype;
   /** Epsilon of the q/k head norms. Default 1e-6. */
   readonly eps?: number;
 }
@@ -114,9 +115,17 @@ export class RopeAndCache {
       throw new RangeError(`Cannot bind rope_and_cache: q and k norm weights differ in dtype`);
     }
     const width = headDim % 8 === 0 ? 4 : 1;
+    if (width === 1 && cacheDtype === "fp8_e4m3") {
+      throw new RangeError(
+        `Cannot bind rope_and_cache: an fp8 KV cache needs a head dim that is a multiple of 8, got ${headDim}`,
+      );
+    }
+    const ctx = this.#ctx;
     const pipeline = this.#ctx.pipeline(
       `rope_and_cache/${normDtype ?? "no_norm"}/${cacheDtype}/${this.#shape.key}/w${width}`,
-      () => prelude(cacheDtype, normDtype, width) + this.#shape.prelude + ropeAngleSource + source,
+      () =>
+        prelude(ctx, cacheDtype, normDtype, width) + this.#shape.prelude + ropeAngleSource +
+        source,
     );
     const site = new CallSite(this.#ctx, arena, pipeline, "rope_and_cache", [
       buffers.qkv,
@@ -141,14 +150,14 @@ export class RopeAndCache {
 }
 
 /**
- * The access width of rope_and_cache.wgsl (VW, XV, CV, sq, angles): 4 elements per access
- * where each half of a head is whole vec4s (head_dim a multiple of 8), else 1.
+ * The access width of rope_and_cache.wgsl (VW, XV, sq, angles): 4 elements per access where
+ * each half of a head is whole vec4s (head_dim a multiple of 8), else 1.
  */
 const WIDTH_PRELUDE = {
-  1: "const VW: u32 = 1u;\nalias XV = f32;\nalias CV = CT;\n" +
+  1: "const VW: u32 = 1u;\nalias XV = f32;\n" +
     "fn sq(v: f32) -> f32 { return v * v; }\n" +
     "fn angles(pos: u32, f: f32) -> f32 { return rope_angle(pos, f); }\n",
-  4: "const VW: u32 = 4u;\nalias XV = vec4<f32>;\nalias CV = vec4<CT>;\n" +
+  4: "const VW: u32 = 4u;\nalias XV = vec4<f32>;\n" +
     "fn sq(v: vec4<f32>) -> f32 { return dot(v, v); }\n" +
     "fn angles(pos: u32, f: vec4<f32>) -> vec4<f32> {\n" +
     "  return vec4<f32>(rope_angle(pos, f.x), rope_angle(pos, f.y), rope_angle(pos, f.z),\n" +
@@ -156,13 +165,24 @@ const WIDTH_PRELUDE = {
 } as const;
 
 /**
- * The variant prelude: the cache type `CT`, the access width and {@linkcode qkNormPrelude} with
- * the norm weights at bindings 6 and 7.
+ * The variant prelude: the cache's `CV` and `to_cv` (kernels/kv_codec.ts: its KVT and kv_pack
+ * at width 4; an f16 / f32 scalar at width 1), the access width and {@linkcode qkNormPrelude}
+ * with the norm weights at bindings 6 and 7.
  */
-function prelude(cacheDtype: DType, normDtype: DType | null, width: 1 | 4): string {
-  const f16 = cacheDtype === "f16" || normDtype === "f16" ? "enable f16;\n" : "";
-  return f16 + `alias CT = ${cacheDtype};\n` + WIDTH_PRELUDE[width] +
-    qkNormPrelude(normDtype, 6, 7, width);
+function prelude(
+  ctx: GpuContext,
+  cacheDtype: KvDtype,
+  normDtype: DType | null,
+  width: 1 | 4,
+): string {
+  const cache = width === 4
+    ? kvVec4Prelude(ctx, cacheDtype) + "alias CV = KVT;\n" +
+      "fn to_cv(v: XV) -> CV { return kv_pack(v); }\n"
+    : weightPrelude(cacheDtype as DType) + "alias CV = WT;\n" +
+      "fn to_cv(v: XV) -> CV { return CV(v); }\n";
+  // `enable f16` comes with an f16 stage dtype; an f16 norm beside another adds it.
+  const f16 = normDtype === "f16" && kvStageDtype(ctx, cacheDtype) !== "f16" ? "enable f16;\n" : "";
+  return f16 + cache + WIDTH_PRELUDE[width] + qkNormPrelude(normDtype, 6, 7, width);
 }
 
 /**

@@ -8,7 +8,7 @@
 //        a = positions[t] * inv_freq[i], half = head_dim / 2
 //        y[i] = x[i] cos(a) - x[i + half] sin(a),  y[i + half] = x[i + half] cos(a) + x[i] sin(a)
 //   q heads: y written back IN PLACE into qkv (the attention kernels read q there);
-//   k heads: y, and v heads: x, written as CT to the cache slot s = slot_mapping[t]
+//   k heads: y, and v heads: x, written in the KV dtype to the cache slot s = slot_mapping[t]
 //        (skipped when s = 0xFFFFFFFF), head kh in [0, Hkv), d in [0, head_dim):
 //        k_cache[((block * Hkv + kh) * block_size + o) * head_dim + d],
 //        block = s / block_size, o = s % block_size   (the layout of reshape_and_cache.wgsl)
@@ -17,9 +17,10 @@
 // the host. The decode attention's fused variant (paged_attention_decode_rope.wgsl) does the same
 // work for all-decode steps of the gpu profile.
 //
-// Prelude (kernels/rope_and_cache.ts): `alias CT` (cache type, f16 or f32); the access width:
-// VW elements per access, `XV` (f32 or vec4<f32>), `CV` (CT or vec4<CT>), `sq(v)` (the sum of
-// squares of one XV) and `angles(pos, f)` (rope_angle of each element); in the NORM variant,
+// Prelude (kernels/rope_and_cache.ts): the access width: VW elements per access, `XV` (f32 or
+// vec4<f32>), `CV` (VW cache elements: an f16 / f32 scalar, or kv_codec.ts's KVT: a vec4, or a
+// u32 of 4 fp8 codes), `to_cv(x)` (XV rounded to the KV dtype), `sq(v)` (the sum of squares of
+// one XV) and `angles(pos, f)` (rope_angle of each element); in the NORM variant,
 // `alias NT` (norm weight type) with bindings 6 and 7; `HAS_NORM`, `norm_weight(is_q, i)` (XV
 // unit i of the weight); the shape constants ROW_THREADS, ROWS_PER_WG and norm_rows.wgsl
 // (row_lane, row_sum and its workgroup memory, (ROW_THREADS * ROWS_PER_WG + ROWS_PER_WG) f32).
@@ -110,7 +111,7 @@ fn main(
   if (h >= p.hq + p.hkv) {
     let dst = cache_base(slot, h - p.hq - p.hkv);
     for (var c = lane; c < units; c += ROW_THREADS) {
-      v_cache[dst + c] = CV(qkv[base + c]);
+      v_cache[dst + c] = to_cv(qkv[base + c]);
     }
     return;
   }
@@ -132,8 +133,8 @@ fn main(
       qkv[base + i] = y0;
       qkv[base + i + half] = y1;
     } else {
-      k_cache[dst + i] = CV(y0);
-      k_cache[dst + i + half] = CV(y1);
+      k_cache[dst + i] = to_cv(y0);
+      k_cache[dst + i + half] = to_cv(y1);
     }
   }
 }

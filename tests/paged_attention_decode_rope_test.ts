@@ -3,13 +3,13 @@
  * kernels (`workgroup`, `unrolled`): q/k head norms, RoPE and the new token's K/V write done
  * inside the attention, against the float64
  * references of `rope_and_cache` followed by paged attention (random inputs, GQA 1-4, head dims
- * 64-128, f16 / f32 caches, with and without norms, split-K on and off). The new position's K and
- * V start as NaN in the cache, so attention that read them before the write fails; one sequence
- * has no slot (SKIP_SLOT) and keeps its cached values.
+ * 64-128, f16 / f32 / fp8 caches, with and without norms, split-K on and off). The new
+ * position's K and V start as NaN in the cache, so attention that read them before the write
+ * fails; one sequence has no slot (SKIP_SLOT) and keeps its cached values.
  */
 
 import { deepStrictEqual, equal, rejects, throws } from "node:assert/strict";
-import { type DType, toDType } from "../gpu/dtype.ts";
+import { type DType, type KvDtype, toDType } from "../gpu/dtype.ts";
 import { readBuffer } from "../gpu/readback.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import {
@@ -20,7 +20,7 @@ import {
 import type { PagedAttentionDecodeVariant } from "../kernels/paged_attention_decode_config.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { SKIP_SLOT } from "../kernels/reshape_and_cache.ts";
-import { assertClose, toleranceFor } from "./support/assert_close.ts";
+import { assertClose, assertRoundedWithin, kvTolerance } from "./support/assert_close.ts";
 import {
   GPU_TEST,
   HAS_F16,
@@ -35,16 +35,36 @@ import {
 import { testSeed } from "./support/random.ts";
 import { buildPagedCache, pagedAttentionRef } from "./reference/attention.ts";
 import { ropeAndCacheRef, ropeInvFreqRef } from "./reference/rope.ts";
+import { fromKvData, roundToKv } from "./reference/kv_values.ts";
+import { e4m3Code, e4m3Value } from "./reference/fp8.ts";
 
 interface Case {
   readonly hq: number;
   readonly hkv: number;
   readonly headDim: number;
   readonly blockSize: number;
-  readonly dtype: DType;
+  readonly dtype: KvDtype;
   /** Qwen3's q/k head norms with weights of this dtype; none when null. */
   readonly norm: DType | null;
   readonly partitionSize: number;
+}
+
+/** `x` rounded as an fp8 cache holds it. */
+const toE4m3 = (x: number) => e4m3Value(e4m3Code(x));
+
+/** The values of the 256 e4m3 codes. */
+const E4M3_VALUES = Float64Array.from({ length: 256 }, (_, code) => e4m3Value(code));
+
+/**
+ * `fromKvData(bytes, dtype)`, fp8 codes decoded through {@linkcode E4M3_VALUES}: fromKvData
+ * decodes every byte anew, ~60 ms for one of these caches, read twice per mode.
+ */
+function kvValues(bytes: ArrayBuffer, dtype: KvDtype): Float64Array {
+  if (dtype !== "fp8_e4m3") return fromKvData(bytes, dtype);
+  const codes = new Uint8Array(bytes);
+  const out = new Float64Array(codes.length);
+  for (let i = 0; i < codes.length; i++) out[i] = E4M3_VALUES[codes[i]!]!;
+  return out;
 }
 
 /** Context lengths (the new token included): block (16) and tile (64) boundaries, one split. */
@@ -90,28 +110,48 @@ async function checkCase(c: Case, variant: PagedAttentionDecodeVariant): Promise
     k: toDType(rng.array(d, 0.5, 1.5), c.norm),
   };
   const eps = 1e-6;
+  // For fp8 the reference writes f32 values to the cache (v exact, k unrounded), rounded below.
+  const fp8 = dtype === "fp8_e4m3";
   const want = ropeAndCacheRef(qkv, positions, invFreq, slotMapping, cache, {
     tokens: LENS.length,
     numHeads: hq,
     numKvHeads: hkv,
     headDim: d,
     blockSize,
-    dtype,
+    dtype: fp8 ? "f32" : dtype,
     eps,
   }, normWeights);
-  const expected = pagedAttentionRef({
-    q: want.qkv,
-    qStride: stride,
-    numQHeads: hq,
-    numKvHeads: hkv,
-    headDim: d,
-    blockSize,
-    kCache: want.k,
-    vCache: want.v,
-    blockTables: cache.blockTables,
-    btStride: cache.btStride,
-    contextLens: cache.contextLens,
-  });
+  // The elements the prologue writes: the new token's K and V heads (but the skipped sequence's).
+  const written = new Set<number>();
+  for (const slot of slotMapping) {
+    if (slot === SKIP_SLOT) continue;
+    const block = Math.floor(slot / blockSize);
+    for (let h = 0; h < hkv; h++) {
+      const base = ((block * hkv + h) * blockSize + (slot % blockSize)) * d;
+      for (let j = 0; j < d; j++) written.add(base + j);
+    }
+  }
+  // The caches the reference attends to: fp8's written elements rounded.
+  const [wantK, wantV] = [Float64Array.from(want.k), Float64Array.from(want.v)];
+  for (const i of fp8 ? written : []) {
+    const [k, v] = roundToKv([want.k[i]!, want.v[i]!], dtype);
+    [wantK[i], wantV[i]] = [k!, v!];
+  }
+  const attention = (kCache: ArrayLike<number>) =>
+    pagedAttentionRef({
+      q: want.qkv,
+      qStride: stride,
+      numQHeads: hq,
+      numKvHeads: hkv,
+      headDim: d,
+      blockSize,
+      kCache,
+      vCache: wantV,
+      blockTables: cache.blockTables,
+      btStride: cache.btStride,
+      contextLens: cache.contextLens,
+    });
+  const expected = attention(wantK);
 
   const kernel = new PagedAttentionDecode(ctx, {
     numQHeads: hq,
@@ -149,12 +189,16 @@ async function checkCase(c: Case, variant: PagedAttentionDecodeVariant): Promise
     },
   }, { qStride: stride, btStride: cache.btStride });
   equal(op.fusesRope, true, context);
-  const read = async (buffer: GPUBuffer) => {
-    const bytes = await readBuffer(ctx, buffer, 0, cache.kData.byteLength);
-    return dtype === "f16" ? new Float16Array(bytes) : new Float32Array(bytes);
-  };
+  const read = async (buffer: GPUBuffer) =>
+    kvValues(await readBuffer(ctx, buffer, 0, cache.kData.byteLength), dtype);
+  // The initial caches' values, as uploaded.
+  const initK = kvValues(cache.kData.buffer as ArrayBuffer, dtype);
+  const initV = kvValues(cache.vData.buffer as ArrayBuffer, dtype);
   // A K cache element rounds once more than the reference's f64 (the f32 arithmetic); V is copied.
+  // fp8: each K element the e4m3 rounding of a value within the f32 tolerance of the reference
+  // (assertRoundedWithin).
   const kTolerance = dtype === "f16" ? 1e-3 : 1e-5;
+  const kSlack = kTolerance * Math.max(...[...written].map((i) => Math.abs(want.k[i]!)));
   // Every width the kernel runs (the workgroup kernel's 256 here too: its prologue's loops stride
   // by the width).
   const modes = kernel.widths.flatMap((width) =>
@@ -170,24 +214,29 @@ async function checkCase(c: Case, variant: PagedAttentionDecodeVariant): Promise
       arena,
       (pass) => op.encode(pass, LENS.length, Math.max(...LENS), split, true, width),
     );
-    assertClose(await readF32(ctx, out), expected, toleranceFor(dtype), `${mode}: output`);
+    const gotOut = await readF32(ctx, out);
     const [gotK, gotV] = [await read(kCache), await read(vCache)];
     // The written slots within tolerance (K) or exactly (V); every other element untouched.
-    const written = new Set<number>();
-    for (const slot of slotMapping) {
-      if (slot === SKIP_SLOT) continue;
-      const block = Math.floor(slot / blockSize);
-      for (let h = 0; h < hkv; h++) {
-        const base = ((block * hkv + h) * blockSize + (slot % blockSize)) * d;
-        for (let j = 0; j < d; j++) written.add(base + j);
-      }
+    if (fp8) {
+      assertRoundedWithin(gotK, want.k, written, kSlack, toE4m3, `${mode}: k slots`);
+    } else {
+      const slotsK = [...written].map((i) => gotK[i]!);
+      assertClose(slotsK, [...written].map((i) => want.k[i]!), kTolerance, `${mode}: k slots`);
     }
-    const slotsK = [...written].map((i) => gotK[i]!);
-    assertClose(slotsK, [...written].map((i) => want.k[i]!), kTolerance, `${mode}: k slots`);
     deepStrictEqual(
       [...written].map((i) => gotV[i]!),
-      [...written].map((i) => want.v[i]!),
+      [...written].map((i) => wantV[i]!),
       `${mode}: v slots`,
+    );
+    // fp8: where the kernel rounded a K element to the other side of a midpoint than the reference
+    // (allowed above), attention over the K it wrote: one e4m3 step moves the output past the
+    // tolerance.
+    const flipped = fp8 && [...written].some((i) => gotK[i] !== wantK[i]);
+    assertClose(
+      gotOut,
+      flipped ? attention(gotK) : expected,
+      kvTolerance(dtype),
+      `${mode}: output`,
     );
     const untouched = (got: ArrayLike<number>, init: ArrayLike<number>) => {
       for (let i = 0; i < init.length; i++) {
@@ -195,8 +244,8 @@ async function checkCase(c: Case, variant: PagedAttentionDecodeVariant): Promise
       }
       return -1;
     };
-    equal(untouched(gotK, cache.kData), -1, `${mode}: k cache outside the slots`);
-    equal(untouched(gotV, cache.vData), -1, `${mode}: v cache outside the slots`);
+    equal(untouched(gotK, initK), -1, `${mode}: k cache outside the slots`);
+    equal(untouched(gotV, initV), -1, `${mode}: v cache outside the slots`);
   }
   // qkv is read only.
   deepStrictEqual(await readF32(ctx, qkvBuf), qkv, `${context}: qkv`);
@@ -211,6 +260,9 @@ const CASES: readonly Case[] = [
   // Llama / Qwen2 (no head norms): GQA 4 and 1, head dims 64 and 80.
   { hq: 8, hkv: 2, headDim: 64, blockSize: 8, dtype: "f32", norm: null, partitionSize: 64 },
   { hq: 4, hkv: 4, headDim: 80, blockSize: 32, dtype: "f16", norm: null, partitionSize: 192 },
+  // An fp8 (e4m3) cache: Qwen3-0.6B's kernel (GQA 2, head_dim 128, f16 head norms) over fewer
+  // heads (one case, for this file's run time).
+  { hq: 4, hkv: 2, headDim: 128, blockSize: 16, dtype: "fp8_e4m3", norm: "f16", partitionSize: 64 },
   // f16 norms beside an f32 cache.
   { hq: 4, hkv: 2, headDim: 64, blockSize: 16, dtype: "f32", norm: "f16", partitionSize: 64 },
 ];

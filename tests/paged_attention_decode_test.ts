@@ -1,12 +1,12 @@
 import { deepStrictEqual, equal, throws } from "node:assert/strict";
 import type { GpuContext } from "../gpu/context.ts";
-import type { DType } from "../gpu/dtype.ts";
+import type { KvDtype } from "../gpu/dtype.ts";
 import { PagedAttentionDecode, workgroupKernelBytes } from "../kernels/paged_attention_decode.ts";
 import {
   MAX_UNROLLED_GROUP_DIM,
   type PagedAttentionDecodeVariant,
 } from "../kernels/paged_attention_decode_config.ts";
-import { assertClose, toleranceFor } from "./support/assert_close.ts";
+import { assertClose, kvTolerance } from "./support/assert_close.ts";
 import {
   GPU_TEST,
   ParamArena,
@@ -35,7 +35,7 @@ interface Case {
   hkv: number;
   headDim: number;
   blockSize: number;
-  dtype: DType;
+  dtype: KvDtype;
   partitionSize: number;
   /** Multiplies the queries (standard deviation 2): scores in the hundreds need the softmax max. */
   qScale?: number;
@@ -147,7 +147,7 @@ async function checkKernel(
       );
       const got = await readF32(ctx, out);
       const mode = split === undefined ? `auto (split ${op.usesSplit(maxLen)})` : `split ${split}`;
-      assertClose(got, expected, toleranceFor(dtype), `${name} ${mode} width ${width}`);
+      assertClose(got, expected, kvTolerance(dtype), `${name} ${mode} width ${width}`);
     }
   }
   // The same tables as indexed rows (a header of row offsets; the runner's layout).
@@ -168,7 +168,7 @@ async function checkKernel(
     assertClose(
       await readF32(ctx, out),
       expected,
-      toleranceFor(dtype),
+      kvTolerance(dtype),
       `${name} indexed ${split} width ${width}`,
     );
   }
@@ -189,6 +189,11 @@ const CASES: readonly Case[] = [
   { hq: 8, hkv: 2, headDim: 40, blockSize: 16, dtype: "f32", partitionSize: 512 },
   { hq: 8, hkv: 2, headDim: 36, blockSize: 16, dtype: "f16", partitionSize: 64 },
   { hq: 8, hkv: 2, headDim: 80, blockSize: 32, dtype: "f16", partitionSize: 64 },
+  // An fp8 (e4m3) cache: Qwen3-0.6B's shape, GQA 8, and head_dim 36 (whole u32s of 4 codes, not
+  // the unrolled kernel's loads of 8: the workgroup kernel only).
+  { hq: 16, hkv: 8, headDim: 128, blockSize: 16, dtype: "fp8_e4m3", partitionSize: 64 },
+  { hq: 16, hkv: 2, headDim: 64, blockSize: 32, dtype: "fp8_e4m3", partitionSize: 128 },
+  { hq: 8, hkv: 2, headDim: 36, blockSize: 16, dtype: "fp8_e4m3", partitionSize: 64 },
 ];
 
 for (const c of CASES) {

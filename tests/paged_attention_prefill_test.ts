@@ -1,5 +1,5 @@
 import { throws as assertThrows } from "node:assert/strict";
-import type { DType } from "../gpu/dtype.ts";
+import type { DType, KvDtype } from "../gpu/dtype.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import {
   MAX_UNROLLED_PREFILL_GROUP_DIM,
@@ -9,7 +9,8 @@ import {
   prefillTileRows,
   prefillTileShape,
 } from "../kernels/paged_attention_prefill.ts";
-import { assertClose, toleranceFor } from "./support/assert_close.ts";
+import { kvStageDtype } from "../kernels/kv_codec.ts";
+import { assertClose, kvTolerance } from "./support/assert_close.ts";
 import {
   GPU_TEST,
   ParamArena,
@@ -27,7 +28,7 @@ import { INDEXED_ROWS } from "../kernels/block_table_stride.ts";
 /** One batch: per sequence, the cached prefix before this step and the new query tokens. */
 interface Case {
   readonly name: string;
-  readonly dtype: DType;
+  readonly dtype: KvDtype;
   readonly numQHeads: number;
   readonly numKvHeads: number;
   readonly headDim: number;
@@ -42,6 +43,24 @@ interface Case {
   /** Compare with the reference's decode form (queryLens omitted); needs every q_len 1. */
   readonly asDecode?: boolean;
   readonly kernel?: Pick<PagedAttentionPrefillConfig, "workgroupSize" | "keyChunk">;
+  /** Build the kernels as on an adapter without shader-f16 ({@linkcode withoutF16}). */
+  readonly withoutF16?: boolean;
+}
+
+/**
+ * `ctx` as an adapter without `shader-f16` makes it: `hasF16` false (an fp8 cache's K and V then
+ * staged as f32, kernels/kv_codec.ts kvStageDtype), f32 weights. It shares ctx's device and
+ * pipeline cache, under keys of its own (the same key's WGSL differs).
+ */
+function withoutF16(ctx: GpuContext): GpuContext {
+  return Object.create(ctx, {
+    hasF16: { value: false },
+    weightDtype: { value: "f32" },
+    pipeline: {
+      value: (key: string, code: () => string, constants?: Record<string, number>) =>
+        ctx.pipeline(`without-f16/${key}`, code, constants),
+    },
+  }) as GpuContext;
 }
 
 /** Runs one case on the GPU and checks it against the float64 reference. */
@@ -101,11 +120,14 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
   ];
   const group = numQHeads / numKvHeads;
   const storage = ctx.limits.maxComputeWorkgroupStorageSize;
+  const kernelCtx = c.withoutF16 ? withoutF16(ctx) : ctx;
+  // The tile shapes fit the dtype K and V are staged in (fp8: f16 or f32).
+  const stage = kvStageDtype(kernelCtx, dtype);
   for (const variant of ["tiled", "blocked"] as const) {
     // Each GPU kernel's default shape, then every other row count that fits.
-    if (prefillTileShape(variant, headDim, group, storage, dtype) === null) continue;
+    if (prefillTileShape(variant, headDim, group, storage, stage) === null) continue;
     kinds.push({ variant });
-    for (const tiledRows of prefillTileRows(variant, headDim, group, storage, dtype)) {
+    for (const tiledRows of prefillTileRows(variant, headDim, group, storage, stage)) {
       kinds.push({ variant, tiledRows });
     }
   }
@@ -114,7 +136,7 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
   }
   try {
     for (const kind of kinds) {
-      const kernel = new PagedAttentionPrefill(ctx, {
+      const kernel = new PagedAttentionPrefill(kernelCtx, {
         numQHeads,
         numKvHeads,
         headDim,
@@ -132,11 +154,12 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
         scale: c.scale,
       });
       const tiles = c.exactTiles ? kernel.countTiles(c.queryLens) : undefined;
-      const label = `seed ${seed} ${c.name} ${variant} (${dtype}, Hq ${numQHeads}, ` +
+      const label = `seed ${seed} ${c.name} ${variant} (${dtype}` +
+        `${c.withoutF16 ? " without shader-f16" : ""}, Hq ${numQHeads}, ` +
         `Hkv ${numKvHeads}, D ${headDim}, block ${blockSize}, q_lens [${c.queryLens}], ` +
         `prefixes [${c.prefixLens}])`;
       await runPass(ctx, arena, (pass) => op.encode(pass, numSeqs, numTokens, tiles));
-      assertClose(await readF32(ctx, out), expected, toleranceFor(dtype), label);
+      assertClose(await readF32(ctx, out), expected, kvTolerance(dtype), label);
       // The same tables as indexed rows (a header of row offsets; the runner's layout).
       const indexed = kernel.bind(
         arena,
@@ -155,7 +178,7 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
         new Float32Array(numTokens * numQHeads * headDim).fill(NaN),
       );
       await runPass(ctx, arena, (pass) => indexed.encode(pass, numSeqs, numTokens, tiles));
-      assertClose(await readF32(ctx, out), expected, toleranceFor(dtype), `${label} indexed rows`);
+      assertClose(await readF32(ctx, out), expected, kvTolerance(dtype), `${label} indexed rows`);
       out.destroy();
       arena.destroy();
     }
@@ -168,6 +191,29 @@ async function check(ctx: GpuContext, c: Case): Promise<void> {
 /** The brief's mixed batch: q_len 1..64 (not tile multiples) after prefixes of 0..40 tokens. */
 const MIXED_Q = [1, 7, 16, 17, 33, 64];
 const MIXED_PREFIX = [40, 0, 16, 5, 0, 40];
+/** GQA ratios 1, 2, 8; head_dim 64 and 128; block size 16 and 8 / 32. */
+const MIXED_SHAPES = [
+  { numQHeads: 2, numKvHeads: 2, headDim: 64, blockSize: 16 },
+  { numQHeads: 4, numKvHeads: 2, headDim: 128, blockSize: 16 },
+  { numQHeads: 8, numKvHeads: 1, headDim: 64, blockSize: 32 },
+  { numQHeads: 2, numKvHeads: 1, headDim: 64, blockSize: 8 },
+  { numQHeads: 8, numKvHeads: 1, headDim: 128, blockSize: 8 },
+  { numQHeads: 3, numKvHeads: 3, headDim: 128, blockSize: 32 },
+] as const;
+
+/** The mixed batch of shape `i` of {@linkcode MIXED_SHAPES}, with its KV dtype. */
+function mixedCase(dtype: KvDtype, i: number): Case {
+  // Rotate the prefixes so every q_len meets several prefix lengths across shapes.
+  const prefixLens = MIXED_PREFIX.map((_, s) => MIXED_PREFIX[(s + i) % MIXED_PREFIX.length]!);
+  return {
+    name: `mixed ${dtype} ${i}`,
+    dtype,
+    ...MIXED_SHAPES[i]!,
+    prefixLens,
+    queryLens: MIXED_Q,
+    exactTiles: i % 2 === 0,
+  };
+}
 
 Deno.test(
   "paged_attention_prefill() matches the float64 reference for a mixed varlen batch over shuffled blocks",
@@ -175,29 +221,36 @@ Deno.test(
   async () => {
     const ctx = await testContext();
     const dtypes: DType[] = ctx.hasF16 ? ["f16", "f32"] : ["f32"];
-    // GQA ratios 1, 2, 8; head_dim 64 and 128; block size 16 and 8 / 32; f16 and f32 KV.
-    const shapes = [
-      { numQHeads: 2, numKvHeads: 2, headDim: 64, blockSize: 16 },
-      { numQHeads: 4, numKvHeads: 2, headDim: 128, blockSize: 16 },
-      { numQHeads: 8, numKvHeads: 1, headDim: 64, blockSize: 32 },
-      { numQHeads: 2, numKvHeads: 1, headDim: 64, blockSize: 8 },
-      { numQHeads: 8, numKvHeads: 1, headDim: 128, blockSize: 8 },
-      { numQHeads: 3, numKvHeads: 3, headDim: 128, blockSize: 32 },
-    ];
+    // Every shape, f16 and f32 KV.
     for (const dtype of dtypes) {
-      for (const [i, shape] of shapes.entries()) {
-        // Rotate the prefixes so every q_len meets several prefix lengths across shapes.
-        const prefixLens = MIXED_PREFIX.map((_, s) => MIXED_PREFIX[(s + i) % MIXED_PREFIX.length]!);
-        await check(ctx, {
-          name: `mixed ${dtype} ${i}`,
-          dtype,
-          ...shape,
-          prefixLens,
-          queryLens: MIXED_Q,
-          exactTiles: i % 2 === 0,
-        });
-      }
+      for (const i of MIXED_SHAPES.keys()) await check(ctx, mixedCase(dtype, i));
     }
+  },
+);
+
+Deno.test(
+  "paged_attention_prefill() matches the float64 reference over an fp8 cache, K and V staged as f16 or f32",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const dtype = "fp8_e4m3";
+    // Every variant: the mixed batch at Qwen3-0.6B's GQA 2 x 128 and at GQA 8, K and V staged as
+    // f16 where the adapter has shader-f16 (lavapipe), and as f32 without it (GQA 2 x 64).
+    await check(ctx, mixedCase(dtype, 1));
+    await check(ctx, mixedCase(dtype, 2));
+    await check(ctx, { ...mixedCase(dtype, 3), withoutF16: true });
+    // head_dim 44 (whole u32s of 4 codes, not the unrolled kernel's loads of 8): the workgroup,
+    // tiled and blocked kernels.
+    await check(ctx, {
+      dtype,
+      name: "fp8 d44",
+      numQHeads: 4,
+      numKvHeads: 4,
+      headDim: 44,
+      blockSize: 16,
+      prefixLens: [5, 0, 40, 16],
+      queryLens: [17, 33, 1, 7],
+    });
   },
 );
 

@@ -1,10 +1,11 @@
 import { deepStrictEqual } from "node:assert/strict";
-import { type DType, toDType } from "../gpu/dtype.ts";
+import { kvBytesPerElement, type KvDtype } from "../gpu/dtype.ts";
 import { readBuffer } from "../gpu/readback.ts";
 import { ReshapeAndCache, SKIP_SLOT } from "../kernels/reshape_and_cache.ts";
 import { GPU_TEST, ParamArena, runPass, testContext, upload, whole } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 import { reshapeAndCacheRef } from "./reference/attention.ts";
+import { fromKvData, roundToKv, toKvData } from "./reference/kv_values.ts";
 
 const CASES = [
   // [numQHeads, numKvHeads, headDim, blockSize, numBlocks, tokens]
@@ -14,7 +15,7 @@ const CASES = [
   [2, 2, 4, 16, 2, 1],
 ] as const;
 
-for (const dtype of ["f32", "f16"] as const satisfies readonly DType[]) {
+for (const dtype of ["f32", "f16", "fp8_e4m3"] as const satisfies readonly KvDtype[]) {
   Deno.test(
     `reshape_and_cache() writes exactly the mapped slots, skips SKIP_SLOT tokens, ${dtype} cache`,
     GPU_TEST,
@@ -29,6 +30,8 @@ for (const dtype of ["f32", "f16"] as const satisfies readonly DType[]) {
         // Fused [q | k | v] rows plus 4 columns of padding to exercise srcStride.
         const srcStride = (hq + 2 * hkv) * headDim + 4;
         const src = rng.array(tokens * srcStride, -4, 4);
+        // fp8: magnitudes from e4m3's subnormals (< 2^-6) past its largest value (448, saturated).
+        if (dtype === "fp8_e4m3") src.forEach((x, i) => src[i] = x * 2 ** rng.int(-10, 7));
         // Distinct random slots, every third token skipped.
         const slots = rng.permutation(numBlocks * blockSize);
         const slotMapping = Uint32Array.from(
@@ -36,10 +39,12 @@ for (const dtype of ["f32", "f16"] as const satisfies readonly DType[]) {
           (_, t) => (t % 3 === 1 ? SKIP_SLOT : slots[t]!),
         );
         const cacheLen = numBlocks * hkv * blockSize * headDim;
-        const kInit = toDType(rng.array(cacheLen, -1, 1), dtype);
-        const vInit = toDType(rng.array(cacheLen, -1, 1), dtype);
-        const kCache = upload(ctx, kInit, "k_cache");
-        const vCache = upload(ctx, vInit, "v_cache");
+        // Random initial contents: the bytes uploaded, and the values they hold. (The bytes come
+        // from the raw values: an fp8 -0 from roundToKv would be re-encoded as +0.)
+        const [kRaw, vRaw] = [rng.array(cacheLen, -1, 1), rng.array(cacheLen, -1, 1)];
+        const [kInit, vInit] = [roundToKv(kRaw, dtype), roundToKv(vRaw, dtype)];
+        const kCache = upload(ctx, toKvData(kRaw, dtype), "k_cache");
+        const vCache = upload(ctx, toKvData(vRaw, dtype), "v_cache");
         const arena = new ParamArena(ctx, 2);
         const shape = {
           numKvHeads: hkv,
@@ -64,8 +69,8 @@ for (const dtype of ["f32", "f16"] as const satisfies readonly DType[]) {
             expected.v,
           ]] as const
         ) {
-          const bytes = await readBuffer(ctx, buffer, 0, kInit.byteLength);
-          const got = dtype === "f16" ? new Float16Array(bytes) : new Float32Array(bytes);
+          const bytes = await readBuffer(ctx, buffer, 0, cacheLen * kvBytesPerElement(dtype));
+          const got = fromKvData(bytes, dtype);
           const mismatches: string[] = [];
           for (let i = 0; i < cacheLen && mismatches.length < 5; i++) {
             if (!Object.is(got[i], want[i])) {

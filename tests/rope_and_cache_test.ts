@@ -1,12 +1,12 @@
 import { deepStrictEqual, throws } from "node:assert/strict";
 import type { GpuContext } from "../gpu/context.ts";
-import { type DType, toDType } from "../gpu/dtype.ts";
+import { type DType, kvBytesPerElement, type KvDtype, toDType } from "../gpu/dtype.ts";
 import { readBuffer } from "../gpu/readback.ts";
 import { GpuMatrix } from "../gpu/tensor.ts";
 import { SKIP_SLOT } from "../kernels/reshape_and_cache.ts";
 import { RopeAndCache } from "../kernels/rope_and_cache.ts";
 import type { NormShape } from "../kernels/rms_norm.ts";
-import { assertClose, relativeError } from "./support/assert_close.ts";
+import { assertClose, assertRoundedWithin, relativeError } from "./support/assert_close.ts";
 import {
   GPU_TEST,
   ParamArena,
@@ -19,6 +19,8 @@ import {
 } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 import { ropeAndCacheRef, ropeInvFreqRef } from "./reference/rope.ts";
+import { fromKvData, roundToKv, toKvData } from "./reference/kv_values.ts";
+import { e4m3Code, e4m3Value } from "./reference/fp8.ts";
 
 interface Case {
   readonly tokens: number;
@@ -42,8 +44,15 @@ const SHAPES: NormShape[] = [
   { rowThreads: 8, rowsPerWorkgroup: 8 },
 ];
 
-/** Tolerances (normwise relative error) of q and of the k cache; v is copied exactly. */
-function tolerance(cache: DType): { q: number; k: number } {
+/** `x` rounded as an fp8 cache holds it. */
+const toE4m3 = (x: number) => e4m3Value(e4m3Code(x));
+
+/**
+ * Tolerances (normwise relative error) of q and of the k cache; v is copied exactly. An fp8 k
+ * cache is checked element by element instead, with the f32 one's tolerance as its slack
+ * (assertRoundedWithin).
+ */
+function tolerance(cache: KvDtype): { q: number; k: number } {
   // q stays f32 (measured ~1e-7 at positions < 32768); the k cache adds one f16 rounding
   // (<= 2^-11 relative) when the cache is f16.
   return { q: 1e-5, k: cache === "f16" ? 1e-3 : 1e-5 };
@@ -58,7 +67,7 @@ function tolerance(cache: DType): { q: number; k: number } {
 async function checkCase(
   ctx: GpuContext,
   c: Case,
-  cache: DType,
+  cache: KvDtype,
   shape: NormShape,
 ): Promise<number> {
   const name = `rope_and_cache ${cache} cache ${JSON.stringify(c)} shape ${JSON.stringify(shape)}`;
@@ -76,8 +85,9 @@ async function checkCase(
     (_, t) => (t % 3 === 1 ? SKIP_SLOT : slots[t]!),
   );
   const cacheLen = numBlocks * c.hkv * c.blockSize * d;
-  const kInit = toDType(rng.array(cacheLen, -1, 1), cache);
-  const vInit = toDType(rng.array(cacheLen, -1, 1), cache);
+  // The initial caches: their bytes from random values, and the values they hold.
+  const [kRaw, vRaw] = [rng.array(cacheLen, -1, 1), rng.array(cacheLen, -1, 1)];
+  const [kInit, vInit] = [roundToKv(kRaw, cache), roundToKv(vRaw, cache)];
   const invFreq = Float32Array.from(ropeInvFreqRef(c.theta, d));
   const normWeights = c.norm === undefined ? undefined : {
     q: toDType(rng.array(d, 0.5, 1.5), c.norm),
@@ -85,8 +95,8 @@ async function checkCase(
   };
   const eps = c.eps ?? 1e-6;
   const qkvBuf = upload(ctx, qkv, "qkv");
-  const kCache = upload(ctx, kInit, "k_cache");
-  const vCache = upload(ctx, vInit, "v_cache");
+  const kCache = upload(ctx, toKvData(kRaw, cache), "k_cache");
+  const vCache = upload(ctx, toKvData(vRaw, cache), "v_cache");
   const matrix = (label: string, w: ArrayLike<number>) =>
     GpuMatrix.fromArray(ctx, label, Float32Array.from(w), 1, d, c.norm!);
   const arena = new ParamArena(ctx, 1);
@@ -109,6 +119,10 @@ async function checkCase(
     eps,
   });
   await runPass(ctx, arena, (pass) => op.encode(pass, c.tokens));
+  // For fp8 the reference writes f32 values to the cache (v exact, k unrounded), rounded below.
+  // (Rounding the f32 k to e4m3 differs from rounding the float64 one only within 2^-24 relative
+  // of a midpoint, far inside the k check's slack.)
+  const fp8 = cache === "fp8_e4m3";
   const want = ropeAndCacheRef(
     qkv,
     positions,
@@ -121,16 +135,14 @@ async function checkCase(
       numKvHeads: c.hkv,
       headDim: d,
       blockSize: c.blockSize,
-      dtype: cache,
+      dtype: fp8 ? "f32" : cache,
       eps,
     },
     normWeights,
   );
   const got = await readF32(ctx, qkvBuf);
-  const read = async (buffer: GPUBuffer) => {
-    const bytes = await readBuffer(ctx, buffer, 0, kInit.byteLength);
-    return cache === "f16" ? new Float16Array(bytes) : new Float32Array(bytes);
-  };
+  const read = async (buffer: GPUBuffer) =>
+    fromKvData(await readBuffer(ctx, buffer, 0, cacheLen * kvBytesPerElement(cache)), cache);
   const [gotK, gotV] = [await read(kCache), await read(vCache)];
   // Exact: the k and v heads of qkv, every v cache element, the k cache outside written slots.
   const mismatches: string[] = [];
@@ -138,7 +150,6 @@ async function checkCase(
     if (!Object.is(a, b) && mismatches.length < 5) mismatches.push(`${what}[${i}] ${a} != ${b}`);
   };
   for (let i = 0; i < got.length; i++) if (i % stride >= c.hq * d) note("qkv", i, got[i]!, qkv[i]!);
-  for (let i = 0; i < cacheLen; i++) note("v cache", i, gotV[i]!, want.v[i]!);
   const written = new Set<number>();
   for (const s of slotMapping) {
     if (s === SKIP_SLOT) continue;
@@ -148,6 +159,10 @@ async function checkCase(
       for (let j = 0; j < d; j++) written.add(at + j);
     }
   }
+  // The written v elements rounded to fp8 (the rest of want.v is vInit, already rounded).
+  const wantV = fp8 ? Float64Array.from(want.v) : want.v;
+  if (fp8) { for (const i of written) wantV[i] = roundToKv([want.v[i]!], cache)[0]!; }
+  for (let i = 0; i < cacheLen; i++) note("v cache", i, gotV[i]!, wantV[i]!);
   for (let i = 0; i < cacheLen; i++) if (!written.has(i)) note("k cache", i, gotK[i]!, kInit[i]!);
   deepStrictEqual(mismatches, [], `${context}: elements that must be exact differ`);
   const tol = tolerance(cache);
@@ -159,12 +174,17 @@ async function checkCase(
   const wantQ = qIndex.map((i) => want.qkv[i]!);
   assertClose(gotQ, wantQ, tol.q, `${context}: q`);
   const kIndex = [...written].sort((a, b) => a - b);
-  assertClose(
-    kIndex.map((i) => gotK[i]!),
-    kIndex.map((i) => want.k[i]!),
-    tol.k,
-    `${context}: k cache`,
-  );
+  if (fp8) {
+    const slack = tolerance("f32").k * Math.max(...kIndex.map((i) => Math.abs(want.k[i]!)));
+    assertRoundedWithin(gotK, want.k, kIndex, slack, toE4m3, `${context}: k cache`);
+  } else {
+    assertClose(
+      kIndex.map((i) => gotK[i]!),
+      kIndex.map((i) => want.k[i]!),
+      tol.k,
+      `${context}: k cache`,
+    );
+  }
   return relativeError(gotQ, wantQ);
 }
 
@@ -205,6 +225,26 @@ for (const cache of WEIGHT_DTYPES) {
     },
   );
 }
+
+Deno.test(
+  "rope_and_cache() writes e4m3 codes of the float64 reference to an fp8 cache, every workgroup shape",
+  GPU_TEST,
+  async () => {
+    // The first three cases (Qwen3-0.6B's chunk, GQA 7:1, a decode token; head_dims multiples
+    // of 8; the fourth left out for the file's run time), q/k norms of the weights' dtype.
+    const ctx = await testContext();
+    for (const shape of SHAPES) {
+      for (const c of CASES.slice(0, 3)) {
+        await checkCase(
+          ctx,
+          c.norm === undefined ? c : { ...c, norm: ctx.weightDtype },
+          "fp8_e4m3",
+          shape,
+        );
+      }
+    }
+  },
+);
 
 Deno.test(
   "rope_and_cache() stays within 1e-5 of the float64 reference at positions up to 32768",
@@ -281,3 +321,33 @@ Deno.test("rope_and_cache() rejects bad shapes and oversized token counts", GPU_
   throws(() => op.encode({} as GPUComputePassEncoder, 4), RangeError);
   op.encode({} as GPUComputePassEncoder, 0); // nothing to encode
 });
+
+Deno.test(
+  "rope_and_cache() refuses an fp8 cache at bind when headDim is not a multiple of 8",
+  GPU_TEST,
+  async () => {
+    const ctx = await testContext();
+    const kernel = new RopeAndCache(ctx);
+    const arena = new ParamArena(ctx, 4);
+    const buffers = {
+      qkv: whole(upload(ctx, new Float32Array(3 * 4 * 16))),
+      positions: whole(upload(ctx, new Uint32Array(4))),
+      invFreq: whole(upload(ctx, new Float32Array(8))),
+      slotMapping: whole(upload(ctx, new Uint32Array(4))),
+      kCache: whole(upload(ctx, new Uint8Array(64))),
+      vCache: whole(upload(ctx, new Uint8Array(64))),
+    };
+    const shape = { numHeads: 2, numKvHeads: 1, blockSize: 4, cacheDtype: "fp8_e4m3" } as const;
+    // 6 and 12: even (an f32 cache takes them, one element per access), not whole vec4 halves.
+    for (const headDim of [6, 12]) {
+      throws(() => kernel.bind(arena, buffers, { ...shape, headDim }), {
+        name: "RangeError",
+        message: new RegExp(
+          `fp8 KV cache needs a head dim that is a multiple of 8, got ${headDim}`,
+        ),
+      });
+      kernel.bind(arena, buffers, { ...shape, headDim, cacheDtype: "f32" });
+    }
+    kernel.bind(arena, buffers, { ...shape, headDim: 16 });
+  },
+);

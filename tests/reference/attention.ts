@@ -10,7 +10,8 @@
  * @module
  */
 
-import { type DType, roundTo, toDType } from "../../gpu/dtype.ts";
+import type { KvDtype } from "../../gpu/dtype.ts";
+import { roundToKv, toKvData } from "./kv_values.ts";
 import type { Rng } from "../support/random.ts";
 
 /** Inputs of {@linkcode pagedAttentionRef}. */
@@ -117,7 +118,7 @@ export interface BuildPagedCacheOptions {
   readonly headDim: number;
   readonly blockSize: number;
   /** KV cache dtype (the values are rounded to it). */
-  readonly dtype: DType;
+  readonly dtype: KvDtype;
   /** Shuffles the physical block ids. */
   readonly rng: Rng;
   /** Unused blocks added to the pool (default 2); unused block-table entries point at them. */
@@ -132,9 +133,9 @@ export interface BuildPagedCacheOptions {
 export interface PagedCache {
   readonly numBlocks: number;
   /** K cache as the GPU holds it (upload this), `[numBlocks, numKvHeads, blockSize, headDim]`. */
-  readonly kData: Float32Array | Float16Array;
+  readonly kData: Float32Array | Float16Array | Uint8Array;
   /** V cache as the GPU holds it. */
-  readonly vData: Float32Array | Float16Array;
+  readonly vData: Float32Array | Float16Array | Uint8Array;
   /** K cache values after rounding to the dtype, for references. */
   readonly k: Float64Array;
   /** V cache values after rounding to the dtype. */
@@ -178,8 +179,8 @@ export function buildPagedCache(options: BuildPagedCacheOptions): PagedCache {
       // Unused entries point at a spare (unowned, poisoned) block.
       blockTables[s * btStride + j] = j < blocksPer[s]! ? perm[next++]! : perm[used]!;
     }
-    const ks = roundTo(seqK[s]!, dtype);
-    const vs = roundTo(seqV[s]!, dtype);
+    const ks = roundToKv(seqK[s]!, dtype);
+    const vs = roundToKv(seqV[s]!, dtype);
     for (let p = 0; p < lens[s]!; p++) {
       const block = blockTables[s * btStride + Math.floor(p / blockSize)]!;
       for (let h = 0; h < numKvHeads; h++) {
@@ -194,8 +195,8 @@ export function buildPagedCache(options: BuildPagedCacheOptions): PagedCache {
   }
   return {
     numBlocks,
-    kData: toDType(k, dtype),
-    vData: toDType(v, dtype),
+    kData: toKvData(k, dtype),
+    vData: toKvData(v, dtype),
     k,
     v,
     blockTables,
@@ -222,7 +223,7 @@ export function reshapeAndCacheRef(
     numKvHeads: number;
     headDim: number;
     blockSize: number;
-    dtype: DType;
+    dtype: KvDtype;
   },
 ): { k: Float64Array; v: Float64Array } {
   const { srcStride, kOffset, vOffset, numKvHeads, headDim, blockSize, dtype } = shape;
@@ -236,11 +237,11 @@ export function reshapeAndCacheRef(
     for (let h = 0; h < numKvHeads; h++) {
       const dst = ((block * numKvHeads + h) * blockSize + offset) * headDim;
       const base = t * srcStride + h * headDim;
-      const ks = roundTo(
+      const ks = roundToKv(
         Array.from({ length: headDim }, (_, d) => src[base + kOffset + d]!),
         dtype,
       );
-      const vs = roundTo(
+      const vs = roundToKv(
         Array.from({ length: headDim }, (_, d) => src[base + vOffset + d]!),
         dtype,
       );

@@ -23,6 +23,35 @@ export function e4m3Value(bits: number): number {
   return sign * 2 ** (exp - 7) * (1 + man / 8);
 }
 
+/** The value of every e4m3 code (a table of {@linkcode e4m3Value}). */
+export const E4M3_VALUES: readonly number[] = Array.from({ length: 256 }, (_, c) => e4m3Value(c));
+
+/** The finite non-negative e4m3 values, by code (0 .. 0x7E), increasing. */
+const E4M3_MAGNITUDES = E4M3_VALUES.slice(0, 0x7f);
+
+/**
+ * The `float8_e4m3fn` code of `x` as an fp8 KV cache stores it (scale 1): the nearest finite
+ * value, a tie to the even code, magnitudes past 448 saturated to the code of +-448, the sign
+ * bit kept (-0 and the negative values that round to 0 are 0x80); NaN is 0x7F.
+ */
+export function e4m3Code(x: number): number {
+  if (Number.isNaN(x)) return 0x7f;
+  const a = Math.min(Math.abs(x), 448);
+  // hi: the first magnitude >= a (a binary search), lo: its lower neighbour.
+  let lo = 0;
+  let hi = E4M3_MAGNITUDES.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (E4M3_MAGNITUDES[mid]! >= a) hi = mid;
+    else lo = mid + 1;
+  }
+  lo = Math.max(0, hi - 1);
+  const dLo = a - E4M3_MAGNITUDES[lo]!;
+  const dHi = E4M3_MAGNITUDES[hi]! - a;
+  const code = dLo < dHi || (dLo === dHi && lo % 2 === 0) ? lo : hi;
+  return code | (x < 0 || Object.is(x, -0) ? 0x80 : 0);
+}
+
 /** The raw bytes of tensor `t`, read from its file at its header offset. */
 async function rawBytes(t: CheckpointTensor): Promise<Uint8Array> {
   const file = await Deno.open(t.file, { read: true });

@@ -12,6 +12,7 @@
  */
 
 import { AssertionError } from "node:assert";
+import type { KvDtype } from "../../gpu/dtype.ts";
 
 /**
  * Normwise relative error of `actual` against `expected` (see module doc); with `floor`, the
@@ -76,12 +77,58 @@ export function toleranceFor(dtype: "f32" | "f16"): number {
   return dtype === "f16" ? 3e-3 : 1e-4;
 }
 
+/**
+ * Tolerance for attention over a KV cache of `dtype`: {@linkcode toleranceFor} its f16 / f32;
+ * for fp8 the f32 one. The references read the cache's decoded values (every e4m3 value is exact
+ * in f16 and f32) and the kernels compute in f32, so the 8-bit rounding is no error of theirs.
+ */
+export function kvTolerance(dtype: KvDtype): number {
+  return toleranceFor(dtype === "fp8_e4m3" ? "f32" : dtype);
+}
+
 /** Fails when any of `got[from..)` is not NaN: an element of a poisoned buffer past the rows was written. */
 export function assertUntouchedFrom(got: Float32Array, from: number, context: string): void {
   const written = got.findIndex((v, i) => i >= from && !Number.isNaN(v));
   if (written >= 0) {
     throw new AssertionError({
       message: `${context}: element ${written} past the rows was written`,
+    });
+  }
+}
+
+/**
+ * Asserts that each `actual[i]`, `i` in `index`, a value a kernel computed in f32 and rounded
+ * with `round` (monotone; e.g. to an fp8 cache's e4m3), is the rounding of a value within `slack`
+ * of the float64 reference's unrounded `unrounded[i]`. Where the reference is farther than
+ * `slack` from a rounding midpoint that is exactly its own rounding; within `slack` of one, the
+ * kernel's f32 arithmetic may land on the other side, a whole step away (2^-3 relative for e4m3),
+ * which neither an exact nor a normwise comparison could tell from an error. Pass as `slack` the
+ * kernel's f32 error bound (its f32 results' tolerance times their largest magnitude). The
+ * message names the first bad elements.
+ */
+export function assertRoundedWithin(
+  actual: ArrayLike<number>,
+  unrounded: ArrayLike<number>,
+  index: Iterable<number>,
+  slack: number,
+  round: (x: number) => number,
+  context: string,
+): void {
+  const bad: string[] = [];
+  let n = 0;
+  for (const i of index) {
+    n++;
+    const u = unrounded[i]!;
+    const a = actual[i]!;
+    if (!(a >= round(u - slack) && a <= round(u + slack)) && bad.length < 5) {
+      bad.push(`[${i}] ${a} for ${u}`);
+    }
+  }
+  if (bad.length > 0) {
+    throw new AssertionError({
+      message: `${context}: not the rounding of a value within ${
+        slack.toExponential(2)
+      } of the reference (n=${n}): ${bad.join(", ")}`,
     });
   }
 }

@@ -36,7 +36,7 @@ export const GPU_TEST = { sanitizeResources: false, sanitizeOps: false } as cons
  */
 export function upload(
   ctx: GpuContext,
-  data: Float32Array | Uint32Array | Int32Array | Float16Array,
+  data: Float32Array | Uint32Array | Int32Array | Float16Array | Uint8Array,
   label = "input",
   uniformBytes?: number,
 ): GPUBuffer {
