@@ -40,7 +40,7 @@ export async function checkModelDir(dir: string): Promise<void> {
 /**
  * How a flag's value becomes its engine option: `string` and `number` as given (a number
  * checked here), `on` / `off` a boolean flag that sets true / false when given, `profile`,
- * `quantization` and `dtype` parsed into their choices, `template` read as a chat template
+ * `quantization`, `dtype` and `kvCacheDtype` parsed into their choices, `template` read as a chat template
  * ({@linkcode readChatTemplate}), `json` a JSON object.
  */
 type FlagKind =
@@ -51,6 +51,7 @@ type FlagKind =
   | "profile"
   | "quantization"
   | "dtype"
+  | "kvCacheDtype"
   | "template"
   | "json";
 
@@ -82,6 +83,7 @@ const ENGINE_FLAG_OPTIONS = {
   "batch-wait-ms": ["batchWaitMs", "number"],
   "force-f32": ["forceF32", "on"],
   dtype: ["dtype", "dtype"],
+  "kv-cache-dtype": ["kvCacheDtype", "kvCacheDtype"],
   "chat-template": ["chatTemplate", "template"],
   "generation-config": ["generationConfig", "string"],
   "override-generation-config": ["overrideGenerationConfig", "json"],
@@ -143,6 +145,9 @@ export const ENGINE_FLAGS_USAGE = `engine flags:
   --dtype auto|half|float16|float|float32   weights and KV cache on the device (default auto:
                                  float16 where the adapter has shader-f16, else float32;
                                  bfloat16 checkpoints load as float16: WGSL has no bfloat16)
+  --kv-cache-dtype auto|fp8|fp8_e4m3   the KV cache in the weights' dtype (default auto), or
+                                 in fp8 (e4m3, scale 1): one byte per element, twice the
+                                 tokens of a float16 cache in the same memory
   --chat-template FILE|TEXT      chat template (Jinja) replacing the model's own: a file, or
                                  the template itself (\\n read as a newline), as vLLM reads it
   --generation-config auto|vllm|DIR   sampling defaults: the model's generation_config.json
@@ -212,6 +217,8 @@ function optionValue(flag: string, kind: FlagKind, value: string | boolean | und
       return value === undefined ? undefined : parseQuantizationChoice(str(value) ?? "");
     case "dtype":
       return value === undefined ? undefined : parseDtype(str(value) ?? "");
+    case "kvCacheDtype":
+      return value === undefined ? undefined : parseKvCacheDtype(str(value) ?? "");
     case "template":
       return value === undefined ? undefined : readChatTemplate(str(value) ?? "");
     case "json":
@@ -256,6 +263,31 @@ export function parseDtype(text: string): "auto" | "float16" | "float32" {
     );
   }
   throw new TypeError(`--dtype expects one of ${Object.keys(DTYPES).join(", ")}, got "${text}"`);
+}
+
+/** `--kv-cache-dtype` values (vLLM's names) and the engine's KV dtype each means. */
+const KV_CACHE_DTYPES: Readonly<Record<string, "auto" | "fp8_e4m3">> = {
+  auto: "auto",
+  fp8: "fp8_e4m3",
+  fp8_e4m3: "fp8_e4m3",
+};
+
+/**
+ * The engine KV cache dtype of a `--kv-cache-dtype` value.
+ *
+ * @throws {TypeError} for vLLM's other fp8 formats and unknown names.
+ */
+export function parseKvCacheDtype(text: string): "auto" | "fp8_e4m3" {
+  const dtype = KV_CACHE_DTYPES[text];
+  if (dtype !== undefined) return dtype;
+  if (text.startsWith("fp8_") || text === "bfloat16") {
+    throw new TypeError(
+      `--kv-cache-dtype ${text}: the fp8 KV cache is e4m3 (fp8 or fp8_e4m3); otherwise auto keeps the weights' dtype`,
+    );
+  }
+  throw new TypeError(
+    `--kv-cache-dtype expects one of ${Object.keys(KV_CACHE_DTYPES).join(", ")}, got "${text}"`,
+  );
 }
 
 /** Characters that tell a template from a file name (vLLM's test). */

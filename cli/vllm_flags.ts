@@ -3,12 +3,11 @@
  * that a vLLM command line (a shell script, a systemd unit, a Docker or Kubernetes manifest)
  * runs unchanged: the model as a positional argument, several `--served-model-name`s, `--seed`,
  * vLLM's spellings of the prefix caching and chunked prefill switches, parallel sizes of 1 (also
- * as `-tp 1`, `-pp 1`), `--kv-cache-dtype auto`,
- * `--enforce-eager`, `--trust-remote-code`, `--disable-log-requests`, `--disable-log-stats`,
- * `--enable-auto-tool-choice` and `--tool-call-parser hermes`. Values this server cannot honour
- * (several GPUs, an fp8 KV cache, another tool-call format) are refused in one line, never
- * ignored. `--dtype` and `--chat-template` are engine flags (cli/engine_flags.ts), shared with
- * `generate`.
+ * as `-tp 1`, `-pp 1`), `--enforce-eager`, `--trust-remote-code`, `--disable-log-requests`,
+ * `--disable-log-stats`, `--enable-auto-tool-choice` and `--tool-call-parser hermes`. Values
+ * this server cannot honour (several GPUs, another tool-call format) are refused in one line,
+ * never ignored. `--dtype`, `--kv-cache-dtype` and `--chat-template` are engine flags
+ * (cli/engine_flags.ts), shared with `generate`.
  *
  * @module
  */
@@ -22,7 +21,6 @@ export const VLLM_SERVE_FLAGS = {
   "no-enable-prefix-caching": { type: "boolean" },
   "enable-chunked-prefill": { type: "boolean" },
   "no-enable-chunked-prefill": { type: "boolean" },
-  "kv-cache-dtype": { type: "string" },
   "disable-log-requests": { type: "boolean" },
   "disable-log-stats": { type: "boolean" },
   "tensor-parallel-size": { type: "string" },
@@ -75,7 +73,6 @@ export const VLLM_SERVE_FLAGS_USAGE =
   --seed N                       as --engine-seed
   --[no-]enable-prefix-caching, --[no-]enable-chunked-prefill
                                  both on by default (--no-prefix-caching, --no-chunked-prefill)
-  --kv-cache-dtype auto          the KV cache in the weights' dtype (fp8 is refused)
   --tensor-parallel-size 1, --pipeline-parallel-size 1 (-tp 1, -pp 1)
                                  one GPU per server (larger sizes are refused; for several GPUs
                                  run replicas: main.ts cluster)
@@ -154,13 +151,6 @@ export function vllmServeFlagValues(
       );
     }
     if (off) out[engineFlag] = true;
-  }
-  const kvDtype = values["kv-cache-dtype"];
-  if (typeof kvDtype === "string" && kvDtype !== "auto") {
-    throw new UsageError(
-      `--kv-cache-dtype ${kvDtype}: the KV cache is kept in the weights' dtype (float16 or ` +
-        `float32); only auto is supported`,
-    );
   }
   for (const flag of ["tensor-parallel-size", "pipeline-parallel-size"] as const) {
     const size = values[flag];

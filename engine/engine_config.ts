@@ -79,6 +79,11 @@ export const engineOptionsSchema = z.object({
    */
   dtype: z.enum(["auto", "float16", "float32"]).default("auto"),
   /**
+   * The KV cache's element type (vLLM's `--kv-cache-dtype`): `auto` the weights' dtype,
+   * `fp8_e4m3` one byte per element (float8_e4m3fn, scale 1; kernels/kv_codec.ts).
+   */
+  kvCacheDtype: z.enum(["auto", "fp8_e4m3"]).default("auto"),
+  /**
    * A chat template (Jinja source) replacing the model's own (tokenizer_config.json's
    * `chat_template`, chat_template.jinja); vLLM's `--chat-template`.
    */
@@ -184,6 +189,7 @@ const APPLIES_TO: readonly {
       "kernelTuning",
       "forceF32",
       "dtype",
+      "kvCacheDtype",
       "gpuMemoryUtilization",
       "generationConfig",
       "overrideGenerationConfig",

@@ -17,6 +17,8 @@ import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { type DeviceMemoryReader, readDeviceMemory } from "../gpu/device_memory.ts";
 import { kvCacheLines } from "./kv_cache_size.ts";
+import { kvCacheDtypeLine } from "./kv_cache.ts";
+import { kvCacheShape } from "./models/bind_targets.ts";
 import { KvCachePlan } from "./kv_cache_plan.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
@@ -137,6 +139,7 @@ async function webGpuParts(
     ...(config.showProgress !== undefined ? { showProgress: config.showProgress } : {}),
     ...(config.maxInFlight !== undefined ? { maxInFlight: config.maxInFlight } : {}),
     quantization: config.quantization,
+    kvCacheDtype: config.kvCacheDtype,
   });
   log(
     `Model: ${mc.arch}, ${mc.numLayers} layers, hidden ${mc.hiddenSize}, vocab ${mc.vocabSize}, ` +
@@ -147,6 +150,7 @@ async function webGpuParts(
   for (const line of [...kvCacheLines(kvBlocks, config.blockSize, maxModelLen), ...notes]) {
     log(line);
   }
+  log(kvCacheDtypeLine(kvCacheShape(ctx, mc, config.blockSize, config.kvCacheDtype)));
   for (const line of await plan.memoryLines(runner.weights.device)) log(line);
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +

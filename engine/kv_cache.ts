@@ -1,15 +1,16 @@
 /**
  * The paged KV cache on the GPU: per layer, one K and one V buffer of
- * `[numBlocks, numKvHeads, blockSize, headDim]` elements of the KV dtype (f16 with `shader-f16`,
- * else f32). A token's slot is `block * blockSize + offset`; element (block b, kv head h,
- * offset o, dim d) is at `((b * numKvHeads + h) * blockSize + o) * headDim + d`. Which block
- * holds which tokens is the block manager's business (scheduler/); this file only owns memory.
+ * `[numBlocks, numKvHeads, blockSize, headDim]` elements of the KV dtype (the weights' f16 or
+ * f32, or one-byte fp8 codes: kernels/kv_codec.ts). A token's slot is
+ * `block * blockSize + offset`; element (block b, kv head h, offset o, dim d) is at
+ * `((b * numKvHeads + h) * blockSize + o) * headDim + d`. Which block holds which tokens is the
+ * block manager's business (scheduler/); this file only owns memory.
  *
  * @module
  */
 
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
-import { bytesPerElement, type DType } from "../gpu/dtype.ts";
+import { kvBytesPerElement, type KvDtype } from "../gpu/dtype.ts";
 
 /** Geometry of a KV cache. */
 export interface KvCacheShape {
@@ -17,17 +18,27 @@ export interface KvCacheShape {
   readonly numKvHeads: number;
   readonly headDim: number;
   readonly blockSize: number;
-  readonly dtype: DType;
+  readonly dtype: KvDtype;
 }
 
 /** Bytes one block takes in ONE layer's K (or V) buffer. */
 export function blockBytesPerLayer(shape: KvCacheShape): number {
-  return shape.numKvHeads * shape.blockSize * shape.headDim * bytesPerElement(shape.dtype);
+  return shape.numKvHeads * shape.blockSize * shape.headDim * kvBytesPerElement(shape.dtype);
 }
 
 /** Bytes one block takes across all layers, K and V. */
 export function blockBytes(shape: KvCacheShape): number {
   return 2 * shape.numLayers * blockBytesPerLayer(shape);
+}
+
+/**
+ * The start-up log's line on a cache of `shape`: its dtype and bytes per token, e.g.
+ * `KV cache dtype: fp8_e4m3, 57,344 bytes per token (K and V of 28 layers)` (Qwen3-0.6B).
+ */
+export function kvCacheDtypeLine(shape: KvCacheShape): string {
+  const perToken = (blockBytes(shape) / shape.blockSize).toLocaleString("en-US");
+  return `KV cache dtype: ${shape.dtype}, ${perToken} bytes per token (K and V of ` +
+    `${shape.numLayers} layers)`;
 }
 
 /**

@@ -69,7 +69,7 @@ export class KvCachePlan {
     maxModelLen: number,
     readMemory: DeviceMemoryReader,
   ): Promise<KvCachePlan> {
-    const shape = kvCacheShape(ctx, mc, config.blockSize);
+    const shape = kvCacheShape(ctx, mc, config.blockSize, config.kvCacheDtype);
     const byFlags = config.numKvBlocks !== undefined || config.kvCacheMemory !== undefined;
     const before = byFlags ? null : await readMemory(ctx.adapter);
     if (before !== null && "unknown" in before && config.gpuMemoryUtilization !== undefined) {

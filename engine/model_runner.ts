@@ -147,7 +147,8 @@ export class ModelRunner {
     const c = ck.config;
     // A kernel never run on this adapter kind is compiled inside error scopes first: one that
     // fails there is left out (noted), not fatal to the context.
-    const gpuPrefill = await gpuPrefillCompiles(ctx, c, ctx.weightDtype);
+    const kvShape = kvCacheShape(ctx, c, options.blockSize, options.kvCacheDtype);
+    const gpuPrefill = await gpuPrefillCompiles(ctx, c, kvShape.dtype);
     const maxRows = samplerRowsFor(
       options.maxSeqs,
       c.hiddenSize,
@@ -163,7 +164,7 @@ export class ModelRunner {
         ? options.numKvBlocks
         : await options.numKvBlocks();
       checkPositive("numKvBlocks", blocks);
-      kv = new KvCache(ctx, kvCacheShape(ctx, c, options.blockSize), blocks);
+      kv = new KvCache(ctx, kvShape, blocks);
       own.push(kv);
       return kv;
     };

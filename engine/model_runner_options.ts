@@ -5,6 +5,7 @@
  * @module
  */
 
+import type { KvCacheDtypeChoice } from "../gpu/dtype.ts";
 import type { Quantization, QuantizationChoice } from "../gpu/quant.ts";
 
 /** The model's weight bytes on the device (see {@linkcode WeightLoader.bytes}). */
@@ -50,6 +51,12 @@ export interface ModelRunnerOptions {
    * (engine/model/checkpoint_quantization.ts `resolveQuantization`).
    */
   readonly quantization?: QuantizationChoice;
+  /**
+   * The KV cache's element type: `auto` (the default) the weights' f16 / f32, `fp8_e4m3` one
+   * byte per element (vLLM's `--kv-cache-dtype fp8`; twice the tokens in the memory of an f16
+   * cache; kernels/kv_codec.ts).
+   */
+  readonly kvCacheDtype?: KvCacheDtypeChoice;
   /**
    * Run a RoPE model's all-decode steps with the decode attention's fused variant (q/k norms,
    * RoPE and the K/V write inside it, no rope_and_cache dispatch; under the cpu profile where its

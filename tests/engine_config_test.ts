@@ -12,6 +12,7 @@ Deno.test("resolveEngineConfig() applies the defaults and freezes the result", (
   assert.equal(c.scheduler, "continuous");
   assert.equal(c.maxNumSeqs, 64);
   assert.equal(c.quantization, "auto");
+  assert.equal(c.kvCacheDtype, "auto");
   assert.equal(c.preemptionMode, "recompute");
   assert.ok(Object.isFrozen(c));
 });
@@ -52,6 +53,10 @@ Deno.test("resolveEngineConfig() refuses an option that the executor, scheduler 
     ],
     [{ executor: "mock", forceF32: true }, "forceF32: it applies to the webgpu executor"],
     [{ executor: "mock", dtype: "float32" }, "dtype: it applies to the webgpu executor"],
+    [
+      { executor: "mock", kvCacheDtype: "fp8_e4m3" },
+      "kvCacheDtype: it applies to the webgpu executor",
+    ],
     [
       { executor: "mock", overrideGenerationConfig: { temperature: 0 } },
       "overrideGenerationConfig: it applies to the webgpu executor",

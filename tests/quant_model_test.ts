@@ -16,46 +16,13 @@ import { ReferenceModel } from "./reference/model.ts";
 import { GPU_TEST, testContext } from "./support/gpu.ts";
 import { testSeed } from "./support/random.ts";
 import {
+  assertFollowsReference,
   assertGreedyMatchesReference,
   CHECKPOINT_GREEDY,
   SOLO_RUNNER_OPTIONS,
-  soloGreedy,
 } from "./support/solo_run.ts";
-import type { Rng } from "./support/random.ts";
 
 const MAX_TOKENS = CHECKPOINT_GREEDY.maxTokens;
-/** Prompts drawn, at most, for one on which the quantized and plain references part. */
-const MORE_PROMPTS = 16;
-
-/**
- * Draws prompts until the quantized reference's greedy tokens leave the plain one's before the
- * first near-tie, and asserts that `runner` produces the quantized tokens there (so not the
- * plain ones). Throws when no prompt of {@linkcode MORE_PROMPTS} parts them.
- */
-async function assertFollowsQuantized(
-  runner: ModelRunner,
-  ref: ReferenceModel,
-  plain: ReferenceModel,
-  rng: Rng,
-  seed: number,
-): Promise<void> {
-  for (let k = 0; k < MORE_PROMPTS; k++) {
-    const prompt = Array.from({ length: rng.int(1, 48) }, () => rng.int(0, 500));
-    const steps = ref.greedy(prompt, MAX_TOKENS);
-    const sure = steps.findIndex((s) => s.gap < CHECKPOINT_GREEDY.gapTolerance);
-    const compared = steps.slice(0, sure < 0 ? steps.length : sure).map((s) => s.token);
-    const unquantized = plain.greedy(prompt, MAX_TOKENS).map((s) => s.token);
-    if (compared.every((t, i) => t === unquantized[i])) continue;
-    const got = await soloGreedy(runner, prompt, MAX_TOKENS);
-    assert.deepEqual(
-      got.slice(0, compared.length),
-      compared,
-      `seed ${seed}, prompt of ${prompt.length}: the quantized reference's tokens`,
-    );
-    return;
-  }
-  assert.fail(`seed ${seed}: int4 changed no token in ${MORE_PROMPTS} more prompts`);
-}
 
 for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gpt2"] as const) {
   for (const format of ["int8", "int4"] as const) {
@@ -96,7 +63,7 @@ for (const preset of ["tiny-qwen3", "tiny-qwen2", "tiny-llama", "tiny-gpt2"] as 
             // tiny-gpt2), more prompts are drawn until the references part before a near-tie,
             // and the runner must follow the quantized one there.
             if (format === "int4" && !differsFromPlain) {
-              await assertFollowsQuantized(runner, ref, plain, rng, seed);
+              await assertFollowsReference(runner, ref, plain, rng, seed, "int4");
             }
           } finally {
             runner.destroy();

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { parseDtype, readChatTemplate } from "../cli/engine_flags.ts";
+import { parseDtype, parseKvCacheDtype, readChatTemplate } from "../cli/engine_flags.ts";
 import { UsageError } from "../cli/usage.ts";
 import { normalizeVllmArgs, vllmServeFlagValues } from "../cli/vllm_flags.ts";
 import { makeModel } from "../tools/make_model.ts";
@@ -32,7 +32,6 @@ Deno.test("vllmServeFlagValues() reads a positional model and --seed as --model 
     vllmServeFlagValues({
       "enable-prefix-caching": true,
       "enable-chunked-prefill": true,
-      "kv-cache-dtype": "auto",
       "disable-log-requests": true,
       "disable-log-stats": true,
       "tensor-parallel-size": "1",
@@ -60,7 +59,6 @@ Deno.test("vllmServeFlagValues() refuses what the server cannot do in one line",
       [{ "enable-chunked-prefill": true, "no-chunked-prefill": true }, []],
       /^--enable-chunked-prefill contradicts --no-chunked-prefill$/,
     ],
-    [[{ "kv-cache-dtype": "fp8" }, []], /^--kv-cache-dtype fp8: .*only auto is supported$/],
     [[{ "pipeline-parallel-size": "4" }, []], /^--pipeline-parallel-size 4: /],
     [[{ "tool-call-parser": "mistral" }, []], /^--tool-call-parser mistral: .*hermes/],
   ];
@@ -108,6 +106,23 @@ Deno.test("parseDtype() maps vLLM's dtype names and refuses bfloat16 saying why"
   assert.equal(parseDtype("float32"), "float32");
   assert.throws(() => parseDtype("bfloat16"), /WGSL has no bfloat16 type/);
   assert.throws(() => parseDtype("fp8"), /--dtype expects one of auto, half, .*, got "fp8"/);
+});
+
+Deno.test("parseKvCacheDtype() maps vLLM's fp8 names to e4m3 and refuses the other formats", () => {
+  assert.equal(parseKvCacheDtype("auto"), "auto");
+  assert.equal(parseKvCacheDtype("fp8"), "fp8_e4m3");
+  assert.equal(parseKvCacheDtype("fp8_e4m3"), "fp8_e4m3");
+  for (const other of ["fp8_e5m2", "fp8_inc", "bfloat16"]) {
+    assert.throws(
+      () => parseKvCacheDtype(other),
+      (e) =>
+        e instanceof TypeError &&
+        e.message.startsWith(
+          `--kv-cache-dtype ${other}: the fp8 KV cache is e4m3 (fp8 or fp8_e4m3)`,
+        ),
+    );
+  }
+  assert.throws(() => parseKvCacheDtype("int8"), /expects one of auto, fp8, fp8_e4m3, got "int8"/);
 });
 
 Deno.test("readChatTemplate() reads a file, or takes a template given inline with its escapes", async () => {
@@ -176,7 +191,7 @@ Deno.test(
       "--trust-remote-code",
       "--no-enable-prefix-caching",
       "--kv-cache-dtype",
-      "auto",
+      "fp8",
       "--disable-log-requests",
       "--served-model-name",
       "qwen",
@@ -195,6 +210,8 @@ Deno.test(
       const log = server.log.join("\n");
       assert.match(log, /^Chat template: the one given \(--chat-template\)/m);
       assert.match(log, /^Adapter: .*; weights f32;/m);
+      // tiny-qwen3: 3 layers x 2 kv heads x head_dim 32, K and V, a byte each.
+      assert.match(log, /^KV cache dtype: fp8_e4m3, 384 bytes per token \(K and V of 3 layers\)$/m);
       assert.match(
         log,
         /^Sampling defaults: top_k 3 \(--generation-config vllm: none from the model, with top_k from --override-generation-config\)$/m,

@@ -31,7 +31,7 @@ import {
 import { ReshapeAndCache, type ReshapeAndCacheOp } from "../../kernels/reshape_and_cache.ts";
 import type { PrefillChoice } from "../../kernels/prefill_attention_tuner.ts";
 import type { GpuContext } from "../../gpu/context.ts";
-import type { DType } from "../../gpu/dtype.ts";
+import type { KvDtype } from "../../gpu/dtype.ts";
 import { withErrorScopes } from "../../gpu/timer.ts";
 
 /** Shape of the attention of a model (the same for every layer). */
@@ -71,7 +71,7 @@ export const GPU_PREFILL_VARIANTS: readonly TiledPrefillVariant[] = ["tiled", "b
 export async function gpuPrefillCompiles(
   ctx: GpuContext,
   geometry: Pick<AttentionGeometry, "numHeads" | "numKvHeads" | "headDim">,
-  dtype: DType,
+  dtype: KvDtype,
 ): Promise<{ readonly variants: TiledPrefillVariant[]; readonly errors: string[] }> {
   const { numHeads, numKvHeads, headDim } = geometry;
   const variants: TiledPrefillVariant[] = [];

@@ -9,6 +9,7 @@
  */
 
 import type { GpuContext } from "../../gpu/context.ts";
+import type { KvCacheDtypeChoice } from "../../gpu/dtype.ts";
 import { ParamArena } from "../../gpu/params.ts";
 import type { KvCache, KvCacheShape } from "../kv_cache.ts";
 import type { ModelConfig } from "../model/config.ts";
@@ -49,20 +50,30 @@ export interface BindTargetSizes {
   readonly maxModelLen: number;
   /** Tokens per KV block. */
   readonly blockSize: number;
+  /** The KV cache's dtype: `auto` (the default) the weights'. */
+  readonly kvCacheDtype?: KvCacheDtypeChoice;
   /** Compile the fused decode attention for a RoPE model (gpu profile); default true. */
   readonly fusedDecode?: boolean;
   /** Steps in flight at once (default `DEFAULT_RING_SLOTS` - 1): the ring has one slot more. */
   readonly maxInFlight?: number;
 }
 
-/** The KV cache's shape for a model of config `c` on `ctx` (the cache in `ctx.weightDtype`). */
-export function kvCacheShape(ctx: GpuContext, c: ModelConfig, blockSize: number): KvCacheShape {
+/**
+ * The KV cache's shape for a model of config `c` on `ctx`: its dtype `ctx.weightDtype` for
+ * `auto` (the default), else as chosen.
+ */
+export function kvCacheShape(
+  ctx: GpuContext,
+  c: ModelConfig,
+  blockSize: number,
+  dtype: KvCacheDtypeChoice = "auto",
+): KvCacheShape {
   return {
     numLayers: c.numLayers,
     numKvHeads: c.numKvHeads,
     headDim: c.headDim,
     blockSize,
-    dtype: ctx.weightDtype,
+    dtype: dtype === "auto" ? ctx.weightDtype : dtype,
   };
 }
 
@@ -116,7 +127,7 @@ export function allocateBindTargets(
       vOffset: (c.numHeads + c.numKvHeads) * D,
       maxModelLen: sizes.maxModelLen,
     },
-    kvCacheShape(ctx, c, sizes.blockSize),
+    kvCacheShape(ctx, c, sizes.blockSize, sizes.kvCacheDtype),
     sizes.maxSeqs,
     gpuPrefill,
     // RoPE models (every architecture but GPT-2); head norms in the weights' dtype (Qwen3).

@@ -9,7 +9,9 @@
  * a GPTQ or AWQ checkpoint's likewise, tests/reference/packed_int.ts).
  * With `quantize` (Qwen3, Qwen2, Llama), the projections, the LM head and a tied embedding are
  * replaced by their dequantized int8 / int4 values `w'` (tests/reference/quant.ts, written from
- * the format's text).
+ * the format's text). With `kvCacheDtype`, every K (after its norm and RoPE) and V vector is
+ * rounded to that dtype before attention reads it, as a KV cache of that dtype holds it
+ * (tests/reference/kv_values.ts; fp8 from the format's definition).
  *
  * @module
  */
@@ -20,6 +22,8 @@ import { isPackedInt } from "../../engine/model/checkpoint_quantization.ts";
 import { fp8WeightRef } from "./fp8.ts";
 import { packedWeightRef } from "./packed_int.ts";
 import { quantizeRef } from "./quant.ts";
+import { roundToKv } from "./kv_values.ts";
+import type { KvDtype } from "../../gpu/dtype.ts";
 
 /** A dense float64 matrix `[rows, cols]`, row-major. */
 interface Mat {
@@ -186,10 +190,13 @@ export interface ReferenceStep {
 export class ReferenceModel {
   readonly config: ModelConfig;
   readonly #w: Map<string, Mat>;
+  /** The dtype K and V are rounded to before attention, or null (kept in float64). */
+  readonly #kv: KvDtype | null;
 
-  private constructor(config: ModelConfig, weights: Map<string, Mat>) {
+  private constructor(config: ModelConfig, weights: Map<string, Mat>, kv: KvDtype | null) {
     this.config = config;
     this.#w = weights;
+    this.#kv = kv;
   }
 
   /**
@@ -197,11 +204,12 @@ export class ReferenceModel {
    * ones as their dequantized values: every linear projection and the LM head, a tied embedding
    * too; GPT-2's Conv1D weights grouped along their input dimension). `keepPacked`: a GPTQ / AWQ
    * checkpoint's weights keep their values under `quantize` (the format holds its codes as they
-   * are; the other quantized tensors are quantized all the same).
+   * are; the other quantized tensors are quantized all the same). `kvCacheDtype`: K and V rounded
+   * to it, as a KV cache of that dtype holds them.
    */
   static async load(
     dir: string,
-    options: { quantize?: "int8" | "int4"; keepPacked?: boolean } = {},
+    options: { quantize?: "int8" | "int4"; keepPacked?: boolean; kvCacheDtype?: KvDtype } = {},
   ): Promise<ReferenceModel> {
     const ck = await openCheckpoint(dir);
     try {
@@ -230,10 +238,15 @@ export class ReferenceModel {
             : dequantized(m, format),
         );
       }
-      return new ReferenceModel(ck.config, weights);
+      return new ReferenceModel(ck.config, weights, options.kvCacheDtype ?? null);
     } finally {
       ck.close();
     }
+  }
+
+  /** `m` as the KV cache holds it: rounded to its dtype, when one was given. */
+  #cached(m: Mat): Mat {
+    return this.#kv === null ? m : { ...m, data: roundToKv(m.data, this.#kv) };
   }
 
   #get(name: string): Mat {
@@ -276,7 +289,7 @@ export class ReferenceModel {
       }
       rope(q, c.numHeads, d, invFreq);
       rope(k, c.numKvHeads, d, invFreq);
-      const a = attention(q, k, v, c.numHeads, c.numKvHeads, d);
+      const a = attention(q, this.#cached(k), this.#cached(v), c.numHeads, c.numKvHeads, d);
       h = add(h, linear(a, g(p + "self_attn.o_proj.weight")));
       const y = rmsNorm(h, g(p + "post_attention_layernorm.weight"), c.normEps);
       const gate = linear(y, g(p + "mlp.gate_proj.weight"));
@@ -306,8 +319,8 @@ export class ReferenceModel {
       const qkv = conv1d(x, g(p + "attn.c_attn.weight"), g(p + "attn.c_attn.bias"));
       const a = attention(
         columns(qkv, 0, n),
-        columns(qkv, n, n),
-        columns(qkv, 2 * n, n),
+        this.#cached(columns(qkv, n, n)),
+        this.#cached(columns(qkv, 2 * n, n)),
         c.numHeads,
         c.numHeads,
         c.headDim,

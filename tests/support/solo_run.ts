@@ -293,3 +293,42 @@ export async function assertGreedyMatchesReference(
     );
   }
 }
+
+/** Prompts {@linkcode assertFollowsReference} draws, at most, for one where the references part. */
+const MORE_PROMPTS = 16;
+
+/**
+ * Draws prompts (1 to 48 random tokens) until the greedy tokens of `ref` (a model that differs
+ * from `plain` by design: quantized weights, a rounded KV cache) leave `plain`'s before ref's
+ * first near-tie, and asserts that `runner` produces `ref`'s tokens there, so not the plain
+ * ones: a runner that ignored the difference would fail. `what` names the difference in the
+ * messages. Throws when no prompt of {@linkcode MORE_PROMPTS} parts the references.
+ */
+export async function assertFollowsReference(
+  runner: ModelRunner,
+  ref: ReferenceModel,
+  plain: ReferenceModel,
+  rng: Rng,
+  seed: number,
+  what: string,
+  options: Pick<GreedyComparison, "maxTokens" | "gapTolerance"> = CHECKPOINT_GREEDY,
+): Promise<void> {
+  const { maxTokens, gapTolerance } = options;
+  for (let k = 0; k < MORE_PROMPTS; k++) {
+    const prompt = Array.from({ length: rng.int(1, 48) }, () => rng.int(0, 500));
+    const steps = ref.greedy(prompt, maxTokens);
+    const sure = steps.findIndex((s) => s.gap < gapTolerance);
+    const compared = steps.slice(0, sure < 0 ? steps.length : sure).map((s) => s.token);
+    const other = plain.greedy(prompt, maxTokens).map((s) => s.token);
+    if (compared.every((t, i) => t === other[i])) continue;
+    const got = (await soloGreedy(runner, prompt, maxTokens)).slice(0, compared.length);
+    if (got.some((t, i) => t !== compared[i])) {
+      throw new Error(
+        `seed ${seed}, prompt of ${prompt.length}: tokens [${got}], the ${what} reference's ` +
+          `[${compared}] (the plain one's [${other.slice(0, compared.length)}])`,
+      );
+    }
+    return;
+  }
+  throw new Error(`seed ${seed}: ${what} changed no token in ${MORE_PROMPTS} more prompts`);
+}
