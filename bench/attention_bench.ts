@@ -1,10 +1,12 @@
 /**
  * Benchmarks decode attention (`reshape_and_cache` is negligible beside it and not timed) at
  * Qwen3-0.6B shapes: 16 query heads, 8 kv heads, head_dim 128, block size 16, KV cache in the
- * context's weight dtype (f16 on lavapipe), for contexts of 512 and 2048 tokens and batches of
- * 1, 16 and 64 sequences, with the direct path and with split-K (partitions of 512 tokens;
- * `DECODE_PARTITIONS=16,64,512` and `DECODE_CONTEXTS=160,512` choose others), each at every
- * workgroup width the kernel runs here (kernels/decode_split.ts DECODE_WIDTHS: 64 and 256).
+ * context's weight dtype (f16 on lavapipe) and in fp8 (`--kv-cache-dtype fp8`; e4m3 codes
+ * decoded as they are read), for contexts of 512 and 2048 tokens and batches of 1, 16 and 64
+ * sequences, with the direct path and with split-K (partitions of 512 tokens;
+ * `DECODE_PARTITIONS=16,64,512`, `DECODE_CONTEXTS=160,512` and `DECODE_KV_DTYPES=auto` or
+ * `fp8_e4m3` choose others), each at every workgroup width the kernel runs here
+ * (kernels/decode_split.ts DECODE_WIDTHS: 64 and 256).
  *
  * Run: `deno bench -A bench/attention_bench.ts`. The printed lines are GPU times from timestamp
  * queries (bench/support.ts timeGpu). "KV GB/s" counts the K and V bytes a call must read
@@ -20,7 +22,7 @@
  */
 
 import { type GpuContext, STORAGE_RW } from "../gpu/context.ts";
-import { bytesPerElement } from "../gpu/dtype.ts";
+import { kvBytesPerElement, type KvDtype } from "../gpu/dtype.ts";
 import { ParamArena } from "../gpu/params.ts";
 import { PagedAttentionDecode } from "../kernels/paged_attention_decode.ts";
 import {
@@ -52,11 +54,28 @@ function envInts(name: string, fallback: string): number[] {
 const CONTEXTS = envInts("DECODE_CONTEXTS", "512,2048");
 const BATCHES = [1, 16, 64];
 
-/** A cache buffer of `bytes` filled with a repeated 1 MiB pattern of random f16/f32 values. */
-function randomCache(ctx: GpuContext, bytes: number, label: string): GPUBuffer {
+/** KV cache dtypes ($DECODE_KV_DTYPES: `auto`, the weights', and `fp8_e4m3`; default both). */
+const KV_DTYPES: readonly ("auto" | "fp8_e4m3")[] = (() => {
+  const text = Deno.env.get("DECODE_KV_DTYPES") ?? "auto,fp8_e4m3";
+  const names = text.split(",");
+  if (names.some((n) => n !== "auto" && n !== "fp8_e4m3")) {
+    console.error(`error: DECODE_KV_DTYPES expects auto and / or fp8_e4m3, got "${text}"`);
+    Deno.exit(2);
+  }
+  return names as ("auto" | "fp8_e4m3")[];
+})();
+
+/**
+ * A cache buffer of `bytes` filled with a repeated 1 MiB pattern of random `kv` values: f16 / f32
+ * in [-1, 1), or e4m3 codes of magnitudes 2^-6 to 1.875 of either sign.
+ */
+function randomCache(ctx: GpuContext, bytes: number, label: string, kv: KvDtype): GPUBuffer {
   const b = ctx.createBuffer(label, bytes, STORAGE_RW);
   const chunk = 1 << 20;
-  const pattern = ctx.weightDtype === "f16"
+  const random = () => Math.floor(Math.random() * 256);
+  const pattern = kv === "fp8_e4m3"
+    ? Uint8Array.from({ length: chunk }, () => (random() & 0x87) | ((1 + (random() % 7)) << 3))
+    : kv === "f16"
     ? Float16Array.from({ length: chunk / 2 }, () => Math.random() * 2 - 1)
     : Float32Array.from({ length: chunk / 4 }, () => Math.random() * 2 - 1);
   for (let off = 0; off < bytes; off += chunk) {
@@ -69,8 +88,14 @@ function randomCache(ctx: GpuContext, bytes: number, label: string): GPUBuffer {
  * Bound decode attention over `batch` sequences of `contextLen` tokens: the call on the direct
  * path or split-K (`call(split)`); `kvBytes` is what one call must read of K and V.
  */
-function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize = 512) {
-  const tokenBytes = HKV * HEAD_DIM * bytesPerElement(ctx.weightDtype);
+function setup(
+  ctx: GpuContext,
+  batch: number,
+  contextLen: number,
+  partitionSize = 512,
+  kv: KvDtype = ctx.weightDtype,
+) {
+  const tokenBytes = HKV * HEAD_DIM * kvBytesPerElement(kv);
   const blocksPer = Math.ceil(contextLen / BLOCK);
   const poolBlocks = Math.min(
     batch * blocksPer,
@@ -88,8 +113,8 @@ function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize
   const qStride = (HQ + 2 * HKV) * HEAD_DIM;
   const buffers = {
     q: uploadBuffer(ctx, "q", Float32Array.from({ length: batch * qStride }, () => Math.random())),
-    kCache: randomCache(ctx, poolBlocks * BLOCK * tokenBytes, "k_cache"),
-    vCache: randomCache(ctx, poolBlocks * BLOCK * tokenBytes, "v_cache"),
+    kCache: randomCache(ctx, poolBlocks * BLOCK * tokenBytes, "k_cache", kv),
+    vCache: randomCache(ctx, poolBlocks * BLOCK * tokenBytes, "v_cache", kv),
     blockTables: uploadBuffer(ctx, "block_tables", blockTables),
     contextLens: uploadBuffer(ctx, "context_lens", new Uint32Array(batch).fill(contextLen)),
     out: ctx.createBuffer("out", batch * HQ * HEAD_DIM * 4, STORAGE_RW),
@@ -100,6 +125,7 @@ function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize
     headDim: HEAD_DIM,
     blockSize: BLOCK,
     partitionSize,
+    dtype: kv,
   });
   const scratch = kernel.createScratch(batch, contextLen);
   const arena = new ParamArena(ctx, 2);
@@ -129,7 +155,7 @@ function setup(ctx: GpuContext, batch: number, contextLen: number, partitionSize
 
 const { ctx, copyGBs } = await openKernelBench(
   "paged_attention decode",
-  { detail: (c) => `; KV ${c.weightDtype}` },
+  { detail: (c) => `; KV ${KV_DTYPES.map((d) => d === "auto" ? c.weightDtype : d).join(", ")}` },
 );
 console.log(
   `Hq ${HQ}, Hkv ${HKV}, head_dim ${HEAD_DIM}, block ${BLOCK}; ${copyBandwidthText(copyGBs)}`,
@@ -137,15 +163,22 @@ console.log(
 const partitionSizes = envInts("DECODE_PARTITIONS", "512");
 for (const contextLen of CONTEXTS) {
   for (const batch of BATCHES) {
-    for (const partitionSize of partitionSizes) {
-      const s = setup(ctx, batch, contextLen, partitionSize);
+    for (
+      const [partitionSize, choice] of partitionSizes.flatMap((p) =>
+        KV_DTYPES.map((d) => [p, d] as const)
+      )
+    ) {
+      const kv = choice === "auto" ? ctx.weightDtype : choice;
+      const s = setup(ctx, batch, contextLen, partitionSize, kv);
       try {
         for (const [split, width] of s.widths.flatMap((w) => [[false, w], [true, w]] as const)) {
           const repeats = s.kvBytes > 64 << 20 ? 4 : 8;
           const t = await timeCase(ctx, () => s.call(split, width), { warmup: 1, repeats });
           const path = `${split ? `split-K ${partitionSize}` : "direct"}, ${width} wide`;
           console.log(
-            `  context ${contextLen}, batch ${batch}, ${path}: ${medianText(t, 3)}, ` +
+            `  context ${contextLen}, batch ${batch}${
+              choice === "auto" ? "" : ` (KV ${kv})`
+            }, ${path}: ${medianText(t, 3)}, ` +
               `KV ${(s.kvBytes / 1e6).toFixed(1)} MB, ` +
               `${(s.kvBytes / (t.medianMs * 1e6)).toFixed(1)} GB/s effective vs copy ` +
               `${copyGBs.toFixed(1)} GB/s (${t.method})`,

@@ -71,7 +71,8 @@ export interface BatteryFigures {
   /** The `kernels-xscalar` stage's: `kernels-rms`'s gemv kernels with X in 4-byte loads. */
   readonly kernelsRmsScalar: KernelTimes;
   /**
-   * bench/attention_bench.ts (the `attention` stage): per case ("context 160, batch 1") each
+   * bench/attention_bench.ts (the `attention` stage): per case ("context 160, batch 1", with
+   * " (KV fp8_e4m3)" for an fp8 cache) each
    * path's median ms by its printed name ("direct, 64 wide", "split-K 16, 256 wide").
    */
   readonly attention: KernelTimes;
@@ -123,8 +124,12 @@ const KERNEL_CASE = /^(\w+) N \d+ K \d+, M (\d+):$/;
 /** One of its kernel lines, "  tiled 16x16 bk16 db     0.0931 ms     5770 GFLOP/s ...". */
 const KERNEL_TIME = /^ {2}(\S.*?)\s+([0-9.]+) ms /;
 
-/** bench/attention_bench.ts's "  context 160, batch 1, split-K 16, 64 wide: 0.031 ms median". */
-const ATTENTION_LINE = /^ {2}(context \d+, batch \d+), (.+?): ([0-9.]+) ms median/gm;
+/**
+ * bench/attention_bench.ts's "  context 160, batch 1, split-K 16, 64 wide: 0.031 ms median", the
+ * case "context 160, batch 1 (KV fp8_e4m3)" for an fp8 cache.
+ */
+const ATTENTION_LINE =
+  /^ {2}(context \d+, batch \d+(?: \(KV \w+\))?), (.+?): ([0-9.]+) ms median/gm;
 
 /**
  * Reads bench/attention_bench.ts's lines (other tools' lines in the same log are skipped); a path

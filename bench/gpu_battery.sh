@@ -186,8 +186,8 @@ stage() {
         bench/matmul_tune.ts --m 1,64 --shapes qkv,gate_up --x-form rms_residual --x-loads scalar
       ;;
     attention)
-      run_stage attention 40 kernels.txt env DECODE_CONTEXTS=160,2048 \
-        DECODE_PARTITIONS=16,64,512 deno bench --cached-only --no-check -A --filter "/^zz$/" \
+      run_stage attention 70 kernels.txt env DECODE_CONTEXTS=160,2048 \
+        DECODE_PARTITIONS=16,64,512 DECODE_KV_DTYPES=auto,fp8_e4m3 deno bench --cached-only --no-check -A --filter "/^zz$/" \
         bench/attention_bench.ts bench/attention_prefill_bench.ts
       ;;
     # The GPU time a dispatch adds, apart from its work (with and without a barrier before it).

@@ -66,6 +66,7 @@ const report: ModelBenchReport = {
   command: command.trim(),
   model: model.generated ? `qwen3-0.6b preset generated into ${model.dir}` : model.dir,
   weightDtype: ctx.weightDtype,
+  kvCacheDtype: options.kvCacheDtype === "auto" ? ctx.weightDtype : options.kvCacheDtype,
   lpNumThreads: Deno.env.get("LP_NUM_THREADS") ?? "(default)",
   matmulVariant: forced ?? "(policy)",
   kernelProfile: `${ctx.profile} (${ctx.profileReason})`,

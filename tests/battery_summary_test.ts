@@ -220,10 +220,15 @@ Deno.test("summaryLines() sets the decode attention's wider workgroups against 6
       "  context 160, batch 1, direct, 64 wide: 0.0280 ms median (min 0.0270), KV 0.7 MB\n" +
       "  context 160, batch 1, split-K 64, 64 wide: 0.0200 ms median (min 0.0190), KV 0.7 MB\n" +
       "  context 2048, batch 64, direct, 64 wide: 0.9000 ms median (min 0.8000), KV 537 MB\n" +
+      "  context 2048, batch 64 (KV fp8_e4m3), direct, 64 wide: 0.6000 ms median, KV 268 MB\n" +
       "qkv N 4096 K 1024, M 1:\n" +
       "  gemv mb1                        0.0090 ms     699 GFLOP/s   699 GB/s of W\n",
   });
-  assert.deepEqual([...b.attention.keys()], ["context 160, batch 1", "context 2048, batch 64"]);
+  assert.deepEqual([...b.attention.keys()], [
+    "context 160, batch 1",
+    "context 2048, batch 64",
+    "context 2048, batch 64 (KV fp8_e4m3)",
+  ]);
   // The direct path's two medians: the faster one.
   assert.deepEqual(b.attention.get("context 160, batch 1")?.get("direct, 64 wide"), 0.028);
   assert.deepEqual(b.kernels.get("qkv M 1")?.get("gemv mb1"), 0.009);
@@ -235,6 +240,10 @@ Deno.test("summaryLines() sets the decode attention's wider workgroups against 6
   assertHas(
     text,
     "| context 2048, batch 64 | direct, 64 wide (0.9 ms) | - | not measured |",
+  );
+  assertHas(
+    text,
+    "| context 2048, batch 64 (KV fp8_e4m3) | direct, 64 wide (0.6 ms) | - | not measured |",
   );
   assertHas(
     summaryLines(readBattery({})).join("\n"),

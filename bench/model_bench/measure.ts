@@ -43,6 +43,7 @@ export async function loadWorkload(env: BenchEnv, choice: QuantizationChoice) {
     showProgress: false,
     quantization: choice,
     fusedDecode: env.options.fusedDecode,
+    kvCacheDtype: env.options.kvCacheDtype,
     ...(env.options.maxInFlight === undefined ? {} : { maxInFlight: env.options.maxInFlight }),
   });
   const seconds = (performance.now() - t0) / 1000;

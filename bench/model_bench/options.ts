@@ -10,6 +10,8 @@ import { parseQuantizationChoice, type QuantizationChoice } from "../../gpu/quan
 import type { MatmulVariant } from "../../kernels/matmul.ts";
 import { reportUsage, UsageError } from "../bench_io.ts";
 import { KERNEL_TUNING_MODES, type KernelTuningMode } from "../../engine/kernel_tuning.ts";
+import { parseKvCacheDtype } from "../../cli/engine_flags.ts";
+import type { KvCacheDtypeChoice } from "../../gpu/dtype.ts";
 
 const USAGE = `usage: deno task bench:model [options]
   --model DIR                  checkpoint (default: the qwen3-0.6b preset, generated, bf16)
@@ -45,6 +47,8 @@ const USAGE = `usage: deno task bench:model [options]
   --quantization LIST          weight formats to measure, one runner each, e.g. none,int8,int4
                                (default auto: none, or a GPTQ / AWQ / W4A16 checkpoint's own
                                format, as serve loads it); ratios to the first are printed
+  --kv-cache-dtype auto|fp8     the KV cache in the weights' dtype (default auto, as serve) or
+                               in fp8 (e4m3; fp8_e4m3 is the same), for every runner
   --rounds N                   measure the formats N times in turn, every runner loaded at
                                once, and print the median ratios (default 1): on a shared
                                machine the formats then see the same slow and fast spells
@@ -74,6 +78,8 @@ export interface ModelBenchOptions {
   readonly kernelProfile: string | undefined;
   readonly kernelTuning: KernelTuningMode;
   readonly quantizations: readonly QuantizationChoice[];
+  /** `--kv-cache-dtype`: the runners' KV cache dtype. */
+  readonly kvCacheDtype: KvCacheDtypeChoice;
   /** `--rounds`: how many times every format is measured, in turn. */
   readonly rounds: number;
   /** `--fused-decode`: the runner option of the same name. */
@@ -125,6 +131,7 @@ function parseFlags(argv: string[]) {
         "kernel-profile": { type: "string" },
         "kernel-tuning": { type: "string", default: "auto" },
         quantization: { type: "string", default: "auto" },
+        "kv-cache-dtype": { type: "string", default: "auto" },
         rounds: { type: "string", default: "1" },
         "fused-decode": { type: "string", default: "on" },
         overlap: { type: "string", default: "auto" },
@@ -151,6 +158,7 @@ function parseFlags(argv: string[]) {
 export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
   const values = parseFlags(argv);
   let quantizations: QuantizationChoice[];
+  let kvCacheDtype: KvCacheDtypeChoice;
   let sizes: {
     steps: number;
     batches: number[];
@@ -164,6 +172,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
   };
   try {
     quantizations = list(values.quantization).map(parseQuantizationChoice);
+    kvCacheDtype = parseKvCacheDtype(values["kv-cache-dtype"]);
     sizes = {
       steps: positiveInts("steps", values.steps)[0]!,
       batches: positiveInts("batches", values.batches),
@@ -227,6 +236,7 @@ export function parseModelBenchArgs(argv: string[]): ModelBenchOptions {
     kernelProfile: values["kernel-profile"],
     kernelTuning: values["kernel-tuning"] as KernelTuningMode,
     quantizations,
+    kvCacheDtype,
     rounds: sizes.rounds,
     overlap: values.overlap === "auto"
       ? undefined

@@ -18,6 +18,8 @@ export interface ModelBenchReport {
   command: string;
   model: string;
   weightDtype: string;
+  /** The KV cache's dtype (the weights', or fp8_e4m3). */
+  kvCacheDtype: string;
   lpNumThreads: string;
   matmulVariant: string;
   /** Kernel profile, and whether decode steps overlap the host's encoding of the next. */
@@ -71,7 +73,7 @@ export function headerLines(r: ModelBenchReport): string[] {
       ? `overlapped (readbacks start ${r.readbackBatch} at a time, at a later submit; up to ` +
         `${r.maxInFlight} steps in flight)`
       : "not overlapped"),
-    `model: ${r.model} (weights ${r.weightDtype})`,
+    `model: ${r.model} (weights ${r.weightDtype}, KV cache ${r.kvCacheDtype})`,
   ];
 }
 
