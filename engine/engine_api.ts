@@ -133,6 +133,21 @@ export interface ModelInfo {
   readonly vocabSize: number;
   /** Weight dtype on the device, or "none" for the mock executor. */
   readonly dtype: string;
+  /** The KV cache as configured (`/metrics`' `vllm:cache_config_info`); absent for a bare fake. */
+  readonly cache?: CacheInfo;
+}
+
+/** The KV cache's configuration, as vLLM's `CacheConfig` reports it. */
+export interface CacheInfo {
+  /** Tokens per block. */
+  readonly blockSize: number;
+  /** Blocks on the device. */
+  readonly numGpuBlocks: number;
+  /** Host blocks of `--preemption-mode swap` (0 otherwise). */
+  readonly numCpuBlocks: number;
+  /** `--kv-cache-dtype` as configured: `auto` or `fp8_e4m3`. */
+  readonly cacheDtype: string;
+  readonly enablePrefixCaching: boolean;
 }
 
 /** An engine as its clients use it. */

@@ -10,7 +10,7 @@
 import type { WeightBytes } from "./model_runner.ts";
 import { basename } from "node:path";
 import { type EngineConfig, type EngineOptions, resolveEngineConfig } from "./engine_config.ts";
-import type { ModelInfo } from "./engine_api.ts";
+import type { CacheInfo, ModelInfo } from "./engine_api.ts";
 import type { Executor } from "./executors/executor.ts";
 import { MockExecutor } from "./executors/mock_executor.ts";
 import { WebGpuExecutor } from "./executors/webgpu_executor.ts";
@@ -183,6 +183,7 @@ async function webGpuParts(
       maxModelLen,
       vocabSize: mc.vocabSize,
       dtype: ctx.weightDtype,
+      cache: cacheInfo(config, kvBlocks, numSwapBlocks),
     },
     tokenizer,
     generationDefaults: generationDefaultsOf(gen),
@@ -251,6 +252,7 @@ export function setupMockEngine(
       maxModelLen,
       vocabSize,
       dtype: "none",
+      cache: cacheInfo(config, kvBlocks, 0),
     },
     tokenizer,
     generationDefaults: {},
@@ -305,6 +307,17 @@ function samplerRowsWanted(c: EngineConfig): number {
  * buffers for a hidden size of 1,024 (engine/step_buffers.ts).
  */
 const SCORING_SUB_BATCHES = 8;
+
+/** The KV cache's configuration as `/metrics` reports it. */
+function cacheInfo(c: EngineConfig, numGpuBlocks: number, numCpuBlocks: number): CacheInfo {
+  return {
+    blockSize: c.blockSize,
+    numGpuBlocks,
+    numCpuBlocks,
+    cacheDtype: c.kvCacheDtype,
+    enablePrefixCaching: c.enablePrefixCaching,
+  };
+}
 
 /** The scheduler `c.scheduler` names, sized for the KV cache and the model. */
 function makeScheduler(

@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { EngineStats, FinishReason } from "../engine/engine_api.ts";
+import type { CacheInfo, EngineStats, FinishReason } from "../engine/engine_api.ts";
 import { type Counter, type Gauge, type Histogram, Registry } from "./prometheus.ts";
 
 // deno-fmt-ignore
@@ -90,6 +90,27 @@ const METRICS = {
   ],
 } as const satisfies Record<string, MetricSpec>;
 
+/**
+ * vLLM's `vllm:cache_config_info` for `cache`: the labels it has here (vLLM's names; its Python
+ * booleans as `True` / `False`), the value 1.
+ */
+function cacheConfigInfo(r: Registry, cache: CacheInfo): Gauge {
+  const labels = {
+    block_size: String(cache.blockSize),
+    cache_dtype: cache.cacheDtype,
+    enable_prefix_caching: cache.enablePrefixCaching ? "True" : "False",
+    num_cpu_blocks: String(cache.numCpuBlocks),
+    num_gpu_blocks: String(cache.numGpuBlocks),
+  };
+  const gauge = r.gauge(
+    "vllm:cache_config_info",
+    "Information of the LLMEngine CacheConfig",
+    Object.keys(labels),
+  );
+  gauge.set(Object.values(labels), 1);
+  return gauge;
+}
+
 /** `metric` with its series for `labels` created (0). */
 function touched<M extends { touch(values: readonly string[]): void }>(
   metric: M,
@@ -151,12 +172,22 @@ export class ServerMetrics {
   readonly inferenceTime: Histogram;
   readonly requestPromptTokens: Histogram;
   readonly requestGenerationTokens: Histogram;
+  /**
+   * `vllm:cache_config_info`: one series of value 1 whose labels are the KV cache's
+   * configuration (vLLM's label names); null until the engine reports one (a server starts
+   * before its model is loaded).
+   */
+  get cacheConfig(): Gauge | null {
+    return this.#cacheConfig;
+  }
+  #cacheConfig: Gauge | null = null;
 
   /**
    * @param modelName value of the `model_name` label.
    * @param maxModelLen upper end of the token-count histograms' buckets.
+   * @param cache the KV cache's configuration, for `vllm:cache_config_info`.
    */
-  constructor(modelName: string, maxModelLen: number) {
+  constructor(modelName: string, maxModelLen: number, cache?: CacheInfo) {
     this.modelName = modelName;
     const r = this.registry;
     const L = ["model_name"];
@@ -186,6 +217,13 @@ export class ServerMetrics {
     const tokenBuckets = buckets125(Math.max(1, maxModelLen));
     this.requestPromptTokens = histogram(METRICS.requestPromptTokens, tokenBuckets);
     this.requestGenerationTokens = histogram(METRICS.requestGenerationTokens, tokenBuckets);
+    this.describeCache(cache);
+  }
+
+  /** Registers `vllm:cache_config_info` for `cache`, once (later calls change nothing). */
+  describeCache(cache: CacheInfo | undefined): void {
+    if (cache === undefined || this.#cacheConfig !== null) return;
+    this.#cacheConfig = cacheConfigInfo(this.registry, cache);
   }
 
   /** Records one finished (or aborted) engine request. */
@@ -220,8 +258,9 @@ export class ServerMetrics {
     this.preemptions.set(m, stats.numPreemptions);
   }
 
-  /** `update(stats)` then the exposition text. */
-  render(stats: EngineStats): string {
+  /** `update(stats)` (and `describeCache(cache)`) then the exposition text. */
+  render(stats: EngineStats, cache?: CacheInfo): string {
+    this.describeCache(cache);
     this.update(stats);
     return this.registry.format();
   }

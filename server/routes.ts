@@ -159,7 +159,7 @@ function modelCard(ctx: ServerContext, id: string, startedAt: number): Record<st
 function metricsEndpoint(ctx: ServerContext): Response {
   let text: string;
   try {
-    text = ctx.metrics.render(ctx.engine.stats());
+    text = ctx.metrics.render(ctx.engine.stats(), ctx.engine.model.cache);
   } catch {
     text = ctx.metrics.registry.format();
   }

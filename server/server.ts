@@ -148,7 +148,7 @@ function serverContext(engine: EngineClient, options: ServerOptions): ServerCont
     readTimeoutMs: options.requestReadTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS,
     retryAfter: options.retryAfterSeconds ?? 1,
     onError: options.onError ?? ((e: unknown) => console.error("[server] internal error:", e)),
-    metrics: new ServerMetrics(modelName, engine.model.maxModelLen),
+    metrics: new ServerMetrics(modelName, engine.model.maxModelLen, engine.model.cache),
     lifecycle: new Lifecycle(options.ready ?? true, options.requestTimeoutMs ?? 0),
     warn: options.onWarning ?? ((message: string) => console.warn(`[server] ${message}`)),
     ignoredFieldsSeen: new Set(),

@@ -274,3 +274,20 @@ Deno.test("ServerMetrics.observeRequest() splits a request into vLLM's phases by
   }
   assert.equal(count("vllm:e2e_request_latency_seconds"), 3);
 });
+
+Deno.test("ServerMetrics reports the KV cache's configuration as vLLM's cache_config_info", () => {
+  const metrics = new ServerMetrics("m", 64, {
+    blockSize: 16,
+    numGpuBlocks: 585,
+    numCpuBlocks: 12,
+    cacheDtype: "fp8_e4m3",
+    enablePrefixCaching: true,
+  });
+  assert.deepEqual(family(metrics.registry.format(), "vllm:cache_config_info"), [
+    "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+    "# TYPE vllm:cache_config_info gauge",
+    'vllm:cache_config_info{block_size="16",cache_dtype="fp8_e4m3",enable_prefix_caching="True",' +
+    'num_cpu_blocks="12",num_gpu_blocks="585"} 1.0',
+  ]);
+  assert.equal(new ServerMetrics("m", 64).cacheConfig, null);
+});

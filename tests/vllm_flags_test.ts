@@ -242,6 +242,10 @@ Deno.test(
       const metrics = await (await fetch(`${server.url}/metrics`)).text();
       const hits = metrics.split("\n").find((l) => l.startsWith("vllm:prefix_cache_hits_total{"));
       assert.equal(Number(hits?.split(" ").at(-1)), 0, hits);
+      assert.match(
+        metrics,
+        /^vllm:cache_config_info\{block_size="16",cache_dtype="fp8_e4m3",enable_prefix_caching="False",num_cpu_blocks="0",num_gpu_blocks="\d+"\} 1\.0$/m,
+      );
     } finally {
       assert.equal((await stopServe(server)).code, 0, server.log.join("\n"));
       await Deno.remove(dir, { recursive: true });
