@@ -290,40 +290,8 @@ Deno.test(
   },
 );
 
-Deno.test("rope_and_cache() rejects bad shapes and oversized token counts", GPU_TEST, async () => {
-  const ctx = await testContext();
-  const kernel = new RopeAndCache(ctx);
-  const arena = new ParamArena(ctx, 4);
-  const buffers = {
-    qkv: whole(upload(ctx, new Float32Array(3 * 4 * 16))),
-    positions: whole(upload(ctx, new Uint32Array(4))),
-    invFreq: whole(upload(ctx, new Float32Array(8))),
-    slotMapping: whole(upload(ctx, new Uint32Array(4))),
-    kCache: whole(upload(ctx, new Float32Array(64))),
-    vCache: whole(upload(ctx, new Float32Array(64))),
-  };
-  const shape = {
-    numHeads: 2,
-    numKvHeads: 1,
-    headDim: 16,
-    blockSize: 4,
-    cacheDtype: "f32",
-  } as const;
-  throws(() => kernel.bind(arena, buffers, { ...shape, headDim: 15 }), RangeError);
-  throws(() => kernel.bind(arena, buffers, { ...shape, headDim: 32 }), RangeError); // invFreq
-  throws(() => kernel.bind(arena, buffers, { ...shape, numKvHeads: 0 }), RangeError);
-  const weight = GpuMatrix.fromArray(ctx, "w", new Float32Array(8), 1, 8, "f32");
-  throws(
-    () => kernel.bind(arena, { ...buffers, qkNorm: { q: weight, k: weight } }, shape),
-    RangeError,
-  );
-  const op = kernel.bind(arena, buffers, shape);
-  throws(() => op.encode({} as GPUComputePassEncoder, 4), RangeError);
-  op.encode({} as GPUComputePassEncoder, 0); // nothing to encode
-});
-
 Deno.test(
-  "rope_and_cache() refuses an fp8 cache at bind when headDim is not a multiple of 8",
+  "rope_and_cache() rejects bad shapes, fp8 caches of odd head dims and oversized token counts",
   GPU_TEST,
   async () => {
     const ctx = await testContext();
@@ -334,20 +302,38 @@ Deno.test(
       positions: whole(upload(ctx, new Uint32Array(4))),
       invFreq: whole(upload(ctx, new Float32Array(8))),
       slotMapping: whole(upload(ctx, new Uint32Array(4))),
-      kCache: whole(upload(ctx, new Uint8Array(64))),
-      vCache: whole(upload(ctx, new Uint8Array(64))),
+      kCache: whole(upload(ctx, new Float32Array(64))),
+      vCache: whole(upload(ctx, new Float32Array(64))),
     };
-    const shape = { numHeads: 2, numKvHeads: 1, blockSize: 4, cacheDtype: "fp8_e4m3" } as const;
-    // 6 and 12: even (an f32 cache takes them, one element per access), not whole vec4 halves.
+    const shape = {
+      numHeads: 2,
+      numKvHeads: 1,
+      headDim: 16,
+      blockSize: 4,
+      cacheDtype: "f32",
+    } as const;
+    throws(() => kernel.bind(arena, buffers, { ...shape, headDim: 15 }), RangeError);
+    throws(() => kernel.bind(arena, buffers, { ...shape, headDim: 32 }), RangeError); // invFreq
+    throws(() => kernel.bind(arena, buffers, { ...shape, numKvHeads: 0 }), RangeError);
+    const weight = GpuMatrix.fromArray(ctx, "w", new Float32Array(8), 1, 8, "f32");
+    throws(
+      () => kernel.bind(arena, { ...buffers, qkNorm: { q: weight, k: weight } }, shape),
+      RangeError,
+    );
+    // An fp8 cache needs whole vec4 halves of a head: 6 and 12 are refused (an f32 cache takes
+    // them, one element per access), 16 binds.
     for (const headDim of [6, 12]) {
-      throws(() => kernel.bind(arena, buffers, { ...shape, headDim }), {
+      throws(() => kernel.bind(arena, buffers, { ...shape, headDim, cacheDtype: "fp8_e4m3" }), {
         name: "RangeError",
         message: new RegExp(
           `fp8 KV cache needs a head dim that is a multiple of 8, got ${headDim}`,
         ),
       });
-      kernel.bind(arena, buffers, { ...shape, headDim, cacheDtype: "f32" });
+      kernel.bind(new ParamArena(ctx, 1), buffers, { ...shape, headDim });
     }
-    kernel.bind(arena, buffers, { ...shape, headDim: 16 });
+    kernel.bind(new ParamArena(ctx, 1), buffers, { ...shape, cacheDtype: "fp8_e4m3" });
+    const op = kernel.bind(arena, buffers, shape);
+    throws(() => op.encode({} as GPUComputePassEncoder, 4), RangeError);
+    op.encode({} as GPUComputePassEncoder, 0); // nothing to encode
   },
 );

@@ -332,3 +332,32 @@ export async function assertFollowsReference(
   }
   throw new Error(`seed ${seed}: ${what} changed no token in ${MORE_PROMPTS} more prompts`);
 }
+
+/**
+ * {@linkcode assertGreedyMatchesReference} against `ref` with {@linkcode CHECKPOINT_GREEDY}, where
+ * `ref` is a model that differs from `plain` by design (`what`: quantized weights, a rounded KV
+ * cache). Were `ref`'s tokens always `plain`'s, the test could not tell a runner that ignores the
+ * difference: when no prompt compared parted the two, {@linkcode assertFollowsReference} draws
+ * more until they part, and the runner must follow `ref` there. `plain` null: no such check.
+ */
+export async function assertGreedyMatchesChangedReference(
+  runner: ModelRunner,
+  ref: ReferenceModel,
+  plain: ReferenceModel | null,
+  rng: Rng,
+  seed: number,
+  what: string,
+): Promise<void> {
+  let differsFromPlain = false;
+  await assertGreedyMatchesReference(runner, ref, rng, seed, {
+    ...CHECKPOINT_GREEDY,
+    each: (prompt, steps) => {
+      if (plain === null || differsFromPlain) return;
+      const other = plain.greedy(prompt, CHECKPOINT_GREEDY.maxTokens).map((s) => s.token);
+      if (other.some((t, i) => t !== steps[i]!.token)) differsFromPlain = true;
+    },
+  });
+  if (plain !== null && !differsFromPlain) {
+    await assertFollowsReference(runner, ref, plain, rng, seed, what);
+  }
+}
