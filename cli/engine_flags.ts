@@ -40,8 +40,8 @@ export async function checkModelDir(dir: string): Promise<void> {
 /**
  * How a flag's value becomes its engine option: `string` and `number` as given (a number
  * checked here), `on` / `off` a boolean flag that sets true / false when given, `profile`,
- * `quantization`, `dtype` and `kvCacheDtype` parsed into their choices, `template` read as a chat template
- * ({@linkcode readChatTemplate}), `json` a JSON object.
+ * `quantization`, `dtype` and `kvCacheDtype` parsed into their choices, `template` read as a
+ * chat template ({@linkcode readChatTemplate}), `json` a JSON object.
  */
 type FlagKind =
   | "string"

@@ -18,7 +18,6 @@ import { GpuContext } from "../gpu/context.ts";
 import { type DeviceMemoryReader, readDeviceMemory } from "../gpu/device_memory.ts";
 import { kvCacheLines } from "./kv_cache_size.ts";
 import { kvCacheDtypeLine } from "./kv_cache.ts";
-import { kvCacheShape } from "./models/bind_targets.ts";
 import { KvCachePlan } from "./kv_cache_plan.ts";
 import { type Checkpoint, openCheckpoint } from "./model/checkpoint.ts";
 import type { ModelConfig } from "./model/config.ts";
@@ -150,7 +149,7 @@ async function webGpuParts(
   for (const line of [...kvCacheLines(kvBlocks, config.blockSize, maxModelLen), ...notes]) {
     log(line);
   }
-  log(kvCacheDtypeLine(kvCacheShape(ctx, mc, config.blockSize, config.kvCacheDtype)));
+  log(kvCacheDtypeLine(runner.kv.shape));
   for (const line of await plan.memoryLines(runner.weights.device)) log(line);
   log(
     `Sampler: ${runner.samplerRows} rows per step (sampled tokens and prompt_logprobs positions), ` +

@@ -177,7 +177,8 @@ export function tuningParts(
     const lengths = prefillLengths(pre.tokens);
     const prefill: TuningPart<PrefillChoice> = {
       name: "prefill",
-      // The KV dtype in the key since fp8 caches came (2026-11-30): their kernels decode as they read.
+      // The KV dtype in the key since fp8 caches came (2026-11-30): their kernels decode as they
+      // read.
       key: `prefill ${pre.kernels[0]!.config.dtype} ${names.join("/")} tokens ${
         lengths.join("/")
       } digest ${PREFILL_SOURCES_DIGEST}`,
