@@ -36,7 +36,7 @@ import { testSeed } from "./support/random.ts";
 import { buildPagedCache, pagedAttentionRef } from "./reference/attention.ts";
 import { ropeAndCacheRef, ropeInvFreqRef } from "./reference/rope.ts";
 import { fromKvData, roundToKv } from "./reference/kv_values.ts";
-import { e4m3Code, e4m3Value } from "./reference/fp8.ts";
+import { e4m3Round } from "./reference/fp8.ts";
 
 interface Case {
   readonly hq: number;
@@ -47,24 +47,6 @@ interface Case {
   /** Qwen3's q/k head norms with weights of this dtype; none when null. */
   readonly norm: DType | null;
   readonly partitionSize: number;
-}
-
-/** `x` rounded as an fp8 cache holds it. */
-const toE4m3 = (x: number) => e4m3Value(e4m3Code(x));
-
-/** The values of the 256 e4m3 codes. */
-const E4M3_VALUES = Float64Array.from({ length: 256 }, (_, code) => e4m3Value(code));
-
-/**
- * `fromKvData(bytes, dtype)`, fp8 codes decoded through {@linkcode E4M3_VALUES}: fromKvData
- * decodes every byte anew, ~60 ms for one of these caches, read twice per mode.
- */
-function kvValues(bytes: ArrayBuffer, dtype: KvDtype): Float64Array {
-  if (dtype !== "fp8_e4m3") return fromKvData(bytes, dtype);
-  const codes = new Uint8Array(bytes);
-  const out = new Float64Array(codes.length);
-  for (let i = 0; i < codes.length; i++) out[i] = E4M3_VALUES[codes[i]!]!;
-  return out;
 }
 
 /** Context lengths (the new token included): block (16) and tile (64) boundaries, one split. */
@@ -190,10 +172,10 @@ async function checkCase(c: Case, variant: PagedAttentionDecodeVariant): Promise
   }, { qStride: stride, btStride: cache.btStride });
   equal(op.fusesRope, true, context);
   const read = async (buffer: GPUBuffer) =>
-    kvValues(await readBuffer(ctx, buffer, 0, cache.kData.byteLength), dtype);
+    fromKvData(await readBuffer(ctx, buffer, 0, cache.kData.byteLength), dtype);
   // The initial caches' values, as uploaded.
-  const initK = kvValues(cache.kData.buffer as ArrayBuffer, dtype);
-  const initV = kvValues(cache.vData.buffer as ArrayBuffer, dtype);
+  const initK = fromKvData(cache.kData.buffer as ArrayBuffer, dtype);
+  const initV = fromKvData(cache.vData.buffer as ArrayBuffer, dtype);
   // A K cache element rounds once more than the reference's f64 (the f32 arithmetic); V is copied.
   // fp8: each K element the e4m3 rounding of a value within the f32 tolerance of the reference
   // (assertRoundedWithin).
@@ -218,7 +200,7 @@ async function checkCase(c: Case, variant: PagedAttentionDecodeVariant): Promise
     const [gotK, gotV] = [await read(kCache), await read(vCache)];
     // The written slots within tolerance (K) or exactly (V); every other element untouched.
     if (fp8) {
-      assertRoundedWithin(gotK, want.k, written, kSlack, toE4m3, `${mode}: k slots`);
+      assertRoundedWithin(gotK, want.k, written, kSlack, e4m3Round, `${mode}: k slots`);
     } else {
       const slotsK = [...written].map((i) => gotK[i]!);
       assertClose(slotsK, [...written].map((i) => want.k[i]!), kTolerance, `${mode}: k slots`);

@@ -20,7 +20,7 @@ import {
 import { testSeed } from "./support/random.ts";
 import { ropeAndCacheRef, ropeInvFreqRef } from "./reference/rope.ts";
 import { fromKvData, roundToKv, toKvData } from "./reference/kv_values.ts";
-import { e4m3Code, e4m3Value } from "./reference/fp8.ts";
+import { e4m3Round } from "./reference/fp8.ts";
 
 interface Case {
   readonly tokens: number;
@@ -43,9 +43,6 @@ const SHAPES: NormShape[] = [
   { rowThreads: 64, rowsPerWorkgroup: 1 },
   { rowThreads: 8, rowsPerWorkgroup: 8 },
 ];
-
-/** `x` rounded as an fp8 cache holds it. */
-const toE4m3 = (x: number) => e4m3Value(e4m3Code(x));
 
 /**
  * Tolerances (normwise relative error) of q and of the k cache; v is copied exactly. An fp8 k
@@ -176,7 +173,7 @@ async function checkCase(
   const kIndex = [...written].sort((a, b) => a - b);
   if (fp8) {
     const slack = tolerance("f32").k * Math.max(...kIndex.map((i) => Math.abs(want.k[i]!)));
-    assertRoundedWithin(gotK, want.k, kIndex, slack, toE4m3, `${context}: k cache`);
+    assertRoundedWithin(gotK, want.k, kIndex, slack, e4m3Round, `${context}: k cache`);
   } else {
     assertClose(
       kIndex.map((i) => gotK[i]!),

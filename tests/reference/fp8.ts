@@ -52,6 +52,11 @@ export function e4m3Code(x: number): number {
   return code | (x < 0 || Object.is(x, -0) ? 0x80 : 0);
 }
 
+/** `x` rounded as an fp8 cache holds it: the value of {@linkcode e4m3Code}'s code. */
+export function e4m3Round(x: number): number {
+  return E4M3_VALUES[e4m3Code(x)]!;
+}
+
 /** The raw bytes of tensor `t`, read from its file at its header offset. */
 async function rawBytes(t: CheckpointTensor): Promise<Uint8Array> {
   const file = await Deno.open(t.file, { read: true });

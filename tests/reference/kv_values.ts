@@ -7,12 +7,12 @@
  */
 
 import { type KvDtype, roundTo, toDType } from "../../gpu/dtype.ts";
-import { E4M3_VALUES, e4m3Code } from "./fp8.ts";
+import { E4M3_VALUES, e4m3Code, e4m3Round } from "./fp8.ts";
 
 /** `values` rounded to `dtype` (what the cache holds), as float64; NaN stays NaN. */
 export function roundToKv(values: ArrayLike<number>, dtype: KvDtype): Float64Array {
   if (dtype !== "fp8_e4m3") return roundTo(values, dtype);
-  return Float64Array.from({ length: values.length }, (_, i) => E4M3_VALUES[e4m3Code(values[i]!)]!);
+  return Float64Array.from({ length: values.length }, (_, i) => e4m3Round(values[i]!));
 }
 
 /** The bytes of a cache of `dtype` holding `values` (rounded), to upload. */
