@@ -31,6 +31,7 @@
  */
 
 import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
+import { kvDtypeOf } from "../gpu/dtype.ts";
 import type { ModelRunner } from "../engine/model_runner.ts";
 import { benchContext, describeMachine } from "./support.ts";
 import { READBACK_BATCH } from "../engine/step_pipeline.ts";
@@ -66,7 +67,7 @@ const report: ModelBenchReport = {
   command: command.trim(),
   model: model.generated ? `qwen3-0.6b preset generated into ${model.dir}` : model.dir,
   weightDtype: ctx.weightDtype,
-  kvCacheDtype: options.kvCacheDtype === "auto" ? ctx.weightDtype : options.kvCacheDtype,
+  kvCacheDtype: kvDtypeOf(options.kvCacheDtype, ctx.weightDtype),
   lpNumThreads: Deno.env.get("LP_NUM_THREADS") ?? "(default)",
   matmulVariant: forced ?? "(policy)",
   kernelProfile: `${ctx.profile} (${ctx.profileReason})`,

@@ -8,6 +8,7 @@
 
 import { ChatTemplate, ChatTemplateError } from "../engine/chat_template.ts";
 import { parseQuantizationChoice } from "../gpu/quant.ts";
+import type { KvCacheDtypeChoice } from "../gpu/dtype.ts";
 import { parseKernelProfileChoice } from "../gpu/kernel_profile.ts";
 import type { EngineOptions } from "../engine/engine_config.ts";
 import { downloadToCache } from "../engine/model/hf_download.ts";
@@ -266,7 +267,7 @@ export function parseDtype(text: string): "auto" | "float16" | "float32" {
 }
 
 /** `--kv-cache-dtype` values (vLLM's names) and the engine's KV dtype each means. */
-const KV_CACHE_DTYPES: Readonly<Record<string, "auto" | "fp8_e4m3">> = {
+const KV_CACHE_DTYPES: Readonly<Record<string, KvCacheDtypeChoice>> = {
   auto: "auto",
   fp8: "fp8_e4m3",
   fp8_e4m3: "fp8_e4m3",
@@ -277,7 +278,7 @@ const KV_CACHE_DTYPES: Readonly<Record<string, "auto" | "fp8_e4m3">> = {
  *
  * @throws {TypeError} for vLLM's other fp8 formats and unknown names.
  */
-export function parseKvCacheDtype(text: string): "auto" | "fp8_e4m3" {
+export function parseKvCacheDtype(text: string): KvCacheDtypeChoice {
   const dtype = KV_CACHE_DTYPES[text];
   if (dtype !== undefined) return dtype;
   if (text.startsWith("fp8_") || text === "bfloat16") {

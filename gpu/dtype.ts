@@ -27,6 +27,11 @@ export type KvDtype = DType | "fp8_e4m3";
  */
 export type KvCacheDtypeChoice = "auto" | "fp8_e4m3";
 
+/** The KV dtype `choice` means beside weights of `weights`: theirs for `auto`. */
+export function kvDtypeOf(choice: KvCacheDtypeChoice, weights: DType): KvDtype {
+  return choice === "auto" ? weights : choice;
+}
+
 /** Bytes per element of a KV cache of `dtype`. */
 export function kvBytesPerElement(dtype: KvDtype): number {
   return dtype === "fp8_e4m3" ? 1 : bytesPerElement(dtype);

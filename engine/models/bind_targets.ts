@@ -9,7 +9,7 @@
  */
 
 import type { GpuContext } from "../../gpu/context.ts";
-import type { KvCacheDtypeChoice } from "../../gpu/dtype.ts";
+import { type KvCacheDtypeChoice, kvDtypeOf } from "../../gpu/dtype.ts";
 import { ParamArena } from "../../gpu/params.ts";
 import type { KvCache, KvCacheShape } from "../kv_cache.ts";
 import type { ModelConfig } from "../model/config.ts";
@@ -73,7 +73,7 @@ export function kvCacheShape(
     numKvHeads: c.numKvHeads,
     headDim: c.headDim,
     blockSize,
-    dtype: dtype === "auto" ? ctx.weightDtype : dtype,
+    dtype: kvDtypeOf(dtype, ctx.weightDtype),
   };
 }
 
